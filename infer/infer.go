@@ -1,0 +1,34 @@
+// Package infer defines the Detector interface that every inference backend
+// implements (replay of stored predictions now; the CPU RetinaNet and the
+// CUDA backend later) so that jobs/ never changes when a backend is added.
+package infer
+
+import (
+	"context"
+	"errors"
+
+	"github.com/canopy-hpc/canopy/box"
+)
+
+// Input is one image handed to a detector.
+type Input struct {
+	// Index is the image's global index in the dataset.
+	Index int
+	// Path is the image_path as written in the annotation CSV.
+	Path string
+	// File is Path resolved against the root directory.
+	File string
+}
+
+// Detector turns a batch of images into per-image detections, in the order
+// of the batch. Implementations must be deterministic: the same image gives
+// the same detections whatever else is in the batch.
+type Detector interface {
+	Detect(ctx context.Context, batch []Input) ([][]box.Detection, error)
+	// Name describes the backend for the report, e.g. "replay".
+	Name() string
+	Close() error
+}
+
+// ErrModel marks a failure of the model or detector (exit code 4).
+var ErrModel = errors.New("model error")

@@ -1,0 +1,253 @@
+// Package dataset reads DeepForest annotation and prediction CSVs into
+// canopy's vocabulary, validating every row. Columns are found by header
+// name, in any order; other columns are ignored. Errors name file and line
+// and wrap ErrInput.
+package dataset
+
+import (
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/canopy-hpc/canopy/box"
+)
+
+// ErrInput marks an error in the user's input data (exit code 3).
+var ErrInput = errors.New("bad input data")
+
+// Row is one parsed CSV row: a box with its label string and, for
+// predictions, its score.
+type Row struct {
+	Path  string
+	Box   box.Box
+	Label string
+	Score float64
+	Line  int
+}
+
+// Truth is a parsed annotation CSV: images in order of first appearance.
+type Truth struct {
+	Images []TruthImage
+	// Dropped counts 0,0,0,0 rows dropped beside real rows.
+	Dropped int
+	index   map[string]int
+}
+
+// TruthImage is one image's rows, zero rows removed; Empty when all of its
+// rows were 0,0,0,0.
+type TruthImage struct {
+	Path   string
+	Rows   []Row
+	Empty  bool
+	Labels []string // labels of every row, zero rows included (for the label map)
+}
+
+// Index returns the position of path in Images.
+func (t *Truth) Index(path string) (int, bool) {
+	i, ok := t.index[path]
+	return i, ok
+}
+
+var truthCols = []string{"image_path", "xmin", "ymin", "xmax", "ymax", "label"}
+
+// ParseTruth parses an annotation CSV held in data; name is used in errors.
+func ParseTruth(name string, data []byte) (*Truth, error) {
+	rows, err := parse(name, data, false)
+	if err != nil {
+		return nil, err
+	}
+	t := &Truth{index: make(map[string]int)}
+	for _, r := range rows {
+		i, ok := t.index[r.Path]
+		if !ok {
+			i = len(t.Images)
+			t.index[r.Path] = i
+			t.Images = append(t.Images, TruthImage{Path: r.Path})
+		}
+		t.Images[i].Rows = append(t.Images[i].Rows, r)
+		t.Images[i].Labels = append(t.Images[i].Labels, r.Label)
+	}
+	for i := range t.Images {
+		im := &t.Images[i]
+		kept := im.Rows[:0]
+		for _, r := range im.Rows {
+			if !r.Box.IsZero() {
+				kept = append(kept, r)
+			}
+		}
+		if len(kept) == 0 {
+			im.Empty = true
+		} else {
+			t.Dropped += len(im.Rows) - len(kept)
+		}
+		im.Rows = kept
+	}
+	return t, nil
+}
+
+// ParsePredictions parses a DeepForest prediction CSV (score column `score`,
+// or `scores` as older versions wrote it).
+func ParsePredictions(name string, data []byte) ([]Row, error) {
+	return parse(name, data, true)
+}
+
+func parse(name string, data []byte, scored bool) ([]Row, error) {
+	r := csv.NewReader(bytes.NewReader(data))
+	r.ReuseRecord = true
+	header, err := r.Read()
+	if err == io.EOF {
+		return nil, fmt.Errorf("dataset: %s: empty file, expected a header with %s: %w", name, strings.Join(truthCols, ","), ErrInput)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dataset: %s: %v: %w", name, err, ErrInput)
+	}
+	col := make(map[string]int, len(header))
+	for i, h := range header {
+		h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
+		if _, dup := col[h]; !dup {
+			col[h] = i
+		}
+	}
+	want := truthCols
+	if scored {
+		want = append(append([]string(nil), truthCols...), "score")
+		if _, ok := col["score"]; !ok {
+			if i, ok := col["scores"]; ok {
+				col["score"] = i
+			}
+		}
+	}
+	idx := make([]int, len(want))
+	var missing []string
+	for k, c := range want {
+		i, ok := col[c]
+		if !ok {
+			missing = append(missing, c)
+		}
+		idx[k] = i
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("dataset: %s:1: missing column(s) %s (header: %s): %w", name, strings.Join(missing, ","), strings.Join(header, ","), ErrInput)
+	}
+	var rows []Row
+	for {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				return nil, fmt.Errorf("dataset: %s:%d: %v: %w", name, pe.StartLine, pe.Err, ErrInput)
+			}
+			return nil, fmt.Errorf("dataset: %s: %v: %w", name, err, ErrInput)
+		}
+		line, _ := r.FieldPos(0)
+		row := Row{Line: line}
+		row.Path = rec[idx[0]]
+		if row.Path == "" {
+			return nil, fmt.Errorf("dataset: %s:%d: empty image_path: %w", name, line, ErrInput)
+		}
+		var v [5]float64
+		for k := 1; k <= 4; k++ {
+			v[k], err = number(rec[idx[k]])
+			if err != nil {
+				return nil, fmt.Errorf("dataset: %s:%d: column %s: %v: %w", name, line, want[k], err, ErrInput)
+			}
+		}
+		row.Box = box.Box{Xmin: v[1], Ymin: v[2], Xmax: v[3], Ymax: v[4]}
+		if row.Box.Xmax < row.Box.Xmin {
+			return nil, fmt.Errorf("dataset: %s:%d: xmax %v < xmin %v: %w", name, line, row.Box.Xmax, row.Box.Xmin, ErrInput)
+		}
+		if row.Box.Ymax < row.Box.Ymin {
+			return nil, fmt.Errorf("dataset: %s:%d: ymax %v < ymin %v: %w", name, line, row.Box.Ymax, row.Box.Ymin, ErrInput)
+		}
+		row.Label = rec[idx[5]]
+		if row.Label == "" {
+			return nil, fmt.Errorf("dataset: %s:%d: empty label: %w", name, line, ErrInput)
+		}
+		if scored {
+			row.Score, err = number(rec[idx[6]])
+			if err != nil {
+				return nil, fmt.Errorf("dataset: %s:%d: column score: %v: %w", name, line, err, ErrInput)
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+func number(s string) (float64, error) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil {
+		return 0, fmt.Errorf("not a number: %q", s)
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("not a finite number: %q", s)
+	}
+	return f, nil
+}
+
+// ParseLabelDict parses DeepForest's classes.csv form (`label,id` with a
+// header, or without one): ids must be 0..n-1, each once.
+func ParseLabelDict(name string, data []byte) (box.LabelMap, error) {
+	r := csv.NewReader(bytes.NewReader(data))
+	recs, err := r.ReadAll()
+	if err != nil {
+		return box.LabelMap{}, fmt.Errorf("dataset: %s: %v: %w", name, err, ErrInput)
+	}
+	byID := map[int]string{}
+	for i, rec := range recs {
+		if len(rec) < 2 {
+			return box.LabelMap{}, fmt.Errorf("dataset: %s:%d: want label,id: %w", name, i+1, ErrInput)
+		}
+		id, err := strconv.Atoi(strings.TrimSpace(rec[1]))
+		if err != nil {
+			if i == 0 {
+				continue // header
+			}
+			return box.LabelMap{}, fmt.Errorf("dataset: %s:%d: id %q is not an integer: %w", name, i+1, rec[1], ErrInput)
+		}
+		if _, dup := byID[id]; dup {
+			return box.LabelMap{}, fmt.Errorf("dataset: %s:%d: id %d listed twice: %w", name, i+1, id, ErrInput)
+		}
+		byID[id] = rec[0]
+	}
+	names := make([]string, len(byID))
+	for id, n := range byID {
+		if id < 0 || id >= len(names) {
+			return box.LabelMap{}, fmt.Errorf("dataset: %s: ids must be 0..%d, got %d: %w", name, len(names)-1, id, ErrInput)
+		}
+		names[id] = n
+	}
+	m, err := box.NewLabelMap(names)
+	if err != nil {
+		return box.LabelMap{}, fmt.Errorf("dataset: %s: %v: %w", name, err, ErrInput)
+	}
+	return m, nil
+}
+
+// Resolve turns the truth into box.Images with label ids from m; a label
+// missing from m is an input error.
+func (t *Truth) Resolve(name string, m box.LabelMap) ([]box.Image, error) {
+	out := make([]box.Image, len(t.Images))
+	for i, im := range t.Images {
+		out[i] = box.Image{Path: im.Path, Empty: im.Empty}
+		if len(im.Rows) > 0 {
+			out[i].Truth = make([]box.Truth, len(im.Rows))
+		}
+		for k, r := range im.Rows {
+			id, ok := m.ID(r.Label)
+			if !ok {
+				return nil, fmt.Errorf("dataset: %s:%d: label %q is not in the label map: %w", name, r.Line, r.Label, ErrInput)
+			}
+			out[i].Truth[k] = box.Truth{Box: r.Box, Label: id}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,52 @@
+// Package plan assigns images to ranks: a pure, deterministic function of
+// the per-image cost estimates and the rank count, so every rank computes
+// the whole plan and knows what every other rank processes.
+package plan
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Plan is the assignment of images to ranks.
+type Plan struct {
+	// Shards[r] lists rank r's global image indices in increasing order.
+	Shards [][]int
+	// Load[r] is the summed cost of rank r's images.
+	Load []int64
+}
+
+// Balance assigns every image to exactly one of ranks ranks by the greedy
+// longest-processing-time rule: images in decreasing cost (ties: lower
+// index first), each to the rank with the least load so far (ties: lower
+// rank). No image is repeated or padded. The rule guarantees
+// max(Load) - min(Load) <= max(cost) and max(Load) <= 4/3 of the optimum.
+// Ranks may outnumber images; the surplus ranks get empty shards.
+func Balance(costs []int64, ranks int) (Plan, error) {
+	if ranks < 1 {
+		return Plan{}, fmt.Errorf("plan: %d ranks", ranks)
+	}
+	order := make([]int, len(costs))
+	for i, c := range costs {
+		if c < 0 {
+			return Plan{}, fmt.Errorf("plan: image %d has negative cost %d", i, c)
+		}
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return costs[order[a]] > costs[order[b]] })
+	p := Plan{Shards: make([][]int, ranks), Load: make([]int64, ranks)}
+	for _, i := range order {
+		best := 0
+		for r := 1; r < ranks; r++ {
+			if p.Load[r] < p.Load[best] {
+				best = r
+			}
+		}
+		p.Shards[best] = append(p.Shards[best], i)
+		p.Load[best] += costs[i]
+	}
+	for _, s := range p.Shards {
+		sort.Ints(s)
+	}
+	return p, nil
+}

@@ -1,0 +1,263 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/canopy-hpc/canopy/metrics"
+	"github.com/canopy-hpc/canopy/mpi"
+)
+
+// CommFactory starts the communicator for a job and returns it with its
+// finalizer. The default is the cgo MPI binding (see mpi.go); tests pass
+// an in-process one.
+type CommFactory func() (mpi.Comm, func() error, error)
+
+// Main is canopy's command line: it parses args (args[0] is the program
+// name), runs the command and returns the process exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return MainWith(ctx, args, stdout, stderr, WorldComm)
+}
+
+// MainWith is Main with a chosen communicator factory.
+func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newComm CommFactory) int {
+	// Before MPI starts we do not know our rank from MPI; the launcher's
+	// environment tells it, so a usage error is printed once, by rank 0.
+	errw := stderr
+	if launcherRank() > 0 {
+		errw = io.Discard
+	}
+	code := ExitOK
+	app := &cli.App{
+		Name:  "canopy",
+		Usage: "evaluate DeepForest detectors on many ranks with one-GPU metrics",
+		Description: "Run under mpirun or srun; every rank scores the same merged detections, so the\n" +
+			"metrics are bit-identical for any number of ranks.\n\n" + ExitTable,
+		Writer:          stdout,
+		ErrWriter:       errw,
+		HideHelpCommand: true,
+		ExitErrHandler:  func(*cli.Context, error) {},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return usageError(err)
+		},
+		Commands: []*cli.Command{
+			evalCommand(&code, stdout, errw, stderr, newComm),
+			{
+				Name:  "version",
+				Usage: "print canopy's version and build",
+				Action: func(c *cli.Context) error {
+					if c.NArg() > 0 {
+						return usageError(fmt.Errorf("version takes no arguments, got %q", c.Args().Slice()))
+					}
+					fmt.Fprintf(stdout, "canopy %s (%s, git %s)\n", Version, runtime.Version(), gitRevision())
+					return nil
+				},
+			},
+		},
+	}
+	app.CustomAppHelpTemplate = cli.AppHelpTemplate
+	if err := app.RunContext(ctx, reorder(app, args)); err != nil {
+		c := Code(err)
+		if c == ExitInternal && isUsage(err) {
+			c = ExitUsage
+		}
+		fmt.Fprintf(errw, "canopy: %v\n", err)
+		if c == ExitUsage {
+			fmt.Fprintln(errw, "run 'canopy --help' for usage")
+		}
+		return c
+	}
+	return code
+}
+
+func usageError(err error) error { return &Error{Code: ExitUsage, Collective: true, Err: err} }
+
+// isUsage recognises urfave/cli's own parse errors.
+func isUsage(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "flag provided but not defined") || strings.Contains(s, "Required flag") ||
+		strings.Contains(s, "No help topic") || strings.Contains(s, "invalid value")
+}
+
+// launcherRank reads the rank the launcher put in the environment (Open
+// MPI, MPICH/PMI, Slurm), -1 when there is none.
+func launcherRank() int {
+	for _, k := range []string{"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"} {
+		if v, ok := os.LookupEnv(k); ok {
+			if r, err := strconv.Atoi(v); err == nil {
+				return r
+			}
+		}
+	}
+	return -1
+}
+
+// reorder moves a command's flags in front of its positional arguments:
+// urfave/cli v2 stops reading flags at the first positional argument, and
+// canopy accepts flags on both sides. "--" ends flag reading.
+func reorder(app *cli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	var cmd *cli.Command
+	ci := -1
+	for i := 1; i < len(args); i++ {
+		if !strings.HasPrefix(args[i], "-") {
+			cmd = app.Command(args[i])
+			ci = i
+			break
+		}
+	}
+	if cmd == nil {
+		return args
+	}
+	takesValue := map[string]bool{}
+	for _, f := range cmd.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			takesValue[n] = !isBool
+		}
+	}
+	out := append([]string(nil), args[:ci+1]...)
+	var pos []string
+	rest := args[ci+1:]
+	for i := 0; i < len(rest); i++ {
+		a := rest[i]
+		if a == "--" {
+			pos = append(pos, rest[i+1:]...)
+			break
+		}
+		if strings.HasPrefix(a, "-") && a != "-" {
+			out = append(out, a)
+			name := strings.TrimLeft(a, "-")
+			if !strings.Contains(name, "=") && takesValue[name] && i+1 < len(rest) {
+				i++
+				out = append(out, rest[i])
+			}
+			continue
+		}
+		pos = append(pos, a)
+	}
+	if len(pos) > 0 {
+		out = append(out, "--")
+		out = append(out, pos...)
+	}
+	return out
+}
+
+func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory) *cli.Command {
+	return &cli.Command{
+		Name:      "eval",
+		Usage:     "score detections against DeepForest ground truth on every rank",
+		ArgsUsage: "[CSV]",
+		Description: "Rank 0 reads the inputs and broadcasts them; each rank detects its shard of the\n" +
+			"images; an MPI_Allgatherv gives every rank every detection; every rank computes\n" +
+			"the same metrics; rank 0 writes report.json, predictions.csv and results.csv\n" +
+			"into --out. The CSV may be given by --csv or as the one positional argument.\n\n" + ExitTable,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name)"},
+			&cli.StringFlag{Name: "root-dir", Usage: "folder the CSV's image_path values are relative to (default: the CSV's folder)"},
+			&cli.StringFlag{Name: "predictions", Usage: "replay detector: DeepForest prediction CSV (image_path,xmin,ymin,xmax,ymax,label,score); rows join the truth by exact image_path"},
+			&cli.Float64Flag{Name: "iou-threshold", Value: 0.4, Usage: "a truth box is matched when IoU is strictly greater than this, in [0, 1]"},
+			&cli.StringFlag{Name: "semantics", Value: "validation", Usage: "DeepForest definition of box recall/precision: validation (trainer.validate's RecallPrecision) or evaluate_boxes"},
+			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV (DeepForest classes.csv form); default: sorted unique labels of truth and joined predictions"},
+			&cli.StringFlag{Name: "out", Value: "canopy-out", Usage: "output folder; refused if it holds a previous run unless --force"},
+			&cli.BoolFlag{Name: "force", Usage: "overwrite a previous run in --out"},
+			&cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"},
+		},
+		Action: func(c *cli.Context) error {
+			cfg, err := evalConfig(c, stdout)
+			if err != nil {
+				return usageError(err)
+			}
+			*code = runJob(c.Context, newComm, stderr, func(comm mpi.Comm) error {
+				if comm.Rank() != 0 {
+					cfg.Stdout = nil
+				}
+				return Eval(c.Context, comm, cfg)
+			})
+			return nil
+		},
+	}
+}
+
+func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
+	cfg := EvalConfig{
+		CSV:          c.String("csv"),
+		RootDir:      c.String("root-dir"),
+		Predictions:  c.String("predictions"),
+		LabelDict:    c.String("label-dict"),
+		Out:          c.String("out"),
+		Force:        c.Bool("force"),
+		IoUThreshold: c.Float64("iou-threshold"),
+		BatchSize:    c.Int("batch-size"),
+		Command:      os.Args,
+		Stdout:       stdout,
+	}
+	switch {
+	case c.NArg() > 1:
+		return cfg, fmt.Errorf("eval takes at most one argument (the CSV), got %q", c.Args().Slice())
+	case c.NArg() == 1 && cfg.CSV != "":
+		return cfg, errors.New("eval: the CSV is given twice (--csv and an argument)")
+	case c.NArg() == 1:
+		cfg.CSV = c.Args().First()
+	}
+	if cfg.CSV == "" {
+		return cfg, errors.New("eval: --csv is required")
+	}
+	if cfg.Predictions == "" {
+		return cfg, errors.New("eval: --predictions is required (the replay detector is the only one so far)")
+	}
+	if !(cfg.IoUThreshold >= 0 && cfg.IoUThreshold <= 1) {
+		return cfg, fmt.Errorf("eval: --iou-threshold %v is not in [0, 1]", cfg.IoUThreshold)
+	}
+	if cfg.BatchSize < 1 {
+		return cfg, fmt.Errorf("eval: --batch-size %d must be at least 1", cfg.BatchSize)
+	}
+	sem, err := metrics.ParseSemantics(c.String("semantics"))
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Semantics = sem
+	return cfg, nil
+}
+
+// runJob starts the communicator, runs job and applies the error rule:
+// a collective error is printed by rank 0 and every rank returns its code;
+// a local error is printed by its rank with rank and host, then the job is
+// aborted with the code so no peer waits.
+func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, job func(mpi.Comm) error) int {
+	comm, finalize, err := newComm()
+	if err != nil {
+		fmt.Fprintf(stderr, "canopy: %v\n", err)
+		return ExitMPI
+	}
+	err = job(comm)
+	if err == nil {
+		if ferr := finalize(); ferr != nil {
+			fmt.Fprintf(stderr, "canopy: rank %d (%s): %v\n", comm.Rank(), comm.Host(), ferr)
+			return ExitMPI
+		}
+		return ExitOK
+	}
+	code := Code(err)
+	var e *Error
+	if errors.As(err, &e) && e.Collective {
+		if comm.Rank() == 0 {
+			fmt.Fprintf(stderr, "canopy: %v\n", err)
+		}
+		finalize()
+		return code
+	}
+	fmt.Fprintf(stderr, "canopy: rank %d (%s): %v\n", comm.Rank(), comm.Host(), err)
+	comm.Abort(code)
+	return code // reached only by implementations whose Abort returns
+}

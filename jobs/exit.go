@@ -1,0 +1,65 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Exit codes, the table printed by --help and written in the README and
+// docs/design.md.
+const (
+	ExitOK         = 0 // success
+	ExitInternal   = 1 // internal error (a bug, or an I/O failure of canopy's own files)
+	ExitUsage      = 2 // bad command line, or an output folder holding a previous run
+	ExitInput      = 3 // bad input data (CSV, label map, predictions)
+	ExitModel      = 4 // model or detector error
+	ExitMPI        = 5 // MPI, launcher or topology error
+	ExitDisagree   = 6 // ranks disagree on the metrics
+	ExitRegression = 7 // regression detected (compare)
+	ExitResumable  = 8 // interrupted, resumable
+)
+
+// ExitTable is the exit-code table as printed in --help.
+const ExitTable = `EXIT CODES:
+   0  success
+   1  internal error
+   2  usage error (bad flags, output folder holds a previous run)
+   3  bad input data (CSV, label map, predictions)
+   4  model error
+   5  MPI, launcher or topology error
+   6  ranks disagree on the metrics
+   7  regression detected (canopy compare)
+   8  interrupted, resumable`
+
+// Error carries an exit code. Collective errors are ones every rank sees
+// identically (they come from bytes every rank holds): rank 0 prints them
+// and every rank exits with the code. Local errors are seen by one rank
+// only: that rank prints them with its rank and host and aborts the job.
+type Error struct {
+	Code       int
+	Collective bool
+	Err        error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+func collective(code int, format string, a ...any) *Error {
+	return &Error{Code: code, Collective: true, Err: fmt.Errorf(format, a...)}
+}
+
+func localErr(code int, format string, a ...any) *Error {
+	return &Error{Code: code, Err: fmt.Errorf(format, a...)}
+}
+
+// Code returns the exit code for err (0 for nil, 1 when err carries none).
+func Code(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ExitInternal
+}

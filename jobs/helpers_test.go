@@ -1,0 +1,65 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/mpi/local"
+)
+
+// runLocal runs Eval on n in-process ranks (each with its own copy of cfg)
+// through runJob, the same error rule the binary uses, and returns each
+// rank's exit code.
+func runLocal(t *testing.T, n int, cfg EvalConfig) []int {
+	t.Helper()
+	codes := make([]int, n)
+	errs := local.Run(n, func(c mpi.Comm) error {
+		mine := cfg
+		codes[c.Rank()] = runJob(context.Background(), func() (mpi.Comm, func() error, error) {
+			return c, func() error { return nil }, nil
+		}, &bytes.Buffer{}, func(c mpi.Comm) error { return Eval(context.Background(), c, mine) })
+		return nil
+	})
+	for r, err := range errs {
+		if code, ok := local.AbortCode(err); ok {
+			codes[r] = code
+		} else if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return codes
+}
+
+// reportMetrics reads the "metrics" object of out/report.json as raw
+// bytes (the line canopy writes first) and parsed.
+func reportMetrics(t *testing.T, out string) ([]byte, map[string]any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Metrics json.RawMessage `json:"metrics"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("report.json: %v", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(rep.Metrics, &m); err != nil {
+		t.Fatal(err)
+	}
+	return rep.Metrics, m
+}
+
+func setCfg(set, out string) EvalConfig {
+	d := filepath.Join("..", "testdata", "sets", set)
+	return EvalConfig{
+		CSV: filepath.Join(d, "truth.csv"), Predictions: filepath.Join(d, "predictions.csv"),
+		Out: out, IoUThreshold: 0.4, BatchSize: 3,
+	}
+}

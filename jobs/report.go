@@ -1,0 +1,293 @@
+package jobs
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/metrics"
+	"github.com/canopy-hpc/canopy/mpi"
+)
+
+// Version is canopy's version, printed by `canopy version` and recorded in
+// every report.
+var Version = "0.1.0"
+
+type report struct {
+	metrics []byte
+	run     runInfo
+}
+
+type runInfo struct {
+	Canopy             string          `json:"canopy"`
+	Go                 string          `json:"go"`
+	MPI                string          `json:"mpi"`
+	Git                string          `json:"git"`
+	Command            []string        `json:"command"`
+	Semantics          string          `json:"semantics"`
+	IoUThreshold       float64         `json:"iou_threshold"`
+	Detector           string          `json:"detector"`
+	Ranks              int             `json:"ranks"`
+	Hosts              []string        `json:"hosts"`
+	PerRank            []rankStats     `json:"per_rank"`
+	Inputs             map[string]file `json:"inputs"`
+	LabelMap           json.RawMessage `json:"label_map"`
+	Coverage           coverage        `json:"coverage"`
+	IgnoredPredictions int             `json:"ignored_predictions"`
+}
+
+type file struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+}
+
+type coverage struct {
+	Images    int `json:"images"`
+	Processed int `json:"processed"`
+}
+
+// MetricsJSON renders metric values as a flat JSON object in their order,
+// null for NaN/None. It is also the byte string the agreement check hashes.
+func MetricsJSON(vals []metrics.Value) []byte {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, v := range vals {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		k, _ := json.Marshal(v.Key)
+		b.Write(k)
+		b.WriteString(": ")
+		b.WriteString(formatValue(v))
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+func formatValue(v metrics.Value) string {
+	if v.Null || math.IsNaN(v.V) || math.IsInf(v.V, 0) {
+		return "null"
+	}
+	return formatFloat(v.V)
+}
+
+// formatFloat writes the shortest decimal that round-trips, as Python's
+// repr does, always with a decimal point or exponent.
+func formatFloat(f float64) string {
+	s := strconv.FormatFloat(f, 'g', -1, 64)
+	if !strings.ContainsAny(s, ".eEn") {
+		s += ".0"
+	}
+	return s
+}
+
+func labelMapJSON(m box.LabelMap) json.RawMessage {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, n := range m.Names() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		k, _ := json.Marshal(n)
+		b.Write(k)
+		fmt.Fprintf(&b, ": %d", i)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+func gitRevision() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		rev, dirty := "", false
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if rev != "" {
+			if dirty {
+				rev += "-dirty"
+			}
+			return rev
+		}
+	}
+	return "unknown"
+}
+
+func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allStats [][]byte, nImages, ignored int) runInfo {
+	r := runInfo{
+		Canopy:             Version,
+		Go:                 runtime.Version(),
+		MPI:                c.Implementation(),
+		Git:                gitRevision(),
+		Command:            cfg.Command,
+		Semantics:          cfg.Semantics.String(),
+		IoUThreshold:       cfg.IoUThreshold,
+		Detector:           "replay",
+		Ranks:              c.Size(),
+		Inputs:             map[string]file{"csv": {cfg.CSV, sha256Hex(in.csv)}, "predictions": {cfg.Predictions, sha256Hex(in.preds)}},
+		LabelMap:           labelMapJSON(labels),
+		IgnoredPredictions: ignored,
+	}
+	if r.Command == nil {
+		r.Command = []string{}
+	}
+	if cfg.LabelDict != "" {
+		r.Inputs["label_dict"] = file{cfg.LabelDict, sha256Hex(in.labels)}
+	}
+	seen := map[string]bool{}
+	for _, b := range allStats {
+		var s rankStats
+		if err := json.Unmarshal(b, &s); err != nil {
+			continue
+		}
+		r.PerRank = append(r.PerRank, s)
+		r.Coverage.Processed += s.Images
+		if !seen[s.Host] {
+			seen[s.Host] = true
+			r.Hosts = append(r.Hosts, s.Host)
+		}
+	}
+	r.Coverage.Images = nImages
+	return r
+}
+
+// writeOutputs writes predictions.csv, results.csv and, last, report.json,
+// each to a temporary name renamed into place.
+func writeOutputs(cfg EvalConfig, rep report, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result) error {
+	if err := writeAtomic(cfg.Out, "predictions.csv", func(w io.Writer) error {
+		return writePredictions(w, images, dets, labels)
+	}); err != nil {
+		return err
+	}
+	if err := writeAtomic(cfg.Out, "results.csv", func(w io.Writer) error {
+		return writeResults(w, images, dets, labels, res.Matches)
+	}); err != nil {
+		return err
+	}
+	return writeAtomic(cfg.Out, "report.json", func(w io.Writer) error {
+		run, err := json.MarshalIndent(rep.run, " ", " ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "{\"metrics\": %s,\n \"run\": %s}\n", rep.metrics, run)
+		return err
+	})
+}
+
+func writeAtomic(dir, name string, fill func(io.Writer) error) error {
+	f, err := os.CreateTemp(dir, "."+name+".tmp*")
+	if err != nil {
+		return fmt.Errorf("jobs: %w", err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after the rename
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if err := fill(bw); err != nil {
+		f.Close()
+		return fmt.Errorf("jobs: write %s: %w", name, err)
+	}
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("jobs: write %s: %w", name, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("jobs: sync %s: %w", name, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("jobs: close %s: %w", name, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("jobs: %w", err)
+	}
+	return nil
+}
+
+func csvField(s string) string {
+	if strings.ContainsAny(s, ",\"\r\n") {
+		return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+	}
+	return s
+}
+
+func writePredictions(w io.Writer, images []box.Image, dets [][]box.Detection, labels box.LabelMap) error {
+	if _, err := io.WriteString(w, "image_path,xmin,ymin,xmax,ymax,label,score\n"); err != nil {
+		return err
+	}
+	for i, im := range images {
+		p := csvField(im.Path)
+		for _, d := range dets[i] {
+			if _, err := fmt.Fprintf(w, "%s,%s,%s,%s,%s,%s,%s\n", p,
+				formatFloat(d.Box.Xmin), formatFloat(d.Box.Ymin), formatFloat(d.Box.Xmax), formatFloat(d.Box.Ymax),
+				csvField(labels.Name(d.Label)), formatFloat(d.Score)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func writeResults(w io.Writer, images []box.Image, dets [][]box.Detection, labels box.LabelMap, matches []metrics.Match) error {
+	if _, err := io.WriteString(w, "image_path,truth_id,prediction_id,IoU,score,match,true_label,predicted_label\n"); err != nil {
+		return err
+	}
+	for _, m := range matches {
+		pid, score, plabel := "", "", ""
+		if m.PredID >= 0 {
+			pid = strconv.Itoa(m.PredID)
+			score = formatFloat(m.Score)
+			plabel = csvField(labels.Name(m.PredLabel))
+		}
+		match := "False"
+		if m.Match {
+			match = "True"
+		}
+		if _, err := fmt.Fprintf(w, "%s,%d,%s,%s,%s,%s,%s,%s\n", csvField(images[m.Image].Path), m.TruthID, pid,
+			formatFloat(m.IoU), score, match, csvField(labels.Name(m.TrueLabel)), plabel); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printTable prints the metrics like Lightning's "Validate metric" table.
+func printTable(w io.Writer, vals []metrics.Value) {
+	kw, vw := len("Validate metric"), len("DataLoader 0")
+	cells := make([]string, len(vals))
+	for i, v := range vals {
+		cells[i] = formatValue(v)
+		kw = max(kw, utf8.RuneCountInString(v.Key))
+		vw = max(vw, len(cells[i]))
+	}
+	kw, vw = kw+6, vw+6
+	center := func(s string, n int) string {
+		pad := n - utf8.RuneCountInString(s)
+		l := pad / 2
+		return strings.Repeat(" ", l) + s + strings.Repeat(" ", pad-l)
+	}
+	line := func(l, m, r, f string) {
+		fmt.Fprintln(w, l+strings.Repeat(f, kw)+m+strings.Repeat(f, vw)+r)
+	}
+	line("┏", "┳", "┓", "━")
+	fmt.Fprintln(w, "┃"+center("Validate metric", kw)+"┃"+center("DataLoader 0", vw)+"┃")
+	line("┡", "╇", "┩", "━")
+	for i, v := range vals {
+		fmt.Fprintln(w, "│"+center(v.Key, kw)+"│"+center(cells[i], vw)+"│")
+	}
+	line("└", "┴", "┘", "─")
+}

@@ -1,0 +1,23 @@
+// Command canopy evaluates DeepForest detectors under mpirun or srun and
+// reports metrics that are bit-identical for any number of ranks. The
+// command logic lives in package jobs.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/canopy-hpc/canopy/jobs"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr *os.File) int {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return jobs.Main(ctx, args, stdout, stderr)
+}

@@ -1,0 +1,351 @@
+package metrics
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/canopy-hpc/canopy/box"
+)
+
+// Semantics selects which of DeepForest's two box-metric definitions to
+// reproduce.
+type Semantics int
+
+const (
+	// Validation is the RecallPrecision metric of trainer.validate: every
+	// image counts, an empty frame with predictions is a precision-0 image,
+	// sums are float32 torch states in dataset order.
+	Validation Semantics = iota
+	// EvaluateBoxes is deepforest.evaluate.evaluate_boxes: only images with
+	// ground truth count, in sorted image_path order, means by np.mean.
+	EvaluateBoxes
+)
+
+// ParseSemantics maps the --semantics flag value.
+func ParseSemantics(s string) (Semantics, error) {
+	switch s {
+	case "validation":
+		return Validation, nil
+	case "evaluate_boxes":
+		return EvaluateBoxes, nil
+	}
+	return 0, fmt.Errorf("metrics: unknown semantics %q (want validation or evaluate_boxes)", s)
+}
+
+func (s Semantics) String() string {
+	if s == EvaluateBoxes {
+		return "evaluate_boxes"
+	}
+	return "validation"
+}
+
+// Input is what the metrics see: the images in global order and, aligned
+// with them, each image's detections in detector order.
+type Input struct {
+	Images []box.Image
+	Dets   [][]box.Detection
+	Labels box.LabelMap
+}
+
+// Options are the metric settings.
+type Options struct {
+	IoUThreshold float64
+	Semantics    Semantics
+}
+
+// Value is one named metric; Null stands for DeepForest's NaN or None.
+type Value struct {
+	Key  string
+	V    float64
+	Null bool
+}
+
+// Match is one ground-truth box's row of the match table.
+type Match struct {
+	Image     int     // global image index
+	TruthID   int     // index among the image's truth boxes
+	PredID    int     // index among the image's detections, -1 if unassigned
+	IoU       float64 // 0 when unassigned
+	Score     float64 // valid when PredID >= 0
+	Match     bool    // IoU > threshold
+	TrueLabel int32
+	PredLabel int32 // -1 when unassigned
+}
+
+// Result holds the metric values in DeepForest's key order and the match
+// table.
+type Result struct {
+	Values  []Value
+	Matches []Match
+}
+
+// DeepForest computes box_recall, box_precision, empty_frame_accuracy and
+// the per-class <label>_Recall / <label>_Precision of the chosen semantics.
+func DeepForest(in Input, opt Options) (Result, error) {
+	if len(in.Dets) != len(in.Images) {
+		return Result{}, fmt.Errorf("metrics: %d detection lists for %d images", len(in.Dets), len(in.Images))
+	}
+	var res Result
+	images := in.Images
+	if opt.Semantics == Validation {
+		images = validationTruth(images)
+		in.Images = images
+	}
+	perImage := make([]imageScore, len(images))
+	for i, im := range images {
+		if im.Empty || len(im.Truth) == 0 {
+			continue
+		}
+		rows, err := matchImage(i, im.Truth, in.Dets[i], opt.IoUThreshold)
+		if err != nil {
+			return Result{}, fmt.Errorf("metrics: image %d (%s): %w", i, im.Path, err)
+		}
+		tp := 0
+		for _, r := range rows {
+			if r.Match {
+				tp++
+			}
+		}
+		perImage[i] = imageScore{tp: tp, nTruth: len(im.Truth), nPred: len(in.Dets[i])}
+		res.Matches = append(res.Matches, rows...)
+	}
+	switch opt.Semantics {
+	case Validation:
+		res.Values = validation(in, perImage, res.Matches)
+	case EvaluateBoxes:
+		res.Values = evaluateBoxes(in, perImage, res.Matches)
+	default:
+		return Result{}, fmt.Errorf("metrics: unknown semantics %d", opt.Semantics)
+	}
+	return res, nil
+}
+
+type imageScore struct{ tp, nTruth, nPred int }
+
+func f32Value(key string, v float32) Value { return Value{Key: key, V: float64(v)} }
+
+func validation(in Input, per []imageScore, matches []Match) []Value {
+	// torch.tensor(0.0) states are float32; `state += python_float` rounds
+	// the float64 quotient to float32 and adds in float32.
+	var recall, precision float32
+	var withPred, withGT, empty, correctEmpty int
+	for i, im := range in.Images {
+		nPred := len(in.Dets[i])
+		if im.Empty || len(im.Truth) == 0 {
+			empty++
+			if nPred == 0 {
+				correctEmpty++
+			} else {
+				withPred++
+			}
+			continue
+		}
+		withGT++
+		if nPred == 0 {
+			continue
+		}
+		withPred++
+		s := per[i]
+		recall = float32(recall + float32(float64(s.tp)/float64(s.nTruth)))
+		precision = float32(precision + float32(float64(s.tp)/float64(s.nPred)))
+	}
+	var vals []Value
+	if withPred > 0 {
+		vals = append(vals, f32Value("box_precision", float32(precision/float32(withPred))))
+	} else {
+		vals = append(vals, Value{Key: "box_precision", Null: true})
+	}
+	if withGT > 0 {
+		vals = append(vals, f32Value("box_recall", float32(recall/float32(withGT))))
+	} else {
+		vals = append(vals, Value{Key: "box_recall", Null: true})
+	}
+	if in.Labels.Len() > 1 {
+		vals = append(vals, classValues(in.Labels, matches)...)
+	}
+	if empty > 0 {
+		vals = append(vals, f32Value("empty_frame_accuracy", float32(float32(correctEmpty)/float32(empty))))
+	}
+	return vals
+}
+
+func evaluateBoxes(in Input, per []imageScore, matches []Match) []Value {
+	anyPred, anyGT := false, false
+	var order []int
+	for i, im := range in.Images {
+		if len(in.Dets[i]) > 0 {
+			anyPred = true
+		}
+		if !im.Empty && len(im.Truth) > 0 {
+			anyGT = true
+			order = append(order, i)
+		}
+	}
+	switch {
+	case !anyPred:
+		return []Value{{Key: "box_precision", Null: true}, {Key: "box_recall", V: 0}}
+	case !anyGT:
+		return []Value{{Key: "box_precision", V: 0}, {Key: "box_recall", Null: true}}
+	}
+	// ground_df.groupby("image_path") visits images in sorted path order.
+	sort.SliceStable(order, func(a, b int) bool { return in.Images[order[a]].Path < in.Images[order[b]].Path })
+	var recalls, precisions []float64
+	for _, i := range order {
+		s := per[i]
+		if s.nPred == 0 {
+			recalls = append(recalls, 0)
+			continue
+		}
+		recalls = append(recalls, float64(s.tp)/float64(s.nTruth))
+		precisions = append(precisions, float64(s.tp)/float64(s.nPred))
+	}
+	vals := []Value{npMean("box_precision", precisions), npMean("box_recall", recalls)}
+	return append(vals, classValues(in.Labels, matches)...)
+}
+
+func npMean(key string, a []float64) Value {
+	if len(a) == 0 {
+		return Value{Key: key, Null: true}
+	}
+	return Value{Key: key, V: pairwiseSum(a) / float64(len(a))}
+}
+
+// classValues is DeepForest's compute_class_recall over the matched rows:
+// for every label seen among them, recall = matched rows of true label L
+// predicted as L / matched rows of true label L, and precision likewise by
+// predicted label; a missing side is 0. Labels in sorted string order.
+func classValues(labels box.LabelMap, matches []Match) []Value {
+	type count struct{ truth, pred, correct int }
+	counts := map[int32]*count{}
+	get := func(l int32) *count {
+		c := counts[l]
+		if c == nil {
+			c = &count{}
+			counts[l] = c
+		}
+		return c
+	}
+	for _, m := range matches {
+		if !m.Match || m.PredID < 0 {
+			continue
+		}
+		get(m.TrueLabel).truth++
+		get(m.PredLabel).pred++
+		if m.TrueLabel == m.PredLabel {
+			get(m.TrueLabel).correct++
+		}
+	}
+	ids := make([]int32, 0, len(counts))
+	for id := range counts {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(a, b int) bool { return labels.Name(ids[a]) < labels.Name(ids[b]) })
+	var vals []Value
+	for _, id := range ids {
+		c := counts[id]
+		name := labels.Name(id)
+		r, p := 0.0, 0.0
+		if c.truth > 0 {
+			r = float64(c.correct) / float64(c.truth)
+		}
+		if c.pred > 0 {
+			p = float64(c.correct) / float64(c.pred)
+		}
+		vals = append(vals, Value{Key: name + "_Recall", V: r}, Value{Key: name + "_Precision", V: p})
+	}
+	return vals
+}
+
+// matchImage is DeepForest's match_polygons for one image: the assignment
+// that maximises total intersection area, one row per truth box.
+func matchImage(img int, truth []box.Truth, dets []box.Detection, thr float64) ([]Match, error) {
+	rows := make([]Match, len(truth))
+	for t := range truth {
+		rows[t] = Match{Image: img, TruthID: t, PredID: -1, TrueLabel: truth[t].Label, PredLabel: -1}
+	}
+	if len(dets) == 0 {
+		return rows, nil
+	}
+	nt, np := len(truth), len(dets)
+	inter := make([]float64, nt*np)
+	for t := range truth {
+		for p := range dets {
+			inter[t*np+p] = Intersection(truth[t].Box, dets[p].Box)
+		}
+	}
+	col, err := Assign(inter, nt, np, true)
+	if err != nil {
+		return nil, err
+	}
+	for t, p := range col {
+		if p < 0 {
+			continue
+		}
+		r := &rows[t]
+		r.PredID = p
+		r.Score = dets[p].Score
+		r.PredLabel = dets[p].Label
+		r.IoU = iouFrom(inter[t*np+p], truth[t].Box, dets[p].Box)
+		r.Match = r.IoU > thr
+	}
+	return rows, nil
+}
+
+// Intersection is the area of the overlap of a and b (0 when they only
+// touch or are apart).
+func Intersection(a, b box.Box) float64 {
+	w := math.Min(a.Xmax, b.Xmax) - math.Max(a.Xmin, b.Xmin)
+	h := math.Min(a.Ymax, b.Ymax) - math.Max(a.Ymin, b.Ymin)
+	if w <= 0 || h <= 0 {
+		return 0
+	}
+	return float64(w * h)
+}
+
+// IoU is intersection over union, 0 when the union is empty.
+func IoU(a, b box.Box) float64 { return iouFrom(Intersection(a, b), a, b) }
+
+func iouFrom(inter float64, a, b box.Box) float64 {
+	if inter == 0 {
+		return 0 // DeepForest: pairs that do not overlap get IoU 0
+	}
+	union := float64(a.Area()) + float64(b.Area()) - inter
+	if union <= 0 {
+		return 0
+	}
+	return inter / union
+}
+
+// validationTruth applies what DeepForest's BoxDataset does to the ground
+// truth before RecallPrecision sees it: boxes narrower or lower than one
+// pixel (width or height computed in float32, as the dataset holds float32
+// coordinates) are dropped, and an image left without boxes is an empty
+// frame. (The dataset also clamps boxes to the image; replayed images are
+// never opened, so canopy cannot, and out-of-image truth is left as is.)
+func validationTruth(images []box.Image) []box.Image {
+	out := images
+	copied := false
+	for i, im := range images {
+		kept := im.Truth[:0:0]
+		drop := false
+		for _, t := range im.Truth {
+			w := float32(float32(t.Box.Xmax) - float32(t.Box.Xmin))
+			h := float32(float32(t.Box.Ymax) - float32(t.Box.Ymin))
+			if w >= 1 && h >= 1 {
+				kept = append(kept, t)
+			} else {
+				drop = true
+			}
+		}
+		if !drop {
+			continue
+		}
+		if !copied {
+			out = append([]box.Image(nil), images...)
+			copied = true
+		}
+		out[i] = box.Image{Path: im.Path, Truth: kept, Empty: len(kept) == 0}
+	}
+	return out
+}

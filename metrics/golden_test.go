@@ -1,0 +1,82 @@
+package metrics
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+)
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// TestAssignScipyGolden compares exact assignments, ties included, with
+// scipy.optimize.linear_sum_assignment (testdata/golden/scipy/lsap.json,
+// made by tools/scipy/lsap_golden.py; the file records scipy's version).
+func TestAssignScipyGolden(t *testing.T) {
+	var g struct {
+		Version string
+		Cases   []struct {
+			Rows, Cols int
+			Cost       []float64
+			Maximize   bool
+			ColForRow  []int `json:"col_for_row"`
+		}
+	}
+	readJSON(t, "../testdata/golden/scipy/lsap.json", &g)
+	if len(g.Cases) == 0 {
+		t.Fatal("no cases")
+	}
+	for i, c := range g.Cases {
+		got, err := Assign(c.Cost, c.Rows, c.Cols, c.Maximize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range got {
+			if got[r] != c.ColForRow[r] {
+				t.Errorf("case %d (%dx%d maximize=%v): got %v, scipy %s gives %v", i, c.Rows, c.Cols, c.Maximize, got, g.Version, c.ColForRow)
+				break
+			}
+		}
+	}
+}
+
+// TestPairwiseSumNumpyGolden checks the np.mean reproduction bit for bit
+// (testdata/golden/numpy/mean.json, made by tools/scipy/lsap_golden.py).
+func TestPairwiseSumNumpyGolden(t *testing.T) {
+	var g struct {
+		Version string
+		Cases   []struct {
+			Values []float64
+			Mean   *float64
+		}
+	}
+	readJSON(t, "../testdata/golden/numpy/mean.json", &g)
+	naiveDiffers := 0
+	for i, c := range g.Cases {
+		if c.Mean == nil {
+			continue
+		}
+		got := pairwiseSum(c.Values) / float64(len(c.Values))
+		if got != *c.Mean {
+			t.Errorf("case %d (n=%d): %v, numpy %s gives %v", i, len(c.Values), got, g.Version, *c.Mean)
+		}
+		naive := 0.0
+		for _, v := range c.Values {
+			naive += v
+		}
+		if naive/float64(len(c.Values)) != *c.Mean {
+			naiveDiffers++
+		}
+	}
+	if naiveDiffers == 0 {
+		t.Error("no case tells pairwise from naive summation: the fixture cannot catch a regression")
+	}
+}

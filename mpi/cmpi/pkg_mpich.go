@@ -1,0 +1,8 @@
+//go:build mpich
+
+package cmpi
+
+// Built with -tags mpich: link against MPICH's "mpich" pkg-config module.
+
+// #cgo pkg-config: mpich
+import "C"

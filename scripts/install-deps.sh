@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# scripts/install-deps.sh: install what canopy needs to build and test on a
+# fresh Debian/Ubuntu machine, skipping what is already there.
+#   - Open MPI (openmpi-bin, libopenmpi-dev) and pkg-config: the cgo MPI binding
+#     and mpirun. On a cluster with a module-loaded MPI nothing is installed:
+#     the binding finds MPI through pkg-config (PKG_CONFIG_PATH).
+#   - Go >= 1.26 must already be on PATH (it is not installed here).
+# Uses sudo when not root. Set CANOPY_NO_INSTALL=1 to only check.
+set -euo pipefail
+
+need=()
+command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
+pkg-config --exists "${CANOPY_MPI_PKG:-mpi}" 2>/dev/null || need+=(libopenmpi-dev)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+if [ "$#" -gt 0 ]; then need+=("$@"); fi
+
+if ! command -v go >/dev/null 2>&1; then
+	echo "install-deps: Go 1.26 or newer is required on PATH" >&2
+	exit 1
+fi
+
+if [ ${#need[@]} -eq 0 ]; then
+	exit 0
+fi
+if [ "${CANOPY_NO_INSTALL:-0}" = 1 ]; then
+	echo "install-deps: missing: ${need[*]}" >&2
+	exit 1
+fi
+sudo=()
+[ "$(id -u)" = 0 ] || sudo=(sudo)
+echo "install-deps: installing ${need[*]}" >&2
+"${sudo[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# scripts/mpirun.sh [mpirun args...] -- run an MPI job the way canopy's tests
+# and benchmarks expect, on a laptop, a CI container or a cluster node.
+#
+# It execs "${MPIRUN:-mpirun}" with the caller's arguments, adding:
+#   --allow-run-as-root   Open MPI only, and only when running as root (uid 0);
+#   --oversubscribe       Open MPI only: more ranks than cores is fine for tests;
+#   --bind-to none        unless the caller gave a --bind-to/-bind-to (Open MPI
+#                         spells it --bind-to, MPICH's Hydra -bind-to);
+# and bounds the whole job with
+#   timeout -k ${CANOPY_MPIRUN_KILL_AFTER:-10} ${CANOPY_MPIRUN_TIMEOUT:-120}
+# (SIGTERM at the timeout, SIGKILL that many seconds later; exit code 124 on a
+# timeout). Any rank exiting non-zero makes mpirun, and so this, exit non-zero.
+#
+# Example: scripts/mpirun.sh -np 4 /tmp/cmpi.test -test.v
+set -euo pipefail
+
+mpirun=${MPIRUN:-mpirun}
+version=$("$mpirun" --version 2>&1 || true)
+
+extra=()
+bind=yes
+for a in "$@"; do
+	case $a in
+	--bind-to | -bind-to | --bind-to=* | -bind-to=*) bind=no ;;
+	esac
+done
+
+if grep -q "Open MPI\|OpenRTE" <<<"$version"; then
+	if [ "$(id -u)" = 0 ]; then
+		extra+=(--allow-run-as-root)
+	fi
+	extra+=(--oversubscribe)
+	[ $bind = yes ] && extra+=(--bind-to none)
+else
+	[ $bind = yes ] && extra+=(-bind-to none)
+fi
+
+exec timeout -k "${CANOPY_MPIRUN_KILL_AFTER:-10}" "${CANOPY_MPIRUN_TIMEOUT:-120}" \
+	"$mpirun" "${extra[@]}" "$@"
