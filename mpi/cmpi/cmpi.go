@@ -171,6 +171,18 @@ func Init() (*Comm, error) {
 	if initted {
 		return nil, errors.New("cmpi: Init called twice")
 	}
+	blockSize, forceBlocked := DefaultBlockSize, false
+	if s := os.Getenv(EnvBlockSize); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 || n > math.MaxInt32 {
+			return nil, fmt.Errorf("cmpi: init: bad %s=%q", EnvBlockSize, s)
+		}
+		blockSize = n
+	}
+	switch strings.ToLower(os.Getenv(EnvForceBlocked)) {
+	case "1", "true", "yes":
+		forceBlocked = true
+	}
 	var flag C.int
 	if err := check("MPI_Initialized", C.MPI_Initialized(&flag)); err != nil {
 		return nil, err
@@ -189,26 +201,16 @@ func Init() (*Comm, error) {
 			int(provided), int(C.cmpi_thread_serialized()))
 	}
 	c := &Comm{
-		world:     C.cmpi_comm_world(),
-		local:     C.cmpi_comm_null(),
-		blockSize: DefaultBlockSize,
-		blockType: C.cmpi_datatype_null(),
+		world:        C.cmpi_comm_world(),
+		local:        C.cmpi_comm_null(),
+		blockSize:    blockSize,
+		forceBlocked: forceBlocked,
+		blockType:    C.cmpi_datatype_null(),
 	}
 	if err := c.setup(); err != nil {
 		C.MPI_Finalize()
 		c.done = true
 		return nil, fmt.Errorf("cmpi: init: %w", err)
-	}
-	if s := os.Getenv(EnvBlockSize); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 || n > math.MaxInt32 {
-			return nil, fmt.Errorf("cmpi: init: bad %s=%q", EnvBlockSize, s)
-		}
-		c.blockSize = n
-	}
-	switch strings.ToLower(os.Getenv(EnvForceBlocked)) {
-	case "1", "true", "yes":
-		c.forceBlocked = true
 	}
 	return c, nil
 }

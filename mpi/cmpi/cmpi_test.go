@@ -49,7 +49,7 @@ func TestConformance(t *testing.T) {
 
 func TestLargeAllgatherv(t *testing.T) {
 	if !*large && os.Getenv("CANOPY_MPI_LARGE") != "1" {
-		t.Skip("needs -large or CANOPY_MPI_LARGE=1 (about 5 GiB of memory per rank)")
+		t.Skip("needs -large or CANOPY_MPI_LARGE=1 (about 7 GiB of memory on rank 0, 5 GiB on the others)")
 	}
 	mpitest.CheckLarge(mpitest.NewR(t, comm))
 	comm.FreeScratch()

@@ -1,0 +1,96 @@
+package plan
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+)
+
+func check(t *testing.T, costs []int64, ranks int) Plan {
+	t.Helper()
+	p, err := Balance(costs, ranks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make([]int, len(costs))
+	for r, s := range p.Shards {
+		if !slices.IsSorted(s) {
+			t.Errorf("rank %d shard not sorted", r)
+		}
+		var load int64
+		for _, i := range s {
+			seen[i]++
+			load += costs[i]
+		}
+		if load != p.Load[r] {
+			t.Errorf("rank %d load %d, recorded %d", r, load, p.Load[r])
+		}
+	}
+	for i, n := range seen {
+		if n != 1 {
+			t.Fatalf("image %d assigned %d times", i, n)
+		}
+	}
+	return p
+}
+
+// TestSkewedCosts bounds the imbalance on heavy-tailed costs: the
+// greedy rule guarantees max-min <= the largest single cost.
+func TestSkewedCosts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, ranks := range []int{1, 2, 3, 7, 16} {
+		costs := make([]int64, 2000)
+		var maxCost int64
+		for i := range costs {
+			costs[i] = 1 + int64(rng.ExpFloat64()*20)
+			if i%97 == 0 {
+				costs[i] *= 40 // a few huge images
+			}
+			maxCost = max(maxCost, costs[i])
+		}
+		p := check(t, costs, ranks)
+		lo, hi := slices.Min(p.Load), slices.Max(p.Load)
+		if hi-lo > maxCost {
+			t.Errorf("ranks %d: loads %d..%d differ by more than the largest cost %d", ranks, lo, hi, maxCost)
+		}
+		if ranks > 1 && float64(hi)/float64(lo) > 1.05 {
+			t.Errorf("ranks %d: max/min load %.3f > 1.05", ranks, float64(hi)/float64(lo))
+		}
+	}
+}
+
+func TestMoreRanksThanImages(t *testing.T) {
+	p := check(t, []int64{3, 1, 2}, 5)
+	empty := 0
+	for _, s := range p.Shards {
+		if len(s) == 0 {
+			empty++
+		}
+	}
+	if empty != 2 {
+		t.Fatalf("want 2 idle ranks, got shards %v", p.Shards)
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	costs := []int64{5, 5, 5, 1, 1, 9, 0, 0}
+	a, _ := Balance(costs, 3)
+	b, _ := Balance(costs, 3)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("plan differs between calls")
+	}
+	// ties go to the lower index and the lower rank
+	if want := []int{5}; !reflect.DeepEqual(a.Shards[0], want) {
+		t.Fatalf("rank 0 shard %v, want %v", a.Shards[0], want)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	if _, err := Balance([]int64{1}, 0); err == nil {
+		t.Fatal("0 ranks accepted")
+	}
+	if _, err := Balance([]int64{-1}, 1); err == nil {
+		t.Fatal("negative cost accepted")
+	}
+}

@@ -1,0 +1,158 @@
+package jobs
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/canopy-hpc/canopy/infer/replay"
+)
+
+// The metrics bytes must not depend on the rank count, including runs with
+// more ranks than images (idle ranks still join every collective).
+func TestMetricsIdenticalAcrossRankCounts(t *testing.T) {
+	for _, set := range []string{"multi", "single", "three"} {
+		var ref []byte
+		for _, n := range []int{1, 2, 3, 4, 5, 8} {
+			out := t.TempDir()
+			if codes := runLocal(t, n, setCfg(set, out)); codes[0] != 0 {
+				t.Fatalf("%s np%d: codes %v", set, n, codes)
+			}
+			got, _ := reportMetrics(t, out)
+			if ref == nil {
+				ref = got
+			} else if !bytes.Equal(got, ref) {
+				t.Fatalf("%s: np%d metrics\n%s\ndiffer from np1\n%s", set, n, got, ref)
+			}
+			for _, f := range []string{"predictions.csv", "results.csv"} {
+				b1, _ := os.ReadFile(filepath.Join(out, f))
+				if len(b1) == 0 {
+					t.Fatalf("%s np%d: %s empty", set, n, f)
+				}
+			}
+		}
+	}
+}
+
+func TestInjectedFailureOnOneRankAbortsAll(t *testing.T) {
+	t.Setenv(replay.FailEnv, "1")
+	start := time.Now()
+	codes := runLocal(t, 3, setCfg("multi", t.TempDir()))
+	for r, c := range codes {
+		if c != ExitModel {
+			t.Errorf("rank %d exit %d, want %d", r, c, ExitModel)
+		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
+func TestDisagreementExits6(t *testing.T) {
+	t.Setenv(PerturbEnv, "2")
+	out := t.TempDir()
+	codes := runLocal(t, 3, setCfg("multi", out))
+	for r, c := range codes {
+		if c != ExitDisagree {
+			t.Errorf("rank %d exit %d, want %d", r, c, ExitDisagree)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "report.json")); err == nil {
+		t.Error("a report was written although the ranks disagree")
+	}
+}
+
+func TestBadInputsExit3WithoutReport(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.csv")
+	os.WriteFile(bad, []byte("image_path,xmin,ymin,xmax,ymax,label\na.png,1,2,3,4,Tree\na.png,1,2,oops,4,Tree\n"), 0o644)
+	preds := filepath.Join("..", "testdata", "sets", "three", "predictions.csv")
+	for name, cfg := range map[string]EvalConfig{
+		"bad truth":     {CSV: bad, Predictions: preds},
+		"missing truth": {CSV: filepath.Join(dir, "nope.csv"), Predictions: preds},
+		"bad preds":     {CSV: filepath.Join("..", "testdata", "sets", "three", "truth.csv"), Predictions: bad},
+		"unknown label": {CSV: filepath.Join("..", "testdata", "sets", "three", "truth.csv"), Predictions: preds, LabelDict: writeFile(t, dir, "l.csv", "label,id\nBird,0\n")},
+	} {
+		cfg.Out = filepath.Join(dir, "out-"+strings.ReplaceAll(name, " ", "-"))
+		cfg.IoUThreshold = 0.4
+		codes := runLocal(t, 2, cfg)
+		for r, c := range codes {
+			if c != ExitInput {
+				t.Errorf("%s: rank %d exit %d, want %d", name, r, c, ExitInput)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(cfg.Out, "report.json")); err == nil {
+			t.Errorf("%s: report written", name)
+		}
+	}
+}
+
+func writeFile(t *testing.T, dir, name, s string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestOutFolderHoldingARunIsRefused(t *testing.T) {
+	out := t.TempDir()
+	if codes := runLocal(t, 2, setCfg("three", out)); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	before, _ := os.ReadFile(filepath.Join(out, "report.json"))
+	if codes := runLocal(t, 2, setCfg("three", out)); codes[0] != ExitUsage || codes[1] != ExitUsage {
+		t.Fatalf("second run into the same folder: codes %v, want %d", codes, ExitUsage)
+	}
+	after, _ := os.ReadFile(filepath.Join(out, "report.json"))
+	if !bytes.Equal(before, after) {
+		t.Fatal("the refused run changed the previous report")
+	}
+	cfg := setCfg("three", out)
+	cfg.Force = true
+	if codes := runLocal(t, 2, cfg); codes[0] != 0 {
+		t.Fatalf("--force: %v", codes)
+	}
+	left, _ := filepath.Glob(filepath.Join(out, ".*tmp*"))
+	if len(left) > 0 {
+		t.Fatalf("temporary files left: %v", left)
+	}
+}
+
+func TestReportCoverageAndLabelMap(t *testing.T) {
+	out := t.TempDir()
+	cfg := setCfg("multi", out)
+	cfg.LabelDict = filepath.Join("..", "testdata", "sets", "multi", "label_dict.csv")
+	if codes := runLocal(t, 3, cfg); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	var rep struct {
+		Run struct {
+			Ranks    int
+			PerRank  []rankStats `json:"per_rank"`
+			LabelMap map[string]int `json:"label_map"`
+			Coverage coverage
+			Ignored  int `json:"ignored_predictions"`
+		}
+	}
+	readJSONFile(t, filepath.Join(out, "report.json"), &rep)
+	r := rep.Run
+	if r.Ranks != 3 || len(r.PerRank) != 3 || r.Coverage.Images != 300 || r.Coverage.Processed != 300 {
+		t.Fatalf("%+v", r)
+	}
+	if r.LabelMap["Dead"] != 0 || r.LabelMap["Alive"] != 1 || r.LabelMap["Snag"] != 2 {
+		t.Fatalf("label map %v", r.LabelMap)
+	}
+	if r.Ignored != 5 { // the generator writes 5 rows for images not in the truth
+		t.Fatalf("ignored %d", r.Ignored)
+	}
+	for _, s := range r.PerRank {
+		if s.Images == 0 || s.BytesSent == 0 {
+			t.Fatalf("rank stats %+v", s)
+		}
+	}
+}

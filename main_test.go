@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/canopy-hpc/canopy/jobs"
+	"github.com/canopy-hpc/canopy/metrics"
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/mpi/local"
+)
+
+// These tests run the real binary under the real mpirun (through
+// scripts/mpirun.sh, which adds the root and oversubscription flags and a
+// timeout). They never skip: CI must have MPI.
+
+var canopyBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "canopy-e2e")
+	if err != nil {
+		panic(err)
+	}
+	canopyBin = filepath.Join(dir, "canopy")
+	if out, err := exec.Command("go", "build", "-o", canopyBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+	took           time.Duration
+}
+
+// mpirun runs canopy on np ranks with a hard timeout.
+func mpirun(t *testing.T, np int, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", append([]string{"-np", fmt.Sprint(np), canopyBin}, args...)...)
+	cmd.Env = append(append(os.Environ(), "CANOPY_MPIRUN_TIMEOUT=60"), env...)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	start := time.Now()
+	err := cmd.Run()
+	r := result{stdout: so.String(), stderr: se.String(), took: time.Since(start)}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("mpirun: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("mpirun -np %d hung (killed after 90 s): %s", np, r.stderr)
+	}
+	return r
+}
+
+func set(name, file string) string { return filepath.Join("testdata", "sets", name, file) }
+
+func metricsOf(t *testing.T, out string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct{ Metrics json.RawMessage }
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep.Metrics
+}
+
+// inProcess computes the same job with the in-process communicator.
+func inProcess(t *testing.T, n int, cfg jobs.EvalConfig) []byte {
+	t.Helper()
+	errs := local.Run(n, func(c mpi.Comm) error { return jobs.Eval(context.Background(), c, cfg) })
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return metricsOf(t, cfg.Out)
+}
+
+func TestMPIRankCountsBitIdentical(t *testing.T) {
+	for _, s := range []string{"multi", "single"} {
+		for _, sem := range []metrics.Semantics{metrics.Validation, metrics.EvaluateBoxes} {
+			ref := inProcess(t, 1, jobs.EvalConfig{CSV: set(s, "truth.csv"), Predictions: set(s, "predictions.csv"),
+				Out: t.TempDir(), IoUThreshold: 0.4, Semantics: sem, BatchSize: 1})
+			for np := 1; np <= 4; np++ {
+				out := t.TempDir()
+				r := mpirun(t, np, nil, "eval", "--csv", set(s, "truth.csv"), "--predictions", set(s, "predictions.csv"),
+					"--semantics", sem.String(), "--out", out, "--force")
+				if r.code != 0 {
+					t.Fatalf("%s %s np%d: exit %d\n%s", s, sem, np, r.code, r.stderr)
+				}
+				if got := metricsOf(t, out); !bytes.Equal(got, ref) {
+					t.Fatalf("%s %s np%d: metrics\n%s\ndiffer from the in-process run\n%s", s, sem, np, got, ref)
+				}
+				if n := strings.Count(r.stdout, "Validate metric"); n != 1 {
+					t.Errorf("np%d: the table was printed %d times", np, n)
+				}
+			}
+		}
+	}
+}
+
+// More ranks than images: idle ranks join every collective.
+func TestMPIFiveRanksThreeImages(t *testing.T) {
+	ref := inProcess(t, 1, jobs.EvalConfig{CSV: set("three", "truth.csv"), Predictions: set("three", "predictions.csv"), Out: t.TempDir(), IoUThreshold: 0.4})
+	out := t.TempDir()
+	r := mpirun(t, 5, nil, "eval", "--csv", set("three", "truth.csv"), "--predictions", set("three", "predictions.csv"), "--out", out)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if got := metricsOf(t, out); !bytes.Equal(got, ref) {
+		t.Fatalf("metrics %s, want %s", got, ref)
+	}
+	var rep struct {
+		Run struct {
+			PerRank []struct{ Images int } `json:"per_rank"`
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+	json.Unmarshal(b, &rep)
+	idle := 0
+	for _, p := range rep.Run.PerRank {
+		if p.Images == 0 {
+			idle++
+		}
+	}
+	if len(rep.Run.PerRank) != 5 || idle != 2 {
+		t.Fatalf("per_rank %+v", rep.Run.PerRank)
+	}
+}
+
+// A failure on rank 1 only ends every rank, non-zero, within seconds.
+func TestMPIOneRankFailsNoHang(t *testing.T) {
+	r := mpirun(t, 3, []string{"CANOPY_TEST_FAIL_RANK=1"}, "eval", "--csv", set("multi", "truth.csv"),
+		"--predictions", set("multi", "predictions.csv"), "--out", t.TempDir())
+	if r.code != jobs.ExitModel {
+		t.Errorf("exit %d, want %d\n%s", r.code, jobs.ExitModel, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "rank 1 (") || !strings.Contains(r.stderr, "injected failure") {
+		t.Errorf("stderr does not name rank 1 and the failure:\n%s", r.stderr)
+	}
+	if r.took > 20*time.Second {
+		t.Errorf("took %v", r.took)
+	}
+}
+
+func TestMPIDisagreementExits6(t *testing.T) {
+	r := mpirun(t, 2, []string{jobs.PerturbEnv + "=1"}, "eval", "--csv", set("three", "truth.csv"),
+		"--predictions", set("three", "predictions.csv"), "--out", t.TempDir())
+	if r.code != jobs.ExitDisagree || !strings.Contains(r.stderr, "ranks [1]") {
+		t.Fatalf("exit %d, want %d\n%s", r.code, jobs.ExitDisagree, r.stderr)
+	}
+}
+
+// A bad CSV is one error, printed once by rank 0; every rank exits 3 and
+// no report is written.
+func TestMPIBadCSVExit3(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.csv")
+	os.WriteFile(bad, []byte("image_path,xmin,ymin,xmax,ymax,label\na.png,1,2,3,4,Tree\na.png,5,2,3,4,Tree\n"), 0o644)
+	out := filepath.Join(dir, "out")
+	r := mpirun(t, 3, nil, "eval", "--csv", bad, "--predictions", set("three", "predictions.csv"), "--out", out)
+	if r.code != jobs.ExitInput {
+		t.Fatalf("exit %d, want 3\n%s", r.code, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "bad.csv:3: xmax 3 < xmin 5"); n != 1 {
+		t.Errorf("error printed %d times, want once:\n%s", n, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "report.json")); err == nil {
+		t.Error("report written")
+	}
+}
+
+func TestMPIUsageErrorOnce(t *testing.T) {
+	r := mpirun(t, 2, nil, "eval", "--no-such-flag")
+	if r.code != jobs.ExitUsage {
+		t.Fatalf("exit %d, want 2\n%s", r.code, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "no-such-flag"); n != 1 {
+		t.Errorf("usage error printed %d times:\n%s", n, r.stderr)
+	}
+}
+
+func run1(t *testing.T, args ...string) result {
+	t.Helper()
+	var so, se bytes.Buffer
+	cmd := exec.Command(canopyBin, args...)
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err := cmd.Run()
+	r := result{stdout: so.String(), stderr: se.String()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Flags go before or after the positional argument; without a launcher the
+// binary is a 1-rank job.
+func TestFlagsBeforeAndAfterArguments(t *testing.T) {
+	truth, preds := set("three", "truth.csv"), set("three", "predictions.csv")
+	var ref []byte
+	for i, args := range [][]string{
+		{"eval", "--predictions", preds, "--out", "OUT", truth},
+		{"eval", truth, "--predictions", preds, "--out", "OUT"},
+		{"eval", "--out", "OUT", truth, "--iou-threshold=0.4", "--predictions", preds, "--force"},
+		{"eval", "--csv", truth, "--predictions", preds, "--out", "OUT"},
+	} {
+		out := t.TempDir()
+		for k := range args {
+			if args[k] == "OUT" {
+				args[k] = out
+			}
+		}
+		r := run1(t, args...)
+		if r.code != 0 {
+			t.Fatalf("case %d %v: exit %d\n%s", i, args, r.code, r.stderr)
+		}
+		got := metricsOf(t, out)
+		if ref == nil {
+			ref = got
+		} else if !bytes.Equal(got, ref) {
+			t.Fatalf("case %d: %s vs %s", i, got, ref)
+		}
+	}
+	if r := run1(t, "eval", truth, "extra.csv", "--predictions", preds); r.code != jobs.ExitUsage {
+		t.Errorf("two positional arguments: exit %d", r.code)
+	}
+	if r := run1(t, "version", "--help"); r.code != 0 || !strings.Contains(r.stdout, "version") {
+		t.Errorf("version --help: %d %s", r.code, r.stdout)
+	}
+	if r := run1(t, "eval", "--iou-threshold", "1.5", truth, "--predictions", preds); r.code != jobs.ExitUsage {
+		t.Errorf("iou 1.5: exit %d", r.code)
+	}
+}
+
+func TestHelpListsFlagsAndExitCodes(t *testing.T) {
+	r := run1(t, "eval", "--help")
+	for _, want := range []string{"--csv", "--root-dir", "--predictions", "--iou-threshold", "--semantics", "--label-dict", "--out", "--force", "--batch-size", "EXIT CODES", "6  ranks disagree"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("eval --help lacks %q", want)
+		}
+	}
+	if r := run1(t, "--help"); !strings.Contains(r.stdout, "EXIT CODES") {
+		t.Errorf("--help lacks the exit codes:\n%s", r.stdout)
+	}
+}
