@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 
@@ -34,6 +35,14 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 	errw := stderr
 	if launcherRank() > 0 {
 		errw = io.Discard
+	}
+	if path := os.Getenv(ProfileEnv); path != "" {
+		stop, err := startProfile(path)
+		if err != nil {
+			fmt.Fprintf(errw, "canopy: %v\n", err)
+			return ExitUsage
+		}
+		defer stop()
 	}
 	code := ExitOK
 	app := &cli.App{
@@ -260,4 +269,20 @@ func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, job func
 	fmt.Fprintf(stderr, "canopy: rank %d (%s): %v\n", comm.Rank(), comm.Host(), err)
 	comm.Abort(code)
 	return code // reached only by implementations whose Abort returns
+}
+
+// ProfileEnv names a file prefix: when set, every rank writes a CPU
+// profile to PREFIX.rankN (N from the launcher's environment, 0 alone).
+const ProfileEnv = "CANOPY_CPUPROFILE"
+
+func startProfile(prefix string) (func(), error) {
+	f, err := os.Create(fmt.Sprintf("%s.rank%d", prefix, max(launcherRank(), 0)))
+	if err != nil {
+		return nil, fmt.Errorf("jobs: %s: %w", ProfileEnv, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("jobs: %s: %w", ProfileEnv, err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -133,7 +133,7 @@ func TestReportCoverageAndLabelMap(t *testing.T) {
 	var rep struct {
 		Run struct {
 			Ranks    int
-			PerRank  []rankStats `json:"per_rank"`
+			PerRank  []rankStats    `json:"per_rank"`
 			LabelMap map[string]int `json:"label_map"`
 			Coverage coverage
 			Ignored  int `json:"ignored_predictions"`

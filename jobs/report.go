@@ -84,12 +84,17 @@ func formatValue(v metrics.Value) string {
 
 // formatFloat writes the shortest decimal that round-trips, as Python's
 // repr does, always with a decimal point or exponent.
-func formatFloat(f float64) string {
-	s := strconv.FormatFloat(f, 'g', -1, 64)
-	if !strings.ContainsAny(s, ".eEn") {
-		s += ".0"
+func formatFloat(f float64) string { return string(appendFloat(nil, f)) }
+
+func appendFloat(b []byte, f float64) []byte {
+	n := len(b)
+	b = strconv.AppendFloat(b, f, 'g', -1, 64)
+	for _, c := range b[n:] {
+		if c == '.' || c == 'e' || c == 'n' || c == 'N' || c == 'I' {
+			return b
+		}
 	}
-	return s
+	return append(b, ".0"...)
 }
 
 func labelMapJSON(m box.LabelMap) json.RawMessage {
@@ -229,12 +234,18 @@ func writePredictions(w io.Writer, images []box.Image, dets [][]box.Detection, l
 	if _, err := io.WriteString(w, "image_path,xmin,ymin,xmax,ymax,label,score\n"); err != nil {
 		return err
 	}
+	names := csvNames(labels)
+	var line []byte
 	for i, im := range images {
 		p := csvField(im.Path)
 		for _, d := range dets[i] {
-			if _, err := fmt.Fprintf(w, "%s,%s,%s,%s,%s,%s,%s\n", p,
-				formatFloat(d.Box.Xmin), formatFloat(d.Box.Ymin), formatFloat(d.Box.Xmax), formatFloat(d.Box.Ymax),
-				csvField(labels.Name(d.Label)), formatFloat(d.Score)); err != nil {
+			line = append(line[:0], p...)
+			for _, v := range [4]float64{d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax} {
+				line = appendFloat(append(line, ','), v)
+			}
+			line = append(append(append(line, ','), names(d.Label)...), ',')
+			line = append(appendFloat(line, d.Score), '\n')
+			if _, err := w.Write(line); err != nil {
 				return err
 			}
 		}
@@ -242,23 +253,52 @@ func writePredictions(w io.Writer, images []box.Image, dets [][]box.Detection, l
 	return nil
 }
 
+// csvNames returns the CSV-quoted label names by id.
+func csvNames(labels box.LabelMap) func(int32) string {
+	names := labels.Names()
+	for i := range names {
+		names[i] = csvField(names[i])
+	}
+	return func(id int32) string {
+		if id >= 0 && int(id) < len(names) {
+			return names[id]
+		}
+		return csvField(labels.Name(id))
+	}
+}
+
 func writeResults(w io.Writer, images []box.Image, dets [][]box.Detection, labels box.LabelMap, matches []metrics.Match) error {
 	if _, err := io.WriteString(w, "image_path,truth_id,prediction_id,IoU,score,match,true_label,predicted_label\n"); err != nil {
 		return err
 	}
+	names := csvNames(labels)
+	var line []byte
+	last, p := -1, ""
 	for _, m := range matches {
-		pid, score, plabel := "", "", ""
+		if m.Image != last {
+			last, p = m.Image, csvField(images[m.Image].Path)
+		}
+		line = append(append(line[:0], p...), ',')
+		line = append(strconv.AppendInt(line, int64(m.TruthID), 10), ',')
 		if m.PredID >= 0 {
-			pid = strconv.Itoa(m.PredID)
-			score = formatFloat(m.Score)
-			plabel = csvField(labels.Name(m.PredLabel))
+			line = strconv.AppendInt(line, int64(m.PredID), 10)
 		}
-		match := "False"
+		line = append(appendFloat(append(line, ','), m.IoU), ',')
+		if m.PredID >= 0 {
+			line = appendFloat(line, m.Score)
+		}
 		if m.Match {
-			match = "True"
+			line = append(line, ",True,"...)
+		} else {
+			line = append(line, ",False,"...)
 		}
-		if _, err := fmt.Fprintf(w, "%s,%d,%s,%s,%s,%s,%s,%s\n", csvField(images[m.Image].Path), m.TruthID, pid,
-			formatFloat(m.IoU), score, match, csvField(labels.Name(m.TrueLabel)), plabel); err != nil {
+		line = append(line, names(m.TrueLabel)...)
+		line = append(line, ',')
+		if m.PredID >= 0 {
+			line = append(line, names(m.PredLabel)...)
+		}
+		line = append(line, '\n')
+		if _, err := w.Write(line); err != nil {
 			return err
 		}
 	}

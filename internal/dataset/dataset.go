@@ -134,7 +134,7 @@ func parse(name string, data []byte, scored bool) ([]Row, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("dataset: %s:1: missing column(s) %s (header: %s): %w", name, strings.Join(missing, ","), strings.Join(header, ","), ErrInput)
 	}
-	var rows []Row
+	rows := make([]Row, 0, bytes.Count(data, []byte{'\n'}))
 	for {
 		rec, err := r.Read()
 		if err == io.EOF {

@@ -32,7 +32,19 @@ type set struct {
 
 func main() {
 	out := flag.String("out", "testdata/sets", "output folder")
+	big := flag.String("big", "", "instead, write one benchmark set (truth.csv, predictions.csv) into this folder")
+	images := flag.Int("images", 2000, "images of the -big set")
+	boxes := flag.Int("boxes", 30, "truth boxes per image of the -big set (about as many predictions)")
 	flag.Parse()
+	if *big != "" {
+		s := bench(*images, *boxes)
+		s.name = filepath.Base(*big)
+		if err := write(filepath.Dir(*big), s); err != nil {
+			fmt.Fprintln(os.Stderr, "synth:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	sets := []set{
 		generate("multi", 1, 300, []string{"Alive", "Dead", "Snag"}, false),
 		generate("single", 2, 200, []string{"Tree"}, true),
@@ -234,4 +246,30 @@ func three() set {
 			{"c.png", 5, 5, 45, 50, "Tree", 0.8}, {"c.png", 60, 60, 70, 70, "Tree", 0.3},
 		},
 	}
+}
+
+// bench is a large single-class set for benchmarks: n images of exactly k
+// truth boxes, each matched by a jittered prediction, plus one spurious
+// prediction per image; float32-exact coordinates and scores, as a model
+// would write them.
+func bench(n, k int) set {
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(k)))
+	f := func(v float64) float64 { return float64(float32(v)) }
+	s := set{}
+	for i := 0; i < n; i++ {
+		path := fmt.Sprintf("2019_BENCH_3_%06d_image_%05d.tif", 257000+i%1000, i)
+		for j := 0; j < k; j++ {
+			w, h := 8+rng.Float64()*40, 8+rng.Float64()*40
+			x, y := rng.Float64()*(400-w), rng.Float64()*(400-h)
+			s.truth = append(s.truth, row{path, float64(int(x)), float64(int(y)), float64(int(x + w)), float64(int(y + h)), "Tree", 0})
+			jit := func(v float64) float64 { return f(clamp(v+rng.NormFloat64()*3, 0, 400)) }
+			p := row{path: path, label: "Tree", score: f(rng.Float64())}
+			p.xmin, p.ymin = jit(x), jit(y)
+			p.xmax, p.ymax = max(p.xmin, jit(x+w)), max(p.ymin, jit(y+h))
+			s.pred = append(s.pred, p)
+		}
+		x, y := f(rng.Float64()*360), f(rng.Float64()*360)
+		s.pred = append(s.pred, row{path, x, y, f(x + 20), f(y + 20), "Tree", f(rng.Float64() * 0.3)})
+	}
+	return s
 }

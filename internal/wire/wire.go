@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"slices"
 
 	"github.com/canopy-hpc/canopy/box"
 )
@@ -77,35 +78,41 @@ func Encode(dst []byte, images []Image) ([]byte, error) {
 	}
 	start := len(dst)
 	need := headerSize + 8*len(images) + per*int(n) + 4
-	if cap(dst)-len(dst) < need {
-		nd := make([]byte, len(dst), len(dst)+need)
-		copy(nd, dst)
-		dst = nd
-	}
+	dst = slices.Grow(dst, need)[:start+need]
+	b := dst[start:]
 	le := binary.LittleEndian
-	dst = append(dst, magic...)
-	dst = le.AppendUint16(dst, Version)
-	dst = le.AppendUint16(dst, flags)
-	dst = le.AppendUint32(dst, uint32(len(images)))
-	dst = le.AppendUint64(dst, n)
+	copy(b, magic)
+	le.PutUint16(b[4:], Version)
+	le.PutUint16(b[6:], flags)
+	le.PutUint32(b[8:], uint32(len(images)))
+	le.PutUint64(b[12:], n)
+	off := headerSize
 	for _, im := range images {
-		dst = le.AppendUint32(dst, uint32(im.Index))
-		dst = le.AppendUint32(dst, uint32(len(im.Dets)))
+		le.PutUint32(b[off:], uint32(im.Index))
+		le.PutUint32(b[off+4:], uint32(len(im.Dets)))
+		off += 8
 	}
 	for _, im := range images {
 		for _, d := range im.Dets {
-			dst = le.AppendUint32(dst, uint32(d.Label))
-			vals := [5]float64{d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax, d.Score}
-			for _, v := range vals {
-				if f32 {
-					dst = le.AppendUint32(dst, math.Float32bits(float32(v)))
-				} else {
-					dst = le.AppendUint64(dst, math.Float64bits(v))
-				}
+			r := b[off : off+per]
+			le.PutUint32(r, uint32(d.Label))
+			if f32 {
+				le.PutUint32(r[4:], math.Float32bits(float32(d.Box.Xmin)))
+				le.PutUint32(r[8:], math.Float32bits(float32(d.Box.Ymin)))
+				le.PutUint32(r[12:], math.Float32bits(float32(d.Box.Xmax)))
+				le.PutUint32(r[16:], math.Float32bits(float32(d.Box.Ymax)))
+				le.PutUint32(r[20:], math.Float32bits(float32(d.Score)))
+			} else {
+				le.PutUint64(r[4:], math.Float64bits(d.Box.Xmin))
+				le.PutUint64(r[12:], math.Float64bits(d.Box.Ymin))
+				le.PutUint64(r[20:], math.Float64bits(d.Box.Xmax))
+				le.PutUint64(r[28:], math.Float64bits(d.Box.Ymax))
+				le.PutUint64(r[36:], math.Float64bits(d.Score))
 			}
+			off += per
 		}
 	}
-	dst = le.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+	le.PutUint32(b[off:], crc32.Checksum(b[:off], castagnoli))
 	return dst, nil
 }
 
@@ -143,39 +150,41 @@ func Decode(buf []byte) ([]Image, error) {
 		return nil, fmt.Errorf("%w: checksum %08x, expected %08x", ErrCorrupt, got, sum)
 	}
 	images := make([]Image, nImages)
+	all := make([]box.Detection, nDets)
 	off := headerSize
 	var total uint64
 	for i := range images {
 		images[i].Index = int(le.Uint32(buf[off:]))
-		c := le.Uint32(buf[off+4:])
-		total += uint64(c)
-		if total > nDets {
+		c := uint64(le.Uint32(buf[off+4:]))
+		if c > nDets-total {
 			return nil, fmt.Errorf("%w: image counts exceed %d detections", ErrCorrupt, nDets)
 		}
-		images[i].Dets = make([]box.Detection, c)
+		images[i].Dets = all[total : total+c : total+c]
+		total += c
 		off += 8
 	}
 	if total != nDets {
 		return nil, fmt.Errorf("%w: image counts sum to %d, header says %d", ErrCorrupt, total, nDets)
 	}
-	for i := range images {
-		for k := range images[i].Dets {
-			d := &images[i].Dets[k]
-			d.Label = int32(le.Uint32(buf[off:]))
-			off += 4
-			var v [5]float64
-			for j := range v {
-				if flags&flagF32 != 0 {
-					v[j] = float64(math.Float32frombits(le.Uint32(buf[off:])))
-					off += 4
-				} else {
-					v[j] = math.Float64frombits(le.Uint64(buf[off:]))
-					off += 8
-				}
-			}
-			d.Box = box.Box{Xmin: v[0], Ymin: v[1], Xmax: v[2], Ymax: v[3]}
-			d.Score = v[4]
+	p := int(per)
+	for k := range all {
+		r := buf[off : off+p]
+		d := &all[k]
+		d.Label = int32(le.Uint32(r))
+		if flags&flagF32 != 0 {
+			d.Box.Xmin = float64(math.Float32frombits(le.Uint32(r[4:])))
+			d.Box.Ymin = float64(math.Float32frombits(le.Uint32(r[8:])))
+			d.Box.Xmax = float64(math.Float32frombits(le.Uint32(r[12:])))
+			d.Box.Ymax = float64(math.Float32frombits(le.Uint32(r[16:])))
+			d.Score = float64(math.Float32frombits(le.Uint32(r[20:])))
+		} else {
+			d.Box.Xmin = math.Float64frombits(le.Uint64(r[4:]))
+			d.Box.Ymin = math.Float64frombits(le.Uint64(r[12:]))
+			d.Box.Xmax = math.Float64frombits(le.Uint64(r[20:]))
+			d.Box.Ymax = math.Float64frombits(le.Uint64(r[28:]))
+			d.Score = math.Float64frombits(le.Uint64(r[36:]))
 		}
+		off += p
 	}
 	return images, nil
 }
