@@ -9,7 +9,7 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-.PHONY: all deps build demo test test-unit test-mpi check-fmt bench testdata check-mpich clean
+.PHONY: all deps build demo test test-unit test-mpi check-fmt bench bench-go bench-gather bench-e2e bench-large testdata check-mpich clean
 
 all: build
 
@@ -41,8 +41,34 @@ test-mpi:
 	for n in 1 2 3 4; do echo "conformance: mpirun -np $$n"; \
 		$(MPIRUN) -np $$n bin/cmpi.test -test.count=1 || exit 1; done
 
-bench: build
-	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./metrics/ ./internal/... | tee bin/bench.txt
+# Benchmarks (docs/benchmarks.md records their results and commands).
+bench: bench-go bench-gather bench-e2e
+
+# Go benchmarks, 6 runs each for benchstat.
+bench-go: deps
+	mkdir -p bin
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./metrics/ ./internal/dataset/ ./internal/wire/ | tee bin/bench-go.txt
+
+# 1,000,000 boxes over mpirun -np 2: canopy's gather, then the peers'
+# (torch all_gather_object over gloo, mpi4py allgather) in the same run.
+bench-gather: build
+	scripts/install-deps.sh python3-torch python3-mpi4py python3-pandas python3-shapely
+	$(GO) test -c -o bin/gatherbench.test ./internal/gatherbench
+	$(MPIRUN) -np 2 --tag-output bin/gatherbench.test -test.run '^$$' -test.bench . -test.benchtime 10x | tee bin/bench-gather.txt
+	tools/gatherbench/run.sh 2 --boxes 1000000 --out bin/peers-result.json
+	$(MPIRUN) -np 2 --tag-output bin/gatherbench.test -test.run '^$$' -test.bench . -test.benchtime 10x | tee -a bin/bench-gather.txt
+
+# mpirun -np 2 canopy eval on a replayed set of ~1M predictions; the report
+# splits the wall time by stage.
+bench-e2e: build
+	$(GO) run ./internal/synth -big bin/bench-1m -images 33334 -boxes 29
+	/usr/bin/time -f 'wall %e s, max RSS %M KiB' $(MPIRUN) -np 2 $(BIN) eval --csv bin/bench-1m/truth.csv \
+		--predictions bin/bench-1m/predictions.csv --out bin/out-1m --force
+
+# Allgatherv with one rank's part above 2 GiB (about 7 GiB of memory).
+bench-large: deps
+	$(GO) test -c -o bin/cmpi.test ./mpi/cmpi
+	CANOPY_MPIRUN_TIMEOUT=600 $(MPIRUN) -np 2 bin/cmpi.test -test.run Large -large -test.v
 
 testdata:
 	$(GO) run ./internal/synth -out testdata/sets

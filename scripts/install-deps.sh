@@ -9,11 +9,12 @@
 set -euo pipefail
 
 need=()
+extra_ok() { dpkg -s "$1" >/dev/null 2>&1; }
 command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
 pkg-config --exists "${CANOPY_MPI_PKG:-mpi}" 2>/dev/null || need+=(libopenmpi-dev)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
-if [ "$#" -gt 0 ]; then need+=("$@"); fi
+for p in "$@"; do extra_ok "$p" || need+=("$p"); done
 
 if ! command -v go >/dev/null 2>&1; then
 	echo "install-deps: Go 1.26 or newer is required on PATH" >&2
