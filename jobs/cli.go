@@ -177,6 +177,8 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.StringFlag{Name: "predictions", Usage: "replay detector: DeepForest prediction CSV (image_path,xmin,ymin,xmax,ymax,label,score); rows join the truth by exact image_path"},
 			&cli.Float64Flag{Name: "iou-threshold", Value: 0.4, Usage: "a truth box is matched when IoU is strictly greater than this, in [0, 1]"},
 			&cli.StringFlag{Name: "semantics", Value: "validation", Usage: "DeepForest definition of box recall/precision: validation (trainer.validate's RecallPrecision) or evaluate_boxes"},
+			&cli.StringFlag{Name: "metrics", Value: "all", Usage: "metric families, comma-separated: recall (DeepForest box recall/precision), iou (torchmetrics IntersectionOverUnion), coco (COCO mAP/mAR), or all"},
+			&cli.BoolFlag{Name: "class-metrics", Usage: "report map_per_class and mar_100_per_class as arrays by label id, and the ids as \"classes\" (else -1, as DeepForest logs them)"},
 			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV (DeepForest classes.csv form); default: sorted unique labels of truth and joined predictions"},
 			&cli.StringFlag{Name: "out", Value: "canopy-out", Usage: "output folder; refused if it holds a previous run unless --force"},
 			&cli.BoolFlag{Name: "force", Usage: "overwrite a previous run in --out"},
@@ -231,6 +233,12 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	if cfg.BatchSize < 1 {
 		return cfg, fmt.Errorf("eval: --batch-size %d must be at least 1", cfg.BatchSize)
 	}
+	fam, err := metrics.ParseFamilies(c.String("metrics"))
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Families = fam
+	cfg.ClassMetrics = c.Bool("class-metrics")
 	sem, err := metrics.ParseSemantics(c.String("semantics"))
 	if err != nil {
 		return cfg, err

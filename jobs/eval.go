@@ -36,6 +36,8 @@ type EvalConfig struct {
 	Force        bool
 	IoUThreshold float64
 	Semantics    metrics.Semantics
+	Families     metrics.Family // 0 means all
+	ClassMetrics bool
 	BatchSize    int
 	Command      []string
 	Stdout       io.Writer
@@ -147,8 +149,12 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 
 	// 6. Score.
 	t3 := time.Now()
-	res, err := metrics.DeepForest(metrics.Input{Images: images, Dets: dets, Labels: labels},
-		metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics})
+	fam := cfg.Families
+	if fam == 0 {
+		fam = metrics.All
+	}
+	res, err := metrics.Compute(metrics.Input{Images: images, Dets: dets, Labels: labels},
+		metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, fam, cfg.ClassMetrics)
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
 	}

@@ -76,6 +76,20 @@ func MetricsJSON(vals []metrics.Value) []byte {
 }
 
 func formatValue(v metrics.Value) string {
+	if v.Ints != nil {
+		parts := make([]string, len(v.Ints))
+		for i, x := range v.Ints {
+			parts[i] = strconv.Itoa(x)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	}
+	if v.Array != nil {
+		parts := make([]string, len(v.Array))
+		for i, x := range v.Array {
+			parts[i] = formatValue(metrics.Value{V: x})
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	}
 	if v.Null || math.IsNaN(v.V) || math.IsInf(v.V, 0) {
 		return "null"
 	}

@@ -54,11 +54,14 @@ type Options struct {
 	Semantics    Semantics
 }
 
-// Value is one named metric; Null stands for DeepForest's NaN or None.
+// Value is one named metric; Null stands for DeepForest's NaN or None,
+// and a non-nil Array makes it a list (per-class values).
 type Value struct {
-	Key  string
-	V    float64
-	Null bool
+	Key   string
+	V     float64
+	Null  bool
+	Array []float64
+	Ints  []int // a list of integers (class ids)
 }
 
 // Match is one ground-truth box's row of the match table.

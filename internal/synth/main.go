@@ -34,10 +34,12 @@ func main() {
 	out := flag.String("out", "testdata/sets", "output folder")
 	big := flag.String("big", "", "instead, write one benchmark set (truth.csv, predictions.csv) into this folder")
 	images := flag.Int("images", 2000, "images of the -big set")
-	boxes := flag.Int("boxes", 30, "truth boxes per image of the -big set (about as many predictions)")
+	boxes := flag.Int("boxes", 30, "truth boxes per image of the -big set")
+	dets := flag.Int("dets", 0, "predictions per image of the -big set (default: boxes+1)")
+	classes := flag.Int("classes", 1, "classes of the -big set")
 	flag.Parse()
 	if *big != "" {
-		s := bench(*images, *boxes)
+		s := bench(*images, *boxes, *dets, *classes)
 		s.name = filepath.Base(*big)
 		if err := write(filepath.Dir(*big), s); err != nil {
 			fmt.Fprintln(os.Stderr, "synth:", err)
@@ -50,6 +52,7 @@ func main() {
 		generate("single", 2, 200, []string{"Tree"}, true),
 		edge(),
 		three(),
+		coco(),
 	}
 	sets[1].truthHeader = []string{"image_path", "xmin", "xmax", "ymin", "ymax", "label"} // SJER's order
 	sets[1].scoreCol = "scores"
@@ -248,28 +251,90 @@ func three() set {
 	}
 }
 
-// bench is a large single-class set for benchmarks: n images of exactly k
-// truth boxes, each matched by a jittered prediction, plus one spurious
-// prediction per image; float32-exact coordinates and scores, as a model
-// would write them.
-func bench(n, k int) set {
+// bench is a large set for benchmarks: n images of exactly k truth boxes,
+// the first of each image's d predictions (default k+1) jittered copies of
+// the truth and the rest spurious; float32-exact coordinates and scores, as
+// a model would write them; labels cycle over c classes.
+func bench(n, k, d, c int) set {
+	if d <= 0 {
+		d = k + 1
+	}
+	labels := []string{"Tree", "Dead", "Snag", "Bird"}[:min(max(c, 1), 4)]
 	rng := rand.New(rand.NewPCG(uint64(n), uint64(k)))
 	f := func(v float64) float64 { return float64(float32(v)) }
 	s := set{}
 	for i := 0; i < n; i++ {
 		path := fmt.Sprintf("2019_BENCH_3_%06d_image_%05d.tif", 257000+i%1000, i)
+		var truth []row
 		for j := 0; j < k; j++ {
 			w, h := 8+rng.Float64()*40, 8+rng.Float64()*40
 			x, y := rng.Float64()*(400-w), rng.Float64()*(400-h)
-			s.truth = append(s.truth, row{path, float64(int(x)), float64(int(y)), float64(int(x + w)), float64(int(y + h)), "Tree", 0})
-			jit := func(v float64) float64 { return f(clamp(v+rng.NormFloat64()*3, 0, 400)) }
-			p := row{path: path, label: "Tree", score: f(rng.Float64())}
-			p.xmin, p.ymin = jit(x), jit(y)
-			p.xmax, p.ymax = max(p.xmin, jit(x+w)), max(p.ymin, jit(y+h))
-			s.pred = append(s.pred, p)
+			truth = append(truth, row{path, float64(int(x)), float64(int(y)), float64(int(x + w)), float64(int(y + h)), labels[(i+j)%len(labels)], 0})
 		}
-		x, y := f(rng.Float64()*360), f(rng.Float64()*360)
-		s.pred = append(s.pred, row{path, x, y, f(x + 20), f(y + 20), "Tree", f(rng.Float64() * 0.3)})
+		s.truth = append(s.truth, truth...)
+		for j := 0; j < d; j++ {
+			if j < k {
+				t := truth[j]
+				jit := func(v float64) float64 { return f(clamp(v+rng.NormFloat64()*3, 0, 400)) }
+				p := row{path: path, label: t.label, score: f(rng.Float64())}
+				p.xmin, p.ymin = jit(t.xmin), jit(t.ymin)
+				p.xmax, p.ymax = max(p.xmin, jit(t.xmax)), max(p.ymin, jit(t.ymax))
+				s.pred = append(s.pred, p)
+				continue
+			}
+			x, y := f(rng.Float64()*360), f(rng.Float64()*360)
+			s.pred = append(s.pred, row{path, x, y, f(x + 20), f(y + 20), labels[j%len(labels)], f(rng.Float64() * 0.3)})
+		}
+	}
+	return s
+}
+
+// coco holds the cases COCO evaluation turns on: areas exactly on the
+// 32² and 96² bounds, tiny, medium and large boxes, equal scores, images
+// without predictions, empty frames with and without predictions, several
+// classes, a class only predicted and a class only in the truth.
+func coco() set {
+	s := set{name: "coco"}
+	rng := rand.New(rand.NewPCG(77, 78))
+	labels := []string{"Alive", "Dead", "Snag"}
+	sizes := [][2]float64{{32, 32}, {96, 96}, {16, 64}, {48, 192}, {5, 7}, {31, 33}, {97, 95}, {150, 120}, {40, 40}, {12, 12}}
+	for i := 0; i < 40; i++ {
+		path := fmt.Sprintf("coco_%02d.png", i)
+		if i%13 == 7 {
+			s.truth = append(s.truth, row{path: path, label: labels[0]})
+			if i == 7 {
+				s.pred = append(s.pred, row{path, 10, 10, 42, 42, labels[1], 0.5})
+			}
+			continue
+		}
+		nt := 2 + rng.IntN(6)
+		var truth []row
+		for k := 0; k < nt; k++ {
+			sz := sizes[rng.IntN(len(sizes))]
+			x, y := float64(rng.IntN(int(400-sz[0]))), float64(rng.IntN(int(400-sz[1])))
+			l := labels[rng.IntN(2)] // "Snag" is only ever predicted
+			truth = append(truth, row{path, x, y, x + sz[0], y + sz[1], l, 0})
+		}
+		s.truth = append(s.truth, truth...)
+		if i%9 == 4 {
+			continue // no predictions
+		}
+		for _, t := range truth {
+			if rng.Float64() < 0.2 {
+				continue
+			}
+			dx, dy := float64(rng.IntN(7)-3), float64(rng.IntN(7)-3)
+			score := float64(rng.IntN(5)) / 4 // few distinct scores: ties
+			l := t.label
+			if rng.Float64() < 0.1 {
+				l = labels[2]
+			}
+			s.pred = append(s.pred, row{path, max(0, t.xmin+dx), max(0, t.ymin+dy), t.xmax + dx, t.ymax + dy, l, float64(float32(0.1 + 0.8*score))})
+		}
+		for k := rng.IntN(3); k > 0; k-- {
+			x, y := float64(rng.IntN(350)), float64(rng.IntN(350))
+			s.pred = append(s.pred, row{path, x, y, x + 30, y + 30, labels[rng.IntN(3)], 0.5})
+		}
 	}
 	return s
 }
