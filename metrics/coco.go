@@ -1,8 +1,12 @@
 package metrics
 
 import (
+	"cmp"
 	"math"
+	"runtime"
+	"slices"
 	"sort"
+	"sync"
 
 	"github.com/canopy-hpc/canopy/box"
 )
@@ -95,12 +99,21 @@ func cocoImages(in Input) []cocoImage {
 	return out
 }
 
-// evalImg is COCOeval.evaluateImg's result for one (image, category, area).
+// catImg is one (category, image) pair: its detections in stable
+// descending score order truncated to maxDets[-1], its ground truth in
+// annotation order, and the IoU matrix (detection-major), computed once and
+// shared by every area range, as COCOeval.computeIoU does.
+type catImg struct {
+	dts, gts []cocoBox
+	ious     []float64
+}
+
+// evalImg is COCOeval.evaluateImg's result for one (category, image, area):
+// per threshold t and detection d, matched[t*nd+d] and dtIgnore[t*nd+d];
+// npig counts the non-ignored ground truth.
 type evalImg struct {
-	scores   []float64 // detection scores in score order (≤ 100)
-	matched  [10][]bool
-	dtIgnore [10][]bool
-	gtIgnore []bool
+	matched, dtIgnore []bool
+	npig              int
 }
 
 type cocoEval struct {
@@ -118,6 +131,20 @@ func (e *cocoEval) pIdx(t, r, k, a, m int) int {
 }
 func (e *cocoEval) rIdx(t, k, a, m int) int { return ((t*len(e.cats)+k)*nA+a)*nM + m }
 
+// byScore orders detection indices by descending score, ties by position:
+// the order of a stable sort.
+func byScore(scores []float64, idx []int32) {
+	slices.SortFunc(idx, func(a, b int32) int {
+		if sa, sb := scores[a], scores[b]; sa != sb {
+			if sa > sb {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a, b)
+	})
+}
+
 func newCOCOEval(images []cocoImage) *cocoEval {
 	e := &cocoEval{nImg: len(images)}
 	seen := map[int32]bool{}
@@ -132,7 +159,7 @@ func newCOCOEval(images []cocoImage) *cocoEval {
 	for c := range seen {
 		e.cats = append(e.cats, c)
 	}
-	sort.Slice(e.cats, func(a, b int) bool { return e.cats[a] < e.cats[b] })
+	slices.Sort(e.cats)
 	K := len(e.cats)
 	e.precision = make([]float64, nT*nR*K*nA*nM)
 	e.recall = make([]float64, nT*K*nA*nM)
@@ -145,43 +172,149 @@ func newCOCOEval(images []cocoImage) *cocoEval {
 	if len(images) == 0 {
 		return e
 	}
-	catIdx := map[int32]int{}
+	catIdx := make(map[int32]int, K)
 	for k, c := range e.cats {
 		catIdx[c] = k
 	}
-	// per category: per image, its gt and dt (annotation order)
-	type pair struct{ gt, dt []cocoBox }
-	per := make([][]pair, K)
+	per := make([][]catImg, K)
 	for k := range per {
-		per[k] = make([]pair, len(images))
+		per[k] = make([]catImg, len(images))
 	}
 	for i, im := range images {
 		for _, b := range im.gt {
-			k := catIdx[b.label]
-			per[k][i].gt = append(per[k][i].gt, b)
+			c := &per[catIdx[b.label]][i]
+			c.gts = append(c.gts, b)
 		}
 		for _, b := range im.dt {
-			k := catIdx[b.label]
-			per[k][i].dt = append(per[k][i].dt, b)
+			c := &per[catIdx[b.label]][i]
+			c.dts = append(c.dts, b)
 		}
 	}
-	evals := make([]*evalImg, len(images))
+	// Categories are independent: evaluate them in parallel, each writing
+	// only its own slots, so the result does not depend on scheduling.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
 	for k := 0; k < K; k++ {
-		for a := 0; a < nA; a++ {
-			for i := range images {
-				p := per[k][i]
-				if len(p.gt) == 0 && len(p.dt) == 0 {
-					evals[i] = nil
-					continue
-				}
-				evals[i] = evaluateImg(p.gt, p.dt, cocoAreas[a])
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			e.evalCategory(k, per[k])
+			<-sem
+		}()
+	}
+	wg.Wait()
+	return e
+}
+
+func (e *cocoEval) evalCategory(k int, imgs []catImg) {
+	maxDet := cocoMaxDets[nM-1]
+	var scratch []int32
+	for i := range imgs {
+		c := &imgs[i]
+		if len(c.dts) > 1 {
+			scores := make([]float64, len(c.dts))
+			for d := range c.dts {
+				scores[d] = c.dts[d].score
 			}
-			for m := 0; m < nM; m++ {
-				e.accumulate(evals, k, a, m)
+			scratch = scratch[:0]
+			for d := range c.dts {
+				scratch = append(scratch, int32(d))
+			}
+			byScore(scores, scratch)
+			sorted := make([]cocoBox, len(c.dts))
+			for j, d := range scratch {
+				sorted[j] = c.dts[d]
+			}
+			c.dts = sorted
+		}
+		if len(c.dts) > maxDet {
+			c.dts = c.dts[:maxDet]
+		}
+		ng := len(c.gts)
+		c.ious = make([]float64, len(c.dts)*ng)
+		for d := range c.dts {
+			for g := range c.gts {
+				c.ious[d*ng+g] = bbIoU(c.dts[d], c.gts[g])
 			}
 		}
 	}
-	return e
+	// For each maxDet, the detections of all images (the first m of each,
+	// in image order) in stable descending score order: shared by areas.
+	type ref struct{ img, d int32 }
+	var orders [nM][]ref
+	for m, md := range cocoMaxDets {
+		var refs []ref
+		var scores []float64
+		for i := range imgs {
+			for d := 0; d < len(imgs[i].dts) && d < md; d++ {
+				refs = append(refs, ref{int32(i), int32(d)})
+				scores = append(scores, imgs[i].dts[d].score)
+			}
+		}
+		idx := make([]int32, len(refs))
+		for j := range idx {
+			idx[j] = int32(j)
+		}
+		byScore(scores, idx)
+		orders[m] = make([]ref, len(refs))
+		for j, x := range idx {
+			orders[m][j] = refs[x]
+		}
+	}
+	evals := make([]evalImg, len(imgs))
+	var rc, pr []float64
+	for a := 0; a < nA; a++ {
+		npig := 0
+		for i := range imgs {
+			evals[i] = evaluateImg(&imgs[i], cocoAreas[a], evals[i])
+			npig += evals[i].npig
+		}
+		if npig == 0 {
+			continue
+		}
+		for m := range cocoMaxDets {
+			order := orders[m]
+			nd := len(order)
+			rc, pr = slices.Grow(rc[:0], nd)[:nd], slices.Grow(pr[:0], nd)[:nd]
+			for t := 0; t < nT; t++ {
+				tp, fp := 0, 0
+				for j, x := range order {
+					ev := &evals[x.img]
+					o := t*len(imgs[x.img].dts) + int(x.d)
+					if !ev.dtIgnore[o] {
+						if ev.matched[o] {
+							tp++
+						} else {
+							fp++
+						}
+					}
+					rc[j] = float64(tp) / float64(npig)
+					pr[j] = 0
+					if tp+fp > 0 {
+						pr[j] = float64(tp) / float64(tp+fp)
+					}
+				}
+				e.recall[e.rIdx(t, k, a, m)] = 0
+				if nd > 0 {
+					e.recall[e.rIdx(t, k, a, m)] = rc[nd-1]
+				}
+				for j := nd - 1; j > 0; j-- {
+					if pr[j] > pr[j-1] {
+						pr[j-1] = pr[j]
+					}
+				}
+				for r, thr := range cocoRecallThresholds {
+					j := sort.SearchFloat64s(rc, thr) // first index with rc >= thr
+					q := 0.0
+					if j < nd {
+						q = pr[j]
+					}
+					e.precision[e.pIdx(t, r, k, a, m)] = q
+				}
+			}
+		}
+	}
 }
 
 func bbIoU(d, g cocoBox) float64 {
@@ -197,134 +330,89 @@ func bbIoU(d, g cocoBox) float64 {
 	return inter / (float64(d.w*d.h) + float64(g.w*g.h) - inter)
 }
 
-// evaluateImg is COCOeval's per-image matching for one category and area
-// range, over all IoU thresholds, with maxDets[-1] = 100 detections.
-func evaluateImg(gt, dt []cocoBox, area [2]float64) *evalImg {
-	// detections: stable sort by descending score, keep 100
-	dts := append([]cocoBox(nil), dt...)
-	sort.SliceStable(dts, func(a, b int) bool { return dts[a].score > dts[b].score })
-	if len(dts) > cocoMaxDets[nM-1] {
-		dts = dts[:cocoMaxDets[nM-1]]
-	}
-	// ground truth: stable sort, non-ignored first
+// evaluateImg is COCOeval's per-image matching of one category for one
+// area range over all IoU thresholds: ground truth stable-sorted with the
+// non-ignored first; each detection, in score order, takes the unmatched
+// ground truth of highest IoU >= min(t, 1-1e-10), ties to the later one,
+// never an ignored one once a regular one is held; an unmatched detection
+// outside the area range is ignored. It reuses ev's buffers.
+func evaluateImg(c *catImg, area [2]float64, ev evalImg) evalImg {
+	nd, ng := len(c.dts), len(c.gts)
 	ign := func(b cocoBox) bool { return b.area < area[0] || b.area > area[1] }
-	gts := append([]cocoBox(nil), gt...)
-	sort.SliceStable(gts, func(a, b int) bool { return !ign(gts[a]) && ign(gts[b]) })
-	e := &evalImg{scores: make([]float64, len(dts)), gtIgnore: make([]bool, len(gts))}
-	for g := range gts {
-		e.gtIgnore[g] = ign(gts[g])
+	ev.npig = 0
+	ev.matched = slices.Grow(ev.matched[:0], nT*nd)[:nT*nd]
+	ev.dtIgnore = slices.Grow(ev.dtIgnore[:0], nT*nd)[:nT*nd]
+	if nd == 0 {
+		for _, g := range c.gts {
+			if !ign(g) {
+				ev.npig++
+			}
+		}
+		return ev
 	}
-	ious := make([]float64, len(dts)*len(gts))
-	for d := range dts {
-		e.scores[d] = dts[d].score
-		for g := range gts {
-			ious[d*len(gts)+g] = bbIoU(dts[d], gts[g])
+	// ground-truth order: non-ignored first, stable
+	order := make([]int, 0, ng)
+	for g := range c.gts {
+		if !ign(c.gts[g]) {
+			order = append(order, g)
 		}
 	}
-	gtm := make([]bool, len(gts))
+	ev.npig = len(order)
+	for g := range c.gts {
+		if ign(c.gts[g]) {
+			order = append(order, g)
+		}
+	}
+	// Only pairs with IoU >= 0.5, the lowest threshold, can ever match:
+	// scan just those, in ground-truth order (the break rule depends only on
+	// positions, so skipping the others changes nothing).
+	pos := make([]int, ng)
+	for j, g := range order {
+		pos[g] = j
+	}
+	type cand struct {
+		j   int
+		iou float64
+	}
+	cands := make([][]cand, nd)
+	for d := 0; d < nd; d++ {
+		for g := 0; g < ng; g++ {
+			if v := c.ious[d*ng+g]; v >= cocoIoUThresholds[0] {
+				cands[d] = append(cands[d], cand{pos[g], v})
+			}
+		}
+		slices.SortFunc(cands[d], func(a, b cand) int { return cmp.Compare(a.j, b.j) })
+	}
+	gtm := make([]bool, ng)
 	for t, thr := range cocoIoUThresholds {
-		e.matched[t] = make([]bool, len(dts))
-		e.dtIgnore[t] = make([]bool, len(dts))
-		for g := range gtm {
-			gtm[g] = false
-		}
-		for d := range dts {
+		clear(gtm)
+		for d := 0; d < nd; d++ {
 			best := math.Min(thr, 1-1e-10)
 			m := -1
-			for g := range gts {
-				if gtm[g] {
+			for _, x := range cands[d] {
+				if gtm[x.j] {
 					continue
 				}
-				if m > -1 && !e.gtIgnore[m] && e.gtIgnore[g] {
+				if m > -1 && m < ev.npig && x.j >= ev.npig {
 					break
 				}
-				if ious[d*len(gts)+g] < best {
-					continue
+				if x.iou >= best {
+					best, m = x.iou, x.j
 				}
-				best = ious[d*len(gts)+g]
-				m = g
 			}
+			o := t*nd + d
 			if m == -1 {
-				e.dtIgnore[t][d] = ign(dts[d])
+				ev.matched[o], ev.dtIgnore[o] = false, ign(c.dts[d])
 				continue
 			}
-			e.dtIgnore[t][d] = e.gtIgnore[m]
-			e.matched[t][d] = true
+			ev.matched[o], ev.dtIgnore[o] = true, m >= ev.npig
 			gtm[m] = true
 		}
 	}
-	return e
+	return ev
 }
 
 var cocoRecallThresholds = recThresholds()
-
-// accumulate is COCOeval.accumulate for one category, area and maxDet.
-func (e *cocoEval) accumulate(evals []*evalImg, k, a, m int) {
-	maxDet := cocoMaxDets[m]
-	type det struct {
-		score   float64
-		img, ix int
-	}
-	var dets []det
-	npig := 0
-	for i, ev := range evals {
-		if ev == nil {
-			continue
-		}
-		for d := 0; d < len(ev.scores) && d < maxDet; d++ {
-			dets = append(dets, det{ev.scores[d], i, d})
-		}
-		for _, ig := range ev.gtIgnore {
-			if !ig {
-				npig++
-			}
-		}
-	}
-	if npig == 0 {
-		return
-	}
-	sort.SliceStable(dets, func(x, y int) bool { return dets[x].score > dets[y].score })
-	nd := len(dets)
-	rc := make([]float64, nd)
-	pr := make([]float64, nd)
-	for t := 0; t < nT; t++ {
-		tp, fp := 0, 0
-		for i, d := range dets {
-			ev := evals[d.img]
-			if !ev.dtIgnore[t][d.ix] {
-				if ev.matched[t][d.ix] {
-					tp++
-				} else {
-					fp++
-				}
-			}
-			rc[i] = float64(tp) / float64(npig)
-			if tp+fp > 0 {
-				pr[i] = float64(tp) / float64(tp+fp)
-			} else {
-				pr[i] = 0
-			}
-		}
-		if nd > 0 {
-			e.recall[e.rIdx(t, k, a, m)] = rc[nd-1]
-		} else {
-			e.recall[e.rIdx(t, k, a, m)] = 0
-		}
-		for i := nd - 1; i > 0; i-- {
-			if pr[i] > pr[i-1] {
-				pr[i-1] = pr[i]
-			}
-		}
-		for r, thr := range cocoRecallThresholds {
-			j := sort.SearchFloat64s(rc, thr) // first index with rc >= thr
-			q := 0.0
-			if j < nd {
-				q = pr[j]
-			}
-			e.precision[e.pIdx(t, r, k, a, m)] = q
-		}
-	}
-}
 
 // meanPrecision averages precision[t?, :, k?, a, maxDet=100] over entries
 // > -1 in C order (t, r, k), as numpy does; t < 0 means all thresholds,
