@@ -80,3 +80,26 @@ func TestPairwiseSumNumpyGolden(t *testing.T) {
 		t.Error("no case tells pairwise from naive summation: the fixture cannot catch a regression")
 	}
 }
+
+// TestRecallThresholdsFromTorch: the hard-coded list is the one the real
+// torch printed (testdata/golden/coco/thresholds.json, tools/coco/golden.py).
+func TestRecallThresholdsFromTorch(t *testing.T) {
+	var g struct {
+		RecThresholds []float64 `json:"rec_thresholds"`
+		IoUThresholds []float64 `json:"iou_thresholds"`
+	}
+	readJSON(t, "../testdata/golden/coco/thresholds.json", &g)
+	if len(g.RecThresholds) != len(cocoRecallThresholds) || len(g.IoUThresholds) != len(cocoIoUThresholds) {
+		t.Fatalf("fixture has %d/%d thresholds", len(g.RecThresholds), len(g.IoUThresholds))
+	}
+	for i, v := range g.RecThresholds {
+		if cocoRecallThresholds[i] != v {
+			t.Errorf("rec threshold %d: %v, torch %v", i, cocoRecallThresholds[i], v)
+		}
+	}
+	for i, v := range g.IoUThresholds {
+		if cocoIoUThresholds[i] != v {
+			t.Errorf("IoU threshold %d: %v, torch %v", i, cocoIoUThresholds[i], v)
+		}
+	}
+}

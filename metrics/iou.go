@@ -7,22 +7,6 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 )
 
-// recThresholds is torch.linspace(0, 1, 101) in float32 by torch's scalar
-// formula (start + step·i below the halfway point, end − step·(n−1−i) from
-// it), widened to float64.
-func recThresholds() [101]float64 {
-	var r [101]float64
-	step := float32(1) / float32(100)
-	for i := range r {
-		if i < 101/2 {
-			r[i] = float64(float32(0 + step*float32(i)))
-		} else {
-			r[i] = float64(float32(1 - step*float32(100-i)))
-		}
-	}
-	return r
-}
-
 // IntersectionOverUnion reproduces torchmetrics' IntersectionOverUnion(class_metrics=True,
 // iou_threshold=thr) on the images DeepForest passes it: per image the
 // float32 box_iou matrix of predictions × ground truth; entries below the
@@ -40,12 +24,12 @@ func recThresholds() [101]float64 {
 func IntersectionOverUnion(in Input, thr float64) []Value {
 	images := validationTruth(in.Images)
 	t32 := float32(thr)
-	var sum float64
-	var n int
-	clsSum := map[int32]float64{}
+	var all []float32             // every valid entry, image by image (torch.cat order)
+	clsSum := map[int32]float32{} // per class: float32 sum of per-image sums
 	clsN := map[int32]int{}
 	seen := map[int32]bool{}
 	passed := 0
+	var col []float32
 	for i, im := range images {
 		if im.Empty || len(im.Truth) == 0 {
 			continue
@@ -59,39 +43,58 @@ func IntersectionOverUnion(in Input, thr float64) []Value {
 			seen[d.Label] = true
 		}
 		if len(dets) == 0 {
+			// zeros(M, M) with eye(M) as the label mask: M valid zeros
 			for _, t := range im.Truth {
-				n++
+				all = append(all, 0)
 				clsN[t.Label]++
 			}
 			continue
 		}
+		// The matrix is preds × gt, row-major: valid entries in that order.
 		for _, d := range dets {
 			for _, t := range im.Truth {
 				if d.Label != t.Label {
 					continue
 				}
-				v := boxIoU32(d.Box, t.Box)
-				if v < t32 {
-					continue
+				if v := boxIoU32(d.Box, t.Box); !(v < t32) {
+					all = append(all, v)
 				}
-				sum += float64(v)
-				n++
-				clsSum[t.Label] += float64(v)
-				clsN[t.Label]++
 			}
+		}
+		// Per class c: mat[:, gt == c], the valid entries summed per image.
+		done := map[int32]bool{}
+		for _, t := range im.Truth {
+			c := t.Label
+			if done[c] {
+				continue
+			}
+			done[c] = true
+			col = col[:0]
+			for _, d := range dets {
+				for _, g := range im.Truth {
+					if g.Label != c || d.Label != c {
+						continue
+					}
+					if v := boxIoU32(d.Box, g.Box); !(v < t32) {
+						col = append(col, v)
+					}
+				}
+			}
+			clsSum[c] = float32(clsSum[c] + torchSum32(col))
+			clsN[c] += len(col)
 		}
 	}
 	if passed == 0 {
 		return nil
 	}
-	mean := func(s float64, c int) float64 {
-		v := float32(s / float64(c))
+	mean := func(s float32, c int) float64 {
+		v := float32(s / float32(c))
 		if c == 0 || v != v { // torchmetrics: no valid entry, or NaN, gives 0
 			return 0
 		}
 		return float64(v)
 	}
-	vals := []Value{{Key: "iou", V: mean(sum, n)}}
+	vals := []Value{{Key: "iou", V: mean(torchSum32(all), len(all))}}
 	ids := make([]int32, 0, len(seen))
 	for id := range seen {
 		ids = append(ids, id)
