@@ -9,7 +9,7 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-.PHONY: all deps build demo test test-unit test-mpi check-fmt bench bench-go bench-gather bench-e2e bench-large testdata check-mpich clean
+.PHONY: all deps build demo test test-unit test-mpi check-fmt bench bench-go bench-gather bench-e2e bench-metrics bench-large testdata check-mpich clean
 
 all: build
 
@@ -42,7 +42,7 @@ test-mpi:
 		$(MPIRUN) -np $$n bin/cmpi.test -test.count=1 || exit 1; done
 
 # Benchmarks (docs/benchmarks.md records their results and commands).
-bench: bench-go bench-gather bench-e2e
+bench: bench-go bench-gather bench-e2e bench-metrics
 
 # Go benchmarks, 6 runs each for benchstat.
 bench-go: deps
@@ -64,6 +64,18 @@ bench-e2e: build
 	$(GO) run ./internal/synth -big bin/bench-1m -images 33334 -boxes 29
 	/usr/bin/time -f 'wall %e s, max RSS %M KiB' $(MPIRUN) -np 2 $(BIN) eval --csv bin/bench-1m/truth.csv \
 		--predictions bin/bench-1m/predictions.csv --out bin/out-1m --force
+
+# canopy's metrics on the benchmark sets, side by side with DeepForest's
+# RecallPrecision/evaluate_boxes and faster-coco-eval (peers from the venv
+# that tools/deepforest/setup.sh and tools/coco/README.md describe).
+PEER_PY ?= /opt/canopy-peers/venv/bin/python
+bench-metrics: deps
+	$(GO) run ./internal/synth -big bin/bench-2000x30
+	$(GO) run ./internal/synth -big bin/bench-coco -images 5000 -boxes 30 -dets 50 -classes 3
+	$(GO) test -run '^$$' -bench 'DeepForestSet|COCO' -benchtime 3x -count 3 -cpu 1,2 ./jobs/ | tee bin/bench-metrics.txt
+	$(PEER_PY) tools/deepforest/bench_metrics.py --truth bin/bench-2000x30/truth.csv \
+		--predictions bin/bench-2000x30/predictions.csv --out bin/deepforest-bench.json
+	$(PEER_PY) tools/coco/bench.py --truth bin/bench-coco/truth.csv --predictions bin/bench-coco/predictions.csv --out bin/coco-bench.json
 
 # Allgatherv with one rank's part above 2 GiB (about 7 GiB of memory).
 bench-large: deps

@@ -16,7 +16,7 @@ func loadBenchSet(b *testing.B, dir string) metrics.Input {
 	b.Helper()
 	truthB, err := os.ReadFile(filepath.Join(dir, "truth.csv"))
 	if err != nil {
-		b.Skipf("%v: run `make bench-coco` to generate the set", err)
+		b.Skipf("%v: run `make bench-metrics` to generate the benchmark sets", err)
 	}
 	predB, err := os.ReadFile(filepath.Join(dir, "predictions.csv"))
 	if err != nil {
@@ -60,4 +60,25 @@ func BenchmarkCOCO(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(in.Images)), "ns/image")
 	b.Logf("%s", MetricsJSON(vals))
+}
+
+// BenchmarkDeepForestSet times DeepForest's recall/precision on
+// bin/bench-2000x30 (2,000 images × 30 truth × 31 predictions), the set
+// tools/deepforest/bench_metrics.py times DeepForest itself on.
+func BenchmarkDeepForestSet(b *testing.B) {
+	in := loadBenchSet(b, filepath.Join("..", "bin", "bench-2000x30"))
+	for _, sem := range []metrics.Semantics{metrics.Validation, metrics.EvaluateBoxes} {
+		b.Run(sem.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			var res metrics.Result
+			for i := 0; i < b.N; i++ {
+				var err error
+				if res, err = metrics.DeepForest(in, metrics.Options{IoUThreshold: 0.4, Semantics: sem}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(in.Images)), "ns/image")
+			b.Logf("%s", MetricsJSON(res.Values))
+		})
+	}
 }

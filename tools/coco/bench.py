@@ -217,6 +217,14 @@ def driver(a):
         "machine": None,
         "versions": None,
         "modes": {},
+        "notes": [
+            "faster_coco_eval's C++ extension (faster_eval_api_cpp) links std::thread (pthread_create, "
+            "std::thread::hardware_concurrency), i.e. it appears to run its own worker threads (the 'all' mode is ~1.7x faster); OMP_NUM_THREADS and "
+            "torch.set_num_threads do not limit it, so in 'single' mode its threads share core 0 (taskset), "
+            "in 'all' mode they use both cores",
+            "torchmetrics_full.compute_s includes torchmetrics' conversion of the states to COCO dicts "
+            "(about the build_coco_objects_s of preparation_untimed) plus evaluate/accumulate/summarize",
+        ],
     }
     sys.path.insert(0, HERE)
     import golden

@@ -41,6 +41,7 @@ import pandas as pd
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 GOLDEN_DIR = os.path.join(REPO, "testdata", "golden", "coco")
 SETS_DIR = os.path.join(REPO, "testdata", "sets")
@@ -197,11 +198,22 @@ def run_iou(kept, iou_threshold):
         m.update([prd], [tgt])
     out = m.compute() if len(m.groundtruth_labels) > 0 else {}
     res = {k: fnum(v) for k, v in out.items()}
+    nan_keys = [k for k, v in out.items() if bool(torch.isnan(v).any())]
     # Diagnostics (not metric outputs): the valid entries (!= -1) in float64.
     valid = [mat[mat != -1.0] for mat in m.iou_matrix]
     allv = torch.cat(valid) if valid else torch.zeros(0)
     n_noprd = sum(1 for _, _, prd in kept if prd["boxes"].numel() == 0)
+    nan = torch.isnan(allv)
+    fin = allv[~nan]
     diag = {
+        "nan_keys_written_as_null": nan_keys,
+        "nan_entries": int(nan.sum().item()),
+        "nan_note": "a (pred, gt) pair that both have zero area gives 0/0 = NaN in torchvision box_iou; NaN is "
+                    "not < threshold and not == -1, so it counts as valid: the pooled mean becomes NaN and "
+                    "compute() replaces the global 'iou' by 0.0, while 'iou/cl_c' of that gt class stays NaN "
+                    "(written as null)",
+        "valid_finite_entries": int(fin.numel()),
+        "valid_finite_mean_float64": float(fin.double().mean().item()) if fin.numel() else None,
         "images_updated": len(m.iou_matrix),
         "images_without_predictions": n_noprd,
         "zeros_from_images_without_predictions": int(sum(
@@ -213,7 +225,44 @@ def run_iou(kept, iou_threshold):
                 "iou/cl_c sums per image in float32 (tensor.sum()) then accumulates sum and count "
                 "in float32 and divides in float32",
     }
-    if allv.numel():
+    # Check a pure-Python emulation of torch's float32 cascade sum (torch_sum_f32.py) against torch.
+    try:
+        from torch_sum_f32 import torch_sum_f32
+
+        lanes = 16 if torch.backends.cpu.get_cpu_capability() == "AVX512" else 8
+        emu = {"lanes": lanes}
+        if allv.numel():
+            s32 = torch_sum_f32(allv.numpy(), lanes)
+            emu["sum_float32"] = float(s32)
+            emu["torch_sum_float32"] = float(allv.sum().item())
+            emu["iou"] = float(np.float32(s32) / np.float32(allv.numel()))
+            emu["iou_matches_torch"] = (emu["iou"] == res.get("iou")) or bool(nan.any())
+        per = {}
+        for key in res:
+            if not key.startswith("iou/cl_"):
+                continue
+            cl = int(key[len("iou/cl_"):])
+            acc, cnt = np.float32(0), np.float32(0)
+            for mat, gl in zip(m.iou_matrix, m.groundtruth_labels):
+                sc = mat[:, gl == cl]
+                v = sc[sc != -1.0]
+                acc = np.float32(acc + torch_sum_f32(v.numpy(), lanes)) if v.numel() else acc
+                cnt = np.float32(cnt + np.float32(v.numel()))
+            val = 0.0 if cnt == 0 else float(np.float32(acc / cnt))
+            per[key] = None if math.isnan(val) else val
+        emu["per_class"] = per
+        emu["per_class_match_torch"] = all(per[k] == res[k] for k in per)
+        emu["note"] = ("iou = float32(cascade_sum_f32(valid entries, image order, row-major pred x gt) / "
+                       "float32(count)); iou/cl_c = float32 running sums of per-image cascade sums and "
+                       "float32 counts, then float32 division")
+        diag_emu = emu
+    except Exception as e:  # noqa: BLE001
+        diag_emu = {"error": repr(e)}
+    for k in ("valid_sum_float64", "valid_mean_float64"):
+        if diag[k] is not None and math.isnan(diag[k]):
+            diag[k] = None
+    diag["torch_float32_sum_emulation"] = diag_emu
+    if allv.numel() and diag["valid_mean_float64"] is not None:
         diag["float32_of_mean_float64"] = float(np.float32(diag["valid_mean_float64"]))
     return res, diag
 
@@ -377,6 +426,11 @@ def thresholds_doc() -> dict:
                            "equal_to_default_run": r == rec, **above_below(r)}
         except Exception as e:  # noqa: BLE001
             others[cap] = {"error": str(e)}
+    flags = cpu_avx_flags()
+    for cap, v in others.items():
+        if cap == "avx512" and not any(f.startswith("avx512") for f in flags):
+            v["note"] = ("meaningless on this CPU (no avx512 flags): torch reports the requested capability "
+                         "but cannot run AVX512 kernels; do not use this entry as the AVX512 table")
     doc["with_ATEN_CPU_CAPABILITY"] = others
     return doc
 
@@ -439,6 +493,29 @@ def make_golden(name, truth_path, preds_path, iou_threshold, out_path, command, 
                 r_true[k] == r_pc[k] for k in r_true),
         }
 
+    extra = {}
+    if degenerate:
+        # DeepForest's BoxDataset.filter_boxes keeps only truth boxes with width >= 1 and height >= 1
+        # (before the metrics see them); the same metrics with that filter, for reference.
+        items_f = []
+        for n, tgt, prd in items:
+            b = tgt["boxes"]
+            keep = ((b[:, 2] - b[:, 0]) >= 1) & ((b[:, 3] - b[:, 1]) >= 1)
+            items_f.append((n, {"boxes": b[keep].reshape(-1, 4), "labels": tgt["labels"][keep]}, prd))
+        kept_f = deepforest_filter(items_f)
+        _, o1 = run_map(kept_f, False, "faster_coco_eval")
+        _, o2 = run_map(kept_f, True, "faster_coco_eval")
+        i_f, i_fd = run_iou(kept_f, iou_threshold)
+        extra["with_deepforest_truth_min_size_filter"] = {
+            "note": "truth boxes with float32 width < 1 or height < 1 dropped first (BoxDataset.filter_boxes); "
+                    "NOT canopy's rule, for reference only",
+            "images_passed": [n for n, _, _ in kept_f],
+            "map": map_result(o1)[0],
+            "map_class_metrics": map_result(o2)[0],
+            "iou": i_f,
+            "iou_diagnostics": i_fd,
+        }
+
     golden = {
         "peer": "torchmetrics MeanAveragePrecision(backend='faster_coco_eval') + IntersectionOverUnion, "
                 "fed as DeepForest validation_step feeds them",
@@ -491,6 +568,7 @@ def make_golden(name, truth_path, preds_path, iou_threshold, out_path, command, 
         "cocoeval_pycocotools": pyc,
         "faster_vs_pycocotools": diff,
         "stat_names": STAT_NAMES,
+        **extra,
         "rec_thresholds": list(m_false.rec_thresholds),
         "iou_thresholds": list(m_false.iou_thresholds),
     }
@@ -498,11 +576,22 @@ def make_golden(name, truth_path, preds_path, iou_threshold, out_path, command, 
         golden["equivalent_command"] = equivalent
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w") as f:
-        json.dump(golden, f, indent=1, allow_nan=False)
+        json.dump(nan_to_null(golden), f, indent=1, allow_nan=False)
         f.write("\n")
     print(f"{name}: wrote {rel(out_path)}  images={len(kept)}/{len(items)} map={r_false['map']} "
           f"map_50={r_false['map_50']} mar_100={r_false['mar_100']} iou={iou_res.get('iou')} "
           f"fce==pycocotools: {diff and diff['stats_identical']} (max diff {diff and diff['stats_max_abs_diff']})")
+
+
+def nan_to_null(o):
+    """NaN/inf floats -> None everywhere (iou_diagnostics.nan_keys_written_as_null lists the metric keys)."""
+    if isinstance(o, float):
+        return None if (math.isnan(o) or math.isinf(o)) else o
+    if isinstance(o, dict):
+        return {k: nan_to_null(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [nan_to_null(v) for v in o]
+    return o
 
 
 def single_command(name, truth, preds, iou, out, label_dict=None):
