@@ -269,3 +269,40 @@ func TestHelpListsFlagsAndExitCodes(t *testing.T) {
 		t.Errorf("--help lacks the exit codes:\n%s", r.stdout)
 	}
 }
+
+func TestMetricsFamiliesFlag(t *testing.T) {
+	truth, preds := set("coco", "truth.csv"), set("coco", "predictions.csv")
+	keys := func(args ...string) map[string]any {
+		out := t.TempDir()
+		r := run1(t, append([]string{"eval", truth, "--predictions", preds, "--out", out}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("%v: exit %d %s", args, r.code, r.stderr)
+		}
+		var m map[string]any
+		json.Unmarshal(metricsOf(t, out), &m)
+		return m
+	}
+	all := keys()
+	for _, k := range []string{"box_recall", "iou", "iou/cl_0", "map", "mar_large", "map_per_class"} {
+		if _, ok := all[k]; !ok {
+			t.Errorf("default run lacks %s", k)
+		}
+	}
+	if all["map_per_class"] != -1.0 {
+		t.Errorf("map_per_class without --class-metrics: %v, want -1", all["map_per_class"])
+	}
+	if _, ok := all["classes"]; ok {
+		t.Error("classes reported without --class-metrics")
+	}
+	only := keys("--metrics", "recall")
+	if _, ok := only["map"]; ok || only["box_recall"] == nil {
+		t.Errorf("--metrics recall: %v", only)
+	}
+	cm := keys("--metrics", "coco", "--class-metrics")
+	if arr, ok := cm["map_per_class"].([]any); !ok || len(arr) != 3 || fmt.Sprint(cm["classes"]) != "[0 1 2]" {
+		t.Errorf("--class-metrics: map_per_class %v classes %v", cm["map_per_class"], cm["classes"])
+	}
+	if r := run1(t, "eval", truth, "--predictions", preds, "--metrics", "bogus"); r.code != jobs.ExitUsage {
+		t.Errorf("--metrics bogus: exit %d", r.code)
+	}
+}

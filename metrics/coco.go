@@ -22,9 +22,13 @@ import (
 // score sorts, top-100 detections per image and class, greedy matching in
 // score order with ties going to the later ground truth, inclusive area
 // bounds, the precision envelope sampled at 101 recall thresholds, -1 for
-// undefined, and numpy's pairwise mean in summarize.
+// undefined, and numpy's pairwise mean in summarize. With no image to
+// score the family is absent, as in DeepForest.
 func COCO(in Input, classMetrics bool) []Value {
 	images := cocoImages(in)
+	if len(images) == 0 {
+		return nil // DeepForest computes mAP only when some image has truth
+	}
 	ev := newCOCOEval(images)
 	vals := ev.summary()
 	if classMetrics {
@@ -498,13 +502,6 @@ func meanOrMinus1(s []float64) float64 {
 // summary is COCOeval.summarize's 12 stats under torchmetrics' names, as
 // float32 values (torchmetrics returns float32 tensors).
 func (e *cocoEval) summary() []Value {
-	if e.nImg == 0 {
-		var vals []Value
-		for _, k := range cocoKeys {
-			vals = append(vals, Value{Key: k, V: -1})
-		}
-		return vals
-	}
 	stats := []float64{
 		e.meanPrecision(-1, 0, -1), e.meanPrecision(0, 0, -1), e.meanPrecision(5, 0, -1),
 		e.meanPrecision(-1, 1, -1), e.meanPrecision(-1, 2, -1), e.meanPrecision(-1, 3, -1),
