@@ -149,14 +149,6 @@ type catImg struct {
 	ious     []float64
 }
 
-// evalImg is COCOeval.evaluateImg's result for one (category, image, area):
-// per threshold t and detection d, matched[t*nd+d] and dtIgnore[t*nd+d];
-// npig counts the non-ignored ground truth.
-type evalImg struct {
-	matched, dtIgnore []bool
-	npig              int
-}
-
 type cocoEval struct {
 	cats []int32
 	// precision[t][r][k][a][m], recall[t][k][a][m]; -1 when undefined
@@ -280,16 +272,23 @@ func (e *cocoEval) evalCategory(k int, imgs []catImg) {
 			}
 		}
 	}
+	// Every kept detection of the category gets a global index off[i]+d;
+	// evaluateImg writes its flags at flags[t*n + off[i] + d].
+	off := make([]int, len(imgs)+1)
+	for i := range imgs {
+		off[i+1] = off[i] + len(imgs[i].dts)
+	}
+	n := off[len(imgs)]
+	flags := make([]uint8, nT*n)
 	// For each maxDet, the detections of all images (the first m of each,
 	// in image order) in stable descending score order: shared by areas.
-	type ref struct{ img, d int32 }
-	var orders [nM][]ref
+	var orders [nM][]int32
 	for m, md := range cocoMaxDets {
-		var refs []ref
+		var refs []int32
 		var scores []float64
 		for i := range imgs {
 			for d := 0; d < len(imgs[i].dts) && d < md; d++ {
-				refs = append(refs, ref{int32(i), int32(d)})
+				refs = append(refs, int32(off[i]+d))
 				scores = append(scores, imgs[i].dts[d].score)
 			}
 		}
@@ -298,18 +297,17 @@ func (e *cocoEval) evalCategory(k int, imgs []catImg) {
 			idx[j] = int32(j)
 		}
 		byScore(scores, idx)
-		orders[m] = make([]ref, len(refs))
+		orders[m] = make([]int32, len(refs))
 		for j, x := range idx {
 			orders[m][j] = refs[x]
 		}
 	}
-	evals := make([]evalImg, len(imgs))
-	var rc, pr []float64
+	var tps []int32
+	var pr []float64
 	for a := 0; a < nA; a++ {
 		npig := 0
 		for i := range imgs {
-			evals[i] = evaluateImg(&imgs[i], cocoAreas[a], evals[i])
-			npig += evals[i].npig
+			npig += evaluateImg(&imgs[i], cocoAreas[a], flags, n, off[i])
 		}
 		if npig == 0 {
 			continue
@@ -317,28 +315,28 @@ func (e *cocoEval) evalCategory(k int, imgs []catImg) {
 		for m := range cocoMaxDets {
 			order := orders[m]
 			nd := len(order)
-			rc, pr = slices.Grow(rc[:0], nd)[:nd], slices.Grow(pr[:0], nd)[:nd]
+			tps, pr = slices.Grow(tps[:0], nd)[:nd], slices.Grow(pr[:0], nd)[:nd]
 			for t := 0; t < nT; t++ {
+				ft := flags[t*n : (t+1)*n]
 				tp, fp := 0, 0
-				for j, x := range order {
-					ev := &evals[x.img]
-					o := t*len(imgs[x.img].dts) + int(x.d)
-					if !ev.dtIgnore[o] {
-						if ev.matched[o] {
-							tp++
-						} else {
-							fp++
-						}
+				for j, gi := range order {
+					switch ft[gi] {
+					case flagMatched:
+						tp++
+					case 0:
+						fp++
 					}
-					rc[j] = float64(tp) / float64(npig)
+					tps[j] = int32(tp)
 					pr[j] = 0
 					if tp+fp > 0 {
 						pr[j] = float64(tp) / float64(tp+fp)
 					}
 				}
+				// recall_j = tp_j/npig, computed only where it is compared
+				rc := func(j int) float64 { return float64(tps[j]) / float64(npig) }
 				e.recall[e.rIdx(t, k, a, m)] = 0
 				if nd > 0 {
-					e.recall[e.rIdx(t, k, a, m)] = rc[nd-1]
+					e.recall[e.rIdx(t, k, a, m)] = rc(nd - 1)
 				}
 				for j := nd - 1; j > 0; j-- {
 					if pr[j] > pr[j-1] {
@@ -346,7 +344,8 @@ func (e *cocoEval) evalCategory(k int, imgs []catImg) {
 					}
 				}
 				for r, thr := range cocoRecallThresholds {
-					j := sort.SearchFloat64s(rc, thr) // first index with rc >= thr
+					// first index with recall >= thr (numpy searchsorted, left)
+					j := sort.Search(nd, func(j int) bool { return rc(j) >= thr })
 					q := 0.0
 					if j < nd {
 						q = pr[j]
@@ -357,6 +356,13 @@ func (e *cocoEval) evalCategory(k int, imgs []catImg) {
 		}
 	}
 }
+
+// Detection flags per IoU threshold: matched (to a regular or an ignored
+// ground truth) and ignored; 0 is a false positive.
+const (
+	flagMatched uint8 = 1
+	flagIgnored uint8 = 2
+)
 
 func bbIoU(d, g cocoBox) float64 {
 	iw := math.Min(d.x+d.w, g.x+g.w) - math.Max(d.x, g.x)
@@ -375,21 +381,21 @@ func bbIoU(d, g cocoBox) float64 {
 // area range over all IoU thresholds: ground truth stable-sorted with the
 // non-ignored first; each detection, in score order, takes the unmatched
 // ground truth of highest IoU >= min(t, 1-1e-10), ties to the later one,
-// never an ignored one once a regular one is held; an unmatched detection
-// outside the area range is ignored. It reuses ev's buffers.
-func evaluateImg(c *catImg, area [2]float64, ev evalImg) evalImg {
+// never an ignored one once a regular one is held; a detection matched to
+// an ignored ground truth, or unmatched and outside the area range, is
+// ignored. It writes detection d's flags for threshold t at
+// flags[t*n+off+d] and returns the number of non-ignored ground truths.
+func evaluateImg(c *catImg, area [2]float64, flags []uint8, n, off int) int {
 	nd, ng := len(c.dts), len(c.gts)
 	ign := func(b cocoBox) bool { return b.area < area[0] || b.area > area[1] }
-	ev.npig = 0
-	ev.matched = slices.Grow(ev.matched[:0], nT*nd)[:nT*nd]
-	ev.dtIgnore = slices.Grow(ev.dtIgnore[:0], nT*nd)[:nT*nd]
-	if nd == 0 {
-		for _, g := range c.gts {
-			if !ign(g) {
-				ev.npig++
-			}
+	npig := 0
+	for _, g := range c.gts {
+		if !ign(g) {
+			npig++
 		}
-		return ev
+	}
+	if nd == 0 {
+		return npig
 	}
 	// ground-truth order: non-ignored first, stable
 	order := make([]int, 0, ng)
@@ -398,7 +404,6 @@ func evaluateImg(c *catImg, area [2]float64, ev evalImg) evalImg {
 			order = append(order, g)
 		}
 	}
-	ev.npig = len(order)
 	for g := range c.gts {
 		if ign(c.gts[g]) {
 			order = append(order, g)
@@ -434,23 +439,28 @@ func evaluateImg(c *catImg, area [2]float64, ev evalImg) evalImg {
 				if gtm[x.j] {
 					continue
 				}
-				if m > -1 && m < ev.npig && x.j >= ev.npig {
+				if m > -1 && m < npig && x.j >= npig {
 					break
 				}
 				if x.iou >= best {
 					best, m = x.iou, x.j
 				}
 			}
-			o := t*nd + d
-			if m == -1 {
-				ev.matched[o], ev.dtIgnore[o] = false, ign(c.dts[d])
-				continue
+			var f uint8
+			switch {
+			case m == -1 && ign(c.dts[d]):
+				f = flagIgnored
+			case m >= npig:
+				f = flagMatched | flagIgnored
+				gtm[m] = true
+			case m >= 0:
+				f = flagMatched
+				gtm[m] = true
 			}
-			ev.matched[o], ev.dtIgnore[o] = true, m >= ev.npig
-			gtm[m] = true
+			flags[t*n+off+d] = f
 		}
 	}
-	return ev
+	return npig
 }
 
 // meanPrecision averages precision[t?, :, k?, a, maxDet=100] over entries
