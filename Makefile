@@ -17,7 +17,7 @@ deps:
 	@scripts/install-deps.sh
 
 build: deps
-	$(GO) build -tags '$(TAGS)' -o $(BIN) .
+	$(GO) build -buildvcs=auto -tags '$(TAGS)' -o $(BIN) .
 
 demo: build
 	$(MPIRUN) -np 2 $(BIN) eval --csv testdata/sets/multi/truth.csv \

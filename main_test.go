@@ -158,7 +158,7 @@ func TestMPIOneRankFailsNoHang(t *testing.T) {
 	if r.code != jobs.ExitModel {
 		t.Errorf("exit %d, want %d\n%s", r.code, jobs.ExitModel, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "rank 1 (") || !strings.Contains(r.stderr, "injected failure") {
+	if !strings.Contains(r.stderr, "rank 1/3 (") || !strings.Contains(r.stderr, "injected failure") {
 		t.Errorf("stderr does not name rank 1 and the failure:\n%s", r.stderr)
 	}
 	if r.took > 20*time.Second {
@@ -304,5 +304,48 @@ func TestMetricsFamiliesFlag(t *testing.T) {
 	}
 	if r := run1(t, "eval", truth, "--predictions", preds, "--metrics", "bogus"); r.code != jobs.ExitUsage {
 		t.Errorf("--metrics bogus: exit %d", r.code)
+	}
+}
+
+// A rank frozen by SIGSTOP before a collective: the others' watchdog fires,
+// rank 0 names the rank and host it waits for, and the job ends with exit 5.
+func TestMPIWatchdogFrozenRank(t *testing.T) {
+	r := mpirun(t, 3, []string{jobs.StopEnv + "=1"}, "eval", "--csv", set("multi", "truth.csv"),
+		"--predictions", set("multi", "predictions.csv"), "--out", t.TempDir(), "--collective-timeout", "2s")
+	if r.code != jobs.ExitMPI {
+		t.Fatalf("exit %d, want %d\n%s", r.code, jobs.ExitMPI, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "rank 0/3") || !strings.Contains(r.stderr, "waiting for rank 1 (") {
+		t.Errorf("rank 0 does not name rank 1:\n%s", r.stderr)
+	}
+	if r.took > 30*time.Second {
+		t.Errorf("took %v", r.took)
+	}
+}
+
+// A launcher that says 2 ranks while MPI has 1 (srun with the wrong --mpi
+// plugin) is refused with exit 5 instead of evaluating everything twice.
+func TestLauncherMismatchExit5(t *testing.T) {
+	cmd := exec.Command(canopyBin, "eval", "--csv", set("three", "truth.csv"), "--predictions", set("three", "predictions.csv"), "--out", t.TempDir())
+	cmd.Env = append(os.Environ(), "PMI_SIZE=2")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != jobs.ExitMPI {
+		t.Fatalf("err %v, want exit %d\n%s", err, jobs.ExitMPI, out)
+	}
+	if !strings.Contains(string(out), "launcher started 2 (PMI_SIZE)") {
+		t.Errorf("message:\n%s", out)
+	}
+}
+
+func TestMPIDoctor(t *testing.T) {
+	r := mpirun(t, 2, nil, "doctor")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{"MPI: Open MPI", "2 rank(s)", "OMPI_COMM_WORLD_SIZE=2", "0/2", "1/2"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, r.stdout)
+		}
 	}
 }

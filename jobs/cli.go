@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -59,6 +60,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 		},
 		Commands: []*cli.Command{
 			evalCommand(&code, stdout, errw, stderr, newComm),
+			doctorCommand(&code, stdout, stderr, newComm),
 			{
 				Name:  "version",
 				Usage: "print canopy's version and build",
@@ -183,13 +185,14 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.StringFlag{Name: "out", Value: "canopy-out", Usage: "output folder; refused if it holds a previous run unless --force"},
 			&cli.BoolFlag{Name: "force", Usage: "overwrite a previous run in --out"},
 			&cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"},
+			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective; then the waiting ranks name the ranks they wait for and the job aborts with exit 5 (0 disables)"},
 		},
 		Action: func(c *cli.Context) error {
 			cfg, err := evalConfig(c, stdout)
 			if err != nil {
 				return usageError(err)
 			}
-			*code = runJob(c.Context, newComm, stderr, func(comm mpi.Comm) error {
+			*code = runJob(c.Context, newComm, stderr, jobOptions{collectiveTimeout: c.Duration("collective-timeout")}, func(comm mpi.Comm) error {
 				if comm.Rank() != 0 {
 					cfg.Stdout = nil
 				}
@@ -247,20 +250,31 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	return cfg, nil
 }
 
-// runJob starts the communicator, runs job and applies the error rule:
-// a collective error is printed by rank 0 and every rank returns its code;
-// a local error is printed by its rank with rank and host, then the job is
-// aborted with the code so no peer waits.
-func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, job func(mpi.Comm) error) int {
+// jobOptions are the settings runJob applies to every job.
+type jobOptions struct {
+	collectiveTimeout time.Duration
+}
+
+// runJob starts the communicator, checks the launcher, runs job and applies
+// the error rule: a collective error is printed by rank 0 and every rank
+// returns its code; a local error is printed by its rank with rank and
+// host, then the job is aborted with the code so no peer waits.
+func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, opt jobOptions, job func(mpi.Comm) error) int {
 	comm, finalize, err := newComm()
 	if err != nil {
 		fmt.Fprintf(stderr, "canopy: %v\n", err)
 		return ExitMPI
 	}
-	err = job(comm)
+	err = checkLauncher(comm)
+	if err == nil && opt.collectiveTimeout > 0 {
+		err = setTimeout(comm, opt.collectiveTimeout)
+	}
+	if err == nil {
+		err = job(comm)
+	}
 	if err == nil {
 		if ferr := finalize(); ferr != nil {
-			fmt.Fprintf(stderr, "canopy: rank %d (%s): %v\n", comm.Rank(), comm.Host(), ferr)
+			printErr(stderr, comm, ferr)
 			return ExitMPI
 		}
 		return ExitOK
@@ -268,13 +282,15 @@ func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, job func
 	code := Code(err)
 	var e *Error
 	if errors.As(err, &e) && e.Collective {
-		if comm.Rank() == 0 {
-			fmt.Fprintf(stderr, "canopy: %v\n", err)
+		// A launcher mismatch leaves every process rank 0 of its own
+		// world: the launcher's rank decides who prints.
+		if comm.Rank() == 0 && launcherRank() <= 0 {
+			printErr(stderr, comm, err)
 		}
 		finalize()
 		return code
 	}
-	fmt.Fprintf(stderr, "canopy: rank %d (%s): %v\n", comm.Rank(), comm.Host(), err)
+	printErr(stderr, comm, err)
 	comm.Abort(code)
 	return code // reached only by implementations whose Abort returns
 }

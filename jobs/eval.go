@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -46,6 +47,16 @@ type EvalConfig struct {
 // PerturbEnv is a test hook: the rank it names perturbs its metric digest,
 // so the agreement check must fail with exit 6.
 const PerturbEnv = "CANOPY_TEST_PERTURB_RANK"
+
+// StopEnv is a test hook: the rank it names freezes itself with SIGSTOP
+// before the gather, so the collective watchdog must fire on the others.
+const StopEnv = "CANOPY_TEST_STOP_RANK"
+
+func stopForTest(rank int) {
+	if v, ok := os.LookupEnv(StopEnv); ok && v == strconv.Itoa(rank) {
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	}
+}
 
 // reportFiles are the files a run writes; any of them in --out marks a
 // previous run.
@@ -131,6 +142,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	stats.Seconds["detect"] = since(t1)
 
 	// 4-5. Encode, gather, merge.
+	stopForTest(c.Rank())
 	t2 := time.Now()
 	buf, err := wire.Encode(nil, mine)
 	if err != nil {

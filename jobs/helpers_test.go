@@ -22,7 +22,7 @@ func runLocal(t *testing.T, n int, cfg EvalConfig) []int {
 		mine := cfg
 		codes[c.Rank()] = runJob(context.Background(), func() (mpi.Comm, func() error, error) {
 			return c, func() error { return nil }, nil
-		}, &bytes.Buffer{}, func(c mpi.Comm) error { return Eval(context.Background(), c, mine) })
+		}, &bytes.Buffer{}, jobOptions{}, func(c mpi.Comm) error { return Eval(context.Background(), c, mine) })
 		return nil
 	})
 	for r, err := range errs {

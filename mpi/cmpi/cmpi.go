@@ -76,6 +76,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/canopy-hpc/canopy/mpi"
@@ -155,6 +156,12 @@ type Comm struct {
 	blockType    C.MPI_Datatype // MPI_Type_contiguous(blockTypeSize, MPI_BYTE)
 	blockTypeLen int
 	scratch      []byte // padded receive buffer of the blocked path, reused
+
+	// collective watchdog (watchdog.go)
+	timeout time.Duration
+	seq     int64
+	wd      C.MPI_Comm // duplicate of world for the arrival rounds
+	hosts   []string
 }
 
 var (
@@ -206,6 +213,7 @@ func Init() (*Comm, error) {
 		blockSize:    blockSize,
 		forceBlocked: forceBlocked,
 		blockType:    C.cmpi_datatype_null(),
+		wd:           C.cmpi_comm_null(),
 	}
 	if err := c.setup(); err != nil {
 		C.MPI_Finalize()
@@ -299,6 +307,9 @@ func (c *Comm) Finalize() error {
 	if c.local != C.cmpi_comm_null() {
 		errs = append(errs, check("MPI_Comm_free", C.MPI_Comm_free(&c.local)))
 	}
+	if c.wd != C.cmpi_comm_null() {
+		errs = append(errs, check("MPI_Comm_free", C.MPI_Comm_free(&c.wd)))
+	}
 	errs = append(errs, check("MPI_Finalize", C.MPI_Finalize()))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cmpi: finalize: %w", err)
@@ -364,18 +375,24 @@ func (c *Comm) Abort(code int) {
 	os.Exit(code)
 }
 
-func (c *Comm) lock() error {
+// lock takes the mutex for the named collective and, with the watchdog on,
+// runs its arrival round; on error the mutex is released.
+func (c *Comm) lock(name string) error {
 	c.mu.Lock()
 	if c.done {
 		c.mu.Unlock()
 		return ErrFinalized
+	}
+	if err := c.arrive(name); err != nil {
+		c.mu.Unlock()
+		return err
 	}
 	return nil
 }
 
 // Barrier implements mpi.Comm.
 func (c *Comm) Barrier() error {
-	if err := c.lock(); err != nil {
+	if err := c.lock("Barrier"); err != nil {
 		return fmt.Errorf("cmpi: barrier: %w", err)
 	}
 	defer c.mu.Unlock()
@@ -393,7 +410,7 @@ func (c *Comm) Bcast(buf []byte, root int) ([]byte, error) {
 	if root < 0 || root >= c.size {
 		return nil, fmt.Errorf("cmpi: bcast: root %d out of range [0,%d)", root, c.size)
 	}
-	if err := c.lock(); err != nil {
+	if err := c.lock("Bcast"); err != nil {
 		return nil, fmt.Errorf("cmpi: bcast: %w", err)
 	}
 	defer c.mu.Unlock()
@@ -418,7 +435,7 @@ func (c *Comm) Bcast(buf []byte, root int) ([]byte, error) {
 
 // AllgatherInt64 implements mpi.Comm.
 func (c *Comm) AllgatherInt64(v int64) ([]int64, error) {
-	if err := c.lock(); err != nil {
+	if err := c.lock("Allgather"); err != nil {
 		return nil, fmt.Errorf("cmpi: allgather: %w", err)
 	}
 	defer c.mu.Unlock()
@@ -448,7 +465,7 @@ func allreduce[T int64 | uint64 | float64](c *Comm, v []T, op mpi.Op, dt C.MPI_D
 	if err != nil {
 		return nil, err
 	}
-	if err := c.lock(); err != nil {
+	if err := c.lock("Allreduce"); err != nil {
 		return nil, fmt.Errorf("cmpi: allreduce: %w", err)
 	}
 	defer c.mu.Unlock()
@@ -510,7 +527,7 @@ func (c *Comm) Allgatherv(send []byte, counts []int64, recv []byte) error {
 	if len(counts) != c.size {
 		return fmt.Errorf("cmpi: allgatherv: %w: %d counts for %d ranks", mpi.ErrCounts, len(counts), c.size)
 	}
-	if err := c.lock(); err != nil {
+	if err := c.lock("Allgatherv"); err != nil {
 		return fmt.Errorf("cmpi: allgatherv: %w", err)
 	}
 	defer c.mu.Unlock()

@@ -1,0 +1,89 @@
+package jobs
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/canopy-hpc/canopy/mpi"
+)
+
+type rankInfo struct {
+	Rank, Size, LocalRank, LocalSize int
+	Host, PID                        string
+	GOMAXPROCS, NumCPU               int
+	Affinity                         string
+	VisibleGPUs                      string
+	Device                           string
+	Launcher                         string
+}
+
+func localInfo(c mpi.Comm) rankInfo {
+	ri := rankInfo{Rank: c.Rank(), Size: c.Size(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Host: c.Host(),
+		PID: fmt.Sprint(os.Getpid()), GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(), Device: "cpu"}
+	ri.Affinity = "?"
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+				ri.Affinity = strings.TrimSpace(v)
+			}
+		}
+	}
+	ri.VisibleGPUs = "unset"
+	if v, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES"); ok {
+		ri.VisibleGPUs = v
+	}
+	ri.Launcher = "none"
+	if n, from, ok := launcherSize(); ok {
+		ri.Launcher = fmt.Sprintf("%s=%d", from, n)
+	}
+	return ri
+}
+
+// doctor gathers every rank's view of its environment and rank 0 prints it.
+func doctor(c mpi.Comm, stdout io.Writer) error {
+	b, _ := json.Marshal(localInfo(c))
+	parts, err := mpi.AllgatherBytes(c, b)
+	if err != nil {
+		return &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: doctor: %w", err)}
+	}
+	if c.Rank() != 0 {
+		return nil
+	}
+	fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nMPI: %s, %d rank(s)\nbuild: CPU only (no cuda tag)\n\n",
+		Version, runtime.Version(), gitRevision(), c.Implementation(), c.Size())
+	fmt.Fprintf(stdout, "%-5s %-20s %-8s %-6s %-10s %-8s %-12s %-8s %s\n", "rank", "host", "local", "pid", "GOMAXPROCS", "cpus", "affinity", "device", "CUDA_VISIBLE_DEVICES / launcher")
+	for _, p := range parts {
+		var ri rankInfo
+		if err := json.Unmarshal(p, &ri); err != nil {
+			return &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: doctor: %w", err)}
+		}
+		fmt.Fprintf(stdout, "%-5d %-20s %-8s %-6s %-10d %-8d %-12s %-8s %s / %s\n", ri.Rank, ri.Host,
+			fmt.Sprintf("%d/%d", ri.LocalRank, ri.LocalSize), ri.PID, ri.GOMAXPROCS, ri.NumCPU, ri.Affinity, ri.Device, ri.VisibleGPUs, ri.Launcher)
+	}
+	return nil
+}
+
+func doctorCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *cli.Command {
+	return &cli.Command{
+		Name:  "doctor",
+		Usage: "print what every rank sees: MPI library, ranks, node-local ranks, threads, CPU affinity, GPUs, devices",
+		Description: "Run it the way you run eval (mpirun -np N canopy doctor, or srun inside an\n" +
+			"allocation) to check the launcher, the binding of ranks to cores and the GPUs.\n\n" + ExitTable,
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usageError(fmt.Errorf("doctor takes no arguments, got %q", c.Args().Slice()))
+			}
+			*code = runJob(c.Context, newComm, stderr, jobOptions{collectiveTimeout: time.Minute}, func(comm mpi.Comm) error {
+				return doctor(comm, stdout)
+			})
+			return nil
+		},
+	}
+}

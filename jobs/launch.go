@@ -1,0 +1,79 @@
+package jobs
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/canopy-hpc/canopy/mpi"
+)
+
+// logPrefix is the prefix of every line canopy writes to stderr once MPI
+// runs: rank, size and host, so interleaved logs of many ranks stay
+// readable.
+func logPrefix(c mpi.Comm) string {
+	return fmt.Sprintf("canopy: rank %d/%d (%s): ", c.Rank(), c.Size(), c.Host())
+}
+
+// launcherSize reads the job size the launcher announced, if any:
+// Open MPI's OMPI_COMM_WORLD_SIZE, PMI's PMI_SIZE, PMIx's PMIX_SIZE, or,
+// inside a Slurm step (SLURM_STEP_ID set), SLURM_STEP_NUM_TASKS or
+// SLURM_NTASKS. The variable's name is returned for messages.
+func launcherSize() (int, string, bool) {
+	for _, k := range []string{"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"} {
+		if n, ok := envInt(k); ok {
+			return n, k, true
+		}
+	}
+	if _, inStep := os.LookupEnv("SLURM_STEP_ID"); inStep {
+		for _, k := range []string{"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"} {
+			if n, ok := envInt(k); ok {
+				return n, k, true
+			}
+		}
+	}
+	return 0, "", false
+}
+
+func envInt(k string) (int, bool) {
+	v, ok := os.LookupEnv(k)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(v)
+	return n, err == nil && n > 0
+}
+
+// checkLauncher compares the MPI size with the launcher's. A mismatch is
+// typically srun with a --mpi plugin the MPI library cannot use: N
+// independent 1-rank jobs start, each of which would evaluate everything.
+func checkLauncher(c mpi.Comm) error {
+	want, from, ok := launcherSize()
+	if !ok || want == c.Size() {
+		return nil
+	}
+	hint := ""
+	if c.Size() == 1 {
+		hint = "; each process started as its own 1-rank job (under srun use --mpi=pmix for Open MPI)"
+	}
+	return &Error{Code: ExitMPI, Collective: true,
+		Err: fmt.Errorf("jobs: MPI has %d rank(s) but the launcher started %d (%s)%s", c.Size(), want, from, hint)}
+}
+
+// setTimeout turns on the collective watchdog when the communicator has
+// one (the cgo binding does; the in-process one needs none).
+func setTimeout(c mpi.Comm, d time.Duration) error {
+	if w, ok := c.(interface{ SetCollectiveTimeout(time.Duration) error }); ok {
+		if err := w.SetCollectiveTimeout(d); err != nil {
+			return &Error{Code: ExitMPI, Err: err}
+		}
+	}
+	return nil
+}
+
+// printErr writes err once per line with the rank prefix.
+func printErr(w io.Writer, c mpi.Comm, err error) {
+	fmt.Fprintf(w, "%s%v\n", logPrefix(c), err)
+}
