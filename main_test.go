@@ -349,3 +349,77 @@ func TestMPIDoctor(t *testing.T) {
 		}
 	}
 }
+
+// SIGTERM to every rank mid-run (what scancel does) ends the job with exit
+// 8 within seconds; --resume on another rank count recomputes only what
+// was not saved and reports the uninterrupted metrics byte for byte.
+func TestMPISigtermThenResume(t *testing.T) {
+	truth, preds := set("multi", "truth.csv"), set("multi", "predictions.csv")
+	ref := inProcess(t, 1, jobs.EvalConfig{CSV: truth, Predictions: preds, Out: t.TempDir(), IoUThreshold: 0.4})
+	out := filepath.Join(t.TempDir(), "run with space")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", "-np", "2", canopyBin, "eval", "--csv", truth, "--predictions", preds,
+		"--out", out, "--batch-size", "2")
+	cmd.Env = append(os.Environ(), "CANOPY_TEST_SLOW_MS=20")
+	var se bytes.Buffer
+	cmd.Stderr = &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// wait until both ranks have saved something, then signal them
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		files, _ := filepath.Glob(filepath.Join(out, "parts", "*.part"))
+		big := 0
+		for _, f := range files {
+			if st, err := os.Stat(f); err == nil && st.Size() > 0 {
+				big++
+			}
+		}
+		if big == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// the rank processes only (not mpirun or the timeout wrapper)
+	pids, _ := exec.Command("pgrep", "-f", "--", "^"+canopyBin+" eval .*--out "+out).Output()
+	var signalled int
+	for _, p := range strings.Fields(string(pids)) {
+		if exec.Command("kill", "-TERM", p).Run() == nil {
+			signalled++
+		}
+	}
+	sent := time.Now()
+	err := cmd.Wait()
+	took := time.Since(sent)
+	var ee *exec.ExitError
+	if signalled != 2 || !errors.As(err, &ee) || ee.ExitCode() != jobs.ExitResumable {
+		t.Fatalf("signalled %d ranks; mpirun: %v (want exit %d)\n%s", signalled, err, jobs.ExitResumable, se.String())
+	}
+	t.Logf("SIGTERM to all ranks exited after %v", took)
+	if took > 15*time.Second {
+		t.Errorf("ranks took %v to exit after SIGTERM", took)
+	}
+	r := mpirun(t, 3, nil, "eval", "--csv", truth, "--predictions", preds, "--out", out, "--resume")
+	if r.code != 0 {
+		t.Fatalf("resume: exit %d\n%s", r.code, r.stderr)
+	}
+	if got := metricsOf(t, out); !bytes.Equal(got, ref) {
+		t.Fatalf("resumed metrics\n%s\ndiffer from\n%s", got, ref)
+	}
+	var rep struct {
+		Run struct {
+			Resume struct {
+				FromParts int `json:"images_from_parts"`
+				Computed  int `json:"images_computed"`
+			}
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+	json.Unmarshal(b, &rep)
+	t.Logf("resume: %d images from part files, %d recomputed", rep.Run.Resume.FromParts, rep.Run.Resume.Computed)
+	if rep.Run.Resume.FromParts == 0 || rep.Run.Resume.FromParts+rep.Run.Resume.Computed != 300 {
+		t.Errorf("resume info %+v", rep.Run.Resume)
+	}
+}

@@ -182,8 +182,9 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.StringFlag{Name: "metrics", Value: "all", Usage: "metric families, comma-separated: recall (DeepForest box recall/precision), iou (torchmetrics IntersectionOverUnion), coco (COCO mAP/mAR), or all"},
 			&cli.BoolFlag{Name: "class-metrics", Usage: "report map_per_class and mar_100_per_class as arrays by label id, and the ids as \"classes\" (else -1, as DeepForest logs them)"},
 			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV (DeepForest classes.csv form); default: sorted unique labels of truth and joined predictions"},
-			&cli.StringFlag{Name: "out", Value: "canopy-out", Usage: "output folder; refused if it holds a previous run unless --force"},
-			&cli.BoolFlag{Name: "force", Usage: "overwrite a previous run in --out"},
+			&cli.StringFlag{Name: "out", Value: "canopy-out", Usage: "output folder, on a filesystem every rank sees (checked at start); each rank appends finished images to OUT/parts/ so an interrupted run (exit 8) can --resume; refused if it holds a previous run unless --force or --resume"},
+			&cli.BoolFlag{Name: "force", Usage: "replace a previous run in --out (its report, manifest and part files are removed)"},
+			&cli.BoolFlag{Name: "resume", Usage: "continue the interrupted run in --out: images found in its part files are not recomputed; refused unless the inputs, detector and canopy version match its manifest"},
 			&cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"},
 			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective; then the waiting ranks name the ranks they wait for and the job aborts with exit 5 (0 disables)"},
 		},
@@ -211,6 +212,7 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 		LabelDict:    c.String("label-dict"),
 		Out:          c.String("out"),
 		Force:        c.Bool("force"),
+		Resume:       c.Bool("resume"),
 		IoUThreshold: c.Float64("iou-threshold"),
 		BatchSize:    c.Int("batch-size"),
 		Command:      os.Args,
@@ -226,6 +228,9 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	}
 	if cfg.CSV == "" {
 		return cfg, errors.New("eval: --csv is required")
+	}
+	if cfg.Force && cfg.Resume {
+		return cfg, errors.New("eval: --force and --resume exclude each other")
 	}
 	if cfg.Predictions == "" {
 		return cfg, errors.New("eval: --predictions is required (the replay detector is the only one so far)")

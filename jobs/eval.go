@@ -20,6 +20,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/replay"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
@@ -35,6 +36,7 @@ type EvalConfig struct {
 	LabelDict    string
 	Out          string
 	Force        bool
+	Resume       bool
 	IoUThreshold float64
 	Semantics    metrics.Semantics
 	Families     metrics.Family // 0 means all
@@ -71,9 +73,13 @@ type rankStats struct {
 	Seconds    map[string]float64 `json:"seconds"`
 }
 
-// inputs is what rank 0 reads and broadcasts: the files' bytes.
+// inputs is what rank 0 reads and broadcasts: the files' bytes, and for
+// --resume the part files and the attempt number.
 type inputs struct {
 	csv, preds, labels []byte
+	probe              string // shared-filesystem probe nonce
+	attempt            int
+	parts              []parts.File
 }
 
 // Eval runs the eval job on this rank. It returns an *Error whose
@@ -113,35 +119,60 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
 	}
+	if err := checkSharedOut(c, cfg, in); err != nil {
+		return err
+	}
+	done, pst, err := parts.Decode(in.parts, len(images))
+	if err != nil {
+		return collective(ExitInput, "jobs: --resume: %w", err)
+	}
 	stats.Seconds["load"] = since(t0)
 
-	// 2. Plan: a pure function of (dataset, ranks).
-	costs := make([]int64, len(images))
+	// 2. Plan: a pure function of (dataset, images already done, ranks).
+	var todo []int
+	var costs []int64
 	for i, im := range images {
-		costs[i] = 1 + int64(len(truth.Images[i].Rows)) + int64(len(byPath[im.Path]))
+		if _, ok := done[i]; ok {
+			continue
+		}
+		todo = append(todo, i)
+		costs = append(costs, 1+int64(len(truth.Images[i].Rows))+int64(len(byPath[im.Path])))
 	}
 	p, err := plan.Balance(costs, c.Size())
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
 	}
-	shard := p.Shards[c.Rank()]
+	shard := make([]int, len(p.Shards[c.Rank()]))
+	for k, j := range p.Shards[c.Rank()] {
+		shard[k] = todo[j]
+	}
 	stats.Images = len(shard)
 
-	// 3. Detect this rank's shard.
+	// 3. Detect this rank's shard, recording finished batches in its part file.
 	t1 := time.Now()
 	det := replay.New(byPath)
 	det.InjectFailure(c.Rank())
 	defer det.Close()
-	mine, err := detectShard(ctx, det, cfg, images, shard)
+	pw, err := parts.Create(cfg.Out, in.attempt, c.Rank(), time.Second)
 	if err != nil {
-		return localErr(ExitModel, "jobs: detect: %w", err)
+		return localErr(ExitInternal, "jobs: %w", err)
+	}
+	mine, derr := detectShard(ctx, det, cfg, images, shard, c.Rank(), pw.Append)
+	if err := pw.Close(); err != nil && derr == nil {
+		derr = err
+	}
+	switch {
+	case errors.Is(derr, errInterrupted):
+		return localErr(ExitResumable, "jobs: %w", derr)
+	case derr != nil:
+		return localErr(ExitModel, "jobs: detect: %w", derr)
 	}
 	for _, im := range mine {
 		stats.Detections += len(im.Dets)
 	}
 	stats.Seconds["detect"] = since(t1)
 
-	// 4-5. Encode, gather, merge.
+	// 4-5. Encode, gather, merge (with the images the part files hold).
 	stopForTest(c.Rank())
 	t2 := time.Now()
 	buf, err := wire.Encode(nil, mine)
@@ -149,15 +180,29 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 		return localErr(ExitInternal, "jobs: encode: %w", err)
 	}
 	stats.BytesSent = len(buf)
-	parts, err := mpi.AllgatherBytes(c, buf)
+	gathered, err := mpi.AllgatherBytes(c, buf)
 	if err != nil {
 		return localErr(ExitMPI, "jobs: gather detections: %w", err)
 	}
-	dets, err := wire.Merge(parts, len(images))
+	if len(done) > 0 {
+		prev := make([]wire.Image, 0, len(done))
+		for i := range images {
+			if im, ok := done[i]; ok {
+				prev = append(prev, im)
+			}
+		}
+		pb, err := wire.Encode(nil, prev)
+		if err != nil {
+			return collective(ExitInternal, "jobs: %w", err)
+		}
+		gathered = append(gathered, pb)
+	}
+	dets, err := wire.Merge(gathered, len(images))
 	if err != nil {
 		return collective(ExitInternal, "jobs: merge: %w", err)
 	}
 	stats.Seconds["gather"] = since(t2)
+	resumed := resumeInfo{Attempt: in.attempt, FromParts: len(done), Computed: len(todo), RecordsDropped: pst.Dropped}
 
 	// 6. Score.
 	t3 := time.Now()
@@ -188,7 +233,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	if c.Rank() == 0 {
 		rep := report{
 			metrics: metricJSON,
-			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored),
+			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored, resumed),
 		}
 		werr = writeOutputs(cfg, rep, images, dets, labels, res)
 		if werr == nil && cfg.Stdout != nil {
@@ -233,23 +278,26 @@ func packInputs(cfg EvalConfig) []byte {
 	fail := func(code int, err error) []byte {
 		return append([]byte{byte(code)}, err.Error()...)
 	}
-	if err := checkOut(cfg.Out, cfg.Force); err != nil {
+	var in inputs
+	dst := []*[]byte{&in.csv, &in.preds, &in.labels}
+	for i, f := range []string{cfg.CSV, cfg.Predictions, cfg.LabelDict} {
+		if f == "" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+		}
+		*dst[i] = data
+	}
+	if err := prepareOut(cfg, &in); err != nil {
 		return fail(ExitUsage, err)
 	}
-	pkt := []byte{0}
-	for _, f := range []string{cfg.CSV, cfg.Predictions, cfg.LabelDict} {
-		var data []byte
-		if f != "" {
-			var err error
-			data, err = os.ReadFile(f)
-			if err != nil {
-				return fail(ExitInput, fmt.Errorf("jobs: %w", err))
-			}
-		}
-		pkt = binary.LittleEndian.AppendUint64(pkt, uint64(len(data)))
-		pkt = append(pkt, data...)
+	fields := [][]byte{in.csv, in.preds, in.labels, []byte(in.probe), binary.LittleEndian.AppendUint64(nil, uint64(in.attempt))}
+	for _, f := range in.parts {
+		fields = append(fields, f.Data)
 	}
-	return pkt
+	return packFields([]byte{0}, fields...)
 }
 
 func unpackInputs(pkt []byte) (inputs, error) {
@@ -259,39 +307,18 @@ func unpackInputs(pkt []byte) (inputs, error) {
 	if pkt[0] != 0 {
 		return inputs{}, &Error{Code: int(pkt[0]), Collective: true, Err: errors.New(string(pkt[1:]))}
 	}
-	pkt = pkt[1:]
-	var out [3][]byte
-	for i := range out {
-		if len(pkt) < 8 {
-			return inputs{}, collective(ExitInternal, "jobs: truncated input broadcast")
-		}
-		n := binary.LittleEndian.Uint64(pkt)
-		pkt = pkt[8:]
-		if uint64(len(pkt)) < n {
-			return inputs{}, collective(ExitInternal, "jobs: truncated input broadcast")
-		}
-		out[i], pkt = pkt[:n:n], pkt[n:]
+	f, err := unpackFields(pkt[1:])
+	if err != nil || len(f) < 5 || len(f[4]) != 8 {
+		return inputs{}, collective(ExitInternal, "jobs: malformed input broadcast")
 	}
-	return inputs{csv: out[0], preds: out[1], labels: out[2]}, nil
-}
-
-// checkOut refuses an output folder that holds a previous run, unless
-// force, and creates it.
-func checkOut(dir string, force bool) error {
-	if dir == "" {
-		return errors.New("jobs: --out is empty")
+	in := inputs{csv: f[0], preds: f[1], probe: string(f[3]), attempt: int(binary.LittleEndian.Uint64(f[4]))}
+	if len(f[2]) > 0 {
+		in.labels = f[2]
 	}
-	if !force {
-		for _, f := range reportFiles {
-			if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
-				return fmt.Errorf("jobs: output folder %s holds a previous run (%s); choose another --out or pass --force", dir, f)
-			}
-		}
+	for k, d := range f[5:] {
+		in.parts = append(in.parts, parts.File{Name: fmt.Sprintf("part %d", k), Data: d})
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("jobs: output folder: %w", err)
-	}
-	return nil
+	return in, nil
 }
 
 // chooseLabels: --label-dict when given, else the sorted unique labels of
@@ -329,9 +356,20 @@ func joinPredictions(name string, truth *dataset.Truth, rows []dataset.Row, labe
 	return byPath, ignored, nil
 }
 
-func detectShard(ctx context.Context, d infer.Detector, cfg EvalConfig, images []box.Image, shard []int) ([]wire.Image, error) {
+// detectShard runs the detector over the shard in batches, hands each
+// finished batch to record (the part file) and stops between batches when
+// ctx is cancelled (SIGTERM, SIGUSR1, SIGINT), returning errInterrupted.
+func detectShard(ctx context.Context, d infer.Detector, cfg EvalConfig, images []box.Image, shard []int, rank int,
+	record func([]wire.Image) error) ([]wire.Image, error) {
 	out := make([]wire.Image, 0, len(shard))
-	for start := 0; start < len(shard); start += cfg.BatchSize {
+	stopAfter := interruptAfter(rank)
+	for start, batches := 0, 0; start < len(shard); start, batches = start+cfg.BatchSize, batches+1 {
+		if batches == stopAfter {
+			interruptSelf(rank)
+		}
+		if ctx.Err() != nil {
+			return out, errInterrupted
+		}
 		end := min(start+cfg.BatchSize, len(shard))
 		batch := make([]infer.Input, 0, end-start)
 		for _, i := range shard[start:end] {
@@ -342,14 +380,21 @@ func detectShard(ctx context.Context, d infer.Detector, cfg EvalConfig, images [
 			batch = append(batch, infer.Input{Index: i, Path: images[i].Path, File: file})
 		}
 		got, err := d.Detect(ctx, batch)
+		if err != nil && ctx.Err() != nil {
+			return out, errInterrupted // the batch in flight is dropped
+		}
 		if err != nil {
 			return nil, err
 		}
 		if len(got) != len(batch) {
 			return nil, fmt.Errorf("detector %s returned %d results for %d images: %w", d.Name(), len(got), len(batch), infer.ErrModel)
 		}
+		n := len(out)
 		for k, in := range batch {
 			out = append(out, wire.Image{Index: in.Index, Dets: got[k]})
+		}
+		if err := record(out[n:]); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil

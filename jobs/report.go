@@ -45,6 +45,16 @@ type runInfo struct {
 	LabelMap           json.RawMessage `json:"label_map"`
 	Coverage           coverage        `json:"coverage"`
 	IgnoredPredictions int             `json:"ignored_predictions"`
+	Resume             resumeInfo      `json:"resume"`
+}
+
+// resumeInfo tells how much of the run came from part files of earlier
+// attempts (attempt 0 is a fresh run).
+type resumeInfo struct {
+	Attempt        int `json:"attempt"`
+	FromParts      int `json:"images_from_parts"`
+	Computed       int `json:"images_computed"`
+	RecordsDropped int `json:"part_records_dropped"`
 }
 
 type file struct {
@@ -147,7 +157,7 @@ func gitRevision() string {
 	return "unknown"
 }
 
-func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allStats [][]byte, nImages, ignored int) runInfo {
+func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allStats [][]byte, nImages, ignored int, resumed resumeInfo) runInfo {
 	r := runInfo{
 		Canopy:             Version,
 		Go:                 runtime.Version(),
@@ -161,6 +171,7 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 		Inputs:             map[string]file{"csv": {cfg.CSV, sha256Hex(in.csv)}, "predictions": {cfg.Predictions, sha256Hex(in.preds)}},
 		LabelMap:           labelMapJSON(labels),
 		IgnoredPredictions: ignored,
+		Resume:             resumed,
 	}
 	if r.Command == nil {
 		r.Command = []string{}
@@ -182,6 +193,7 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 		}
 	}
 	r.Coverage.Images = nImages
+	r.Coverage.Processed += resumed.FromParts
 	return r
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
@@ -41,6 +42,10 @@ func (d *Detector) InjectFailure(rank int) {
 	}
 }
 
+// SlowEnv is a test hook: milliseconds each image takes, so runs last long
+// enough to be interrupted from outside.
+const SlowEnv = "CANOPY_TEST_SLOW_MS"
+
 // Name implements infer.Detector.
 func (d *Detector) Name() string { return "replay" }
 
@@ -50,7 +55,11 @@ func (d *Detector) Detect(ctx context.Context, batch []infer.Input) ([][]box.Det
 		return nil, fmt.Errorf("replay: injected failure (%s): %w", FailEnv, infer.ErrModel)
 	}
 	out := make([][]box.Detection, len(batch))
+	slow, _ := strconv.Atoi(os.Getenv(SlowEnv))
 	for i, in := range batch {
+		if slow > 0 {
+			time.Sleep(time.Duration(slow) * time.Millisecond)
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}

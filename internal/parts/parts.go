@@ -1,0 +1,178 @@
+// Package parts is canopy's preemption-safe record of finished images:
+// every rank appends the detections of each finished batch to its own part
+// file under OUT/parts/, as length-prefixed wire-format records (each
+// carrying its own checksum), and syncs them at a bounded interval. A
+// resumed run reads every part file and skips the images found there; a
+// record cut short by a crash is detected and dropped, so at most the
+// records in flight are lost.
+package parts
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/canopy-hpc/canopy/internal/wire"
+)
+
+// Dir is the folder of part files inside the output folder.
+const Dir = "parts"
+
+// Writer appends records to one part file.
+type Writer struct {
+	f        *os.File
+	w        *bufio.Writer
+	every    time.Duration
+	lastSync time.Time
+	buf      []byte
+}
+
+// Create opens OUT/parts/part-<attempt>-<rank>.part for appending; every
+// is the longest time between fsyncs.
+func Create(out string, attempt, rank int, every time.Duration) (*Writer, error) {
+	dir := filepath.Join(out, Dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("parts: %w", err)
+	}
+	name := filepath.Join(dir, fmt.Sprintf("part-%03d-%05d.part", attempt, rank))
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("parts: %w", err)
+	}
+	return &Writer{f: f, w: bufio.NewWriter(f), every: every, lastSync: time.Now()}, nil
+}
+
+// Append writes one record holding images and syncs when the interval has
+// passed.
+func (w *Writer) Append(images []wire.Image) error {
+	var err error
+	w.buf, err = wire.Encode(w.buf[:0], images)
+	if err != nil {
+		return fmt.Errorf("parts: %w", err)
+	}
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(w.buf)))
+	if _, err := w.w.Write(n[:]); err != nil {
+		return fmt.Errorf("parts: %w", err)
+	}
+	if _, err := w.w.Write(w.buf); err != nil {
+		return fmt.Errorf("parts: %w", err)
+	}
+	if time.Since(w.lastSync) >= w.every {
+		return w.Sync()
+	}
+	return nil
+}
+
+// Sync flushes and fsyncs the file.
+func (w *Writer) Sync() error {
+	if err := w.w.Flush(); err != nil {
+		return fmt.Errorf("parts: %w", err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("parts: %w", err)
+	}
+	w.lastSync = time.Now()
+	return nil
+}
+
+// Close syncs and closes the file.
+func (w *Writer) Close() error {
+	err := w.Sync()
+	if cerr := w.f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("parts: %w", cerr)
+	}
+	return err
+}
+
+// File is one part file's bytes, as rank 0 reads and broadcasts them.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// ReadAll reads every part file of out, in name order.
+func ReadAll(out string) ([]File, error) {
+	names, err := filepath.Glob(filepath.Join(out, Dir, "*.part"))
+	if err != nil {
+		return nil, fmt.Errorf("parts: %w", err)
+	}
+	sort.Strings(names)
+	files := make([]File, 0, len(names))
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			return nil, fmt.Errorf("parts: %w", err)
+		}
+		files = append(files, File{Name: filepath.Base(n), Data: b})
+	}
+	return files, nil
+}
+
+// Stats describes what Decode found.
+type Stats struct {
+	Records, Images, Duplicates int
+	// Dropped counts files whose tail was cut short or corrupt.
+	Dropped int
+}
+
+// Decode returns, for every image found in the files (first valid record
+// wins), its detections, keyed by global image index; images at or above
+// nImages are an error (the manifest check makes them impossible).
+func Decode(files []File, nImages int) (map[int]wire.Image, Stats, error) {
+	done := map[int]wire.Image{}
+	var st Stats
+	for _, f := range files {
+		b := f.Data
+		for len(b) > 0 {
+			if len(b) < 8 {
+				st.Dropped++
+				break
+			}
+			n := binary.LittleEndian.Uint64(b)
+			if n > uint64(len(b)-8) {
+				st.Dropped++
+				break
+			}
+			imgs, err := wire.Decode(b[8 : 8+n])
+			if err != nil {
+				if errors.Is(err, wire.ErrCorrupt) {
+					st.Dropped++
+					break
+				}
+				return nil, st, err
+			}
+			st.Records++
+			for _, im := range imgs {
+				if im.Index < 0 || im.Index >= nImages {
+					return nil, st, fmt.Errorf("parts: %s holds image %d of %d", f.Name, im.Index, nImages)
+				}
+				if _, dup := done[im.Index]; dup {
+					st.Duplicates++
+					continue
+				}
+				done[im.Index] = im
+			}
+			b = b[8+n:]
+		}
+	}
+	st.Images = len(done)
+	return done, st, nil
+}
+
+// NextAttempt is one more than the highest attempt number among files.
+func NextAttempt(files []File) int {
+	next := 0
+	for _, f := range files {
+		var a, r int
+		if _, err := fmt.Sscanf(f.Name, "part-%d-%d.part", &a, &r); err == nil && a+1 > next {
+			next = a + 1
+		}
+	}
+	return next
+}

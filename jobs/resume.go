@@ -1,0 +1,208 @@
+package jobs
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/mpi"
+)
+
+// manifest is OUT/manifest.json: what the part files were computed from.
+// --resume continues only when the current run would compute the same
+// detections.
+type manifest struct {
+	Canopy      string `json:"canopy"`
+	CSV         string `json:"csv_sha256"`
+	Predictions string `json:"predictions_sha256"`
+	LabelDict   string `json:"label_dict_sha256"`
+	Detector    string `json:"detector"`
+	// DetectorSettings are the detector's thresholds (none for replay).
+	DetectorSettings map[string]string `json:"detector_settings"`
+}
+
+func newManifest(in inputs) manifest {
+	m := manifest{Canopy: Version, CSV: sha256Hex(in.csv), Predictions: sha256Hex(in.preds), Detector: "replay",
+		DetectorSettings: map[string]string{}}
+	if in.labels != nil {
+		m.LabelDict = sha256Hex(in.labels)
+	}
+	return m
+}
+
+// diff names every field in which m and o differ.
+func (m manifest) diff(o manifest) []string {
+	var d []string
+	cmp := func(name, a, b string) {
+		if a != b {
+			d = append(d, fmt.Sprintf("%s: %q in the run to resume, %q now", name, a, b))
+		}
+	}
+	cmp("canopy version", m.Canopy, o.Canopy)
+	cmp("csv sha256", m.CSV, o.CSV)
+	cmp("predictions sha256", m.Predictions, o.Predictions)
+	cmp("label dict sha256", m.LabelDict, o.LabelDict)
+	cmp("detector", m.Detector, o.Detector)
+	a, _ := json.Marshal(m.DetectorSettings)
+	b, _ := json.Marshal(o.DetectorSettings)
+	cmp("detector settings", string(a), string(b))
+	return d
+}
+
+const manifestFile = "manifest.json"
+
+// runFiles are the entries of OUT that mark a previous run.
+var runFiles = append(append([]string(nil), reportFiles...), manifestFile, parts.Dir)
+
+// prepareOut is rank 0's output-folder step, before anything is computed:
+// for a new run it refuses a folder holding a previous one (unless force,
+// which removes it) and writes the manifest; for --resume it checks the
+// manifest and reads the part files. It also writes the shared-filesystem
+// probe that every rank reads back.
+func prepareOut(cfg EvalConfig, in *inputs) error {
+	dir := cfg.Out
+	if dir == "" {
+		return errors.New("jobs: --out is empty")
+	}
+	cur := newManifest(*in)
+	if cfg.Resume {
+		b, err := os.ReadFile(filepath.Join(dir, manifestFile))
+		if err != nil {
+			return fmt.Errorf("jobs: --resume: no run to resume in %s: %w", dir, err)
+		}
+		var old manifest
+		if err := json.Unmarshal(b, &old); err != nil {
+			return fmt.Errorf("jobs: --resume: %s: %w", manifestFile, err)
+		}
+		if d := old.diff(cur); len(d) > 0 {
+			return fmt.Errorf("jobs: --resume refused, the inputs differ from the run in %s: %s", dir, strings.Join(d, "; "))
+		}
+		files, err := parts.ReadAll(dir)
+		if err != nil {
+			return fmt.Errorf("jobs: --resume: %w", err)
+		}
+		in.parts = files
+		in.attempt = parts.NextAttempt(files)
+	} else {
+		for _, f := range runFiles {
+			p := filepath.Join(dir, f)
+			if _, err := os.Stat(p); err != nil {
+				continue
+			}
+			if !cfg.Force {
+				return fmt.Errorf("jobs: output folder %s holds a previous run (%s); choose another --out, pass --resume to continue it or --force to replace it", dir, f)
+			}
+			if err := os.RemoveAll(p); err != nil {
+				return fmt.Errorf("jobs: --force: %w", err)
+			}
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("jobs: output folder: %w", err)
+		}
+		b, _ := json.MarshalIndent(cur, "", " ")
+		if err := writeAtomic(dir, manifestFile, func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+			return err
+		}
+	}
+	var nonce [16]byte
+	rand.Read(nonce[:])
+	in.probe = hex.EncodeToString(nonce[:])
+	return os.WriteFile(filepath.Join(dir, probeName(in.probe)), []byte(in.probe), 0o644)
+}
+
+func probeName(nonce string) string { return ".canopy-probe-" + nonce }
+
+// checkSharedOut: every rank reads rank 0's probe file, so a --out that is
+// not on a filesystem all ranks see fails before any work, naming the
+// ranks that cannot see it.
+func checkSharedOut(c mpi.Comm, cfg EvalConfig, in inputs) error {
+	b, err := os.ReadFile(filepath.Join(cfg.Out, probeName(in.probe)))
+	ok := int64(1)
+	if err != nil || string(b) != in.probe {
+		ok = 0
+	}
+	all, gerr := c.AllgatherInt64(ok)
+	if gerr != nil {
+		return localErr(ExitMPI, "jobs: shared output check: %w", gerr)
+	}
+	if c.Rank() == 0 {
+		os.Remove(filepath.Join(cfg.Out, probeName(in.probe)))
+	}
+	var blind []string
+	for r, v := range all {
+		if v == 0 {
+			blind = append(blind, strconv.Itoa(r))
+		}
+	}
+	if len(blind) > 0 {
+		return collective(ExitMPI, "jobs: --out %s is not on a filesystem every rank sees: rank(s) %s cannot read rank 0's probe file", cfg.Out, strings.Join(blind, ", "))
+	}
+	return nil
+}
+
+// packFields appends length-prefixed fields.
+func packFields(pkt []byte, fields ...[]byte) []byte {
+	for _, f := range fields {
+		pkt = binary.LittleEndian.AppendUint64(pkt, uint64(len(f)))
+		pkt = append(pkt, f...)
+	}
+	return pkt
+}
+
+func unpackFields(pkt []byte) ([][]byte, error) {
+	var out [][]byte
+	for len(pkt) > 0 {
+		if len(pkt) < 8 {
+			return nil, errors.New("jobs: truncated input broadcast")
+		}
+		n := binary.LittleEndian.Uint64(pkt)
+		pkt = pkt[8:]
+		if uint64(len(pkt)) < n {
+			return nil, errors.New("jobs: truncated input broadcast")
+		}
+		out, pkt = append(out, pkt[:n:n]), pkt[n:]
+	}
+	return out, nil
+}
+
+// errInterrupted is returned by detectShard when a signal asked the job to
+// stop; the rank has synced its part file.
+var errInterrupted = errors.New("interrupted by a signal; finished images are saved, continue with --resume")
+
+// InterruptEnv is a test hook "RANK:N": that rank signals itself (SIGTERM)
+// after N batches, as scancel or a preemption would.
+const InterruptEnv = "CANOPY_TEST_INTERRUPT"
+
+// interruptSelf delivers the hook's signal; tests of package jobs replace
+// it, since their ranks share one process.
+var interruptSelf = func(rank int) {
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	time.Sleep(200 * time.Millisecond) // let signal.NotifyContext cancel the context
+}
+
+func interruptAfter(rank int) int {
+	v, ok := os.LookupEnv(InterruptEnv)
+	if !ok {
+		return -1
+	}
+	r, n, _ := strings.Cut(v, ":")
+	if r != strconv.Itoa(rank) {
+		return -1
+	}
+	k, err := strconv.Atoi(n)
+	if err != nil {
+		return -1
+	}
+	return k
+}
