@@ -350,15 +350,12 @@ func TestMPIDoctor(t *testing.T) {
 	}
 }
 
-// SIGTERM to every rank mid-run (what scancel does) ends the job with exit
-// 8 within seconds; --resume on another rank count recomputes only what
-// was not saved and reports the uninterrupted metrics byte for byte.
-func TestMPISigtermThenResume(t *testing.T) {
-	truth, preds := set("multi", "truth.csv"), set("multi", "predictions.csv")
-	ref := inProcess(t, 1, jobs.EvalConfig{CSV: truth, Predictions: preds, Out: t.TempDir(), IoUThreshold: 0.4})
-	out := filepath.Join(t.TempDir(), "run with space")
+// slowRun starts mpirun -np 2 canopy eval with a slow replay detector and
+// returns once both ranks have saved part records, with the ranks' pids.
+func slowRun(t *testing.T, truth, preds, out string) (*exec.Cmd, *bytes.Buffer, []string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", "-np", "2", canopyBin, "eval", "--csv", truth, "--predictions", preds,
 		"--out", out, "--batch-size", "2")
 	cmd.Env = append(os.Environ(), "CANOPY_TEST_SLOW_MS=20")
@@ -367,40 +364,34 @@ func TestMPISigtermThenResume(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// wait until both ranks have saved something, then signal them
 	deadline := time.Now().Add(30 * time.Second)
-	for {
+	for time.Now().Before(deadline) {
 		files, _ := filepath.Glob(filepath.Join(out, "parts", "*.part"))
-		big := 0
+		n := 0
 		for _, f := range files {
 			if st, err := os.Stat(f); err == nil && st.Size() > 0 {
-				big++
+				n++
 			}
 		}
-		if big == 2 || time.Now().After(deadline) {
+		if n == 2 {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 	// the rank processes only (not mpirun or the timeout wrapper)
 	pids, _ := exec.Command("pgrep", "-f", "--", "^"+canopyBin+" eval .*--out "+out).Output()
-	var signalled int
-	for _, p := range strings.Fields(string(pids)) {
-		if exec.Command("kill", "-TERM", p).Run() == nil {
-			signalled++
-		}
-	}
-	sent := time.Now()
-	err := cmd.Wait()
-	took := time.Since(sent)
-	var ee *exec.ExitError
-	if signalled != 2 || !errors.As(err, &ee) || ee.ExitCode() != jobs.ExitResumable {
-		t.Fatalf("signalled %d ranks; mpirun: %v (want exit %d)\n%s", signalled, err, jobs.ExitResumable, se.String())
-	}
-	t.Logf("SIGTERM to all ranks exited after %v", took)
-	if took > 15*time.Second {
-		t.Errorf("ranks took %v to exit after SIGTERM", took)
-	}
+	return cmd, &se, strings.Fields(string(pids))
+}
+
+type resumeReport struct {
+	FromParts int `json:"images_from_parts"`
+	Computed  int `json:"images_computed"`
+}
+
+// resumeAndCompare resumes the run in out on 3 ranks and checks the metrics
+// equal ref; it returns the report's resume block.
+func resumeAndCompare(t *testing.T, truth, preds, out string, ref []byte) resumeReport {
+	t.Helper()
 	r := mpirun(t, 3, nil, "eval", "--csv", truth, "--predictions", preds, "--out", out, "--resume")
 	if r.code != 0 {
 		t.Fatalf("resume: exit %d\n%s", r.code, r.stderr)
@@ -408,18 +399,55 @@ func TestMPISigtermThenResume(t *testing.T) {
 	if got := metricsOf(t, out); !bytes.Equal(got, ref) {
 		t.Fatalf("resumed metrics\n%s\ndiffer from\n%s", got, ref)
 	}
-	var rep struct {
-		Run struct {
-			Resume struct {
-				FromParts int `json:"images_from_parts"`
-				Computed  int `json:"images_computed"`
-			}
-		}
-	}
+	var rep struct{ Run struct{ Resume resumeReport } }
 	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
 	json.Unmarshal(b, &rep)
-	t.Logf("resume: %d images from part files, %d recomputed", rep.Run.Resume.FromParts, rep.Run.Resume.Computed)
 	if rep.Run.Resume.FromParts == 0 || rep.Run.Resume.FromParts+rep.Run.Resume.Computed != 300 {
 		t.Errorf("resume info %+v", rep.Run.Resume)
 	}
+	return rep.Run.Resume
+}
+
+// SIGTERM to every rank mid-run (what scancel does) ends the job with exit
+// 8 within seconds; --resume on another rank count recomputes only what
+// was not saved and reports the uninterrupted metrics byte for byte.
+func TestMPISigtermThenResume(t *testing.T) {
+	truth, preds := set("multi", "truth.csv"), set("multi", "predictions.csv")
+	ref := inProcess(t, 1, jobs.EvalConfig{CSV: truth, Predictions: preds, Out: t.TempDir(), IoUThreshold: 0.4})
+	out := filepath.Join(t.TempDir(), "run with space")
+	cmd, se, pids := slowRun(t, truth, preds, out)
+	for _, p := range pids {
+		exec.Command("kill", "-TERM", p).Run()
+	}
+	sent := time.Now()
+	err := cmd.Wait()
+	took := time.Since(sent)
+	var ee *exec.ExitError
+	if len(pids) != 2 || !errors.As(err, &ee) || ee.ExitCode() != jobs.ExitResumable {
+		t.Fatalf("signalled %v; mpirun: %v (want exit %d)\n%s", pids, err, jobs.ExitResumable, se.String())
+	}
+	t.Logf("SIGTERM to all ranks: exited after %v", took)
+	if took > 15*time.Second {
+		t.Errorf("ranks took %v to exit after SIGTERM", took)
+	}
+	ri := resumeAndCompare(t, truth, preds, out, ref)
+	t.Logf("resume: %d images from part files, %d recomputed", ri.FromParts, ri.Computed)
+}
+
+// A rank killed outright (SIGKILL, a crash): mpirun ends the job; what the
+// ranks appended survives, and --resume finishes with the same metrics.
+func TestMPIKillThenResume(t *testing.T) {
+	truth, preds := set("multi", "truth.csv"), set("multi", "predictions.csv")
+	ref := inProcess(t, 1, jobs.EvalConfig{CSV: truth, Predictions: preds, Out: t.TempDir(), IoUThreshold: 0.4})
+	out := t.TempDir()
+	cmd, se, pids := slowRun(t, truth, preds, out)
+	if len(pids) != 2 {
+		t.Fatalf("pids %v", pids)
+	}
+	exec.Command("kill", "-KILL", pids[1]).Run()
+	if err := cmd.Wait(); err == nil {
+		t.Fatalf("the job succeeded although a rank was killed\n%s", se.String())
+	}
+	ri := resumeAndCompare(t, truth, preds, out, ref)
+	t.Logf("after SIGKILL: %d images from part files, %d recomputed", ri.FromParts, ri.Computed)
 }

@@ -8,7 +8,6 @@
 package parts
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -23,10 +22,12 @@ import (
 // Dir is the folder of part files inside the output folder.
 const Dir = "parts"
 
-// Writer appends records to one part file.
+// Writer appends records to one part file. Each record reaches the
+// operating system in one write as soon as it is appended, so a killed
+// process loses nothing it appended; fsync, which protects against losing
+// the machine, runs at most every interval.
 type Writer struct {
 	f        *os.File
-	w        *bufio.Writer
 	every    time.Duration
 	lastSync time.Time
 	buf      []byte
@@ -44,23 +45,19 @@ func Create(out string, attempt, rank int, every time.Duration) (*Writer, error)
 	if err != nil {
 		return nil, fmt.Errorf("parts: %w", err)
 	}
-	return &Writer{f: f, w: bufio.NewWriter(f), every: every, lastSync: time.Now()}, nil
+	return &Writer{f: f, every: every, lastSync: time.Now()}, nil
 }
 
 // Append writes one record holding images and syncs when the interval has
 // passed.
 func (w *Writer) Append(images []wire.Image) error {
 	var err error
-	w.buf, err = wire.Encode(w.buf[:0], images)
+	w.buf, err = wire.Encode(append(w.buf[:0], make([]byte, 8)...), images)
 	if err != nil {
 		return fmt.Errorf("parts: %w", err)
 	}
-	var n [8]byte
-	binary.LittleEndian.PutUint64(n[:], uint64(len(w.buf)))
-	if _, err := w.w.Write(n[:]); err != nil {
-		return fmt.Errorf("parts: %w", err)
-	}
-	if _, err := w.w.Write(w.buf); err != nil {
+	binary.LittleEndian.PutUint64(w.buf, uint64(len(w.buf)-8))
+	if _, err := w.f.Write(w.buf); err != nil {
 		return fmt.Errorf("parts: %w", err)
 	}
 	if time.Since(w.lastSync) >= w.every {
@@ -69,11 +66,8 @@ func (w *Writer) Append(images []wire.Image) error {
 	return nil
 }
 
-// Sync flushes and fsyncs the file.
+// Sync fsyncs the file.
 func (w *Writer) Sync() error {
-	if err := w.w.Flush(); err != nil {
-		return fmt.Errorf("parts: %w", err)
-	}
 	if err := w.f.Sync(); err != nil {
 		return fmt.Errorf("parts: %w", err)
 	}
