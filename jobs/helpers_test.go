@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,12 +18,18 @@ import (
 // rank's exit code.
 func runLocal(t *testing.T, n int, cfg EvalConfig) []int {
 	t.Helper()
+	return runLocalCtx(t, n, cfg, func(int) context.Context { return context.Background() }, &bytes.Buffer{})
+}
+
+// runLocalCtx is runLocal with a context per rank and a shared stderr.
+func runLocalCtx(t *testing.T, n int, cfg EvalConfig, ctxOf func(rank int) context.Context, stderr io.Writer) []int {
+	t.Helper()
 	codes := make([]int, n)
 	errs := local.Run(n, func(c mpi.Comm) error {
-		mine := cfg
-		codes[c.Rank()] = runJob(context.Background(), func() (mpi.Comm, func() error, error) {
+		ctx := ctxOf(c.Rank())
+		codes[c.Rank()] = runJob(ctx, func() (mpi.Comm, func() error, error) {
 			return c, func() error { return nil }, nil
-		}, &bytes.Buffer{}, jobOptions{}, func(c mpi.Comm) error { return Eval(context.Background(), c, mine) })
+		}, stderr, jobOptions{}, func(c mpi.Comm) error { return Eval(ctx, c, cfg) })
 		return nil
 	})
 	for r, err := range errs {

@@ -9,8 +9,6 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/parts"
-	"github.com/canopy-hpc/canopy/mpi"
-	"github.com/canopy-hpc/canopy/mpi/local"
 )
 
 // runLocalInterrupt is runLocal with a context per rank, so the interrupt
@@ -26,21 +24,7 @@ func runLocalInterrupt(t *testing.T, n int, cfg EvalConfig, stderr *bytes.Buffer
 	old := interruptSelf
 	interruptSelf = func(rank int) { cancels[rank]() }
 	defer func() { interruptSelf = old }()
-	codes := make([]int, n)
-	errs := local.Run(n, func(c mpi.Comm) error {
-		codes[c.Rank()] = runJob(ctxs[c.Rank()], func() (mpi.Comm, func() error, error) {
-			return c, func() error { return nil }, nil
-		}, stderr, jobOptions{}, func(c mpi.Comm) error { return Eval(ctxs[c.Rank()], c, cfg) })
-		return nil
-	})
-	for r, err := range errs {
-		if code, ok := local.AbortCode(err); ok {
-			codes[r] = code
-		} else if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	return codes
+	return runLocalCtx(t, n, cfg, func(r int) context.Context { return ctxs[r] }, stderr)
 }
 
 func resumeOf(t *testing.T, out string) resumeInfo {
@@ -134,13 +118,7 @@ func TestResumeRefusedWhenInputsDiffer(t *testing.T) {
 	cfg.Resume = true
 	cfg.Predictions = filepath.Join("..", "testdata", "sets", "edge", "predictions.csv")
 	var stderr bytes.Buffer
-	codes := make([]int, 2)
-	errs := local.Run(2, func(c mpi.Comm) error {
-		codes[c.Rank()] = runJob(context.Background(), func() (mpi.Comm, func() error, error) { return c, func() error { return nil }, nil },
-			&stderr, jobOptions{}, func(c mpi.Comm) error { return Eval(context.Background(), c, cfg) })
-		return nil
-	})
-	_ = errs
+	codes := runLocalCtx(t, 2, cfg, func(int) context.Context { return context.Background() }, &stderr)
 	if codes[0] != ExitUsage || codes[1] != ExitUsage || !strings.Contains(stderr.String(), "predictions sha256") {
 		t.Fatalf("codes %v, stderr %s", codes, stderr.String())
 	}
