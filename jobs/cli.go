@@ -61,6 +61,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 		Commands: []*cli.Command{
 			evalCommand(&code, stdout, errw, stderr, newComm),
 			doctorCommand(&code, stdout, stderr, newComm),
+			CompareCommand(&code, stdout, stderr),
 			{
 				Name:  "version",
 				Usage: "print canopy's version and build",
