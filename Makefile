@@ -9,7 +9,7 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-.PHONY: all deps build demo test test-unit test-mpi check-fmt bench bench-go bench-gather bench-e2e bench-metrics bench-large testdata check-mpich clean
+.PHONY: all deps build demo test test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-large testdata check-mpich clean
 
 all: build
 
@@ -25,13 +25,17 @@ demo: build
 
 test: deps check-fmt test-unit test-mpi
 
+# xmllint validates canopy compare's JUnit output against its schema.
+test-deps:
+	@scripts/install-deps.sh libxml2-utils
+
 check-fmt:
 	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
 	$(GO) vet -tags '$(TAGS)' ./...
 
 # Unit tests, including the end-to-end mpirun tests of package main.
-test-unit:
+test-unit: test-deps
 	$(GO) test -tags '$(TAGS)' -count=1 -timeout 600s ./...
 
 # The MPI conformance suite against the real binding on 1..4 ranks (the
