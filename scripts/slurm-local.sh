@@ -1,0 +1,267 @@
+#!/usr/bin/env bash
+# scripts/slurm-local.sh start|stop|status|env [DIR] -- a one-node Slurm 22.05
+# cluster on this machine, every file of it under one scratch folder, for
+# canopy's Slurm tests (scripts/test-slurm.sh) and for trying jobs/slurm/.
+#
+#   eval "$(scripts/slurm-local.sh start)"   # start; stdout is: export SLURM_CONF=...
+#   sbatch -n 2 jobs/slurm/canopy-1node.sbatch ...
+#   scripts/slurm-local.sh stop              # kill by PID file, wait; safe twice
+#
+# DIR defaults to ${CANOPY_SLURM_DIR:-/tmp/canopy-slurm}. It must be an
+# absolute path without spaces, commas or '#' (slurm.conf cannot quote them).
+# `start` wipes DIR's state first (a previous instance is stopped by its PID
+# files), so every start is a fresh cluster with no jobs.
+#
+# What runs (no systemd; root is needed: SlurmUser=root, munged as "munge"):
+#   munged     as user munge, private socket DIR/munge/munge.socket.2 (dir mode
+#              711), its own key DIR/munge/munge.key (made with mungekey);
+#   slurmctld  -f DIR/slurm.conf;
+#   slurmd     -f DIR/slurm.conf -N localhost (the node is named localhost).
+# The node: CPUs=${CANOPY_SLURM_CPUS:-nproc} (1 socket, 1 thread per core),
+# RealMemory=20000, Gres=gpu:${CANOPY_SLURM_GPUS:-2} -- fake GPUs: gres.conf has
+# AutoDetect=off and "Name=gpu File=DIR/dev/nvidia[0-N]" (empty regular files
+# that slurmd accepts as device files), so --gpus-per-task=1 and --gres=gpu:N
+# schedule and set CUDA_VISIBLE_DEVICES; nothing can compute on them.
+# Partition "debug" (default, no time limit). Accounting: none (so no sacct;
+# use squeue / scontrol show job / sbatch --wait).
+#
+# Other variables: CANOPY_SLURM_CTLD_PORT (6817), CANOPY_SLURM_SLURMD_PORT
+# (6818), CANOPY_SLURM_WAIT (30: seconds to wait for the node to be idle).
+#
+# Exit codes: 0 ok; 1 a daemon failed to start or the node did not become idle
+# (the log tails are printed); 2 usage (bad command or DIR, not root, a
+# program missing: install with scripts/install-deps.sh slurm-wlm munge).
+set -euo pipefail
+
+usage() {
+	echo "usage: scripts/slurm-local.sh start|stop|status|env [DIR]" >&2
+	exit 2
+}
+[ $# -ge 1 ] && [ $# -le 2 ] || usage
+cmd=$1
+D=${2:-${CANOPY_SLURM_DIR:-/tmp/canopy-slurm}}
+case $D in
+/*) ;;
+*) echo "slurm-local: DIR must be an absolute path: $D" >&2; exit 2 ;;
+esac
+case $D in
+*[[:space:],#=]*) echo "slurm-local: DIR must not contain spaces, commas, '#' or '=' (slurm.conf cannot quote them): $D" >&2; exit 2 ;;
+esac
+D=${D%/}
+CONF=$D/slurm.conf
+WAIT=${CANOPY_SLURM_WAIT:-30}
+
+log() { echo "slurm-local: $*" >&2; }
+
+# pid_of NAME: the live PID recorded in DIR/run/NAME.pid, or nothing.
+pid_of() {
+	local f=$D/run/$1.pid p
+	[ -s "$f" ] || return 0
+	p=$(tr -dc 0-9 <"$f")
+	[ -n "$p" ] && kill -0 "$p" 2>/dev/null && echo "$p"
+	return 0
+}
+
+# stop_one NAME: SIGTERM the recorded PID, wait up to 10 s, then SIGKILL.
+stop_one() {
+	local p i
+	p=$(pid_of "$1")
+	if [ -z "$p" ]; then
+		rm -f "$D/run/$1.pid"
+		return 0
+	fi
+	kill -TERM "$p" 2>/dev/null || true
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$p" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$p" 2>/dev/null; then
+		log "$1 (pid $p) ignored SIGTERM for 10 s; SIGKILL"
+		kill -KILL "$p" 2>/dev/null || true
+		sleep 0.2
+	fi
+	rm -f "$D/run/$1.pid"
+	log "stopped $1 (pid $p)"
+}
+
+do_stop() {
+	[ -d "$D" ] || { log "nothing to stop in $D"; return 0; }
+	# slurmd first (it may be running job steps), then the controller, then munge.
+	stop_one slurmd
+	stop_one slurmctld
+	stop_one munged
+}
+
+tails() {
+	local f
+	for f in "$D"/log/*.log; do
+		[ -f "$f" ] || continue
+		echo "----- tail $f" >&2
+		tail -n 25 "$f" >&2 || true
+	done
+}
+
+fail() {
+	log "$*"
+	tails
+	do_stop || true
+	exit 1
+}
+
+# wait_pid NAME SECONDS: wait for the daemon's PID file to name a live process.
+wait_pid() {
+	local i
+	for ((i = 0; i < $2 * 10; i++)); do
+		[ -n "$(pid_of "$1")" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+node_state() { SLURM_CONF=$CONF sinfo -h -N -n localhost -o %T 2>/dev/null | head -n 1; }
+
+do_start() {
+	[ "$(id -u)" = 0 ] || { log "start needs root (SlurmUser=root, munged as user munge)"; exit 2; }
+	local p
+	for p in munged mungekey slurmctld slurmd sinfo runuser; do
+		command -v "$p" >/dev/null 2>&1 || [ -x "/usr/sbin/$p" ] || {
+			log "$p not found: install with scripts/install-deps.sh slurm-wlm munge"
+			exit 2
+		}
+	done
+	id munge >/dev/null 2>&1 || { log "user munge missing (install the munge package)"; exit 2; }
+	local port_ctld=${CANOPY_SLURM_CTLD_PORT:-6817} port_d=${CANOPY_SLURM_SLURMD_PORT:-6818}
+	local cpus=${CANOPY_SLURM_CPUS:-$(nproc)} gpus=${CANOPY_SLURM_GPUS:-2}
+
+	# A fresh cluster: stop what a previous start left (by PID file), wipe.
+	do_stop
+	rm -rf "$D"
+	mkdir -p "$D"/{run,log,state,spool,dev,munge}
+	chmod 755 "$D" "$D/run" "$D/log"
+
+	# munge: private socket dir 711 (700 is refused), own key and files.
+	chown munge:munge "$D/munge"
+	chmod 711 "$D/munge"
+	mungekey --create --keyfile="$D/munge/munge.key" --force >/dev/null 2>&1 ||
+		dd if=/dev/urandom of="$D/munge/munge.key" bs=1024 count=1 status=none
+	chown munge:munge "$D/munge/munge.key"
+	chmod 600 "$D/munge/munge.key"
+	touch "$D/log/munged.log" "$D/run/munged.pid"
+	chown munge:munge "$D/log/munged.log" "$D/run/munged.pid"
+	runuser -u munge -- /usr/sbin/munged --force \
+		--socket="$D/munge/munge.socket.2" \
+		--key-file="$D/munge/munge.key" \
+		--pid-file="$D/run/munged.pid" \
+		--log-file="$D/log/munged.log" \
+		--seed-file="$D/munge/munged.seed" ||
+		fail "munged failed to start"
+	wait_pid munged 10 || fail "munged wrote no live PID within 10 s"
+
+	# Fake GPUs: empty regular files as device files.
+	local i last=$((gpus - 1)) gres_node=""
+	for ((i = 0; i < gpus; i++)); do : >"$D/dev/nvidia$i"; done
+	if [ "$gpus" -gt 0 ]; then
+		gres_node="Gres=gpu:$gpus"
+		{
+			echo "# fake GPUs for tests: no devices behind them"
+			echo "AutoDetect=off"
+			if [ "$gpus" -eq 1 ]; then
+				echo "NodeName=localhost Name=gpu File=$D/dev/nvidia0"
+			else
+				echo "NodeName=localhost Name=gpu File=$D/dev/nvidia[0-$last]"
+			fi
+		} >"$D/gres.conf"
+	else
+		: >"$D/gres.conf"
+	fi
+
+	cat >"$CONF" <<EOF
+# Written by scripts/slurm-local.sh: a one-node test cluster under $D.
+ClusterName=canopy-local
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=$port_ctld
+SlurmdPort=$port_d
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$D/munge/munge.socket.2
+MpiDefault=pmix
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+StateSaveLocation=$D/state
+SlurmdSpoolDir=$D/spool
+SlurmctldPidFile=$D/run/slurmctld.pid
+SlurmdPidFile=$D/run/slurmd.pid
+SlurmctldLogFile=$D/log/slurmctld.log
+SlurmdLogFile=$D/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+MailProg=/bin/true
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+ReturnToService=2
+SchedulerType=sched/backfill
+SlurmctldTimeout=30
+SlurmdTimeout=60
+InactiveLimit=0
+KillWait=10
+MinJobAge=300
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus Sockets=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=20000 $gres_node State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+EOF
+	touch "$D/cgroup.conf"
+
+	slurmctld -f "$CONF" || fail "slurmctld failed to start"
+	wait_pid slurmctld 10 || fail "slurmctld wrote no live PID within 10 s"
+	slurmd -f "$CONF" -N localhost || fail "slurmd failed to start"
+	wait_pid slurmd 10 || fail "slurmd wrote no live PID within 10 s"
+
+	local s="" t0=$SECONDS
+	while ((SECONDS - t0 < WAIT)); do
+		s=$(node_state)
+		case $s in
+		idle*) break ;;
+		down* | drain*) SLURM_CONF=$CONF scontrol update nodename=localhost state=resume >/dev/null 2>&1 || true ;;
+		esac
+		[ -n "$(pid_of slurmctld)" ] || fail "slurmctld exited"
+		[ -n "$(pid_of slurmd)" ] || fail "slurmd exited"
+		sleep 0.2
+	done
+	case $s in
+	idle*) ;;
+	*) fail "node localhost not idle after ${WAIT} s (sinfo state: '${s:-none}')" ;;
+	esac
+	log "up in $D: node localhost idle, $cpus CPUs, gpu:$gpus (fake), $((SECONDS - t0)) s to idle"
+	printf 'export SLURM_CONF=%q\n' "$CONF"
+}
+
+do_status() {
+	local n p rc=0
+	for n in munged slurmctld slurmd; do
+		p=$(pid_of "$n")
+		if [ -n "$p" ]; then
+			echo "$n: running (pid $p)"
+		else
+			echo "$n: not running"
+			rc=3
+		fi
+	done
+	if [ $rc = 0 ]; then
+		echo "node localhost: $(node_state)"
+		printf 'export SLURM_CONF=%q\n' "$CONF"
+	fi
+	return $rc
+}
+
+case $cmd in
+start) do_start ;;
+stop) do_stop ;;
+status) do_status ;;
+env) printf 'export SLURM_CONF=%q\n' "$CONF" ;;
+*) usage ;;
+esac
