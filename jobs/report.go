@@ -243,6 +243,9 @@ func writeAtomic(dir, name string, fill func(io.Writer) error) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("jobs: close %s: %w", name, err)
 	}
+	if err := os.Chmod(tmp, 0o644); err != nil { // CreateTemp makes 0600
+		return fmt.Errorf("jobs: %w", err)
+	}
 	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		return fmt.Errorf("jobs: %w", err)
 	}
