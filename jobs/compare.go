@@ -166,16 +166,14 @@ type cmpRunDiff struct{ field, base, cur string }
 
 // cmpResult is a whole comparison.
 type cmpResult struct {
-	base, cur     *cmpReport
-	truthDiffers  bool
-	diffs         []cmpRunDiff
-	rows          []cmpRow
-	failOn        string
-	counts        map[string]int
-	regressions   []string
-	elapsed       time.Duration
-	defaultTol    float64
-	toleranceUsed map[string]float64
+	base, cur    *cmpReport
+	truthDiffers bool
+	diffs        []cmpRunDiff
+	rows         []cmpRow
+	failOn       string
+	counts       map[string]int
+	regressions  []string
+	elapsed      time.Duration
 }
 
 // runCompare compares opts.Baseline with opts.Current, prints the table
@@ -184,6 +182,39 @@ type cmpResult struct {
 // its exit code.
 func runCompare(opts CompareOptions, stdout io.Writer) (int, error) {
 	start := time.Now()
+	res, err := compareReports(opts)
+	if err != nil {
+		return Code(err), err
+	}
+	res.elapsed = time.Since(start)
+	if opts.Markdown == "-" {
+		if err := writeCompareMarkdown(stdout, res); err != nil {
+			return ExitInternal, &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: compare: stdout: %w", err)}
+		}
+	} else {
+		if err := writeCompareText(stdout, res); err != nil {
+			return ExitInternal, &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: compare: stdout: %w", err)}
+		}
+		if opts.Markdown != "" {
+			if err := writeFileAtomic(opts.Markdown, func(w io.Writer) error { return writeCompareMarkdown(w, res) }); err != nil {
+				return ExitInternal, &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: compare: --markdown: %w", err)}
+			}
+		}
+	}
+	if opts.JUnit != "" {
+		if err := writeFileAtomic(opts.JUnit, func(w io.Writer) error { return writeCompareJUnit(w, res) }); err != nil {
+			return ExitInternal, &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: compare: --junit: %w", err)}
+		}
+	}
+	if len(res.regressions) > 0 {
+		return ExitRegression, nil
+	}
+	return ExitOK, nil
+}
+
+// compareReports reads both reports, checks their truth and compares them
+// metric by metric; it writes nothing but warnings on opts.Stderr.
+func compareReports(opts CompareOptions) (*cmpResult, error) {
 	stderr := opts.Stderr
 	if stderr == nil {
 		stderr = io.Discard
@@ -193,24 +224,24 @@ func runCompare(opts CompareOptions, stdout io.Writer) (int, error) {
 		failOn = FailOnWorse
 	}
 	if failOn != FailOnWorse && failOn != FailOnChange {
-		return ExitUsage, &Error{Code: ExitUsage, Collective: true, Err: fmt.Errorf("jobs: compare: --fail-on %q: want %s or %s", opts.FailOn, FailOnWorse, FailOnChange)}
+		return nil, &Error{Code: ExitUsage, Collective: true, Err: fmt.Errorf("jobs: compare: --fail-on %q: want %s or %s", opts.FailOn, FailOnWorse, FailOnChange)}
 	}
 	if opts.Baseline == "" || opts.Current == "" {
-		return ExitUsage, &Error{Code: ExitUsage, Collective: true, Err: errors.New("jobs: compare: want two paths, BASELINE and CURRENT")}
+		return nil, &Error{Code: ExitUsage, Collective: true, Err: errors.New("jobs: compare: want two paths, BASELINE and CURRENT")}
 	}
 	tols, def, err := parseTolerances(opts.Tolerance)
 	if err != nil {
-		return ExitUsage, &Error{Code: ExitUsage, Collective: true, Err: fmt.Errorf("jobs: compare: %w", err)}
+		return nil, &Error{Code: ExitUsage, Collective: true, Err: fmt.Errorf("jobs: compare: %w", err)}
 	}
 	base, err := readCompareReport(opts.Baseline)
 	if err != nil {
-		return ExitInput, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("jobs: compare: baseline: %w", err)}
+		return nil, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("jobs: compare: baseline: %w", err)}
 	}
 	cur, err := readCompareReport(opts.Current)
 	if err != nil {
-		return ExitInput, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("jobs: compare: current: %w", err)}
+		return nil, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("jobs: compare: current: %w", err)}
 	}
-	res := &cmpResult{base: base, cur: cur, failOn: failOn, defaultTol: def, toleranceUsed: tols}
+	res := &cmpResult{base: base, cur: cur, failOn: failOn}
 	bt, ct := base.inputs["csv"], cur.inputs["csv"]
 	if bt.SHA256 == "" || ct.SHA256 == "" || bt.SHA256 != ct.SHA256 {
 		res.truthDiffers = true
@@ -219,7 +250,7 @@ func runCompare(opts CompareOptions, stdout io.Writer) (int, error) {
 			if bt.SHA256 == "" || ct.SHA256 == "" {
 				why = "a report does not record its truth CSV's sha256 (run.inputs.csv.sha256), so the truth cannot be checked"
 			}
-			return ExitInput, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf(
+			return nil, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf(
 				"jobs: compare: %s (baseline %s, current %s): their metrics are not comparable; pass --allow-different-truth to compare anyway",
 				why, describeInput(bt), describeInput(ct))}
 		}
@@ -244,31 +275,7 @@ func runCompare(opts CompareOptions, stdout io.Writer) (int, error) {
 			res.regressions = append(res.regressions, r.key)
 		}
 	}
-	res.elapsed = time.Since(start)
-
-	if opts.Markdown == "-" {
-		if err := writeCompareMarkdown(stdout, res); err != nil {
-			return ExitInternal, &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: compare: stdout: %w", err)}
-		}
-	} else {
-		if err := writeCompareText(stdout, res); err != nil {
-			return ExitInternal, &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: compare: stdout: %w", err)}
-		}
-		if opts.Markdown != "" {
-			if err := writeFileAtomic(opts.Markdown, func(w io.Writer) error { return writeCompareMarkdown(w, res) }); err != nil {
-				return ExitInternal, &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: compare: --markdown: %w", err)}
-			}
-		}
-	}
-	if opts.JUnit != "" {
-		if err := writeFileAtomic(opts.JUnit, func(w io.Writer) error { return writeCompareJUnit(w, res) }); err != nil {
-			return ExitInternal, &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: compare: --junit: %w", err)}
-		}
-	}
-	if len(res.regressions) > 0 {
-		return ExitRegression, nil
-	}
-	return ExitOK, nil
+	return res, nil
 }
 
 // parseTolerances reads "metric=abs" specs, each possibly a comma list.
@@ -647,13 +654,13 @@ func writeCompareText(w io.Writer, res *cmpResult) error {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "metric\tbaseline\tcurrent\tdelta\tverdict\t")
+	fmt.Fprintln(tw, "metric\tbaseline\tcurrent\tdelta\tverdict")
 	for _, r := range res.rows {
 		v := r.verdict
 		if r.regression {
 			v += " !"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", r.key, r.base, r.cur, r.deltaSigned(), v)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.key, r.base, r.cur, r.deltaSigned(), v)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 )
 
 // The fixtures in testdata/compare are hand-written reports, each named
@@ -167,4 +169,327 @@ func TestCompareJUnitAndMarkdown(t *testing.T) {
 		len(lines) != 2+s.Tests+2 || !strings.Contains(lines[len(lines)-1], "4 regressions") {
 		t.Errorf("markdown:\n%s", m)
 	}
+}
+
+// compareDirect runs runCompare itself (no command line) and returns the
+// exit code and stdout.
+func compareDirect(t *testing.T, opts CompareOptions) (int, string) {
+	t.Helper()
+	var so bytes.Buffer
+	code, err := runCompare(opts, &so)
+	if err != nil && Code(err) != code {
+		t.Fatalf("runCompare returned code %d with an error carrying %d: %v", code, Code(err), err)
+	}
+	if err == nil && code != ExitOK && code != ExitRegression {
+		t.Fatalf("runCompare: code %d without an error", code)
+	}
+	return code, so.String()
+}
+
+// verdicts compares two fixtures and returns each row's verdict.
+func verdicts(t *testing.T, opts CompareOptions) map[string]string {
+	t.Helper()
+	res, err := compareReports(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := map[string]string{}
+	for _, r := range res.rows {
+		v[r.key] = r.verdict
+	}
+	return v
+}
+
+func TestCompareDirectIdenticalAllSame(t *testing.T) {
+	code, out := compareDirect(t, CompareOptions{Baseline: fixture("baseline.json"), Current: fixture("baseline.json")})
+	if code != ExitOK || !strings.Contains(out, "9 metrics: 9 same, 0 better, 0 worse, 0 changed, 0 appeared, 0 vanished") {
+		t.Errorf("exit %d\n%s", code, out)
+	}
+	for k, v := range verdicts(t, CompareOptions{Baseline: fixture("baseline.json"), Current: fixture("baseline.json")}) {
+		if v != "same" {
+			t.Errorf("%s: %s", k, v)
+		}
+	}
+	// the text table has a header and one row per metric, no trailing blanks
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasSuffix(l, " ") {
+			t.Errorf("trailing blanks: %q", l)
+		}
+	}
+}
+
+func TestCompareDirectTolerances(t *testing.T) {
+	opts := CompareOptions{Baseline: fixture("baseline.json"), Current: fixture("worse_recall.json")} // box_recall 0.8 → 0.79
+	for _, c := range []struct {
+		tol  []string
+		want int
+	}{
+		{nil, ExitRegression},
+		{[]string{"box_recall=0.009"}, ExitRegression}, // below the drop
+		{[]string{"box_recall=0.011"}, ExitOK},
+		{[]string{"iou=0,box_recall=0.011"}, ExitOK}, // comma list
+		{[]string{"iou=0", "box_recall=1e-1"}, ExitOK},
+		{[]string{"default=0.011"}, ExitOK},
+		{[]string{"default=0.011", "box_recall=0"}, ExitRegression}, // the metric's own wins
+	} {
+		o := opts
+		o.Tolerance = c.tol
+		if code, out := compareDirect(t, o); code != c.want {
+			t.Errorf("--tolerance %q: exit %d, want %d\n%s", c.tol, code, c.want, out)
+		}
+	}
+	if v := verdicts(t, CompareOptions{Baseline: opts.Baseline, Current: opts.Current, Tolerance: []string{"box_recall=0.011"}}); v["box_recall"] != "same" {
+		t.Errorf("box_recall within tolerance: %s, want same", v["box_recall"])
+	}
+	for _, bad := range []string{"box_recall", "=0.1", "box_recall=x", "box_recall=-1", "box_recall=NaN", "default=+Inf"} {
+		o := opts
+		o.Tolerance = []string{bad}
+		if code, _ := compareDirect(t, o); code != ExitUsage {
+			t.Errorf("--tolerance %q: exit %d, want %d", bad, code, ExitUsage)
+		}
+	}
+}
+
+func TestCompareDirectFailOn(t *testing.T) {
+	for _, c := range []struct {
+		base, cur, failOn string
+		want              int
+	}{
+		{"baseline.json", "better_only.json", "", ExitOK},
+		{"baseline.json", "better_only.json", FailOnWorse, ExitOK},
+		{"baseline.json", "better_only.json", FailOnChange, ExitRegression},
+		{"vanished.json", "baseline.json", FailOnWorse, ExitOK}, // appeared only
+		{"vanished.json", "baseline.json", FailOnChange, ExitRegression},
+		{"baseline.json", "vanished.json", FailOnWorse, ExitRegression},
+		{"baseline.json", "same.json", FailOnChange, ExitOK},
+		{"baseline.json", "same.json", "sometimes", ExitUsage},
+	} {
+		code, out := compareDirect(t, CompareOptions{Baseline: fixture(c.base), Current: fixture(c.cur), FailOn: c.failOn})
+		if code != c.want {
+			t.Errorf("%s → %s --fail-on %q: exit %d, want %d\n%s", c.base, c.cur, c.failOn, code, c.want, out)
+		}
+	}
+}
+
+func TestCompareDefinedUndefined(t *testing.T) {
+	v := verdicts(t, CompareOptions{Baseline: fixture("baseline.json"), Current: fixture("vanished.json")})
+	for k, want := range map[string]string{
+		"box_precision":        "vanished", // null
+		"empty_frame_accuracy": "vanished", // absent
+		"map_large":            "vanished", // -1
+		"map_per_class[0]":     "vanished", // -1 in an array
+		"map_per_class[2]":     "same",     // -1 in both
+		"box_recall":           "same",
+	} {
+		if v[k] != want {
+			t.Errorf("%s: %q, want %q", k, v[k], want)
+		}
+	}
+	v = verdicts(t, CompareOptions{Baseline: fixture("vanished.json"), Current: fixture("baseline.json")})
+	for _, k := range []string{"box_precision", "empty_frame_accuracy", "map_large", "map_per_class[0]"} {
+		if v[k] != "appeared" {
+			t.Errorf("%s undefined → defined: %q, want appeared", k, v[k])
+		}
+	}
+}
+
+func TestComparePerClassByClassID(t *testing.T) {
+	// classes [2, 0] with the values in that order: the same per id
+	v := verdicts(t, CompareOptions{Baseline: fixture("baseline.json"), Current: fixture("per_class_reordered.json")})
+	if v["map_per_class[0]"] != "same" || v["map_per_class[2]"] != "same" || len(v) != 9 {
+		t.Errorf("reordered classes: %v", v)
+	}
+	v = verdicts(t, CompareOptions{Baseline: fixture("baseline.json"), Current: fixture("per_class_worse_reordered.json")})
+	if v["map_per_class[0]"] != "worse" || v["map_per_class[2]"] != "same" {
+		t.Errorf("class 0 worse: %v", v)
+	}
+	if _, ok := v["map_per_class"]; ok {
+		t.Error("an array gave a row under its own key")
+	}
+	// a -1 placeholder for the whole array (no --class-metrics) against
+	// an array: the element rows appear, no row for the placeholder
+	dir := t.TempDir()
+	noClass := writeFile(t, dir, "no-class.json", strings.Replace(mustRead(t, fixture("baseline.json")),
+		`"map_per_class": [0.4, -1.0], "classes": [0, 2]`, `"map_per_class": -1.0`, 1))
+	v = verdicts(t, CompareOptions{Baseline: noClass, Current: fixture("better_only.json")})
+	if _, ok := v["map_per_class"]; ok || v["map_per_class[0]"] != "appeared" || v["map_per_class[2]"] != "appeared" {
+		t.Errorf("placeholder → array: %v", v)
+	}
+}
+
+func TestCompareDirections(t *testing.T) {
+	for k, want := range map[string]int{
+		"box_recall": dirHigher, "box_precision": dirHigher, "empty_frame_accuracy": dirHigher,
+		"Alive_Recall": dirHigher, "Dead_Precision": dirHigher, "iou": dirHigher, "iou/cl_3": dirHigher,
+		"map": dirHigher, "map_50": dirHigher, "map_per_class[4]": dirHigher, "mar_100": dirHigher, "mar_100_per_class[0]": dirHigher,
+		"val_loss": dirLower, "loss": dirLower, "box_loss_map": dirLower,
+		"score_spread": dirNone, "images": dirNone, "mapping": dirNone, "marker": dirNone,
+	} {
+		if got := metricDirection(k); got != want {
+			t.Errorf("%s: direction %d, want %d", k, got, want)
+		}
+	}
+	v := verdicts(t, CompareOptions{Baseline: fixture("unknown_key_baseline.json"), Current: fixture("unknown_key_changed.json")})
+	if v["score_spread"] != "changed" {
+		t.Errorf("unknown key: %q, want changed", v["score_spread"])
+	}
+	opts := CompareOptions{Baseline: fixture("unknown_key_baseline.json"), Current: fixture("unknown_key_changed.json")}
+	if code, _ := compareDirect(t, opts); code != ExitOK {
+		t.Errorf("changed with --fail-on worse: exit %d, want 0", code)
+	}
+	opts.FailOn = FailOnChange
+	if code, _ := compareDirect(t, opts); code != ExitRegression {
+		t.Errorf("changed with --fail-on change: exit %d, want 7", code)
+	}
+}
+
+func TestCompareTruthAndRunDifferences(t *testing.T) {
+	opts := CompareOptions{Baseline: fixture("baseline.json"), Current: fixture("other_truth.json")}
+	code, err := runCompare(opts, &bytes.Buffer{})
+	if code != ExitInput || Code(err) != ExitInput || err == nil || !strings.HasPrefix(err.Error(), "jobs: compare: ") {
+		t.Errorf("different truth: exit %d, %v", code, err)
+	}
+	var stderr bytes.Buffer
+	opts.AllowDifferentTruth, opts.Stderr = true, &stderr
+	code, out := compareDirect(t, opts)
+	if code != ExitOK || !strings.Contains(out, "allowed by --allow-different-truth") || !strings.Contains(stderr.String(), "truth CSVs differ") {
+		t.Errorf("--allow-different-truth: exit %d\n%s\n%s", code, out, stderr.String())
+	}
+	// same.json differs in predictions and ranks: listed, not refused
+	code, out = compareDirect(t, CompareOptions{Baseline: fixture("baseline.json"), Current: fixture("same.json")})
+	if code != ExitOK || !strings.Contains(out, "inputs.predictions.sha256") || !strings.Contains(out, "ranks") {
+		t.Errorf("run differences: exit %d\n%s", code, out)
+	}
+}
+
+func TestCompareBadReportsExit3(t *testing.T) {
+	for _, name := range []string{"nope.json", "not_a_report.json", "string_metric.json", "truncated.json", "classes_length_mismatch.json", "junit.xsd"} {
+		for _, swap := range []bool{false, true} {
+			opts := CompareOptions{Baseline: fixture("baseline.json"), Current: fixture(name)}
+			if swap {
+				opts.Baseline, opts.Current = opts.Current, opts.Baseline
+			}
+			code, err := runCompare(opts, &bytes.Buffer{})
+			if code != ExitInput || Code(err) != ExitInput {
+				t.Errorf("%s (swap %v): exit %d, %v", name, swap, code, err)
+			}
+		}
+	}
+	// an empty folder holds no report.json
+	if code, _ := runCompare(CompareOptions{Baseline: fixture("baseline.json"), Current: t.TempDir()}, &bytes.Buffer{}); code != ExitInput {
+		t.Errorf("empty folder: exit %d", code)
+	}
+}
+
+// The command on an app of its own, through reorder: flags after and
+// between the paths, a BoolFlag that must not swallow the next path.
+func TestCompareCommandStandaloneApp(t *testing.T) {
+	run := func(args ...string) (int, string, error) {
+		var so, se bytes.Buffer
+		code := ExitOK
+		app := &cli.App{
+			Name: "canopy", Writer: &so, ErrWriter: &se,
+			ExitErrHandler: func(*cli.Context, error) {},
+			Commands:       []*cli.Command{CompareCommand(&code, &so, &se)},
+		}
+		err := app.Run(reorder(app, append([]string{"canopy", "compare"}, args...)))
+		if err != nil {
+			code = Code(err)
+		}
+		return code, so.String(), err
+	}
+	dir := t.TempDir()
+	junit := filepath.Join(dir, "j.xml")
+	code, out, err := run(fixture("baseline.json"), "--allow-different-truth", fixture("other_truth.json"),
+		"--fail-on", "change", "--junit", junit, "--markdown", "-", "--tolerance", "box_recall=0.1")
+	if err != nil || code != ExitOK || !strings.HasPrefix(out, "| metric | baseline | current | delta | verdict |") {
+		t.Errorf("flags after the paths: exit %d, %v\n%s", code, err, out)
+	}
+	if _, err := os.Stat(junit); err != nil {
+		t.Errorf("--junit after the paths: %v", err)
+	}
+	code, _, _ = run(fixture("baseline.json"), fixture("worse_recall.json"), "--fail-on=worse")
+	if code != ExitRegression {
+		t.Errorf("worse recall: exit %d", code)
+	}
+	code, _, _ = run(fixture("baseline.json"), fixture("folder"), "--tolerance=box_recall=0.5")
+	if code != ExitOK {
+		t.Errorf("folder, --tolerance=…: exit %d", code)
+	}
+	for _, args := range [][]string{
+		{fixture("baseline.json")},
+		{fixture("baseline.json"), fixture("same.json"), fixture("same.json")},
+		{fixture("baseline.json"), fixture("same.json"), "--bogus"},
+		{fixture("baseline.json"), fixture("same.json"), "--tolerance", "box_recall:0.1"},
+	} {
+		if code, _, err := run(args...); code != ExitUsage {
+			t.Errorf("%q: exit %d (%v), want %d", args, code, err, ExitUsage)
+		}
+	}
+}
+
+// JUnit and markdown files are written whole (no temporary left) and the
+// schema rejects what it should; xmllint is optional.
+func TestCompareOutputFilesAndSchema(t *testing.T) {
+	dir := t.TempDir()
+	junit, md := filepath.Join(dir, "c.xml"), filepath.Join(dir, "c.md")
+	code, out := compareDirect(t, CompareOptions{Baseline: fixture("baseline.json"), Current: fixture("worse_recall.json"), JUnit: junit, Markdown: md})
+	if code != ExitRegression {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 2 {
+		t.Errorf("folder holds %d entries, want c.xml and c.md only", len(ents))
+	}
+	var s junitSuite
+	if err := xml.Unmarshal([]byte(mustRead(t, junit)), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Tests != 9 || len(s.Cases) != 9 || s.Failures != 1 || s.Errors != 0 || s.Skipped != 0 {
+		t.Errorf("suite: %+v", s)
+	}
+	for _, c := range s.Cases {
+		if c.Classname != "metrics" {
+			t.Errorf("%s: classname %q", c.Name, c.Classname)
+		}
+		if (c.Failure != nil) != (c.Name == "box_recall") {
+			t.Errorf("%s: failure %+v", c.Name, c.Failure)
+		}
+		if c.Failure != nil && (c.Failure.Type != "regression" || !strings.Contains(c.Failure.Message, "box_recall worse")) {
+			t.Errorf("failure: %+v", c.Failure)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(mustRead(t, md)), "\n")
+	rows := 0
+	for _, l := range lines[2:] {
+		if strings.HasPrefix(l, "| ") {
+			rows++
+		}
+	}
+	if lines[0] != "| metric | baseline | current | delta | verdict |" || lines[1] != "|:---|---:|---:|---:|:---|" || rows != 9 ||
+		!strings.Contains(mustRead(t, md), "**canopy compare:** 9 metrics: 8 same, 0 better, 1 worse") {
+		t.Errorf("markdown:\n%s", mustRead(t, md))
+	}
+
+	xl, err := exec.LookPath("xmllint")
+	if err != nil {
+		t.Log("xmllint absent: JUnit checked by structure only")
+		return
+	}
+	if out, err := exec.Command(xl, "--noout", "--schema", fixture("junit.xsd"), junit).CombinedOutput(); err != nil {
+		t.Errorf("xmllint: %v\n%s", err, out)
+	}
+	bad := writeFile(t, dir, "bad.xml", strings.Replace(mustRead(t, junit), ` type="regression"`, "", 1))
+	if err := exec.Command(xl, "--noout", "--schema", fixture("junit.xsd"), bad).Run(); err == nil {
+		t.Error("the schema accepts a failure without its type")
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
