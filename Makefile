@@ -9,7 +9,7 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-.PHONY: all deps build demo test test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-large testdata check-mpich clean
+.PHONY: all deps build demo test test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-large testdata check-mpich test-slurm clean
 
 all: build
 
@@ -88,6 +88,11 @@ bench-large: deps
 
 testdata:
 	$(GO) run ./internal/synth -out testdata/sets
+
+# The Slurm tests: a one-node Slurm 22.05 with fake GPUs under /tmp; every
+# jobs/slurm script submitted against testdata (root; installs slurm-wlm munge).
+test-slurm: build
+	scripts/test-slurm.sh
 
 # Compile the binding against MPICH 4 (CI): installs libmpich-dev, vets the
 # binding with the mpich tag, and restores Open MPI as the default.

@@ -19,9 +19,13 @@
 #   slurmd     -f DIR/slurm.conf -N localhost (the node is named localhost).
 # The node: CPUs=${CANOPY_SLURM_CPUS:-nproc} (1 socket, 1 thread per core),
 # RealMemory=20000, Gres=gpu:${CANOPY_SLURM_GPUS:-2} -- fake GPUs: gres.conf has
-# AutoDetect=off and "Name=gpu File=DIR/dev/nvidia[0-N]" (empty regular files
-# that slurmd accepts as device files), so --gpus-per-task=1 and --gres=gpu:N
-# schedule and set CUDA_VISIBLE_DEVICES; nothing can compute on them.
+# AutoDetect=off and "Name=gpu File=DIR/dev/nvidia[0-N]", character devices
+# made by mknod as clones of /dev/null (c 1 3), so --gpus-per-task=1 and
+# --gres=gpu:N schedule and each task gets its own CUDA_VISIBLE_DEVICES;
+# nothing can compute on them. CANOPY_SLURM_GRES=file (also the fallback when
+# mknod is refused) uses empty regular files instead: jobs schedule, but
+# slurmd binds no GPU, so no CUDA_VISIBLE_DEVICES is set. ("Name=gpu Count=N"
+# without File= makes 22.05 mark the node INVAL.)
 # Partition "debug" (default, no time limit). Accounting: none (so no sacct;
 # use squeue / scontrol show job / sbatch --wait).
 #
@@ -53,12 +57,15 @@ WAIT=${CANOPY_SLURM_WAIT:-30}
 
 log() { echo "slurm-local: $*" >&2; }
 
-# pid_of NAME: the live PID recorded in DIR/run/NAME.pid, or nothing.
+# pid_of NAME: the PID recorded in DIR/run/NAME.pid (munged: DIR/munge/) when
+# that process is alive and is NAME (so a reused PID is never killed).
 pid_of() {
 	local f=$D/run/$1.pid p
+	[ "$1" = munged ] && f=$D/munge/munged.pid
 	[ -s "$f" ] || return 0
 	p=$(tr -dc 0-9 <"$f")
-	[ -n "$p" ] && kill -0 "$p" 2>/dev/null && echo "$p"
+	[ -n "$p" ] && kill -0 "$p" 2>/dev/null || return 0
+	[ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$1" ] && echo "$p"
 	return 0
 }
 
@@ -67,7 +74,6 @@ stop_one() {
 	local p i
 	p=$(pid_of "$1")
 	if [ -z "$p" ]; then
-		rm -f "$D/run/$1.pid"
 		return 0
 	fi
 	kill -TERM "$p" 2>/dev/null || true
@@ -80,13 +86,25 @@ stop_one() {
 		kill -KILL "$p" 2>/dev/null || true
 		sleep 0.2
 	fi
-	rm -f "$D/run/$1.pid"
 	log "stopped $1 (pid $p)"
 }
 
 do_stop() {
 	[ -d "$D" ] || { log "nothing to stop in $D"; return 0; }
-	# slurmd first (it may be running job steps), then the controller, then munge.
+	# Cancel what is still queued or running (our private cluster only), so
+	# no job step outlives slurmd; then slurmd, the controller, munge.
+	local ids i
+	if [ -n "$(pid_of slurmctld)" ]; then
+		ids=$(SLURM_CONF=$CONF timeout 10 squeue -h -o %A 2>/dev/null || true)
+		if [ -n "$ids" ]; then
+			# shellcheck disable=SC2086
+			SLURM_CONF=$CONF timeout 10 scancel $ids 2>/dev/null || true
+			for ((i = 0; i < 100; i++)); do
+				[ -z "$(SLURM_CONF=$CONF timeout 5 squeue -h -o %A 2>/dev/null || true)" ] && break
+				sleep 0.1
+			done
+		fi
+	fi
 	stop_one slurmd
 	stop_one slurmctld
 	stop_one munged
@@ -146,24 +164,44 @@ do_start() {
 		dd if=/dev/urandom of="$D/munge/munge.key" bs=1024 count=1 status=none
 	chown munge:munge "$D/munge/munge.key"
 	chmod 600 "$D/munge/munge.key"
-	touch "$D/log/munged.log" "$D/run/munged.pid"
-	chown munge:munge "$D/log/munged.log" "$D/run/munged.pid"
+	touch "$D/log/munged.log"
+	chown munge:munge "$D/log/munged.log"
 	runuser -u munge -- /usr/sbin/munged --force \
 		--socket="$D/munge/munge.socket.2" \
 		--key-file="$D/munge/munge.key" \
-		--pid-file="$D/run/munged.pid" \
+		--pid-file="$D/munge/munged.pid" \
 		--log-file="$D/log/munged.log" \
 		--seed-file="$D/munge/munged.seed" ||
 		fail "munged failed to start"
 	wait_pid munged 10 || fail "munged wrote no live PID within 10 s"
 
-	# Fake GPUs: empty regular files as device files.
-	local i last=$((gpus - 1)) gres_node=""
-	for ((i = 0; i < gpus; i++)); do : >"$D/dev/nvidia$i"; done
+	# Fake GPUs. "dev" (default): character devices made with mknod as
+	# clones of /dev/null (major 1, minor 3) -- slurmd refuses regular files
+	# ("not a valid character or block device") and then binds no GPU, so
+	# CUDA_VISIBLE_DEVICES stays empty; with real device nodes each task gets
+	# its own index. "file": empty regular files (slurmd logs "not a valid
+	# character or block device" but the jobs run, without
+	# CUDA_VISIBLE_DEVICES); the fallback when mknod is not permitted.
+	# ("Name=gpu Count=N" without File= is NOT accepted by 22.05 for gpu: the
+	# node goes INVAL, "gres/gpu count reported lower than configured".)
+	local i last=$((gpus - 1)) gres_node="" mode=${CANOPY_SLURM_GRES:-dev}
+	if [ "$gpus" -gt 0 ] && [ "$mode" = dev ]; then
+		for ((i = 0; i < gpus; i++)); do
+			if ! mknod -m 666 "$D/dev/nvidia$i" c 1 3 2>/dev/null; then
+				log "mknod not permitted: fake GPUs as regular files (no CUDA_VISIBLE_DEVICES)"
+				mode=file
+				break
+			fi
+		done
+	fi
+	if [ "$gpus" -gt 0 ] && [ "$mode" != dev ]; then
+		mode=file
+		for ((i = 0; i < gpus; i++)); do : >"$D/dev/nvidia$i"; done
+	fi
 	if [ "$gpus" -gt 0 ]; then
 		gres_node="Gres=gpu:$gpus"
 		{
-			echo "# fake GPUs for tests: no devices behind them"
+			echo "# fake GPUs for tests ($mode): nothing can compute on them"
 			echo "AutoDetect=off"
 			if [ "$gpus" -eq 1 ]; then
 				echo "NodeName=localhost Name=gpu File=$D/dev/nvidia0"
@@ -214,7 +252,6 @@ MinJobAge=300
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus Sockets=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=20000 $gres_node State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
-	touch "$D/cgroup.conf"
 
 	slurmctld -f "$CONF" || fail "slurmctld failed to start"
 	wait_pid slurmctld 10 || fail "slurmctld wrote no live PID within 10 s"
