@@ -194,7 +194,7 @@ func compareResults(t *testing.T, path string, g *golden) {
 		if w.PredictedLabel != nil {
 			wantLabel = *w.PredictedLabel
 		}
-		if r[2] != wantPid || r[5] != strconv.FormatBool(w.Match) && r[5] != map[bool]string{true: "True", false: "False"}[w.Match] ||
+		if r[2] != wantPid || r[5] != map[bool]string{true: "True", false: "False"}[w.Match] ||
 			r[6] != w.TrueLabel || r[7] != wantLabel || diff(iou, w.IoU) > 1e-12 {
 			t.Errorf("%s truth %d: canopy %v; DeepForest pred %q IoU %v match %v labels %s/%s",
 				w.ImagePath, w.TruthID, r, wantPid, w.IoU, w.Match, w.TrueLabel, wantLabel)

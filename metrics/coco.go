@@ -154,7 +154,6 @@ type cocoEval struct {
 	// precision[t][r][k][a][m], recall[t][k][a][m]; -1 when undefined
 	precision []float64
 	recall    []float64
-	nImg      int
 }
 
 const nT, nR, nA, nM = 10, 101, 4, 3
@@ -179,7 +178,7 @@ func byScore(scores []float64, idx []int32) {
 }
 
 func newCOCOEval(images []cocoImage) *cocoEval {
-	e := &cocoEval{nImg: len(images)}
+	e := &cocoEval{}
 	seen := map[int32]bool{}
 	for _, im := range images {
 		for _, b := range im.gt {
