@@ -14,6 +14,8 @@ command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
 pkg-config --exists "${CANOPY_MPI_PKG:-mpi}" 2>/dev/null || need+=(libopenmpi-dev)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
+# OpenBLAS: the SGEMM under the CPU RetinaNet (infer/gemm; -tags noblas does without).
+pkg-config --exists openblas 2>/dev/null || need+=(libopenblas-dev)
 for p in "$@"; do extra_ok "$p" || need+=("$p"); done
 
 if ! command -v go >/dev/null 2>&1; then

@@ -1,0 +1,178 @@
+package retinanet
+
+import (
+	"math"
+	"sort"
+)
+
+// Detection is one output box in original-image pixels (float32, as
+// torchvision returns them).
+type Detection struct {
+	Box   [4]float32 // xmin, ymin, xmax, ymax
+	Score float32
+	Label int
+}
+
+// levelOut is the head output of one pyramid level.
+type levelOut struct {
+	gh, gw int
+	cls    fmap // [A·K, gh, gw]
+	reg    fmap // [A·4, gh, gw]
+}
+
+// Trace holds intermediate results for tests and profiling.
+type Trace struct {
+	ResizedH, ResizedW int
+	PaddedH, PaddedW   int
+	Levels             [5]fmap // P3..P7
+	AboveThresh        [5]int
+}
+
+// features runs the body and the FPN: P3..P7.
+func (m *Model) features(e *engine, x fmap) [5]fmap {
+	h := e.conv(m.stem, x, true, nil)
+	h = e.maxpool3s2(h)
+	var c [3]fmap
+	for L := 0; L < 4; L++ {
+		for _, b := range m.layers[L] {
+			id := h
+			if b.down != nil {
+				id = e.conv(b.down, h, false, nil)
+			}
+			if b.c3 != nil {
+				t := e.conv(b.c1, h, true, nil)
+				t = e.conv(b.c2, t, true, nil)
+				h = e.conv(b.c3, t, true, &id)
+			} else {
+				t := e.conv(b.c1, h, true, nil)
+				h = e.conv(b.c2, t, true, &id)
+			}
+		}
+		if L > 0 {
+			c[L-1] = h
+		}
+	}
+	var p [5]fmap
+	last := e.conv(m.inner[2], c[2], false, nil)
+	p[2] = e.conv(m.layer[2], last, false, nil)
+	for i := 1; i >= 0; i-- {
+		lat := e.conv(m.inner[i], c[i], false, nil)
+		addUpsampled(lat, last)
+		last = lat
+		p[i] = e.conv(m.layer[i], last, false, nil)
+	}
+	p[3] = e.conv(m.p6, p[2], false, nil)
+	p[4] = e.conv(m.p7, reluCopy(p[3]), false, nil)
+	return p
+}
+
+func (m *Model) head(e *engine, p fmap) levelOut {
+	c, r := p, p
+	for i := 0; i < 4; i++ {
+		c = e.conv(m.clsT[i], c, true, nil)
+		r = e.conv(m.regT[i], r, true, nil)
+	}
+	return levelOut{gh: p.h, gw: p.w, cls: e.conv(m.cls, c, false, nil), reg: e.conv(m.reg, r, false, nil)}
+}
+
+// bboxClip is torchvision's BoxCoder clamp, log(1000/16), as float32.
+var bboxClip = float32(math.Log(1000.0 / 16))
+
+type cand struct {
+	box   [4]float32
+	score float32
+	label int
+	idx   int // level-local flat index (anchor·K + k), for the tie-break
+	level int
+}
+
+// detect runs one image end to end.
+func (m *Model) detect(e *engine, img Image, tr *Trace) []Detection {
+	x, rh, rw := normalizeResizePad(img, m.Opt)
+	p := m.features(e, x)
+	K := m.Classes
+	var all []cand
+	for L := 0; L < 5; L++ {
+		lo := m.head(e, p[L])
+		hw := lo.gh * lo.gw
+		cells := cellAnchors(L)
+		var kept []cand
+		for loc := 0; loc < hw; loc++ {
+			for a := 0; a < NumAnchors; a++ {
+				for k := 0; k < K; k++ {
+					v := lo.cls.d[(a*K+k)*hw+loc]
+					s := sigmoid(v)
+					if s > m.Opt.ScoreThresh {
+						kept = append(kept, cand{score: s, label: k, idx: (loc*NumAnchors+a)*K + k, level: L})
+					}
+				}
+			}
+		}
+		if tr != nil {
+			tr.Levels[L] = p[L]
+			tr.AboveThresh[L] = len(kept)
+		}
+		// topk: descending score; ties by index (torch's order is unspecified).
+		sort.Slice(kept, func(i, j int) bool {
+			if kept[i].score != kept[j].score {
+				return kept[i].score > kept[j].score
+			}
+			return kept[i].idx < kept[j].idx
+		})
+		if len(kept) > m.Opt.TopkCandidates {
+			kept = kept[:m.Opt.TopkCandidates]
+		}
+		for i := range kept {
+			ai := kept[i].idx / K
+			an := anchor(&cells, ai, lo.gh, lo.gw, x.h, x.w)
+			loc, a := ai/NumAnchors, ai%NumAnchors
+			var d [4]float32
+			for j := 0; j < 4; j++ {
+				d[j] = lo.reg.d[(a*4+j)*hw+loc]
+			}
+			kept[i].box = decode(an, d, rh, rw)
+		}
+		all = append(all, kept...)
+	}
+	if tr != nil {
+		tr.ResizedH, tr.ResizedW, tr.PaddedH, tr.PaddedW = rh, rw, x.h, x.w
+	}
+	keep := batchedNMS(all, m.Opt.NMSThresh)
+	if len(keep) > m.Opt.DetectionsPerImg {
+		keep = keep[:m.Opt.DetectionsPerImg]
+	}
+	ry := float32(img.H) / float32(rh)
+	rx := float32(img.W) / float32(rw)
+	out := make([]Detection, len(keep))
+	for i, k := range keep {
+		c := all[k]
+		out[i] = Detection{Box: [4]float32{c.box[0] * rx, c.box[1] * ry, c.box[2] * rx, c.box[3] * ry}, Score: c.score, Label: c.label}
+	}
+	return out
+}
+
+func sigmoid(v float32) float32 {
+	return float32(1 / (1 + math.Exp(-float64(v))))
+}
+
+// decode is BoxCoder.decode_single with weights (1,1,1,1) in float32,
+// followed by clip_boxes_to_image on the resized, unpadded size.
+func decode(a [4]float32, d [4]float32, h, w int) [4]float32 {
+	aw := a[2] - a[0]
+	ah := a[3] - a[1]
+	cx := a[0] + float32(0.5*aw)
+	cy := a[1] + float32(0.5*ah)
+	dw, dh := min(d[2], bboxClip), min(d[3], bboxClip)
+	pcx := float32(d[0]*aw) + cx
+	pcy := float32(d[1]*ah) + cy
+	pw := float32(float32(math.Exp(float64(dw))) * aw)
+	ph := float32(float32(math.Exp(float64(dh))) * ah)
+	hw, hh := float32(0.5*pw), float32(0.5*ph)
+	b := [4]float32{pcx - hw, pcy - hh, pcx + hw, pcy + hh}
+	W, H := float32(w), float32(h)
+	b[0] = min(max(b[0], 0), W)
+	b[2] = min(max(b[2], 0), W)
+	b[1] = min(max(b[1], 0), H)
+	b[3] = min(max(b[3], 0), H)
+	return b
+}

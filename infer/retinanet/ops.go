@@ -1,0 +1,223 @@
+package retinanet
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/canopy-hpc/canopy/infer/gemm"
+)
+
+// fmap is a CHW float32 feature map.
+type fmap struct {
+	c, h, w int
+	d       []float32
+}
+
+func newFmap(c, h, w int) fmap { return fmap{c, h, w, make([]float32, c*h*w)} }
+
+// colBlock is the fixed width of the column blocks a convolution is cut
+// into. It never depends on the thread count: each output element is computed
+// by the same SGEMM call whichever worker runs it, which is what makes the
+// result independent of --threads.
+const colBlock = 256
+
+// engine runs the layers with a fixed number of workers; each worker owns its
+// im2col buffer, reused across layers and images.
+type engine struct {
+	threads int
+	bufs    [][]float32
+}
+
+func newEngine(threads int) *engine {
+	if threads < 1 {
+		threads = 1
+	}
+	return &engine{threads: threads, bufs: make([][]float32, threads)}
+}
+
+// parallel runs f(worker, job) for job in [0, n) on the engine's workers.
+func (e *engine) parallel(n int, f func(worker, job int)) {
+	if e.threads == 1 || n == 1 {
+		for j := 0; j < n; j++ {
+			f(0, j)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	workers := min(e.threads, n)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for {
+				j := int(next.Add(1) - 1)
+				if j >= n {
+					return
+				}
+				f(w, j)
+			}
+		}(w)
+	}
+	wg.Wait()
+}
+
+// conv computes relu?(conv(x) + b [+ res]).
+func (e *engine) conv(c *conv, x fmap, relu bool, res *fmap) fmap {
+	oh := (x.h+2*c.pad-c.kh)/c.stride + 1
+	ow := (x.w+2*c.pad-c.kw)/c.stride + 1
+	y := newFmap(c.out, oh, ow)
+	n := oh * ow
+	k := c.in * c.kh * c.kw
+	direct := c.kh == 1 && c.kw == 1 && c.stride == 1 && c.pad == 0
+	blocks := (n + colBlock - 1) / colBlock
+	e.parallel(blocks, func(w, j int) {
+		j0 := j * colBlock
+		nb := min(colBlock, n-j0)
+		if direct {
+			gemm.Mul(c.out, nb, k, c.w, k, x.d[j0:], n, y.d[j0:], n)
+		} else {
+			if cap(e.bufs[w]) < k*colBlock {
+				e.bufs[w] = make([]float32, k*colBlock)
+			}
+			col := e.bufs[w][:k*nb]
+			im2col(c, x, ow, j0, nb, col)
+			gemm.Mul(c.out, nb, k, c.w, k, col, nb, y.d[j0:], n)
+		}
+		for o := 0; o < c.out; o++ {
+			row := y.d[o*n+j0 : o*n+j0+nb]
+			b := c.b[o]
+			if res != nil {
+				rr := res.d[o*n+j0 : o*n+j0+nb]
+				for i := range row {
+					row[i] = row[i] + b + rr[i]
+				}
+			} else {
+				for i := range row {
+					row[i] += b
+				}
+			}
+			if relu {
+				for i, v := range row {
+					if v < 0 {
+						row[i] = 0
+					}
+				}
+			}
+		}
+	})
+	return y
+}
+
+// im2col writes the [in·kh·kw, nb] patch matrix of output columns
+// [j0, j0+nb) (row-major output positions of width ow); padding is 0.
+func im2col(c *conv, x fmap, ow, j0, nb int, col []float32) {
+	r := 0
+	for ci := 0; ci < c.in; ci++ {
+		plane := x.d[ci*x.h*x.w : (ci+1)*x.h*x.w]
+		for ky := 0; ky < c.kh; ky++ {
+			for kx := 0; kx < c.kw; kx++ {
+				dst := col[r*nb : (r+1)*nb]
+				r++
+				oy, ox := j0/ow, j0%ow
+				for i := 0; i < nb; {
+					iy := oy*c.stride - c.pad + ky
+					run := min(ow-ox, nb-i)
+					if iy < 0 || iy >= x.h {
+						clear(dst[i : i+run])
+					} else {
+						src := plane[iy*x.w : (iy+1)*x.w]
+						ix := ox*c.stride - c.pad + kx
+						for q := 0; q < run; q++ {
+							if ix >= 0 && ix < x.w {
+								dst[i+q] = src[ix]
+							} else {
+								dst[i+q] = 0
+							}
+							ix += c.stride
+						}
+					}
+					i += run
+					ox = 0
+					oy++
+				}
+			}
+		}
+	}
+}
+
+// maxpool3s2 is torchvision's stem max-pool: 3×3, stride 2, padding 1
+// (padding never wins: it is −inf).
+func (e *engine) maxpool3s2(x fmap) fmap {
+	oh, ow := (x.h+2-3)/2+1, (x.w+2-3)/2+1
+	y := newFmap(x.c, oh, ow)
+	e.parallel(x.c, func(_, c int) {
+		src := x.d[c*x.h*x.w:]
+		dst := y.d[c*oh*ow:]
+		for oy := 0; oy < oh; oy++ {
+			for ox := 0; ox < ow; ox++ {
+				m := float32(math.Inf(-1))
+				for ky := -1; ky <= 1; ky++ {
+					iy := oy*2 + ky
+					if iy < 0 || iy >= x.h {
+						continue
+					}
+					for kx := -1; kx <= 1; kx++ {
+						ix := ox*2 + kx
+						if ix < 0 || ix >= x.w {
+							continue
+						}
+						if v := src[iy*x.w+ix]; v > m || v != v {
+							m = v
+						}
+					}
+				}
+				dst[oy*ow+ox] = m
+			}
+		}
+	})
+	return y
+}
+
+// addUpsampled sets lat += nearest(top, lat's size) with torch's legacy
+// "nearest": src = floor(dst·(in/out)) in float32, capped at in−1; exactly
+// dst>>1 when out = 2·in.
+func addUpsampled(lat fmap, top fmap) {
+	iy := nearestIdx(top.h, lat.h)
+	ix := nearestIdx(top.w, lat.w)
+	for c := 0; c < lat.c; c++ {
+		l := lat.d[c*lat.h*lat.w:]
+		t := top.d[c*top.h*top.w:]
+		for y := 0; y < lat.h; y++ {
+			trow := t[iy[y]*top.w:]
+			lrow := l[y*lat.w : (y+1)*lat.w]
+			for x := range lrow {
+				lrow[x] += trow[ix[x]]
+			}
+		}
+	}
+}
+
+func nearestIdx(in, out int) []int {
+	idx := make([]int, out)
+	scale := float32(in) / float32(out)
+	for d := range idx {
+		if out == 2*in {
+			idx[d] = d >> 1
+			continue
+		}
+		idx[d] = min(int(float32(d)*scale), in-1)
+	}
+	return idx
+}
+
+func reluCopy(x fmap) fmap {
+	y := fmap{x.c, x.h, x.w, make([]float32, len(x.d))}
+	for i, v := range x.d {
+		if v > 0 {
+			y.d[i] = v
+		}
+	}
+	return y
+}

@@ -1,0 +1,26 @@
+package retinanet
+
+// Runner runs a Model with a fixed number of worker threads, reusing its
+// buffers across images. A Runner is not safe for concurrent use; the
+// results do not depend on the thread count.
+type Runner struct {
+	m *Model
+	e *engine
+}
+
+// NewRunner returns a Runner with threads workers (at least 1).
+func NewRunner(m *Model, threads int) *Runner { return &Runner{m: m, e: newEngine(threads)} }
+
+// Threads is the worker count.
+func (r *Runner) Threads() int { return r.e.threads }
+
+// Detect runs one image (padded on its own to a multiple of 32).
+func (r *Runner) Detect(img Image) []Detection { return r.m.detect(r.e, img, nil) }
+
+// DetectTrace is Detect that also records the transform sizes and the
+// pyramid levels.
+func (r *Runner) DetectTrace(img Image) ([]Detection, *Trace) {
+	tr := &Trace{}
+	d := r.m.detect(r.e, img, tr)
+	return d, tr
+}

@@ -1,0 +1,85 @@
+package retinanet
+
+import "math"
+
+// Image is a CHW RGB float32 image in [0, 1].
+type Image struct {
+	W, H int
+	Pix  []float32
+}
+
+// resizeSize is torchvision's GeneralizedRCNNTransform size rule:
+// scale = min(min_size/min(H,W), max_size/max(H,W)) in float32, then
+// out = floor(in·scale) in double (recompute_scale_factor=True).
+func resizeSize(h, w, minSize, maxSize int) (oh, ow int) {
+	mn, mx := float32(min(h, w)), float32(max(h, w))
+	s := min(float32(minSize)/mn, float32(maxSize)/mx)
+	return int(math.Floor(float64(h) * float64(s))), int(math.Floor(float64(w) * float64(s)))
+}
+
+// normalizeResizePad normalizes (x−mean)/std in float32, resizes bilinearly
+// (align_corners=False, no antialias; torch's CPU rule) to the size rule, and
+// zero-pads bottom/right to multiples of 32. It returns the padded map and the
+// resized (unpadded) size.
+func normalizeResizePad(img Image, opt Options) (fmap, int, int) {
+	oh, ow := resizeSize(img.H, img.W, opt.MinSize, opt.MaxSize)
+	ph, pw := (oh+31)/32*32, (ow+31)/32*32
+	out := newFmap(3, ph, pw)
+	n := img.W * img.H
+	norm := make([]float32, n)
+	wy := linearWeights(img.H, oh)
+	wx := linearWeights(img.W, ow)
+	for c := 0; c < 3; c++ {
+		src := img.Pix[c*n : (c+1)*n]
+		m, s := opt.ImageMean[c], opt.ImageStd[c]
+		for i, v := range src {
+			norm[i] = (v - m) / s
+		}
+		dst := out.d[c*ph*pw:]
+		if oh == img.H && ow == img.W {
+			for y := 0; y < oh; y++ {
+				copy(dst[y*pw:y*pw+ow], norm[y*img.W:(y+1)*img.W])
+			}
+			continue
+		}
+		for y := 0; y < oh; y++ {
+			r0 := norm[wy[y].i0*img.W:]
+			r1 := norm[wy[y].i1*img.W:]
+			h0, h1 := wy[y].l0, wy[y].l1
+			row := dst[y*pw : y*pw+ow]
+			for x := range row {
+				a := wx[x]
+				t0 := float32(r0[a.i0]*a.l0) + float32(r0[a.i1]*a.l1)
+				t1 := float32(r1[a.i0]*a.l0) + float32(r1[a.i1]*a.l1)
+				row[x] = float32(t0*h0) + float32(t1*h1)
+			}
+		}
+	}
+	return out, oh, ow
+}
+
+type lin struct {
+	i0, i1 int
+	l0, l1 float32
+}
+
+// linearWeights: ratio = in/out (float32); src = ratio·(dst+0.5) − 0.5,
+// clamped at 0; i0 = trunc(src), i1 = i0+1 unless at the edge; λ1 = src − i0.
+func linearWeights(in, out int) []lin {
+	ratio := float32(in) / float32(out)
+	ws := make([]lin, out)
+	for d := range ws {
+		src := ratio*(float32(d)+0.5) - 0.5
+		if src < 0 {
+			src = 0
+		}
+		i0 := int(src)
+		i1 := i0
+		if i0 < in-1 {
+			i1 = i0 + 1
+		}
+		l1 := min(max(src-float32(i0), 0), 1)
+		ws[d] = lin{i0, i1, 1 - l1, l1}
+	}
+	return ws
+}

@@ -1,0 +1,128 @@
+package retinanet
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Tensor is one float32 weight tensor in C order.
+type Tensor struct {
+	Shape []int
+	Data  []float32
+}
+
+// Weights is a state dict by torchvision name.
+type Weights map[string]Tensor
+
+var (
+	oldFPN  = regexp.MustCompile(`^backbone\.fpn\.(inner_blocks|layer_blocks)\.(\d+)\.(weight|bias)$`)
+	oldHead = regexp.MustCompile(`^head\.(classification_head|regression_head)\.conv\.(\d+)\.(weight|bias)$`)
+)
+
+// Normalize maps every accepted key layout onto torchvision's current one:
+// a leading "model." (DeepForest checkpoints saved from the LightningModule
+// before mid 2025) is stripped, the old FPN keys inner_blocks.{i}.weight and
+// the old head keys conv.{2i}.weight (v1 state dicts) are renamed as
+// torchvision's _load_from_state_dict does, and num_batches_tracked buffers
+// are dropped. Two source keys that land on one name are an error.
+func Normalize(in Weights) (Weights, error) {
+	out := make(Weights, len(in))
+	from := make(map[string]string, len(in))
+	names := make([]string, 0, len(in))
+	for k := range in {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		n := strings.TrimPrefix(k, "model.")
+		if strings.HasSuffix(n, ".num_batches_tracked") {
+			continue
+		}
+		if m := oldFPN.FindStringSubmatch(n); m != nil {
+			n = fmt.Sprintf("backbone.fpn.%s.%s.0.%s", m[1], m[2], m[3])
+		} else if m := oldHead.FindStringSubmatch(n); m != nil {
+			i, _ := strconv.Atoi(m[2])
+			if i%2 != 0 {
+				return nil, fmt.Errorf("retinanet: tensor %q: odd index in the old head layout (conv.{0,2,4,6} hold the convolutions)", k)
+			}
+			n = fmt.Sprintf("head.%s.conv.%d.0.%s", m[1], i/2, m[3])
+		}
+		if prev, dup := from[n]; dup {
+			return nil, fmt.Errorf("retinanet: tensors %q and %q both give %q", prev, k, n)
+		}
+		from[n] = k
+		out[n] = in[k]
+	}
+	return out, nil
+}
+
+// take hands out tensors by name and remembers which were used, so that
+// leftovers (unexpected tensors) can be reported: torch loads with
+// strict=False and silently ignores them; canopy refuses.
+type take struct {
+	w    Weights
+	used map[string]bool
+	errs []string
+}
+
+func (t *take) get(name string, shape ...int) []float32 {
+	v, ok := t.w[name]
+	if !ok {
+		t.errs = append(t.errs, fmt.Sprintf("missing tensor %s %v", name, shape))
+		return make([]float32, prod(shape))
+	}
+	t.used[name] = true
+	if !sameShape(v.Shape, shape) {
+		t.errs = append(t.errs, fmt.Sprintf("tensor %s has shape %v, want %v", name, v.Shape, shape))
+		return make([]float32, prod(shape))
+	}
+	return v.Data
+}
+
+func (t *take) has(name string) bool { _, ok := t.w[name]; return ok }
+
+func (t *take) shape(name string) []int { return t.w[name].Shape }
+
+func (t *take) err() error {
+	var extra []string
+	for k := range t.w {
+		if !t.used[k] {
+			extra = append(extra, k)
+		}
+	}
+	sort.Strings(extra)
+	for _, k := range extra {
+		t.errs = append(t.errs, fmt.Sprintf("unexpected tensor %s %v", k, t.w[k].Shape))
+	}
+	if len(t.errs) == 0 {
+		return nil
+	}
+	msg := t.errs
+	if len(msg) > 12 {
+		msg = append(msg[:12:12], fmt.Sprintf("... and %d more", len(t.errs)-12))
+	}
+	return fmt.Errorf("retinanet: the weights do not fit a torchvision RetinaNet: %s", strings.Join(msg, "; "))
+}
+
+func prod(s []int) int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

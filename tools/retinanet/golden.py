@@ -1,0 +1,157 @@
+"""Parity fixtures for canopy's native RetinaNet (infer/retinanet).
+
+Builds torchvision's RetinaNet as DeepForest does, fills every parameter and
+buffer from the deterministic generator in weights.py (canopy's Go tests
+regenerate the same weights bit for bit, so no weights are stored), runs it on
+the given images one image per batch (canopy pads each image on its own) in
+float32 on the CPU, and writes detections plus per-level feature summaries.
+
+Models:
+  r50  torchvision retinanet_resnet50_fpn v1 as DeepForest builds it: ResNet-50
+       with FrozenBatchNorm2d (eps 1e-5), FPN 256 + LastLevelP6P7(256, 256),
+       1 class, default transform (min_size 800, max_size 1333).
+  r18  the demo variant: ResNet-18 (BasicBlock) with nn.BatchNorm2d in eval
+       mode, BackboneWithFPN 64 channels, 2 classes, min_size = max_size = 400
+       (as config.json keys).
+Both use DeepForest's thresholds: score 0.1, NMS 0.05, 300 detections,
+top-k 1000.
+
+Usage (Debian's python3-torch / python3-torchvision are enough):
+  /usr/bin/python3 tools/retinanet/golden.py --model r50 --out testdata/golden/retinanet/r50.json IMAGE...
+  (make golden-retinanet runs both models on testdata/images/*.png)
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+import torch
+import torchvision
+from PIL import Image
+from torchvision.models import resnet18, resnet50
+from torchvision.models.detection import RetinaNet
+from torchvision.models.detection.backbone_utils import BackboneWithFPN, _resnet_fpn_extractor
+from torchvision.ops.feature_pyramid_network import LastLevelP6P7
+from torchvision.ops.misc import FrozenBatchNorm2d
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import weights  # noqa: E402
+
+THRESH = dict(score_thresh=0.1, nms_thresh=0.05, detections_per_img=300, topk_candidates=1000)
+SAMPLES = 16  # feature values sampled per level
+
+
+def build(kind):
+    if kind == "r50":
+        body = resnet50(weights=None, norm_layer=FrozenBatchNorm2d)
+        bb = _resnet_fpn_extractor(body, 5, returned_layers=[2, 3, 4], extra_blocks=LastLevelP6P7(256, 256))
+        return RetinaNet(bb, num_classes=1, **THRESH), {}
+    if kind == "r18":
+        body = resnet18(weights=None)
+        bb = BackboneWithFPN(
+            body,
+            return_layers={"layer2": "0", "layer3": "1", "layer4": "2"},
+            in_channels_list=[128, 256, 512],
+            out_channels=64,
+            extra_blocks=LastLevelP6P7(64, 64),
+        )
+        # config.json-style overrides, so canopy's handling of them is tested:
+        # sizes, and a score threshold that keeps the top-k cut-off of P3 away
+        # from a dense band of near-equal scores.
+        cfg = {"min_size": 400, "max_size": 400, "score_thresh": 0.2}
+        th = dict(THRESH, score_thresh=0.2)
+        return RetinaNet(bb, num_classes=2, min_size=400, max_size=400, **{k: v for k, v in th.items()}), cfg
+    raise SystemExit("unknown model " + kind)
+
+
+def load(path):
+    # DeepForest's dataset: PIL RGB, /255 in float64, then float32, CHW.
+    a = np.asarray(Image.open(path).convert("RGB"))
+    return torch.from_numpy((a / 255.0).astype(np.float32)).permute(2, 0, 1).contiguous()
+
+
+def sample_idx(n):
+    # Fixed flat indices into a level's [C, H, W] features (documented for Go:
+    # idx_k = (k * 2654435761) mod n, k = 0..SAMPLES-1).
+    return [(k * 2654435761) % n for k in range(SAMPLES)]
+
+
+def summarise(t):
+    a = t.detach().double().numpy()
+    flat = t.detach().reshape(-1)
+    idx = sample_idx(flat.numel())
+    return {
+        "shape": list(t.shape),
+        "sum": float(a.sum()),
+        "abs_sum": float(np.abs(a).sum()),
+        "samples": [float(flat[i]) for i in idx],
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True, choices=["r50", "r18"])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("images", nargs="+")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    model, cfg = build(args.model)
+    model.eval()
+    weights.fill(model, args.seed)
+    keys = [[k, list(v.shape)] for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")]
+
+    out = {
+        "peer": "torchvision %s, torch %s (CPU float32, %d threads), python %s"
+        % (torchvision.__version__, torch.__version__, args.threads, platform.python_version()),
+        "command": "/usr/bin/python3 tools/retinanet/golden.py " + " ".join(sys.argv[1:]),
+        "model": args.model,
+        "seed": args.seed,
+        "config": dict(THRESH, num_classes=model.head.classification_head.num_classes, **cfg),
+        "state_dict": keys,
+        "images": [],
+    }
+    for path in args.images:
+        x = load(path)
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            il, _ = model.transform([x])
+            feats = model.backbone(il.tensors)
+            fl = list(feats.values())
+            head = model.head(fl)
+            # anchors above the score threshold, per level (before top-k)
+            sizes = [f.shape[2] * f.shape[3] * 9 for f in fl]
+            logits = head["cls_logits"][0]
+            above, start = [], 0
+            for s in sizes:
+                above.append(int((torch.sigmoid(logits[start : start + s]) > model.score_thresh).sum()))
+                start += s
+            det = model([x])[0]
+            secs = time.perf_counter() - t0
+        rel = os.path.relpath(path)
+        out["images"].append(
+            {
+                "path": rel,
+                "size": [int(x.shape[1]), int(x.shape[2])],
+                "resized": list(il.image_sizes[0]),
+                "padded": list(il.tensors.shape[2:]),
+                "levels": [summarise(f[0]) for f in fl],
+                "above_thresh": above,
+                "boxes": det["boxes"].tolist(),
+                "scores": det["scores"].tolist(),
+                "labels": det["labels"].tolist(),
+            }
+        )
+        print("%s: %s -> %s, %d detections, anchors above %s, %.2f s" % (rel, list(x.shape[1:]), list(il.image_sizes[0]), len(det["boxes"]), above, secs), file=sys.stderr)
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
