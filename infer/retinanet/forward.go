@@ -26,6 +26,20 @@ type Trace struct {
 	PaddedH, PaddedW   int
 	Levels             [5]fmap // P3..P7
 	AboveThresh        [5]int
+	// Top holds each level's TraceTop highest scores, whatever the
+	// threshold, with their level-local flat index (anchor·K + k) and the
+	// decoded, clipped box in resized-image pixels.
+	Top [5][]Candidate
+}
+
+// TraceTop is the number of scores per level a Trace keeps.
+const TraceTop = 5
+
+// Candidate is one scored anchor of a level.
+type Candidate struct {
+	Index int
+	Score float32
+	Box   [4]float32
 }
 
 // features runs the body and the FPN: P3..P7.
@@ -111,6 +125,7 @@ func (m *Model) detect(e *engine, img Image, tr *Trace) []Detection {
 		if tr != nil {
 			tr.Levels[L] = p[L]
 			tr.AboveThresh[L] = len(kept)
+			tr.Top[L] = levelTop(lo, K, &cells, x.h, x.w, rh, rw)
 		}
 		// topk: descending score; ties by index (torch's order is unspecified).
 		sort.Slice(kept, func(i, j int) bool {
@@ -149,6 +164,42 @@ func (m *Model) detect(e *engine, img Image, tr *Trace) []Detection {
 		out[i] = Detection{Box: [4]float32{c.box[0] * rx, c.box[1] * ry, c.box[2] * rx, c.box[3] * ry}, Score: c.score, Label: c.label}
 	}
 	return out
+}
+
+// levelTop is the TraceTop highest scores of a level (ties by index).
+func levelTop(lo levelOut, K int, cells *[NumAnchors][4]float32, ph, pw, rh, rw int) []Candidate {
+	hw := lo.gh * lo.gw
+	var top []Candidate
+	for loc := 0; loc < hw; loc++ {
+		for a := 0; a < NumAnchors; a++ {
+			for k := 0; k < K; k++ {
+				c := Candidate{Index: (loc*NumAnchors+a)*K + k, Score: sigmoid(lo.cls.d[(a*K+k)*hw+loc])}
+				if len(top) == TraceTop && c.Score <= top[TraceTop-1].Score {
+					continue
+				}
+				i := len(top)
+				if i < TraceTop {
+					top = append(top, c)
+				} else {
+					i--
+				}
+				for ; i > 0 && top[i-1].Score < c.Score; i-- {
+					top[i] = top[i-1]
+				}
+				top[i] = c
+			}
+		}
+	}
+	for i := range top {
+		ai := top[i].Index / K
+		loc, a := ai/NumAnchors, ai%NumAnchors
+		var d [4]float32
+		for j := 0; j < 4; j++ {
+			d[j] = lo.reg.d[(a*4+j)*hw+loc]
+		}
+		top[i].Box = decode(anchor(cells, ai, lo.gh, lo.gw, ph, pw), d, rh, rw)
+	}
+	return top
 }
 
 func sigmoid(v float32) float32 {

@@ -29,11 +29,11 @@ const BNEps = 1e-5
 // Options are the constructor arguments of torchvision's RetinaNet that
 // change inference; DefaultOptions gives DeepForest's.
 type Options struct {
-	MinSize, MaxSize   int
-	ScoreThresh        float32
-	NMSThresh          float64
-	DetectionsPerImg   int
-	TopkCandidates     int
+	MinSize, MaxSize    int
+	ScoreThresh         float32
+	NMSThresh           float64
+	DetectionsPerImg    int
+	TopkCandidates      int
 	ImageMean, ImageStd [3]float32
 }
 

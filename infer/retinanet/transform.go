@@ -9,12 +9,21 @@ type Image struct {
 }
 
 // resizeSize is torchvision's GeneralizedRCNNTransform size rule:
-// scale = min(min_size/min(H,W), max_size/max(H,W)) in float32, then
-// out = floor(in·scale) in double (recompute_scale_factor=True).
+// scale = min(min_size/min(H,W), max_size/max(H,W)) as torch computes it in
+// float32, then out = floor(in·scale) in double (recompute_scale_factor).
+// torch evaluates `python_float / tensor` as reciprocal(tensor)·float, so
+// the scale is float32(float32(1/n)·size), not the correctly rounded
+// quotient: for 1500×900 at size 400 it is 0.26666665, giving 399×239, not
+// 400×240 (checked against torch 1.13 in the golden fixtures).
 func resizeSize(h, w, minSize, maxSize int) (oh, ow int) {
-	mn, mx := float32(min(h, w)), float32(max(h, w))
-	s := min(float32(minSize)/mn, float32(maxSize)/mx)
+	s := resizeScale(h, w, minSize, maxSize)
 	return int(math.Floor(float64(h) * float64(s))), int(math.Floor(float64(w) * float64(s)))
+}
+
+func resizeScale(h, w, minSize, maxSize int) float32 {
+	rmn := 1 / float32(min(h, w))
+	rmx := 1 / float32(max(h, w))
+	return min(rmn*float32(minSize), rmx*float32(maxSize))
 }
 
 // normalizeResizePad normalizes (x−mean)/std in float32, resizes bilinearly

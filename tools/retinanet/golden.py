@@ -18,9 +18,11 @@ top-k 1000.
 
 Usage (Debian's python3-torch / python3-torchvision are enough):
   /usr/bin/python3 tools/retinanet/golden.py --model r50 --out testdata/golden/retinanet/r50.json IMAGE...
-  (make golden-retinanet runs both models on testdata/images/*.png)
+  (make golden-retinanet generates the images with internal/forestgen and
+  runs both models on them)
 """
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -35,6 +37,7 @@ from torchvision.models import resnet18, resnet50
 from torchvision.models.detection import RetinaNet
 from torchvision.models.detection.backbone_utils import BackboneWithFPN, _resnet_fpn_extractor
 from torchvision.ops.feature_pyramid_network import LastLevelP6P7
+from torchvision.ops import boxes as box_ops
 from torchvision.ops.misc import FrozenBatchNorm2d
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -42,6 +45,7 @@ import weights  # noqa: E402
 
 THRESH = dict(score_thresh=0.1, nms_thresh=0.05, detections_per_img=300, topk_candidates=1000)
 SAMPLES = 16  # feature values sampled per level
+TOP = 5  # highest scores per level, decoded whatever the threshold
 
 
 def build(kind):
@@ -130,17 +134,34 @@ def main():
             for s in sizes:
                 above.append(int((torch.sigmoid(logits[start : start + s]) > model.score_thresh).sum()))
                 start += s
+            # the TOP highest scores of every level, threshold or not, with
+            # their anchors decoded and clipped: covers the anchors, strides
+            # and head outputs of the levels no detection comes from
+            anchors = model.anchor_generator(il, fl)[0]
+            reg = head["bbox_regression"][0]
+            K = logits.shape[1]
+            tops, start = [], 0
+            for s in sizes:
+                sc = torch.sigmoid(logits[start : start + s]).flatten()
+                v, idx = sc.topk(TOP)
+                ai = idx // K + start
+                bx = model.box_coder.decode_single(reg[ai], anchors[ai])
+                bx = box_ops.clip_boxes_to_image(bx, il.image_sizes[0])
+                tops.append({"scores": v.tolist(), "index": idx.tolist(), "boxes": bx.tolist()})
+                start += s
             det = model([x])[0]
             secs = time.perf_counter() - t0
         rel = os.path.relpath(path)
         out["images"].append(
             {
                 "path": rel,
+                "sha256": hashlib.sha256(open(path, "rb").read()).hexdigest(),
                 "size": [int(x.shape[1]), int(x.shape[2])],
                 "resized": list(il.image_sizes[0]),
                 "padded": list(il.tensors.shape[2:]),
                 "levels": [summarise(f[0]) for f in fl],
                 "above_thresh": above,
+                "level_top": tops,
                 "boxes": det["boxes"].tolist(),
                 "scores": det["scores"].tolist(),
                 "labels": det["labels"].tolist(),

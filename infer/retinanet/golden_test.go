@@ -1,0 +1,326 @@
+package retinanet
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/forest"
+	"github.com/canopy-hpc/canopy/internal/testweights"
+)
+
+// golden is a fixture written by tools/retinanet/golden.py: torchvision's
+// RetinaNet filled by the deterministic generator of internal/testweights,
+// run on images drawn by internal/forest (seed goldenSeed, sizes
+// goldenSizes), one image per batch, float32 on the CPU.
+type golden struct {
+	Peer      string          `json:"peer"`
+	Command   string          `json:"command"`
+	Model     string          `json:"model"`
+	Seed      uint64          `json:"seed"`
+	Config    json.RawMessage `json:"config"`
+	StateDict [][2]json.RawMessage
+	Images    []goldenImage `json:"images"`
+}
+
+type levelSummary struct {
+	Shape   []int     `json:"shape"`
+	Sum     float64   `json:"sum"`
+	AbsSum  float64   `json:"abs_sum"`
+	Samples []float64 `json:"samples"`
+}
+
+type goldenImage struct {
+	Path        string         `json:"path"`
+	SHA256      string         `json:"sha256"`
+	Size        [2]int         `json:"size"`
+	Resized     [2]int         `json:"resized"`
+	Padded      [2]int         `json:"padded"`
+	Levels      []levelSummary `json:"levels"`
+	AboveThresh []int          `json:"above_thresh"`
+	LevelTop    []struct {
+		Scores []float64    `json:"scores"`
+		Index  []int        `json:"index"`
+		Boxes  [][4]float64 `json:"boxes"`
+	} `json:"level_top"`
+	Boxes  [][4]float64 `json:"boxes"`
+	Scores []float64    `json:"scores"`
+	Labels []int        `json:"labels"`
+}
+
+// The images the fixtures were made on: `go run ./internal/forestgen -out
+// DIR -n 4 -seed 5 -sizes 400x400,400x400,1500x900,96x64 -prefix forest_`
+// (two DeepForest-sized crops, a large non-square image that is scaled down
+// and a tiny one that is scaled up).
+const goldenSeed = 5
+
+var goldenSizes = [][2]int{{400, 400}, {400, 400}, {1500, 900}, {96, 64}}
+
+func readGolden(t testing.TB, name string) *golden {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "golden", "retinanet", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		golden
+		SD []json.RawMessage `json:"state_dict"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	g := raw.golden
+	for _, e := range raw.SD {
+		var pair [2]json.RawMessage
+		if err := json.Unmarshal(e, &pair); err != nil {
+			t.Fatal(err)
+		}
+		g.StateDict = append(g.StateDict, pair)
+	}
+	return &g
+}
+
+// goldenWeights regenerates the fixture's state dict.
+func goldenWeights(t testing.TB, g *golden) Weights {
+	t.Helper()
+	basic := true
+	for _, p := range g.StateDict {
+		var name string
+		json.Unmarshal(p[0], &name)
+		if strings.HasSuffix(name, ".bn3.weight") {
+			basic = false
+		}
+	}
+	w := Weights{}
+	for _, p := range g.StateDict {
+		var name string
+		var shape []int
+		if err := json.Unmarshal(p[0], &name); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(p[1], &shape); err != nil {
+			t.Fatal(err)
+		}
+		v, err := testweights.Tensor(name, shape, g.Seed, basic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w[name] = Tensor{Shape: shape, Data: v}
+	}
+	return w
+}
+
+func goldenOptions(t testing.TB, g *golden) Options {
+	t.Helper()
+	var c struct {
+		ScoreThresh      float64 `json:"score_thresh"`
+		NMSThresh        float64 `json:"nms_thresh"`
+		DetectionsPerImg int     `json:"detections_per_img"`
+		TopkCandidates   int     `json:"topk_candidates"`
+		MinSize          int     `json:"min_size"`
+		MaxSize          int     `json:"max_size"`
+	}
+	if err := json.Unmarshal(g.Config, &c); err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultOptions()
+	o.ScoreThresh = float32(c.ScoreThresh)
+	o.NMSThresh = c.NMSThresh
+	o.DetectionsPerImg = c.DetectionsPerImg
+	o.TopkCandidates = c.TopkCandidates
+	if c.MinSize > 0 {
+		o.MinSize = c.MinSize
+	}
+	if c.MaxSize > 0 {
+		o.MaxSize = c.MaxSize
+	}
+	return o
+}
+
+var goldenImgs struct {
+	once sync.Once
+	imgs []Image
+	sums []string
+	err  error
+}
+
+// goldenImages draws the fixture images, encodes them as PNG (to check the
+// generator still gives the bytes the fixture was made from) and converts
+// them as DeepForest does: RGB, k/255 in float32.
+func goldenImages(t testing.TB) ([]Image, []string) {
+	t.Helper()
+	g := &goldenImgs
+	g.once.Do(func() {
+		for i, s := range goldenSizes {
+			rgba, _ := forest.Generate(goldenSeed, i, s[0], s[1])
+			var buf bytes.Buffer
+			if g.err = png.Encode(&buf, rgba); g.err != nil {
+				return
+			}
+			sum := sha256.Sum256(buf.Bytes())
+			g.sums = append(g.sums, hex.EncodeToString(sum[:]))
+			g.imgs = append(g.imgs, toImage(rgba))
+		}
+	})
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	return g.imgs, g.sums
+}
+
+func toImage(m *image.RGBA) Image {
+	w, h := m.Bounds().Dx(), m.Bounds().Dy()
+	img := Image{W: w, H: h, Pix: make([]float32, 3*w*h)}
+	for y := 0; y < h; y++ {
+		for x := 0; x < w; x++ {
+			o := m.PixOffset(x, y)
+			for c := 0; c < 3; c++ {
+				img.Pix[c*w*h+y*w+x] = float32(float64(m.Pix[o+c]) / 255)
+			}
+		}
+	}
+	return img
+}
+
+var goldenModels sync.Map
+
+func goldenModel(t testing.TB, name string) (*golden, *Model) {
+	t.Helper()
+	g := readGolden(t, name)
+	if m, ok := goldenModels.Load(name); ok {
+		return g, m.(*Model)
+	}
+	m, err := New(goldenWeights(t, g), goldenOptions(t, g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goldenModels.Store(name, m)
+	return g, m
+}
+
+// Tolerances against torchvision (float32 CPU): features are compared
+// relative to their mean magnitude, boxes in pixels of the original image,
+// scores absolutely. Both sides are float32 with different summation orders
+// (OpenBLAS/oneDNN blockings), so bit equality is not expected.
+const (
+	tolBox   = 1e-3
+	tolScore = 1e-4
+	tolFeat  = 1e-4
+)
+
+func checkGolden(t *testing.T, name string) {
+	g, m := goldenModel(t, name)
+	imgs, sums := goldenImages(t)
+	if len(g.Images) != len(imgs) {
+		t.Fatalf("%s has %d images, the test draws %d", name, len(g.Images), len(imgs))
+	}
+	t.Logf("%s: %s; peer %s", name, m.Arch, g.Peer)
+	r := NewRunner(m, 2)
+	for i, gi := range g.Images {
+		t.Run(filepath.Base(gi.Path), func(t *testing.T) {
+			if gi.SHA256 != sums[i] {
+				t.Fatalf("internal/forest now draws other bytes for %s (sha256 %s, fixture %s): regenerate the fixtures (make golden-retinanet)", gi.Path, sums[i], gi.SHA256)
+			}
+			dets, tr := r.DetectTrace(imgs[i])
+			if [2]int{tr.ResizedH, tr.ResizedW} != gi.Resized || [2]int{tr.PaddedH, tr.PaddedW} != gi.Padded {
+				t.Fatalf("resized %dx%d padded %dx%d, torchvision %v %v", tr.ResizedH, tr.ResizedW, tr.PaddedH, tr.PaddedW, gi.Resized, gi.Padded)
+			}
+			for L, lv := range gi.Levels {
+				f := tr.Levels[L]
+				if fmt.Sprint([]int{f.c, f.h, f.w}) != fmt.Sprint(lv.Shape) {
+					t.Fatalf("level %d shape %v, torchvision %v", L, []int{f.c, f.h, f.w}, lv.Shape)
+				}
+				var sum, abs float64
+				for _, v := range f.d {
+					sum += float64(v)
+					abs += math.Abs(float64(v))
+				}
+				scale := lv.AbsSum / float64(len(f.d))
+				if d := math.Abs(abs-lv.AbsSum) / lv.AbsSum; d > tolFeat {
+					t.Errorf("level %d: sum|x| %v, torchvision %v (rel %.2g)", L, abs, lv.AbsSum, d)
+				}
+				if d := math.Abs(sum-lv.Sum) / lv.AbsSum; d > tolFeat {
+					t.Errorf("level %d: sum %v, torchvision %v", L, sum, lv.Sum)
+				}
+				for k, want := range lv.Samples {
+					idx := int((uint64(k) * 2654435761) % uint64(len(f.d)))
+					if d := math.Abs(float64(f.d[idx])-want) / scale; d > 100*tolFeat {
+						t.Errorf("level %d sample %d (flat %d): %v, torchvision %v (%.2g of the mean |x|)", L, k, idx, f.d[idx], want, d)
+					}
+				}
+			}
+			for L, n := range gi.AboveThresh {
+				if tr.AboveThresh[L] != n {
+					t.Errorf("level %d: %d scores above the threshold, torchvision %d", L, tr.AboveThresh[L], n)
+				}
+			}
+			if len(gi.LevelTop) != 5 {
+				t.Fatalf("fixture has %d level_top entries, want 5", len(gi.LevelTop))
+			}
+			for L, lt := range gi.LevelTop {
+				got := tr.Top[L]
+				if len(got) != len(lt.Scores) {
+					t.Fatalf("level %d: %d top scores, torchvision %d", L, len(got), len(lt.Scores))
+				}
+				for k := range got {
+					// The order of near-equal scores may differ: compare
+					// scores in order, and boxes where the index agrees.
+					if d := math.Abs(float64(got[k].Score) - lt.Scores[k]); d > tolScore {
+						t.Errorf("level %d top %d: score %v, torchvision %v", L, k, got[k].Score, lt.Scores[k])
+					}
+					if got[k].Index != lt.Index[k] {
+						continue
+					}
+					for j := 0; j < 4; j++ {
+						if d := math.Abs(float64(got[k].Box[j]) - lt.Boxes[k][j]); d > tolBox {
+							t.Errorf("level %d top %d (index %d): box %v, torchvision %v", L, k, got[k].Index, got[k].Box, lt.Boxes[k])
+							break
+						}
+					}
+				}
+			}
+			compareDetections(t, dets, gi)
+		})
+	}
+}
+
+func compareDetections(t *testing.T, dets []Detection, gi goldenImage) {
+	t.Helper()
+	if len(dets) != len(gi.Boxes) {
+		t.Errorf("%d detections, torchvision %d", len(dets), len(gi.Boxes))
+	}
+	var worstBox, worstScore float64
+	for i := 0; i < min(len(dets), len(gi.Boxes)); i++ {
+		d := dets[i]
+		if d.Label != gi.Labels[i] {
+			t.Errorf("detection %d: label %d, torchvision %d", i, d.Label, gi.Labels[i])
+		}
+		for j := 0; j < 4; j++ {
+			worstBox = max(worstBox, math.Abs(float64(d.Box[j])-gi.Boxes[i][j]))
+		}
+		worstScore = max(worstScore, math.Abs(float64(d.Score)-gi.Scores[i]))
+		if worstBox > tolBox || worstScore > tolScore {
+			t.Fatalf("detection %d: %v %v, torchvision %v %v (worst so far: box %.3g px, score %.3g)", i, d.Box, d.Score, gi.Boxes[i], gi.Scores[i], worstBox, worstScore)
+		}
+	}
+	t.Logf("%d detections; worst |Δbox| %.3g px, |Δscore| %.3g", len(dets), worstBox, worstScore)
+}
+
+func TestGoldenResNet18(t *testing.T) { checkGolden(t, "r18.json") }
+
+func TestGoldenResNet50(t *testing.T) {
+	if testing.Short() {
+		t.Skip("ResNet-50 parity takes ~20 s of CPU; run without -short")
+	}
+	checkGolden(t, "r50.json")
+}
