@@ -9,7 +9,7 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-.PHONY: all deps build demo test test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-large testdata check-mpich test-slurm clean
+.PHONY: all deps build demo test test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-large testdata golden-retinanet check-mpich test-slurm clean
 
 all: build
 
@@ -88,6 +88,16 @@ bench-large: deps
 
 testdata:
 	$(GO) run ./internal/synth -out testdata/sets
+
+# Parity fixtures of the native RetinaNet (testdata/golden/retinanet): the
+# real torchvision (Debian python3-torch) on images drawn by
+# internal/forestgen, with weights from the generator both sides share.
+golden-retinanet:
+	scripts/install-deps.sh python3-torch python3-torchvision python3-pil
+	$(GO) run ./internal/forestgen -out bin/retinanet-images -n 4 -seed 5 \
+		-sizes 400x400,400x400,1500x900,96x64 -prefix forest_
+	cd bin/retinanet-images && for m in r18 r50; do /usr/bin/python3 ../../tools/retinanet/golden.py \
+		--model $$m --out ../../testdata/golden/retinanet/$$m.json forest_000*.png || exit 1; done
 
 # The Slurm tests: a one-node Slurm 22.05 with fake GPUs under /tmp; every
 # jobs/slurm script submitted against testdata (root; installs slurm-wlm munge).

@@ -60,6 +60,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 		},
 		Commands: []*cli.Command{
 			evalCommand(&code, stdout, errw, stderr, newComm),
+			predictCommand(&code, stdout, stderr, newComm),
 			doctorCommand(&code, stdout, stderr, newComm),
 			CompareCommand(&code, stdout, stderr),
 			{
@@ -174,10 +175,11 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			"images; an MPI_Allgatherv gives every rank every detection; every rank computes\n" +
 			"the same metrics; rank 0 writes report.json, predictions.csv and results.csv\n" +
 			"into --out. The CSV may be given by --csv or as the one positional argument.\n\n" + ExitTable,
-		Flags: []cli.Flag{
+		Flags: concatFlags([]cli.Flag{
 			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name)"},
 			&cli.StringFlag{Name: "root-dir", Usage: "folder the CSV's image_path values are relative to (default: the CSV's folder)"},
 			&cli.StringFlag{Name: "predictions", Usage: "replay detector: DeepForest prediction CSV (image_path,xmin,ymin,xmax,ymax,label,score); rows join the truth by exact image_path"},
+		}, modelFlags(), []cli.Flag{
 			&cli.Float64Flag{Name: "iou-threshold", Value: 0.4, Usage: "a truth box is matched when IoU is strictly greater than this, in [0, 1]"},
 			&cli.StringFlag{Name: "semantics", Value: "validation", Usage: "DeepForest definition of box recall/precision: validation (trainer.validate's RecallPrecision) or evaluate_boxes"},
 			&cli.StringFlag{Name: "metrics", Value: "all", Usage: "metric families, comma-separated: recall (DeepForest box recall/precision), iou (torchmetrics IntersectionOverUnion), coco (COCO mAP/mAR), or all"},
@@ -188,7 +190,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.BoolFlag{Name: "resume", Usage: "continue the interrupted run in --out: images found in its part files are not recomputed; refused unless the inputs, detector and canopy version match its manifest"},
 			&cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"},
 			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective; then the waiting ranks name the ranks they wait for and the job aborts with exit 5 (0 disables)"},
-		},
+		}),
 		Action: func(c *cli.Context) error {
 			cfg, err := evalConfig(c, stdout)
 			if err != nil {
@@ -197,6 +199,8 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			*code = runJob(c.Context, newComm, stderr, jobOptions{collectiveTimeout: c.Duration("collective-timeout")}, func(comm mpi.Comm) error {
 				if comm.Rank() != 0 {
 					cfg.Stdout = nil
+				} else if cfg.Model.Spec != "" {
+					cfg.Progress = stderr
 				}
 				return Eval(c.Context, comm, cfg)
 			})
@@ -233,8 +237,16 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	if cfg.Force && cfg.Resume {
 		return cfg, errors.New("eval: --force and --resume exclude each other")
 	}
-	if cfg.Predictions == "" {
-		return cfg, errors.New("eval: --predictions is required (the replay detector is the only one so far)")
+	mc, err := modelConfig(c)
+	if err != nil {
+		return cfg, fmt.Errorf("eval: %w", err)
+	}
+	cfg.Model = mc
+	switch {
+	case cfg.Predictions == "" && mc.Spec == "":
+		return cfg, errors.New("eval: give --model (run the detector) or --predictions (replay stored predictions)")
+	case cfg.Predictions != "" && mc.Spec != "":
+		return cfg, errors.New("eval: --model and --predictions exclude each other")
 	}
 	if !(cfg.IoUThreshold >= 0 && cfg.IoUThreshold <= 1) {
 		return cfg, fmt.Errorf("eval: --iou-threshold %v is not in [0, 1]", cfg.IoUThreshold)
@@ -254,6 +266,104 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	}
 	cfg.Semantics = sem
 	return cfg, nil
+}
+
+func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *cli.Command {
+	return &cli.Command{
+		Name:  "predict",
+		Usage: "run the detector on unlabelled images on every rank and write their predictions",
+		Description: "Each rank detects its shard of the images; the detections are gathered and rank 0\n" +
+			"writes OUT/predictions.csv (image_path,xmin,ymin,xmax,ymax,label,score, image_path as\n" +
+			"given in the CSV or relative to --images) and OUT/report.json. Whole images, no tiling.\n\n" + ExitTable,
+		Flags: concatFlags([]cli.Flag{
+			&cli.StringFlag{Name: "csv", Usage: "CSV whose image_path column lists the images (other columns ignored; each path once, in order of first appearance)"},
+			&cli.StringFlag{Name: "images", Usage: "or: a folder whose .png .jpg .jpeg .tif .tiff files (any case, not recursive, sorted by name) are the images"},
+			&cli.StringFlag{Name: "root-dir", Usage: "folder the CSV's image_path values are relative to (default: the CSV's folder)"},
+			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder; refused if it holds predictions unless --force"},
+			&cli.BoolFlag{Name: "force", Usage: "replace the predictions in --out"},
+			&cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"},
+			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective, then exit 5 (0 disables)"},
+		}, modelFlags()),
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usageError(fmt.Errorf("predict takes no arguments, got %q", c.Args().Slice()))
+			}
+			cfg := PredictConfig{CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
+				Out: c.String("out"), Force: c.Bool("force"), BatchSize: c.Int("batch-size"), Command: os.Args, Stdout: stdout}
+			mc, err := modelConfig(c)
+			if err != nil {
+				return usageError(fmt.Errorf("predict: %w", err))
+			}
+			cfg.Model = mc
+			switch {
+			case mc.Spec == "":
+				return usageError(errors.New("predict: --model is required"))
+			case (cfg.CSV == "") == (cfg.Images == ""):
+				return usageError(errors.New("predict: give exactly one of --csv and --images"))
+			case cfg.BatchSize < 1:
+				return usageError(fmt.Errorf("predict: --batch-size %d must be at least 1", cfg.BatchSize))
+			case cfg.Images != "" && cfg.RootDir != "":
+				return usageError(errors.New("predict: --root-dir goes with --csv; --images paths are relative to that folder"))
+			}
+			*code = runJob(c.Context, newComm, stderr, jobOptions{collectiveTimeout: c.Duration("collective-timeout")}, func(comm mpi.Comm) error {
+				if comm.Rank() != 0 {
+					cfg.Stdout = nil
+				} else {
+					cfg.Progress = stderr
+				}
+				return Predict(c.Context, comm, cfg)
+			})
+			return nil
+		},
+	}
+}
+
+// modelFlags are the detector flags of eval and predict.
+func modelFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "model", Usage: "run the native RetinaNet: a DeepForest model folder (model.safetensors + config.json) or owner/name[@revision] in the local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub; no network), e.g. weecology/deepforest-tree"},
+		&cli.IntFlag{Name: "threads", Usage: "compute threads per rank (default: the cores this rank may use, which follows mpirun's --bind-to)"},
+		&cli.Float64Flag{Name: "score-thresh", Value: -1, Usage: "keep detections scoring strictly above this (default: the model's config.json, else DeepForest's 0.1)"},
+		&cli.Float64Flag{Name: "nms-thresh", Value: -1, Usage: "per-class NMS IoU threshold (default: the model's config.json, else DeepForest's 0.05)"},
+		&cli.StringFlag{Name: "device", Value: "auto", Usage: "where to run the model: auto or cpu (this build has no GPU backend)"},
+	}
+}
+
+func concatFlags(fs ...[]cli.Flag) []cli.Flag {
+	var out []cli.Flag
+	for _, f := range fs {
+		out = append(out, f...)
+	}
+	return out
+}
+
+// modelConfig reads and checks the detector flags.
+func modelConfig(c *cli.Context) (ModelConfig, error) {
+	mc := ModelConfig{Spec: c.String("model"), Threads: c.Int("threads"), ScoreThresh: c.Float64("score-thresh"),
+		NMSThresh: c.Float64("nms-thresh"), Device: c.String("device")}
+	if mc.Spec == "" {
+		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device"} {
+			if c.IsSet(f) {
+				return mc, fmt.Errorf("--%s needs --model", f)
+			}
+		}
+		return mc, nil
+	}
+	if mc.Threads < 0 {
+		return mc, fmt.Errorf("--threads %d must be at least 1 (0: the rank's cores)", mc.Threads)
+	}
+	for _, f := range []string{"score-thresh", "nms-thresh"} {
+		if v := c.Float64(f); c.IsSet(f) && !(v >= 0 && v <= 1) {
+			return mc, fmt.Errorf("--%s %v is not in [0, 1]", f, v)
+		}
+	}
+	switch mc.Device {
+	case "auto", "cpu":
+		mc.Device = "cpu"
+	default:
+		return mc, fmt.Errorf("--device %q: this build runs the model on the CPU only (auto or cpu)", mc.Device)
+	}
+	return mc, nil
 }
 
 // jobOptions are the settings runJob applies to every job.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/replay"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/parts"
@@ -42,8 +43,13 @@ type EvalConfig struct {
 	Families     metrics.Family // 0 means all
 	ClassMetrics bool
 	BatchSize    int
-	Command      []string
-	Stdout       io.Writer
+	// Model, when Model.Spec is set, runs the native RetinaNet instead of
+	// replaying --predictions.
+	Model   ModelConfig
+	Command []string
+	Stdout  io.Writer
+	// Progress receives rank 0's progress lines (nil: none).
+	Progress io.Writer
 }
 
 // PerturbEnv is a test hook: the rank it names perturbs its metric digest,
@@ -80,6 +86,9 @@ type inputs struct {
 	probe              string // shared-filesystem probe nonce
 	attempt            int
 	parts              []parts.File
+	// modelDir and modelDigest: the model folder rank 0 resolved and the
+	// sha256 of its weights (empty for replay).
+	modelDir, modelDigest, modelConfig string
 }
 
 // Eval runs the eval job on this rank. It returns an *Error whose
@@ -103,13 +112,35 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
 	}
-	predRows, err := dataset.ParsePredictions(cfg.Predictions, in.preds)
-	if err != nil {
-		return &Error{Code: ExitInput, Collective: true, Err: err}
+	var predRows []dataset.Row
+	if cfg.Predictions != "" {
+		if predRows, err = dataset.ParsePredictions(cfg.Predictions, in.preds); err != nil {
+			return &Error{Code: ExitInput, Collective: true, Err: err}
+		}
+	}
+	var model *loadedModel
+	if cfg.Model.Spec != "" {
+		if model, err = loadModel(c, cfg.Model, in.modelDir, in.modelDigest); err != nil {
+			return err
+		}
 	}
 	labels, err := chooseLabels(cfg, in, truth, predRows)
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
+	}
+	if model != nil {
+		var given *box.LabelMap
+		if cfg.LabelDict != "" {
+			given = &labels
+		}
+		var names []string
+		for _, im := range truth.Images {
+			names = append(names, im.Labels...)
+		}
+		labels = model.labels()
+		if err := checkModelLabels(labels, given, names, cfg.CSV); err != nil {
+			return &Error{Code: ExitModel, Collective: true, Err: err}
+		}
 	}
 	images, err := truth.Resolve(cfg.CSV, labels)
 	if err != nil {
@@ -150,8 +181,24 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 
 	// 3. Detect this rank's shard, recording finished batches in its part file.
 	t1 := time.Now()
-	det := replay.New(byPath)
-	det.InjectFailure(c.Rank())
+	var det infer.Detector
+	if model != nil {
+		files := make([]string, len(shard))
+		for k, i := range shard {
+			files[k] = imageFile(cfg.RootDir, images[i].Path)
+		}
+		if err := preflight(c, files); err != nil {
+			return err
+		}
+		stats.Seconds["preflight"] = since(t1)
+		if det, err = model.detector(labels); err != nil {
+			return collective(ExitModel, "%w", err)
+		}
+	} else {
+		rd := replay.New(byPath)
+		rd.InjectFailure(c.Rank())
+		det = rd
+	}
 	defer det.Close()
 	pw, err := parts.Create(cfg.Out, in.attempt, c.Rank(), time.Second)
 	if err != nil {
@@ -161,11 +208,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	if err := pw.Close(); err != nil && derr == nil {
 		derr = err
 	}
-	switch {
-	case errors.Is(derr, errInterrupted):
-		return localErr(ExitResumable, "jobs: %w", derr)
-	case derr != nil:
-		return localErr(ExitModel, "jobs: detect: %w", derr)
+	if err := detectErr(derr, ""); err != nil {
+		return err
 	}
 	for _, im := range mine {
 		stats.Detections += len(im.Dets)
@@ -233,7 +277,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	if c.Rank() == 0 {
 		rep := report{
 			metrics: metricJSON,
-			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored, resumed),
+			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored, resumed, model),
 		}
 		werr = writeOutputs(cfg, rep, images, dets, labels, res)
 		if werr == nil && cfg.Stdout != nil {
@@ -241,6 +285,30 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 			fmt.Fprintf(cfg.Stdout, "report: %s\n", filepath.Join(cfg.Out, "report.json"))
 		}
 	}
+	return finalStatus(c, werr, "report")
+}
+
+// detectErr maps detectShard's error to the job's: an interruption is
+// resumable (exit 8; note says what to do), an error carrying a code keeps
+// it, any other is a model error.
+func detectErr(derr error, note string) error {
+	switch {
+	case derr == nil:
+		return nil
+	case errors.Is(derr, errInterrupted):
+		return localErr(ExitResumable, "jobs: %s%w", note, derr)
+	}
+	code := ExitModel
+	var e *Error
+	if errors.As(derr, &e) {
+		code = e.Code
+	}
+	return localErr(code, "jobs: detect: %w", derr)
+}
+
+// finalStatus tells every rank whether rank 0 wrote its outputs (werr is
+// rank 0's error), so all exit alike.
+func finalStatus(c mpi.Comm, werr error, what string) error {
 	code := int64(0)
 	if werr != nil {
 		code = ExitInternal
@@ -251,11 +319,19 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	}
 	if st[0] != 0 {
 		if werr == nil {
-			werr = errors.New("rank 0 could not write the report")
+			werr = fmt.Errorf("rank 0 could not write the %s", what)
 		}
-		return &Error{Code: int(st[0]), Collective: true, Err: fmt.Errorf("jobs: write report: %w", werr)}
+		return &Error{Code: int(st[0]), Collective: true, Err: fmt.Errorf("jobs: write %s: %w", what, werr)}
 	}
 	return nil
+}
+
+// imageFile resolves a CSV image_path against the root folder.
+func imageFile(root, p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(root, p)
 }
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }
@@ -290,10 +366,18 @@ func packInputs(cfg EvalConfig) []byte {
 		}
 		*dst[i] = data
 	}
+	if cfg.Model.Spec != "" {
+		dir, digest, config, err := resolveModel(cfg.Model.Spec)
+		if err != nil {
+			return fail(ExitModel, err)
+		}
+		in.modelDir, in.modelDigest, in.modelConfig = dir, digest, config
+	}
 	if err := prepareOut(cfg, &in); err != nil {
 		return fail(ExitUsage, err)
 	}
-	fields := [][]byte{in.csv, in.preds, in.labels, []byte(in.probe), binary.LittleEndian.AppendUint64(nil, uint64(in.attempt))}
+	fields := [][]byte{in.csv, in.preds, in.labels, []byte(in.probe), binary.LittleEndian.AppendUint64(nil, uint64(in.attempt)),
+		[]byte(in.modelDir), []byte(in.modelDigest), []byte(in.modelConfig)}
 	for _, f := range in.parts {
 		fields = append(fields, f.Data)
 	}
@@ -308,14 +392,15 @@ func unpackInputs(pkt []byte) (inputs, error) {
 		return inputs{}, &Error{Code: int(pkt[0]), Collective: true, Err: errors.New(string(pkt[1:]))}
 	}
 	f, err := unpackFields(pkt[1:])
-	if err != nil || len(f) < 5 || len(f[4]) != 8 {
+	if err != nil || len(f) < 8 || len(f[4]) != 8 {
 		return inputs{}, collective(ExitInternal, "jobs: malformed input broadcast")
 	}
-	in := inputs{csv: f[0], preds: f[1], probe: string(f[3]), attempt: int(binary.LittleEndian.Uint64(f[4]))}
+	in := inputs{csv: f[0], preds: f[1], probe: string(f[3]), attempt: int(binary.LittleEndian.Uint64(f[4])),
+		modelDir: string(f[5]), modelDigest: string(f[6]), modelConfig: string(f[7])}
 	if len(f[2]) > 0 {
 		in.labels = f[2]
 	}
-	for k, d := range f[5:] {
+	for k, d := range f[8:] {
 		in.parts = append(in.parts, parts.File{Name: fmt.Sprintf("part %d", k), Data: d})
 	}
 	return in, nil
@@ -363,6 +448,7 @@ func detectShard(ctx context.Context, d infer.Detector, cfg EvalConfig, images [
 	record func([]wire.Image) error) ([]wire.Image, error) {
 	out := make([]wire.Image, 0, len(shard))
 	stopAfter := interruptAfter(rank)
+	prog := newProgress(cfg.Progress, len(shard))
 	for start, batches := 0, 0; start < len(shard); start, batches = start+cfg.BatchSize, batches+1 {
 		if batches == stopAfter {
 			interruptSelf(rank)
@@ -373,17 +459,16 @@ func detectShard(ctx context.Context, d infer.Detector, cfg EvalConfig, images [
 		end := min(start+cfg.BatchSize, len(shard))
 		batch := make([]infer.Input, 0, end-start)
 		for _, i := range shard[start:end] {
-			file := images[i].Path
-			if !filepath.IsAbs(file) {
-				file = filepath.Join(cfg.RootDir, file)
-			}
-			batch = append(batch, infer.Input{Index: i, Path: images[i].Path, File: file})
+			batch = append(batch, infer.Input{Index: i, Path: images[i].Path, File: imageFile(cfg.RootDir, images[i].Path)})
 		}
 		got, err := d.Detect(ctx, batch)
 		if err != nil && ctx.Err() != nil {
 			return out, errInterrupted // the batch in flight is dropped
 		}
 		if err != nil {
+			if errors.Is(err, imagefile.ErrImage) {
+				return nil, &Error{Code: ExitInput, Err: err}
+			}
 			return nil, err
 		}
 		if len(got) != len(batch) {
@@ -396,6 +481,7 @@ func detectShard(ctx context.Context, d infer.Detector, cfg EvalConfig, images [
 		if err := record(out[n:]); err != nil {
 			return nil, err
 		}
+		prog.add(len(batch))
 	}
 	return out, nil
 }

@@ -46,6 +46,7 @@ type runInfo struct {
 	Coverage           coverage        `json:"coverage"`
 	IgnoredPredictions int             `json:"ignored_predictions"`
 	Resume             resumeInfo      `json:"resume"`
+	Model              *modelInfo      `json:"model,omitempty"`
 }
 
 // resumeInfo tells how much of the run came from part files of earlier
@@ -157,7 +158,7 @@ func gitRevision() string {
 	return "unknown"
 }
 
-func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allStats [][]byte, nImages, ignored int, resumed resumeInfo) runInfo {
+func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allStats [][]byte, nImages, ignored int, resumed resumeInfo, model *loadedModel) runInfo {
 	r := runInfo{
 		Canopy:             Version,
 		Go:                 runtime.Version(),
@@ -175,6 +176,11 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 	}
 	if r.Command == nil {
 		r.Command = []string{}
+	}
+	if model != nil {
+		r.Detector = "retinanet-cpu " + model.info.Arch
+		r.Model = &model.info
+		delete(r.Inputs, "predictions")
 	}
 	if cfg.LabelDict != "" {
 		r.Inputs["label_dict"] = file{cfg.LabelDict, sha256Hex(in.labels)}

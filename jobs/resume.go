@@ -32,9 +32,17 @@ type manifest struct {
 	DetectorSettings map[string]string `json:"detector_settings"`
 }
 
-func newManifest(in inputs) manifest {
+func newManifest(cfg EvalConfig, in inputs) manifest {
 	m := manifest{Canopy: Version, CSV: sha256Hex(in.csv), Predictions: sha256Hex(in.preds), Detector: "replay",
 		DetectorSettings: map[string]string{}}
+	if cfg.Model.Spec != "" {
+		m.Detector = "retinanet weights sha256 " + in.modelDigest
+		m.DetectorSettings = map[string]string{
+			"config_json_sha256": in.modelConfig,
+			"score_thresh_flag":  strconv.FormatFloat(cfg.Model.ScoreThresh, 'g', -1, 64),
+			"nms_thresh_flag":    strconv.FormatFloat(cfg.Model.NMSThresh, 'g', -1, 64),
+		}
+	}
 	if in.labels != nil {
 		m.LabelDict = sha256Hex(in.labels)
 	}
@@ -75,7 +83,7 @@ func prepareOut(cfg EvalConfig, in *inputs) error {
 	if dir == "" {
 		return errors.New("jobs: --out is empty")
 	}
-	cur := newManifest(*in)
+	cur := newManifest(cfg, *in)
 	if cfg.Resume {
 		b, err := os.ReadFile(filepath.Join(dir, manifestFile))
 		if err != nil {

@@ -28,6 +28,11 @@
 # without File= makes 22.05 mark the node INVAL.)
 # Partition "debug" (default, no time limit). Accounting: none (so no sacct;
 # use squeue / scontrol show job / sbatch --wait).
+# JobRequeue=1 (Slurm's default, written out): batch jobs may be requeued
+# (scontrol requeue); a requeued job is held until about 121 s after the
+# requeue (Reason=BeginTime), `scontrol update jobid=ID StartTime=now` starts
+# it at once; its log is truncated unless it was submitted with
+# --open-mode=append (JobFileAppend stays 0).
 #
 # Other variables: CANOPY_SLURM_CTLD_PORT (6817), CANOPY_SLURM_SLURMD_PORT
 # (6818), CANOPY_SLURM_WAIT (30: seconds to wait for the node to be idle).
@@ -189,13 +194,13 @@ do_start() {
 		for ((i = 0; i < gpus; i++)); do
 			if ! mknod -m 666 "$D/dev/nvidia$i" c 1 3 2>/dev/null; then
 				log "mknod not permitted: fake GPUs as regular files (no CUDA_VISIBLE_DEVICES)"
-				mode=file
+				mode="file"
 				break
 			fi
 		done
 	fi
 	if [ "$gpus" -gt 0 ] && [ "$mode" != dev ]; then
-		mode=file
+		mode="file"
 		for ((i = 0; i < gpus; i++)); do : >"$D/dev/nvidia$i"; done
 	fi
 	if [ "$gpus" -gt 0 ]; then
@@ -249,6 +254,7 @@ SlurmdTimeout=60
 InactiveLimit=0
 KillWait=10
 MinJobAge=300
+JobRequeue=1
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus Sockets=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=20000 $gres_node State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF

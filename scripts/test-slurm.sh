@@ -27,19 +27,33 @@
 #   s  SIGUSR1 sent to the batch shell (scancel --signal=USR1 --batch, what
 #      --signal=B:USR1@360 does) reaches every rank, under srun and under
 #      mpirun (a stub stands in for canopy: it records the signal and exits 8)
+#   k  scancel of a running canopy-1node.sbatch job (CANOPY_TEST_SLOW_MS makes
+#      it last seconds), once both ranks' part files hold records: state
+#      CANCELLED, no report, canopy logged "interrupted by a signal"; the same
+#      script resubmitted with the same CANOPY_OUT and --resume: exit 0, equal
+#      metrics, and report.json run.resume shows images taken from the part
+#      files (attempt 1, images_from_parts > 0, from_parts + computed = all)
+#   q  scontrol requeue of such a job submitted with --requeue
+#      --open-mode=append: it runs again by itself (Restarts=1; the test lifts
+#      the ~2 minutes BeginTime hold Slurm puts on a requeued job with
+#      scontrol update StartTime=now), the script adds --resume (banner
+#      "restart 1: --resume added"), exit 0, equal metrics, images reused as
+#      in k; the log holds both attempts
 # Every path handed to the jobs holds a space and a quote.
 #
 # Variables: CANOPY_SLURM_TEST_DIR (scratch; default "/tmp/canopy slurm 'test'",
 # wiped first), CANOPY_SLURM_DIR (the cluster's state; default
 # /tmp/canopy-slurm-test; no spaces: slurm.conf), CANOPY_SLURM_JOB_TIMEOUT
-# (120: seconds to wait for one job).
+# (120: seconds to wait for one job), CANOPY_SLURM_SLOW_MS (25: the
+# replay detector's sleep per image in k and q; testdata/sets/multi has 300
+# images, 150 per rank: about 4 s of detection).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-repo=$(pwd)
 
 S=${CANOPY_SLURM_TEST_DIR:-"/tmp/canopy slurm 'test'"}
 export CANOPY_SLURM_DIR=${CANOPY_SLURM_DIR:-/tmp/canopy-slurm-test}
 job_timeout=${CANOPY_SLURM_JOB_TIMEOUT:-120}
+slow_ms=${CANOPY_SLURM_SLOW_MS:-25}
 t_start=$SECONDS
 
 if [ "$(id -u)" != 0 ]; then
@@ -54,7 +68,7 @@ fi
 
 # Never inherit a surrounding job's identity (e.g. when run inside salloc).
 while IFS= read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SRUN_|SALLOC_)' || true)
-unset CANOPY_TEST_FAIL_RANK CANOPY_RANK_LOGS CANOPY_OUT CANOPY_CSV CANOPY_PREDICTIONS CANOPY_LIST CANOPY_BIN
+unset CANOPY_TEST_FAIL_RANK CANOPY_TEST_SLOW_MS CANOPY_TEST_INTERRUPT CANOPY_RANK_LOGS CANOPY_OUT CANOPY_CSV CANOPY_PREDICTIONS CANOPY_LIST CANOPY_BIN
 
 stop_slurm() { scripts/slurm-local.sh stop "$CANOPY_SLURM_DIR" >/dev/null 2>&1 || true; }
 trap stop_slurm EXIT
@@ -168,6 +182,31 @@ show_log() {
 	done
 }
 
+# resume_info FILE: "attempt images_from_parts images_computed" from the
+# run.resume object of a report.json.
+resume_info() {
+	python3 - "$1" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))["run"]["resume"]
+print(r["attempt"], r["images_from_parts"], r["images_computed"])
+EOF
+}
+
+# wait_parts ID DIR: poll every 0.1 s until both ranks' first part files in
+# DIR/parts hold a record (non-empty), while job ID is queued or running.
+wait_parts() {
+	local t0=$SECONDS
+	while ((SECONDS - t0 < job_timeout)); do
+		[ -s "$2/parts/part-000-00000.part" ] && [ -s "$2/parts/part-000-00001.part" ] && return 0
+		[ -n "$(squeue -h -j "$1" -o %A 2>/dev/null)" ] || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+# elapsed T0: seconds since date +%s.%N printed T0, two decimals.
+elapsed() { python3 -c "import sys, time; print('%.2f' % (time.time() - float(sys.argv[1])))" "$1"; }
+
 echo "== starting the local Slurm in $CANOPY_SLURM_DIR"
 eval "$(scripts/slurm-local.sh start "$CANOPY_SLURM_DIR")"
 export SLURM_CONF
@@ -177,6 +216,7 @@ echo "== reference: scripts/mpirun.sh -np 2 bin/canopy eval"
 scripts/mpirun.sh -np 2 "$BIN" eval --csv "$CSV" --predictions "$PRED" --out "$S/ref" >/dev/null
 ref=$(metrics "$S/ref/report.json")
 [ -n "$ref" ] || { echo "test-slurm: no reference metrics" >&2; exit 1; }
+read -r _ _ ref_images < <(resume_info "$S/ref/report.json")
 
 common=(CANOPY_BIN="$BIN" CANOPY_CSV="$CSV" CANOPY_PREDICTIONS="$PRED")
 
@@ -304,6 +344,83 @@ else
 	show_log "canopy g-$id"
 fi
 
+# (k): scancel a running job, then resubmit it with --resume.
+echo "== k: scancel during the run, resubmit with --resume (CANOPY_TEST_SLOW_MS=$slow_ms)"
+outk="$S/out k"
+id=$(submit "canopy k" "${common[@]}" CANOPY_OUT="$outk" CANOPY_TEST_SLOW_MS="$slow_ms" -- -n 2 jobs/slurm/canopy-1node.sbatch)
+parts_k=0
+wait_parts "$id" "$outk" && parts_k=1
+sleep 0.5 # a few more batches into the part files
+tk=$(date +%s.%N)
+scancel "$id" || true
+wait_job "$id" || true
+node_ok k
+state_k="$JOB_STATE"
+report_k=no
+[ -e "$outk/report.json" ] && report_k=yes
+log_k="$S/logs/canopy k-$id.out"
+id2=$(submit "canopy k-resume" "${common[@]}" CANOPY_OUT="$outk" -- -n 2 jobs/slurm/canopy-1node.sbatch --resume)
+wait_job "$id2" || true
+wall_k=$(elapsed "$tk")
+node_ok k
+res_k=$(resume_info "$outk/report.json" 2>/dev/null || true)
+read -r att_k from_k comp_k <<<"${res_k:-none 0 0}"
+eq_k=no
+[ -f "$outk/report.json" ] && [ "$(metrics "$outk/report.json")" = "$ref" ] && eq_k=yes
+if [ $parts_k = 1 ] && [ "$state_k" = CANCELLED ] && [ $report_k = no ] && grep -q "interrupted by a signal" "$log_k" &&
+	[ "$JOB_STATE $JOB_RC" = "COMPLETED 0" ] && [ $eq_k = yes ] &&
+	[ "$att_k" = 1 ] && [ "$from_k" -gt 0 ] && [ $((from_k + comp_k)) = "$ref_images" ] &&
+	grep -q -- "--resume" "$S/logs/canopy k-resume-$id2.out"; then
+	pass k "scancel -> CANCELLED (part files flushed); resubmitted --resume: exit 0, equal metrics, $from_k of $ref_images images from the part files, $comp_k computed; scancel -> resumed job finished ${wall_k} s"
+else
+	fail k "parts=$parts_k cancelled state=$state_k report=$report_k; resumed state=$JOB_STATE rc=$JOB_RC metrics equal=$eq_k resume(attempt from_parts computed)=${res_k:-none} (want CANCELLED, COMPLETED 0, equal metrics, 1 N>0 $ref_images-N)"
+	show_log "canopy k"
+	ls -la "$outk" "$outk/parts" 2>&1 || true
+fi
+
+# (q): scontrol requeue a running job; the script resumes by itself.
+echo "== q: scontrol requeue during the run (--requeue --open-mode=append, CANOPY_TEST_SLOW_MS=$slow_ms)"
+outq="$S/out q"
+id=$(submit "canopy q" "${common[@]}" CANOPY_OUT="$outq" CANOPY_TEST_SLOW_MS="$slow_ms" -- --requeue --open-mode=append -n 2 jobs/slurm/canopy-1node.sbatch)
+log_q="$S/logs/canopy q-$id.out"
+parts_q=0
+wait_parts "$id" "$outq" && parts_q=1
+sleep 0.5
+tq=$(date +%s.%N)
+requeued=0
+scontrol requeue "$id" && requeued=1
+# Slurm 22.05 holds a requeued job until requeue + ~121 s (Reason=BeginTime);
+# start it now, once it is pending again.
+released=0
+for ((i = 0; i < 200 && requeued == 1; i++)); do
+	case $(squeue -h -j "$id" -o %T 2>/dev/null) in
+	PENDING) scontrol update jobid="$id" StartTime=now 2>/dev/null && released=1 && break ;;
+	RUNNING | COMPLETING | CONFIGURING) ;;
+	*) break ;;
+	esac
+	sleep 0.1
+done
+wait_job "$id" || true
+wall_q=$(elapsed "$tq")
+node_ok q
+restarts=$(scontrol show job -o "$id" 2>/dev/null | sed -n 's/.* Restarts=\([0-9]*\) .*/\1/p')
+res_q=$(resume_info "$outq/report.json" 2>/dev/null || true)
+read -r att_q from_q comp_q <<<"${res_q:-none 0 0}"
+eq_q=no
+[ -f "$outq/report.json" ] && [ "$(metrics "$outq/report.json")" = "$ref" ] && eq_q=yes
+n_banner=$(grep -c "^=== canopy-1node: job $id " "$log_q" 2>/dev/null || true)
+if [ $parts_q = 1 ] && [ $requeued = 1 ] && [ $released = 1 ] && [ "$restarts" = 1 ] &&
+	[ "$JOB_STATE $JOB_RC" = "COMPLETED 0" ] && [ $eq_q = yes ] &&
+	[ "$att_q" = 1 ] && [ "$from_q" -gt 0 ] && [ $((from_q + comp_q)) = "$ref_images" ] &&
+	[ "$n_banner" = 2 ] && grep -q "restarts=0: first attempt" "$log_q" && grep -q "interrupted by a signal" "$log_q" &&
+	grep -q "restarts=1: restart 1: --resume added" "$log_q"; then
+	pass q "scontrol requeue: job ran again (Restarts=1), the script added --resume: exit 0, equal metrics, $from_q of $ref_images images from the part files, $comp_q computed; both attempts in the log; requeue -> finished ${wall_q} s"
+else
+	fail q "parts=$parts_q requeued=$requeued released=$released restarts=${restarts:-?} state=$JOB_STATE rc=$JOB_RC metrics equal=$eq_q resume(attempt from_parts computed)=${res_q:-none} banners=$n_banner (want Restarts=1, COMPLETED 0, equal metrics, 1 N>0 $ref_images-N, 2 banners)"
+	show_log "canopy q-$id"
+	ls -la "$outq" "$outq/parts" 2>&1 || true
+fi
+
 # (s): SIGUSR1 to the batch shell reaches every rank (srun and mpirun).
 stub="$S/bin dir/canopy-stub"
 cat >"$stub" <<'EOF'
@@ -340,7 +457,7 @@ for script in canopy-1node canopy-mpirun; do
 	fi
 done
 
-echo "== timing: sbatch -> finished job (a, 2 tasks): ${wall_a} s; whole run $((SECONDS - t_start)) s"
+echo "== timing: sbatch -> finished job (a, 2 tasks): ${wall_a} s; scancel -> resumed job finished (k): ${wall_k} s; requeue -> finished (q): ${wall_q} s; whole run $((SECONDS - t_start)) s"
 if [ $fails -gt 0 ]; then
 	echo "test-slurm: $fails check(s) FAILED (logs in $S/logs)"
 	exit 1

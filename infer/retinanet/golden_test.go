@@ -324,3 +324,23 @@ func TestGoldenResNet50(t *testing.T) {
 	}
 	checkGolden(t, "r50.json")
 }
+
+// Detections are byte-identical whatever the thread count: every output
+// element is computed by the same SGEMM call on the same column block.
+func TestDeterministicAcrossThreads(t *testing.T) {
+	_, m := goldenModel(t, "r18.json")
+	imgs, _ := goldenImages(t)
+	ref := NewRunner(m, 1)
+	for _, threads := range []int{2, 3} {
+		r := NewRunner(m, threads)
+		for i, img := range imgs {
+			a, b := ref.Detect(img), r.Detect(img)
+			if len(a) == 0 {
+				t.Fatalf("image %d: no detections to compare", i)
+			}
+			if fmt.Sprintf("%#v", a) != fmt.Sprintf("%#v", b) {
+				t.Fatalf("image %d: %d threads give other detections than 1 thread", i, threads)
+			}
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package retinanet
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/imagefile"
+)
+
+// Detector is the infer.Detector of a loaded Model on the CPU: it reads
+// each image (PNG, JPEG, TIFF) as DeepForest does, runs it on its own (no
+// batch padding, so an image's detections never depend on its neighbours)
+// and reads the next image while the current one computes.
+type Detector struct {
+	r *Runner
+	// labels maps the model's label ids to the job's label ids.
+	labels []int32
+	name   string
+}
+
+var _ infer.Detector = (*Detector)(nil)
+
+// NewDetector runs m with threads workers; labels[k] is the job's id for the
+// model's label k (len(labels) must equal m.Classes).
+func NewDetector(m *Model, threads int, labels []int32) (*Detector, error) {
+	if len(labels) != m.Classes {
+		return nil, fmt.Errorf("retinanet: %d label ids for a %d-class model: %w", len(labels), m.Classes, infer.ErrModel)
+	}
+	return &Detector{r: NewRunner(m, threads), labels: labels, name: "retinanet-cpu " + m.Arch}, nil
+}
+
+// Name implements infer.Detector.
+func (d *Detector) Name() string { return d.name }
+
+// Threads is the number of worker threads.
+func (d *Detector) Threads() int { return d.r.Threads() }
+
+type decoded struct {
+	img Image
+	err error
+}
+
+// Detect implements infer.Detector. Image errors wrap imagefile.ErrImage.
+func (d *Detector) Detect(ctx context.Context, batch []infer.Input) ([][]box.Detection, error) {
+	out := make([][]box.Detection, len(batch))
+	next := make(chan decoded, 1)
+	read := func(i int) {
+		im, err := imagefile.Read(batch[i].File)
+		next <- decoded{Image(im), err}
+	}
+	if len(batch) > 0 {
+		go read(0)
+	}
+	for i := range batch {
+		cur := <-next
+		if cur.err != nil {
+			return nil, cur.err
+		}
+		if i+1 < len(batch) {
+			go read(i + 1)
+		}
+		if err := ctx.Err(); err != nil {
+			if i+1 < len(batch) {
+				<-next
+			}
+			return nil, err
+		}
+		dets := d.r.Detect(cur.img)
+		o := make([]box.Detection, len(dets))
+		for k, x := range dets {
+			o[k] = box.Detection{
+				Box:   box.Box{Xmin: float64(x.Box[0]), Ymin: float64(x.Box[1]), Xmax: float64(x.Box[2]), Ymax: float64(x.Box[3])},
+				Label: d.labels[x.Label],
+				Score: float64(x.Score),
+			}
+		}
+		out[i] = o
+	}
+	return out, nil
+}
+
+// Close implements infer.Detector.
+func (d *Detector) Close() error { return nil }

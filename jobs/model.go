@@ -1,0 +1,246 @@
+package jobs
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
+	"github.com/canopy-hpc/canopy/mpi"
+)
+
+// ModelConfig selects and tunes the native RetinaNet (eval --model, and
+// predict).
+type ModelConfig struct {
+	// Spec is a model folder or owner/name[@revision] in the Hugging Face
+	// cache (retinanet.Resolve).
+	Spec string
+	// Threads per rank; 0 means the cores this rank may use.
+	Threads int
+	// ScoreThresh and NMSThresh override the model's config.json when >= 0.
+	ScoreThresh, NMSThresh float64
+	// Device is "cpu" (the only backend of this build) or "auto".
+	Device string
+}
+
+// modelInfo is what the report records about the model.
+type modelInfo struct {
+	Spec       string            `json:"spec"`
+	Dir        string            `json:"dir"`
+	SHA256     string            `json:"sha256"`
+	Arch       string            `json:"arch"`
+	LabelDict  json.RawMessage   `json:"label_dict"`
+	Thresholds map[string]string `json:"thresholds"`
+	Threads    int               `json:"threads"`
+	Device     string            `json:"device"`
+	Ignored    []string          `json:"config_keys_ignored,omitempty"`
+}
+
+// resolveModel is rank 0's step: it resolves the model folder and hashes
+// its weights and config.json ("" when absent), so the manifest (and every
+// rank's check) knows the model.
+func resolveModel(spec string) (dir, digest, config string, err error) {
+	dir, err = retinanet.Resolve(spec)
+	if err != nil {
+		return "", "", "", err
+	}
+	hash := func(name string) (string, error) {
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			return "", err
+		}
+		defer f.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return "", err
+		}
+		return hex.EncodeToString(h.Sum(nil)), nil
+	}
+	if digest, err = hash("model.safetensors"); err != nil {
+		return "", "", "", fmt.Errorf("jobs: model %s: %w: %w", spec, err, infer.ErrModel)
+	}
+	if config, err = hash("config.json"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", "", "", fmt.Errorf("jobs: model %s: %w: %w", spec, err, infer.ErrModel)
+	}
+	return dir, digest, config, nil
+}
+
+// loadedModel is a model loaded on this rank.
+type loadedModel struct {
+	m    *retinanet.Model
+	cfg  retinanet.Config
+	info modelInfo
+}
+
+// loadModel loads the folder rank 0 resolved on every rank and checks that
+// every rank read the same weights. Any rank's failure becomes one
+// collective error (exit 4).
+func loadModel(c mpi.Comm, mc ModelConfig, dir, digest string) (*loadedModel, error) {
+	lm, err := loadModelLocal(mc, dir, digest)
+	if err := agreeErr(c, ExitModel, err); err != nil {
+		return nil, err
+	}
+	return lm, nil
+}
+
+func loadModelLocal(mc ModelConfig, dir, digest string) (*loadedModel, error) {
+	m, cfg, sum, err := retinanet.LoadFolder(dir)
+	if err != nil {
+		return nil, err
+	}
+	if sum != digest {
+		return nil, fmt.Errorf("jobs: %s/model.safetensors has sha256 %s here but %s on rank 0: the ranks see different files: %w", dir, sum[:12], digest[:12], infer.ErrModel)
+	}
+	// DeepForest passes its own score_thresh, nms_thresh,
+	// detections_per_img and topk_candidates to the constructor, and
+	// explicit arguments beat config.json's (semantics §1.0): only the
+	// flags change them. config.json's other constructor keys (min_size,
+	// max_size, image_mean, image_std) do apply.
+	def := retinanet.DefaultOptions()
+	var ignored []string
+	for _, k := range cfg.Set {
+		switch k {
+		case "score_thresh", "nms_thresh", "detections_per_img", "topk_candidates":
+			ignored = append(ignored, k+" (DeepForest's own value wins)")
+		}
+	}
+	m.Opt.ScoreThresh, m.Opt.NMSThresh = def.ScoreThresh, def.NMSThresh
+	m.Opt.DetectionsPerImg, m.Opt.TopkCandidates = def.DetectionsPerImg, def.TopkCandidates
+	if mc.ScoreThresh >= 0 {
+		m.Opt.ScoreThresh = float32(mc.ScoreThresh)
+	}
+	if mc.NMSThresh >= 0 {
+		m.Opt.NMSThresh = mc.NMSThresh
+	}
+	threads := mc.Threads
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0) // follows the rank's CPU affinity
+	}
+	names := cfg.Labels
+	lm, _ := box.NewLabelMap(names)
+	info := modelInfo{
+		Spec: mc.Spec, Dir: dir, SHA256: sum, Arch: m.Arch, LabelDict: labelMapJSON(lm),
+		Thresholds: modelSettings(m.Opt), Threads: threads, Device: "cpu", Ignored: append(ignored, cfg.Extra...),
+	}
+	return &loadedModel{m: m, cfg: cfg, info: info}, nil
+}
+
+// modelSettings are the options that change detections, for the manifest
+// and the report.
+func modelSettings(o retinanet.Options) map[string]string {
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	return map[string]string{
+		"score_thresh":       strconv.FormatFloat(float64(o.ScoreThresh), 'g', -1, 32),
+		"nms_thresh":         f(o.NMSThresh),
+		"detections_per_img": strconv.Itoa(o.DetectionsPerImg),
+		"topk_candidates":    strconv.Itoa(o.TopkCandidates),
+		"min_size":           strconv.Itoa(o.MinSize),
+		"max_size":           strconv.Itoa(o.MaxSize),
+	}
+}
+
+// labels returns the model's label map.
+func (lm *loadedModel) labels() box.LabelMap {
+	m, _ := box.NewLabelMap(lm.cfg.Labels)
+	return m
+}
+
+// detector builds the CPU detector, mapping the model's ids onto labels.
+func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
+	ids := make([]int32, len(lm.cfg.Labels))
+	for k, name := range lm.cfg.Labels {
+		id, ok := labels.ID(name)
+		if !ok {
+			return nil, fmt.Errorf("jobs: the model's label %q is not in the label map: %w", name, infer.ErrModel)
+		}
+		ids[k] = id
+	}
+	return retinanet.NewDetector(lm.m, lm.info.Threads, ids)
+}
+
+// checkModelLabels: with --model, the label map is the model's label_dict;
+// a --label-dict must agree with it, and every truth label must be one of
+// the model's.
+func checkModelLabels(model box.LabelMap, given *box.LabelMap, truthLabels []string, csvName string) error {
+	if given != nil {
+		a, b := given.Names(), model.Names()
+		same := len(a) == len(b)
+		for i := 0; same && i < len(a); i++ {
+			same = a[i] == b[i]
+		}
+		if !same {
+			return fmt.Errorf("jobs: --label-dict %v disagrees with the model's label_dict %v: %w", a, b, infer.ErrModel)
+		}
+	}
+	for _, l := range truthLabels {
+		if _, ok := model.ID(l); !ok {
+			return fmt.Errorf("jobs: %s has label %q, which the model does not know (its label_dict: %v): %w", csvName, l, model.Names(), infer.ErrModel)
+		}
+	}
+	return nil
+}
+
+// agreeErr is a collective: every rank passes its own error (or nil) and
+// every rank returns the same outcome: nil when no rank failed, else a
+// collective *Error naming the first failing rank with its message, with
+// the largest exit code any rank proposed (code, or the error's own when
+// it carries one). Rank 0 prints it once; no rank aborts or hangs.
+func agreeErr(c mpi.Comm, code int, err error) error {
+	var msg []byte
+	if err != nil {
+		if e := (*Error)(nil); errors.As(err, &e) {
+			code = e.Code
+		}
+		msg = fmt.Appendf([]byte{byte(code)}, "%v", err)
+	}
+	all, gerr := mpi.AllgatherBytes(c, msg)
+	if gerr != nil {
+		return localErr(ExitMPI, "jobs: %w", gerr)
+	}
+	first, worst, n := -1, 0, 0
+	for r, m := range all {
+		if len(m) == 0 {
+			continue
+		}
+		n++
+		if first < 0 {
+			first = r
+		}
+		worst = max(worst, int(m[0]))
+	}
+	if first < 0 {
+		return nil
+	}
+	text := string(all[first][1:])
+	if c.Size() > 1 {
+		text = fmt.Sprintf("rank %d: %s", first, text)
+		if n > 1 {
+			text += fmt.Sprintf(" (and %d more ranks failed)", n-1)
+		}
+	}
+	return &Error{Code: worst, Collective: true, Err: errors.New(text)}
+}
+
+// preflight checks, on every rank, that its images open as supported
+// images, before any inference: a --root-dir missing on one node is one
+// clear error (exit 3), not a half-run.
+func preflight(c mpi.Comm, files []string) error {
+	var err error
+	for _, f := range files {
+		if _, _, e := imagefile.Check(f); e != nil {
+			err = fmt.Errorf("jobs: pre-flight: %w", e)
+			break
+		}
+	}
+	return agreeErr(c, ExitInput, err)
+}

@@ -1,0 +1,240 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/infer/safetensors"
+	"github.com/canopy-hpc/canopy/internal/forest"
+	"github.com/canopy-hpc/canopy/internal/testweights"
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/mpi/local"
+)
+
+// modelSet is a model folder (the ResNet-18-FPN64 of the parity fixture
+// r18.json, generated weights, 2 classes) and a labelled set of forest
+// images, built once per test binary.
+var modelSet struct {
+	once            sync.Once
+	model, csv, dir string
+	err             error
+}
+
+const testModelConfig = `{"num_classes": 2, "label_dict": {"Tree": 0, "Dead": 1}, "score_thresh": 0.3,
+ "nms_thresh": 0.05, "detections_per_img": 300, "topk_candidates": 1000, "min_size": 400, "max_size": 400}`
+
+func writeTestModel(dir string, dtype string) error {
+	entries, err := testweights.StateDict("resnet18", 2, 64, true)
+	if err != nil {
+		return err
+	}
+	vals, err := testweights.Values(entries, 0)
+	if err != nil {
+		return err
+	}
+	ts := map[string]safetensors.Tensor{}
+	for _, e := range entries {
+		if !e.Int64 {
+			ts[e.Name] = safetensors.Tensor{Shape: e.Shape, Data: vals[e.Name]}
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, dtype, nil); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "config.json"), []byte(testModelConfig), 0o644)
+}
+
+// testModelSet writes 7 images (6 of 400×400 and one 300×500) with their
+// truth; image 3's crowns are all labelled Tree so both classes stay in use.
+func testModelSet(t *testing.T) (model, csv, dir string) {
+	t.Helper()
+	s := &modelSet
+	s.once.Do(func() {
+		root, err := os.MkdirTemp("", "canopy-model-set-")
+		if err != nil {
+			s.err = err
+			return
+		}
+		s.dir = filepath.Join(root, "images")
+		s.model = filepath.Join(root, "model")
+		if s.err = writeTestModel(s.model, "F32"); s.err != nil {
+			return
+		}
+		os.MkdirAll(s.dir, 0o755)
+		var b strings.Builder
+		b.WriteString("image_path,xmin,ymin,xmax,ymax,label\n")
+		for i := 0; i < 7; i++ {
+			w, h := 400, 400
+			if i == 6 {
+				w, h = 300, 500
+			}
+			img, boxes := forest.Generate(21, i, w, h)
+			name := fmt.Sprintf("f%d.png", i)
+			f, err := os.Create(filepath.Join(s.dir, name))
+			if err != nil {
+				s.err = err
+				return
+			}
+			png.Encode(f, img)
+			f.Close()
+			if len(boxes) == 0 {
+				fmt.Fprintf(&b, "%s,0,0,0,0,Tree\n", name)
+			}
+			for _, bx := range boxes {
+				fmt.Fprintf(&b, "%s,%d,%d,%d,%d,%s\n", name, bx.XMin, bx.YMin, bx.XMax, bx.YMax, bx.Label)
+			}
+		}
+		s.csv = filepath.Join(s.dir, "annotations.csv")
+		s.err = os.WriteFile(s.csv, []byte(b.String()), 0o644)
+	})
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	return s.model, s.csv, s.dir
+}
+
+func modelCfg(t *testing.T, out string) EvalConfig {
+	model, csv, _ := testModelSet(t)
+	return EvalConfig{CSV: csv, Out: out, IoUThreshold: 0.4, BatchSize: 2,
+		Model: ModelConfig{Spec: model, Threads: 1, ScoreThresh: -1, NMSThresh: -1, Device: "cpu"}}
+}
+
+// Detections and metrics are byte-identical for any rank count, batch size
+// and thread count: each image is padded on its own and every reduction
+// has a fixed order.
+func TestModelEvalIdenticalAcrossRanksBatchesThreads(t *testing.T) {
+	var refMetrics, refPreds []byte
+	for _, v := range []struct{ ranks, batch, threads int }{{1, 1, 1}, {2, 4, 1}, {3, 2, 2}} {
+		out := t.TempDir()
+		cfg := modelCfg(t, out)
+		cfg.BatchSize, cfg.Model.Threads = v.batch, v.threads
+		if codes := runLocal(t, v.ranks, cfg); codes[0] != 0 {
+			t.Fatalf("%+v: exit codes %v", v, codes)
+		}
+		m, vals := reportMetrics(t, out)
+		preds, err := os.ReadFile(filepath.Join(out, "predictions.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if refMetrics == nil {
+			if n := bytes.Count(preds, []byte("\n")) - 1; n < 50 {
+				t.Fatalf("only %d detections: the test model must detect something", n)
+			}
+			if r, ok := vals["box_recall"].(float64); !ok || r <= 0 {
+				t.Fatalf("box_recall %v", vals["box_recall"])
+			}
+			refMetrics, refPreds = m, preds
+			continue
+		}
+		if !bytes.Equal(m, refMetrics) {
+			t.Errorf("%+v: metrics differ from 1 rank, batch 1, 1 thread:\n%s\n%s", v, m, refMetrics)
+		}
+		if !bytes.Equal(preds, refPreds) {
+			t.Errorf("%+v: predictions.csv differs from 1 rank, batch 1, 1 thread", v)
+		}
+	}
+}
+
+// The model's identity and thresholds are in the report.
+func TestModelReport(t *testing.T) {
+	out := t.TempDir()
+	if codes := runLocal(t, 1, modelCfg(t, out)); codes[0] != 0 {
+		t.Fatalf("exit %v", codes)
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+	for _, want := range []string{`"arch": "resnet18-fpn64"`, `"score_thresh": "0.1"`, `score_thresh (DeepForest's own value wins)`, `"sha256": "`, `"detector": "retinanet-cpu resnet18-fpn64"`, `"Dead": 1`} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("report.json lacks %s", want)
+		}
+	}
+}
+
+func TestModelErrors(t *testing.T) {
+	model, csv, dir := testModelSet(t)
+	bad := t.TempDir()
+	// a truth label the model does not know
+	data, _ := os.ReadFile(csv)
+	os.WriteFile(filepath.Join(bad, "unknown.csv"), bytes.ReplaceAll(data, []byte(",Dead\n"), []byte(",Snag\n")), 0o644)
+	// a truth CSV naming a missing image, and one naming a corrupt image
+	os.WriteFile(filepath.Join(bad, "missing.csv"), []byte("image_path,xmin,ymin,xmax,ymax,label\n"+dir+"/f0.png,1,1,5,5,Tree\nnope.png,1,1,5,5,Tree\n"), 0o644)
+	os.WriteFile(filepath.Join(bad, "corrupt.png"), []byte("\x89PNG\r\n\x1a\nshort"), 0o644)
+	os.WriteFile(filepath.Join(bad, "corrupt.csv"), []byte("image_path,xmin,ymin,xmax,ymax,label\ncorrupt.png,1,1,5,5,Tree\n"), 0o644)
+	// a model with a wrong tensor shape
+	wrong := filepath.Join(bad, "wrong")
+	os.MkdirAll(wrong, 0o755)
+	ts, _, err := safetensors.Read(filepath.Join(model, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts["head.regression_head.bbox_reg.bias"] = safetensors.Tensor{Shape: []int{35}, Data: make([]float32, 35)}
+	safetensors.Write(filepath.Join(wrong, "model.safetensors"), ts, "F32", nil)
+	cases := []struct {
+		name, csv, model, want string
+		code                   int
+	}{
+		{"unknown label", filepath.Join(bad, "unknown.csv"), model, `label "Snag"`, ExitModel},
+		{"missing image", filepath.Join(bad, "missing.csv"), model, "nope.png", ExitInput},
+		{"corrupt image", filepath.Join(bad, "corrupt.csv"), model, "corrupt.png", ExitInput},
+		{"no model", csv, filepath.Join(bad, "absent"), "absent", ExitModel},
+		{"wrong shape", csv, wrong, "bbox_reg.bias", ExitModel},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := modelCfg(t, t.TempDir())
+			cfg.CSV, cfg.Model.Spec = c.csv, c.model
+			var stderr bytes.Buffer
+			codes := runLocalCtx(t, 2, cfg, func(int) context.Context { return context.Background() }, &stderr)
+			for r, code := range codes {
+				if code != c.code {
+					t.Errorf("rank %d exit %d, want %d; stderr:\n%s", r, code, c.code, stderr.String())
+				}
+			}
+			if !strings.Contains(stderr.String(), c.want) {
+				t.Errorf("stderr does not name %q:\n%s", c.want, stderr.String())
+			}
+			if n := strings.Count(stderr.String(), "\n"); n > 3 {
+				t.Errorf("error printed %d lines, want it once:\n%s", n, stderr.String())
+			}
+		})
+	}
+}
+
+// predict on 2 ranks writes the same rows as eval's predictions.csv (same
+// model, same images, same order).
+func TestPredictMatchesEval(t *testing.T) {
+	_, csv, dir := testModelSet(t)
+	evalOut := t.TempDir()
+	if codes := runLocal(t, 1, modelCfg(t, evalOut)); codes[0] != 0 {
+		t.Fatalf("eval exit %v", codes)
+	}
+	want, _ := os.ReadFile(filepath.Join(evalOut, "predictions.csv"))
+	for _, src := range []string{"csv", "images"} {
+		out := t.TempDir()
+		cfg := PredictConfig{Out: out, BatchSize: 3, Model: modelCfg(t, out).Model}
+		if src == "csv" {
+			cfg.CSV = csv
+		} else {
+			cfg.Images = dir
+		}
+		errs := local.Run(2, func(c mpi.Comm) error { return Predict(context.Background(), c, cfg) })
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("%s: rank %d: %v", src, r, err)
+			}
+		}
+		got, _ := os.ReadFile(filepath.Join(out, "predictions.csv"))
+		if !bytes.Equal(got, want) {
+			t.Errorf("predict --%s on 2 ranks differs from eval's predictions.csv (%d vs %d bytes)", src, len(got), len(want))
+		}
+	}
+}
