@@ -9,7 +9,7 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-.PHONY: all deps build demo test test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-large testdata golden-retinanet check-mpich test-slurm clean
+.PHONY: all deps build demo test test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet check-mpich test-slurm clean
 
 all: build
 
@@ -80,6 +80,22 @@ bench-metrics: deps
 	$(PEER_PY) tools/deepforest/bench_metrics.py --truth bin/bench-2000x30/truth.csv \
 		--predictions bin/bench-2000x30/predictions.csv --out bin/deepforest-bench.json
 	$(PEER_PY) tools/coco/bench.py --truth bin/bench-coco/truth.csv --predictions bin/bench-coco/predictions.csv --out bin/coco-bench.json
+
+# The CPU RetinaNet next to torchvision (Debian python3-torch), same weights,
+# images and threads, in one run: prints canopy/torchvision in images/s.
+# Then the peak RSS of one rank of canopy predict with ResNet-50.
+bench-infer: deps
+	scripts/install-deps.sh python3-torch python3-torchvision python3-pil
+	$(GO) run ./internal/forestgen -out bin/retinanet-images -n 4 -seed 5 \
+		-sizes 400x400,400x400,1500x900,96x64 -prefix forest_
+	$(GO) test -run '^$$' -bench 'Detect/r50' -benchtime 3x -count 1 ./infer/retinanet/ | tee bin/bench-infer.txt
+	/usr/bin/python3 tools/retinanet/bench.py --model r50 --threads 1 --repeat 3 --go bin/bench-infer.txt \
+		bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png
+	/usr/bin/python3 tools/retinanet/bench.py --model r50 --threads 2 --repeat 3 --go bin/bench-infer.txt \
+		bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png
+	$(GO) build -o $(BIN) . && $(GO) run ./internal/testmodel -out bin/model-r50
+	/usr/bin/time -f 'canopy predict, ResNet-50, 1 rank, 2 threads: wall %e s, peak RSS %M KiB' \
+		$(BIN) predict --model bin/model-r50 --images bin/retinanet-images --out bin/predict-r50 --force --threads 2
 
 # Allgatherv with one rank's part above 2 GiB (about 7 GiB of memory).
 bench-large: deps

@@ -10,11 +10,13 @@ import (
 	"image/png"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/internal/forest"
 	"github.com/canopy-hpc/canopy/internal/testweights"
 )
@@ -343,4 +345,46 @@ func TestDeterministicAcrossThreads(t *testing.T) {
 			}
 		}
 	}
+}
+
+// ModelEnv names a real DeepForest model folder for TestRealCheckpoint.
+const ModelEnv = "CANOPY_TEST_MODEL"
+
+// With a real checkpoint (e.g. weecology/deepforest-tree's snapshot folder
+// in CANOPY_TEST_MODEL), canopy and the fixture script's torchvision run on
+// DeepForest's own sample image give the same detections. No checkpoint can
+// be fetched on the build machines, so this runs where one is at hand.
+func TestRealCheckpoint(t *testing.T) {
+	dir := os.Getenv(ModelEnv)
+	if dir == "" {
+		t.Skipf("%s is not set: no real DeepForest checkpoint to compare with torchvision", ModelEnv)
+	}
+	img := filepath.Join("..", "..", "..", "shared", "data", "deepforest", "OSBS_029.png")
+	if _, err := os.Stat(img); err != nil {
+		t.Skipf("DeepForest's sample image is absent: %v", err)
+	}
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		t.Skipf("no %s with torch: %v", py, err)
+	}
+	out := filepath.Join(t.TempDir(), "peer.json")
+	cmd := exec.Command(py, filepath.Join("..", "..", "tools", "retinanet", "golden.py"), "--checkpoint", dir, "--out", out, img)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("torchvision run failed: %v\n%s", err, b)
+	}
+	var g golden
+	b, _ := os.ReadFile(out)
+	if err := json.Unmarshal(b, &g); err != nil || len(g.Images) != 1 {
+		t.Fatalf("peer output: %v", err)
+	}
+	m, _, _, err := LoadFolder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := imagefile.Read(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dets := NewRunner(m, 2).Detect(Image(im))
+	compareDetections(t, dets, g.Images[0])
 }

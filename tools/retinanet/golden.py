@@ -95,25 +95,76 @@ def summarise(t):
     }
 
 
+def read_safetensors(path):
+    """A minimal safetensors reader (F32/F16/BF16), so that no extra package
+    is needed: 8-byte little-endian header size, JSON header, raw data."""
+    import struct
+
+    b = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", b[:8])
+    head = json.loads(b[8 : 8 + n])
+    data = b[8 + n :]
+    sd = {}
+    for k, v in head.items():
+        if k == "__metadata__":
+            continue
+        lo, hi = v["data_offsets"]
+        raw = data[lo:hi]
+        if v["dtype"] == "F32":
+            a = np.frombuffer(raw, dtype="<f4")
+        elif v["dtype"] == "F16":
+            a = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+        elif v["dtype"] == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        elif v["dtype"] == "I64":
+            continue  # num_batches_tracked
+        else:
+            raise SystemExit("%s: dtype %s of %s not handled" % (path, v["dtype"], k))
+        sd[k[len("model.") :] if k.startswith("model.") else k] = torch.from_numpy(a.copy()).reshape(v["shape"])
+    return sd
+
+
+def build_checkpoint(folder):
+    """DeepForest's RetinaNetHub as its hub models load: ResNet-50-FPN with
+    FrozenBatchNorm2d (eps 1e-5), DeepForest's thresholds, and config.json's
+    num_classes and any min_size/max_size."""
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    extra = {k: cfg[k] for k in ("min_size", "max_size") if k in cfg}
+    body = resnet50(weights=None, norm_layer=FrozenBatchNorm2d)
+    bb = _resnet_fpn_extractor(body, 5, returned_layers=[2, 3, 4], extra_blocks=LastLevelP6P7(256, 256))
+    model = RetinaNet(bb, num_classes=int(cfg.get("num_classes", 1)), **THRESH, **extra)
+    missing, unexpected = model.load_state_dict(read_safetensors(os.path.join(folder, "model.safetensors")), strict=False)
+    if missing or unexpected:
+        raise SystemExit("checkpoint does not fit: missing %s, unexpected %s" % (missing[:5], unexpected[:5]))
+    return model, extra
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True, choices=["r50", "r18"])
+    ap.add_argument("--model", choices=["r50", "r18"], help="a fixture network with generated weights")
+    ap.add_argument("--checkpoint", help="or: a DeepForest model folder (model.safetensors + config.json), ResNet-50")
     ap.add_argument("--out", required=True)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("images", nargs="+")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    model, cfg = build(args.model)
-    model.eval()
-    weights.fill(model, args.seed)
+    if (args.model is None) == (args.checkpoint is None):
+        raise SystemExit("give --model or --checkpoint")
+    if args.checkpoint:
+        model, cfg = build_checkpoint(args.checkpoint)
+        model.eval()
+    else:
+        model, cfg = build(args.model)
+        model.eval()
+        weights.fill(model, args.seed)
     keys = [[k, list(v.shape)] for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")]
 
     out = {
         "peer": "torchvision %s, torch %s (CPU float32, %d threads), python %s"
         % (torchvision.__version__, torch.__version__, args.threads, platform.python_version()),
         "command": "/usr/bin/python3 tools/retinanet/golden.py " + " ".join(sys.argv[1:]),
-        "model": args.model,
+        "model": args.model or args.checkpoint,
         "seed": args.seed,
         "config": dict(THRESH, num_classes=model.head.classification_head.num_classes, **cfg),
         "state_dict": keys,
