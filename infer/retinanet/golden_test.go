@@ -296,26 +296,50 @@ func checkGolden(t *testing.T, name string) {
 	}
 }
 
+// compareDetections checks that canopy keeps the same set as torchvision,
+// each detection within tolBox and tolScore of its counterpart. Both lists
+// are sorted by score; where two scores differ by less than the float32
+// noise between the two implementations, their order is not defined (nor
+// is torch's order of exact ties), so a detection may match a neighbour
+// within tolScore of its own position.
 func compareDetections(t *testing.T, dets []Detection, gi goldenImage) {
 	t.Helper()
 	if len(dets) != len(gi.Boxes) {
 		t.Errorf("%d detections, torchvision %d", len(dets), len(gi.Boxes))
 	}
+	used := make([]bool, len(gi.Boxes))
 	var worstBox, worstScore float64
-	for i := 0; i < min(len(dets), len(gi.Boxes)); i++ {
-		d := dets[i]
-		if d.Label != gi.Labels[i] {
-			t.Errorf("detection %d: label %d, torchvision %d", i, d.Label, gi.Labels[i])
+	swapped := 0
+	for i, d := range dets {
+		match := -1
+		for j := range gi.Boxes {
+			if used[j] || gi.Labels[j] != d.Label || math.Abs(float64(d.Score)-gi.Scores[j]) > tolScore {
+				continue
+			}
+			ok := true
+			for k := 0; k < 4; k++ {
+				ok = ok && math.Abs(float64(d.Box[k])-gi.Boxes[j][k]) <= tolBox
+			}
+			if ok {
+				match = j
+				if j == i {
+					break
+				}
+			}
 		}
-		for j := 0; j < 4; j++ {
-			worstBox = max(worstBox, math.Abs(float64(d.Box[j])-gi.Boxes[i][j]))
+		if match < 0 {
+			t.Fatalf("detection %d %v %v (label %d) has no torchvision counterpart within %g px and %g", i, d.Box, d.Score, d.Label, tolBox, tolScore)
 		}
-		worstScore = max(worstScore, math.Abs(float64(d.Score)-gi.Scores[i]))
-		if worstBox > tolBox || worstScore > tolScore {
-			t.Fatalf("detection %d: %v %v, torchvision %v %v (worst so far: box %.3g px, score %.3g)", i, d.Box, d.Score, gi.Boxes[i], gi.Scores[i], worstBox, worstScore)
+		if match != i {
+			swapped++
 		}
+		used[match] = true
+		for k := 0; k < 4; k++ {
+			worstBox = max(worstBox, math.Abs(float64(d.Box[k])-gi.Boxes[match][k]))
+		}
+		worstScore = max(worstScore, math.Abs(float64(d.Score)-gi.Scores[match]))
 	}
-	t.Logf("%d detections; worst |Δbox| %.3g px, |Δscore| %.3g", len(dets), worstBox, worstScore)
+	t.Logf("%d detections; worst |Δbox| %.3g px, |Δscore| %.3g; %d in another order among near-equal scores", len(dets), worstBox, worstScore, swapped)
 }
 
 func TestGoldenResNet18(t *testing.T) { checkGolden(t, "r18.json") }

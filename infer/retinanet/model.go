@@ -53,6 +53,7 @@ type conv struct {
 	name                         string
 	out, in, kh, kw, stride, pad int
 	w, b                         []float32
+	wino                         winograd // U of a 3×3 stride-1 filter, made on first use
 }
 
 type block struct {

@@ -27,13 +27,16 @@ const colBlock = 256
 type engine struct {
 	threads int
 	bufs    [][]float32
+	wino    []winoBufs
+	// direct turns Winograd off (tests compare the two paths).
+	direct bool
 }
 
 func newEngine(threads int) *engine {
 	if threads < 1 {
 		threads = 1
 	}
-	return &engine{threads: threads, bufs: make([][]float32, threads)}
+	return &engine{threads: threads, bufs: make([][]float32, threads), wino: make([]winoBufs, threads)}
 }
 
 // parallel runs f(worker, job) for job in [0, n) on the engine's workers.
@@ -65,6 +68,9 @@ func (e *engine) parallel(n int, f func(worker, job int)) {
 
 // conv computes relu?(conv(x) + b [+ res]).
 func (e *engine) conv(c *conv, x fmap, relu bool, res *fmap) fmap {
+	if !e.direct && useWinograd(c) {
+		return e.convWinograd(c, x, relu, res)
+	}
 	oh := (x.h+2*c.pad-c.kh)/c.stride + 1
 	ow := (x.w+2*c.pad-c.kw)/c.stride + 1
 	y := newFmap(c.out, oh, ow)

@@ -1,0 +1,46 @@
+package retinanet
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// Winograd F(2×2,3×3) against the im2col path on odd and even sizes, with
+// bias, residual and ReLU: equal within float32 rounding.
+func TestWinogradMatchesDirect(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, s := range [][4]int{{16, 8, 5, 7}, {64, 32, 13, 13}, {32, 48, 24, 17}, {256, 256, 10, 9}} {
+		in, out, h, w := s[0], s[1], s[2], s[3]
+		c := &conv{name: "t", out: out, in: in, kh: 3, kw: 3, stride: 1, pad: 1,
+			w: make([]float32, out*in*9), b: make([]float32, out)}
+		for i := range c.w {
+			c.w[i] = float32(r.NormFloat64() / math.Sqrt(float64(in*9)))
+		}
+		for i := range c.b {
+			c.b[i] = float32(r.NormFloat64() * 0.1)
+		}
+		x, res := newFmap(in, h, w), newFmap(out, h, w)
+		for i := range x.d {
+			x.d[i] = float32(r.NormFloat64())
+		}
+		for i := range res.d {
+			res.d[i] = float32(r.NormFloat64())
+		}
+		for _, relu := range []bool{false, true} {
+			dir := &engine{threads: 2, bufs: make([][]float32, 2), wino: make([]winoBufs, 2), direct: true}
+			win := newEngine(3)
+			a := dir.conv(c, x, relu, &res)
+			b := win.conv(c, x, relu, &res)
+			var worst float64
+			for i := range a.d {
+				worst = max(worst, math.Abs(float64(a.d[i]-b.d[i])))
+			}
+			// outputs are O(1); float32 sums of in·9 products
+			if worst > 2e-5*math.Sqrt(float64(in)) {
+				t.Errorf("%v relu=%v: worst |Δ| %.3g", s, relu, worst)
+			}
+			t.Logf("%v relu=%v: worst |Δ| %.3g", s, relu, worst)
+		}
+	}
+}
