@@ -76,7 +76,7 @@ func (m *Model) features(e *engine, x fmap) [5]fmap {
 		p[i] = e.conv(m.layer[i], last, false, nil)
 	}
 	p[3] = e.conv(m.p6, p[2], false, nil)
-	p[4] = e.conv(m.p7, reluCopy(p[3]), false, nil)
+	p[4] = e.conv(m.p7, e.reluCopy(p[3]), false, nil)
 	return p
 }
 
@@ -102,7 +102,11 @@ type cand struct {
 
 // detect runs one image end to end.
 func (m *Model) detect(e *engine, img Image, tr *Trace) []Detection {
-	x, rh, rw := normalizeResizePad(img, m.Opt)
+	e.reuseFor(img.H, img.W)
+	x, rh, rw := normalizeResizePad(e, img, m.Opt)
+	if tr == nil {
+		defer e.release() // detections are copied out below
+	}
 	p := m.features(e, x)
 	K := m.Classes
 	var all []cand

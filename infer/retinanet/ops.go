@@ -16,6 +16,38 @@ type fmap struct {
 
 func newFmap(c, h, w int) fmap { return fmap{c, h, w, make([]float32, c*h*w)} }
 
+// fmap allocates a feature map from the engine's free list (not zeroed:
+// every user writes all of it). release returns every map handed out since
+// the last release, so an image in steady state allocates nothing.
+func (e *engine) fmap(c, h, w int) fmap {
+	n := c * h * w
+	var d []float32
+	if l := e.free[n]; len(l) > 0 {
+		d, e.free[n] = l[len(l)-1], l[:len(l)-1]
+	} else {
+		d = make([]float32, n)
+	}
+	e.used = append(e.used, d)
+	return fmap{c, h, w, d}
+}
+
+// reuseFor keeps the free list only while images keep one size, so a set
+// of mixed sizes does not pile up buffers of every size.
+func (e *engine) reuseFor(h, w int) {
+	if e.shape != [2]int{h, w} {
+		e.free = map[int][][]float32{}
+		e.shape = [2]int{h, w}
+	}
+}
+
+func (e *engine) release() {
+	for _, d := range e.used {
+		e.free[len(d)] = append(e.free[len(d)], d)
+	}
+	clear(e.used)
+	e.used = e.used[:0]
+}
+
 // colBlock is the fixed width of the column blocks a convolution is cut
 // into. It never depends on the thread count: each output element is computed
 // by the same SGEMM call whichever worker runs it, which is what makes the
@@ -30,13 +62,16 @@ type engine struct {
 	wino    []winoBufs
 	// direct turns Winograd off (tests compare the two paths).
 	direct bool
+	free   map[int][][]float32
+	used   [][]float32
+	shape  [2]int // the image size the free list was filled for
 }
 
 func newEngine(threads int) *engine {
 	if threads < 1 {
 		threads = 1
 	}
-	return &engine{threads: threads, bufs: make([][]float32, threads), wino: make([]winoBufs, threads)}
+	return &engine{threads: threads, bufs: make([][]float32, threads), wino: make([]winoBufs, threads), free: map[int][][]float32{}}
 }
 
 // parallel runs f(worker, job) for job in [0, n) on the engine's workers.
@@ -73,7 +108,7 @@ func (e *engine) conv(c *conv, x fmap, relu bool, res *fmap) fmap {
 	}
 	oh := (x.h+2*c.pad-c.kh)/c.stride + 1
 	ow := (x.w+2*c.pad-c.kw)/c.stride + 1
-	y := newFmap(c.out, oh, ow)
+	y := e.fmap(c.out, oh, ow)
 	n := oh * ow
 	k := c.in * c.kh * c.kw
 	direct := c.kh == 1 && c.kw == 1 && c.stride == 1 && c.pad == 0
@@ -157,7 +192,7 @@ func im2col(c *conv, x fmap, ow, j0, nb int, col []float32) {
 // (padding never wins: it is −inf).
 func (e *engine) maxpool3s2(x fmap) fmap {
 	oh, ow := (x.h+2-3)/2+1, (x.w+2-3)/2+1
-	y := newFmap(x.c, oh, ow)
+	y := e.fmap(x.c, oh, ow)
 	e.parallel(x.c, func(_, c int) {
 		src := x.d[c*x.h*x.w:]
 		dst := y.d[c*oh*ow:]
@@ -218,12 +253,10 @@ func nearestIdx(in, out int) []int {
 	return idx
 }
 
-func reluCopy(x fmap) fmap {
-	y := fmap{x.c, x.h, x.w, make([]float32, len(x.d))}
+func (e *engine) reluCopy(x fmap) fmap {
+	y := e.fmap(x.c, x.h, x.w)
 	for i, v := range x.d {
-		if v > 0 {
-			y.d[i] = v
-		}
+		y.d[i] = max(v, 0)
 	}
 	return y
 }

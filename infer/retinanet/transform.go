@@ -30,12 +30,13 @@ func resizeScale(h, w, minSize, maxSize int) float32 {
 // (align_corners=False, no antialias; torch's CPU rule) to the size rule, and
 // zero-pads bottom/right to multiples of 32. It returns the padded map and the
 // resized (unpadded) size.
-func normalizeResizePad(img Image, opt Options) (fmap, int, int) {
+func normalizeResizePad(e *engine, img Image, opt Options) (fmap, int, int) {
 	oh, ow := resizeSize(img.H, img.W, opt.MinSize, opt.MaxSize)
 	ph, pw := (oh+31)/32*32, (ow+31)/32*32
-	out := newFmap(3, ph, pw)
+	out := e.fmap(3, ph, pw)
+	clear(out.d) // the padding is 0
 	n := img.W * img.H
-	norm := make([]float32, n)
+	norm := e.fmap(1, img.H, img.W).d
 	wy := linearWeights(img.H, oh)
 	wx := linearWeights(img.W, ow)
 	for c := 0; c < 3; c++ {

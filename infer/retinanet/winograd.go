@@ -76,7 +76,7 @@ type winoBufs struct {
 func (e *engine) convWinograd(c *conv, x fmap, relu bool, res *fmap) fmap {
 	u := c.winogradU()
 	H, W := x.h, x.w
-	y := newFmap(c.out, H, W)
+	y := e.fmap(c.out, H, W)
 	th, tw := (H+1)/2, (W+1)/2
 	tiles := th * tw
 	blocks := (tiles + winoBlock - 1) / winoBlock
