@@ -9,7 +9,7 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-.PHONY: all deps build demo test test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet check-mpich test-slurm clean
+.PHONY: all deps build demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet check-mpich test-slurm clean
 
 all: build
 
@@ -19,11 +19,34 @@ deps:
 build: deps
 	$(GO) build -buildvcs=auto -tags '$(TAGS)' -o $(BIN) .
 
+# The demo: the detector the project trained (tools/demo/train.py) on 40
+# generated forest images (internal/forestgen, seed 3: never trained on),
+# under mpirun -np 2; then predict on 4 unlabelled images, and a compare of
+# the report with the stored baseline (exit 7 if a metric got worse).
+DEMO_MODEL := testdata/models/canopy-demo-r18
 demo: build
-	$(MPIRUN) -np 2 $(BIN) eval --csv testdata/sets/multi/truth.csv \
-		--predictions testdata/sets/multi/predictions.csv --out canopy-out --force
+	@$(GO) run ./internal/forestgen -out testdata/demo -n 40 -seed 3
+	@$(GO) run ./internal/forestgen -out bin/demo-unlabelled -n 4 -seed 4 -prefix new_
+	@rm -f bin/demo-unlabelled/annotations.csv
+	$(MPIRUN) -np 2 $(BIN) eval --model $(DEMO_MODEL) --csv testdata/demo/annotations.csv --out canopy-out --force
+	$(MPIRUN) -np 2 $(BIN) predict --model $(DEMO_MODEL) --images bin/demo-unlabelled --out canopy-predict --force
+	@head -4 canopy-predict/predictions.csv
+	$(BIN) compare --fail-on worse testdata/golden/demo/report.json canopy-out
 
-test: deps check-fmt test-unit test-mpi
+# Refresh the demo baseline after a change that moves the demo metrics.
+demo-baseline: demo
+	mkdir -p testdata/golden/demo && cp canopy-out/report.json testdata/golden/demo/report.json
+
+test: deps check-fmt check-tags test-unit test-mpi
+
+# The optional build tags compile and vet: -tags noblas (gonum SGEMM) and
+# -tags nompi (one process, no MPI library); together they give a binary
+# that needs only libc.
+check-tags:
+	$(GO) vet -tags nompi,noblas ./...
+	$(GO) build -tags nompi,noblas -o bin/canopy-nompi .
+	@if ldd bin/canopy-nompi | grep -E 'libmpi|openblas'; then echo "nompi,noblas binary links MPI or OpenBLAS"; exit 1; fi
+	bin/canopy-nompi doctor | grep -q 'in-process, 1 rank'
 
 # xmllint validates canopy compare's JUnit output against its schema.
 test-deps:
