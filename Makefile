@@ -28,8 +28,8 @@ demo: build
 	@$(GO) run ./internal/forestgen -out testdata/demo -n 40 -seed 3
 	@$(GO) run ./internal/forestgen -out bin/demo-unlabelled -n 4 -seed 4 -prefix new_
 	@rm -f bin/demo-unlabelled/annotations.csv
-	$(MPIRUN) -np 2 $(BIN) eval --model $(DEMO_MODEL) --csv testdata/demo/annotations.csv --out canopy-out --force
-	$(MPIRUN) -np 2 $(BIN) predict --model $(DEMO_MODEL) --images bin/demo-unlabelled --out canopy-predict --force
+	$(MPIRUN) -np 2 --bind-to core $(BIN) eval --model $(DEMO_MODEL) --csv testdata/demo/annotations.csv --out canopy-out --force
+	$(MPIRUN) -np 2 --bind-to core $(BIN) predict --model $(DEMO_MODEL) --images bin/demo-unlabelled --out canopy-predict --force
 	@head -4 canopy-predict/predictions.csv
 	$(BIN) compare --fail-on worse testdata/golden/demo/report.json canopy-out
 
@@ -119,6 +119,11 @@ bench-infer: deps
 	$(GO) build -o $(BIN) . && $(GO) run ./internal/testmodel -out bin/model-r50
 	/usr/bin/time -f 'canopy predict, ResNet-50, 1 rank, 2 threads: wall %e s, peak RSS %M KiB' \
 		$(BIN) predict --model bin/model-r50 --images bin/retinanet-images --out bin/predict-r50 --force --threads 2
+	$(GO) run ./internal/forestgen -out bin/bench-20 -n 20 -seed 9
+	for np in 1 2; do CANOPY_MPIRUN_TIMEOUT=900 /usr/bin/time -f "mpirun -np $$np --bind-to core, 1 thread/rank, 20 images: wall %e s" \
+		$(MPIRUN) -np $$np --bind-to core $(BIN) predict --model bin/model-r50 --images bin/bench-20 \
+		--out bin/predict-np$$np --force --threads 1 || exit 1; \
+		grep -o '"detect": [0-9.]*' bin/predict-np$$np/report.json; done
 
 # Allgatherv with one rank's part above 2 GiB (about 7 GiB of memory).
 bench-large: deps

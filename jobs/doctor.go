@@ -3,6 +3,7 @@ package jobs
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/canopy-hpc/canopy/infer/gemm"
 	"io"
 	"os"
 	"runtime"
@@ -56,8 +57,8 @@ func doctor(c mpi.Comm, stdout io.Writer) error {
 	if c.Rank() != 0 {
 		return nil
 	}
-	fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nMPI: %s, %d rank(s)\nbuild: CPU only (no cuda tag)\n\n",
-		Version, runtime.Version(), gitRevision(), c.Implementation(), c.Size())
+	fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nMPI: %s, %d rank(s)\nbuild: CPU only (no cuda tag), SGEMM %s (%s kernels)\n\n",
+		Version, runtime.Version(), gitRevision(), c.Implementation(), c.Size(), gemm.Backend(), gemm.Core())
 	fmt.Fprintf(stdout, "%-5s %-20s %-8s %-6s %-10s %-8s %-12s %-8s %s\n", "rank", "host", "local", "pid", "GOMAXPROCS", "cpus", "affinity", "device", "CUDA_VISIBLE_DEVICES / launcher")
 	for _, p := range parts {
 		var ri rankInfo

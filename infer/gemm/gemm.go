@@ -29,3 +29,7 @@ func Naive(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32,
 		}
 	}
 }
+
+// reexecEnv marks a process that re-executed itself to choose OpenBLAS's
+// kernels (openblas.go).
+const reexecEnv = "CANOPY_OPENBLAS_CORETYPE_SET"

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -90,5 +92,85 @@ func BenchmarkSgemm(b *testing.B) {
 			}
 			b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
+	}
+}
+
+// On a CPU with AVX2 the kernels in use must use it (canopy re-executes
+// itself with OPENBLAS_CORETYPE when OpenBLAS's detection falls back to
+// SSE kernels, as Debian's 0.3.21 does on Sapphire Rapids).
+func TestCoreUsesTheCPU(t *testing.T) {
+	if Backend() != "openblas" {
+		t.Skip("gonum backend")
+	}
+	if os.Getenv("OPENBLAS_CORETYPE") != "" && os.Getenv(reexecEnv) == "" {
+		t.Skip("OPENBLAS_CORETYPE set by the user")
+	}
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	if !strings.Contains(string(b), " avx2") {
+		t.Skip("this CPU has no AVX2")
+	}
+	switch strings.ToLower(Core()) {
+	case "prescott", "core2", "penryn", "dunnington", "nehalem", "atom", "sandybridge":
+		t.Fatalf("OpenBLAS runs %s kernels on an AVX2 CPU", Core())
+	}
+	t.Logf("OpenBLAS kernels: %s", Core())
+}
+
+// The compiled-in Winograd transforms give the same bits as the Go ones
+// (the noblas build's), on shapes with odd edges, a residual and ReLU.
+func TestWinoMatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, s := range [][4]int{{3, 5, 7, 4}, {16, 13, 13, 30}, {8, 20, 9, 17}} {
+		c, h, w, nb := s[0], s[1], s[2], s[3]
+		tw, th := (w+1)/2, (h+1)/2
+		x := fill(r, c*h*w)
+		for t0 := 0; t0 < tw*th; t0 += nb {
+			n := min(nb, tw*th-t0)
+			vs := c*n + 5
+			a, b := make([]float32, 16*vs), make([]float32, 16*vs)
+			WinoIn(x, c, h, w, tw, t0, n, a, vs)
+			winoInGo(x, c, h, w, tw, t0, n, b, vs)
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Fatalf("%v: WinoIn[%d] = %v, Go %v", s, i, a[i], b[i])
+				}
+			}
+			ms := c*n + 3
+			m := fill(r, 16*ms)
+			bias, res := fill(r, c), fill(r, c*h*w)
+			for _, relu := range []bool{false, true} {
+				y1, y2 := make([]float32, c*h*w), make([]float32, c*h*w)
+				WinoOut(m, ms, n, c, tw, t0, h, w, bias, res, relu, y1)
+				winoOutGo(m, ms, n, c, tw, t0, h, w, bias, res, relu, y2)
+				for i := range y1 {
+					if math.Float32bits(y1[i]) != math.Float32bits(y2[i]) {
+						t.Fatalf("%v relu=%v: WinoOut[%d] = %v, Go %v", s, relu, i, y1[i], y2[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestEpilogueMatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	rows, cols, ld := 7, 19, 23
+	bias := fill(r, rows)
+	for _, withRes := range []bool{false, true} {
+		for _, relu := range []bool{false, true} {
+			y := fill(r, rows*ld)
+			var res []float32
+			if withRes {
+				res = fill(r, rows*ld)
+			}
+			a, b := append([]float32(nil), y...), append([]float32(nil), y...)
+			Epilogue(a, ld, rows, cols, bias, res, ld, relu)
+			epilogueGo(b, ld, rows, cols, bias, res, ld, relu)
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Fatalf("res=%v relu=%v: [%d] %v, Go %v", withRes, relu, i, a[i], b[i])
+				}
+			}
+		}
 	}
 }

@@ -9,6 +9,9 @@ import (
 
 const backend = "gonum"
 
+// Core names the kernels: gonum's pure Go.
+func Core() string { return "gonum" }
+
 var impl gonum.Implementation
 
 func mul(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
@@ -16,4 +19,16 @@ func mul(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, l
 		return
 	}
 	impl.Sgemm(blas.NoTrans, blas.NoTrans, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
+}
+
+func winoIn(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
+	winoInGo(x, c, h, w, tw, t0, nb, v, vs)
+}
+
+func winoOut(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
+	winoOutGo(m, ms, nb, o, tw, t0, h, w, bias, res, relu, y)
+}
+
+func epilogue(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, relu bool) {
+	epilogueGo(y, ldy, rows, cols, bias, res, ldr, relu)
 }

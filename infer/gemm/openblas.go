@@ -3,10 +3,12 @@
 package gemm
 
 /*
-#cgo CFLAGS: -I/usr/include/x86_64-linux-gnu/openblas-pthread
+#cgo CFLAGS: -I/usr/include/x86_64-linux-gnu/openblas-pthread -O3
 #cgo pkg-config: openblas
 #include <cblas.h>
+#include "wino.h"
 void openblas_set_num_threads(int);
+char* openblas_get_corename(void);
 static void canopy_blas_init(void) { openblas_set_num_threads(1); }
 static void canopy_sgemm(int m, int n, int k, const float *a, int lda, const float *b, int ldb, float *c, int ldc) {
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
@@ -14,11 +16,84 @@ static void canopy_sgemm(int m, int n, int k, const float *a, int lda, const flo
 */
 import "C"
 
-import "unsafe"
+import (
+	"os"
+	"strings"
+	"syscall"
+	"unsafe"
+)
 
 const backend = "openblas"
 
-func init() { C.canopy_blas_init() }
+// Core is the kernel set OpenBLAS chose (openblas_get_corename).
+func Core() string { return C.GoString(C.openblas_get_corename()) }
+
+func init() {
+	C.canopy_blas_init()
+	fixCore()
+}
+
+// fixCore works around OpenBLAS's CPU detection on CPUs newer than the
+// library (Debian's 0.3.21 calls a Sapphire Rapids VM "Prescott" and runs its
+// SSE3 kernels, 4–5× slower): when the chosen kernels lack AVX2 but the CPU
+// has it, canopy sets OPENBLAS_CORETYPE to the newest kernel set the CPU can
+// run and re-executes itself once (OpenBLAS reads the variable when it is
+// loaded, before any Go code runs). OPENBLAS_CORETYPE set by the user is
+// left alone.
+func fixCore() {
+	if _, set := os.LookupEnv("OPENBLAS_CORETYPE"); set {
+		return
+	}
+	switch strings.ToLower(Core()) {
+	case "prescott", "core2", "penryn", "dunnington", "nehalem", "atom", "katmai", "coppermine", "northwood", "banias", "sandybridge":
+	default:
+		return
+	}
+	want := coreFor(cpuFlags())
+	if want == "" {
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	os.Setenv("OPENBLAS_CORETYPE", want)
+	os.Setenv(reexecEnv, want)
+	syscall.Exec(exe, os.Args, os.Environ()) // returns only on failure: keep going as we are
+	os.Unsetenv("OPENBLAS_CORETYPE")
+	os.Unsetenv(reexecEnv)
+}
+
+
+// cpuFlags reads the first "flags" line of /proc/cpuinfo.
+func cpuFlags() map[string]bool {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+			m := map[string]bool{}
+			for _, f := range strings.Fields(v) {
+				m[f] = true
+			}
+			return m
+		}
+	}
+	return nil
+}
+
+// coreFor names the OpenBLAS kernel set for a CPU's flags ("" when there is
+// nothing better than what OpenBLAS chose).
+func coreFor(f map[string]bool) string {
+	switch {
+	case f["avx512f"] && f["avx512bw"] && f["avx512vl"] && f["avx512dq"]:
+		return "SkylakeX"
+	case f["avx2"] && f["fma"]:
+		return "Haswell"
+	}
+	return ""
+}
 
 func mul(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	if m == 0 || n == 0 {
@@ -34,4 +109,41 @@ func mul(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, l
 		(*C.float)(unsafe.Pointer(&a[0])), C.int(lda),
 		(*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
 		(*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+}
+
+func winoIn(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
+	if c == 0 || nb == 0 {
+		return
+	}
+	C.canopy_wino_in((*C.float)(unsafe.Pointer(&x[0])), C.int(c), C.int(h), C.int(w), C.int(tw), C.int(t0), C.int(nb),
+		(*C.float)(unsafe.Pointer(&v[0])), C.long(vs))
+}
+
+func winoOut(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
+	if o == 0 || nb == 0 {
+		return
+	}
+	var rp *C.float
+	if res != nil {
+		rp = (*C.float)(unsafe.Pointer(&res[0]))
+	}
+	r := C.int(0)
+	if relu {
+		r = 1
+	}
+	C.canopy_wino_out((*C.float)(unsafe.Pointer(&m[0])), C.long(ms), C.int(nb), C.int(o), C.int(tw), C.int(t0), C.int(h), C.int(w),
+		(*C.float)(unsafe.Pointer(&bias[0])), rp, r, (*C.float)(unsafe.Pointer(&y[0])))
+}
+
+func epilogue(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, relu bool) {
+	var rp *C.float
+	if res != nil {
+		rp = (*C.float)(unsafe.Pointer(&res[0]))
+	}
+	r := C.int(0)
+	if relu {
+		r = 1
+	}
+	C.canopy_epilogue((*C.float)(unsafe.Pointer(&y[0])), C.long(ldy), C.int(rows), C.int(cols),
+		(*C.float)(unsafe.Pointer(&bias[0])), rp, C.long(ldr), r)
 }

@@ -126,27 +126,11 @@ func (e *engine) conv(c *conv, x fmap, relu bool, res *fmap) fmap {
 			im2col(c, x, ow, j0, nb, col)
 			gemm.Mul(c.out, nb, k, c.w, k, col, nb, y.d[j0:], n)
 		}
-		for o := 0; o < c.out; o++ {
-			row := y.d[o*n+j0 : o*n+j0+nb]
-			b := c.b[o]
-			if res != nil {
-				rr := res.d[o*n+j0 : o*n+j0+nb]
-				for i := range row {
-					row[i] = row[i] + b + rr[i]
-				}
-			} else {
-				for i := range row {
-					row[i] += b
-				}
-			}
-			if relu {
-				for i, v := range row {
-					if v < 0 {
-						row[i] = 0
-					}
-				}
-			}
+		var rd []float32
+		if res != nil {
+			rd = res.d[j0:]
 		}
+		gemm.Epilogue(y.d[j0:], n, c.out, nb, c.b, rd, n, relu)
 	})
 	return y
 }

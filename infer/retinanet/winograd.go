@@ -26,6 +26,10 @@ import (
 // winoBlock is the number of tiles per block (the SGEMMs' N).
 const winoBlock = 96
 
+// winoPad separates the 16 matrices of a block buffer (16 floats: one
+// cache line).
+const winoPad = 16
+
 // winograd holds a filter transformed to U: 16 matrices of [out × in].
 type winograd struct {
 	once sync.Once
@@ -84,109 +88,30 @@ func (e *engine) convWinograd(c *conv, x fmap, relu bool, res *fmap) fmap {
 		t0 := j * winoBlock
 		nb := min(winoBlock, tiles-t0)
 		b := &e.wino[w]
-		if cap(b.v) < 16*c.in*winoBlock {
-			b.v = make([]float32, 16*c.in*winoBlock)
+		// The 16 matrices of a buffer sit winoPad floats further apart than
+		// their size: at a power-of-two multiple of 4 KiB (256·96·4 bytes
+		// is 24·4096) the 16 rows a tile touches would share one L1 set.
+		vs, ms := c.in*nb+winoPad, c.out*nb+winoPad
+		if cap(b.v) < 16*(c.in*winoBlock+winoPad) {
+			b.v = make([]float32, 16*(c.in*winoBlock+winoPad))
 		}
-		if cap(b.m) < 16*c.out*winoBlock {
-			b.m = make([]float32, 16*c.out*winoBlock)
+		if cap(b.m) < 16*(c.out*winoBlock+winoPad) {
+			b.m = make([]float32, 16*(c.out*winoBlock+winoPad))
 		}
-		v := b.v[:16*c.in*nb]
-		m := b.m[:16*c.out*nb]
+		v := b.v[:16*vs]
+		m := b.m[:16*ms]
 		// Input transform: V[ξ][ci][t].
-		for ci := 0; ci < c.in; ci++ {
-			plane := x.d[ci*H*W : (ci+1)*H*W]
-			for k := 0; k < nb; k++ {
-				t := t0 + k
-				ty, tx := t/tw, t%tw
-				y0, x0 := 2*ty-1, 2*tx-1
-				var d [4][4]float32
-				if y0 >= 0 && x0 >= 0 && y0+3 < H && x0+3 < W {
-					for r := 0; r < 4; r++ {
-						row := plane[(y0+r)*W+x0 : (y0+r)*W+x0+4]
-						d[r] = [4]float32{row[0], row[1], row[2], row[3]}
-					}
-				} else {
-					for r := 0; r < 4; r++ {
-						yy := y0 + r
-						if yy < 0 || yy >= H {
-							continue
-						}
-						for s := 0; s < 4; s++ {
-							if xx := x0 + s; xx >= 0 && xx < W {
-								d[r][s] = plane[yy*W+xx]
-							}
-						}
-					}
-				}
-				// t = Bᵀ d (rows), then V = t B (columns).
-				var q [4][4]float32
-				for s := 0; s < 4; s++ {
-					q[0][s] = d[0][s] - d[2][s]
-					q[1][s] = d[1][s] + d[2][s]
-					q[2][s] = d[2][s] - d[1][s]
-					q[3][s] = d[1][s] - d[3][s]
-				}
-				base := ci*nb + k
-				stride := c.in * nb
-				for r := 0; r < 4; r++ {
-					v[(r*4+0)*stride+base] = q[r][0] - q[r][2]
-					v[(r*4+1)*stride+base] = q[r][1] + q[r][2]
-					v[(r*4+2)*stride+base] = q[r][2] - q[r][1]
-					v[(r*4+3)*stride+base] = q[r][1] - q[r][3]
-				}
-			}
-		}
+		gemm.WinoIn(x.d, c.in, H, W, tw, t0, nb, v, vs)
 		// 16 SGEMMs: M[ξ] (out × nb) = U[ξ] (out × in) · V[ξ] (in × nb).
 		for xi := 0; xi < 16; xi++ {
-			gemm.Mul(c.out, nb, c.in, u[xi*c.out*c.in:], c.in, v[xi*c.in*nb:], nb, m[xi*c.out*nb:], nb)
+			gemm.Mul(c.out, nb, c.in, u[xi*c.out*c.in:], c.in, v[xi*vs:], nb, m[xi*ms:], nb)
 		}
 		// Output transform, bias, residual, ReLU.
-		stride := c.out * nb
-		for o := 0; o < c.out; o++ {
-			bias := c.b[o]
-			out := y.d[o*H*W : (o+1)*H*W]
-			var rp []float32
-			if res != nil {
-				rp = res.d[o*H*W : (o+1)*H*W]
-			}
-			for k := 0; k < nb; k++ {
-				t := t0 + k
-				ty, tx := t/tw, t%tw
-				idx := o*nb + k
-				var mm [16]float32
-				for xi := 0; xi < 16; xi++ {
-					mm[xi] = m[xi*stride+idx]
-				}
-				// s = Aᵀ M (2×4), then Y = s A (2×2).
-				var s [2][4]float32
-				for col := 0; col < 4; col++ {
-					s[0][col] = mm[col] + mm[4+col] + mm[8+col]
-					s[1][col] = mm[4+col] - mm[8+col] - mm[12+col]
-				}
-				for r := 0; r < 2; r++ {
-					yy := 2*ty + r
-					if yy >= H {
-						break
-					}
-					vals := [2]float32{s[r][0] + s[r][1] + s[r][2], s[r][1] - s[r][2] - s[r][3]}
-					for q := 0; q < 2; q++ {
-						xx := 2*tx + q
-						if xx >= W {
-							break
-						}
-						p := yy*W + xx
-						val := vals[q] + bias
-						if rp != nil {
-							val += rp[p]
-						}
-						if relu && val < 0 {
-							val = 0
-						}
-						out[p] = val
-					}
-				}
-			}
+		var rd []float32
+		if res != nil {
+			rd = res.d
 		}
+		gemm.WinoOut(m, ms, nb, c.out, tw, t0, H, W, c.b, rd, relu, y.d)
 	})
 	return y
 }

@@ -1,0 +1,141 @@
+package gemm
+
+// Winograd F(2×2, 3×3) transforms, the memory-bound half of a 3×3
+// convolution whose other half is SGEMM (infer/retinanet builds the
+// convolution; these are its inner loops). The default build runs them in C
+// (compiled with -O3, vectorised for AVX2 where the CPU has it); -tags
+// noblas in Go. Both compute each value with the same additions in the same
+// order, so they give the same bits.
+
+// WinoIn computes V = Bᵀ d B for the 4×4 input tiles t0..t0+nb-1 of a
+// [c][h][w] map with zero padding 1 (tile t: rows 2·(t/tw)-1.., columns
+// 2·(t%tw)-1..), writing component ξ of channel ci, tile k at
+// v[ξ·vs + ci·nb + k].
+func WinoIn(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
+	winoIn(x, c, h, w, tw, t0, nb, v, vs)
+}
+
+// WinoOut computes Y = Aᵀ M A for the tiles t0..t0+nb-1 (M's component ξ of
+// output channel o, tile k at m[ξ·ms + o·nb + k]) and writes
+// relu?(Y + bias[o] (+ res)) into the [o][h][w] map y, dropping the parts of
+// edge tiles outside it. res may be nil.
+func WinoOut(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
+	winoOut(m, ms, nb, o, tw, t0, h, w, bias, res, relu, y)
+}
+
+func winoInGo(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
+	for ci := 0; ci < c; ci++ {
+		plane := x[ci*h*w : (ci+1)*h*w]
+		for k := 0; k < nb; k++ {
+			t := t0 + k
+			y0, x0 := 2*(t/tw)-1, 2*(t%tw)-1
+			var d [4][4]float32
+			for r := 0; r < 4; r++ {
+				yy := y0 + r
+				if yy < 0 || yy >= h {
+					continue
+				}
+				for s := 0; s < 4; s++ {
+					if xx := x0 + s; xx >= 0 && xx < w {
+						d[r][s] = plane[yy*w+xx]
+					}
+				}
+			}
+			var q [4][4]float32
+			for s := 0; s < 4; s++ {
+				q[0][s] = d[0][s] - d[2][s]
+				q[1][s] = d[1][s] + d[2][s]
+				q[2][s] = d[2][s] - d[1][s]
+				q[3][s] = d[1][s] - d[3][s]
+			}
+			base := ci*nb + k
+			for r := 0; r < 4; r++ {
+				v[(r*4+0)*vs+base] = q[r][0] - q[r][2]
+				v[(r*4+1)*vs+base] = q[r][1] + q[r][2]
+				v[(r*4+2)*vs+base] = q[r][2] - q[r][1]
+				v[(r*4+3)*vs+base] = q[r][1] - q[r][3]
+			}
+		}
+	}
+}
+
+func winoOutGo(m []float32, ms, nb, oc, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
+	for o := 0; o < oc; o++ {
+		b := bias[o]
+		out := y[o*h*w : (o+1)*h*w]
+		var rp []float32
+		if res != nil {
+			rp = res[o*h*w : (o+1)*h*w]
+		}
+		for k := 0; k < nb; k++ {
+			t := t0 + k
+			ty, tx := t/tw, t%tw
+			idx := o*nb + k
+			var mm [16]float32
+			for xi := 0; xi < 16; xi++ {
+				mm[xi] = m[xi*ms+idx]
+			}
+			var s [2][4]float32
+			for col := 0; col < 4; col++ {
+				s[0][col] = (mm[col] + mm[4+col]) + mm[8+col]
+				s[1][col] = (mm[4+col] - mm[8+col]) - mm[12+col]
+			}
+			for r := 0; r < 2; r++ {
+				yy := 2*ty + r
+				if yy >= h {
+					break
+				}
+				vals := [2]float32{(s[r][0] + s[r][1]) + s[r][2], (s[r][1] - s[r][2]) - s[r][3]}
+				for q := 0; q < 2; q++ {
+					xx := 2*tx + q
+					if xx >= w {
+						break
+					}
+					p := yy*w + xx
+					val := vals[q] + b
+					if rp != nil {
+						val += rp[p]
+					}
+					if relu && val < 0 {
+						val = 0
+					}
+					out[p] = val
+				}
+			}
+		}
+	}
+}
+
+// Epilogue applies a convolution's bias, residual and ReLU to a block of
+// GEMM output: y[r·ldy + j] = relu?((y + bias[r]) + res[r·ldr + j]) for r <
+// rows, j < cols. res may be nil.
+func Epilogue(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, relu bool) {
+	if rows == 0 || cols == 0 {
+		return
+	}
+	epilogue(y, ldy, rows, cols, bias, res, ldr, relu)
+}
+
+func epilogueGo(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, relu bool) {
+	for r := 0; r < rows; r++ {
+		row := y[r*ldy : r*ldy+cols]
+		b := bias[r]
+		if res != nil {
+			rr := res[r*ldr : r*ldr+cols]
+			for i := range row {
+				row[i] = (row[i] + b) + rr[i]
+			}
+		} else {
+			for i := range row {
+				row[i] += b
+			}
+		}
+		if relu {
+			for i, v := range row {
+				if v < 0 {
+					row[i] = 0
+				}
+			}
+		}
+	}
+}
