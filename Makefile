@@ -22,7 +22,8 @@ build: deps
 # The demo: the detector the project trained (tools/demo/train.py) on 40
 # generated forest images (internal/forestgen, seed 3: never trained on),
 # under mpirun -np 2; then predict on 4 unlabelled images, and a compare of
-# the report with the stored baseline (exit 7 if a metric got worse).
+# the report with the stored baseline (exit 7 if a metric got worse by more
+# than 0.02: float32 rounding differs between CPUs' SGEMM kernels).
 DEMO_MODEL := testdata/models/canopy-demo-r18
 demo: build
 	@$(GO) run ./internal/forestgen -out testdata/demo -n 40 -seed 3
@@ -31,7 +32,7 @@ demo: build
 	$(MPIRUN) -np 2 --bind-to core $(BIN) eval --model $(DEMO_MODEL) --csv testdata/demo/annotations.csv --out canopy-out --force
 	$(MPIRUN) -np 2 --bind-to core $(BIN) predict --model $(DEMO_MODEL) --images bin/demo-unlabelled --out canopy-predict --force
 	@head -4 canopy-predict/predictions.csv
-	$(BIN) compare --fail-on worse testdata/golden/demo/report.json canopy-out
+	$(BIN) compare --fail-on worse --tolerance default=0.02 testdata/golden/demo/report.json canopy-out
 
 # Refresh the demo baseline after a change that moves the demo metrics.
 demo-baseline: demo
