@@ -451,3 +451,50 @@ func TestMPIKillThenResume(t *testing.T) {
 	ri := resumeAndCompare(t, truth, preds, out, ref)
 	t.Logf("after SIGKILL: %d images from part files, %d recomputed", ri.FromParts, ri.Computed)
 }
+
+// demoModel is the detector the project trained (tools/demo/train.py).
+const demoModel = "testdata/models/canopy-demo-r18"
+
+// demoImages writes n labelled forest images of the demo set (seed 3) into
+// a temporary folder: what make demo generates with internal/forestgen.
+func demoImages(t *testing.T, n int) string {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("go", "run", "./internal/forestgen", "-out", dir, "-n", fmt.Sprint(n), "-seed", "3").CombinedOutput(); err != nil {
+		t.Fatalf("forestgen: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "annotations.csv")
+}
+
+// The real job: every rank infers its shard with the demo model under
+// mpirun; metrics and predictions are byte-identical for -np 1, 2 and 3
+// (with mpirun's default core binding, one thread per rank) and the
+// detector finds the trees.
+func TestMPIModelRankCountsBitIdentical(t *testing.T) {
+	csv := demoImages(t, 6)
+	var refMetrics, refPreds []byte
+	for np := 1; np <= 3; np++ {
+		out := t.TempDir()
+		r := mpirun(t, np, nil, "eval", "--model", demoModel, "--csv", csv, "--out", out, "--batch-size", fmt.Sprint(np))
+		if r.code != 0 {
+			t.Fatalf("np%d: exit %d\n%s", np, r.code, r.stderr)
+		}
+		m := metricsOf(t, out)
+		p, err := os.ReadFile(filepath.Join(out, "predictions.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if refMetrics == nil {
+			var v map[string]any
+			json.Unmarshal(m, &v)
+			if rec, _ := v["box_recall"].(float64); rec < 0.5 {
+				t.Fatalf("the demo model's box_recall is %v on its demo images", v["box_recall"])
+			}
+			refMetrics, refPreds = m, p
+			continue
+		}
+		if !bytes.Equal(m, refMetrics) || !bytes.Equal(p, refPreds) {
+			t.Fatalf("np%d: metrics or predictions differ from np1:\n%s\n%s", np, m, refMetrics)
+		}
+	}
+}

@@ -64,7 +64,6 @@ func fixCore() {
 	os.Unsetenv(reexecEnv)
 }
 
-
 // cpuFlags reads the first "flags" line of /proc/cpuinfo.
 func cpuFlags() map[string]bool {
 	b, err := os.ReadFile("/proc/cpuinfo")
