@@ -42,10 +42,14 @@ type Candidate struct {
 	Box   [4]float32
 }
 
-// features runs the body and the FPN: P3..P7.
+// features runs the body and the FPN: P3..P7. Every intermediate is put
+// back as soon as it is dead (x included).
 func (m *Model) features(e *engine, x fmap) [5]fmap {
 	h := e.conv(m.stem, x, true, nil)
-	h = e.maxpool3s2(h)
+	e.put(x)
+	h2 := e.maxpool3s2(h)
+	e.put(h)
+	h = h2
 	var c [3]fmap
 	for L := 0; L < 4; L++ {
 		for _, b := range m.layers[L] {
@@ -53,14 +57,25 @@ func (m *Model) features(e *engine, x fmap) [5]fmap {
 			if b.down != nil {
 				id = e.conv(b.down, h, false, nil)
 			}
+			var out fmap
 			if b.c3 != nil {
-				t := e.conv(b.c1, h, true, nil)
-				t = e.conv(b.c2, t, true, nil)
-				h = e.conv(b.c3, t, true, &id)
+				t1 := e.conv(b.c1, h, true, nil)
+				t2 := e.conv(b.c2, t1, true, nil)
+				e.put(t1)
+				out = e.conv(b.c3, t2, true, &id)
+				e.put(t2)
 			} else {
-				t := e.conv(b.c1, h, true, nil)
-				h = e.conv(b.c2, t, true, &id)
+				t1 := e.conv(b.c1, h, true, nil)
+				out = e.conv(b.c2, t1, true, &id)
+				e.put(t1)
 			}
+			if b.down != nil {
+				e.put(id)
+			}
+			if !(L > 1 && h.d != nil && isC(c, h)) {
+				e.put(h)
+			}
+			h = out
 		}
 		if L > 0 {
 			c[L-1] = h
@@ -69,24 +84,46 @@ func (m *Model) features(e *engine, x fmap) [5]fmap {
 	var p [5]fmap
 	last := e.conv(m.inner[2], c[2], false, nil)
 	p[2] = e.conv(m.layer[2], last, false, nil)
+	e.put(c[2])
 	for i := 1; i >= 0; i-- {
 		lat := e.conv(m.inner[i], c[i], false, nil)
+		e.put(c[i])
 		addUpsampled(lat, last)
+		e.put(last)
 		last = lat
 		p[i] = e.conv(m.layer[i], last, false, nil)
 	}
+	e.put(last)
 	p[3] = e.conv(m.p6, p[2], false, nil)
-	p[4] = e.conv(m.p7, e.reluCopy(p[3]), false, nil)
+	r := e.reluCopy(p[3])
+	p[4] = e.conv(m.p7, r, false, nil)
+	e.put(r)
 	return p
+}
+
+// isC reports whether h is one of the kept C3..C5 maps.
+func isC(c [3]fmap, h fmap) bool {
+	for _, x := range c {
+		if len(x.d) > 0 && &x.d[0] == &h.d[0] {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *Model) head(e *engine, p fmap) levelOut {
 	c, r := p, p
 	for i := 0; i < 4; i++ {
-		c = e.conv(m.clsT[i], c, true, nil)
-		r = e.conv(m.regT[i], r, true, nil)
+		nc := e.conv(m.clsT[i], c, true, nil)
+		nr := e.conv(m.regT[i], r, true, nil)
+		if i > 0 {
+			e.put(c, r)
+		}
+		c, r = nc, nr
 	}
-	return levelOut{gh: p.h, gw: p.w, cls: e.conv(m.cls, c, false, nil), reg: e.conv(m.reg, r, false, nil)}
+	lo := levelOut{gh: p.h, gw: p.w, cls: e.conv(m.cls, c, false, nil), reg: e.conv(m.reg, r, false, nil)}
+	e.put(c, r)
+	return lo
 }
 
 // bboxClip is torchvision's BoxCoder clamp, log(1000/16), as float32.
@@ -103,10 +140,8 @@ type cand struct {
 // detect runs one image end to end.
 func (m *Model) detect(e *engine, img Image, tr *Trace) []Detection {
 	e.reuseFor(img.H, img.W)
+	e.keep = tr != nil
 	x, rh, rw := normalizeResizePad(e, img, m.Opt)
-	if tr == nil {
-		defer e.release() // detections are copied out below
-	}
 	p := m.features(e, x)
 	K := m.Classes
 	var all []cand
@@ -152,6 +187,7 @@ func (m *Model) detect(e *engine, img Image, tr *Trace) []Detection {
 			kept[i].box = decode(an, d, rh, rw)
 		}
 		all = append(all, kept...)
+		e.put(lo.cls, lo.reg, p[L])
 	}
 	if tr != nil {
 		tr.ResizedH, tr.ResizedW, tr.PaddedH, tr.PaddedW = rh, rw, x.h, x.w

@@ -17,8 +17,10 @@ type fmap struct {
 func newFmap(c, h, w int) fmap { return fmap{c, h, w, make([]float32, c*h*w)} }
 
 // fmap allocates a feature map from the engine's free list (not zeroed:
-// every user writes all of it). release returns every map handed out since
-// the last release, so an image in steady state allocates nothing.
+// every user writes all of it); put returns maps that are dead. The network
+// puts every intermediate as soon as its last reader is done, so the live
+// set is a few maps (not every activation of the image), and an image in
+// steady state allocates nothing.
 func (e *engine) fmap(c, h, w int) fmap {
 	n := c * h * w
 	var d []float32
@@ -27,8 +29,20 @@ func (e *engine) fmap(c, h, w int) fmap {
 	} else {
 		d = make([]float32, n)
 	}
-	e.used = append(e.used, d)
 	return fmap{c, h, w, d}
+}
+
+// put returns dead maps to the free list (not while tracing: a Trace keeps
+// the pyramid levels).
+func (e *engine) put(fs ...fmap) {
+	if e.keep {
+		return
+	}
+	for _, f := range fs {
+		if len(f.d) > 0 {
+			e.free[len(f.d)] = append(e.free[len(f.d)], f.d)
+		}
+	}
 }
 
 // reuseFor keeps the free list only while images keep one size, so a set
@@ -38,14 +52,6 @@ func (e *engine) reuseFor(h, w int) {
 		e.free = map[int][][]float32{}
 		e.shape = [2]int{h, w}
 	}
-}
-
-func (e *engine) release() {
-	for _, d := range e.used {
-		e.free[len(d)] = append(e.free[len(d)], d)
-	}
-	clear(e.used)
-	e.used = e.used[:0]
 }
 
 // colBlock is the fixed width of the column blocks a convolution is cut
@@ -63,8 +69,8 @@ type engine struct {
 	// direct turns Winograd off (tests compare the two paths).
 	direct bool
 	free   map[int][][]float32
-	used   [][]float32
 	shape  [2]int // the image size the free list was filled for
+	keep   bool   // tracing: put keeps everything
 }
 
 func newEngine(threads int) *engine {

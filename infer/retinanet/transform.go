@@ -36,7 +36,9 @@ func normalizeResizePad(e *engine, img Image, opt Options) (fmap, int, int) {
 	out := e.fmap(3, ph, pw)
 	clear(out.d) // the padding is 0
 	n := img.W * img.H
-	norm := e.fmap(1, img.H, img.W).d
+	nm := e.fmap(1, img.H, img.W)
+	defer e.put(nm)
+	norm := nm.d
 	wy := linearWeights(img.H, oh)
 	wx := linearWeights(img.W, ow)
 	for c := 0; c < 3; c++ {
