@@ -143,6 +143,9 @@ golden-retinanet:
 		-sizes 400x400,400x400,1500x900,96x64 -prefix forest_
 	cd bin/retinanet-images && for m in r18 r50; do /usr/bin/python3 ../../tools/retinanet/golden.py \
 		--model $$m --out ../../testdata/golden/retinanet/$$m.json forest_000*.png || exit 1; done
+	$(GO) run ./internal/forestgen -out bin/demo-golden -n 3 -seed 3
+	cd bin/demo-golden && /usr/bin/python3 ../../tools/retinanet/golden.py --checkpoint ../../testdata/models/canopy-demo-r18 \
+		--out ../../testdata/golden/retinanet/demo.json img_000*.png
 
 # The Slurm tests: a one-node Slurm 22.05 with fake GPUs under /tmp; every
 # jobs/slurm script submitted against testdata (root; installs slurm-wlm munge).

@@ -229,71 +229,75 @@ func checkGolden(t *testing.T, name string) {
 	t.Logf("%s: %s; peer %s", name, m.Arch, g.Peer)
 	r := NewRunner(m, 2)
 	for i, gi := range g.Images {
-		t.Run(filepath.Base(gi.Path), func(t *testing.T) {
-			if gi.SHA256 != sums[i] {
-				t.Fatalf("internal/forest now draws other bytes for %s (sha256 %s, fixture %s): regenerate the fixtures (make golden-retinanet)", gi.Path, sums[i], gi.SHA256)
-			}
-			dets, tr := r.DetectTrace(imgs[i])
-			if [2]int{tr.ResizedH, tr.ResizedW} != gi.Resized || [2]int{tr.PaddedH, tr.PaddedW} != gi.Padded {
-				t.Fatalf("resized %dx%d padded %dx%d, torchvision %v %v", tr.ResizedH, tr.ResizedW, tr.PaddedH, tr.PaddedW, gi.Resized, gi.Padded)
-			}
-			for L, lv := range gi.Levels {
-				f := tr.Levels[L]
-				if fmt.Sprint([]int{f.c, f.h, f.w}) != fmt.Sprint(lv.Shape) {
-					t.Fatalf("level %d shape %v, torchvision %v", L, []int{f.c, f.h, f.w}, lv.Shape)
-				}
-				var sum, abs float64
-				for _, v := range f.d {
-					sum += float64(v)
-					abs += math.Abs(float64(v))
-				}
-				scale := lv.AbsSum / float64(len(f.d))
-				if d := math.Abs(abs-lv.AbsSum) / lv.AbsSum; d > tolFeat {
-					t.Errorf("level %d: sum|x| %v, torchvision %v (rel %.2g)", L, abs, lv.AbsSum, d)
-				}
-				if d := math.Abs(sum-lv.Sum) / lv.AbsSum; d > tolFeat {
-					t.Errorf("level %d: sum %v, torchvision %v", L, sum, lv.Sum)
-				}
-				for k, want := range lv.Samples {
-					idx := int((uint64(k) * 2654435761) % uint64(len(f.d)))
-					if d := math.Abs(float64(f.d[idx])-want) / scale; d > 100*tolFeat {
-						t.Errorf("level %d sample %d (flat %d): %v, torchvision %v (%.2g of the mean |x|)", L, k, idx, f.d[idx], want, d)
-					}
-				}
-			}
-			for L, n := range gi.AboveThresh {
-				if tr.AboveThresh[L] != n {
-					t.Errorf("level %d: %d scores above the threshold, torchvision %d", L, tr.AboveThresh[L], n)
-				}
-			}
-			if len(gi.LevelTop) != 5 {
-				t.Fatalf("fixture has %d level_top entries, want 5", len(gi.LevelTop))
-			}
-			for L, lt := range gi.LevelTop {
-				got := tr.Top[L]
-				if len(got) != len(lt.Scores) {
-					t.Fatalf("level %d: %d top scores, torchvision %d", L, len(got), len(lt.Scores))
-				}
-				for k := range got {
-					// The order of near-equal scores may differ: compare
-					// scores in order, and boxes where the index agrees.
-					if d := math.Abs(float64(got[k].Score) - lt.Scores[k]); d > tolScore {
-						t.Errorf("level %d top %d: score %v, torchvision %v", L, k, got[k].Score, lt.Scores[k])
-					}
-					if got[k].Index != lt.Index[k] {
-						continue
-					}
-					for j := 0; j < 4; j++ {
-						if d := math.Abs(float64(got[k].Box[j]) - lt.Boxes[k][j]); d > tolBox {
-							t.Errorf("level %d top %d (index %d): box %v, torchvision %v", L, k, got[k].Index, got[k].Box, lt.Boxes[k])
-							break
-						}
-					}
-				}
-			}
-			compareDetections(t, dets, gi)
-		})
+		t.Run(filepath.Base(gi.Path), func(t *testing.T) { checkImage(t, r, gi, imgs[i], sums[i]) })
 	}
+}
+
+// checkImage compares one image's transform sizes, pyramid levels, per-level
+// top scores and detections with torchvision's.
+func checkImage(t *testing.T, r *Runner, gi goldenImage, img Image, sum string) {
+	if gi.SHA256 != sum {
+		t.Fatalf("the generator now draws other bytes for %s (sha256 %s, fixture %s): regenerate the fixtures (make golden-retinanet)", gi.Path, sum, gi.SHA256)
+	}
+	dets, tr := r.DetectTrace(img)
+	if [2]int{tr.ResizedH, tr.ResizedW} != gi.Resized || [2]int{tr.PaddedH, tr.PaddedW} != gi.Padded {
+		t.Fatalf("resized %dx%d padded %dx%d, torchvision %v %v", tr.ResizedH, tr.ResizedW, tr.PaddedH, tr.PaddedW, gi.Resized, gi.Padded)
+	}
+	for L, lv := range gi.Levels {
+		f := tr.Levels[L]
+		if fmt.Sprint([]int{f.c, f.h, f.w}) != fmt.Sprint(lv.Shape) {
+			t.Fatalf("level %d shape %v, torchvision %v", L, []int{f.c, f.h, f.w}, lv.Shape)
+		}
+		var sum, abs float64
+		for _, v := range f.d {
+			sum += float64(v)
+			abs += math.Abs(float64(v))
+		}
+		scale := lv.AbsSum / float64(len(f.d))
+		if d := math.Abs(abs-lv.AbsSum) / lv.AbsSum; d > tolFeat {
+			t.Errorf("level %d: sum|x| %v, torchvision %v (rel %.2g)", L, abs, lv.AbsSum, d)
+		}
+		if d := math.Abs(sum-lv.Sum) / lv.AbsSum; d > tolFeat {
+			t.Errorf("level %d: sum %v, torchvision %v", L, sum, lv.Sum)
+		}
+		for k, want := range lv.Samples {
+			idx := int((uint64(k) * 2654435761) % uint64(len(f.d)))
+			if d := math.Abs(float64(f.d[idx])-want) / scale; d > 100*tolFeat {
+				t.Errorf("level %d sample %d (flat %d): %v, torchvision %v (%.2g of the mean |x|)", L, k, idx, f.d[idx], want, d)
+			}
+		}
+	}
+	for L, n := range gi.AboveThresh {
+		if tr.AboveThresh[L] != n {
+			t.Errorf("level %d: %d scores above the threshold, torchvision %d", L, tr.AboveThresh[L], n)
+		}
+	}
+	if len(gi.LevelTop) != 5 {
+		t.Fatalf("fixture has %d level_top entries, want 5", len(gi.LevelTop))
+	}
+	for L, lt := range gi.LevelTop {
+		got := tr.Top[L]
+		if len(got) != len(lt.Scores) {
+			t.Fatalf("level %d: %d top scores, torchvision %d", L, len(got), len(lt.Scores))
+		}
+		for k := range got {
+			// The order of near-equal scores may differ: compare
+			// scores in order, and boxes where the index agrees.
+			if d := math.Abs(float64(got[k].Score) - lt.Scores[k]); d > tolScore {
+				t.Errorf("level %d top %d: score %v, torchvision %v", L, k, got[k].Score, lt.Scores[k])
+			}
+			if got[k].Index != lt.Index[k] {
+				continue
+			}
+			for j := 0; j < 4; j++ {
+				if d := math.Abs(float64(got[k].Box[j]) - lt.Boxes[k][j]); d > tolBox {
+					t.Errorf("level %d top %d (index %d): box %v, torchvision %v", L, k, got[k].Index, got[k].Box, lt.Boxes[k])
+					break
+				}
+			}
+		}
+	}
+	compareDetections(t, dets, gi)
 }
 
 // compareDetections checks that canopy keeps the same set as torchvision,
@@ -343,6 +347,27 @@ func compareDetections(t *testing.T, dets []Detection, gi goldenImage) {
 }
 
 func TestGoldenResNet18(t *testing.T) { checkGolden(t, "r18.json") }
+
+// The demo model (testdata/models/canopy-demo-r18, float16 weights) loaded
+// from its folder, against torchvision on the first demo images
+// (internal/forestgen -seed 3): tools/retinanet/golden.py --checkpoint.
+func TestGoldenDemoModel(t *testing.T) {
+	g := readGolden(t, "demo.json")
+	m, _, _, err := LoadFolder(filepath.Join("..", "..", "testdata", "models", "canopy-demo-r18"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRunner(m, 2)
+	for i, gi := range g.Images {
+		rgba, _ := forest.Generate(3, i, 400, 400)
+		var buf bytes.Buffer
+		if err := png.Encode(&buf, rgba); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(buf.Bytes())
+		t.Run(filepath.Base(gi.Path), func(t *testing.T) { checkImage(t, r, gi, toImage(rgba), hex.EncodeToString(sum[:])) })
+	}
+}
 
 func TestGoldenResNet50(t *testing.T) {
 	if testing.Short() {

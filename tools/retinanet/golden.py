@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torchvision
 from PIL import Image
-from torchvision.models import resnet18, resnet50
+from torchvision.models import resnet18, resnet34, resnet50
 from torchvision.models.detection import RetinaNet
 from torchvision.models.detection.backbone_utils import BackboneWithFPN, _resnet_fpn_extractor
 from torchvision.ops.feature_pyramid_network import LastLevelP6P7
@@ -125,15 +125,31 @@ def read_safetensors(path):
 
 
 def build_checkpoint(folder):
-    """DeepForest's RetinaNetHub as its hub models load: ResNet-50-FPN with
-    FrozenBatchNorm2d (eps 1e-5), DeepForest's thresholds, and config.json's
-    num_classes and any min_size/max_size."""
+    """A model folder as its peer loads it. ResNet-50 bodies (a bn3 in the
+    state dict) are DeepForest's RetinaNetHub: FrozenBatchNorm2d (eps 1e-5)
+    and FPN 256. Other bodies are built as tools/demo/train.py builds the
+    demo model: torchvision's resnet18/34 with nn.BatchNorm2d (eval mode),
+    BackboneWithFPN of the checkpoint's width and LastLevelP6P7. DeepForest's
+    thresholds; config.json's num_classes and any min_size/max_size."""
     cfg = json.load(open(os.path.join(folder, "config.json")))
     extra = {k: cfg[k] for k in ("min_size", "max_size") if k in cfg}
-    body = resnet50(weights=None, norm_layer=FrozenBatchNorm2d)
-    bb = _resnet_fpn_extractor(body, 5, returned_layers=[2, 3, 4], extra_blocks=LastLevelP6P7(256, 256))
+    sd = read_safetensors(os.path.join(folder, "model.safetensors"))
+    if any(k.endswith(".bn3.weight") for k in sd):
+        body = resnet50(weights=None, norm_layer=FrozenBatchNorm2d)
+        bb = _resnet_fpn_extractor(body, 5, returned_layers=[2, 3, 4], extra_blocks=LastLevelP6P7(256, 256))
+    else:
+        body = (resnet34 if "backbone.body.layer1.2.conv1.weight" in sd else resnet18)(weights=None)
+        fpn = sd["backbone.fpn.inner_blocks.0.0.weight"].shape[0]
+        bb = BackboneWithFPN(
+            body,
+            return_layers={"layer2": "0", "layer3": "1", "layer4": "2"},
+            in_channels_list=[128, 256, 512],
+            out_channels=fpn,
+            extra_blocks=LastLevelP6P7(fpn, fpn),
+        )
     model = RetinaNet(bb, num_classes=int(cfg.get("num_classes", 1)), **THRESH, **extra)
-    missing, unexpected = model.load_state_dict(read_safetensors(os.path.join(folder, "model.safetensors")), strict=False)
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if not k.endswith("num_batches_tracked")]
     if missing or unexpected:
         raise SystemExit("checkpoint does not fit: missing %s, unexpected %s" % (missing[:5], unexpected[:5]))
     return model, extra
