@@ -326,6 +326,7 @@ func modelFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "score-thresh", Value: -1, Usage: "keep detections scoring strictly above this (default: the model's config.json, else DeepForest's 0.1)"},
 		&cli.Float64Flag{Name: "nms-thresh", Value: -1, Usage: "per-class NMS IoU threshold (default: the model's config.json, else DeepForest's 0.05)"},
 		&cli.StringFlag{Name: "device", Value: "auto", Usage: "where to run the model: auto or cpu (this build has no GPU backend)"},
+		&cli.BoolFlag{Name: "layer-times", Usage: "print, on rank 0, where the model's time went, by layer group (stem, layer1-4, fpn, heads, transform, postprocess)"},
 	}
 }
 
@@ -340,9 +341,9 @@ func concatFlags(fs ...[]cli.Flag) []cli.Flag {
 // modelConfig reads and checks the detector flags.
 func modelConfig(c *cli.Context) (ModelConfig, error) {
 	mc := ModelConfig{Spec: c.String("model"), Threads: c.Int("threads"), ScoreThresh: c.Float64("score-thresh"),
-		NMSThresh: c.Float64("nms-thresh"), Device: c.String("device")}
+		NMSThresh: c.Float64("nms-thresh"), Device: c.String("device"), LayerTimes: c.Bool("layer-times")}
 	if mc.Spec == "" {
-		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device"} {
+		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "layer-times"} {
 			if c.IsSet(f) {
 				return mc, fmt.Errorf("--%s needs --model", f)
 			}

@@ -215,6 +215,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 		stats.Detections += len(im.Dets)
 	}
 	stats.Seconds["detect"] = since(t1)
+	printLayerTimes(cfg.Progress, det)
 
 	// 4-5. Encode, gather, merge (with the images the part files hold).
 	stopForTest(c.Rank())

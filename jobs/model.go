@@ -31,6 +31,8 @@ type ModelConfig struct {
 	ScoreThresh, NMSThresh float64
 	// Device is "cpu" (the only backend of this build) or "auto".
 	Device string
+	// LayerTimes prints, on rank 0, the model's time per layer group.
+	LayerTimes bool
 }
 
 // modelInfo is what the report records about the model.
@@ -77,9 +79,10 @@ func resolveModel(spec string) (dir, digest, config string, err error) {
 
 // loadedModel is a model loaded on this rank.
 type loadedModel struct {
-	m    *retinanet.Model
-	cfg  retinanet.Config
-	info modelInfo
+	m          *retinanet.Model
+	cfg        retinanet.Config
+	info       modelInfo
+	layerTimes bool
 }
 
 // loadModel loads the folder rank 0 resolved on every rank and checks that
@@ -132,7 +135,7 @@ func loadModelLocal(mc ModelConfig, dir, digest string) (*loadedModel, error) {
 		Spec: mc.Spec, Dir: dir, SHA256: sum, Arch: m.Arch, LabelDict: labelMapJSON(lm),
 		Thresholds: modelSettings(m.Opt), Threads: threads, Device: "cpu", Ignored: append(ignored, cfg.Extra...),
 	}
-	return &loadedModel{m: m, cfg: cfg, info: info}, nil
+	return &loadedModel{m: m, cfg: cfg, info: info, layerTimes: mc.LayerTimes}, nil
 }
 
 // modelSettings are the options that change detections, for the manifest
@@ -165,7 +168,35 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 		}
 		ids[k] = id
 	}
-	return retinanet.NewDetector(lm.m, lm.info.Threads, ids)
+	d, err := retinanet.NewDetector(lm.m, lm.info.Threads, ids)
+	if err != nil {
+		return nil, err
+	}
+	if lm.layerTimes {
+		d.EnableLayerTimes()
+	}
+	return d, nil
+}
+
+// printLayerTimes writes the detector's time per layer group (rank 0, with
+// --layer-times).
+func printLayerTimes(w io.Writer, d infer.Detector) {
+	lt, ok := d.(interface{ LayerTimes() []retinanet.LayerTime })
+	if w == nil || !ok {
+		return
+	}
+	rows := lt.LayerTimes()
+	if rows == nil {
+		return
+	}
+	var total float64
+	for _, r := range rows {
+		total += r.Seconds
+	}
+	fmt.Fprintf(w, "canopy: rank 0: model time by layer group (%.2f s in all):\n", total)
+	for _, r := range rows {
+		fmt.Fprintf(w, "canopy: rank 0:   %-12s %8.3f s %5.1f%% %6d calls\n", r.Group, r.Seconds, 100*r.Seconds/total, r.Calls)
+	}
 }
 
 // checkModelLabels: with --model, the label map is the model's label_dict;

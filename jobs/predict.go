@@ -236,6 +236,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) error {
 		stats.Detections += len(im.Dets)
 	}
 	stats.Seconds["detect"] = since(t1)
+	printLayerTimes(cfg.Progress, det)
 
 	t2 := time.Now()
 	buf, err := wire.Encode(nil, mine)

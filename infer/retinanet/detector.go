@@ -83,3 +83,9 @@ func (d *Detector) Detect(ctx context.Context, batch []infer.Input) ([][]box.Det
 
 // Close implements infer.Detector.
 func (d *Detector) Close() error { return nil }
+
+// EnableLayerTimes makes Detect time every layer group.
+func (d *Detector) EnableLayerTimes() { d.r.EnableLayerTimes() }
+
+// LayerTimes returns the time per layer group so far, slowest first.
+func (d *Detector) LayerTimes() []LayerTime { return d.r.LayerTimes() }

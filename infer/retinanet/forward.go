@@ -3,6 +3,7 @@ package retinanet
 import (
 	"math"
 	"sort"
+	"time"
 )
 
 // Detection is one output box in original-image pixels (float32, as
@@ -141,12 +142,15 @@ type cand struct {
 func (m *Model) detect(e *engine, img Image, tr *Trace) []Detection {
 	e.reuseFor(img.H, img.W)
 	e.keep = tr != nil
+	t0 := time.Now()
 	x, rh, rw := normalizeResizePad(e, img, m.Opt)
+	e.times.add("transform", t0)
 	p := m.features(e, x)
 	K := m.Classes
 	var all []cand
 	for L := 0; L < 5; L++ {
 		lo := m.head(e, p[L])
+		t1 := time.Now()
 		hw := lo.gh * lo.gw
 		cells := cellAnchors(L)
 		var kept []cand
@@ -188,7 +192,10 @@ func (m *Model) detect(e *engine, img Image, tr *Trace) []Detection {
 		}
 		all = append(all, kept...)
 		e.put(lo.cls, lo.reg, p[L])
+		e.times.add("postprocess", t1)
 	}
+	t2 := time.Now()
+	defer e.times.add("postprocess", t2)
 	if tr != nil {
 		tr.ResizedH, tr.ResizedW, tr.PaddedH, tr.PaddedW = rh, rw, x.h, x.w
 	}

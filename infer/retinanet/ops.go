@@ -4,6 +4,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/canopy-hpc/canopy/infer/gemm"
 )
@@ -71,6 +72,7 @@ type engine struct {
 	free   map[int][][]float32
 	shape  [2]int // the image size the free list was filled for
 	keep   bool   // tracing: put keeps everything
+	times  *layerTimes
 }
 
 func newEngine(threads int) *engine {
@@ -109,6 +111,9 @@ func (e *engine) parallel(n int, f func(worker, job int)) {
 
 // conv computes relu?(conv(x) + b [+ res]).
 func (e *engine) conv(c *conv, x fmap, relu bool, res *fmap) fmap {
+	if e.times != nil {
+		defer e.times.add(groupOf(c.name), time.Now())
+	}
 	if !e.direct && useWinograd(c) {
 		return e.convWinograd(c, x, relu, res)
 	}
@@ -181,6 +186,9 @@ func im2col(c *conv, x fmap, ow, j0, nb int, col []float32) {
 // maxpool3s2 is torchvision's stem max-pool: 3×3, stride 2, padding 1
 // (padding never wins: it is −inf).
 func (e *engine) maxpool3s2(x fmap) fmap {
+	if e.times != nil {
+		defer e.times.add("maxpool", time.Now())
+	}
 	oh, ow := (x.h+2-3)/2+1, (x.w+2-3)/2+1
 	y := e.fmap(x.c, oh, ow)
 	e.parallel(x.c, func(_, c int) {
