@@ -189,7 +189,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.BoolFlag{Name: "force", Usage: "replace a previous run in --out (its report, manifest and part files are removed)"},
 			&cli.BoolFlag{Name: "resume", Usage: "continue the interrupted run in --out: images found in its part files are not recomputed; refused unless the inputs, detector and canopy version match its manifest"},
 			&cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"},
-			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective; then the waiting ranks name the ranks they wait for and the job aborts with exit 5 (0 disables)"},
+			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective (after detection: this plus twice the rank's own detection time, as the shards are equal work); then the waiting ranks name the ranks they wait for and the job aborts with exit 5 (0 disables)"},
 		}),
 		Action: func(c *cli.Context) error {
 			cfg, err := evalConfig(c, stdout)
@@ -202,6 +202,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 				} else if cfg.Model.Spec != "" {
 					cfg.Progress = stderr
 				}
+				cfg.CollectiveTimeout = c.Duration("collective-timeout")
 				return Eval(c.Context, comm, cfg)
 			})
 			return nil
@@ -311,6 +312,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 				} else {
 					cfg.Progress = stderr
 				}
+				cfg.CollectiveTimeout = c.Duration("collective-timeout")
 				return Predict(c.Context, comm, cfg)
 			})
 			return nil
@@ -323,8 +325,8 @@ func modelFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "model", Usage: "run the native RetinaNet: a DeepForest model folder (model.safetensors + config.json) or owner/name[@revision] in the local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub; no network), e.g. weecology/deepforest-tree"},
 		&cli.IntFlag{Name: "threads", Usage: "compute threads per rank (default: the cores this rank may use, which follows mpirun's --bind-to)"},
-		&cli.Float64Flag{Name: "score-thresh", Value: -1, Usage: "keep detections scoring strictly above this (default: the model's config.json, else DeepForest's 0.1)"},
-		&cli.Float64Flag{Name: "nms-thresh", Value: -1, Usage: "per-class NMS IoU threshold (default: the model's config.json, else DeepForest's 0.05)"},
+		&cli.Float64Flag{Name: "score-thresh", Value: -1, Usage: "keep detections scoring strictly above this (default: DeepForest's 0.1, which, as in DeepForest, beats the model's config.json)"},
+		&cli.Float64Flag{Name: "nms-thresh", Value: -1, Usage: "per-class NMS IoU threshold (default: DeepForest's 0.05, which beats config.json likewise)"},
 		&cli.StringFlag{Name: "device", Value: "auto", Usage: "where to run the model: auto or cpu (this build has no GPU backend)"},
 		&cli.BoolFlag{Name: "layer-times", Usage: "print, on rank 0, where the model's time went, by layer group (stem, layer1-4, fpn, heads, transform, postprocess)"},
 	}

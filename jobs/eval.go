@@ -18,6 +18,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/replay"
 	"github.com/canopy-hpc/canopy/internal/dataset"
@@ -50,6 +51,9 @@ type EvalConfig struct {
 	Stdout  io.Writer
 	// Progress receives rank 0's progress lines (nil: none).
 	Progress io.Writer
+	// CollectiveTimeout is the watchdog's limit (--collective-timeout), off
+	// while ranks wait for the slowest one to finish detecting.
+	CollectiveTimeout time.Duration
 }
 
 // PerturbEnv is a test hook: the rank it names perturbs its metric digest,
@@ -71,8 +75,11 @@ func stopForTest(rank int) {
 var reportFiles = []string{"report.json", "predictions.csv", "results.csv"}
 
 type rankStats struct {
-	Rank       int                `json:"rank"`
-	Host       string             `json:"host"`
+	Rank int    `json:"rank"`
+	Host string `json:"host"`
+	// SGEMM names the matrix kernels (float32 rounding differs between
+	// kernel sets, so ranks on different CPUs may differ in the last bits).
+	SGEMM      string             `json:"sgemm,omitempty"`
 	Images     int                `json:"images"`
 	Detections int                `json:"detections"`
 	BytesSent  int                `json:"bytes_sent"`
@@ -120,7 +127,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	}
 	var model *loadedModel
 	if cfg.Model.Spec != "" {
-		if model, err = loadModel(c, cfg.Model, in.modelDir, in.modelDigest); err != nil {
+		if model, err = loadModel(c, cfg.Model, in.modelDir, in.modelDigest, in.modelConfig); err != nil {
 			return err
 		}
 	}
@@ -129,6 +136,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
 	}
 	if model != nil {
+		stats.SGEMM = gemm.Backend() + " " + gemm.Core()
 		var given *box.LabelMap
 		if cfg.LabelDict != "" {
 			given = &labels
@@ -167,7 +175,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 			continue
 		}
 		todo = append(todo, i)
-		costs = append(costs, 1+int64(len(truth.Images[i].Rows))+int64(len(byPath[im.Path])))
+		if model != nil {
+			costs = append(costs, 1) // inference costs the same per image of a size
+		} else {
+			costs = append(costs, 1+int64(len(truth.Images[i].Rows))+int64(len(byPath[im.Path])))
+		}
 	}
 	p, err := plan.Balance(costs, c.Size())
 	if err != nil {
@@ -225,7 +237,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 		return localErr(ExitInternal, "jobs: encode: %w", err)
 	}
 	stats.BytesSent = len(buf)
-	gathered, err := mpi.AllgatherBytes(c, buf)
+	gathered, err := gatherAfterDetect(c, cfg.CollectiveTimeout, time.Since(t1), buf)
 	if err != nil {
 		return localErr(ExitMPI, "jobs: gather detections: %w", err)
 	}
@@ -287,6 +299,24 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 		}
 	}
 	return finalStatus(c, werr, "report")
+}
+
+// gatherAfterDetect is the first collective after detection: ranks that
+// finished their shard wait there for the slowest, which may take hours on
+// a CPU. The plan gives ranks equal work, so a rank waits up to the
+// watchdog's limit plus twice its own detection time before it calls the
+// others hung; then the limit is restored.
+func gatherAfterDetect(c mpi.Comm, timeout, detect time.Duration, buf []byte) ([][]byte, error) {
+	if timeout > 0 {
+		if err := setTimeout(c, timeout+2*detect); err != nil {
+			return nil, err
+		}
+	}
+	g, err := mpi.AllgatherBytes(c, buf)
+	if err == nil && timeout > 0 {
+		err = setTimeout(c, timeout)
+	}
+	return g, err
 }
 
 // detectErr maps detectShard's error to the job's: an interruption is

@@ -56,6 +56,9 @@ func resolveModel(spec string) (dir, digest, config string, err error) {
 	if err != nil {
 		return "", "", "", err
 	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs // other ranks may start elsewhere
+	}
 	hash := func(name string) (string, error) {
 		f, err := os.Open(filepath.Join(dir, name))
 		if err != nil {
@@ -88,21 +91,24 @@ type loadedModel struct {
 // loadModel loads the folder rank 0 resolved on every rank and checks that
 // every rank read the same weights. Any rank's failure becomes one
 // collective error (exit 4).
-func loadModel(c mpi.Comm, mc ModelConfig, dir, digest string) (*loadedModel, error) {
-	lm, err := loadModelLocal(mc, dir, digest)
+func loadModel(c mpi.Comm, mc ModelConfig, dir, digest, config string) (*loadedModel, error) {
+	lm, err := loadModelLocal(mc, dir, digest, config, c.LocalSize())
 	if err := agreeErr(c, ExitModel, err); err != nil {
 		return nil, err
 	}
 	return lm, nil
 }
 
-func loadModelLocal(mc ModelConfig, dir, digest string) (*loadedModel, error) {
+func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) (*loadedModel, error) {
 	m, cfg, sum, err := retinanet.LoadFolder(dir)
 	if err != nil {
 		return nil, err
 	}
 	if sum != digest {
 		return nil, fmt.Errorf("jobs: %s/model.safetensors has sha256 %s here but %s on rank 0: the ranks see different files: %w", dir, sum[:12], digest[:12], infer.ErrModel)
+	}
+	if got := fileSHA(filepath.Join(dir, "config.json")); got != config {
+		return nil, fmt.Errorf("jobs: %s/config.json differs from rank 0's (sha256 %q here, %q there): the ranks see different files: %w", dir, short12(got), short12(config), infer.ErrModel)
 	}
 	// DeepForest passes its own score_thresh, nms_thresh,
 	// detections_per_img and topk_candidates to the constructor, and
@@ -127,7 +133,7 @@ func loadModelLocal(mc ModelConfig, dir, digest string) (*loadedModel, error) {
 	}
 	threads := mc.Threads
 	if threads <= 0 {
-		threads = runtime.GOMAXPROCS(0) // follows the rank's CPU affinity
+		threads = defaultThreads(runtime.GOMAXPROCS(0), runtime.NumCPU(), localRanks)
 	}
 	names := cfg.Labels
 	lm, _ := box.NewLabelMap(names)
@@ -136,6 +142,37 @@ func loadModelLocal(mc ModelConfig, dir, digest string) (*loadedModel, error) {
 		Thresholds: modelSettings(m.Opt), Threads: threads, Device: "cpu", Ignored: append(ignored, cfg.Extra...),
 	}
 	return &loadedModel{m: m, cfg: cfg, info: info, layerTimes: mc.LayerTimes}, nil
+}
+
+// defaultThreads is the thread count of a rank: the cores it may use
+// (GOMAXPROCS follows the affinity mask, so mpirun --bind-to core gives 1),
+// but no more than its share of the node when the mask is wider than that
+// (Open MPI binds to a socket above 2 ranks; srun may not bind at all), so
+// the ranks of a node never start more threads than it has cores.
+func defaultThreads(maxprocs, ncpu, localRanks int) int {
+	share := ncpu / max(localRanks, 1)
+	return max(1, min(maxprocs, share))
+}
+
+// fileSHA is the hex sha256 of a file, "" when it cannot be read.
+func fileSHA(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func short12(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
 }
 
 // modelSettings are the options that change detections, for the manifest

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"image"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -169,6 +170,13 @@ func TestModelErrors(t *testing.T) {
 	os.WriteFile(filepath.Join(bad, "missing.csv"), []byte("image_path,xmin,ymin,xmax,ymax,label\n"+dir+"/f0.png,1,1,5,5,Tree\nnope.png,1,1,5,5,Tree\n"), 0o644)
 	os.WriteFile(filepath.Join(bad, "corrupt.png"), []byte("\x89PNG\r\n\x1a\nshort"), 0o644)
 	os.WriteFile(filepath.Join(bad, "corrupt.csv"), []byte("image_path,xmin,ymin,xmax,ymax,label\ncorrupt.png,1,1,5,5,Tree\n"), 0o644)
+	// a 2000×1 image resizes to height 0 (torch raises; canopy refuses it)
+	thin := image.NewRGBA(image.Rect(0, 0, 2000, 1))
+	if f, err := os.Create(filepath.Join(bad, "thin.png")); err == nil {
+		png.Encode(f, thin)
+		f.Close()
+	}
+	os.WriteFile(filepath.Join(bad, "thin.csv"), []byte("image_path,xmin,ymin,xmax,ymax,label\nthin.png,1,0,5,1,Tree\n"), 0o644)
 	// a model with a wrong tensor shape
 	wrong := filepath.Join(bad, "wrong")
 	os.MkdirAll(wrong, 0o755)
@@ -185,6 +193,7 @@ func TestModelErrors(t *testing.T) {
 		{"unknown label", filepath.Join(bad, "unknown.csv"), model, `label "Snag"`, ExitModel},
 		{"missing image", filepath.Join(bad, "missing.csv"), model, "nope.png", ExitInput},
 		{"corrupt image", filepath.Join(bad, "corrupt.csv"), model, "corrupt.png", ExitInput},
+		{"too elongated", filepath.Join(bad, "thin.csv"), model, "too elongated", ExitInput},
 		{"no model", csv, filepath.Join(bad, "absent"), "absent", ExitModel},
 		{"wrong shape", csv, wrong, "bbox_reg.bias", ExitModel},
 	}
@@ -235,6 +244,55 @@ func TestPredictMatchesEval(t *testing.T) {
 		got, _ := os.ReadFile(filepath.Join(out, "predictions.csv"))
 		if !bytes.Equal(got, want) {
 			t.Errorf("predict --%s on 2 ranks differs from eval's predictions.csv (%d vs %d bytes)", src, len(got), len(want))
+		}
+	}
+}
+
+// A run that failed before saving any image (here: an image missing) leaves
+// a manifest; running again into the same folder needs no --force.
+func TestRerunAfterFailedStart(t *testing.T) {
+	_, csv, dir := testModelSet(t)
+	out := t.TempDir()
+	missing := filepath.Join(t.TempDir(), "missing.csv")
+	os.WriteFile(missing, []byte("image_path,xmin,ymin,xmax,ymax,label\n"+dir+"/f0.png,1,1,5,5,Tree\nnope.png,1,1,5,5,Tree\n"), 0o644)
+	cfg := modelCfg(t, out)
+	cfg.CSV = missing
+	if codes := runLocal(t, 2, cfg); codes[0] != ExitInput {
+		t.Fatalf("first run: exit %v, want %d", codes, ExitInput)
+	}
+	if _, err := os.Stat(filepath.Join(out, manifestFile)); err != nil {
+		t.Fatalf("the failed start left no manifest (the test needs one): %v", err)
+	}
+	cfg.CSV = csv
+	if codes := runLocal(t, 2, cfg); codes[0] != 0 {
+		t.Fatalf("rerun into the same folder without --force: exit %v", codes)
+	}
+}
+
+// Ranks must read the same config.json as rank 0, as they must the weights.
+func TestModelConfigMustMatchRank0(t *testing.T) {
+	model, _, _ := testModelSet(t)
+	mc := modelCfg(t, t.TempDir()).Model
+	w := fileSHA(filepath.Join(model, "model.safetensors"))
+	if _, err := loadModelLocal(mc, model, w, fileSHA(filepath.Join(model, "config.json")), 1); err != nil {
+		t.Fatalf("same files: %v", err)
+	}
+	_, err := loadModelLocal(mc, model, w, "0123456789abcdef", 1)
+	if err == nil || !strings.Contains(err.Error(), "config.json differs") {
+		t.Fatalf("a different config.json on rank 0 was not noticed: %v", err)
+	}
+}
+
+func TestDefaultThreads(t *testing.T) {
+	for _, c := range []struct{ maxprocs, ncpu, local, want int }{
+		{1, 2, 2, 1},   // mpirun --bind-to core
+		{2, 2, 1, 2},   // one rank, all cores
+		{8, 16, 4, 4},  // bound to an 8-core socket, 4 ranks on the node
+		{16, 16, 4, 4}, // srun without binding
+		{16, 16, 32, 1},
+	} {
+		if got := defaultThreads(c.maxprocs, c.ncpu, c.local); got != c.want {
+			t.Errorf("defaultThreads(%d, %d, %d) = %d, want %d", c.maxprocs, c.ncpu, c.local, got, c.want)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/internal/wire"
@@ -33,6 +34,8 @@ type PredictConfig struct {
 	Command   []string
 	Stdout    io.Writer
 	Progress  io.Writer // rank 0's progress lines (nil: none)
+	// CollectiveTimeout: as EvalConfig's.
+	CollectiveTimeout time.Duration
 }
 
 // imageExts are the files --images takes (any case).
@@ -117,14 +120,18 @@ func packPredict(cfg PredictConfig) []byte {
 	if err != nil {
 		return fail(ExitInput, err)
 	}
-	dir, digest, _, err := resolveModel(cfg.Model.Spec)
+	dir, digest, config, err := resolveModel(cfg.Model.Spec)
 	if err != nil {
 		return fail(ExitModel, err)
 	}
 	if err := prepareOutSimple(cfg.Out, cfg.Force); err != nil {
 		return fail(ExitUsage, err)
 	}
-	return packFields([]byte{0}, []byte(strings.Join(paths, "\n")), []byte(dir), []byte(digest))
+	fields := [][]byte{[]byte(dir), []byte(digest), []byte(config)}
+	for _, p := range paths {
+		fields = append(fields, []byte(p))
+	}
+	return packFields([]byte{0}, fields...)
 }
 
 // prepareOutSimple makes the output folder, refusing one that holds
@@ -174,7 +181,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) error {
 			cfg.RootDir = cfg.Images
 		}
 	}
-	stats := rankStats{Rank: c.Rank(), Host: c.Host(), Seconds: map[string]float64{}}
+	stats := rankStats{Rank: c.Rank(), Host: c.Host(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
 	var pkt []byte
 	if c.Rank() == 0 {
@@ -191,11 +198,14 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) error {
 		return &Error{Code: int(pkt[0]), Collective: true, Err: errors.New(string(pkt[1:]))}
 	}
 	f, err := unpackFields(pkt[1:])
-	if err != nil || len(f) != 3 {
+	if err != nil || len(f) < 4 {
 		return collective(ExitInternal, "jobs: malformed input broadcast")
 	}
-	paths := strings.Split(string(f[0]), "\n")
-	model, err := loadModel(c, cfg.Model, string(f[1]), string(f[2]))
+	paths := make([]string, len(f)-3)
+	for i, b := range f[3:] {
+		paths[i] = string(b)
+	}
+	model, err := loadModel(c, cfg.Model, string(f[0]), string(f[1]), string(f[2]))
 	if err != nil {
 		return err
 	}
@@ -244,7 +254,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) error {
 		return localErr(ExitInternal, "jobs: encode: %w", err)
 	}
 	stats.BytesSent = len(buf)
-	gathered, err := mpi.AllgatherBytes(c, buf)
+	gathered, err := gatherAfterDetect(c, cfg.CollectiveTimeout, time.Since(t1), buf)
 	if err != nil {
 		return localErr(ExitMPI, "jobs: gather detections: %w", err)
 	}

@@ -103,12 +103,13 @@ func prepareOut(cfg EvalConfig, in *inputs) error {
 		in.parts = files
 		in.attempt = parts.NextAttempt(files)
 	} else {
+		force := cfg.Force || abortedStart(dir)
 		for _, f := range runFiles {
 			p := filepath.Join(dir, f)
 			if _, err := os.Stat(p); err != nil {
 				continue
 			}
-			if !cfg.Force {
+			if !force {
 				return fmt.Errorf("jobs: output folder %s holds a previous run (%s); choose another --out, pass --resume to continue it or --force to replace it", dir, f)
 			}
 			if err := os.RemoveAll(p); err != nil {
@@ -127,6 +128,31 @@ func prepareOut(cfg EvalConfig, in *inputs) error {
 	rand.Read(nonce[:])
 	in.probe = hex.EncodeToString(nonce[:])
 	return os.WriteFile(filepath.Join(dir, probeName(in.probe)), []byte(in.probe), 0o644)
+}
+
+// abortedStart reports a folder left by a run that failed before any
+// image was saved (a model or pre-flight error after the manifest was
+// written): no report, no part file with a record. Nothing would be lost
+// by starting again, so it does not need --force.
+func abortedStart(dir string) bool {
+	for _, f := range reportFiles {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			return false
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, manifestFile)); err != nil {
+		return false
+	}
+	files, err := parts.ReadAll(dir)
+	if err != nil {
+		return false
+	}
+	for _, f := range files {
+		if len(f.Data) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func probeName(nonce string) string { return ".canopy-probe-" + nonce }

@@ -7,7 +7,13 @@
 // a result.
 #include "wino.h"
 
-__attribute__((target_clones("avx2", "default")))
+#if defined(__x86_64__)
+#define CANOPY_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CANOPY_CLONES
+#endif
+
+CANOPY_CLONES
 void canopy_wino_in(const float *x, int c, int h, int w, int tw, int t0, int nb, float *v, long vs) {
 	for (int ci = 0; ci < c; ci++) {
 		const float *plane = x + (long)ci * h * w;
@@ -44,7 +50,7 @@ void canopy_wino_in(const float *x, int c, int h, int w, int tw, int t0, int nb,
 	}
 }
 
-__attribute__((target_clones("avx2", "default")))
+CANOPY_CLONES
 void canopy_wino_out(const float *m, long ms, int nb, int oc, int tw, int t0, int h, int w,
 		const float *bias, const float *res, int relu, float *y) {
 	for (int o = 0; o < oc; o++) {
@@ -88,7 +94,7 @@ void canopy_wino_out(const float *m, long ms, int nb, int oc, int tw, int t0, in
 // canopy_epilogue: y[r][j] = relu?((y[r][j] + bias[r]) + res[r][j]) for a
 // block of rows × cols (row strides ldy, ldr); res may be null. The same
 // order of additions as epilogueGo.
-__attribute__((target_clones("avx2", "default")))
+CANOPY_CLONES
 void canopy_epilogue(float *y, long ldy, int rows, int cols, const float *bias, const float *res, long ldr, int relu) {
 	for (int r = 0; r < rows; r++) {
 		float *row = y + r * ldy;

@@ -67,6 +67,10 @@ func (d *Detector) Detect(ctx context.Context, batch []infer.Input) ([][]box.Det
 			}
 			return nil, err
 		}
+		if oh, ow := resizeSize(cur.img.H, cur.img.W, d.r.m.Opt.MinSize, d.r.m.Opt.MaxSize); oh < 1 || ow < 1 {
+			return nil, fmt.Errorf("retinanet: %s: a %dx%d image resizes to %dx%d: too elongated for min_size %d, max_size %d: %w",
+				batch[i].File, cur.img.W, cur.img.H, ow, oh, d.r.m.Opt.MinSize, d.r.m.Opt.MaxSize, imagefile.ErrImage)
+		}
 		dets := d.r.Detect(cur.img)
 		o := make([]box.Detection, len(dets))
 		for k, x := range dets {

@@ -63,8 +63,9 @@ func parseRepo(spec string) (owner, name, rev string, ok bool) {
 }
 
 // HubCache is the Hugging Face hub cache folder as huggingface_hub finds it:
-// $HF_HUB_CACHE, else $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub,
-// else ~/.cache/huggingface/hub. from says which rule applied.
+// $HF_HUB_CACHE, else the older $HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub,
+// else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub. from
+// says which rule applied.
 func HubCache() (dir, from string, err error) {
 	expand := func(p string) (string, error) {
 		if p == "~" || strings.HasPrefix(p, "~/") {
@@ -79,6 +80,10 @@ func HubCache() (dir, from string, err error) {
 	if v := os.Getenv("HF_HUB_CACHE"); v != "" {
 		d, err := expand(v)
 		return d, "$HF_HUB_CACHE", err
+	}
+	if v := os.Getenv("HUGGINGFACE_HUB_CACHE"); v != "" {
+		d, err := expand(v)
+		return d, "$HUGGINGFACE_HUB_CACHE", err
 	}
 	if v := os.Getenv("HF_HOME"); v != "" {
 		d, err := expand(v)
