@@ -305,10 +305,16 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 // finished their shard wait there for the slowest, which may take hours on
 // a CPU. The plan gives ranks equal work, so a rank waits up to the
 // watchdog's limit plus twice its own detection time before it calls the
-// others hung; then the limit is restored.
+// others hung (ranks other than 0 one limit more, so that rank 0, which
+// knows who is missing, speaks first); then the limit is restored.
 func gatherAfterDetect(c mpi.Comm, timeout, detect time.Duration, buf []byte) ([][]byte, error) {
 	if timeout > 0 {
-		if err := setTimeout(c, timeout+2*detect); err != nil {
+		limit := timeout + 2*detect
+		if c.Rank() != 0 {
+			// rank 0 gives up first and names the ranks it waited for
+			limit += timeout
+		}
+		if err := setTimeout(c, limit); err != nil {
 			return nil, err
 		}
 	}
