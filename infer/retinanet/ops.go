@@ -1,7 +1,6 @@
 package retinanet
 
 import (
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -191,32 +190,80 @@ func (e *engine) maxpool3s2(x fmap) fmap {
 	}
 	oh, ow := (x.h+2-3)/2+1, (x.w+2-3)/2+1
 	y := e.fmap(x.c, oh, ow)
-	e.parallel(x.c, func(_, c int) {
-		src := x.d[c*x.h*x.w:]
-		dst := y.d[c*oh*ow:]
-		for oy := 0; oy < oh; oy++ {
-			for ox := 0; ox < ow; ox++ {
-				m := float32(math.Inf(-1))
-				for ky := -1; ky <= 1; ky++ {
-					iy := oy*2 + ky
-					if iy < 0 || iy >= x.h {
-						continue
-					}
-					for kx := -1; kx <= 1; kx++ {
-						ix := ox*2 + kx
-						if ix < 0 || ix >= x.w {
-							continue
-						}
-						if v := src[iy*x.w+ix]; v > m || v != v {
-							m = v
-						}
-					}
+	// Separable: the max over each row's 3-wide windows, then over 3 rows.
+	// max is exact, so the order does not change a bit; NaN propagates as
+	// in torch.
+	e.parallel(x.c, func(w, c int) {
+		src := x.d[c*x.h*x.w : (c+1)*x.h*x.w]
+		dst := y.d[c*oh*ow : (c+1)*oh*ow]
+		if cap(e.bufs[w]) < x.h*ow {
+			e.bufs[w] = make([]float32, x.h*ow)
+		}
+		tmp := e.bufs[w][:x.h*ow]
+		for iy := 0; iy < x.h; iy++ {
+			row := src[iy*x.w : (iy+1)*x.w]
+			out := tmp[iy*ow : (iy+1)*ow]
+			out[0] = row[0]
+			if x.w > 1 {
+				out[0] = max3(row[0], row[1], row[0])
+			}
+			for ox := 1; ox < ow; ox++ {
+				i := 2*ox - 1
+				if i+2 < x.w {
+					out[ox] = max3(row[i], row[i+1], row[i+2])
+				} else if i+1 < x.w {
+					out[ox] = max3(row[i], row[i+1], row[i])
+				} else {
+					out[ox] = row[i]
 				}
-				dst[oy*ow+ox] = m
+			}
+		}
+		for oy := 0; oy < oh; oy++ {
+			i := 2*oy - 1
+			d := dst[oy*ow : (oy+1)*ow]
+			switch {
+			case i < 0:
+				r0 := tmp[0:ow]
+				if x.h > 1 {
+					r1 := tmp[ow : 2*ow]
+					for k := range d {
+						d[k] = max3(r0[k], r1[k], r0[k])
+					}
+				} else {
+					copy(d, r0)
+				}
+			case i+2 < x.h:
+				r0, r1, r2 := tmp[i*ow:(i+1)*ow], tmp[(i+1)*ow:(i+2)*ow], tmp[(i+2)*ow:(i+3)*ow]
+				for k := range d {
+					d[k] = max3(r0[k], r1[k], r2[k])
+				}
+			case i+1 < x.h:
+				r0, r1 := tmp[i*ow:(i+1)*ow], tmp[(i+1)*ow:(i+2)*ow]
+				for k := range d {
+					d[k] = max3(r0[k], r1[k], r0[k])
+				}
+			default:
+				copy(d, tmp[i*ow:(i+1)*ow])
 			}
 		}
 	})
 	return y
+}
+
+// max3 is the largest of three values, NaN if any is NaN (torch's max
+// pooling propagates NaN).
+func max3(a, b, c float32) float32 {
+	m := a
+	if b > m || b != b {
+		m = b
+	}
+	if c > m || c != c {
+		m = c
+	}
+	if a != a {
+		return a
+	}
+	return m
 }
 
 // addUpsampled sets lat += nearest(top, lat's size) with torch's legacy

@@ -44,3 +44,40 @@ func TestWinogradMatchesDirect(t *testing.T) {
 		}
 	}
 }
+
+// The separable max-pool equals the direct 3×3/stride-2/pad-1 definition,
+// on odd and even sizes, including NaN propagation.
+func TestMaxPoolMatchesDefinition(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, s := range [][2]int{{1, 1}, {1, 5}, {4, 1}, {7, 9}, {10, 10}, {13, 8}} {
+		x := newFmap(3, s[0], s[1])
+		for i := range x.d {
+			x.d[i] = float32(r.NormFloat64())
+		}
+		x.d[len(x.d)/2] = float32(math.NaN())
+		got := newEngine(2).maxpool3s2(x)
+		for c := 0; c < x.c; c++ {
+			for oy := 0; oy < got.h; oy++ {
+				for ox := 0; ox < got.w; ox++ {
+					want := float32(math.Inf(-1))
+					nan := false
+					for ky := -1; ky <= 1; ky++ {
+						for kx := -1; kx <= 1; kx++ {
+							iy, ix := 2*oy+ky, 2*ox+kx
+							if iy < 0 || iy >= x.h || ix < 0 || ix >= x.w {
+								continue
+							}
+							v := x.d[c*x.h*x.w+iy*x.w+ix]
+							nan = nan || v != v
+							want = max(want, v)
+						}
+					}
+					g := got.d[c*got.h*got.w+oy*got.w+ox]
+					if (nan && g == g) || (!nan && g != want) {
+						t.Fatalf("%v c%d (%d,%d): %v, want %v (nan %v)", s, c, oy, ox, g, want, nan)
+					}
+				}
+			}
+		}
+	}
+}
