@@ -324,7 +324,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 func modelFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "model", Usage: "run the native RetinaNet: a DeepForest model folder (model.safetensors + config.json) or owner/name[@revision] in the local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub; no network), e.g. weecology/deepforest-tree"},
-		&cli.IntFlag{Name: "threads", Usage: "compute threads per rank (default: the cores this rank may use, which follows mpirun's --bind-to)"},
+		&cli.IntFlag{Name: "threads", Usage: "compute threads per rank (default: the cores this rank may use, which follows mpirun's --bind-to, but at most the node's cores divided by its ranks)"},
 		&cli.Float64Flag{Name: "score-thresh", Value: -1, Usage: "keep detections scoring strictly above this (default: DeepForest's 0.1, which, as in DeepForest, beats the model's config.json)"},
 		&cli.Float64Flag{Name: "nms-thresh", Value: -1, Usage: "per-class NMS IoU threshold (default: DeepForest's 0.05, which beats config.json likewise)"},
 		&cli.StringFlag{Name: "device", Value: "auto", Usage: "where to run the model: auto or cpu (this build has no GPU backend)"},
