@@ -112,7 +112,8 @@ bench-infer: deps
 	scripts/install-deps.sh python3-torch python3-torchvision python3-pil
 	$(GO) run ./internal/forestgen -out bin/retinanet-images -n 4 -seed 5 \
 		-sizes 400x400,400x400,1500x900,96x64 -prefix forest_
-	$(GO) test -run '^$$' -bench 'Detect/r50' -benchtime 3x -count 1 ./infer/retinanet/ | tee bin/bench-infer.txt
+	$(GO) test -run '^$$' -bench 'Detect/r50|Conv3x3' -benchtime 3x -count 6 ./infer/retinanet/ | tee bin/bench-infer.txt
+	-benchstat bin/bench-infer.txt
 	/usr/bin/python3 tools/retinanet/bench.py --model r50 --threads 1 --repeat 3 --go bin/bench-infer.txt \
 		bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png
 	/usr/bin/python3 tools/retinanet/bench.py --model r50 --threads 2 --repeat 3 --go bin/bench-infer.txt \

@@ -54,7 +54,8 @@ def main():
         for line in open(a.go):
             m = pat.match(line)
             if m:
-                go[(int(m.group(1)), int(m.group(2)), int(m.group(3)))] = int(m.group(4)) / 1e9
+                go.setdefault((int(m.group(1)), int(m.group(2)), int(m.group(3))), []).append(int(m.group(4)) / 1e9)
+        go = {k: statistics.median(v) for k, v in go.items()}  # -count N: the median
     for p in a.images:
         x = golden.load(p)
         with torch.no_grad():
