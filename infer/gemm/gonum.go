@@ -32,3 +32,7 @@ func winoOut(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu
 func epilogue(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, relu bool) {
 	epilogueGo(y, ldy, rows, cols, bias, res, ldr, relu)
 }
+
+func im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
+	im2colGo(x, cin, h, w, kh, kw, stride, pad, ow, j0, nb, col)
+}

@@ -146,3 +146,8 @@ func epilogue(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, re
 	C.canopy_epilogue((*C.float)(unsafe.Pointer(&y[0])), C.long(ldy), C.int(rows), C.int(cols),
 		(*C.float)(unsafe.Pointer(&bias[0])), rp, C.long(ldr), r)
 }
+
+func im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
+	C.canopy_im2col((*C.float)(unsafe.Pointer(&x[0])), C.int(cin), C.int(h), C.int(w), C.int(kh), C.int(kw),
+		C.int(stride), C.int(pad), C.int(ow), C.int(j0), C.int(nb), (*C.float)(unsafe.Pointer(&col[0])))
+}

@@ -112,3 +112,41 @@ void canopy_epilogue(float *y, long ldy, int rows, int cols, const float *bias, 
 				row[j] = row[j] < 0 ? 0 : row[j];
 	}
 }
+
+// canopy_im2col: the patch matrix of output columns [j0, j0+nb), as
+// im2colGo (wino.go); copies only.
+CANOPY_CLONES
+void canopy_im2col(const float *x, int cin, int h, int w, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col) {
+	long r = 0;
+	for (int ci = 0; ci < cin; ci++) {
+		const float *plane = x + (long)ci * h * w;
+		for (int ky = 0; ky < kh; ky++) {
+			for (int kx = 0; kx < kw; kx++) {
+				float *dst = col + r * nb;
+				r++;
+				int oy = j0 / ow, ox = j0 % ow;
+				for (int i = 0; i < nb;) {
+					int iy = oy * stride - pad + ky;
+					int run = ow - ox < nb - i ? ow - ox : nb - i;
+					if (iy < 0 || iy >= h) {
+						for (int q = 0; q < run; q++)
+							dst[i + q] = 0;
+					} else {
+						const float *src = plane + (long)iy * w;
+						int ix = ox * stride - pad + kx;
+						if (stride == 1 && ix >= 0 && ix + run <= w) {
+							for (int q = 0; q < run; q++)
+								dst[i + q] = src[ix + q];
+						} else {
+							for (int q = 0; q < run; q++, ix += stride)
+								dst[i + q] = (ix >= 0 && ix < w) ? src[ix] : 0;
+						}
+					}
+					i += run;
+					ox = 0;
+					oy++;
+				}
+			}
+		}
+	}
+}

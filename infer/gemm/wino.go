@@ -139,3 +139,49 @@ func epilogueGo(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, 
 		}
 	}
 }
+
+// Im2col writes the [cin·kh·kw, nb] patch matrix of a convolution's output
+// columns [j0, j0+nb) (output positions in row-major order, ow per row) of
+// the [cin][h][w] map x; padding reads as 0. It only copies, so the C and Go
+// versions give the same bits.
+func Im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
+	if cin == 0 || nb == 0 {
+		return
+	}
+	im2col(x, cin, h, w, kh, kw, stride, pad, ow, j0, nb, col)
+}
+
+func im2colGo(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
+	r := 0
+	for ci := 0; ci < cin; ci++ {
+		plane := x[ci*h*w : (ci+1)*h*w]
+		for ky := 0; ky < kh; ky++ {
+			for kx := 0; kx < kw; kx++ {
+				dst := col[r*nb : (r+1)*nb]
+				r++
+				oy, ox := j0/ow, j0%ow
+				for i := 0; i < nb; {
+					iy := oy*stride - pad + ky
+					run := min(ow-ox, nb-i)
+					if iy < 0 || iy >= h {
+						clear(dst[i : i+run])
+					} else {
+						src := plane[iy*w : (iy+1)*w]
+						ix := ox*stride - pad + kx
+						for q := 0; q < run; q++ {
+							if ix >= 0 && ix < w {
+								dst[i+q] = src[ix]
+							} else {
+								dst[i+q] = 0
+							}
+							ix += stride
+						}
+					}
+					i += run
+					ox = 0
+					oy++
+				}
+			}
+		}
+	}
+}

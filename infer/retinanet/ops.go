@@ -133,7 +133,7 @@ func (e *engine) conv(c *conv, x fmap, relu bool, res *fmap) fmap {
 				e.bufs[w] = make([]float32, k*colBlock)
 			}
 			col := e.bufs[w][:k*nb]
-			im2col(c, x, ow, j0, nb, col)
+			gemm.Im2col(x.d, c.in, x.h, x.w, c.kh, c.kw, c.stride, c.pad, ow, j0, nb, col)
 			gemm.Mul(c.out, nb, k, c.w, k, col, nb, y.d[j0:], n)
 		}
 		var rd []float32
@@ -143,43 +143,6 @@ func (e *engine) conv(c *conv, x fmap, relu bool, res *fmap) fmap {
 		gemm.Epilogue(y.d[j0:], n, c.out, nb, c.b, rd, n, relu)
 	})
 	return y
-}
-
-// im2col writes the [in·kh·kw, nb] patch matrix of output columns
-// [j0, j0+nb) (row-major output positions of width ow); padding is 0.
-func im2col(c *conv, x fmap, ow, j0, nb int, col []float32) {
-	r := 0
-	for ci := 0; ci < c.in; ci++ {
-		plane := x.d[ci*x.h*x.w : (ci+1)*x.h*x.w]
-		for ky := 0; ky < c.kh; ky++ {
-			for kx := 0; kx < c.kw; kx++ {
-				dst := col[r*nb : (r+1)*nb]
-				r++
-				oy, ox := j0/ow, j0%ow
-				for i := 0; i < nb; {
-					iy := oy*c.stride - c.pad + ky
-					run := min(ow-ox, nb-i)
-					if iy < 0 || iy >= x.h {
-						clear(dst[i : i+run])
-					} else {
-						src := plane[iy*x.w : (iy+1)*x.w]
-						ix := ox*c.stride - c.pad + kx
-						for q := 0; q < run; q++ {
-							if ix >= 0 && ix < x.w {
-								dst[i+q] = src[ix]
-							} else {
-								dst[i+q] = 0
-							}
-							ix += c.stride
-						}
-					}
-					i += run
-					ox = 0
-					oy++
-				}
-			}
-		}
-	}
 }
 
 // maxpool3s2 is torchvision's stem max-pool: 3×3, stride 2, padding 1
