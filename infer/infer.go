@@ -1,6 +1,9 @@
 // Package infer defines the Detector interface that every inference backend
-// implements (replay of stored predictions now; the CPU RetinaNet and the
-// CUDA backend later) so that jobs/ never changes when a backend is added.
+// implements (infer/replay: stored predictions; infer/retinanet: the native
+// RetinaNet on the CPU; a CUDA backend later) so that jobs/ never changes
+// when a backend is added. Its sub-packages hold what the backends share:
+// infer/imagefile (images as DeepForest reads them), infer/safetensors
+// (weight files) and infer/gemm (SGEMM and the convolution kernels).
 package infer
 
 import (
