@@ -14,7 +14,8 @@ import (
 // float32 detections are found. Measured on this fixture: F16 moves scores
 // by at most 2e-4 and finds 56/58 and 42/42; BF16 (8 mantissa bits) moves
 // them by 2.4e-3 and finds 58/58 and 34/42 (DeepForest's NMS at 0.05 turns
-// small box moves into other suppression choices).
+// small box moves into other suppression choices). The bounds leave room
+// for other CPUs' SGEMM rounding.
 func TestRoundedWeightsDetectionsBound(t *testing.T) {
 	g, ref := goldenModel(t, "r18.json")
 	imgs, _ := goldenImages(t)
@@ -26,7 +27,7 @@ func TestRoundedWeightsDetectionsBound(t *testing.T) {
 		minFound float64
 	}{
 		{"F16", func(v float32) float32 { return safetensors.F16ToF32(safetensors.F32ToF16(v)) }, 1e-3, 0.9},
-		{"BF16", func(v float32) float32 { return safetensors.BF16ToF32(safetensors.F32ToBF16(v)) }, 1e-2, 0.75},
+		{"BF16", func(v float32) float32 { return safetensors.BF16ToF32(safetensors.F32ToBF16(v)) }, 1e-2, 0.6},
 	} {
 		t.Run(c.dtype, func(t *testing.T) {
 			rw := Weights{}

@@ -268,8 +268,12 @@ func checkImage(t *testing.T, r *Runner, gi goldenImage, img Image, sum string) 
 		}
 	}
 	for L, n := range gi.AboveThresh {
-		if tr.AboveThresh[L] != n {
+		// A score within float32 noise of the threshold may fall on either
+		// side on another CPU's SGEMM kernels: allow two, and say so.
+		if d := tr.AboveThresh[L] - n; d < -2 || d > 2 {
 			t.Errorf("level %d: %d scores above the threshold, torchvision %d", L, tr.AboveThresh[L], n)
+		} else if d != 0 {
+			t.Logf("level %d: %d scores above the threshold, torchvision %d (scores at the threshold)", L, tr.AboveThresh[L], n)
 		}
 	}
 	if len(gi.LevelTop) != 5 {
@@ -297,7 +301,7 @@ func checkImage(t *testing.T, r *Runner, gi goldenImage, img Image, sum string) 
 			}
 		}
 	}
-	compareDetections(t, dets, gi)
+	compareDetections(t, dets, gi, r.m.Opt.ScoreThresh)
 }
 
 // compareDetections checks that canopy keeps the same set as torchvision,
@@ -306,14 +310,17 @@ func checkImage(t *testing.T, r *Runner, gi goldenImage, img Image, sum string) 
 // noise between the two implementations, their order is not defined (nor
 // is torch's order of exact ties), so a detection may match a neighbour
 // within tolScore of its own position.
-func compareDetections(t *testing.T, dets []Detection, gi goldenImage) {
+func compareDetections(t *testing.T, dets []Detection, gi goldenImage, thresh float32) {
 	t.Helper()
-	if len(dets) != len(gi.Boxes) {
-		t.Errorf("%d detections, torchvision %d", len(dets), len(gi.Boxes))
-	}
+	// A detection whose score is within nearThresh of the score threshold
+	// may be kept on one side only (float32 noise between implementations
+	// and CPUs), and so may the lower-scored boxes it suppresses; any other
+	// detection must have its counterpart.
+	const nearThresh = 1e-5
+	near := func(s float64) bool { return s-float64(thresh) <= nearThresh }
 	used := make([]bool, len(gi.Boxes))
 	var worstBox, worstScore float64
-	swapped := 0
+	swapped, onlyHere := 0, 0
 	for i, d := range dets {
 		match := -1
 		for j := range gi.Boxes {
@@ -332,6 +339,10 @@ func compareDetections(t *testing.T, dets []Detection, gi goldenImage) {
 			}
 		}
 		if match < 0 {
+			if near(float64(d.Score)) {
+				onlyHere++
+				continue
+			}
 			t.Fatalf("detection %d %v %v (label %d) has no torchvision counterpart within %g px and %g", i, d.Box, d.Score, d.Label, tolBox, tolScore)
 		}
 		if match != i {
@@ -343,7 +354,18 @@ func compareDetections(t *testing.T, dets []Detection, gi goldenImage) {
 		}
 		worstScore = max(worstScore, math.Abs(float64(d.Score)-gi.Scores[match]))
 	}
-	t.Logf("%d detections; worst |Δbox| %.3g px, |Δscore| %.3g; %d in another order among near-equal scores", len(dets), worstBox, worstScore, swapped)
+	onlyThere := 0
+	for j, u := range used {
+		if u {
+			continue
+		}
+		if !near(gi.Scores[j]) {
+			t.Fatalf("torchvision's detection %v %v (label %d) is missing", gi.Boxes[j], gi.Scores[j], gi.Labels[j])
+		}
+		onlyThere++
+	}
+	t.Logf("%d detections; worst |Δbox| %.3g px, |Δscore| %.3g; %d in another order among near-equal scores; %d/%d kept on one side only, at the threshold",
+		len(dets), worstBox, worstScore, swapped, onlyHere, onlyThere)
 }
 
 func TestGoldenResNet18(t *testing.T) { checkGolden(t, "r18.json") }
@@ -435,5 +457,5 @@ func TestRealCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	dets := NewRunner(m, 2).Detect(Image(im))
-	compareDetections(t, dets, g.Images[0])
+	compareDetections(t, dets, g.Images[0], m.Opt.ScoreThresh)
 }
