@@ -110,8 +110,7 @@ bench-metrics: deps
 # Then the peak RSS of one rank of canopy predict with ResNet-50.
 bench-infer: deps
 	scripts/install-deps.sh python3-torch python3-torchvision python3-pil
-	$(GO) run ./internal/forestgen -out bin/retinanet-images -n 4 -seed 5 \
-		-sizes 400x400,400x400,1500x900,96x64 -prefix forest_
+	$(RETINANET_IMAGES)
 	$(GO) test -run '^$$' -bench 'Detect/r50|Conv3x3' -benchtime 3x -count 6 ./infer/retinanet/ | tee bin/bench-infer.txt
 	-benchstat bin/bench-infer.txt
 	/usr/bin/python3 tools/retinanet/bench.py --model r50 --threads 1 --repeat 3 --go bin/bench-infer.txt \
@@ -135,13 +134,17 @@ bench-large: deps
 testdata:
 	$(GO) run ./internal/synth -out testdata/sets
 
+# The images of the RetinaNet parity fixtures and benchmarks: two 400×400
+# crops, a large non-square image and a tiny one.
+RETINANET_IMAGES = $(GO) run ./internal/forestgen -out bin/retinanet-images -n 4 -seed 5 \
+	-sizes 400x400,400x400,1500x900,96x64 -prefix forest_
+
 # Parity fixtures of the native RetinaNet (testdata/golden/retinanet): the
 # real torchvision (Debian python3-torch) on images drawn by
 # internal/forestgen, with weights from the generator both sides share.
 golden-retinanet:
 	scripts/install-deps.sh python3-torch python3-torchvision python3-pil
-	$(GO) run ./internal/forestgen -out bin/retinanet-images -n 4 -seed 5 \
-		-sizes 400x400,400x400,1500x900,96x64 -prefix forest_
+	$(RETINANET_IMAGES)
 	cd bin/retinanet-images && for m in r18 r50; do /usr/bin/python3 ../../tools/retinanet/golden.py \
 		--model $$m --out ../../testdata/golden/retinanet/$$m.json forest_000*.png || exit 1; done
 	$(GO) run ./internal/forestgen -out bin/demo-golden -n 3 -seed 3

@@ -232,14 +232,9 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	// 4-5. Encode, gather, merge (with the images the part files hold).
 	stopForTest(c.Rank())
 	t2 := time.Now()
-	buf, err := wire.Encode(nil, mine)
+	gathered, err := sendDetections(c, cfg.CollectiveTimeout, time.Since(t1), mine, &stats)
 	if err != nil {
-		return localErr(ExitInternal, "jobs: encode: %w", err)
-	}
-	stats.BytesSent = len(buf)
-	gathered, err := gatherAfterDetect(c, cfg.CollectiveTimeout, time.Since(t1), buf)
-	if err != nil {
-		return localErr(ExitMPI, "jobs: gather detections: %w", err)
+		return err
 	}
 	if len(done) > 0 {
 		prev := make([]wire.Image, 0, len(done))
@@ -301,17 +296,22 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	return finalStatus(c, werr, "report")
 }
 
-// gatherAfterDetect is the first collective after detection: ranks that
-// finished their shard wait there for the slowest, which may take hours on
-// a CPU. The plan gives ranks equal work, so a rank waits up to the
-// watchdog's limit plus twice its own detection time before it calls the
-// others hung (ranks other than 0 one limit more, so that rank 0, which
-// knows who is missing, speaks first); then the limit is restored.
-func gatherAfterDetect(c mpi.Comm, timeout, detect time.Duration, buf []byte) ([][]byte, error) {
+// sendDetections encodes this rank's detections and gathers every rank's.
+// It is the first collective after detection: ranks that finished their
+// shard wait there for the slowest, which may take hours on a CPU. The plan
+// gives ranks equal work, so a rank waits up to the watchdog's limit plus
+// twice its own detection time before it calls the others hung (ranks
+// other than 0 one limit more, so that rank 0, which knows who is missing,
+// speaks first); then the limit is restored.
+func sendDetections(c mpi.Comm, timeout, detect time.Duration, mine []wire.Image, stats *rankStats) ([][]byte, error) {
+	buf, err := wire.Encode(nil, mine)
+	if err != nil {
+		return nil, localErr(ExitInternal, "jobs: encode: %w", err)
+	}
+	stats.BytesSent = len(buf)
 	if timeout > 0 {
 		limit := timeout + 2*detect
 		if c.Rank() != 0 {
-			// rank 0 gives up first and names the ranks it waited for
 			limit += timeout
 		}
 		if err := setTimeout(c, limit); err != nil {
@@ -322,7 +322,10 @@ func gatherAfterDetect(c mpi.Comm, timeout, detect time.Duration, buf []byte) ([
 	if err == nil && timeout > 0 {
 		err = setTimeout(c, timeout)
 	}
-	return g, err
+	if err != nil {
+		return nil, localErr(ExitMPI, "jobs: gather detections: %w", err)
+	}
+	return g, nil
 }
 
 // detectErr maps detectShard's error to the job's: an interruption is

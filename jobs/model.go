@@ -59,22 +59,10 @@ func resolveModel(spec string) (dir, digest, config string, err error) {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs // other ranks may start elsewhere
 	}
-	hash := func(name string) (string, error) {
-		f, err := os.Open(filepath.Join(dir, name))
-		if err != nil {
-			return "", err
-		}
-		defer f.Close()
-		h := sha256.New()
-		if _, err := io.Copy(h, f); err != nil {
-			return "", err
-		}
-		return hex.EncodeToString(h.Sum(nil)), nil
-	}
-	if digest, err = hash("model.safetensors"); err != nil {
+	if digest, err = hashFile(filepath.Join(dir, "model.safetensors")); err != nil {
 		return "", "", "", fmt.Errorf("jobs: model %s: %w: %w", spec, err, infer.ErrModel)
 	}
-	if config, err = hash("config.json"); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if config, err = hashFile(filepath.Join(dir, "config.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", "", "", fmt.Errorf("jobs: model %s: %w: %w", spec, err, infer.ErrModel)
 	}
 	return dir, digest, config, nil
@@ -84,6 +72,7 @@ func resolveModel(spec string) (dir, digest, config string, err error) {
 type loadedModel struct {
 	m          *retinanet.Model
 	cfg        retinanet.Config
+	labelMap   box.LabelMap // the model's label_dict
 	info       modelInfo
 	layerTimes bool
 }
@@ -108,7 +97,7 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 		return nil, fmt.Errorf("jobs: %s/model.safetensors has sha256 %s here but %s on rank 0: the ranks see different files: %w", dir, sum[:12], digest[:12], infer.ErrModel)
 	}
 	if got := fileSHA(filepath.Join(dir, "config.json")); got != config {
-		return nil, fmt.Errorf("jobs: %s/config.json differs from rank 0's (sha256 %q here, %q there): the ranks see different files: %w", dir, short12(got), short12(config), infer.ErrModel)
+		return nil, fmt.Errorf("jobs: %s/config.json differs from rank 0's (sha256 %q here, %q there): the ranks see different files: %w", dir, shortSHA(got), shortSHA(config), infer.ErrModel)
 	}
 	// DeepForest passes its own score_thresh, nms_thresh,
 	// detections_per_img and topk_candidates to the constructor, and
@@ -135,13 +124,15 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 	if threads <= 0 {
 		threads = defaultThreads(runtime.GOMAXPROCS(0), runtime.NumCPU(), localRanks)
 	}
-	names := cfg.Labels
-	lm, _ := box.NewLabelMap(names)
+	labels, err := box.NewLabelMap(cfg.Labels)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: %w: %w", err, infer.ErrModel)
+	}
 	info := modelInfo{
-		Spec: mc.Spec, Dir: dir, SHA256: sum, Arch: m.Arch, LabelDict: labelMapJSON(lm),
+		Spec: mc.Spec, Dir: dir, SHA256: sum, Arch: m.Arch, LabelDict: labelMapJSON(labels),
 		Thresholds: modelSettings(m.Opt), Threads: threads, Device: "cpu", Ignored: append(ignored, cfg.Extra...),
 	}
-	return &loadedModel{m: m, cfg: cfg, info: info, layerTimes: mc.LayerTimes}, nil
+	return &loadedModel{m: m, cfg: cfg, labelMap: labels, info: info, layerTimes: mc.LayerTimes}, nil
 }
 
 // defaultThreads is the thread count of a rank: the cores it may use
@@ -154,25 +145,25 @@ func defaultThreads(maxprocs, ncpu, localRanks int) int {
 	return max(1, min(maxprocs, share))
 }
 
-// fileSHA is the hex sha256 of a file, "" when it cannot be read.
-func fileSHA(path string) string {
+// hashFile is the hex sha256 of a file.
+func hashFile(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return ""
+		return "", err
 	}
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return ""
+		return "", err
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func short12(s string) string {
-	if len(s) > 12 {
-		return s[:12]
-	}
-	return s
+// fileSHA is hashFile's digest, "" when the file cannot be read (as
+// resolveModel records an absent config.json).
+func fileSHA(path string) string {
+	d, _ := hashFile(path)
+	return d
 }
 
 // modelSettings are the options that change detections, for the manifest
@@ -190,10 +181,7 @@ func modelSettings(o retinanet.Options) map[string]string {
 }
 
 // labels returns the model's label map.
-func (lm *loadedModel) labels() box.LabelMap {
-	m, _ := box.NewLabelMap(lm.cfg.Labels)
-	return m
-}
+func (lm *loadedModel) labels() box.LabelMap { return lm.labelMap }
 
 // detector builds the CPU detector, mapping the model's ids onto labels.
 func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {

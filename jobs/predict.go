@@ -249,14 +249,9 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) error {
 	printLayerTimes(cfg.Progress, det)
 
 	t2 := time.Now()
-	buf, err := wire.Encode(nil, mine)
+	gathered, err := sendDetections(c, cfg.CollectiveTimeout, time.Since(t1), mine, &stats)
 	if err != nil {
-		return localErr(ExitInternal, "jobs: encode: %w", err)
-	}
-	stats.BytesSent = len(buf)
-	gathered, err := gatherAfterDetect(c, cfg.CollectiveTimeout, time.Since(t1), buf)
-	if err != nil {
-		return localErr(ExitMPI, "jobs: gather detections: %w", err)
+		return err
 	}
 	dets, err := wire.Merge(gathered, len(images))
 	if err != nil {

@@ -105,49 +105,44 @@ func mul(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, l
 		return
 	}
 	C.canopy_sgemm(C.int(m), C.int(n), C.int(k),
-		(*C.float)(unsafe.Pointer(&a[0])), C.int(lda),
-		(*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
-		(*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+		fptr(a), C.int(lda), fptr(b), C.int(ldb), fptr(c), C.int(ldc))
 }
 
 func winoIn(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
 	if c == 0 || nb == 0 {
 		return
 	}
-	C.canopy_wino_in((*C.float)(unsafe.Pointer(&x[0])), C.int(c), C.int(h), C.int(w), C.int(tw), C.int(t0), C.int(nb),
-		(*C.float)(unsafe.Pointer(&v[0])), C.long(vs))
+	C.canopy_wino_in(fptr(x), C.int(c), C.int(h), C.int(w), C.int(tw), C.int(t0), C.int(nb), fptr(v), C.long(vs))
 }
 
 func winoOut(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
 	if o == 0 || nb == 0 {
 		return
 	}
-	var rp *C.float
-	if res != nil {
-		rp = (*C.float)(unsafe.Pointer(&res[0]))
-	}
-	r := C.int(0)
-	if relu {
-		r = 1
-	}
-	C.canopy_wino_out((*C.float)(unsafe.Pointer(&m[0])), C.long(ms), C.int(nb), C.int(o), C.int(tw), C.int(t0), C.int(h), C.int(w),
-		(*C.float)(unsafe.Pointer(&bias[0])), rp, r, (*C.float)(unsafe.Pointer(&y[0])))
+	C.canopy_wino_out(fptr(m), C.long(ms), C.int(nb), C.int(o), C.int(tw), C.int(t0), C.int(h), C.int(w),
+		fptr(bias), fptr(res), cbool(relu), fptr(y))
 }
 
 func epilogue(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, relu bool) {
-	var rp *C.float
-	if res != nil {
-		rp = (*C.float)(unsafe.Pointer(&res[0]))
-	}
-	r := C.int(0)
-	if relu {
-		r = 1
-	}
-	C.canopy_epilogue((*C.float)(unsafe.Pointer(&y[0])), C.long(ldy), C.int(rows), C.int(cols),
-		(*C.float)(unsafe.Pointer(&bias[0])), rp, C.long(ldr), r)
+	C.canopy_epilogue(fptr(y), C.long(ldy), C.int(rows), C.int(cols), fptr(bias), fptr(res), C.long(ldr), cbool(relu))
 }
 
 func im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
-	C.canopy_im2col((*C.float)(unsafe.Pointer(&x[0])), C.int(cin), C.int(h), C.int(w), C.int(kh), C.int(kw),
-		C.int(stride), C.int(pad), C.int(ow), C.int(j0), C.int(nb), (*C.float)(unsafe.Pointer(&col[0])))
+	C.canopy_im2col(fptr(x), C.int(cin), C.int(h), C.int(w), C.int(kh), C.int(kw),
+		C.int(stride), C.int(pad), C.int(ow), C.int(j0), C.int(nb), fptr(col))
+}
+
+// fptr is the C pointer to a slice's first element, nil for an empty slice.
+func fptr(s []float32) *C.float {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.float)(unsafe.Pointer(&s[0]))
+}
+
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -73,7 +73,7 @@ func (m *Model) features(e *engine, x fmap) [5]fmap {
 			if b.down != nil {
 				e.put(id)
 			}
-			if !(L > 1 && h.d != nil && isC(c, h)) {
+			if !(L > 1 && isC(c, h)) {
 				e.put(h)
 			}
 			h = out
