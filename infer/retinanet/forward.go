@@ -43,22 +43,40 @@ type Candidate struct {
 	Box   [4]float32
 }
 
+// backend is what the network needs from a compute engine, over its
+// tensor type T: the CPU engine (fmap) and the GPU engine (dmap, a batch on
+// a cuda.Device) run the same features and head below.
+type backend[T any] interface {
+	// conv computes relu?(conv(x) + b [+ res]).
+	conv(c *conv, x T, relu bool, res *T) T
+	maxpool3s2(x T) T
+	// upsampleAdd adds the nearest-upsampled top to lat in place.
+	upsampleAdd(lat, top T)
+	reluCopy(x T) T
+	// put returns dead tensors for reuse.
+	put(xs ...T)
+	// same reports whether a and b are one tensor.
+	same(a, b T) bool
+}
+
+var _ backend[fmap] = (*engine)(nil)
+
 // features runs the body and the FPN: P3..P7. Every intermediate is put
 // back as soon as it is dead (x included).
-func (m *Model) features(e *engine, x fmap) [5]fmap {
+func features[T any](m *Model, e backend[T], x T) [5]T {
 	h := e.conv(m.stem, x, true, nil)
 	e.put(x)
 	h2 := e.maxpool3s2(h)
 	e.put(h)
 	h = h2
-	var c [3]fmap
+	var c [3]T
 	for L := 0; L < 4; L++ {
 		for _, b := range m.layers[L] {
 			id := h
 			if b.down != nil {
 				id = e.conv(b.down, h, false, nil)
 			}
-			var out fmap
+			var out T
 			if b.c3 != nil {
 				t1 := e.conv(b.c1, h, true, nil)
 				t2 := e.conv(b.c2, t1, true, nil)
@@ -73,7 +91,7 @@ func (m *Model) features(e *engine, x fmap) [5]fmap {
 			if b.down != nil {
 				e.put(id)
 			}
-			if !(L > 1 && isC(c, h)) {
+			if !(L > 1 && (e.same(c[0], h) || e.same(c[1], h))) {
 				e.put(h)
 			}
 			h = out
@@ -82,14 +100,14 @@ func (m *Model) features(e *engine, x fmap) [5]fmap {
 			c[L-1] = h
 		}
 	}
-	var p [5]fmap
+	var p [5]T
 	last := e.conv(m.inner[2], c[2], false, nil)
 	p[2] = e.conv(m.layer[2], last, false, nil)
 	e.put(c[2])
 	for i := 1; i >= 0; i-- {
 		lat := e.conv(m.inner[i], c[i], false, nil)
 		e.put(c[i])
-		addUpsampled(lat, last)
+		e.upsampleAdd(lat, last)
 		e.put(last)
 		last = lat
 		p[i] = e.conv(m.layer[i], last, false, nil)
@@ -102,17 +120,8 @@ func (m *Model) features(e *engine, x fmap) [5]fmap {
 	return p
 }
 
-// isC reports whether h is one of the kept C3..C5 maps.
-func isC(c [3]fmap, h fmap) bool {
-	for _, x := range c {
-		if len(x.d) > 0 && &x.d[0] == &h.d[0] {
-			return true
-		}
-	}
-	return false
-}
-
-func (m *Model) head(e *engine, p fmap) levelOut {
+// head runs the classification and regression subnets on one level.
+func head[T any](m *Model, e backend[T], p T) (cls, reg T) {
 	c, r := p, p
 	for i := 0; i < 4; i++ {
 		nc := e.conv(m.clsT[i], c, true, nil)
@@ -122,9 +131,9 @@ func (m *Model) head(e *engine, p fmap) levelOut {
 		}
 		c, r = nc, nr
 	}
-	lo := levelOut{gh: p.h, gw: p.w, cls: e.conv(m.cls, c, false, nil), reg: e.conv(m.reg, r, false, nil)}
+	cls, reg = e.conv(m.cls, c, false, nil), e.conv(m.reg, r, false, nil)
 	e.put(c, r)
-	return lo
+	return cls, reg
 }
 
 // bboxClip is torchvision's BoxCoder clamp, log(1000/16), as float32.
@@ -138,73 +147,90 @@ type cand struct {
 	level int
 }
 
-// detect runs one image end to end.
+// detect runs one image end to end on the CPU.
 func (m *Model) detect(e *engine, img Image, tr *Trace) []Detection {
 	e.reuseFor(img.H, img.W)
 	e.keep = tr != nil
 	t0 := time.Now()
 	x, rh, rw := normalizeResizePad(e, img, m.Opt)
 	e.times.add("transform", t0)
-	p := m.features(e, x)
-	K := m.Classes
+	ph, pw := x.h, x.w
+	p := features[fmap](m, e, x)
 	var all []cand
 	for L := 0; L < 5; L++ {
-		lo := m.head(e, p[L])
+		cls, reg := head[fmap](m, e, p[L])
 		t1 := time.Now()
-		hw := lo.gh * lo.gw
-		cells := cellAnchors(L)
-		var kept []cand
-		for loc := 0; loc < hw; loc++ {
-			for a := 0; a < NumAnchors; a++ {
-				for k := 0; k < K; k++ {
-					v := lo.cls.d[(a*K+k)*hw+loc]
-					s := sigmoid(v)
-					if s > m.Opt.ScoreThresh {
-						kept = append(kept, cand{score: s, label: k, idx: (loc*NumAnchors+a)*K + k, level: L})
-					}
-				}
-			}
-		}
+		lo := levelOut{gh: p[L].h, gw: p[L].w, cls: cls, reg: reg}
+		all = append(all, m.levelCandidates(lo, L, ph, pw, rh, rw, tr)...)
 		if tr != nil {
 			tr.Levels[L] = p[L]
-			tr.AboveThresh[L] = len(kept)
-			tr.Top[L] = levelTop(lo, K, &cells, x.h, x.w, rh, rw)
 		}
-		// topk: descending score; ties by index (torch's order is unspecified).
-		sort.Slice(kept, func(i, j int) bool {
-			if kept[i].score != kept[j].score {
-				return kept[i].score > kept[j].score
-			}
-			return kept[i].idx < kept[j].idx
-		})
-		if len(kept) > m.Opt.TopkCandidates {
-			kept = kept[:m.Opt.TopkCandidates]
-		}
-		for i := range kept {
-			ai := kept[i].idx / K
-			an := anchor(&cells, ai, lo.gh, lo.gw, x.h, x.w)
-			loc, a := ai/NumAnchors, ai%NumAnchors
-			var d [4]float32
-			for j := 0; j < 4; j++ {
-				d[j] = lo.reg.d[(a*4+j)*hw+loc]
-			}
-			kept[i].box = decode(an, d, rh, rw)
-		}
-		all = append(all, kept...)
-		e.put(lo.cls, lo.reg, p[L])
+		e.put(cls, reg, p[L])
 		e.times.add("postprocess", t1)
 	}
 	t2 := time.Now()
 	defer e.times.add("postprocess", t2)
+	return m.finish(all, img.H, img.W, ph, pw, rh, rw, tr)
+}
+
+// levelCandidates is one level's postprocessing, as torchvision's
+// postprocess_detections: the scores above the threshold, the best
+// TopkCandidates of them (ties by index: torch's order is unspecified),
+// their boxes decoded and clipped to the resized image.
+func (m *Model) levelCandidates(lo levelOut, L, ph, pw, rh, rw int, tr *Trace) []cand {
+	K := m.Classes
+	hw := lo.gh * lo.gw
+	cells := cellAnchors(L)
+	var kept []cand
+	for loc := 0; loc < hw; loc++ {
+		for a := 0; a < NumAnchors; a++ {
+			for k := 0; k < K; k++ {
+				v := lo.cls.d[(a*K+k)*hw+loc]
+				s := sigmoid(v)
+				if s > m.Opt.ScoreThresh {
+					kept = append(kept, cand{score: s, label: k, idx: (loc*NumAnchors+a)*K + k, level: L})
+				}
+			}
+		}
+	}
 	if tr != nil {
-		tr.ResizedH, tr.ResizedW, tr.PaddedH, tr.PaddedW = rh, rw, x.h, x.w
+		tr.AboveThresh[L] = len(kept)
+		tr.Top[L] = levelTop(lo, K, &cells, ph, pw, rh, rw)
+	}
+	sort.Slice(kept, func(i, j int) bool {
+		if kept[i].score != kept[j].score {
+			return kept[i].score > kept[j].score
+		}
+		return kept[i].idx < kept[j].idx
+	})
+	if len(kept) > m.Opt.TopkCandidates {
+		kept = kept[:m.Opt.TopkCandidates]
+	}
+	for i := range kept {
+		ai := kept[i].idx / K
+		an := anchor(&cells, ai, lo.gh, lo.gw, ph, pw)
+		loc, a := ai/NumAnchors, ai%NumAnchors
+		var d [4]float32
+		for j := 0; j < 4; j++ {
+			d[j] = lo.reg.d[(a*4+j)*hw+loc]
+		}
+		kept[i].box = decode(an, d, rh, rw)
+	}
+	return kept
+}
+
+// finish is the batched NMS over all levels, the DetectionsPerImg best, and
+// the boxes scaled back to the original image.
+func (m *Model) finish(all []cand, imgH, imgW, ph, pw, rh, rw int, tr *Trace) []Detection {
+	if tr != nil {
+		tr.ResizedH, tr.ResizedW, tr.PaddedH, tr.PaddedW = rh, rw, ph, pw
 	}
 	keep := batchedNMS(all, m.Opt.NMSThresh)
 	if len(keep) > m.Opt.DetectionsPerImg {
 		keep = keep[:m.Opt.DetectionsPerImg]
 	}
-	ry := float32(img.H) / float32(rh)
-	rx := float32(img.W) / float32(rw)
+	ry := float32(imgH) / float32(rh)
+	rx := float32(imgW) / float32(rw)
 	out := make([]Detection, len(keep))
 	for i, k := range keep {
 		c := all[k]

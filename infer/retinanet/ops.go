@@ -261,6 +261,10 @@ func nearestIdx(in, out int) []int {
 	return idx
 }
 
+func (e *engine) upsampleAdd(lat, top fmap) { addUpsampled(lat, top) }
+
+func (e *engine) same(a, b fmap) bool { return len(a.d) > 0 && len(b.d) > 0 && &a.d[0] == &b.d[0] }
+
 func (e *engine) reluCopy(x fmap) fmap {
 	y := e.fmap(x.c, x.h, x.w)
 	for i, v := range x.d {

@@ -1,0 +1,137 @@
+// Package hostkern is a cuda.Device that runs canopy's CUDA kernels
+// (infer/cuda/kernels/kernels.cu) on the CPU: the same source, compiled by
+// the host C++ compiler over a thread-index shim (kernels/shim.h), launched
+// with the geometry the GPU launcher uses. It is slow (one core, a coroutine
+// per CUDA thread) and exists so that CI, which has no GPU, runs every kernel
+// and the GPU engine that drives them against the CPU backend.
+package hostkern
+
+/*
+#cgo CXXFLAGS: -I${SRCDIR}/../kernels -O2 -std=c++17
+#cgo LDFLAGS: -lstdc++ -lm
+#include <stdlib.h>
+#include <string.h>
+#include "launch.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
+)
+
+// Device is the host shim. The zero value is ready; it is not safe for
+// concurrent use (the shim's scheduler is global), so Open hands out one.
+type Device struct {
+	mem map[cuda.Ptr]alloc
+}
+
+type alloc struct {
+	p unsafe.Pointer
+	n int
+}
+
+var _ cuda.Device = (*Device)(nil)
+
+// New returns a host-shim device.
+func New() *Device { return &Device{mem: map[cuda.Ptr]alloc{}} }
+
+func (d *Device) Alloc(n int) (cuda.Ptr, error) {
+	p := C.malloc(C.size_t(max(n, 1) * 4))
+	if p == nil {
+		return 0, fmt.Errorf("hostkern: out of memory for %d floats", n)
+	}
+	d.mem[cuda.Ptr(p)] = alloc{p, n}
+	return cuda.Ptr(p), nil
+}
+
+func (d *Device) Free(p cuda.Ptr) {
+	if a, ok := d.mem[p]; ok {
+		delete(d.mem, p)
+		C.free(a.p)
+	}
+}
+
+func (d *Device) check(p cuda.Ptr, n int) (unsafe.Pointer, error) {
+	a, ok := d.mem[p]
+	if !ok || a.n < n {
+		return nil, fmt.Errorf("hostkern: %d floats at %#x: not an allocation that large", n, uintptr(p))
+	}
+	return a.p, nil
+}
+
+func (d *Device) Upload(dst cuda.Ptr, src []float32) error {
+	p, err := d.check(dst, len(src))
+	if err != nil {
+		return err
+	}
+	if len(src) > 0 {
+		C.memcpy(p, unsafe.Pointer(&src[0]), C.size_t(4*len(src)))
+	}
+	return nil
+}
+
+func (d *Device) Download(dst []float32, src cuda.Ptr) error {
+	p, err := d.check(src, len(dst))
+	if err != nil {
+		return err
+	}
+	if len(dst) > 0 {
+		C.memcpy(unsafe.Pointer(&dst[0]), p, C.size_t(4*len(dst)))
+	}
+	return nil
+}
+
+// fp is the host address of an allocation (nil for 0, the absent residual).
+func (d *Device) fp(p cuda.Ptr) *C.float { return (*C.float)(d.mem[p].p) }
+
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (d *Device) Conv(a cuda.ConvArgs, p cuda.Precision) error {
+	tf := p == cuda.TF32
+	g := kernels.Conv(a.M, a.N*a.OH*a.OW, tf)
+	C.hk_conv(cbool(tf), C.int(g.GridX), C.int(g.GridY), C.int(g.Block),
+		d.fp(a.X), d.fp(a.W), d.fp(a.B), d.fp(a.Res), d.fp(a.Y),
+		C.int(a.N), C.int(a.C), C.int(a.H), C.int(a.Wd), C.int(a.M), C.int(a.KH), C.int(a.KW),
+		C.int(a.S), C.int(a.P), C.int(a.OH), C.int(a.OW), cbool(a.Relu))
+	return nil
+}
+
+func (d *Device) MaxPool3s2(x, y cuda.Ptr, n, c, h, w, oh, ow int) error {
+	g := kernels.Elem(n * c * oh * ow)
+	C.hk_maxpool3s2(C.int(g.GridX), C.int(g.Block), d.fp(x), d.fp(y), C.int(n), C.int(c), C.int(h), C.int(w), C.int(oh), C.int(ow))
+	return nil
+}
+
+func (d *Device) UpsampleAdd(lat, top cuda.Ptr, n, c, h, w, th, tw int) error {
+	g := kernels.Elem(n * c * h * w)
+	C.hk_upsample_add(C.int(g.GridX), C.int(g.Block), d.fp(lat), d.fp(top), C.int(n), C.int(c), C.int(h), C.int(w), C.int(th), C.int(tw))
+	return nil
+}
+
+func (d *Device) ReluCopy(x, y cuda.Ptr, n int) error {
+	g := kernels.Elem(n)
+	C.hk_relu_copy(C.int(g.GridX), C.int(g.Block), d.fp(x), d.fp(y), C.longlong(n))
+	return nil
+}
+
+func (d *Device) Sync() error { return nil }
+
+func (d *Device) Info() cuda.Info {
+	return cuda.Info{Index: 0, Name: "host shim (kernels.cu on the CPU)", UUID: "none", Backend: "hostkern"}
+}
+
+func (d *Device) Close() error {
+	for p := range d.mem {
+		d.Free(p)
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+// Package kernels holds canopy's CUDA kernels (kernels.cu), their compiled
+// module (kernels.fatbin: compute_80 PTX plus sm_90 machine code, made by
+// go generate with Debian's nvcc 11.8 and committed) and the launch geometry
+// every launcher uses: the cuda backend on a GPU and the host shim
+// (infer/cuda/hostkern) in CI. It is pure Go and imports no CUDA.
+package kernels
+
+import _ "embed"
+
+//go:generate sh gen.sh
+
+// Fatbin is the module the cuda backend loads (cuModuleLoadFatBinary).
+//
+//go:embed kernels.fatbin
+var Fatbin []byte
+
+// Source is kernels.cu, for the check that Fatbin is up to date.
+//
+//go:embed kernels.cu
+var Source string
+
+// Tile sizes, as kernels.cu #defines them (TestDefinesAgree).
+const (
+	ConvBM, ConvBN, ConvBK, ConvThreads = 64, 64, 16, 256
+	TCBM, TCBN, TCBK, TCThreads         = 64, 64, 16, 128
+	ElemThreads                         = 256
+)
+
+// Names of the kernels (extern "C" in kernels.cu).
+const (
+	ConvF32     = "conv_f32"
+	ConvTF32    = "conv_tf32"
+	MaxPool3s2  = "maxpool3s2"
+	UpsampleAdd = "upsample_add"
+	ReluCopy    = "relu_copy"
+)
+
+// Names lists every kernel the module must export.
+var Names = []string{ConvF32, ConvTF32, MaxPool3s2, UpsampleAdd, ReluCopy}
+
+// Dim is a launch's grid and block size (x only for blocks).
+type Dim struct {
+	GridX, GridY, Block int
+}
+
+// Conv is the launch of a convolution writing m output channels over ncol
+// columns (batch × OH × OW), strict FP32 or TF32.
+func Conv(m, ncol int, tf32 bool) Dim {
+	if tf32 {
+		return Dim{ceilDiv(ncol, TCBN), ceilDiv(m, TCBM), TCThreads}
+	}
+	return Dim{ceilDiv(ncol, ConvBN), ceilDiv(m, ConvBM), ConvThreads}
+}
+
+// Elem is the launch of an elementwise kernel over n outputs.
+func Elem(n int) Dim { return Dim{ceilDiv(n, ElemThreads), 1, ElemThreads} }
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
