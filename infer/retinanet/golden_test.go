@@ -222,12 +222,22 @@ const (
 
 func checkGolden(t *testing.T, name string) {
 	g, m := goldenModel(t, name)
+	checkGoldenWith(t, g, m, NewRunner(m, 2))
+}
+
+// tracer is a runner the golden tests can drive: the CPU Runner, or a
+// GPURunner (tracer adapts it).
+type tracer interface {
+	DetectTrace(Image) ([]Detection, *Trace)
+	Model() *Model
+}
+
+func checkGoldenWith(t *testing.T, g *golden, m *Model, r tracer) {
 	imgs, sums := goldenImages(t)
 	if len(g.Images) != len(imgs) {
-		t.Fatalf("%s has %d images, the test draws %d", name, len(g.Images), len(imgs))
+		t.Fatalf("%s has %d images, the test draws %d", g.Model, len(g.Images), len(imgs))
 	}
-	t.Logf("%s: %s; peer %s", name, m.Arch, g.Peer)
-	r := NewRunner(m, 2)
+	t.Logf("%s; peer %s", m.Arch, g.Peer)
 	for i, gi := range g.Images {
 		t.Run(filepath.Base(gi.Path), func(t *testing.T) { checkImage(t, r, gi, imgs[i], sums[i]) })
 	}
@@ -235,7 +245,7 @@ func checkGolden(t *testing.T, name string) {
 
 // checkImage compares one image's transform sizes, pyramid levels, per-level
 // top scores and detections with torchvision's.
-func checkImage(t *testing.T, r *Runner, gi goldenImage, img Image, sum string) {
+func checkImage(t *testing.T, r tracer, gi goldenImage, img Image, sum string) {
 	if gi.SHA256 != sum {
 		t.Fatalf("the generator now draws other bytes for %s (sha256 %s, fixture %s): regenerate the fixtures (make golden-retinanet)", gi.Path, sum, gi.SHA256)
 	}
@@ -301,7 +311,7 @@ func checkImage(t *testing.T, r *Runner, gi goldenImage, img Image, sum string) 
 			}
 		}
 	}
-	compareDetections(t, dets, gi, r.m.Opt.ScoreThresh)
+	compareDetections(t, dets, gi, r.Model().Opt.ScoreThresh)
 }
 
 // compareDetections checks that canopy keeps the same set as torchvision,

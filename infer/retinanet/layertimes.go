@@ -53,13 +53,16 @@ func (r *Runner) EnableLayerTimes() {
 
 // LayerTimes returns the times so far, slowest first (nil when not
 // enabled).
-func (r *Runner) LayerTimes() []LayerTime {
-	if r.e.times == nil {
+func (r *Runner) LayerTimes() []LayerTime { return r.e.times.list() }
+
+// list is the time per group, slowest first (nil when off).
+func (l *layerTimes) list() []LayerTime {
+	if l == nil {
 		return nil
 	}
 	var out []LayerTime
-	for g, d := range r.e.times.d {
-		out = append(out, LayerTime{Group: g, Seconds: d.Seconds(), Calls: r.e.times.n[g]})
+	for g, d := range l.d {
+		out = append(out, LayerTime{Group: g, Seconds: d.Seconds(), Calls: l.n[g]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Seconds > out[j].Seconds })
 	return out

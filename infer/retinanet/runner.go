@@ -11,6 +11,9 @@ type Runner struct {
 // NewRunner returns a Runner with threads workers (at least 1).
 func NewRunner(m *Model, threads int) *Runner { return &Runner{m: m, e: newEngine(threads)} }
 
+// Model is the runner's model.
+func (r *Runner) Model() *Model { return r.m }
+
 // Threads is the worker count.
 func (r *Runner) Threads() int { return r.e.threads }
 

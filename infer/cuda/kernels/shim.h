@@ -2,9 +2,11 @@
 // (infer/cuda/hostkern). Threads of a block are coroutines that the launcher
 // in hostkern runs round-robin: __syncthreads switches to the next thread,
 // so a block's shared memory (function statics: one block runs at a time)
-// sees the same barrier order as on the GPU. The wmma fragments hold the
-// whole tile in every thread (warp-uniform calls give every thread the same
-// answer); mma_sync accumulates with fmaf in k order, so the TF32 kernel
+// sees the same barrier order as on the GPU. A wmma fragment holds the
+// whole tile (warp-uniform calls give every thread the same
+// answer), and only lane 0 of each warp does the work: the kernel never
+// reads a fragment's elements, so the other lanes' copies are never used);
+// mma_sync accumulates with fmaf in k order, so the TF32 kernel
 // agrees with the GPU to rounding, not to the bit. fmaf and the FP32
 // kernel's k order are the GPU's, so conv_f32 agrees bit for bit.
 #ifndef CANOPY_SHIM_H
@@ -50,13 +52,20 @@ template <int M, int N, int K> struct fragment<accumulator, M, N, K, float, void
 	float x[M * N];
 };
 
+// lane0 is true in the thread that carries its warp's wmma work.
+inline bool lane0() { return threadIdx.x % 32 == 0; }
+
 template <class F> inline void fill_fragment(F &f, float v)
 {
+	if (!lane0())
+		return;
 	for (int i = 0; i < F::R * F::C; i++)
 		f.x[i] = v;
 }
 template <class F> inline void load_matrix_sync(F &f, const float *p, unsigned ld)
 {
+	if (!lane0())
+		return;
 	for (int r = 0; r < F::R; r++)
 		for (int c = 0; c < F::C; c++)
 			f.x[r * F::C + c] = p[r * ld + c];
@@ -67,6 +76,8 @@ inline void mma_sync(fragment<accumulator, M, N, K, float> &d,
                      const fragment<matrix_b, M, N, K, precision::tf32, row_major> &b,
                      const fragment<accumulator, M, N, K, float> &c)
 {
+	if (!lane0())
+		return;
 	float out[M * N];
 	for (int i = 0; i < M; i++)
 		for (int j = 0; j < N; j++) {
@@ -81,6 +92,8 @@ template <int M, int N, int K>
 inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ld,
                               layout_t)
 {
+	if (!lane0())
+		return;
 	for (int r = 0; r < M; r++)
 		for (int c = 0; c < N; c++)
 			p[r * ld + c] = f.x[r * N + c];

@@ -1,0 +1,359 @@
+package retinanet
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/canopy-hpc/canopy/infer/cuda"
+)
+
+// dmap is a batch of feature maps on a cuda.Device: [n, c, h, w] float32.
+type dmap struct {
+	n, c, h, w int
+	p          cuda.Ptr
+}
+
+func (d dmap) size() int { return d.n * d.c * d.h * d.w }
+
+// gpuEngine runs the network on a cuda.Device: every layer is one kernel
+// launch over the whole batch, queued in order; only the head outputs (and,
+// when tracing, the pyramid levels) come back to the host, where the
+// postprocessing is the CPU engine's, line for line. Launch errors are
+// sticky (err): the forward runs to its end and the caller checks once.
+type gpuEngine struct {
+	dev   cuda.Device
+	prec  cuda.Precision
+	wts   map[*conv][2]cuda.Ptr // weights and bias, uploaded on first use
+	free  map[int][]cuda.Ptr    // dead buffers by float count
+	shape [3]int                // the batch shape the free list was filled for
+	keep  bool
+	err   error
+	times *layerTimes
+}
+
+var _ backend[dmap] = (*gpuEngine)(nil)
+
+func (g *gpuEngine) fail(err error) {
+	if err != nil && g.err == nil {
+		g.err = err
+	}
+}
+
+func (g *gpuEngine) alloc(n, c, h, w int) dmap {
+	sz := n * c * h * w
+	if l := g.free[sz]; len(l) > 0 {
+		p := l[len(l)-1]
+		g.free[sz] = l[:len(l)-1]
+		return dmap{n, c, h, w, p}
+	}
+	p, err := g.dev.Alloc(sz)
+	g.fail(err)
+	return dmap{n, c, h, w, p}
+}
+
+func (g *gpuEngine) put(xs ...dmap) {
+	if g.keep {
+		return
+	}
+	for _, x := range xs {
+		if x.p != 0 {
+			g.free[x.size()] = append(g.free[x.size()], x.p)
+		}
+	}
+}
+
+// reuseFor frees the cached buffers when the batch shape changes, so a run
+// of mixed sizes does not hold buffers of every size.
+func (g *gpuEngine) reuseFor(n, h, w int) {
+	if g.shape == [3]int{n, h, w} {
+		return
+	}
+	g.shape = [3]int{n, h, w}
+	g.release()
+}
+
+func (g *gpuEngine) release() {
+	g.fail(g.dev.Sync())
+	for _, l := range g.free {
+		for _, p := range l {
+			g.dev.Free(p)
+		}
+	}
+	g.free = map[int][]cuda.Ptr{}
+}
+
+func (g *gpuEngine) same(a, b dmap) bool { return a.p != 0 && a.p == b.p }
+
+// timed measures a layer group when layer times are on: it waits for the
+// device before and after, so the time is the group's own.
+func (g *gpuEngine) timed(group string) func() {
+	if g.times == nil {
+		return func() {}
+	}
+	g.fail(g.dev.Sync())
+	t := time.Now()
+	return func() {
+		g.fail(g.dev.Sync())
+		g.times.add(group, t)
+	}
+}
+
+func (g *gpuEngine) weights(c *conv) [2]cuda.Ptr {
+	if w, ok := g.wts[c]; ok {
+		return w
+	}
+	var w [2]cuda.Ptr
+	for i, src := range [][]float32{c.w, c.b} {
+		p, err := g.dev.Alloc(len(src))
+		g.fail(err)
+		if err == nil {
+			g.fail(g.dev.Upload(p, src))
+		}
+		w[i] = p
+	}
+	g.wts[c] = w
+	return w
+}
+
+func (g *gpuEngine) conv(c *conv, x dmap, relu bool, res *dmap) dmap {
+	defer g.timed(groupOf(c.name))()
+	oh := (x.h+2*c.pad-c.kh)/c.stride + 1
+	ow := (x.w+2*c.pad-c.kw)/c.stride + 1
+	y := g.alloc(x.n, c.out, oh, ow)
+	w := g.weights(c)
+	a := cuda.ConvArgs{X: x.p, W: w[0], B: w[1], Y: y.p,
+		N: x.n, C: x.c, H: x.h, Wd: x.w, M: c.out, KH: c.kh, KW: c.kw, S: c.stride, P: c.pad,
+		OH: oh, OW: ow, Relu: relu}
+	if res != nil {
+		a.Res = res.p
+	}
+	if g.err == nil {
+		g.fail(g.dev.Conv(a, g.prec))
+	}
+	return y
+}
+
+func (g *gpuEngine) maxpool3s2(x dmap) dmap {
+	defer g.timed("maxpool")()
+	oh, ow := (x.h+2-3)/2+1, (x.w+2-3)/2+1
+	y := g.alloc(x.n, x.c, oh, ow)
+	if g.err == nil {
+		g.fail(g.dev.MaxPool3s2(x.p, y.p, x.n, x.c, x.h, x.w, oh, ow))
+	}
+	return y
+}
+
+func (g *gpuEngine) upsampleAdd(lat, top dmap) {
+	defer g.timed("fpn")()
+	if g.err == nil {
+		g.fail(g.dev.UpsampleAdd(lat.p, top.p, lat.n, lat.c, lat.h, lat.w, top.h, top.w))
+	}
+}
+
+func (g *gpuEngine) reluCopy(x dmap) dmap {
+	defer g.timed("fpn")()
+	y := g.alloc(x.n, x.c, x.h, x.w)
+	if g.err == nil {
+		g.fail(g.dev.ReluCopy(x.p, y.p, x.size()))
+	}
+	return y
+}
+
+func (g *gpuEngine) download(x dmap) []float32 {
+	out := make([]float32, x.size())
+	if g.err == nil {
+		g.fail(g.dev.Download(out, x.p))
+	}
+	return out
+}
+
+// GPURunner runs a Model on a cuda.Device. Images of one padded size that
+// follow each other in a DetectBatch call go through the network as one
+// batch; every output element is reduced by one thread in a fixed order, so
+// an image's detections do not depend on the batch (tested on the host
+// shim). Not safe for concurrent use.
+type GPURunner struct {
+	m   *Model
+	g   *gpuEngine
+	cpu *engine // the transform (resize, normalize, pad), as on the CPU
+}
+
+// NewGPURunner runs m on dev at precision p. The weights are uploaded on
+// the first image.
+func NewGPURunner(m *Model, dev cuda.Device, p cuda.Precision) *GPURunner {
+	return &GPURunner{m: m, g: &gpuEngine{dev: dev, prec: p, wts: map[*conv][2]cuda.Ptr{}, free: map[int][]cuda.Ptr{}}, cpu: newEngine(1)}
+}
+
+// Model is the runner's model.
+func (r *GPURunner) Model() *Model { return r.m }
+
+// Device is the runner's device.
+func (r *GPURunner) Device() cuda.Device { return r.g.dev }
+
+// Precision is the convolution precision.
+func (r *GPURunner) Precision() cuda.Precision { return r.g.prec }
+
+// Close frees the device memory the runner holds (not the device).
+func (r *GPURunner) Close() error {
+	r.g.release()
+	for _, w := range r.g.wts {
+		r.g.dev.Free(w[0])
+		r.g.dev.Free(w[1])
+	}
+	r.g.wts = map[*conv][2]cuda.Ptr{}
+	return r.g.err
+}
+
+// prepared is a group of images transformed on the host, ready to upload.
+type prepared struct {
+	imgs   []Image
+	x      []float32 // [n, 3, ph, pw]
+	ph, pw int
+	rh, rw []int
+}
+
+func (r *GPURunner) prepare(imgs []Image) prepared {
+	t0 := time.Now()
+	defer r.g.times.add("transform", t0)
+	p := prepared{imgs: imgs}
+	for i, img := range imgs {
+		r.cpu.reuseFor(img.H, img.W)
+		x, rh, rw := normalizeResizePad(r.cpu, img, r.m.Opt)
+		if i == 0 {
+			p.ph, p.pw = x.h, x.w
+			p.x = make([]float32, 0, len(imgs)*len(x.d))
+		}
+		p.x = append(p.x, x.d...)
+		p.rh, p.rw = append(p.rh, rh), append(p.rw, rw)
+		r.cpu.put(x)
+	}
+	return p
+}
+
+// launched is a group whose forward is queued on the device.
+type launched struct {
+	prepared
+	p        [5]dmap
+	cls, reg [5]dmap
+}
+
+func (r *GPURunner) launch(p prepared) launched {
+	n := len(p.imgs)
+	g := r.g
+	g.reuseFor(n, p.ph, p.pw)
+	g.keep = false
+	x := g.alloc(n, 3, p.ph, p.pw)
+	if g.err == nil {
+		g.fail(g.dev.Upload(x.p, p.x))
+	}
+	l := launched{prepared: p}
+	l.p = features[dmap](r.m, g, x)
+	for L := 0; L < 5; L++ {
+		l.cls[L], l.reg[L] = head[dmap](r.m, g, l.p[L])
+	}
+	return l
+}
+
+// collect downloads a launched group's head outputs and postprocesses each
+// image on the host.
+func (r *GPURunner) collect(l launched, tr *Trace) [][]Detection {
+	g := r.g
+	n := len(l.imgs)
+	all := make([][]cand, n)
+	var levels [5][]float32
+	for L := 0; L < 5; L++ {
+		cls, reg := g.download(l.cls[L]), g.download(l.reg[L])
+		if tr != nil {
+			levels[L] = g.download(l.p[L])
+		}
+		g.put(l.cls[L], l.reg[L], l.p[L])
+		if g.err != nil {
+			return nil
+		}
+		t1 := time.Now()
+		gh, gw := l.p[L].h, l.p[L].w
+		cs, rs := len(cls)/n, len(reg)/n
+		for i := 0; i < n; i++ {
+			lo := levelOut{gh: gh, gw: gw,
+				cls: fmap{l.cls[L].c, gh, gw, cls[i*cs : (i+1)*cs]},
+				reg: fmap{l.reg[L].c, gh, gw, reg[i*rs : (i+1)*rs]}}
+			all[i] = append(all[i], r.m.levelCandidates(lo, L, l.ph, l.pw, l.rh[i], l.rw[i], tr)...)
+		}
+		if tr != nil {
+			tr.Levels[L] = fmap{l.p[L].c, gh, gw, levels[L]}
+		}
+		g.times.add("postprocess", t1)
+	}
+	t2 := time.Now()
+	defer g.times.add("postprocess", t2)
+	out := make([][]Detection, n)
+	for i, img := range l.imgs {
+		out[i] = r.m.finish(all[i], img.H, img.W, l.ph, l.pw, l.rh[i], l.rw[i], tr)
+	}
+	return out
+}
+
+// groups cuts imgs into runs of one padded size, at most maxBatch long.
+func (r *GPURunner) groups(imgs []Image, maxBatch int) [][]Image {
+	var out [][]Image
+	var key [2]int
+	for _, img := range imgs {
+		oh, ow := resizeSize(img.H, img.W, r.m.Opt.MinSize, r.m.Opt.MaxSize)
+		k := [2]int{(oh + 31) / 32 * 32, (ow + 31) / 32 * 32}
+		if len(out) == 0 || k != key || len(out[len(out)-1]) == maxBatch {
+			out = append(out, nil)
+			key = k
+		}
+		out[len(out)-1] = append(out[len(out)-1], img)
+	}
+	return out
+}
+
+// DetectBatch runs imgs, batching runs of one padded size (at most
+// maxBatch images). While the device computes a group, the host transforms
+// the next one.
+func (r *GPURunner) DetectBatch(imgs []Image, maxBatch int) ([][]Detection, error) {
+	if maxBatch < 1 {
+		maxBatch = 1
+	}
+	gs := r.groups(imgs, maxBatch)
+	out := make([][]Detection, 0, len(imgs))
+	var next prepared
+	if len(gs) > 0 {
+		next = r.prepare(gs[0])
+	}
+	for i := range gs {
+		l := r.launch(next)
+		if i+1 < len(gs) {
+			next = r.prepare(gs[i+1])
+		}
+		dets := r.collect(l, nil)
+		if r.g.err != nil {
+			return nil, fmt.Errorf("retinanet: %s: %w", r.g.dev.Info().Backend, r.g.err)
+		}
+		out = append(out, dets...)
+	}
+	return out, nil
+}
+
+// DetectTrace runs one image and records the transform sizes, the pyramid
+// levels and the per-level top scores, as Runner.DetectTrace.
+func (r *GPURunner) DetectTrace(img Image) ([]Detection, *Trace, error) {
+	tr := &Trace{}
+	r.g.keep = false
+	l := r.launch(r.prepare([]Image{img}))
+	dets := r.collect(l, tr)
+	if r.g.err != nil {
+		return nil, nil, fmt.Errorf("retinanet: %s: %w", r.g.dev.Info().Backend, r.g.err)
+	}
+	return dets[0], tr, nil
+}
+
+// EnableLayerTimes makes the runner time every layer group, waiting for
+// the device around each (slower; for profiles).
+func (r *GPURunner) EnableLayerTimes() {
+	r.g.times = &layerTimes{d: map[string]time.Duration{}, n: map[string]int{}}
+}
+
+// LayerTimes returns the time per layer group so far, slowest first.
+func (r *GPURunner) LayerTimes() []LayerTime { return r.g.times.list() }

@@ -1,0 +1,341 @@
+package retinanet
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
+	"github.com/canopy-hpc/canopy/internal/testweights"
+)
+
+// The GPU engine's kernels and orchestration, run on the host shim
+// (infer/cuda/hostkern: kernels.cu compiled for the CPU, launched with the
+// GPU's geometry), against the CPU backend.
+
+func randMap(r *rand.Rand, c, h, w int) fmap {
+	f := newFmap(c, h, w)
+	for i := range f.d {
+		f.d[i] = float32(r.NormFloat64())
+	}
+	return f
+}
+
+func randConv(r *rand.Rand, out, in, k, stride, pad int) *conv {
+	c := &conv{name: "backbone.body.layer1.0.conv1", out: out, in: in, kh: k, kw: k, stride: stride, pad: pad,
+		w: make([]float32, out*in*k*k), b: make([]float32, out)}
+	s := 1 / math.Sqrt(float64(in*k*k))
+	for i := range c.w {
+		c.w[i] = float32(r.NormFloat64() * s)
+	}
+	for i := range c.b {
+		c.b[i] = float32(r.NormFloat64() * 0.1)
+	}
+	return c
+}
+
+// batchOf stacks same-shaped maps into one host buffer.
+func batchOf(fs ...fmap) []float32 {
+	var out []float32
+	for _, f := range fs {
+		out = append(out, f.d...)
+	}
+	return out
+}
+
+func upload(t *testing.T, g *gpuEngine, n, c, h, w int, data []float32) dmap {
+	t.Helper()
+	d := g.alloc(n, c, h, w)
+	if err := g.dev.Upload(d.p, data); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// maxRel is max |a−b| / (mean |b| + tiny).
+func maxRel(a, b []float32) float64 {
+	var abs, worst float64
+	for _, v := range b {
+		abs += math.Abs(float64(v))
+	}
+	scale := abs/float64(len(b)) + 1e-12
+	for i := range a {
+		worst = max(worst, math.Abs(float64(a[i])-float64(b[i]))/scale)
+	}
+	return worst
+}
+
+func newHostEngine(p cuda.Precision) *gpuEngine {
+	return &gpuEngine{dev: hostkern.New(), prec: p, wts: map[*conv][2]cuda.Ptr{}, free: map[int][]cuda.Ptr{}}
+}
+
+// TestKernelsMatchCPU: every convolution shape RetinaNet uses (stem 7×7/2,
+// 3×3/1 and /2, 1×1/1 and /2, with and without residual and ReLU) and the
+// pooling, upsampling and ReLU kernels, on a batch of two, against the CPU
+// engine image by image. FP32 agrees to float32 rounding (another
+// summation order than OpenBLAS's); TF32 to TF32 rounding (10-bit
+// mantissas: ~1e-3 of the mean |y|); the others exactly.
+func TestKernelsMatchCPU(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	cpu := newEngine(1)
+	for _, c := range []struct{ out, in, k, s, p, h, w int }{
+		{16, 3, 7, 2, 3, 37, 30},
+		{24, 16, 3, 1, 1, 19, 13},
+		{24, 16, 3, 2, 1, 19, 13},
+		{40, 24, 1, 1, 0, 9, 11},
+		{40, 24, 1, 2, 0, 9, 11},
+		{70, 33, 3, 1, 1, 5, 4},
+	} {
+		cv := randConv(r, c.out, c.in, c.k, c.s, c.p)
+		x0, x1 := randMap(r, c.in, c.h, c.w), randMap(r, c.in, c.h, c.w)
+		y0 := cpu.conv(cv, x0, false, nil)
+		res0, res1 := randMap(r, y0.c, y0.h, y0.w), randMap(r, y0.c, y0.h, y0.w)
+		for _, withRes := range []bool{false, true} {
+			var rp0, rp1 *fmap
+			if withRes {
+				rp0, rp1 = &res0, &res1
+			}
+			want := batchOf(cpu.conv(cv, x0, withRes, rp0), cpu.conv(cv, x1, withRes, rp1))
+			for _, prec := range []cuda.Precision{cuda.FP32, cuda.TF32} {
+				g := newHostEngine(prec)
+				x := upload(t, g, 2, c.in, c.h, c.w, batchOf(x0, x1))
+				var rd *dmap
+				if withRes {
+					d := upload(t, g, 2, y0.c, y0.h, y0.w, batchOf(res0, res1))
+					rd = &d
+				}
+				y := g.conv(cv, x, withRes, rd)
+				got := g.download(y)
+				if g.err != nil {
+					t.Fatal(g.err)
+				}
+				tol := 1e-5 // the CPU runs 3×3 convs as Winograd: other rounding
+				if prec == cuda.TF32 {
+					tol = 2e-2
+				}
+				name := fmt.Sprintf("conv %dx%d/%d %d->%d res=%v %s", c.k, c.k, c.s, c.in, c.out, withRes, prec)
+				if d := maxRel(got, want); d > tol || math.IsNaN(d) {
+					t.Errorf("%s: max error %.3g of the mean |y|, want ≤ %.1g", name, d, tol)
+				} else {
+					t.Logf("%s: max error %.3g of the mean |y|", name, d)
+				}
+				if prec == cuda.TF32 && maxRel(got, want) < 1e-7 {
+					t.Errorf("%s: TF32 agrees with FP32 to the bit: the TF32 rounding is not applied", name)
+				}
+			}
+		}
+	}
+
+	g := newHostEngine(cuda.FP32)
+	a, b := randMap(r, 5, 17, 12), randMap(r, 5, 17, 12)
+	a.d[7] = float32(math.NaN())
+	x := upload(t, g, 2, 5, 17, 12, batchOf(a, b))
+	if got, want := g.download(g.maxpool3s2(x)), batchOf(cpu.maxpool3s2(a), cpu.maxpool3s2(b)); !sameBits(got, want) {
+		t.Error("maxpool3s2 differs from the CPU engine")
+	}
+	if got, want := g.download(g.reluCopy(x)), batchOf(cpu.reluCopy(a), cpu.reluCopy(b)); !sameBits(got, want) {
+		t.Error("relu_copy differs from the CPU engine")
+	}
+	for _, sz := range [][4]int{{4, 3, 8, 6}, {5, 4, 9, 7}, {3, 2, 7, 5}} {
+		top0, top1 := randMap(r, 3, sz[0], sz[1]), randMap(r, 3, sz[0], sz[1])
+		lat0, lat1 := randMap(r, 3, sz[2], sz[3]), randMap(r, 3, sz[2], sz[3])
+		lat := upload(t, g, 2, 3, sz[2], sz[3], batchOf(lat0, lat1))
+		top := upload(t, g, 2, 3, sz[0], sz[1], batchOf(top0, top1))
+		g.upsampleAdd(lat, top)
+		addUpsampled(lat0, top0)
+		addUpsampled(lat1, top1)
+		if !sameBits(g.download(lat), batchOf(lat0, lat1)) {
+			t.Errorf("upsample_add %dx%d -> %dx%d differs from the CPU engine", sz[0], sz[1], sz[2], sz[3])
+		}
+	}
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+}
+
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// smallModel is a ResNet-18-FPN32, 2-class RetinaNet from the test weight
+// generator, at min_size 64 (so the host shim runs it in seconds).
+func smallModel(t testing.TB) *Model {
+	entries, err := testweights.StateDict("resnet18", 2, 32, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := testweights.Values(entries, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := Weights{}
+	for _, e := range entries {
+		w[e.Name] = Tensor{Shape: e.Shape, Data: vals[e.Name]}
+	}
+	opt := DefaultOptions()
+	opt.MinSize, opt.MaxSize = 64, 96
+	opt.ScoreThresh = 0.05
+	m, err := New(w, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func smallImages(n, w, h int, seed uint64) []Image {
+	r := rand.New(rand.NewPCG(seed, 9))
+	out := make([]Image, n)
+	for i := range out {
+		img := Image{W: w, H: h, Pix: make([]float32, 3*w*h)}
+		for j := range img.Pix {
+			img.Pix[j] = float32(r.Float64())
+		}
+		out[i] = img
+	}
+	return out
+}
+
+// TestGPUEngineMatchesCPU: the whole network through the GPU engine on the
+// host shim against the CPU runner: pyramid levels, top scores and
+// detections, FP32 and TF32, with the tolerances of the golden tests
+// (FP32) and of TF32 rounding.
+func TestGPUEngineMatchesCPU(t *testing.T) {
+	m := smallModel(t)
+	imgs := smallImages(2, 90, 70, 1)
+	cpu := NewRunner(m, 2)
+	for _, prec := range []cuda.Precision{cuda.FP32, cuda.TF32} {
+		gr := NewGPURunner(m, hostkern.New(), prec)
+		for i, img := range imgs {
+			want, wtr := cpu.DetectTrace(img)
+			got, gtr, err := gr.DetectTrace(img)
+			if err != nil {
+				t.Fatal(err)
+			}
+			featTol, scoreTol, boxTol := 1e-5, 1e-5, 1e-3
+			if prec == cuda.TF32 {
+				featTol, scoreTol, boxTol = 3e-2, 1e-2, 0.5
+			}
+			for L := 0; L < 5; L++ {
+				if d := maxRel(gtr.Levels[L].d, wtr.Levels[L].d); d > featTol {
+					t.Errorf("%s image %d level %d: max error %.3g of the mean |x|", prec, i, L, d)
+				}
+				for k := range wtr.Top[L] {
+					if d := math.Abs(float64(gtr.Top[L][k].Score - wtr.Top[L][k].Score)); d > scoreTol {
+						t.Errorf("%s image %d level %d top %d: score %v, CPU %v", prec, i, L, k, gtr.Top[L][k].Score, wtr.Top[L][k].Score)
+					}
+				}
+			}
+			if prec == cuda.FP32 && len(got) != len(want) {
+				t.Fatalf("%s image %d: %d detections, CPU %d", prec, i, len(got), len(want))
+			}
+			matched := 0
+			for _, d := range want {
+				for _, e := range got {
+					if e.Label == d.Label && math.Abs(float64(e.Score-d.Score)) <= scoreTol && boxClose(e.Box, d.Box, boxTol) {
+						matched++
+						break
+					}
+				}
+			}
+			if prec == cuda.FP32 && matched != len(want) || matched < len(want)*9/10 {
+				t.Errorf("%s image %d: %d of the CPU's %d detections matched", prec, i, matched, len(want))
+			}
+			t.Logf("%s image %d: %d detections, %d match the CPU's %d", prec, i, len(got), matched, len(want))
+		}
+		if err := gr.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func boxClose(a, b [4]float32, tol float64) bool {
+	for j := range a {
+		if math.Abs(float64(a[j]-b[j])) > tol {
+			return false
+		}
+	}
+	return true
+}
+
+func detBytes(dets [][]Detection) []byte {
+	var b bytes.Buffer
+	for _, ds := range dets {
+		binary.Write(&b, binary.LittleEndian, int32(len(ds)))
+		for _, d := range ds {
+			binary.Write(&b, binary.LittleEndian, d)
+		}
+	}
+	return b.Bytes()
+}
+
+// TestGPUBatchInvariance: the same images give byte-identical detections in
+// batches of 1, 2 and 4 and with a different-size image cutting a run, FP32
+// and TF32 (every output element is reduced by one thread in one order,
+// wherever it sits in the batch).
+func TestGPUBatchInvariance(t *testing.T) {
+	m := smallModel(t)
+	imgs := smallImages(4, 90, 70, 3)
+	odd := smallImages(1, 64, 100, 4)[0]
+	mixed := []Image{imgs[0], imgs[1], odd, imgs[2], imgs[3]}
+	for _, prec := range []cuda.Precision{cuda.FP32, cuda.TF32} {
+		var ref []byte
+		for _, bs := range []int{1, 2, 4} {
+			gr := NewGPURunner(m, hostkern.New(), prec)
+			dets, err := gr.DetectBatch(mixed, bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := detBytes(dets)
+			if ref == nil {
+				ref = b
+				n := 0
+				for _, d := range dets {
+					n += len(d)
+				}
+				if n == 0 {
+					t.Fatalf("%s: no detections at all: the comparison would be empty", prec)
+				}
+			} else if !bytes.Equal(b, ref) {
+				t.Errorf("%s: batch size %d gives other detections than batch size 1", prec, bs)
+			}
+		}
+	}
+}
+
+// gpuTracer lets the golden tests drive a GPURunner.
+type gpuTracer struct {
+	t *testing.T
+	*GPURunner
+}
+
+func (g gpuTracer) DetectTrace(img Image) ([]Detection, *Trace) {
+	d, tr, err := g.GPURunner.DetectTrace(img)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return d, tr
+}
+
+// TestGoldenHostShim: the GPU engine's FP32 kernels, on the host shim, meet
+// torchvision's fixture (ResNet-18-FPN64, the four golden images) with the
+// CPU backend's tolerances. On a GPU, conv_f32 computes the same bits as the
+// shim (fmaf in the same k order, no contraction: gen.sh), which the GPU
+// check (tools/gpu) confirms with this same test built with -tags cuda.
+func TestGoldenHostShim(t *testing.T) {
+	g, m := goldenModel(t, "r18.json")
+	gr := NewGPURunner(m, newTestDevice(t), cuda.FP32)
+	defer gr.Close()
+	checkGoldenWith(t, g, m, gpuTracer{t, gr})
+}
