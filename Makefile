@@ -9,7 +9,7 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-.PHONY: all deps build demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet check-mpich test-slurm clean
+.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet check-mpich test-slurm clean
 
 all: build
 
@@ -38,7 +38,7 @@ demo: build
 demo-baseline: demo
 	mkdir -p testdata/golden/demo && cp canopy-out/report.json testdata/golden/demo/report.json
 
-test: deps check-fmt check-tags test-unit test-mpi
+test: deps check-fmt check-tags check-cuda test-unit test-mpi
 
 # The optional build tags compile and vet: -tags noblas (gonum SGEMM) and
 # -tags nompi (one process, no MPI library); together they give a binary
@@ -48,6 +48,28 @@ check-tags:
 	$(GO) build -tags nompi,noblas -o bin/canopy-nompi .
 	@if ldd bin/canopy-nompi | grep -E 'libmpi|openblas'; then echo "nompi,noblas binary links MPI or OpenBLAS"; exit 1; fi
 	bin/canopy-nompi doctor | grep -q 'in-process, 1 rank'
+
+# The cuda build (-tags cuda: infer/cuda on gorgonia.org/cu, kernels from
+# infer/cuda/kernels/kernels.fatbin). Installs Debian's CUDA 11.8 headers and
+# nvcc first (contrib/non-free; about 1.9 GB). The binary needs a GPU (exit 5
+# without one); the default build runs on the CPU.
+build-cuda: deps
+	@scripts/install-cuda.sh
+	$(GO) build -buildvcs=auto -tags 'cuda $(TAGS)' -o bin/canopy-cuda .
+
+# kernels.cu -> kernels.fatbin (compute_80 PTX + sm_90), to commit.
+generate-kernels:
+	@scripts/install-cuda.sh
+	$(GO) generate ./infer/cuda/kernels
+
+# CI's cuda checks (no GPU needed): see scripts/check-cuda.sh.
+check-cuda: deps
+	@scripts/check-cuda.sh
+
+# What the GPU check carries (tools/gpu/check.sh): the cuda,nompi,noblas
+# binary and the retinanet test binary, both needing only libc and
+# libcuda.so.1.
+gpu-bundle: check-cuda
 
 # xmllint validates canopy compare's JUnit output against its schema.
 test-deps:

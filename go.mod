@@ -11,7 +11,10 @@ require (
 
 require (
 	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
+	github.com/google/uuid v1.1.1 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
 	golang.org/x/net v0.0.0-20210423184538-5f58ad60dda6 // indirect
+	gorgonia.org/cu v0.9.6 // indirect
 )

@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -327,7 +328,9 @@ func modelFlags() []cli.Flag {
 		&cli.IntFlag{Name: "threads", Usage: "compute threads per rank (default: the cores this rank may use, which follows mpirun's --bind-to, but at most the node's cores divided by its ranks)"},
 		&cli.Float64Flag{Name: "score-thresh", Value: -1, Usage: "keep detections scoring strictly above this (default: DeepForest's 0.1, which, as in DeepForest, beats the model's config.json)"},
 		&cli.Float64Flag{Name: "nms-thresh", Value: -1, Usage: "per-class NMS IoU threshold (default: DeepForest's 0.05, which beats config.json likewise)"},
-		&cli.StringFlag{Name: "device", Value: "auto", Usage: "where to run the model: auto or cpu (this build has no GPU backend)"},
+		&cli.StringFlag{Name: "device", Value: "auto", Usage: "where each rank runs the model: auto (a GPU when this is the cuda build and one is visible, else the CPU), cpu, cuda (node-local rank mod the visible GPUs: mpirun -np 4 on a 4-GPU node gives each rank its own; under srun --gpus-per-task=1 each rank sees its one GPU as 0) or cuda:N (every rank on visible device N)"},
+		&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "GPU convolution precision: fp32 (strict float32, as the CPU) or tf32 (tensor cores, operands rounded to TF32 as PyTorch's convolutions by default; detections differ from fp32 in the last digits)"},
+		&cli.BoolFlag{Name: "exclusive-gpu", Usage: "fail (exit 5) when two ranks of a node would share a GPU, instead of warning"},
 		&cli.BoolFlag{Name: "layer-times", Usage: "print, on rank 0, where the model's time went, by layer group (stem, layer1-4, fpn, heads, transform, postprocess)"},
 	}
 }
@@ -343,9 +346,10 @@ func concatFlags(fs ...[]cli.Flag) []cli.Flag {
 // modelConfig reads and checks the detector flags.
 func modelConfig(c *cli.Context) (ModelConfig, error) {
 	mc := ModelConfig{Spec: c.String("model"), Threads: c.Int("threads"), ScoreThresh: c.Float64("score-thresh"),
-		NMSThresh: c.Float64("nms-thresh"), Device: c.String("device"), LayerTimes: c.Bool("layer-times")}
+		NMSThresh: c.Float64("nms-thresh"), Device: c.String("device"), LayerTimes: c.Bool("layer-times"),
+		Precision: c.String("precision"), ExclusiveGPU: c.Bool("exclusive-gpu")}
 	if mc.Spec == "" {
-		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "layer-times"} {
+		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "exclusive-gpu", "layer-times"} {
 			if c.IsSet(f) {
 				return mc, fmt.Errorf("--%s needs --model", f)
 			}
@@ -360,11 +364,15 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 			return mc, fmt.Errorf("--%s %v is not in [0, 1]", f, v)
 		}
 	}
-	switch mc.Device {
-	case "auto", "cpu":
-		mc.Device = "cpu"
-	default:
-		return mc, fmt.Errorf("--device %q: this build runs the model on the CPU only (auto or cpu)", mc.Device)
+	req, err := cuda.ParseDevice(mc.Device)
+	if err != nil {
+		return mc, err
+	}
+	if req.Kind == "cuda" && !haveCUDA {
+		return mc, fmt.Errorf("--device %s: %w", mc.Device, cuda.ErrNoCUDA)
+	}
+	if _, err := cuda.ParsePrecision(mc.Precision); err != nil {
+		return mc, err
 	}
 	return mc, nil
 }

@@ -203,8 +203,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 			return err
 		}
 		stats.Seconds["preflight"] = since(t1)
-		if det, err = model.detector(labels); err != nil {
-			return collective(ExitModel, "%w", err)
+		if det, err = model.openDetector(c, labels, cfg.Progress); err != nil {
+			return err
 		}
 	} else {
 		rd := replay.New(byPath)

@@ -26,7 +26,8 @@ const ExitTable = `EXIT CODES:
    2  usage error (bad flags, output folder holds a previous run)
    3  bad input data (CSV, label map, predictions)
    4  model error
-   5  MPI, launcher or topology error
+   5  MPI, launcher, topology or GPU error (no usable GPU in the cuda build,
+      --device cuda with none visible, --exclusive-gpu refused a shared GPU)
    6  ranks disagree on the metrics
    7  regression detected (canopy compare)
    8  interrupted, resumable`

@@ -14,6 +14,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -29,8 +30,12 @@ type ModelConfig struct {
 	Threads int
 	// ScoreThresh and NMSThresh override the model's config.json when >= 0.
 	ScoreThresh, NMSThresh float64
-	// Device is "cpu" (the only backend of this build) or "auto".
+	// Device is --device: auto, cpu, cuda or cuda:N (cuda.ParseDevice).
 	Device string
+	// Precision is the GPU convolutions' precision, fp32 or tf32.
+	Precision string
+	// ExclusiveGPU makes two ranks on one GPU an error.
+	ExclusiveGPU bool
 	// LayerTimes prints, on rank 0, the model's time per layer group.
 	LayerTimes bool
 }
@@ -45,7 +50,32 @@ type modelInfo struct {
 	Thresholds map[string]string `json:"thresholds"`
 	Threads    int               `json:"threads"`
 	Device     string            `json:"device"`
-	Ignored    []string          `json:"config_keys_ignored,omitempty"`
+	Precision  string            `json:"precision"`
+	// Devices is where each rank ran, in rank order.
+	Devices []rankDevice `json:"devices,omitempty"`
+	Ignored []string     `json:"config_keys_ignored,omitempty"`
+	// Detector is rank 0's detector name (backend, precision, arch, GPU).
+	Detector string `json:"-"`
+}
+
+// The GPU seams: the cuda backend in a cuda build; tests put host-shim
+// devices (infer/cuda/hostkern) behind them.
+var (
+	haveCUDA     = cuda.HaveCUDA
+	countDevices = cuda.Count
+	openDevice   = cuda.Open
+)
+
+// rankDevice is one rank's device, for the report.
+type rankDevice struct {
+	Rank   int    `json:"rank"`
+	Host   string `json:"host"`
+	Device string `json:"device"` // "cpu" or "cuda:N" (N among the rank's visible devices)
+	Name   string `json:"name,omitempty"`
+	UUID   string `json:"uuid,omitempty"`
+	SM     string `json:"sm,omitempty"`
+	Shared int    `json:"ranks_on_device,omitempty"`
+	Why    string `json:"why"`
 }
 
 // resolveModel is rank 0's step: it resolves the model folder and hashes
@@ -75,6 +105,8 @@ type loadedModel struct {
 	labelMap   box.LabelMap // the model's label_dict
 	info       modelInfo
 	layerTimes bool
+	place      cuda.Placement
+	precision  cuda.Precision
 }
 
 // loadModel loads the folder rank 0 resolved on every rank and checks that
@@ -85,7 +117,45 @@ func loadModel(c mpi.Comm, mc ModelConfig, dir, digest, config string) (*loadedM
 	if err := agreeErr(c, ExitModel, err); err != nil {
 		return nil, err
 	}
+	err = lm.placeDevice(mc, c.LocalRank(), c.LocalSize())
+	if err := agreeErr(c, ExitMPI, err); err != nil {
+		return nil, err
+	}
 	return lm, nil
+}
+
+// placeDevice chooses this rank's device (cuda.Place): node-local rank mod
+// the visible GPUs, or the CPU.
+func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) error {
+	req, err := cuda.ParseDevice(mc.Device)
+	if err != nil {
+		return err
+	}
+	if lm.precision, err = cuda.ParsePrecision(mc.Precision); err != nil {
+		return err
+	}
+	visible := 0
+	if haveCUDA && req.Kind != "cpu" {
+		if visible, err = countDevices(); err != nil {
+			return fmt.Errorf("jobs: counting CUDA devices: %w", err)
+		}
+	}
+	if lm.place, err = cuda.Place(req, localRank, localSize, visible, haveCUDA); err != nil {
+		return err
+	}
+	if lm.place.Kind == "cpu" && lm.precision == cuda.TF32 {
+		return &Error{Code: ExitUsage, Err: fmt.Errorf("jobs: --precision tf32 needs a GPU; this rank runs on the CPU (%s), which computes FP32", lm.place.Reason)}
+	}
+	if lm.place.Kind == "cuda" && lm.place.Sharing > 1 && mc.ExclusiveGPU {
+		return fmt.Errorf("jobs: --exclusive-gpu: %d ranks of this node would share GPU %d (%s); start at most one rank per GPU", lm.place.Sharing, lm.place.Index, lm.place.Reason)
+	}
+	lm.info.Device = lm.place.Kind
+	if lm.place.Kind == "cuda" {
+		lm.info.Device = fmt.Sprintf("cuda:%d", lm.place.Index)
+		lm.info.Threads = 1 // the host side: decode, transform, postprocess
+	}
+	lm.info.Precision = lm.precision.String()
+	return nil
 }
 
 func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) (*loadedModel, error) {
@@ -183,7 +253,55 @@ func modelSettings(o retinanet.Options) map[string]string {
 // labels returns the model's label map.
 func (lm *loadedModel) labels() box.LabelMap { return lm.labelMap }
 
-// detector builds the CPU detector, mapping the model's ids onto labels.
+// openDetector is a collective: every rank builds its detector (opening
+// its GPU), the ranks agree that all succeeded (so no rank waits for a peer
+// that failed), and every rank learns where the others run (the report's
+// model.devices). Two ranks on one GPU is a warning on rank 0's stderr.
+func (lm *loadedModel) openDetector(c mpi.Comm, labels box.LabelMap, stderr io.Writer) (infer.Detector, error) {
+	det, err := lm.detector(labels)
+	if err := agreeErr(c, ExitModel, err); err != nil {
+		if det != nil {
+			det.Close()
+		}
+		return nil, err
+	}
+	me := rankDevice{Rank: c.Rank(), Host: c.Host(), Device: lm.info.Device, Why: lm.place.Reason}
+	if g, ok := det.(interface{ Device() cuda.Info }); ok {
+		info := g.Device()
+		me.Name, me.UUID, me.SM, me.Shared = info.Name, info.UUID, info.SM, lm.place.Sharing
+	}
+	b, _ := json.Marshal(me)
+	all, err := mpi.AllgatherBytes(c, b)
+	if err != nil {
+		det.Close()
+		return nil, localErr(ExitMPI, "jobs: %w", err)
+	}
+	lm.info.Devices = lm.info.Devices[:0]
+	shared := map[string][]int{}
+	for _, raw := range all {
+		var d rankDevice
+		if err := json.Unmarshal(raw, &d); err != nil {
+			det.Close()
+			return nil, localErr(ExitInternal, "jobs: a rank's device record: %w", err)
+		}
+		lm.info.Devices = append(lm.info.Devices, d)
+		if d.UUID != "" {
+			shared[d.UUID] = append(shared[d.UUID], d.Rank)
+		}
+	}
+	if c.Rank() == 0 && stderr != nil {
+		for _, d := range lm.info.Devices {
+			if r := shared[d.UUID]; d.UUID != "" && len(r) > 1 && r[0] == d.Rank {
+				fmt.Fprintf(stderr, "canopy: warning: ranks %v share GPU %s (%s on %s); each runs slower, and --exclusive-gpu makes this an error\n", r, d.UUID, d.Name, d.Host)
+			}
+		}
+	}
+	lm.info.Detector = det.Name()
+	return det, nil
+}
+
+// detector builds this rank's detector (CPU or GPU), mapping the model's
+// ids onto labels.
 func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 	ids := make([]int32, len(lm.cfg.Labels))
 	for k, name := range lm.cfg.Labels {
@@ -192,6 +310,21 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 			return nil, fmt.Errorf("jobs: the model's label %q is not in the label map: %w", name, infer.ErrModel)
 		}
 		ids[k] = id
+	}
+	if lm.place.Kind == "cuda" {
+		dev, err := openDevice(lm.place.Index)
+		if err != nil {
+			return nil, &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: %w", err)}
+		}
+		g, err := retinanet.NewGPUDetector(lm.m, dev, lm.precision, ids)
+		if err != nil {
+			dev.Close()
+			return nil, err
+		}
+		if lm.layerTimes {
+			g.EnableLayerTimes()
+		}
+		return g, nil
 	}
 	d, err := retinanet.NewDetector(lm.m, lm.info.Threads, ids)
 	if err != nil {

@@ -232,9 +232,9 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) error {
 	stats.Seconds["load"] = since(t0)
 
 	t1 := time.Now()
-	det, err := model.detector(labels)
+	det, err := model.openDetector(c, labels, cfg.Progress)
 	if err != nil {
-		return collective(ExitModel, "%w", err)
+		return err
 	}
 	defer det.Close()
 	ecfg := EvalConfig{RootDir: cfg.RootDir, BatchSize: cfg.BatchSize, Progress: cfg.Progress}

@@ -178,7 +178,7 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 		r.Command = []string{}
 	}
 	if model != nil {
-		r.Detector = "retinanet-cpu " + model.info.Arch
+		r.Detector = model.info.Detector
 		r.Model = &model.info
 		delete(r.Inputs, "predictions")
 	}

@@ -32,10 +32,10 @@ func (p Precision) String() string {
 	return "fp32"
 }
 
-// ParsePrecision reads "fp32" or "tf32".
+// ParsePrecision reads "fp32" (or "", the default) or "tf32".
 func ParsePrecision(s string) (Precision, error) {
 	switch s {
-	case "fp32":
+	case "fp32", "":
 		return FP32, nil
 	case "tf32":
 		return TF32, nil

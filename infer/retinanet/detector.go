@@ -67,22 +67,35 @@ func (d *Detector) Detect(ctx context.Context, batch []infer.Input) ([][]box.Det
 			}
 			return nil, err
 		}
-		if oh, ow := resizeSize(cur.img.H, cur.img.W, d.r.m.Opt.MinSize, d.r.m.Opt.MaxSize); oh < 1 || ow < 1 {
-			return nil, fmt.Errorf("retinanet: %s: a %dx%d image resizes to %dx%d: too elongated for min_size %d, max_size %d: %w",
-				batch[i].File, cur.img.W, cur.img.H, ow, oh, d.r.m.Opt.MinSize, d.r.m.Opt.MaxSize, imagefile.ErrImage)
+		if err := checkSize(batch[i].File, cur.img, d.r.m.Opt); err != nil {
+			return nil, err
 		}
 		dets := d.r.Detect(cur.img)
-		o := make([]box.Detection, len(dets))
-		for k, x := range dets {
-			o[k] = box.Detection{
-				Box:   box.Box{Xmin: float64(x.Box[0]), Ymin: float64(x.Box[1]), Xmax: float64(x.Box[2]), Ymax: float64(x.Box[3])},
-				Label: d.labels[x.Label],
-				Score: float64(x.Score),
-			}
-		}
-		out[i] = o
+		out[i] = toBoxes(dets, d.labels)
 	}
 	return out, nil
+}
+
+// checkSize refuses an image torchvision's resize would shrink to nothing.
+func checkSize(file string, img Image, opt Options) error {
+	if oh, ow := resizeSize(img.H, img.W, opt.MinSize, opt.MaxSize); oh < 1 || ow < 1 {
+		return fmt.Errorf("retinanet: %s: a %dx%d image resizes to %dx%d: too elongated for min_size %d, max_size %d: %w",
+			file, img.W, img.H, ow, oh, opt.MinSize, opt.MaxSize, imagefile.ErrImage)
+	}
+	return nil
+}
+
+// toBoxes maps detections onto the job's label ids.
+func toBoxes(dets []Detection, labels []int32) []box.Detection {
+	o := make([]box.Detection, len(dets))
+	for k, x := range dets {
+		o[k] = box.Detection{
+			Box:   box.Box{Xmin: float64(x.Box[0]), Ymin: float64(x.Box[1]), Xmax: float64(x.Box[2]), Ymax: float64(x.Box[3])},
+			Label: labels[x.Label],
+			Score: float64(x.Score),
+		}
+	}
+	return o
 }
 
 // Close implements infer.Detector.

@@ -339,3 +339,76 @@ func TestGoldenHostShim(t *testing.T) {
 	defer gr.Close()
 	checkGoldenWith(t, g, m, gpuTracer{t, gr})
 }
+
+// BenchmarkGPUDetect times the GPU engine (the GPU in the cuda build; the
+// host shim otherwise, which is slow and only shows the benchmark runs) on
+// the ResNet-50-FPN of the r50.json fixture, 400×400 images (padded to
+// 416×416), batch 1 and 8, FP32 and TF32. One op is one batch; the
+// images/s metric is what tools/gpu/check.sh compares with torchvision.
+func BenchmarkGPUDetect(b *testing.B) {
+	_, m := goldenModel(b, "r50.json")
+	imgs, _ := goldenImages(b)
+	dev := newTestDevice(b)
+	for _, prec := range []cuda.Precision{cuda.FP32, cuda.TF32} {
+		for _, bs := range []int{1, 8} {
+			batch := make([]Image, bs)
+			for i := range batch {
+				batch[i] = imgs[i%2] // the two 400×400 images
+			}
+			b.Run(fmt.Sprintf("r50/%s/batch=%d", prec, bs), func(b *testing.B) {
+				gr := NewGPURunner(m, dev, prec)
+				defer gr.Close()
+				if _, err := gr.DetectBatch(batch, bs); err != nil { // warm-up: weights, buffers
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if _, err := gr.DetectBatch(batch, bs); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(bs*b.N)/b.Elapsed().Seconds(), "images/s")
+			})
+		}
+	}
+}
+
+// TestGPULayerTimes prints the time per layer group on the device (the
+// GPU check's kernel time split; on the host shim it only shows that
+// every group is timed).
+func TestGPULayerTimes(t *testing.T) {
+	var m *Model
+	var imgs []Image
+	if _, ok := newTestDevice(t).(*hostkern.Device); ok {
+		m, imgs = smallModel(t), smallImages(2, 90, 70, 5) // the shim is slow
+	} else {
+		_, m = goldenModel(t, "r50.json")
+		imgs, _ = goldenImages(t)
+	}
+	for _, prec := range []cuda.Precision{cuda.FP32, cuda.TF32} {
+		gr := NewGPURunner(m, newTestDevice(t), prec)
+		if _, err := gr.DetectBatch(imgs[:1], 1); err != nil { // warm-up
+			t.Fatal(err)
+		}
+		gr.EnableLayerTimes()
+		if _, err := gr.DetectBatch(imgs[:2], 1); err != nil {
+			t.Fatal(err)
+		}
+		lt := gr.LayerTimes()
+		groups := map[string]bool{}
+		var total float64
+		for _, l := range lt {
+			groups[l.Group] = true
+			total += l.Seconds
+		}
+		for _, g := range []string{"stem", "layer1", "layer4", "fpn", "head.cls", "head.reg", "maxpool", "transform", "postprocess"} {
+			if !groups[g] {
+				t.Errorf("%s: no time for %s", prec, g)
+			}
+		}
+		for _, l := range lt {
+			t.Logf("%s %s: %-12s %8.2f ms/image %5.1f%%", m.Arch, prec, l.Group, 1e3*l.Seconds/2, 100*l.Seconds/total)
+		}
+		gr.Close()
+	}
+}

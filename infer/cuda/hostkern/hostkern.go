@@ -17,17 +17,23 @@ import "C"
 
 import (
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
 )
 
-// Device is the host shim. The zero value is ready; it is not safe for
-// concurrent use (the shim's scheduler is global), so Open hands out one.
+// Device is the host shim. A Device is not safe for concurrent use;
+// launches of all Devices take turns (the shim's scheduler and the
+// kernels' shared memory are process globals), so in-process ranks may
+// each hold one.
 type Device struct {
-	mem map[cuda.Ptr]alloc
+	mem  map[cuda.Ptr]alloc
+	info cuda.Info
 }
+
+var launchMu sync.Mutex
 
 type alloc struct {
 	p unsafe.Pointer
@@ -37,7 +43,14 @@ type alloc struct {
 var _ cuda.Device = (*Device)(nil)
 
 // New returns a host-shim device.
-func New() *Device { return &Device{mem: map[cuda.Ptr]alloc{}} }
+func New() *Device { return NewAs(cuda.Info{Name: "host shim (kernels.cu on the CPU)", UUID: "none"}) }
+
+// NewAs returns a host-shim device that describes itself as info (tests of
+// device placement give each fake GPU a name and UUID).
+func NewAs(info cuda.Info) *Device {
+	info.Backend = "hostkern"
+	return &Device{mem: map[cuda.Ptr]alloc{}, info: info}
+}
 
 func (d *Device) Alloc(n int) (cuda.Ptr, error) {
 	p := C.malloc(C.size_t(max(n, 1) * 4))
@@ -98,6 +111,8 @@ func cbool(b bool) C.int {
 func (d *Device) Conv(a cuda.ConvArgs, p cuda.Precision) error {
 	tf := p == cuda.TF32
 	g := kernels.Conv(a.M, a.N*a.OH*a.OW, tf)
+	launchMu.Lock()
+	defer launchMu.Unlock()
 	C.hk_conv(cbool(tf), C.int(g.GridX), C.int(g.GridY), C.int(g.Block),
 		d.fp(a.X), d.fp(a.W), d.fp(a.B), d.fp(a.Res), d.fp(a.Y),
 		C.int(a.N), C.int(a.C), C.int(a.H), C.int(a.Wd), C.int(a.M), C.int(a.KH), C.int(a.KW),
@@ -107,27 +122,31 @@ func (d *Device) Conv(a cuda.ConvArgs, p cuda.Precision) error {
 
 func (d *Device) MaxPool3s2(x, y cuda.Ptr, n, c, h, w, oh, ow int) error {
 	g := kernels.Elem(n * c * oh * ow)
+	launchMu.Lock()
+	defer launchMu.Unlock()
 	C.hk_maxpool3s2(C.int(g.GridX), C.int(g.Block), d.fp(x), d.fp(y), C.int(n), C.int(c), C.int(h), C.int(w), C.int(oh), C.int(ow))
 	return nil
 }
 
 func (d *Device) UpsampleAdd(lat, top cuda.Ptr, n, c, h, w, th, tw int) error {
 	g := kernels.Elem(n * c * h * w)
+	launchMu.Lock()
+	defer launchMu.Unlock()
 	C.hk_upsample_add(C.int(g.GridX), C.int(g.Block), d.fp(lat), d.fp(top), C.int(n), C.int(c), C.int(h), C.int(w), C.int(th), C.int(tw))
 	return nil
 }
 
 func (d *Device) ReluCopy(x, y cuda.Ptr, n int) error {
 	g := kernels.Elem(n)
+	launchMu.Lock()
+	defer launchMu.Unlock()
 	C.hk_relu_copy(C.int(g.GridX), C.int(g.Block), d.fp(x), d.fp(y), C.longlong(n))
 	return nil
 }
 
 func (d *Device) Sync() error { return nil }
 
-func (d *Device) Info() cuda.Info {
-	return cuda.Info{Index: 0, Name: "host shim (kernels.cu on the CPU)", UUID: "none", Backend: "hostkern"}
-}
+func (d *Device) Info() cuda.Info { return d.info }
 
 func (d *Device) Close() error {
 	for p := range d.mem {

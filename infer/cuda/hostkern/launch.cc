@@ -43,7 +43,9 @@ void trampoline()
 	_longjmp(sched, 1); // never returns: the scheduler's frame is the live one
 }
 
-void run(unsigned gx, unsigned gy, unsigned bx, void (*f)(void *), void *arg)
+// run executes a grid. Kernels without __syncthreads (coop false) run
+// their threads as plain calls, one after another.
+void run(unsigned gx, unsigned gy, unsigned bx, void (*f)(void *), void *arg, bool coop)
 {
 	body = f;
 	body_arg = arg;
@@ -55,6 +57,17 @@ void run(unsigned gx, unsigned gy, unsigned bx, void (*f)(void *), void *arg)
 	jb.resize(bx);
 	done.assign(bx, 0);
 	started.assign(bx, 0);
+	if (!coop) {
+		for (unsigned y = 0; y < gy; y++)
+			for (unsigned x = 0; x < gx; x++) {
+				blockIdx = {x, y, 0};
+				for (unsigned t = 0; t < bx; t++) {
+					threadIdx = {t, 0, 0};
+					f(arg);
+				}
+			}
+		return;
+	}
 	for (unsigned y = 0; y < gy; y++)
 		for (unsigned x = 0; x < gx; x++) {
 			blockIdx = {x, y, 0};
@@ -87,9 +100,9 @@ void run(unsigned gx, unsigned gy, unsigned bx, void (*f)(void *), void *arg)
 		}
 }
 
-template <class F> void launch(unsigned gx, unsigned gy, unsigned bx, F f)
+template <class F> void launch(unsigned gx, unsigned gy, unsigned bx, F f, bool coop = true)
 {
-	run(gx, gy, bx, [](void *p) { (*(F *)p)(); }, &f);
+	run(gx, gy, bx, [](void *p) { (*(F *)p)(); }, &f, coop);
 }
 } // namespace
 
@@ -119,17 +132,17 @@ void hk_conv(int tf32, int gx, int gy, int bx, const float *x, const float *w, c
 void hk_maxpool3s2(int gx, int bx, const float *x, float *y, int N, int C, int H, int W, int OH,
                    int OW)
 {
-	launch(gx, 1, bx, [&] { maxpool3s2(x, y, N, C, H, W, OH, OW); });
+	launch(gx, 1, bx, [&] { maxpool3s2(x, y, N, C, H, W, OH, OW); }, false);
 }
 
 void hk_upsample_add(int gx, int bx, float *lat, const float *top, int N, int C, int H, int W,
                      int TH, int TW)
 {
-	launch(gx, 1, bx, [&] { upsample_add(lat, top, N, C, H, W, TH, TW); });
+	launch(gx, 1, bx, [&] { upsample_add(lat, top, N, C, H, W, TH, TW); }, false);
 }
 
 void hk_relu_copy(int gx, int bx, const float *x, float *y, long long n)
 {
-	launch(gx, 1, bx, [&] { relu_copy(x, y, n); });
+	launch(gx, 1, bx, [&] { relu_copy(x, y, n); }, false);
 }
 }

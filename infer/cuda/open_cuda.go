@@ -1,0 +1,259 @@
+//go:build cuda
+
+package cuda
+
+/*
+#cgo LDFLAGS: -lcuda
+#include <cuda.h>
+#include <stdlib.h>
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"gorgonia.org/cu"
+
+	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
+)
+
+// HaveCUDA reports whether this build has the cuda backend.
+const HaveCUDA = true
+
+// Count is the number of CUDA devices this process sees (after
+// CUDA_VISIBLE_DEVICES).
+func Count() (int, error) { return cu.NumDevices() }
+
+// gpu is the Device on the CUDA driver API. Every call runs on one OS
+// thread (a goroutine locked to it) where the device's primary context is
+// current, in one non-blocking stream; kernel arguments live in C memory.
+type gpu struct {
+	work    chan func()
+	dev     cu.Device
+	ctx     cu.CUContext
+	mod     cu.Module
+	fn      map[string]cu.Function
+	stream  cu.Stream
+	pinned  unsafe.Pointer // page-locked staging for uploads and downloads
+	pinnedN int            // its size in floats
+	args    unsafe.Pointer // C memory for kernel arguments
+	info    Info
+}
+
+var _ Device = (*gpu)(nil)
+
+// Open makes device index (among the visible ones) ready: its primary
+// context, the embedded module (compute_80 PTX, sm_90 code) and a stream.
+func Open(index int) (Device, error) {
+	n, err := cu.NumDevices()
+	if err != nil {
+		return nil, fmt.Errorf("cuda: counting devices: %w", err)
+	}
+	if index < 0 || index >= n {
+		return nil, fmt.Errorf("cuda: device %d: this process sees %d", index, n)
+	}
+	g := &gpu{work: make(chan func()), fn: map[string]cu.Function{}}
+	ready := make(chan error)
+	go g.loop(index, ready)
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *gpu) loop(index int, ready chan<- error) {
+	runtime.LockOSThread()
+	ready <- g.init(index)
+	for f := range g.work {
+		f()
+	}
+}
+
+func (g *gpu) init(index int) error {
+	var err error
+	if g.dev, err = cu.GetDevice(index); err != nil {
+		return fmt.Errorf("cuda: device %d: %w", index, err)
+	}
+	if g.ctx, err = g.dev.RetainPrimaryCtx(); err != nil {
+		return fmt.Errorf("cuda: device %d: primary context: %w", index, err)
+	}
+	if err = cu.SetCurrentContext(g.ctx); err != nil {
+		return fmt.Errorf("cuda: device %d: %w", index, err)
+	}
+	if g.mod, err = cu.LoadFatBinary(string(kernels.Fatbin)); err != nil {
+		return fmt.Errorf("cuda: loading the kernels (compute_80 PTX, sm_90) on device %d: %w (the driver must support CUDA 11.8 and the GPU be sm_80 or newer)", index, err)
+	}
+	for _, name := range kernels.Names {
+		f, err := g.mod.Function(name)
+		if err != nil {
+			return fmt.Errorf("cuda: kernel %s: %w", name, err)
+		}
+		g.fn[name] = f
+	}
+	if g.stream, err = cu.MakeStream(cu.NonBlocking); err != nil {
+		return fmt.Errorf("cuda: stream: %w", err)
+	}
+	g.args = C.malloc(32 * 8)
+	name, _ := g.dev.Name()
+	id, _ := g.dev.UUID()
+	major, minor, _ := g.dev.ComputeCapability()
+	mem, _ := g.dev.TotalMem()
+	g.info = Info{Index: index, Name: name, UUID: "GPU-" + id.String(), SM: fmt.Sprintf("%d.%d", major, minor),
+		MemMiB: mem >> 20, Driver: cu.Version(), Backend: "cuda"}
+	return nil
+}
+
+// do runs f on the device's thread.
+func (g *gpu) do(f func() error) error {
+	done := make(chan error, 1)
+	g.work <- func() { done <- f() }
+	return <-done
+}
+
+func (g *gpu) Alloc(n int) (Ptr, error) {
+	var p cu.DevicePtr
+	err := g.do(func() (err error) {
+		p, err = cu.MemAlloc(int64(max(n, 1)) * 4)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("cuda: allocating %d MiB on %s: %w", (n*4)>>20, g.info.Name, err)
+	}
+	return Ptr(p), nil
+}
+
+func (g *gpu) Free(p Ptr) {
+	g.do(func() error { return cu.MemFree(cu.DevicePtr(p)) })
+}
+
+// stage makes the pinned staging buffer hold n floats (after the stream
+// has drained: an earlier copy may still read it).
+func (g *gpu) stage(n int) error {
+	if n <= g.pinnedN {
+		return nil
+	}
+	if g.pinned != nil {
+		C.cuMemFreeHost(g.pinned)
+		g.pinned, g.pinnedN = nil, 0
+	}
+	var p unsafe.Pointer
+	if r := C.cuMemHostAlloc(&p, C.size_t(n*4), 0); r != C.CUDA_SUCCESS {
+		return fmt.Errorf("cuda: %d MiB of pinned host memory: CUresult %d", (n*4)>>20, int(r))
+	}
+	g.pinned, g.pinnedN = p, n
+	return nil
+}
+
+func (g *gpu) Upload(dst Ptr, src []float32) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return g.do(func() error {
+		if err := g.stream.Synchronize(); err != nil {
+			return err
+		}
+		if err := g.stage(len(src)); err != nil {
+			return err
+		}
+		copy(unsafe.Slice((*float32)(g.pinned), len(src)), src)
+		return cu.MemcpyHtoDAsync(cu.DevicePtr(dst), g.pinned, int64(len(src))*4, g.stream)
+	})
+}
+
+func (g *gpu) Download(dst []float32, src Ptr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return g.do(func() error {
+		if err := g.stream.Synchronize(); err != nil {
+			return fmt.Errorf("cuda: %w", err)
+		}
+		if err := g.stage(len(dst)); err != nil {
+			return err
+		}
+		if err := cu.MemcpyDtoHAsync(g.pinned, cu.DevicePtr(src), int64(len(dst))*4, g.stream); err != nil {
+			return err
+		}
+		if err := g.stream.Synchronize(); err != nil {
+			return err
+		}
+		copy(dst, unsafe.Slice((*float32)(g.pinned), len(dst)))
+		return nil
+	})
+}
+
+// launch queues kernel name with the given arguments: Ptr (a device
+// address), int (a C int) or int64 (a C long long), written to C memory.
+func (g *gpu) launch(name string, d kernels.Dim, args ...any) error {
+	return g.do(func() error {
+		slots := unsafe.Slice((*uint64)(g.args), 32)
+		params := make([]unsafe.Pointer, len(args))
+		for i, a := range args {
+			switch v := a.(type) {
+			case Ptr:
+				slots[i] = uint64(v)
+			case int:
+				*(*int32)(unsafe.Pointer(&slots[i])) = int32(v)
+			case int64:
+				slots[i] = uint64(v)
+			default:
+				return fmt.Errorf("cuda: %s: argument %d has type %T", name, i, a)
+			}
+			params[i] = unsafe.Add(g.args, i*8)
+		}
+		if err := g.fn[name].Launch(d.GridX, d.GridY, 1, d.Block, 1, 1, 0, g.stream, params); err != nil {
+			return fmt.Errorf("cuda: launching %s: %w", name, err)
+		}
+		return nil
+	})
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (g *gpu) Conv(a ConvArgs, p Precision) error {
+	name := kernels.ConvF32
+	if p == TF32 {
+		name = kernels.ConvTF32
+	}
+	return g.launch(name, kernels.Conv(a.M, a.N*a.OH*a.OW, p == TF32), a.X, a.W, a.B, a.Res, a.Y,
+		a.N, a.C, a.H, a.Wd, a.M, a.KH, a.KW, a.S, a.P, a.OH, a.OW, b2i(a.Relu))
+}
+
+func (g *gpu) MaxPool3s2(x, y Ptr, n, c, h, w, oh, ow int) error {
+	return g.launch(kernels.MaxPool3s2, kernels.Elem(n*c*oh*ow), x, y, n, c, h, w, oh, ow)
+}
+
+func (g *gpu) UpsampleAdd(lat, top Ptr, n, c, h, w, th, tw int) error {
+	return g.launch(kernels.UpsampleAdd, kernels.Elem(n*c*h*w), lat, top, n, c, h, w, th, tw)
+}
+
+func (g *gpu) ReluCopy(x, y Ptr, n int) error {
+	return g.launch(kernels.ReluCopy, kernels.Elem(n), x, y, int64(n))
+}
+
+func (g *gpu) Sync() error {
+	return g.do(func() error { return g.stream.Synchronize() })
+}
+
+func (g *gpu) Info() Info { return g.info }
+
+func (g *gpu) Close() error {
+	err := g.do(func() error {
+		g.stream.Synchronize()
+		if g.pinned != nil {
+			C.cuMemFreeHost(g.pinned)
+		}
+		C.free(g.args)
+		g.stream.Destroy()
+		return g.dev.ReleasePrimaryCtx()
+	})
+	close(g.work)
+	return err
+}

@@ -1,0 +1,149 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
+)
+
+// The GPU path of eval, end to end in process: device placement, the GPU
+// detector, the report's devices, on fake GPUs that are the host shim
+// (kernels.cu compiled for the CPU). The images are the model set's, at
+// min_size 128 so that the shim runs them in seconds.
+
+// withFakeGPUs makes this build look like a cuda build that sees n GPUs.
+func withFakeGPUs(t *testing.T, n int) {
+	h, c, o := haveCUDA, countDevices, openDevice
+	haveCUDA = true
+	countDevices = func() (int, error) { return n, nil }
+	openDevice = func(i int) (cuda.Device, error) {
+		if i >= n {
+			return nil, fmt.Errorf("cuda: device %d: this process sees %d", i, n)
+		}
+		return hostkern.NewAs(cuda.Info{Index: i, Name: "Fake GPU", UUID: fmt.Sprintf("GPU-fake-%d", i), SM: "9.0"}), nil
+	}
+	t.Cleanup(func() { haveCUDA, countDevices, openDevice = h, c, o })
+}
+
+var smallModel struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// gpuCfg is modelCfg with the test model at min_size 128.
+func gpuCfg(t *testing.T, out string) EvalConfig {
+	cfg := modelCfg(t, out)
+	s := &smallModel
+	s.once.Do(func() {
+		s.dir, s.err = os.MkdirTemp("", "canopy-small-model-")
+		if s.err == nil {
+			s.err = writeTestModel(s.dir, "F32")
+		}
+		if s.err == nil {
+			c := strings.ReplaceAll(testModelConfig, `"min_size": 400, "max_size": 400`, `"min_size": 128, "max_size": 128`)
+			s.err = os.WriteFile(filepath.Join(s.dir, "config.json"), []byte(c), 0o644)
+		}
+	})
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	cfg.Model.Spec = s.dir
+	cfg.Model.Device = "cuda"
+	return cfg
+}
+
+// Under mpirun -np 2 on a 2-GPU node each rank has its own GPU, and the
+// metrics and predictions are byte-identical to one rank's, batch 1 or 4,
+// FP32 and TF32.
+func TestGPUEvalIdenticalAcrossRanks(t *testing.T) {
+	withFakeGPUs(t, 2)
+	for _, prec := range []string{"fp32", "tf32"} {
+		var refMetrics, refPreds []byte
+		for _, v := range []struct{ ranks, batch int }{{1, 1}, {2, 4}} {
+			out := t.TempDir()
+			cfg := gpuCfg(t, out)
+			cfg.BatchSize, cfg.Model.Precision = v.batch, prec
+			if codes := runLocal(t, v.ranks, cfg); codes[0] != 0 {
+				t.Fatalf("%s %+v: exit codes %v", prec, v, codes)
+			}
+			m, _ := reportMetrics(t, out)
+			preds, err := os.ReadFile(filepath.Join(out, "predictions.csv"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rep struct {
+				Run struct {
+					Detector string
+					Model    modelInfo
+				}
+			}
+			b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+			if err := json.Unmarshal(b, &rep); err != nil {
+				t.Fatal(err)
+			}
+			run := rep.Run
+			if !strings.HasPrefix(run.Detector, "retinanet-hostkern "+prec) || run.Model.Precision != prec || len(run.Model.Devices) != v.ranks {
+				t.Fatalf("%s %+v: detector %q, precision %q, devices %+v", prec, v, run.Detector, run.Model.Precision, run.Model.Devices)
+			}
+			for r, d := range run.Model.Devices {
+				if d.Rank != r || d.Device != fmt.Sprintf("cuda:%d", r) || d.UUID != fmt.Sprintf("GPU-fake-%d", r) || d.Shared != 1 {
+					t.Errorf("%s %+v: rank %d ran on %+v", prec, v, r, d)
+				}
+			}
+			if refMetrics == nil {
+				if n := bytes.Count(preds, []byte("\n")) - 1; n < 10 {
+					t.Fatalf("%s: only %d detections", prec, n)
+				}
+				refMetrics, refPreds = m, preds
+				continue
+			}
+			if !bytes.Equal(m, refMetrics) || !bytes.Equal(preds, refPreds) {
+				t.Errorf("%s %+v: metrics or predictions differ from 1 rank, batch 1", prec, v)
+			}
+		}
+	}
+}
+
+// Two ranks on one GPU: a warning naming the GPU; with --exclusive-gpu,
+// exit 5 on every rank. --device cuda:1 with one GPU visible, and
+// --precision tf32 on the CPU, are refused (5 and 2).
+func TestGPUPlacementErrors(t *testing.T) {
+	withFakeGPUs(t, 1)
+	cfg := gpuCfg(t, t.TempDir())
+	var progress bytes.Buffer
+	cfg.Progress = &progress
+	if codes := runLocal(t, 2, cfg); codes[0] != 0 || codes[1] != 0 {
+		t.Fatalf("shared GPU: exit %v", codes)
+	}
+	if !strings.Contains(progress.String(), "ranks [0 1] share GPU GPU-fake-0") {
+		t.Errorf("no sharing warning; rank 0 wrote:\n%s", progress.String())
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*EvalConfig)
+		code int
+		msg  string
+	}{
+		{"exclusive", func(c *EvalConfig) { c.Model.ExclusiveGPU = true }, ExitMPI, "--exclusive-gpu: 2 ranks"},
+		{"index", func(c *EvalConfig) { c.Model.Device = "cuda:1" }, ExitMPI, "sees 1 device"},
+		{"tf32 on cpu", func(c *EvalConfig) { c.Model.Device, c.Model.Precision = "cpu", "tf32" }, ExitUsage, "tf32 needs a GPU"},
+	} {
+		cfg := gpuCfg(t, t.TempDir())
+		c.edit(&cfg)
+		var stderr bytes.Buffer
+		codes := runLocalCtx(t, 2, cfg, func(int) context.Context { return context.Background() }, &stderr)
+		if codes[0] != c.code || codes[1] != c.code || !strings.Contains(stderr.String(), c.msg) {
+			t.Errorf("%s: exit %v, want %d; stderr:\n%s", c.name, codes, c.code, stderr.String())
+		}
+	}
+}
