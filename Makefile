@@ -70,6 +70,7 @@ check-cuda: deps
 # binary and the retinanet test binary, both needing only libc and
 # libcuda.so.1.
 gpu-bundle: check-cuda
+	$(RETINANET_IMAGES)
 
 # xmllint validates canopy compare's JUnit output against its schema.
 test-deps:

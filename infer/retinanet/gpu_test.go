@@ -69,8 +69,10 @@ func maxRel(a, b []float32) float64 {
 	return worst
 }
 
-func newHostEngine(p cuda.Precision) *gpuEngine {
-	return &gpuEngine{dev: hostkern.New(), prec: p, wts: map[*conv][2]cuda.Ptr{}, free: map[int][]cuda.Ptr{}}
+// newTestEngine is a GPU engine on the test device: the host shim, or the
+// GPU in the cuda build.
+func newTestEngine(t testing.TB, p cuda.Precision) *gpuEngine {
+	return &gpuEngine{dev: newTestDevice(t), prec: p, wts: map[*conv][2]cuda.Ptr{}, free: map[int][]cuda.Ptr{}}
 }
 
 // TestKernelsMatchCPU: every convolution shape RetinaNet uses (stem 7×7/2,
@@ -101,7 +103,7 @@ func TestKernelsMatchCPU(t *testing.T) {
 			}
 			want := batchOf(cpu.conv(cv, x0, withRes, rp0), cpu.conv(cv, x1, withRes, rp1))
 			for _, prec := range []cuda.Precision{cuda.FP32, cuda.TF32} {
-				g := newHostEngine(prec)
+				g := newTestEngine(t, prec)
 				x := upload(t, g, 2, c.in, c.h, c.w, batchOf(x0, x1))
 				var rd *dmap
 				if withRes {
@@ -130,7 +132,7 @@ func TestKernelsMatchCPU(t *testing.T) {
 		}
 	}
 
-	g := newHostEngine(cuda.FP32)
+	g := newTestEngine(t, cuda.FP32)
 	a, b := randMap(r, 5, 17, 12), randMap(r, 5, 17, 12)
 	a.d[7] = float32(math.NaN())
 	x := upload(t, g, 2, 5, 17, 12, batchOf(a, b))
@@ -216,7 +218,7 @@ func TestGPUEngineMatchesCPU(t *testing.T) {
 	imgs := smallImages(2, 90, 70, 1)
 	cpu := NewRunner(m, 2)
 	for _, prec := range []cuda.Precision{cuda.FP32, cuda.TF32} {
-		gr := NewGPURunner(m, hostkern.New(), prec)
+		gr := NewGPURunner(m, newTestDevice(t), prec)
 		for i, img := range imgs {
 			want, wtr := cpu.DetectTrace(img)
 			got, gtr, err := gr.DetectTrace(img)
@@ -292,7 +294,7 @@ func TestGPUBatchInvariance(t *testing.T) {
 	for _, prec := range []cuda.Precision{cuda.FP32, cuda.TF32} {
 		var ref []byte
 		for _, bs := range []int{1, 2, 4} {
-			gr := NewGPURunner(m, hostkern.New(), prec)
+			gr := NewGPURunner(m, newTestDevice(t), prec)
 			dets, err := gr.DetectBatch(mixed, bs)
 			if err != nil {
 				t.Fatal(err)
@@ -410,5 +412,78 @@ func TestGPULayerTimes(t *testing.T) {
 			t.Logf("%s %s: %-12s %8.2f ms/image %5.1f%%", m.Arch, prec, l.Group, 1e3*l.Seconds/2, 100*l.Seconds/total)
 		}
 		gr.Close()
+	}
+}
+
+// TestFP32BitsMatchShim: conv_f32 on the test device gives the host shim's
+// bits (the same fmaf chain in the same k order). In CI the test device is
+// the shim itself; built with -tags cuda it is the GPU, and this is the
+// claim that CI's shim results stand for the GPU's.
+func TestFP32BitsMatchShim(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, c := range []struct{ out, in, k, s, p, h, w int }{
+		{64, 3, 7, 2, 3, 41, 37}, {72, 40, 3, 1, 1, 13, 11}, {33, 64, 1, 2, 0, 15, 9},
+	} {
+		cv := randConv(r, c.out, c.in, c.k, c.s, c.p)
+		x := batchOf(randMap(r, c.in, c.h, c.w), randMap(r, c.in, c.h, c.w))
+		var outs [2][]float32
+		for i, g := range []*gpuEngine{newTestEngine(t, cuda.FP32),
+			{dev: hostkern.New(), prec: cuda.FP32, wts: map[*conv][2]cuda.Ptr{}, free: map[int][]cuda.Ptr{}}} {
+			outs[i] = g.download(g.conv(cv, upload(t, g, 2, c.in, c.h, c.w, x), true, nil))
+			if g.err != nil {
+				t.Fatal(g.err)
+			}
+		}
+		if !sameBits(outs[0], outs[1]) {
+			t.Errorf("conv %dx%d/%d %d->%d: %s gives other bits than the host shim (max error %.3g)",
+				c.k, c.k, c.s, c.in, c.out, newTestDevice(t).Info().Backend, maxRel(outs[0], outs[1]))
+		}
+	}
+}
+
+// TestGoldenTF32: TF32 on the test device against torchvision's FP32
+// fixture (ResNet-18-FPN64): TF32 rounds the operands to 10 mantissa bits,
+// so this is a measure, with bounds: at least 90% of the fixture's
+// detections matched within 0.02 in score and 1 px, and the worst case
+// logged (the GPU check records it).
+func TestGoldenTF32(t *testing.T) {
+	g, m := goldenModel(t, "r18.json")
+	imgs, _ := goldenImages(t)
+	gr := NewGPURunner(m, newTestDevice(t), cuda.TF32)
+	defer gr.Close()
+	for i, gi := range g.Images {
+		if _, ok := gr.Device().(*hostkern.Device); ok && i != 2 {
+			continue // the shim is slow: one image in CI
+		}
+		dets, _, err := gr.DetectTrace(imgs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		matched, worstS, worstB := 0, 0.0, 0.0
+		for k := range gi.Scores {
+			bestB, bestS := math.Inf(1), 0.0
+			for _, d := range dets {
+				ds := math.Abs(float64(d.Score) - gi.Scores[k])
+				if d.Label != gi.Labels[k] || ds > 0.02 {
+					continue
+				}
+				var db float64
+				for q := 0; q < 4; q++ {
+					db = max(db, math.Abs(float64(d.Box[q])-gi.Boxes[k][q]))
+				}
+				if db < bestB {
+					bestB, bestS = db, ds
+				}
+			}
+			if bestB <= 1 {
+				matched++
+				worstB, worstS = max(worstB, bestB), max(worstS, bestS)
+			}
+		}
+		t.Logf("%s tf32: %d of torchvision's %d detections matched (canopy %d); worst |Δscore| %.3g, |Δbox| %.3g px",
+			gi.Path, matched, len(gi.Scores), len(dets), worstS, worstB)
+		if matched*10 < len(gi.Scores)*9 {
+			t.Errorf("%s: only %d of %d matched in TF32", gi.Path, matched, len(gi.Scores))
+		}
 	}
 }
