@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -23,6 +24,26 @@ type rankInfo struct {
 	VisibleGPUs                      string
 	Device                           string
 	Launcher                         string
+}
+
+// doctorDevice is where --device auto would put this rank: "cpu", or
+// "cuda:N" with its sharing (the cuda build).
+func doctorDevice(localRank, localSize int) string {
+	n := 0
+	if haveCUDA {
+		var err error
+		if n, err = countDevices(); err != nil {
+			return "cuda?(" + err.Error() + ")"
+		}
+	}
+	p, err := cuda.Place(cuda.Request{Kind: "auto", Index: -1}, localRank, localSize, n, haveCUDA)
+	if err != nil || p.Kind == "cpu" {
+		return "cpu"
+	}
+	if p.Sharing > 1 {
+		return fmt.Sprintf("cuda:%d(x%d)", p.Index, p.Sharing)
+	}
+	return fmt.Sprintf("cuda:%d", p.Index)
 }
 
 func localInfo(c mpi.Comm) rankInfo {
@@ -40,6 +61,7 @@ func localInfo(c mpi.Comm) rankInfo {
 	if v, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES"); ok {
 		ri.VisibleGPUs = v
 	}
+	ri.Device = doctorDevice(c.LocalRank(), c.LocalSize())
 	ri.Launcher = "none"
 	if n, from, ok := launcherSize(); ok {
 		ri.Launcher = fmt.Sprintf("%s=%d", from, n)
@@ -57,8 +79,12 @@ func doctor(c mpi.Comm, stdout io.Writer) error {
 	if c.Rank() != 0 {
 		return nil
 	}
-	fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nMPI: %s, %d rank(s)\nbuild: CPU only (no cuda tag), SGEMM %s (%s kernels)\n\n",
-		Version, runtime.Version(), gitRevision(), c.Implementation(), c.Size(), gemm.Backend(), gemm.Core())
+	build := "CPU only (no cuda tag)"
+	if haveCUDA {
+		build = "cuda (kernels: compute_80 PTX + sm_90, embedded; needs libcuda.so.1 only)"
+	}
+	fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nMPI: %s, %d rank(s)\nbuild: %s, SGEMM %s (%s kernels)\n\n",
+		Version, runtime.Version(), gitRevision(), c.Implementation(), c.Size(), build, gemm.Backend(), gemm.Core())
 	fmt.Fprintf(stdout, "%-5s %-20s %-8s %-6s %-10s %-8s %-12s %-8s %s\n", "rank", "host", "local", "pid", "GOMAXPROCS", "cpus", "affinity", "device", "CUDA_VISIBLE_DEVICES / launcher")
 	for _, p := range parts {
 		var ri rankInfo

@@ -147,3 +147,20 @@ func TestGPUPlacementErrors(t *testing.T) {
 		}
 	}
 }
+
+// doctor shows where --device auto puts each rank: the CPU without GPUs,
+// local rank mod the visible GPUs with them, and the sharing.
+func TestDoctorDevice(t *testing.T) {
+	if got := doctorDevice(0, 2); got != "cpu" {
+		t.Errorf("no GPUs: %q", got)
+	}
+	withFakeGPUs(t, 2)
+	for _, c := range []struct {
+		rank, size int
+		want       string
+	}{{0, 2, "cuda:0"}, {1, 2, "cuda:1"}, {2, 3, "cuda:0(x2)"}} {
+		if got := doctorDevice(c.rank, c.size); got != c.want {
+			t.Errorf("local rank %d of %d on 2 GPUs: %q, want %q", c.rank, c.size, got, c.want)
+		}
+	}
+}
