@@ -6,6 +6,26 @@ import (
 	"github.com/canopy-hpc/canopy/internal/testweights"
 )
 
+// generatedWeights is a torchvision RetinaNet state dict of the given body,
+// class count and FPN width from the test weight generator
+// (internal/testweights, FrozenBatchNorm2d layout, seed).
+func generatedWeights(t testing.TB, arch string, classes, fpn int, seed uint64) Weights {
+	t.Helper()
+	entries, err := testweights.StateDict(arch, classes, fpn, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := testweights.Values(entries, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := Weights{}
+	for _, e := range entries {
+		w[e.Name] = Tensor{Shape: e.Shape, Data: vals[e.Name]}
+	}
+	return w
+}
+
 // The body's depth, the FPN width and the class count come from the
 // tensors: every torchvision ResNet builds, names itself and runs.
 func TestArchitecturesFromTensors(t *testing.T) {
@@ -24,18 +44,7 @@ func TestArchitecturesFromTensors(t *testing.T) {
 		{"resnet50", 2, 64, "resnet50-fpn64"},
 		{"resnet101", 1, 32, "resnet101-fpn32"},
 	} {
-		entries, err := testweights.StateDict(c.arch, c.classes, c.fpn, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vals, err := testweights.Values(entries, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := Weights{}
-		for _, e := range entries {
-			w[e.Name] = Tensor{Shape: e.Shape, Data: vals[e.Name]}
-		}
+		w := generatedWeights(t, c.arch, c.classes, c.fpn, 1)
 		opt := DefaultOptions()
 		opt.MinSize, opt.MaxSize = 96, 128
 		m, err := New(w, opt)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
-	"github.com/canopy-hpc/canopy/internal/testweights"
 )
 
 // The GPU engine's kernels and orchestration, run on the host shim
@@ -174,18 +173,7 @@ func sameBits(a, b []float32) bool {
 // smallModel is a ResNet-18-FPN32, 2-class RetinaNet from the test weight
 // generator, at min_size 64 (so the host shim runs it in seconds).
 func smallModel(t testing.TB) *Model {
-	entries, err := testweights.StateDict("resnet18", 2, 32, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals, err := testweights.Values(entries, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := Weights{}
-	for _, e := range entries {
-		w[e.Name] = Tensor{Shape: e.Shape, Data: vals[e.Name]}
-	}
+	w := generatedWeights(t, "resnet18", 2, 32, 7)
 	opt := DefaultOptions()
 	opt.MinSize, opt.MaxSize = 64, 96
 	opt.ScoreThresh = 0.05
