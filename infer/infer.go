@@ -1,7 +1,7 @@
 // Package infer defines the Detector interface that every inference backend
 // implements (infer/replay: stored predictions; infer/retinanet: the native
-// RetinaNet on the CPU; a CUDA backend later) so that jobs/ never changes
-// when a backend is added. Its sub-packages hold what the backends share:
+// RetinaNet on the CPU or, through infer/cuda, on a GPU) so that jobs/
+// never changes when a backend is added. Its sub-packages hold what the backends share:
 // infer/imagefile (images as DeepForest reads them), infer/safetensors
 // (weight files) and infer/gemm (SGEMM and the convolution kernels).
 package infer
@@ -31,6 +31,15 @@ type Detector interface {
 	// Name describes the backend for the report, e.g. "replay".
 	Name() string
 	Close() error
+}
+
+// Prefetcher is a Detector that can start reading a batch before Detect
+// asks for it: the job announces batch k+1 before running batch k, so the
+// GPU detector decodes the next images while the device computes. Prefetch
+// never fails; a prefetched image's error comes from the Detect of its
+// batch. A Detect of another batch than the one announced reads its own.
+type Prefetcher interface {
+	Prefetch(batch []Input)
 }
 
 // ErrModel marks a failure of the model or detector (exit code 4).

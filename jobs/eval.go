@@ -489,6 +489,15 @@ func detectShard(ctx context.Context, d infer.Detector, cfg EvalConfig, images [
 	out := make([]wire.Image, 0, len(shard))
 	stopAfter := interruptAfter(rank)
 	prog := newProgress(cfg.Progress, len(shard))
+	batchAt := func(start int) []infer.Input {
+		end := min(start+cfg.BatchSize, len(shard))
+		batch := make([]infer.Input, 0, end-start)
+		for _, i := range shard[start:end] {
+			batch = append(batch, infer.Input{Index: i, Path: images[i].Path, File: imageFile(cfg.RootDir, images[i].Path)})
+		}
+		return batch
+	}
+	pf, _ := d.(infer.Prefetcher)
 	for start, batches := 0, 0; start < len(shard); start, batches = start+cfg.BatchSize, batches+1 {
 		if batches == stopAfter {
 			interruptSelf(rank)
@@ -496,10 +505,9 @@ func detectShard(ctx context.Context, d infer.Detector, cfg EvalConfig, images [
 		if ctx.Err() != nil {
 			return out, errInterrupted
 		}
-		end := min(start+cfg.BatchSize, len(shard))
-		batch := make([]infer.Input, 0, end-start)
-		for _, i := range shard[start:end] {
-			batch = append(batch, infer.Input{Index: i, Path: images[i].Path, File: imageFile(cfg.RootDir, images[i].Path)})
+		batch := batchAt(start)
+		if next := start + cfg.BatchSize; pf != nil && next < len(shard) {
+			pf.Prefetch(batchAt(next))
 		}
 		got, err := d.Detect(ctx, batch)
 		if err != nil && ctx.Err() != nil {

@@ -2,11 +2,19 @@ package retinanet
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
+	"image"
+	"image/png"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/infer"
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
@@ -472,6 +480,73 @@ func TestGoldenTF32(t *testing.T) {
 			gi.Path, matched, len(gi.Scores), len(dets), worstS, worstB)
 		if matched*10 < len(gi.Scores)*9 {
 			t.Errorf("%s: only %d of %d matched in TF32", gi.Path, matched, len(gi.Scores))
+		}
+	}
+}
+
+// The GPU detector gives the same detections whether the job announced the
+// next batch (Prefetch) or not, whatever was announced.
+func TestGPUDetectorPrefetch(t *testing.T) {
+	m := smallModel(t)
+	dir := t.TempDir()
+	var in []infer.Input
+	for i, img := range smallImages(5, 90, 70, 11) {
+		rgba := image.NewRGBA(image.Rect(0, 0, img.W, img.H))
+		for y := 0; y < img.H; y++ {
+			for x := 0; x < img.W; x++ {
+				o := rgba.PixOffset(x, y)
+				for c := 0; c < 3; c++ {
+					rgba.Pix[o+c] = uint8(img.Pix[c*img.W*img.H+y*img.W+x] * 255)
+				}
+				rgba.Pix[o+3] = 255
+			}
+		}
+		f := filepath.Join(dir, fmt.Sprintf("p%d.png", i))
+		w, err := os.Create(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		png.Encode(w, rgba)
+		w.Close()
+		in = append(in, infer.Input{Index: i, Path: f, File: f})
+	}
+	batches := [][]infer.Input{in[:2], in[2:4], in[4:]}
+	run := func(prefetch func(d *GPUDetector, k int)) string {
+		d, err := NewGPUDetector(m, newTestDevice(t), cuda.FP32, []int32{0, 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		var out strings.Builder
+		for k, b := range batches {
+			prefetch(d, k)
+			got, err := d.Detect(context.Background(), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprint(&out, got)
+		}
+		return out.String()
+	}
+	ref := run(func(*GPUDetector, int) {})
+	if strings.Count(ref, "{") < 5 {
+		t.Fatalf("too few detections to compare: %s", ref)
+	}
+	for name, pf := range map[string]func(d *GPUDetector, k int){
+		"next batch": func(d *GPUDetector, k int) {
+			if k+1 < len(batches) {
+				d.Prefetch(batches[k+1])
+			}
+		},
+		"this batch": func(d *GPUDetector, k int) { d.Prefetch(batches[k]) },
+		"wrong batches": func(d *GPUDetector, k int) {
+			d.Prefetch(batches[(k+2)%3])
+			d.Prefetch(in[:1])
+			d.Prefetch(batches[(k+2)%3])
+		},
+	} {
+		if got := run(pf); got != ref {
+			t.Errorf("prefetching %s changed the detections", name)
 		}
 	}
 }

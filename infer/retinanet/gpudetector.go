@@ -12,16 +12,76 @@ import (
 )
 
 // GPUDetector is the infer.Detector of a Model on a cuda.Device: it reads a
-// batch's images concurrently (as DeepForest reads them), then runs them
-// through GPURunner.DetectBatch, which batches images of one padded size
-// and transforms the next group while the device computes.
+// batch's images concurrently (as DeepForest reads them; the next batch's
+// while this one computes, when the job announces it with Prefetch), then
+// runs them through GPURunner.DetectBatch, which batches images of one
+// padded size and transforms the next group while the device computes.
 type GPUDetector struct {
-	r      *GPURunner
-	labels []int32
-	name   string
+	r       *GPURunner
+	labels  []int32
+	name    string
+	pending []*reading // batches Prefetch started, oldest first
 }
 
-var _ infer.Detector = (*GPUDetector)(nil)
+var (
+	_ infer.Detector   = (*GPUDetector)(nil)
+	_ infer.Prefetcher = (*GPUDetector)(nil)
+)
+
+// reading is a batch being decoded in the background.
+type reading struct {
+	files []string
+	done  chan struct{}
+	imgs  []Image
+	errs  []error
+}
+
+// read decodes files concurrently; done closes when all are read.
+func read(batch []infer.Input) *reading {
+	r := &reading{done: make(chan struct{}), imgs: make([]Image, len(batch)), errs: make([]error, len(batch))}
+	for _, in := range batch {
+		r.files = append(r.files, in.File)
+	}
+	go func() {
+		defer close(r.done)
+		var wg sync.WaitGroup
+		for i := range batch {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				im, err := imagefile.Read(batch[i].File)
+				r.imgs[i], r.errs[i] = Image(im), err
+			}()
+		}
+		wg.Wait()
+	}()
+	return r
+}
+
+// Prefetch implements infer.Prefetcher: it starts decoding batch. At most
+// two batches wait (the job announces one ahead); an older one is dropped.
+func (d *GPUDetector) Prefetch(batch []infer.Input) {
+	if len(d.pending) == 2 {
+		<-d.pending[0].done
+		d.pending = d.pending[1:]
+	}
+	d.pending = append(d.pending, read(batch))
+}
+
+// take returns the prefetched reading of batch, dropping older ones, or
+// starts reading it.
+func (d *GPUDetector) take(batch []infer.Input) *reading {
+	for i, r := range d.pending {
+		if sameFiles(r.files, batch) {
+			for _, old := range d.pending[:i] {
+				<-old.done
+			}
+			d.pending = append([]*reading(nil), d.pending[i+1:]...)
+			return r
+		}
+	}
+	return read(batch)
+}
 
 // NewGPUDetector runs m on dev at precision p; labels as NewDetector.
 func NewGPUDetector(m *Model, dev cuda.Device, p cuda.Precision, labels []int32) (*GPUDetector, error) {
@@ -38,18 +98,9 @@ func (d *GPUDetector) Name() string { return d.name }
 
 // Detect implements infer.Detector. Image errors wrap imagefile.ErrImage.
 func (d *GPUDetector) Detect(ctx context.Context, batch []infer.Input) ([][]box.Detection, error) {
-	imgs := make([]Image, len(batch))
-	errs := make([]error, len(batch))
-	var wg sync.WaitGroup
-	for i := range batch {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			im, err := imagefile.Read(batch[i].File)
-			imgs[i], errs[i] = Image(im), err
-		}()
-	}
-	wg.Wait()
+	r := d.take(batch)
+	<-r.done
+	imgs, errs := r.imgs, r.errs
 	for i, err := range errs {
 		if err != nil {
 			return nil, err
@@ -72,9 +123,25 @@ func (d *GPUDetector) Detect(ctx context.Context, batch []infer.Input) ([][]box.
 	return out, nil
 }
 
+func sameFiles(files []string, batch []infer.Input) bool {
+	if len(files) != len(batch) {
+		return false
+	}
+	for i, in := range batch {
+		if files[i] != in.File {
+			return false
+		}
+	}
+	return true
+}
+
 // Close implements infer.Detector: it frees the runner's device memory and
 // the device.
 func (d *GPUDetector) Close() error {
+	for _, r := range d.pending {
+		<-r.done
+	}
+	d.pending = nil
 	err := d.r.Close()
 	if cerr := d.r.g.dev.Close(); err == nil {
 		err = cerr
