@@ -35,21 +35,41 @@
 #define TC_THREADS 128
 #define ELEM_THREADS 256
 
-// im2col_at is the (k, col) element of im2col(X), 0 outside the image.
-CANOPY_INLINE float im2col_at(const float *__restrict__ x, int gk, int gn, int Kd, int Ncol,
-                              int C, int H, int W, int KH, int KW, int S, int P, int OW, int ohw)
+// col_t is one column of im2col(X): an output pixel (n, oy, ox), decomposed
+// once per thread (a thread loads one column throughout the k loop).
+struct col_t {
+	const float *base; // image n of X
+	int iy0, ix0;      // top-left input tap
+	int ok;            // inside the batch
+};
+
+CANOPY_INLINE col_t im2col_col(const float *__restrict__ x, int gn, int Ncol, int C, int H, int W,
+                               int S, int P, int OW, int ohw)
 {
-	if (gk >= Kd || gn >= Ncol)
-		return 0.f;
+	col_t c;
+	c.ok = gn < Ncol;
+	if (!c.ok)
+		gn = 0;
 	int img = gn / ohw, r = gn - img * ohw;
 	int oy = r / OW, ox = r - oy * OW;
+	c.base = x + (long long)img * C * H * W;
+	c.iy0 = oy * S - P;
+	c.ix0 = ox * S - P;
+	return c;
+}
+
+// im2col_at is the element k of column c, 0 outside the image.
+CANOPY_INLINE float im2col_at(const col_t &c, int gk, int Kd, int H, int W, int KH, int KW)
+{
+	if (!c.ok || gk >= Kd)
+		return 0.f;
 	int kk = KH * KW;
 	int ci = gk / kk, q = gk - ci * kk;
 	int ky = q / KW, kx = q - ky * KW;
-	int iy = oy * S - P + ky, ix = ox * S - P + kx;
+	int iy = c.iy0 + ky, ix = c.ix0 + kx;
 	if (iy < 0 || iy >= H || ix < 0 || ix >= W)
 		return 0.f;
-	return x[(((long long)img * C + ci) * H + iy) * W + ix];
+	return c.base[((long long)ci * H + iy) * W + ix];
 }
 
 // epilogue: v + bias (+ residual), then ReLU as torch's max(v, 0) (NaN stays).
@@ -85,6 +105,8 @@ extern "C" __global__ void conv_f32(const float *__restrict__ x, const float *__
 	for (int i = 0; i < 4; i++)
 		for (int j = 0; j < 4; j++)
 			acc[i][j] = 0.f;
+	// This thread loads column tid % BN of every B tile, rows tid / BN + k·(THREADS/BN).
+	const col_t col = im2col_col(x, n0 + tid % CONV_BN, Ncol, C, H, W, S, P, OW, ohw);
 	for (int k0 = 0; k0 < Kd; k0 += CONV_BK) {
 		for (int i = 0; i < (CONV_BM * CONV_BK) / CONV_THREADS; i++) {
 			int e = tid + i * CONV_THREADS;
@@ -95,7 +117,7 @@ extern "C" __global__ void conv_f32(const float *__restrict__ x, const float *__
 		for (int i = 0; i < (CONV_BN * CONV_BK) / CONV_THREADS; i++) {
 			int e = tid + i * CONV_THREADS;
 			int kk = e / CONV_BN, nn = e % CONV_BN;
-			Bs[kk][nn] = im2col_at(x, k0 + kk, n0 + nn, Kd, Ncol, C, H, W, KH, KW, S, P, OW, ohw);
+			Bs[kk][nn] = im2col_at(col, k0 + kk, Kd, H, W, KH, KW);
 		}
 		__syncthreads();
 		for (int kk = 0; kk < CONV_BK; kk++) {
@@ -143,6 +165,7 @@ extern "C" __global__ void conv_tf32(const float *__restrict__ x, const float *_
 	const int m0 = blockIdx.y * TC_BM, n0 = blockIdx.x * TC_BN;
 	const int tid = threadIdx.x, warp = tid / 32;
 	const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;
+	const col_t col = im2col_col(x, n0 + tid % TC_BN, Ncol, C, H, W, S, P, OW, ohw);
 	wmma::fragment<wmma::accumulator, 16, 16, 8, float> c[2][2];
 	for (int i = 0; i < 2; i++)
 		for (int j = 0; j < 2; j++)
@@ -158,7 +181,7 @@ extern "C" __global__ void conv_tf32(const float *__restrict__ x, const float *_
 		for (int i = 0; i < (TC_BN * TC_BK) / TC_THREADS; i++) {
 			int e = tid + i * TC_THREADS;
 			int kk = e / TC_BN, nn = e % TC_BN;
-			float v = im2col_at(x, k0 + kk, n0 + nn, Kd, Ncol, C, H, W, KH, KW, S, P, OW, ohw);
+			float v = im2col_at(col, k0 + kk, Kd, H, W, KH, KW);
 			Bs[kk * TC_LDB + nn] = wmma::__float_to_tf32(v);
 		}
 		__syncthreads();

@@ -25,7 +25,8 @@ func TestDefinesAgree(t *testing.T) {
 		}
 	}
 	// conv_f32: each thread a 4×4 patch of the tile; tf32: 4 warps of 32×32.
-	if ConvBM*ConvBN != ConvThreads*16 || TCBM*TCBN != (TCThreads/32)*32*32 {
+	// Each thread loads one fixed column of every B tile.
+	if ConvBM*ConvBN != ConvThreads*16 || TCBM*TCBN != (TCThreads/32)*32*32 || ConvThreads%ConvBN != 0 || TCThreads%TCBN != 0 {
 		t.Error("tile sizes do not match the thread layout the kernels assume")
 	}
 	for _, n := range Names {
