@@ -195,7 +195,9 @@ func (g *gpu) launch(name string, d kernels.Dim, args ...any) error {
 			case Ptr:
 				slots[i] = uint64(v)
 			case int:
-				*(*int32)(unsafe.Pointer(&slots[i])) = int32(v)
+				// cu's Launch copies 8 bytes per argument; the kernel
+				// reads the low 4 (little-endian) of a C int.
+				slots[i] = uint64(uint32(int32(v)))
 			case int64:
 				slots[i] = uint64(v)
 			default:
