@@ -20,16 +20,23 @@ import (
 // (kernels.cu compiled for the CPU). The images are the model set's, at
 // min_size 128 so that the shim runs them in seconds.
 
-// withFakeGPUs makes this build look like a cuda build that sees n GPUs.
+// withFakeGPUs makes this build look like a cuda build on a node with n
+// GPUs (UUIDs GPU-fake-0…), seen through CUDA_VISIBLE_DEVICES as the
+// driver does.
 func withFakeGPUs(t *testing.T, n int) {
 	h, c, o := haveCUDA, countDevices, openDevice
 	haveCUDA = true
-	countDevices = func() (int, error) { return n, nil }
+	visible := func() []string {
+		v, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
+		return cuda.Visible(v, set, n)
+	}
+	countDevices = func() (int, error) { return len(visible()), nil }
 	openDevice = func(i int) (cuda.Device, error) {
-		if i >= n {
-			return nil, fmt.Errorf("cuda: device %d: this process sees %d", i, n)
+		vis := visible()
+		if i >= len(vis) {
+			return nil, fmt.Errorf("cuda: device %d: this process sees %d", i, len(vis))
 		}
-		return hostkern.NewAs(cuda.Info{Index: i, Name: "Fake GPU", UUID: fmt.Sprintf("GPU-fake-%d", i), SM: "9.0"}), nil
+		return hostkern.NewAs(cuda.Info{Index: i, Name: "Fake GPU", UUID: "GPU-fake-" + vis[i], SM: "9.0"}), nil
 	}
 	t.Cleanup(func() { haveCUDA, countDevices, openDevice = h, c, o })
 }
@@ -111,6 +118,34 @@ func TestGPUEvalIdenticalAcrossRanks(t *testing.T) {
 				t.Errorf("%s %+v: metrics or predictions differ from 1 rank, batch 1", prec, v)
 			}
 		}
+	}
+}
+
+// CUDA_VISIBLE_DEVICES=3,1 on a 4-GPU node: rank 0 runs on the process's
+// device 0, physical GPU 3; rank 1 on physical GPU 1. The report names them.
+func TestGPUVisibleDevices(t *testing.T) {
+	withFakeGPUs(t, 4)
+	t.Setenv("CUDA_VISIBLE_DEVICES", "3,1")
+	out := t.TempDir()
+	if codes := runLocal(t, 2, gpuCfg(t, out)); codes[0] != 0 {
+		t.Fatalf("exit %v", codes)
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+	var rep struct{ Run struct{ Model modelInfo } }
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"cuda:0 GPU-fake-3", "cuda:1 GPU-fake-1"}
+	for r, d := range rep.Run.Model.Devices {
+		if got := d.Device + " " + d.UUID; got != want[r] {
+			t.Errorf("rank %d: %s, want %s", r, got, want[r])
+		}
+	}
+	t.Setenv("CUDA_VISIBLE_DEVICES", "")
+	var stderr bytes.Buffer
+	codes := runLocalCtx(t, 2, gpuCfg(t, t.TempDir()), func(int) context.Context { return context.Background() }, &stderr)
+	if codes[0] != ExitMPI || !strings.Contains(stderr.String(), "no CUDA device is visible") {
+		t.Errorf("CUDA_VISIBLE_DEVICES empty: exit %v, stderr:\n%s", codes, stderr.String())
 	}
 }
 

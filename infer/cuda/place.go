@@ -87,32 +87,34 @@ func (r Request) String() string {
 	return r.Kind
 }
 
-// VisibleFromEnv is how many of total devices a process sees under a
-// CUDA_VISIBLE_DEVICES value (set false: unset, all of them). As the
-// driver reads it: a comma-separated list of indices or GPU-/MIG- UUIDs,
-// cut at the first entry that is not a valid device.
-func VisibleFromEnv(value string, set bool, total int) int {
+// Visible lists the devices a process sees under a CUDA_VISIBLE_DEVICES
+// value (set false: unset, all total of them), as the driver reads it: a
+// comma-separated list of indices or GPU-/MIG- UUIDs, cut at the first
+// entry that is not a valid device or repeats one. Entry i is the
+// process's device i. The driver applies the variable itself (cuda.Count
+// sees the result); the jobs tests use this to fake a driver that does.
+func Visible(value string, set bool, total int) []string {
+	var out []string
 	if !set {
-		return total
+		for i := 0; i < total; i++ {
+			out = append(out, strconv.Itoa(i))
+		}
+		return out
 	}
-	n := 0
 	seen := map[string]bool{}
 	for _, f := range strings.Split(value, ",") {
 		f = strings.TrimSpace(f)
-		if strings.HasPrefix(f, "GPU-") || strings.HasPrefix(f, "MIG-") {
-			if seen[f] {
-				break
-			}
-			seen[f] = true
-			n++
-			continue
-		}
-		i, err := strconv.Atoi(f)
-		if err != nil || i < 0 || i >= total || seen[f] {
+		if seen[f] {
 			break
 		}
+		if !strings.HasPrefix(f, "GPU-") && !strings.HasPrefix(f, "MIG-") {
+			i, err := strconv.Atoi(f)
+			if err != nil || i < 0 || i >= total {
+				break
+			}
+		}
 		seen[f] = true
-		n++
+		out = append(out, f)
 	}
-	return n
+	return out
 }

@@ -63,7 +63,7 @@ func TestPlace(t *testing.T) {
 	}
 }
 
-func TestVisibleFromEnv(t *testing.T) {
+func TestVisible(t *testing.T) {
 	for _, c := range []struct {
 		v     string
 		set   bool
@@ -74,14 +74,25 @@ func TestVisibleFromEnv(t *testing.T) {
 		{"", true, 4, 0},
 		{"0", true, 4, 1},   // srun --gpus-per-task=1
 		{"2,3", true, 4, 2}, // Slurm's binding of a 2-GPU task
+		{" 3 , 1", true, 4, 2},
 		{"0,7,1", true, 4, 1},
 		{"-1", true, 4, 0},
 		{"GPU-5d0c1a7e-aaaa-bbbb-cccc-0123456789ab,1", true, 4, 2},
 		{"1,1", true, 4, 1},
 		{"NoDevFiles", true, 4, 0},
 	} {
-		if got := VisibleFromEnv(c.v, c.set, c.total); got != c.want {
+		if got := len(Visible(c.v, c.set, c.total)); got != c.want {
 			t.Errorf("CUDA_VISIBLE_DEVICES=%q (set %v) of %d: %d, want %d", c.v, c.set, c.total, got, c.want)
 		}
+	}
+}
+
+// Entry i of the list is the process's device i.
+func TestVisibleOrder(t *testing.T) {
+	if got := Visible("3,1", true, 4); len(got) != 2 || got[0] != "3" || got[1] != "1" {
+		t.Errorf("3,1: %q", got)
+	}
+	if got := Visible("", false, 2); len(got) != 2 || got[0] != "0" || got[1] != "1" {
+		t.Errorf("unset: %q", got)
 	}
 }
