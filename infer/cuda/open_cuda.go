@@ -40,6 +40,7 @@ type gpu struct {
 	pinnedN int            // its size in floats
 	args    unsafe.Pointer // C memory for kernel arguments
 	info    Info
+	closed  bool
 }
 
 var _ Device = (*gpu)(nil)
@@ -65,10 +66,42 @@ func Open(index int) (Device, error) {
 
 func (g *gpu) loop(index int, ready chan<- error) {
 	runtime.LockOSThread()
-	ready <- g.init(index)
+	defer runtime.UnlockOSThread()
+	if err := g.init(index); err != nil {
+		g.release()
+		ready <- err
+		return
+	}
+	ready <- nil
 	for f := range g.work {
 		f()
 	}
+}
+
+// release frees what init made (on the device's thread).
+func (g *gpu) release() error {
+	var err error
+	if g.stream != (cu.Stream{}) {
+		err = g.stream.Synchronize()
+		g.stream.Destroy()
+	}
+	if g.pinned != nil {
+		C.cuMemFreeHost(g.pinned)
+		g.pinned = nil
+	}
+	if g.args != nil {
+		C.free(g.args)
+		g.args = nil
+	}
+	if g.mod != (cu.Module{}) {
+		g.mod.Unload()
+	}
+	if g.ctx != (cu.CUContext{}) {
+		if rerr := g.dev.ReleasePrimaryCtx(); err == nil {
+			err = rerr
+		}
+	}
+	return err
 }
 
 func (g *gpu) init(index int) error {
@@ -246,16 +279,17 @@ func (g *gpu) Sync() error {
 
 func (g *gpu) Info() Info { return g.info }
 
+// Close waits for the queued work (returning a late kernel fault), frees
+// the device's resources and ends its thread. A second Close does nothing.
 func (g *gpu) Close() error {
-	err := g.do(func() error {
-		g.stream.Synchronize()
-		if g.pinned != nil {
-			C.cuMemFreeHost(g.pinned)
-		}
-		C.free(g.args)
-		g.stream.Destroy()
-		return g.dev.ReleasePrimaryCtx()
-	})
+	if g.closed {
+		return nil
+	}
+	g.closed = true
+	err := g.do(g.release)
 	close(g.work)
-	return err
+	if err != nil {
+		return fmt.Errorf("cuda: closing %s: %w", g.info.Name, err)
+	}
+	return nil
 }

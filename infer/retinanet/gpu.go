@@ -26,7 +26,6 @@ type gpuEngine struct {
 	wts   map[*conv][2]cuda.Ptr // weights and bias, uploaded on first use
 	free  map[int][]cuda.Ptr    // dead buffers by float count
 	shape [3]int                // the batch shape the free list was filled for
-	keep  bool
 	err   error
 	times *layerTimes
 }
@@ -52,9 +51,6 @@ func (g *gpuEngine) alloc(n, c, h, w int) dmap {
 }
 
 func (g *gpuEngine) put(xs ...dmap) {
-	if g.keep {
-		return
-	}
 	for _, x := range xs {
 		if x.p != 0 {
 			g.free[x.size()] = append(g.free[x.size()], x.p)
@@ -241,7 +237,6 @@ func (r *GPURunner) launch(p prepared) launched {
 	n := len(p.imgs)
 	g := r.g
 	g.reuseFor(n, p.ph, p.pw)
-	g.keep = false
 	x := g.alloc(n, 3, p.ph, p.pw)
 	if g.err == nil {
 		g.fail(g.dev.Upload(x.p, p.x))
@@ -268,6 +263,9 @@ func (r *GPURunner) collect(l launched, tr *Trace) [][]Detection {
 		}
 		g.put(l.cls[L], l.reg[L], l.p[L])
 		if g.err != nil {
+			for _, rest := range [][5]dmap{l.cls, l.reg, l.p} {
+				g.put(rest[L+1:]...)
+			}
 			return nil
 		}
 		t1 := time.Now()
@@ -340,7 +338,6 @@ func (r *GPURunner) DetectBatch(imgs []Image, maxBatch int) ([][]Detection, erro
 // levels and the per-level top scores, as Runner.DetectTrace.
 func (r *GPURunner) DetectTrace(img Image) ([]Detection, *Trace, error) {
 	tr := &Trace{}
-	r.g.keep = false
 	l := r.launch(r.prepare([]Image{img}))
 	dets := r.collect(l, tr)
 	if r.g.err != nil {

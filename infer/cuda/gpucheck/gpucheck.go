@@ -29,9 +29,11 @@ static void canopy_gpucheck(void)
 		r = cuDeviceGetCount(&n);
 	if (r == CUDA_SUCCESS && n > 0)
 		return;
-	const char *name = "?", *desc = "";
-	cuGetErrorName(r, &name);
-	cuGetErrorString(r, &desc);
+	const char *name = NULL, *desc = NULL;
+	if (cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
+		name = "unknown CUresult";
+	if (cuGetErrorString(r, &desc) != CUDA_SUCCESS || !desc)
+		desc = "no description";
 	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
 	int drv = 0;
 	cuDriverGetVersion(&drv);

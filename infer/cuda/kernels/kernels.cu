@@ -23,7 +23,7 @@
 #include "shim.h"
 #endif
 
-// Tile sizes; infer/cuda/kernels/geometry.go holds the same numbers (a test
+// Tile sizes; infer/cuda/kernels/kernels.go holds the same numbers (a test
 // checks that they agree).
 #define CONV_BM 64
 #define CONV_BN 64
