@@ -498,6 +498,7 @@ func detectShard(ctx context.Context, d infer.Detector, cfg EvalConfig, images [
 		return batch
 	}
 	pf, _ := d.(infer.Prefetcher)
+	var next []infer.Input
 	for start, batches := 0, 0; start < len(shard); start, batches = start+cfg.BatchSize, batches+1 {
 		if batches == stopAfter {
 			interruptSelf(rank)
@@ -505,9 +506,14 @@ func detectShard(ctx context.Context, d infer.Detector, cfg EvalConfig, images [
 		if ctx.Err() != nil {
 			return out, errInterrupted
 		}
-		batch := batchAt(start)
-		if next := start + cfg.BatchSize; pf != nil && next < len(shard) {
-			pf.Prefetch(batchAt(next))
+		batch := next
+		if batch == nil {
+			batch = batchAt(start)
+		}
+		next = nil
+		if n := start + cfg.BatchSize; pf != nil && n < len(shard) {
+			next = batchAt(n)
+			pf.Prefetch(next)
 		}
 		got, err := d.Detect(ctx, batch)
 		if err != nil && ctx.Err() != nil {

@@ -59,8 +59,6 @@ type Info struct {
 	Name    string // e.g. "NVIDIA H200"
 	UUID    string // "GPU-…"
 	SM      string // compute capability, e.g. "9.0"
-	MemMiB  int64
-	Driver  int // CUDA driver API version, e.g. 13000
 	Backend string
 }
 

@@ -132,9 +132,7 @@ func (g *gpu) init(index int) error {
 	name, _ := g.dev.Name()
 	id, _ := g.dev.UUID()
 	major, minor, _ := g.dev.ComputeCapability()
-	mem, _ := g.dev.TotalMem()
-	g.info = Info{Index: index, Name: name, UUID: "GPU-" + id.String(), SM: fmt.Sprintf("%d.%d", major, minor),
-		MemMiB: mem >> 20, Driver: cu.Version(), Backend: "cuda"}
+	g.info = Info{Index: index, Name: name, UUID: "GPU-" + id.String(), SM: fmt.Sprintf("%d.%d", major, minor), Backend: "cuda"}
 	return nil
 }
 

@@ -32,6 +32,10 @@ type gpuEngine struct {
 
 var _ backend[dmap] = (*gpuEngine)(nil)
 
+func newGPUEngine(dev cuda.Device, p cuda.Precision) *gpuEngine {
+	return &gpuEngine{dev: dev, prec: p, wts: map[*conv][2]cuda.Ptr{}, free: map[int][]cuda.Ptr{}}
+}
+
 func (g *gpuEngine) fail(err error) {
 	if err != nil && g.err == nil {
 		g.err = err
@@ -177,7 +181,7 @@ type GPURunner struct {
 // NewGPURunner runs m on dev at precision p. The weights are uploaded on
 // the first image.
 func NewGPURunner(m *Model, dev cuda.Device, p cuda.Precision) *GPURunner {
-	return &GPURunner{m: m, g: &gpuEngine{dev: dev, prec: p, wts: map[*conv][2]cuda.Ptr{}, free: map[int][]cuda.Ptr{}}, cpu: newEngine(1)}
+	return &GPURunner{m: m, g: newGPUEngine(dev, p), cpu: newEngine(1)}
 }
 
 // Model is the runner's model.

@@ -79,7 +79,7 @@ func maxRel(a, b []float32) float64 {
 // newTestEngine is a GPU engine on the test device: the host shim, or the
 // GPU in the cuda build.
 func newTestEngine(t testing.TB, p cuda.Precision) *gpuEngine {
-	return &gpuEngine{dev: newTestDevice(t), prec: p, wts: map[*conv][2]cuda.Ptr{}, free: map[int][]cuda.Ptr{}}
+	return newGPUEngine(newTestDevice(t), p)
 }
 
 // TestKernelsMatchCPU: every convolution shape RetinaNet uses (stem 7×7/2,
@@ -423,8 +423,7 @@ func TestFP32BitsMatchShim(t *testing.T) {
 		cv := randConv(r, c.out, c.in, c.k, c.s, c.p)
 		x := batchOf(randMap(r, c.in, c.h, c.w), randMap(r, c.in, c.h, c.w))
 		var outs [2][]float32
-		for i, g := range []*gpuEngine{newTestEngine(t, cuda.FP32),
-			{dev: hostkern.New(), prec: cuda.FP32, wts: map[*conv][2]cuda.Ptr{}, free: map[int][]cuda.Ptr{}}} {
+		for i, g := range []*gpuEngine{newTestEngine(t, cuda.FP32), newGPUEngine(hostkern.New(), cuda.FP32)} {
 			outs[i] = g.download(g.conv(cv, upload(t, g, 2, c.in, c.h, c.w, x), true, nil))
 			if g.err != nil {
 				t.Fatal(g.err)

@@ -48,7 +48,3 @@ static void canopy_gpucheck(void)
 }
 */
 import "C"
-
-// ExitCode is the code the check exits with (canopy's "MPI, launcher,
-// topology or GPU" error).
-const ExitCode = 5

@@ -14,11 +14,6 @@ import _ "embed"
 //go:embed kernels.fatbin
 var Fatbin []byte
 
-// Source is kernels.cu, for the check that Fatbin is up to date.
-//
-//go:embed kernels.cu
-var Source string
-
 // Tile sizes, as kernels.cu #defines them (TestDefinesAgree).
 const (
 	ConvBM, ConvBN, ConvBK, ConvThreads = 64, 64, 16, 256

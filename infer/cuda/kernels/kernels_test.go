@@ -3,6 +3,7 @@ package kernels
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"testing"
@@ -10,13 +11,18 @@ import (
 
 // TestDefinesAgree: the tile sizes the launchers use are kernels.cu's.
 func TestDefinesAgree(t *testing.T) {
+	src, err := os.ReadFile("kernels.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	source := string(src)
 	want := map[string]int{
 		"CONV_BM": ConvBM, "CONV_BN": ConvBN, "CONV_BK": ConvBK, "CONV_THREADS": ConvThreads,
 		"TC_BM": TCBM, "TC_BN": TCBN, "TC_BK": TCBK, "TC_THREADS": TCThreads, "ELEM_THREADS": ElemThreads,
 	}
 	re := regexp.MustCompile(`(?m)^#define (\w+) (\d+)$`)
 	got := map[string]int{}
-	for _, m := range re.FindAllStringSubmatch(Source, -1) {
+	for _, m := range re.FindAllStringSubmatch(source, -1) {
 		got[m[1]], _ = strconv.Atoi(m[2])
 	}
 	for k, v := range want {
@@ -30,7 +36,7 @@ func TestDefinesAgree(t *testing.T) {
 		t.Error("tile sizes do not match the thread layout the kernels assume")
 	}
 	for _, n := range Names {
-		if !regexp.MustCompile(`extern "C" __global__ void ` + n + `\(`).MatchString(Source) {
+		if !regexp.MustCompile(`extern "C" __global__ void ` + n + `\(`).MatchString(source) {
 			t.Errorf("kernels.cu exports no kernel %s", n)
 		}
 	}
