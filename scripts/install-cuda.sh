@@ -30,7 +30,7 @@ elif [ -f /etc/apt/sources.list ] && [ ! -f $d/canopy-cuda.list ]; then
 		"${sudo[@]}" tee $d/canopy-cuda.list >/dev/null
 fi
 echo "install-cuda: installing nvidia-cuda-dev nvidia-cuda-toolkit (about 1.9 GB)" >&2
-"${sudo[@]}" apt-get update -qq
-DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends nvidia-cuda-dev
-DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends nvidia-cuda-toolkit
+"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=900 update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends nvidia-cuda-dev
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends nvidia-cuda-toolkit
 have
