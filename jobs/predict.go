@@ -103,7 +103,7 @@ func csvImagePaths(name string, data []byte) ([]string, error) {
 	return out, nil
 }
 
-// predictInputs is rank 0's packet: the image list and the model.
+// packPredict is rank 0's packet: the image list and the model.
 func packPredict(cfg PredictConfig) []byte {
 	fail := func(code int, err error) []byte { return append([]byte{byte(code)}, err.Error()...) }
 	var paths []string

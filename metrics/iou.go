@@ -17,8 +17,9 @@ import (
 // every class seen in ground truth or predictions; 0 when nothing is valid.
 //
 // torch sums float32 tensors with its own vectorised cascade; canopy sums
-// in float64 in a fixed order and rounds once to float32, which agrees with
-// torch to within an ulp or two of float32 (tested against the peer).
+// in float32 in that same order (torchSum32: torch's AVX2 lanes and
+// cascade), so the values equal torch's bit for bit (tested against the
+// peer).
 // DeepForest computes the metric only when some image passes; the keys are
 // then absent otherwise.
 func IntersectionOverUnion(in Input, thr float64) []Value {

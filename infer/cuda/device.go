@@ -1,6 +1,6 @@
 // Package cuda is canopy's GPU backend seam: the Device interface the
 // RetinaNet's GPU engine (infer/retinanet) drives, the choice of a rank's GPU
-// (Select), and, with -tags cuda, the implementation on the CUDA driver API
+// (Place), and, with -tags cuda, the implementation on the CUDA driver API
 // through gorgonia.org/cu (Open). Without the tag Open says the build has no
 // CUDA, and nothing here links a CUDA library.
 //
