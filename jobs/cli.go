@@ -332,6 +332,8 @@ func modelFlags() []cli.Flag {
 		&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "GPU convolution precision: fp32 (strict float32, as the CPU) or tf32 (tensor cores, operands rounded to TF32 as PyTorch's convolutions by default; detections differ from fp32 in the last digits)"},
 		&cli.BoolFlag{Name: "exclusive-gpu", Usage: "fail (exit 5) when two ranks of a node would share a GPU, instead of warning"},
 		&cli.BoolFlag{Name: "layer-times", Usage: "print, on rank 0, where the model's time went, by layer group (stem, layer1-4, fpn, heads, transform, postprocess)"},
+		&cli.Int64Flag{Name: "max-image-pixels", Value: DefaultMaxImagePixels, Usage: "refuse (exit 3, at pre-flight, from the image header) an image of more pixels than this; the default is where PIL refuses one (2 x Image.MAX_IMAGE_PIXELS); 0: no limit"},
+		&cli.StringFlag{Name: "rank-memory", Usage: "memory one rank may use, such as 6G (default: the node's memory, or its cgroup limit, divided by the ranks on the node); before inference each rank estimates what its largest image needs and refuses (exit 3) when it exceeds this"},
 	}
 }
 
@@ -349,7 +351,7 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 		NMSThresh: c.Float64("nms-thresh"), Device: c.String("device"), LayerTimes: c.Bool("layer-times"),
 		Precision: c.String("precision"), ExclusiveGPU: c.Bool("exclusive-gpu")}
 	if mc.Spec == "" {
-		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "exclusive-gpu", "layer-times"} {
+		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "exclusive-gpu", "layer-times", "max-image-pixels", "rank-memory"} {
 			if c.IsSet(f) {
 				return mc, fmt.Errorf("--%s needs --model", f)
 			}
@@ -363,6 +365,16 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 		if v := c.Float64(f); c.IsSet(f) && !(v >= 0 && v <= 1) {
 			return mc, fmt.Errorf("--%s %v is not in [0, 1]", f, v)
 		}
+	}
+	if mc.MaxImagePixels = c.Int64("max-image-pixels"); mc.MaxImagePixels < 0 {
+		return mc, fmt.Errorf("--max-image-pixels %d must be at least 0 (0: no limit)", mc.MaxImagePixels)
+	}
+	if v := c.String("rank-memory"); v != "" {
+		n, err := parseBytes(v)
+		if err != nil || n == 0 {
+			return mc, fmt.Errorf("--rank-memory: %q is not a positive size such as 512M or 4GiB", v)
+		}
+		mc.RankMemory = n
 	}
 	req, err := cuda.ParseDevice(mc.Device)
 	if err != nil {

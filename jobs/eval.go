@@ -200,7 +200,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		for k, i := range shard {
 			files[k] = imageFile(cfg.RootDir, images[i].Path)
 		}
-		if err := preflight(c, files); err != nil {
+		if err := preflight(c, files, model, cfg.Model, cfg.BatchSize); err != nil {
 			return err
 		}
 		stats.Seconds["preflight"] = since(t1)

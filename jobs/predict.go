@@ -230,7 +230,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	for k, i := range shard {
 		files[k] = imageFile(cfg.RootDir, paths[i])
 	}
-	if err := preflight(c, files); err != nil {
+	if err := preflight(c, files, model, cfg.Model, cfg.BatchSize); err != nil {
 		return err
 	}
 	stats.Seconds["load"] = since(t0)
