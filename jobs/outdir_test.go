@@ -332,3 +332,31 @@ func TestLockExclusiveAndReleased(t *testing.T) {
 	}
 	b.finish(nil)
 }
+
+// A full disk while appending a part file is an I/O error on canopy's own
+// files: exit 1 (it was 4, "model error"). /dev/full stands in for the
+// disk: every write to it fails with ENOSPC.
+func TestFullDiskOnPartFileExits1(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full on this system")
+	}
+	old := createParts
+	createParts = func(out string, attempt, rank int, every time.Duration) (*parts.Writer, error) {
+		os.MkdirAll(filepath.Join(out, parts.Dir), 0o755)
+		os.Symlink("/dev/full", filepath.Join(out, parts.Dir, fmt.Sprintf("part-%03d-%05d.part", attempt, rank)))
+		return parts.Create(out, attempt, rank, every)
+	}
+	defer func() { createParts = old }()
+	codes, stderr := runLocalErr(t, 2, setCfg("three", t.TempDir()))
+	if codes[0] != ExitInternal && codes[1] != ExitInternal {
+		t.Fatalf("codes %v, want %d\n%s", codes, ExitInternal, stderr)
+	}
+	for _, c := range codes {
+		if c == ExitModel {
+			t.Fatalf("a full disk gave exit 4: %v\n%s", codes, stderr)
+		}
+	}
+	if !strings.Contains(stderr, "no space left on device") {
+		t.Errorf("stderr: %s", stderr)
+	}
+}
