@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -190,6 +191,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.BoolFlag{Name: "force", Usage: "replace a previous run in --out (its report, manifest and part files are removed)"},
 			&cli.BoolFlag{Name: "resume", Usage: "continue the interrupted run in --out: images found in its part files are not recomputed; refused unless the inputs, detector and canopy version match its manifest"},
 			&cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"},
+			&cli.BoolFlag{Name: "verbose", Usage: "every rank prints its own line when the job is interrupted or fails (default: one line per job, from rank 0 or the failing rank)"},
 			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective (after detection: this plus twice the rank's own detection time, as the shards are equal work); then the waiting ranks name the ranks they wait for and the job aborts with exit 5 (0 disables)"},
 		}),
 		Action: func(c *cli.Context) error {
@@ -197,7 +199,8 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			if err != nil {
 				return usageError(err)
 			}
-			*code = runJob(c.Context, newComm, stderr, jobOptions{collectiveTimeout: c.Duration("collective-timeout")}, func(comm mpi.Comm) error {
+			opt := jobOptions{collectiveTimeout: c.Duration("collective-timeout"), out: cfg.Out, verbose: c.Bool("verbose")}
+			*code = runJob(c.Context, newComm, stderr, opt, func(comm mpi.Comm) error {
 				if comm.Rank() != 0 {
 					cfg.Stdout = nil
 				} else if cfg.Model.Spec != "" {
@@ -284,6 +287,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder; refused if it holds predictions unless --force"},
 			&cli.BoolFlag{Name: "force", Usage: "replace the predictions in --out"},
 			&cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"},
+			&cli.BoolFlag{Name: "verbose", Usage: "every rank prints its own line when the job is interrupted or fails (default: one line per job, from rank 0 or the failing rank)"},
 			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective, then exit 5 (0 disables)"},
 		}, modelFlags()),
 		Action: func(c *cli.Context) error {
@@ -307,7 +311,8 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			case cfg.Images != "" && cfg.RootDir != "":
 				return usageError(errors.New("predict: --root-dir goes with --csv; --images paths are relative to that folder"))
 			}
-			*code = runJob(c.Context, newComm, stderr, jobOptions{collectiveTimeout: c.Duration("collective-timeout")}, func(comm mpi.Comm) error {
+			opt := jobOptions{collectiveTimeout: c.Duration("collective-timeout"), out: cfg.Out, verbose: c.Bool("verbose")}
+			*code = runJob(c.Context, newComm, stderr, opt, func(comm mpi.Comm) error {
 				if comm.Rank() != 0 {
 					cfg.Stdout = nil
 				} else {
@@ -392,7 +397,19 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 // jobOptions are the settings runJob applies to every job.
 type jobOptions struct {
 	collectiveTimeout time.Duration
+	// out is the job's output folder, where a failing rank leaves a fault
+	// marker so the ranks the launcher then stops stay silent.
+	out string
+	// verbose prints every rank's line for an interrupt or a fault, not
+	// one per job.
+	verbose bool
 }
+
+// interruptGrace is how long a rank other than 0 keeps its interrupt line
+// back: when the whole job was signalled, rank 0 speaks and aborts the job
+// meanwhile, and this rank is stopped before it prints. A rank signalled
+// alone prints after it.
+var interruptGrace = 3 * time.Second
 
 // runJob starts the communicator, checks the launcher, runs job and applies
 // the error rule: a collective error is printed by rank 0 and every rank
@@ -429,9 +446,42 @@ func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, opt jobO
 		finalize()
 		return code
 	}
-	printErr(stderr, comm, err)
+	reportLocal(stderr, comm, opt, code, err)
 	comm.Abort(code)
 	return code // reached only by implementations whose Abort returns
+}
+
+// reportLocal prints a local error once per job. A fault is printed by its
+// rank, which first leaves a marker in the output folder: the launcher
+// answers MPI_Abort by signalling the other ranks, which then see an
+// interrupt, and the marker keeps them silent. An interrupt is printed by
+// rank 0; another rank prints it only when nobody stopped it within
+// interruptGrace (it alone was signalled). --verbose prints every line.
+func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err error) {
+	if opt.verbose {
+		printErr(stderr, comm, err)
+		return
+	}
+	marker := ""
+	if opt.out != "" {
+		marker = filepath.Join(opt.out, fmt.Sprintf("%s-%d", faultPrefix, comm.Rank()))
+	}
+	if code != ExitResumable {
+		if marker != "" {
+			os.WriteFile(marker, []byte(err.Error()), 0o644)
+		}
+		printErr(stderr, comm, err)
+		return
+	}
+	if comm.Rank() != 0 {
+		time.Sleep(interruptGrace)
+	}
+	if opt.out != "" {
+		if m, _ := filepath.Glob(filepath.Join(opt.out, faultPrefix+"-*")); len(m) > 0 {
+			return // a peer's fault stopped this rank; that rank has said why
+		}
+	}
+	printErr(stderr, comm, err)
 }
 
 // ProfileEnv names a file prefix: when set, every rank writes a CPU
