@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/mpi/local"
 )
 
 // snapshot reads every regular file under dir (relative name -> bytes),
@@ -358,5 +360,68 @@ func TestFullDiskOnPartFileExits1(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "no space left on device") {
 		t.Errorf("stderr: %s", stderr)
+	}
+}
+
+// predict --force keeps the previous predictions until the new ones
+// replace them: a bad image list (exit 3), a missing model (exit 4) or an
+// image that does not open (exit 3) leaves them byte for byte; a second
+// predict while one holds the folder is refused (exit 2).
+func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
+	_, csv, _ := testModelSet(t)
+	out := t.TempDir()
+	cfg := PredictConfig{Out: out, BatchSize: 2, CSV: csv, Model: modelCfg(t, out).Model}
+	predict := func(cfg PredictConfig) []int {
+		codes := make([]int, 2)
+		errs := local.Run(2, func(c mpi.Comm) error {
+			codes[c.Rank()] = Code(Predict(context.Background(), c, cfg))
+			return nil
+		})
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return codes
+	}
+	if codes := predict(cfg); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	before := snapshot(t, out)
+	if len(before) != 2 {
+		t.Fatalf("predict wrote %v", names(before))
+	}
+	badCSV := filepath.Join(t.TempDir(), "bad.csv")
+	os.WriteFile(badCSV, []byte("path\nx.png\n"), 0o644)
+	missing := filepath.Join(t.TempDir(), "missing.csv")
+	os.WriteFile(missing, []byte("image_path\nnope.png\n"), 0o644)
+	for name, c := range map[string]struct {
+		mod  func(*PredictConfig)
+		code int
+	}{
+		"bad csv":         {func(c *PredictConfig) { c.CSV = badCSV }, ExitInput},
+		"missing model":   {func(c *PredictConfig) { c.Model.Spec = filepath.Join(out, "nope") }, ExitModel},
+		"missing image":   {func(c *PredictConfig) { c.CSV = missing }, ExitInput},
+		"without --force": {func(c *PredictConfig) { c.Force = false }, ExitUsage},
+	} {
+		cfg := cfg
+		cfg.Force = true
+		c.mod(&cfg)
+		if codes := predict(cfg); codes[0] != c.code || codes[1] != c.code {
+			t.Fatalf("%s: codes %v, want %d", name, codes, c.code)
+		}
+		sameTree(t, name, before, snapshot(t, out))
+	}
+	l, err := lockOut(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Force = true
+	if codes := predict(cfg); codes[0] != ExitUsage {
+		t.Fatalf("while locked: %v", codes)
+	}
+	l.release()
+	if codes := predict(cfg); codes[0] != 0 {
+		t.Fatalf("--force: %v", codes)
 	}
 }
