@@ -97,7 +97,12 @@ func checkMemory(file string, w, h int, lm *loadedModel, mc ModelConfig, batch, 
 		file, w, h, pw, ph, gib(need), gib(budget), from, imagefile.ErrImage)}
 }
 
-func gib(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
+func gib(b int64) string {
+	if b < 1<<30 {
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30))
+}
 
 // nodeMemory is the memory of this node canopy's ranks may use: MemTotal,
 // or the cgroup's limit (Slurm's, a container's) when lower.
