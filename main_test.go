@@ -261,7 +261,7 @@ func TestFlagsBeforeAndAfterArguments(t *testing.T) {
 
 func TestHelpListsFlagsAndExitCodes(t *testing.T) {
 	r := run1(t, "eval", "--help")
-	for _, want := range []string{"--csv", "--root-dir", "--predictions", "--iou-threshold", "--semantics", "--label-dict", "--out", "--force", "--batch-size", "EXIT CODES", "6  ranks disagree"} {
+	for _, want := range []string{"--csv", "--root-dir", "--predictions", "--iou-threshold", "--semantics", "--label-dict", "--out", "--force", "--batch-size", "--max-image-pixels", "--rank-memory", "--verbose", "EXIT CODES", "6  ranks disagree"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("eval --help lacks %q", want)
 		}

@@ -425,3 +425,34 @@ func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
 		t.Fatalf("--force: %v", codes)
 	}
 }
+
+// canopy doctor --out: complete, resumable, a failed start, no run, and a
+// folder in use.
+func TestDoctorOutStates(t *testing.T) {
+	out := t.TempDir()
+	if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "no canopy run") {
+		t.Fatalf("empty: %d %s", code, msg)
+	}
+	if codes := runLocal(t, 2, setCfg("three", out)); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	if code, msg := outState(out); code != ExitOK || !strings.Contains(msg, "complete") {
+		t.Fatalf("complete: %d %s", code, msg)
+	}
+	l, err := lockOut(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, msg := outState(out); !strings.Contains(msg, fmt.Sprintf("in use by a running canopy job (job none on host")) {
+		t.Fatalf("locked: %s", msg)
+	}
+	l.release()
+	os.Remove(filepath.Join(out, "report.json"))
+	if code, msg := outState(out); code != ExitResumable || !strings.Contains(msg, "3 image(s) saved") {
+		t.Fatalf("resumable: %d %s", code, msg)
+	}
+	os.RemoveAll(filepath.Join(out, parts.Dir))
+	if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "failed start") {
+		t.Fatalf("failed start: %d %s", code, msg)
+	}
+}
