@@ -365,23 +365,26 @@ func slowRun(t *testing.T, truth, preds, out string) (*exec.Cmd, *bytes.Buffer, 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		files, _ := filepath.Glob(filepath.Join(out, "parts", "*.part"))
-		n := 0
-		for _, f := range files {
-			if st, err := os.Stat(f); err == nil && st.Size() > 0 {
-				n++
-			}
-		}
-		if n == 2 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitParts(out, 2)
 	// the rank processes only (not mpirun or the timeout wrapper)
 	pids, _ := exec.Command("pgrep", "-f", "--", "^"+canopyBin+" eval .*--out "+out).Output()
 	return cmd, &se, strings.Fields(string(pids))
+}
+
+// waitParts waits (at most 30 s) until n part files in out hold records.
+func waitParts(out string, n int) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		files, _ := filepath.Glob(filepath.Join(out, "parts", "*.part"))
+		k := 0
+		for _, f := range files {
+			if st, err := os.Stat(f); err == nil && st.Size() > 0 {
+				k++
+			}
+		}
+		if k == n {
+			return
+		}
+	}
 }
 
 type resumeReport struct {
@@ -538,18 +541,7 @@ func TestMPIRunSigtermIsResumable(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		files, _ := filepath.Glob(filepath.Join(out, "parts", "*.part"))
-		n := 0
-		for _, f := range files {
-			if st, err := os.Stat(f); err == nil && st.Size() > 0 {
-				n++
-			}
-		}
-		if n == 2 {
-			break
-		}
-	}
+	waitParts(out, 2)
 	cmd.Process.Signal(syscall.SIGTERM)
 	err := cmd.Wait()
 	var ee *exec.ExitError

@@ -5,7 +5,7 @@
 //	go run ./internal/memprobe MODEL_DIR W H [MIN_SIZE MAX_SIZE]
 //
 // It loads the model folder, runs one synthetic W×H image and prints the
-// process's peak resident memory (VmHWM) before and after the run; the
+// process's peak resident memory (ru_maxrss) before and after the run; the
 // difference is what the network needed at that input size.
 package main
 
@@ -13,22 +13,16 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
+	"syscall"
 
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 )
 
+// hwm is the process's peak resident memory (getrusage's ru_maxrss, KiB).
 func hwm() int64 {
-	b, _ := os.ReadFile("/proc/self/status")
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			if f := strings.Fields(v); len(f) > 0 {
-				n, _ := strconv.ParseInt(f[0], 10, 64)
-				return n * 1024
-			}
-		}
-	}
-	return 0
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Maxrss * 1024
 }
 
 func main() {
