@@ -112,7 +112,13 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 
 	// 1. Read once, agree everywhere.
 	in, out, err := loadInputs(c, cfg)
-	defer func() { out.finish(err) }() // rank 0: a failed --force run puts the previous run back
+	defer func() {
+		// rank 0: a --force run that fails (or is interrupted) before it
+		// saved anything puts the previous run back
+		if out.finish(err) && errors.Is(err, errInterrupted) {
+			err = &Error{Code: Code(err), Err: fmt.Errorf("%w (the new --force run had saved nothing yet: the previous run in %s is back; run again with --force)", err, cfg.Out)}
+		}
+	}()
 	if err != nil {
 		return err
 	}

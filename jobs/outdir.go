@@ -182,17 +182,18 @@ func (o *outRun) commit() error {
 
 // finish ends the run: a run that failed before it committed puts the
 // previous run back; the probe file goes; the lock is released.
-func (o *outRun) finish(err error) {
+func (o *outRun) finish(err error) (restored bool) {
 	if o == nil {
-		return
+		return false
 	}
 	if err != nil && o.aside && !o.committed {
-		restorePrevious(o.dir)
+		restored = restorePrevious(o.dir) == nil
 	}
+	defer o.lock.release()
 	if o.probe != "" {
 		os.Remove(filepath.Join(o.dir, probeName(o.probe)))
 	}
-	o.lock.release()
+	return restored
 }
 
 func nonce() string {
