@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,7 +261,7 @@ func TestFlagsBeforeAndAfterArguments(t *testing.T) {
 
 func TestHelpListsFlagsAndExitCodes(t *testing.T) {
 	r := run1(t, "eval", "--help")
-	for _, want := range []string{"--csv", "--root-dir", "--predictions", "--iou-threshold", "--semantics", "--label-dict", "--out", "--force", "--batch-size", "EXIT CODES", "6  ranks disagree"} {
+	for _, want := range []string{"--csv", "--root-dir", "--predictions", "--iou-threshold", "--semantics", "--label-dict", "--out", "--force", "--batch-size", "--max-image-pixels", "--rank-memory", "--verbose", "EXIT CODES", "6  ranks disagree"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("eval --help lacks %q", want)
 		}
@@ -364,23 +365,26 @@ func slowRun(t *testing.T, truth, preds, out string) (*exec.Cmd, *bytes.Buffer, 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		files, _ := filepath.Glob(filepath.Join(out, "parts", "*.part"))
-		n := 0
-		for _, f := range files {
-			if st, err := os.Stat(f); err == nil && st.Size() > 0 {
-				n++
-			}
-		}
-		if n == 2 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitParts(out, 2)
 	// the rank processes only (not mpirun or the timeout wrapper)
 	pids, _ := exec.Command("pgrep", "-f", "--", "^"+canopyBin+" eval .*--out "+out).Output()
 	return cmd, &se, strings.Fields(string(pids))
+}
+
+// waitParts waits (at most 30 s) until n part files in out hold records.
+func waitParts(out string, n int) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		files, _ := filepath.Glob(filepath.Join(out, "parts", "*.part"))
+		k := 0
+		for _, f := range files {
+			if st, err := os.Stat(f); err == nil && st.Size() > 0 {
+				k++
+			}
+		}
+		if k == n {
+			return
+		}
+	}
 }
 
 type resumeReport struct {
@@ -425,6 +429,9 @@ func TestMPISigtermThenResume(t *testing.T) {
 	var ee *exec.ExitError
 	if len(pids) != 2 || !errors.As(err, &ee) || ee.ExitCode() != jobs.ExitResumable {
 		t.Fatalf("signalled %v; mpirun: %v (want exit %d)\n%s", pids, err, jobs.ExitResumable, se.String())
+	}
+	if n := strings.Count(se.String(), "interrupted by a signal"); n != 1 {
+		t.Errorf("the interruption was reported %d times, want once per job:\n%s", n, se.String())
 	}
 	t.Logf("SIGTERM to all ranks: exited after %v", took)
 	if took > 15*time.Second {
@@ -496,5 +503,84 @@ func TestMPIModelRankCountsBitIdentical(t *testing.T) {
 		if !bytes.Equal(m, refMetrics) || !bytes.Equal(p, refPreds) {
 			t.Fatalf("np%d: metrics or predictions differ from np1:\n%s\n%s", np, m, refMetrics)
 		}
+	}
+}
+
+// A fault on one rank while the others are detecting: the launcher stops
+// the others (SIGTERM), and they stay silent; the job prints one line.
+// --verbose lets every rank speak.
+func TestMPIFaultIsOneLine(t *testing.T) {
+	args := []string{"eval", "--csv", set("multi", "truth.csv"), "--predictions", set("multi", "predictions.csv"), "--batch-size", "2"}
+	env := []string{"CANOPY_TEST_FAIL_RANK=1", "CANOPY_TEST_SLOW_MS=20"}
+	r := mpirun(t, 3, env, append(args, "--out", t.TempDir())...)
+	if r.code != jobs.ExitModel {
+		t.Fatalf("exit %d, want %d\n%s", r.code, jobs.ExitModel, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "canopy: rank"); n != 1 || strings.Contains(r.stderr, "interrupted") {
+		t.Errorf("%d canopy lines, want the fault alone:\n%s", n, r.stderr)
+	}
+}
+
+// SIGTERM to mpirun itself (what the batch script forwards): Open MPI
+// passes it to the ranks and kills them a second later, and mpirun exits 1,
+// not canopy's 8. The ranks saved their part files and rank 0 said so once;
+// canopy doctor --out tells the resumable stop (exit 8), the mpirun batch
+// script turns the job's exit into 8, and --resume finishes the run.
+func TestMPIRunSigtermIsResumable(t *testing.T) {
+	truth, preds := set("multi", "truth.csv"), set("multi", "predictions.csv")
+	ref := inProcess(t, 1, jobs.EvalConfig{CSV: truth, Predictions: preds, Out: t.TempDir(), IoUThreshold: 0.4})
+	out := filepath.Join(t.TempDir(), "out")
+	wd, _ := os.Getwd()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "jobs/slurm/canopy-mpirun.sbatch", "--batch-size", "2")
+	cmd.Env = append(os.Environ(), "SLURM_JOB_ID=e2e", "SLURM_NTASKS=2", "CANOPY_CSV="+truth, "CANOPY_PREDICTIONS="+preds,
+		"CANOPY_OUT="+out, "CANOPY_BIN="+canopyBin, "CANOPY_MPIRUN="+filepath.Join(wd, "scripts", "mpirun.sh"), "CANOPY_TEST_SLOW_MS=20")
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitParts(out, 2)
+	cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != jobs.ExitResumable {
+		t.Fatalf("batch script: %v, want exit 8\n%s\n%s", err, so.String(), se.String())
+	}
+	for _, want := range []string{"the launcher exited 1", "resumable: an interrupted run", "resubmit with --resume"} {
+		if !strings.Contains(se.String(), want) {
+			t.Errorf("the script's stderr lacks %q:\n%s", want, se.String())
+		}
+	}
+	if n := strings.Count(se.String(), "interrupted by a signal"); n > 1 {
+		t.Errorf("the interruption was reported %d times:\n%s", n, se.String())
+	}
+	if r := run1(t, "doctor", "--out", out); r.code != jobs.ExitResumable || !strings.Contains(r.stdout, "resumable") {
+		t.Errorf("doctor --out: exit %d\n%s", r.code, r.stdout)
+	}
+	resumeAndCompare(t, truth, preds, out, ref)
+	if r := run1(t, "doctor", "--out", out); r.code != 0 || !strings.Contains(r.stdout, "complete") {
+		t.Errorf("doctor --out after the resume: exit %d\n%s", r.code, r.stdout)
+	}
+}
+
+// Two runs into one --out: the second, started while the first runs, is
+// refused with exit 2 naming the first (its job id, host and pid), even
+// with --force; the first finishes with its own complete outputs.
+func TestMPISecondRunIntoOneOutRefused(t *testing.T) {
+	truth, preds := set("multi", "truth.csv"), set("multi", "predictions.csv")
+	ref := inProcess(t, 1, jobs.EvalConfig{CSV: truth, Predictions: preds, Out: t.TempDir(), IoUThreshold: 0.4})
+	out := t.TempDir()
+	first, se, _ := slowRun(t, truth, preds, out)
+	r := mpirun(t, 2, []string{"SLURM_JOB_ID=second"}, "eval", "--csv", truth, "--predictions", preds, "--out", out, "--force")
+	if r.code != jobs.ExitUsage || !strings.Contains(r.stderr, "in use by another canopy run (job none on host") {
+		t.Fatalf("second run: exit %d, want 2 naming the holder\n%s", r.code, r.stderr)
+	}
+	if err := first.Wait(); err != nil {
+		t.Fatalf("the first run: %v\n%s", err, se.String())
+	}
+	if got := metricsOf(t, out); !bytes.Equal(got, ref) {
+		t.Fatalf("the first run's metrics changed:\n%s", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -186,10 +187,11 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.StringFlag{Name: "metrics", Value: "all", Usage: "metric families, comma-separated: recall (DeepForest box recall/precision), iou (torchmetrics IntersectionOverUnion), coco (COCO mAP/mAR), or all"},
 			&cli.BoolFlag{Name: "class-metrics", Usage: "report map_per_class and mar_100_per_class as arrays by label id, and the ids as \"classes\" (else -1, as DeepForest logs them)"},
 			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV (DeepForest classes.csv form); default: sorted unique labels of truth and joined predictions"},
-			&cli.StringFlag{Name: "out", Value: "canopy-out", Usage: "output folder, on a filesystem every rank sees (checked at start); each rank appends finished images to OUT/parts/ so an interrupted run (exit 8) can --resume; refused if it holds a previous run unless --force or --resume"},
-			&cli.BoolFlag{Name: "force", Usage: "replace a previous run in --out (its report, manifest and part files are removed)"},
+			&cli.StringFlag{Name: "out", Value: "canopy-out", Usage: "output folder, on a filesystem every rank sees (checked at start); each rank appends finished images to OUT/parts/ so an interrupted run (exit 8) can --resume; refused if it holds a previous run unless --force or --resume, and (exit 2, naming the holder) while another run holds its lock"},
+			&cli.BoolFlag{Name: "force", Usage: "replace a previous run in --out: it is set aside and removed only once the new run has passed every check and saved its first images; a new run that fails before that puts it back"},
 			&cli.BoolFlag{Name: "resume", Usage: "continue the interrupted run in --out: images found in its part files are not recomputed; refused unless the inputs, detector and canopy version match its manifest"},
 			&cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"},
+			&cli.BoolFlag{Name: "verbose", Usage: "every rank prints its own line when the job is interrupted or fails (default: one line per job, from rank 0 or the failing rank)"},
 			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective (after detection: this plus twice the rank's own detection time, as the shards are equal work); then the waiting ranks name the ranks they wait for and the job aborts with exit 5 (0 disables)"},
 		}),
 		Action: func(c *cli.Context) error {
@@ -197,7 +199,8 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			if err != nil {
 				return usageError(err)
 			}
-			*code = runJob(c.Context, newComm, stderr, jobOptions{collectiveTimeout: c.Duration("collective-timeout")}, func(comm mpi.Comm) error {
+			opt := jobOptions{collectiveTimeout: c.Duration("collective-timeout"), out: cfg.Out, verbose: c.Bool("verbose")}
+			*code = runJob(c.Context, newComm, stderr, opt, func(comm mpi.Comm) error {
 				if comm.Rank() != 0 {
 					cfg.Stdout = nil
 				} else if cfg.Model.Spec != "" {
@@ -281,9 +284,10 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			&cli.StringFlag{Name: "csv", Usage: "CSV whose image_path column lists the images (other columns ignored; each path once, in order of first appearance)"},
 			&cli.StringFlag{Name: "images", Usage: "or: a folder whose .png .jpg .jpeg .tif .tiff files (any case, not recursive, sorted by name) are the images"},
 			&cli.StringFlag{Name: "root-dir", Usage: "folder the CSV's image_path values are relative to (default: the CSV's folder)"},
-			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder; refused if it holds predictions unless --force"},
-			&cli.BoolFlag{Name: "force", Usage: "replace the predictions in --out"},
+			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder; refused if it holds predictions unless --force, and (exit 2, naming the holder) while another run holds its lock"},
+			&cli.BoolFlag{Name: "force", Usage: "replace the predictions in --out (the previous ones stay until the new ones are written)"},
 			&cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"},
+			&cli.BoolFlag{Name: "verbose", Usage: "every rank prints its own line when the job is interrupted or fails (default: one line per job, from rank 0 or the failing rank)"},
 			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective, then exit 5 (0 disables)"},
 		}, modelFlags()),
 		Action: func(c *cli.Context) error {
@@ -307,7 +311,8 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			case cfg.Images != "" && cfg.RootDir != "":
 				return usageError(errors.New("predict: --root-dir goes with --csv; --images paths are relative to that folder"))
 			}
-			*code = runJob(c.Context, newComm, stderr, jobOptions{collectiveTimeout: c.Duration("collective-timeout")}, func(comm mpi.Comm) error {
+			opt := jobOptions{collectiveTimeout: c.Duration("collective-timeout"), out: cfg.Out, verbose: c.Bool("verbose")}
+			*code = runJob(c.Context, newComm, stderr, opt, func(comm mpi.Comm) error {
 				if comm.Rank() != 0 {
 					cfg.Stdout = nil
 				} else {
@@ -332,6 +337,8 @@ func modelFlags() []cli.Flag {
 		&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "GPU convolution precision: fp32 (strict float32, as the CPU) or tf32 (tensor cores, operands rounded to TF32 as PyTorch's convolutions by default; detections differ from fp32 in the last digits)"},
 		&cli.BoolFlag{Name: "exclusive-gpu", Usage: "fail (exit 5) when two ranks of a node would share a GPU, instead of warning"},
 		&cli.BoolFlag{Name: "layer-times", Usage: "print, on rank 0, where the model's time went, by layer group (stem, layer1-4, fpn, heads, transform, postprocess)"},
+		&cli.Int64Flag{Name: "max-image-pixels", Value: DefaultMaxImagePixels, Usage: "refuse (exit 3, at pre-flight, from the image header) an image of more pixels than this; the default is where PIL refuses one (2 x Image.MAX_IMAGE_PIXELS); 0: no limit"},
+		&cli.StringFlag{Name: "rank-memory", Usage: "memory one rank may use, such as 6G (default: the node's memory, or its cgroup limit, divided by the ranks on the node); before inference each rank estimates what its largest image needs and refuses (exit 3) when it exceeds this"},
 	}
 }
 
@@ -349,7 +356,7 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 		NMSThresh: c.Float64("nms-thresh"), Device: c.String("device"), LayerTimes: c.Bool("layer-times"),
 		Precision: c.String("precision"), ExclusiveGPU: c.Bool("exclusive-gpu")}
 	if mc.Spec == "" {
-		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "exclusive-gpu", "layer-times"} {
+		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "exclusive-gpu", "layer-times", "max-image-pixels", "rank-memory"} {
 			if c.IsSet(f) {
 				return mc, fmt.Errorf("--%s needs --model", f)
 			}
@@ -363,6 +370,16 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 		if v := c.Float64(f); c.IsSet(f) && !(v >= 0 && v <= 1) {
 			return mc, fmt.Errorf("--%s %v is not in [0, 1]", f, v)
 		}
+	}
+	if mc.MaxImagePixels = c.Int64("max-image-pixels"); mc.MaxImagePixels < 0 {
+		return mc, fmt.Errorf("--max-image-pixels %d must be at least 0 (0: no limit)", mc.MaxImagePixels)
+	}
+	if v := c.String("rank-memory"); v != "" {
+		n, err := parseBytes(v)
+		if err != nil || n == 0 {
+			return mc, fmt.Errorf("--rank-memory: %q is not a positive size such as 512M or 4GiB", v)
+		}
+		mc.RankMemory = n
 	}
 	req, err := cuda.ParseDevice(mc.Device)
 	if err != nil {
@@ -380,7 +397,19 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 // jobOptions are the settings runJob applies to every job.
 type jobOptions struct {
 	collectiveTimeout time.Duration
+	// out is the job's output folder, where a failing rank leaves a fault
+	// marker so the ranks the launcher then stops stay silent.
+	out string
+	// verbose prints every rank's line for an interrupt or a fault, not
+	// one per job.
+	verbose bool
 }
+
+// interruptGrace is how long a rank other than 0 keeps its interrupt line
+// back: when the whole job was signalled, rank 0 speaks and aborts the job
+// meanwhile, and this rank is stopped before it prints. A rank signalled
+// alone prints after it.
+var interruptGrace = 3 * time.Second
 
 // runJob starts the communicator, checks the launcher, runs job and applies
 // the error rule: a collective error is printed by rank 0 and every rank
@@ -417,9 +446,42 @@ func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, opt jobO
 		finalize()
 		return code
 	}
-	printErr(stderr, comm, err)
+	reportLocal(stderr, comm, opt, code, err)
 	comm.Abort(code)
 	return code // reached only by implementations whose Abort returns
+}
+
+// reportLocal prints a local error once per job. A fault is printed by its
+// rank, which first leaves a marker in the output folder: the launcher
+// answers MPI_Abort by signalling the other ranks, which then see an
+// interrupt, and the marker keeps them silent. An interrupt is printed by
+// rank 0; another rank prints it only when nobody stopped it within
+// interruptGrace (it alone was signalled). --verbose prints every line.
+func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err error) {
+	if opt.verbose {
+		printErr(stderr, comm, err)
+		return
+	}
+	marker := ""
+	if opt.out != "" {
+		marker = filepath.Join(opt.out, fmt.Sprintf("%s-%d", faultPrefix, comm.Rank()))
+	}
+	if code != ExitResumable {
+		if marker != "" {
+			os.WriteFile(marker, []byte(err.Error()), 0o644)
+		}
+		printErr(stderr, comm, err)
+		return
+	}
+	if comm.Rank() != 0 {
+		time.Sleep(interruptGrace)
+	}
+	if opt.out != "" {
+		if m, _ := filepath.Glob(filepath.Join(opt.out, faultPrefix+"-*")); len(m) > 0 {
+			return // a peer's fault stopped this rank; that rank has said why
+		}
+	}
+	printErr(stderr, comm, err)
 }
 
 // ProfileEnv names a file prefix: when set, every rank writes a CPU

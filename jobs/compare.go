@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -182,6 +183,13 @@ type cmpResult struct {
 // its exit code.
 func runCompare(opts CompareOptions, stdout io.Writer) (int, error) {
 	start := time.Now()
+	for _, o := range [][2]string{{"--junit", opts.JUnit}, {"--markdown", opts.Markdown}} {
+		if p := o[1]; p != "" && p != "-" {
+			if err := checkOutputPath(p); err != nil {
+				return ExitUsage, &Error{Code: ExitUsage, Collective: true, Err: fmt.Errorf("jobs: compare: %s %s: %w", o[0], p, err)}
+			}
+		}
+	}
 	res, err := compareReports(opts)
 	if err != nil {
 		return Code(err), err
@@ -754,4 +762,25 @@ func writeCompareJUnit(w io.Writer, res *cmpResult) error {
 // renamed into place (writeAtomic).
 func writeFileAtomic(path string, fill func(io.Writer) error) error {
 	return writeAtomic(filepath.Dir(path), filepath.Base(path), fill)
+}
+
+// checkOutputPath refuses, before any work, an output file path that
+// cannot be written: a directory, or one whose folder is missing or not
+// writable (a usage error, exit 2; a write that fails later is exit 1).
+func checkOutputPath(p string) error {
+	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+		return errors.New("is a directory")
+	}
+	dir := filepath.Dir(p)
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("its folder: %w", err)
+	case !fi.IsDir():
+		return fmt.Errorf("its folder %s is not a directory", dir)
+	}
+	if err := syscall.Access(dir, 2); err != nil { // W_OK
+		return fmt.Errorf("its folder %s is not writable: %w", dir, err)
+	}
+	return nil
 }

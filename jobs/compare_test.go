@@ -421,6 +421,10 @@ func TestCompareCommandStandaloneApp(t *testing.T) {
 		{fixture("baseline.json"), fixture("same.json"), fixture("same.json")},
 		{fixture("baseline.json"), fixture("same.json"), "--bogus"},
 		{fixture("baseline.json"), fixture("same.json"), "--tolerance", "box_recall:0.1"},
+		// output paths that cannot be written: a folder, a missing folder
+		{fixture("baseline.json"), fixture("same.json"), "--junit", dir},
+		{fixture("baseline.json"), fixture("same.json"), "--junit", filepath.Join(dir, "no", "j.xml")},
+		{fixture("baseline.json"), fixture("same.json"), "--markdown", filepath.Join(junit, "m.md")},
 	} {
 		if code, _, err := run(args...); code != ExitUsage {
 			t.Errorf("%q: exit %d (%v), want %d", args, code, err, ExitUsage)

@@ -3,12 +3,17 @@ package jobs
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/canopy-hpc/canopy/infer/gemm"
 	"io"
+	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/canopy-hpc/canopy/infer/gemm"
+	"github.com/canopy-hpc/canopy/internal/parts"
 
 	"github.com/urfave/cli/v2"
 
@@ -103,9 +108,18 @@ func doctorCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *cl
 		Usage: "print what every rank sees: MPI library, ranks, node-local ranks, threads, CPU affinity, GPUs, devices",
 		Description: "Run it the way you run eval (mpirun -np N canopy doctor, or srun inside an\n" +
 			"allocation) to check the launcher, the binding of ranks to cores and the GPUs.\n\n" + ExitTable,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Usage: "instead, tell the state of an output folder, without MPI: complete (exit 0), an interrupted run that --resume continues (exit 8: its part files hold finished images), in use by a running job, or neither (exit 1); what a job script checks after mpirun exits 1 on SIGTERM"},
+		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usageError(fmt.Errorf("doctor takes no arguments, got %q", c.Args().Slice()))
+			}
+			if out := c.String("out"); out != "" {
+				st, msg := outState(out)
+				fmt.Fprintf(stdout, "%s: %s\n", out, msg)
+				*code = st
+				return nil
 			}
 			*code = runJob(c.Context, newComm, stderr, jobOptions{collectiveTimeout: time.Minute}, func(comm mpi.Comm) error {
 				return doctor(comm, stdout)
@@ -113,4 +127,47 @@ func doctorCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *cl
 			return nil
 		},
 	}
+}
+
+// outState tells what an output folder holds (canopy doctor --out): the
+// exit code (0 complete, 8 resumable, 1 neither) and a sentence. It only
+// reads: it neither takes the lock nor tidies.
+func outState(dir string) (int, string) {
+	if _, err := os.Stat(dir); err != nil {
+		return ExitInternal, fmt.Sprintf("no output folder (%v)", err)
+	}
+	busy := ""
+	if f, err := os.Open(filepath.Join(dir, lockName)); err == nil {
+		h := readHolder(f)
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB) != nil {
+			busy = fmt.Sprintf("in use by a running canopy job (%s); ", h)
+		}
+		f.Close()
+	}
+	has := func(n string) bool { _, err := os.Stat(filepath.Join(dir, n)); return err == nil }
+	if has(previousDir) {
+		return ExitInternal, busy + "a --force run stopped before it saved anything; its previous run is set aside in " + previousDir + " and the next canopy run in this folder puts it back"
+	}
+	if has("report.json") && !has(journalName) {
+		return ExitOK, busy + "complete: report.json, predictions.csv and results.csv are one run's outputs"
+	}
+	if has(journalName) {
+		return ExitInternal, busy + "a run was stopped while publishing its outputs; the next canopy run in this folder finishes the publication"
+	}
+	if !has(manifestFile) {
+		return ExitInternal, busy + "no canopy run (no manifest.json, no report.json)"
+	}
+	files, err := parts.ReadAll(dir)
+	if err != nil {
+		return ExitInternal, busy + err.Error()
+	}
+	done, st, err := parts.Decode(files, math.MaxInt)
+	if err != nil {
+		return ExitInternal, busy + err.Error()
+	}
+	if len(done) == 0 {
+		return ExitInternal, busy + "a run that stopped before it saved any image (a failed start); run it again, --resume has nothing to continue"
+	}
+	return ExitResumable, fmt.Sprintf("%sresumable: an interrupted run, %d image(s) saved in %d part file(s) (%d torn record(s) dropped); continue it with canopy eval --resume and the same inputs",
+		busy, len(done), len(files), st.Dropped)
 }

@@ -100,7 +100,7 @@ type inputs struct {
 
 // Eval runs the eval job on this rank. It returns an *Error whose
 // Collective flag says whether every rank returns the same error.
-func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
+func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if cfg.BatchSize < 1 {
 		cfg.BatchSize = 1
 	}
@@ -111,7 +111,14 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	t0 := time.Now()
 
 	// 1. Read once, agree everywhere.
-	in, err := loadInputs(c, cfg)
+	in, out, err := loadInputs(c, cfg)
+	defer func() {
+		// rank 0: a --force run that fails (or is interrupted) before it
+		// saved anything puts the previous run back
+		if out.finish(err) && errors.Is(err, errInterrupted) {
+			err = &Error{Code: Code(err), Err: fmt.Errorf("%w (the new --force run had saved nothing yet: the previous run in %s is back; run again with --force)", err, cfg.Out)}
+		}
+	}()
 	if err != nil {
 		return err
 	}
@@ -199,7 +206,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 		for k, i := range shard {
 			files[k] = imageFile(cfg.RootDir, images[i].Path)
 		}
-		if err := preflight(c, files); err != nil {
+		if err := preflight(c, files, model, cfg.Model, cfg.BatchSize); err != nil {
 			return err
 		}
 		stats.Seconds["preflight"] = since(t1)
@@ -212,13 +219,30 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 		det = rd
 	}
 	defer det.Close()
-	pw, err := parts.Create(cfg.Out, in.attempt, c.Rank(), time.Second)
+	pw, err := createParts(cfg.Out, in.attempt, c.Rank(), time.Second)
 	if err != nil {
 		return localErr(ExitInternal, "jobs: %w", err)
 	}
-	mine, derr := detectShard(ctx, det, cfg, images, shard, c.Rank(), pw.Append)
+	// A part file that cannot be written is an I/O error of canopy's own
+	// files (exit 1), whatever the detector; rank 0's first saved record
+	// commits a --force run (the previous run is removed).
+	record := func(ims []wire.Image) error {
+		if err := pw.Append(ims); err != nil {
+			return &Error{Code: ExitInternal, Err: err}
+		}
+		if err := out.commit(); err != nil {
+			return &Error{Code: ExitInternal, Err: err}
+		}
+		return nil
+	}
+	mine, derr := detectShard(ctx, det, cfg, images, shard, c.Rank(), record)
 	if err := pw.Close(); err != nil && derr == nil {
-		derr = err
+		derr = &Error{Code: ExitInternal, Err: err}
+	}
+	if derr == nil {
+		if err := out.commit(); err != nil { // rank 0 saved nothing: an empty shard
+			derr = &Error{Code: ExitInternal, Err: err}
+		}
 	}
 	if err := detectErr(derr, ""); err != nil {
 		return err
@@ -376,23 +400,29 @@ func imageFile(root, p string) string {
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }
 
+// createParts opens a rank's part file (a seam for the full-disk test).
+var createParts = parts.Create
+
 // loadInputs: rank 0 checks the output folder and reads the inputs, then
 // broadcasts either the bytes or its error, so every rank fails alike.
-func loadInputs(c mpi.Comm, cfg EvalConfig) (inputs, error) {
+// Rank 0 also returns its hold on the output folder (nil elsewhere).
+func loadInputs(c mpi.Comm, cfg EvalConfig) (inputs, *outRun, error) {
 	var pkt []byte
+	var out *outRun
 	if c.Rank() == 0 {
-		pkt = packInputs(cfg)
+		pkt, out = packInputs(cfg)
 	}
 	pkt, err := c.Bcast(pkt, 0)
 	if err != nil {
-		return inputs{}, localErr(ExitMPI, "jobs: broadcast inputs: %w", err)
+		return inputs{}, out, localErr(ExitMPI, "jobs: broadcast inputs: %w", err)
 	}
-	return unpackInputs(pkt)
+	in, err := unpackInputs(pkt)
+	return in, out, err
 }
 
-func packInputs(cfg EvalConfig) []byte {
-	fail := func(code int, err error) []byte {
-		return append([]byte{byte(code)}, err.Error()...)
+func packInputs(cfg EvalConfig) ([]byte, *outRun) {
+	fail := func(code int, err error) ([]byte, *outRun) {
+		return append([]byte{byte(code)}, err.Error()...), nil
 	}
 	var in inputs
 	dst := []*[]byte{&in.csv, &in.preds, &in.labels}
@@ -413,15 +443,16 @@ func packInputs(cfg EvalConfig) []byte {
 		}
 		in.modelDir, in.modelDigest, in.modelConfig = dir, digest, config
 	}
-	if err := prepareOut(cfg, &in); err != nil {
-		return fail(ExitUsage, err)
+	out, err := prepareOut(cfg, &in)
+	if err != nil {
+		return fail(Code(err), err)
 	}
 	fields := [][]byte{in.csv, in.preds, in.labels, []byte(in.probe), binary.LittleEndian.AppendUint64(nil, uint64(in.attempt)),
 		[]byte(in.modelDir), []byte(in.modelDigest), []byte(in.modelConfig)}
 	for _, f := range in.parts {
 		fields = append(fields, f.Data)
 	}
-	return packFields([]byte{0}, fields...)
+	return packFields([]byte{0}, fields...), out
 }
 
 func unpackInputs(pkt []byte) (inputs, error) {

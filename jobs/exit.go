@@ -10,7 +10,7 @@ import (
 const (
 	ExitOK         = 0 // success
 	ExitInternal   = 1 // internal error (a bug, or an I/O failure of canopy's own files)
-	ExitUsage      = 2 // bad command line, or an output folder holding a previous run
+	ExitUsage      = 2 // bad command line, or an output folder holding a previous run or in use
 	ExitInput      = 3 // bad input data (CSV, label map, predictions)
 	ExitModel      = 4 // model or detector error
 	ExitMPI        = 5 // MPI, launcher or topology error
@@ -22,9 +22,11 @@ const (
 // ExitTable is the exit-code table as printed in --help.
 const ExitTable = `EXIT CODES:
    0  success
-   1  internal error
-   2  usage error (bad flags, output folder holds a previous run)
-   3  bad input data (CSV, label map, predictions)
+   1  internal error, or an I/O error on canopy's own files (a full disk)
+   2  usage error (bad flags, output folder holds a previous run or is in
+      use by another run)
+   3  bad input data (CSV, label map, predictions, an image over the pixel
+      cap or too large for the rank's memory)
    4  model error
    5  MPI, launcher, topology or GPU error (no usable GPU in the cuda build,
       --device cuda with none visible, --exclusive-gpu refused a shared GPU)

@@ -15,7 +15,6 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/cuda"
-	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -38,6 +37,11 @@ type ModelConfig struct {
 	ExclusiveGPU bool
 	// LayerTimes prints, on rank 0, the model's time per layer group.
 	LayerTimes bool
+	// MaxImagePixels refuses larger images at pre-flight (0: no limit);
+	// RankMemory is the memory a rank may use (0: the node's memory over
+	// its ranks). See limits.go.
+	MaxImagePixels int64
+	RankMemory     int64
 }
 
 // modelInfo is what the report records about the model.
@@ -418,18 +422,4 @@ func agreeErr(c mpi.Comm, code int, err error) error {
 		}
 	}
 	return &Error{Code: worst, Collective: true, Err: errors.New(text)}
-}
-
-// preflight checks, on every rank, that its images open as supported
-// images, before any inference: a --root-dir missing on one node is one
-// clear error (exit 3), not a half-run.
-func preflight(c mpi.Comm, files []string) error {
-	var err error
-	for _, f := range files {
-		if _, _, e := imagefile.Check(f); e != nil {
-			err = fmt.Errorf("jobs: pre-flight: %w", e)
-			break
-		}
-	}
-	return agreeErr(c, ExitInput, err)
 }

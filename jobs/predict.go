@@ -104,8 +104,8 @@ func csvImagePaths(name string, data []byte) ([]string, error) {
 }
 
 // packPredict is rank 0's packet: the image list and the model.
-func packPredict(cfg PredictConfig) []byte {
-	fail := func(code int, err error) []byte { return append([]byte{byte(code)}, err.Error()...) }
+func packPredict(cfg PredictConfig) ([]byte, *outRun) {
+	fail := func(code int, err error) ([]byte, *outRun) { return append([]byte{byte(code)}, err.Error()...), nil }
 	var paths []string
 	var err error
 	if cfg.CSV != "" {
@@ -124,34 +124,34 @@ func packPredict(cfg PredictConfig) []byte {
 	if err != nil {
 		return fail(ExitModel, err)
 	}
-	if err := prepareOutSimple(cfg.Out, cfg.Force); err != nil {
-		return fail(ExitUsage, err)
+	out, err := preparePredictOut(cfg.Out, cfg.Force)
+	if err != nil {
+		return fail(Code(err), err)
 	}
 	fields := [][]byte{[]byte(dir), []byte(digest), []byte(config)}
 	for _, p := range paths {
 		fields = append(fields, []byte(p))
 	}
-	return packFields([]byte{0}, fields...)
+	return packFields([]byte{0}, fields...), out
 }
 
-// prepareOutSimple makes the output folder, refusing one that holds
-// predictions unless force.
-func prepareOutSimple(dir string, force bool) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("jobs: --out: %w", err)
+// preparePredictOut locks the output folder, refusing one that holds
+// predictions unless force. With force the previous predictions stay until
+// the new ones replace them as one set (publish): a failed run loses
+// nothing.
+func preparePredictOut(dir string, force bool) (*outRun, error) {
+	o, err := openOut(dir)
+	if err != nil {
+		return nil, err
 	}
 	for _, f := range []string{"predictions.csv", "report.json"} {
-		p := filepath.Join(dir, f)
-		if _, err := os.Stat(p); err == nil {
-			if !force {
-				return fmt.Errorf("jobs: --out %s holds a previous run (%s); use --force to replace it", dir, f)
-			}
-			if err := os.Remove(p); err != nil {
-				return fmt.Errorf("jobs: --force: %w", err)
-			}
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil && !force {
+			err := usageErr("jobs: --out %s holds a previous run (%s); use --force to replace it", dir, f)
+			o.finish(err)
+			return nil, err
 		}
 	}
-	return nil
+	return o, nil
 }
 
 type predictReport struct {
@@ -165,12 +165,14 @@ type predictReport struct {
 	Model    *modelInfo  `json:"model"`
 	PerRank  []rankStats `json:"per_rank"`
 	Detector string      `json:"detector"`
+	// Outputs: the sha256 of the predictions.csv published with this report.
+	Outputs map[string]string `json:"outputs,omitempty"`
 }
 
 // Predict runs the predict job on this rank: every rank detects its shard,
 // the detections are gathered, rank 0 writes OUT/predictions.csv (DeepForest
 // prediction columns) and OUT/report.json.
-func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) error {
+func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	if cfg.BatchSize < 1 {
 		cfg.BatchSize = 1
 	}
@@ -184,10 +186,12 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) error {
 	stats := rankStats{Rank: c.Rank(), Host: c.Host(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
 	var pkt []byte
+	var out *outRun
 	if c.Rank() == 0 {
-		pkt = packPredict(cfg)
+		pkt, out = packPredict(cfg)
 	}
-	pkt, err := c.Bcast(pkt, 0)
+	defer func() { out.finish(err) }() // rank 0 releases the folder
+	pkt, err = c.Bcast(pkt, 0)
 	if err != nil {
 		return localErr(ExitMPI, "jobs: broadcast inputs: %w", err)
 	}
@@ -226,7 +230,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) error {
 	for k, i := range shard {
 		files[k] = imageFile(cfg.RootDir, paths[i])
 	}
-	if err := preflight(c, files); err != nil {
+	if err := preflight(c, files, model, cfg.Model, cfg.BatchSize); err != nil {
 		return err
 	}
 	stats.Seconds["load"] = since(t0)
@@ -276,19 +280,32 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) error {
 				rep.PerRank = append(rep.PerRank, s)
 			}
 		}
-		werr = writeAtomic(cfg.Out, "predictions.csv", func(w io.Writer) error {
-			return writePredictions(w, images, dets, labels)
-		})
-		if werr == nil {
-			werr = writeAtomic(cfg.Out, "report.json", func(w io.Writer) error {
-				e := json.NewEncoder(w)
-				e.SetIndent("", "  ")
-				return e.Encode(rep)
-			})
-		}
+		werr = writePredictOutputs(cfg.Out, rep, images, dets, labels)
 		if werr == nil && cfg.Stdout != nil {
 			fmt.Fprintf(cfg.Stdout, "%d detections on %d images: %s\n", rep.Boxes, len(images), filepath.Join(cfg.Out, "predictions.csv"))
 		}
 	}
 	return finalStatus(c, werr, "predictions")
+}
+
+// writePredictOutputs stages predictions.csv and report.json (which
+// records the predictions' sha256) and publishes them as one set.
+func writePredictOutputs(dir string, rep predictReport, images []box.Image, dets [][]box.Detection, labels box.LabelMap) error {
+	preds, err := stage(dir, "predictions.csv", func(w io.Writer) error {
+		return writePredictions(w, images, dets, labels)
+	})
+	if err != nil {
+		return err
+	}
+	rep.Outputs = map[string]string{preds.Name: preds.SHA256}
+	rj, err := stage(dir, "report.json", func(w io.Writer) error {
+		e := json.NewEncoder(w)
+		e.SetIndent("", "  ")
+		return e.Encode(rep)
+	})
+	if err != nil {
+		os.Remove(filepath.Join(dir, preds.Tmp))
+		return err
+	}
+	return publish(dir, []staged{preds, rj})
 }

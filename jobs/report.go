@@ -1,7 +1,6 @@
 package jobs
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -47,6 +46,9 @@ type runInfo struct {
 	IgnoredPredictions int             `json:"ignored_predictions"`
 	Resume             resumeInfo      `json:"resume"`
 	Model              *modelInfo      `json:"model,omitempty"`
+	// Outputs are the sha256 of the files published with this report, so a
+	// reader can check that a predictions.csv or results.csv belongs to it.
+	Outputs map[string]string `json:"outputs,omitempty"`
 }
 
 // resumeInfo tells how much of the run came from part files of earlier
@@ -203,20 +205,24 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 	return r
 }
 
-// writeOutputs writes predictions.csv, results.csv and, last, report.json,
-// each to a temporary name renamed into place.
+// writeOutputs stages predictions.csv, results.csv and report.json (which
+// records the other two's sha256) and publishes them as one set.
 func writeOutputs(cfg EvalConfig, rep report, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result) error {
-	if err := writeAtomic(cfg.Out, "predictions.csv", func(w io.Writer) error {
+	preds, err := stage(cfg.Out, "predictions.csv", func(w io.Writer) error {
 		return writePredictions(w, images, dets, labels)
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
-	if err := writeAtomic(cfg.Out, "results.csv", func(w io.Writer) error {
+	results, err := stage(cfg.Out, "results.csv", func(w io.Writer) error {
 		return writeResults(w, images, dets, labels, res.Matches)
-	}); err != nil {
+	})
+	if err != nil {
+		os.Remove(filepath.Join(cfg.Out, preds.Tmp))
 		return err
 	}
-	return writeAtomic(cfg.Out, "report.json", func(w io.Writer) error {
+	rep.run.Outputs = map[string]string{preds.Name: preds.SHA256, results.Name: results.SHA256}
+	rj, err := stage(cfg.Out, "report.json", func(w io.Writer) error {
 		run, err := json.MarshalIndent(rep.run, " ", " ")
 		if err != nil {
 			return err
@@ -224,38 +230,12 @@ func writeOutputs(cfg EvalConfig, rep report, images []box.Image, dets [][]box.D
 		_, err = fmt.Fprintf(w, "{\"metrics\": %s,\n \"run\": %s}\n", rep.metrics, run)
 		return err
 	})
-}
-
-func writeAtomic(dir, name string, fill func(io.Writer) error) error {
-	f, err := os.CreateTemp(dir, "."+name+".tmp*")
 	if err != nil {
-		return fmt.Errorf("jobs: %w", err)
+		os.Remove(filepath.Join(cfg.Out, preds.Tmp))
+		os.Remove(filepath.Join(cfg.Out, results.Tmp))
+		return err
 	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err := fill(bw); err != nil {
-		f.Close()
-		return fmt.Errorf("jobs: write %s: %w", name, err)
-	}
-	if err := bw.Flush(); err != nil {
-		f.Close()
-		return fmt.Errorf("jobs: write %s: %w", name, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("jobs: sync %s: %w", name, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("jobs: close %s: %w", name, err)
-	}
-	if err := os.Chmod(tmp, 0o644); err != nil { // CreateTemp makes 0600
-		return fmt.Errorf("jobs: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("jobs: %w", err)
-	}
-	return nil
+	return publish(cfg.Out, []staged{preds, results, rj})
 }
 
 func csvField(s string) string {

@@ -1,9 +1,7 @@
 package jobs
 
 import (
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,60 +72,78 @@ const manifestFile = "manifest.json"
 var runFiles = append(append([]string(nil), reportFiles...), manifestFile, parts.Dir)
 
 // prepareOut is rank 0's output-folder step, before anything is computed:
-// for a new run it refuses a folder holding a previous one (unless force,
-// which removes it) and writes the manifest; for --resume it checks the
+// it locks the folder (openOut) for the whole run; for a new run it refuses
+// a folder holding a previous one (unless force, which sets it aside until
+// the new run commits) and writes the manifest; for --resume it checks the
 // manifest and reads the part files. It also writes the shared-filesystem
 // probe that every rank reads back.
-func prepareOut(cfg EvalConfig, in *inputs) error {
-	dir := cfg.Out
-	if dir == "" {
-		return errors.New("jobs: --out is empty")
+func prepareOut(cfg EvalConfig, in *inputs) (*outRun, error) {
+	o, err := openOut(cfg.Out)
+	if err != nil {
+		return nil, err
 	}
+	if err := prepareLocked(cfg, in, o); err != nil {
+		o.finish(err)
+		return nil, err
+	}
+	return o, nil
+}
+
+func prepareLocked(cfg EvalConfig, in *inputs, o *outRun) error {
+	dir := cfg.Out
 	cur := newManifest(cfg, *in)
 	if cfg.Resume {
 		b, err := os.ReadFile(filepath.Join(dir, manifestFile))
 		if err != nil {
-			return fmt.Errorf("jobs: --resume: no run to resume in %s: %w", dir, err)
+			return usageErr("jobs: --resume: no run to resume in %s: %w", dir, err)
 		}
 		var old manifest
 		if err := json.Unmarshal(b, &old); err != nil {
-			return fmt.Errorf("jobs: --resume: %s: %w", manifestFile, err)
+			return usageErr("jobs: --resume: %s: %w", manifestFile, err)
 		}
 		if d := old.diff(cur); len(d) > 0 {
-			return fmt.Errorf("jobs: --resume refused, the inputs differ from the run in %s: %s", dir, strings.Join(d, "; "))
+			return usageErr("jobs: --resume refused, the inputs differ from the run in %s: %s", dir, strings.Join(d, "; "))
 		}
 		files, err := parts.ReadAll(dir)
 		if err != nil {
-			return fmt.Errorf("jobs: --resume: %w", err)
+			return ioErr("jobs: --resume: %w", err)
 		}
 		in.parts = files
 		in.attempt = parts.NextAttempt(files)
 	} else {
-		force := cfg.Force || abortedStart(dir)
+		var present []string
 		for _, f := range runFiles {
-			p := filepath.Join(dir, f)
-			if _, err := os.Stat(p); err != nil {
-				continue
-			}
-			if !force {
-				return fmt.Errorf("jobs: output folder %s holds a previous run (%s); choose another --out, pass --resume to continue it or --force to replace it", dir, f)
-			}
-			if err := os.RemoveAll(p); err != nil {
-				return fmt.Errorf("jobs: --force: %w", err)
+			if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
+				present = append(present, f)
 			}
 		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("jobs: output folder: %w", err)
+		switch {
+		case len(present) == 0:
+		case cfg.Force:
+			if err := setAside(dir, present); err != nil {
+				return err
+			}
+			o.aside = true
+		case abortedStart(dir):
+			for _, f := range present {
+				if err := os.RemoveAll(filepath.Join(dir, f)); err != nil {
+					return ioErr("jobs: output folder: %w", err)
+				}
+			}
+		default:
+			return usageErr("jobs: output folder %s holds a previous run (%s); choose another --out, pass --resume to continue it or --force to replace it", dir, present[0])
 		}
 		b, _ := json.MarshalIndent(cur, "", " ")
 		if err := writeAtomic(dir, manifestFile, func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
-			return err
+			return ioErr("%w", err)
 		}
 	}
-	var nonce [16]byte
-	rand.Read(nonce[:])
-	in.probe = hex.EncodeToString(nonce[:])
-	return os.WriteFile(filepath.Join(dir, probeName(in.probe)), []byte(in.probe), 0o644)
+	o.probe = nonce() + nonce()
+	in.probe = o.probe
+	if err := os.WriteFile(filepath.Join(dir, probeName(in.probe)), []byte(in.probe), 0o644); err != nil {
+		return ioErr("jobs: output folder: %w", err)
+	}
+	return nil
 }
 
 // abortedStart reports a folder left by a run that failed before any

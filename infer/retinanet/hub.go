@@ -244,6 +244,14 @@ func parseConfig(file string, b []byte) (Config, error) {
 		}
 		return int(f), nil
 	}
+	// min_size and max_size are bounded: they size every feature map.
+	sideInt := func(k string, v json.RawMessage) (int, error) {
+		var f float64
+		if err := json.Unmarshal(v, &f); err != nil || f != math.Trunc(f) || f < 1 || f > MaxSide {
+			return 0, keyErr(k, v, fmt.Sprintf("a positive integer of at most %d", MaxSide))
+		}
+		return int(f), nil
+	}
 	triple := func(k string, v json.RawMessage) ([3]float32, error) {
 		var f []float64
 		var out [3]float32
@@ -303,9 +311,9 @@ func parseConfig(file string, b []byte) (Config, error) {
 				}
 				v = list[len(list)-1]
 			}
-			o.MinSize, err = posInt(k, v)
+			o.MinSize, err = sideInt(k, v)
 		case "max_size":
-			o.MaxSize, err = posInt(k, v)
+			o.MaxSize, err = sideInt(k, v)
 		case "image_mean":
 			o.ImageMean, err = triple(k, v)
 		case "image_std":

@@ -1,0 +1,182 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/mpi"
+)
+
+// DefaultMaxImagePixels is the pre-flight pixel cap: PIL's Image.open
+// raises DecompressionBombError above 2 × Image.MAX_IMAGE_PIXELS
+// (MAX_IMAGE_PIXELS = 1024·1024·1024 // 4 // 3 = 89,478,485), so canopy
+// refuses exactly the images DeepForest's PIL refuses. --max-image-pixels
+// changes it (0: no cap, as MAX_IMAGE_PIXELS = None).
+const DefaultMaxImagePixels = 2 * 89478485
+
+// Bytes per pixel of the memory estimate (measured with VmHWM on this
+// project's ResNet-18 and ResNet-50 models, rounded up: docs/reliability.md).
+const (
+	// decodeBytesPerPixel: a decoded image (the Go image, 4 B/px, and its
+	// float32 RGB planes, 12 B/px) and the normalised plane (4 B/px).
+	decodeBytesPerPixel = 20
+	// networkBytesPerPixel: the feature maps, im2col and Winograd buffers
+	// per pixel of the padded network input (measured 150-290 B with
+	// ResNet-50-FPN256 at 800² and 1600², with the garbage collector's
+	// slack).
+	networkBytesPerPixel = 400
+)
+
+// memoryEstimate is the memory a rank needs to run an image of w×h pixels
+// whose padded network input is pw×ph: what the rank holds now (the
+// weights, the runtime) plus copies decoded images (the one being run and
+// the next one decoded meanwhile; a GPU decodes whole batches) plus the
+// network's maps.
+func memoryEstimate(resident int64, w, h, pw, ph, copies int) int64 {
+	return resident + int64(copies)*decodeBytesPerPixel*int64(w)*int64(h) + networkBytesPerPixel*int64(pw)*int64(ph)
+}
+
+// preflight checks, on every rank, that its images open as supported
+// images, hold at most the pixel cap, and fit the rank's memory, before any
+// inference: a --root-dir missing on one node, a decompression bomb or an
+// image too large for the node is one clear error (exit 3), not a half-run
+// or a Go runtime crash.
+func preflight(c mpi.Comm, files []string, lm *loadedModel, mc ModelConfig, batch int) error {
+	var err error
+	largest, lw, lh := int64(-1), 0, 0
+	var lfile string
+	for _, f := range files {
+		w, h, e := imagefile.Check(f)
+		if e != nil {
+			err = fmt.Errorf("jobs: pre-flight: %w", e)
+			break
+		}
+		if px := int64(w) * int64(h); mc.MaxImagePixels > 0 && px > mc.MaxImagePixels {
+			err = fmt.Errorf("jobs: pre-flight: %s: %dx%d is %d pixels, over the limit of %d (PIL's decompression-bomb limit; --max-image-pixels raises it): %w",
+				f, w, h, px, mc.MaxImagePixels, imagefile.ErrImage)
+			break
+		}
+		pw, ph := lm.m.PaddedSize(w, h)
+		if e := memoryEstimate(0, w, h, pw, ph, 1); e > largest {
+			largest, lw, lh, lfile = e, w, h, f
+		}
+	}
+	if err == nil && lfile != "" {
+		err = checkMemory(lfile, lw, lh, lm, mc, batch, c.LocalSize())
+	}
+	return agreeErr(c, ExitInput, err)
+}
+
+// checkMemory compares the estimate for the rank's largest image with the
+// rank's share of the node's memory.
+func checkMemory(file string, w, h int, lm *loadedModel, mc ModelConfig, batch, localRanks int) error {
+	budget, from := mc.RankMemory, "--rank-memory"
+	if budget <= 0 {
+		node, src, err := nodeMemory()
+		if err != nil {
+			return nil // unknown: no check rather than a false refusal
+		}
+		budget = node / int64(max(localRanks, 1))
+		from = fmt.Sprintf("%s over %d rank(s) of this node", src, max(localRanks, 1))
+	}
+	copies := 2
+	if lm.place.Kind == "cuda" {
+		copies = 2 * batch
+	}
+	pw, ph := lm.m.PaddedSize(w, h)
+	need := memoryEstimate(residentBytes(), w, h, pw, ph, copies)
+	if need <= budget {
+		return nil
+	}
+	return &Error{Code: ExitInput, Err: fmt.Errorf("jobs: pre-flight: %s: a %dx%d image (network input %dx%d) needs about %s on this rank, which may use %s (%s); "+
+		"run fewer ranks per node, lower --batch-size on a GPU, shrink the image, or set --rank-memory: %w",
+		file, w, h, pw, ph, gib(need), gib(budget), from, imagefile.ErrImage)}
+}
+
+func gib(b int64) string {
+	if b < 1<<30 {
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30))
+}
+
+// nodeMemory is the memory of this node canopy's ranks may use: MemTotal,
+// or the cgroup's limit (Slurm's, a container's) when lower.
+func nodeMemory() (int64, string, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, "", err
+	}
+	var total int64
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				total = kb * 1024
+			}
+		}
+	}
+	if total <= 0 {
+		return 0, "", errors.New("no MemTotal in /proc/meminfo")
+	}
+	src := "MemTotal"
+	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		if b, err := os.ReadFile(p); err == nil {
+			if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 && n < total {
+				total, src = n, "the cgroup limit "+p
+			}
+		}
+	}
+	return total, src, nil
+}
+
+// residentBytes is this process's resident memory (VmRSS), 0 if unknown.
+func residentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}
+
+// parseBytes reads a size such as 512M, 2GiB or 1500000000 (K, M, G, T in
+// powers of 1024, an optional iB or B).
+func parseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	u := strings.ToUpper(t)
+	u = strings.TrimSuffix(strings.TrimSuffix(u, "IB"), "B")
+	mult := int64(1)
+	if n := len(u); n > 0 {
+		switch u[n-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		case 'T':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			u = u[:n-1]
+		}
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(u), 64)
+	if err != nil || !(v >= 0) || v*float64(mult) > 1<<62 {
+		return 0, fmt.Errorf("%q is not a size such as 512M or 4GiB", s)
+	}
+	return int64(v * float64(mult)), nil
+}

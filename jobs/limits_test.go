@@ -1,0 +1,166 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"hash/crc32"
+	"image"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// pngHeader is a PNG of only its signature, IHDR (8-bit RGB, w×h) and
+// IEND: 45 bytes that claim any size, as a decompression bomb's header does.
+func pngHeader(w, h uint32) []byte {
+	b := []byte("\x89PNG\r\n\x1a\n")
+	chunk := func(typ string, data []byte) {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(data)))
+		c := append([]byte(typ), data...)
+		b = append(b, c...)
+		b = binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(c))
+	}
+	ihdr := binary.BigEndian.AppendUint32(nil, w)
+	ihdr = binary.BigEndian.AppendUint32(ihdr, h)
+	chunk("IHDR", append(ihdr, 8, 2, 0, 0, 0))
+	chunk("IEND", nil)
+	return b
+}
+
+// limitRun runs eval --model on 2 in-process ranks over one image and
+// returns the exit codes and stderr.
+func limitRun(t *testing.T, img string, mc func(*ModelConfig)) ([]int, string) {
+	t.Helper()
+	dir := filepath.Dir(img)
+	csv := filepath.Join(dir, "truth.csv")
+	os.WriteFile(csv, []byte("image_path,xmin,ymin,xmax,ymax,label\n"+filepath.Base(img)+",1,1,10,10,Tree\n"), 0o644)
+	cfg := modelCfg(t, t.TempDir())
+	cfg.CSV = csv
+	cfg.Model.MaxImagePixels = DefaultMaxImagePixels
+	if mc != nil {
+		mc(&cfg.Model)
+	}
+	var stderr bytes.Buffer
+	codes := runLocalCtx(t, 2, cfg, func(int) context.Context { return context.Background() }, &stderr)
+	return codes, stderr.String()
+}
+
+func wantCodes(t *testing.T, codes []int, want int, stderr string) {
+	t.Helper()
+	for r, c := range codes {
+		if c != want {
+			t.Fatalf("rank %d exit %d, want %d\n%s", r, c, want, stderr)
+		}
+	}
+}
+
+// A 50000×50000 PNG header (45 bytes) is refused at pre-flight from its
+// header, exit 3, naming the file and its size, under PIL's default cap;
+// with the cap lifted, the memory estimate refuses it (exit 3), never a Go
+// runtime crash.
+func TestPixelCapAndMemoryEstimate(t *testing.T) {
+	dir := t.TempDir()
+	bomb := filepath.Join(dir, "bomb.png")
+	os.WriteFile(bomb, pngHeader(50000, 50000), 0o644)
+	codes, stderr := limitRun(t, bomb, nil)
+	wantCodes(t, codes, ExitInput, stderr)
+	for _, want := range []string{"bomb.png", "50000x50000", "2500000000 pixels", "178956970", "--max-image-pixels"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Count(stderr, "\n") != 1 {
+		t.Errorf("want one line:\n%s", stderr)
+	}
+
+	// the cap raised: the estimate (50000² decoded twice is ~93 GiB) refuses
+	codes, stderr = limitRun(t, bomb, func(m *ModelConfig) { m.MaxImagePixels = 0; m.RankMemory = 8 << 30 })
+	wantCodes(t, codes, ExitInput, stderr)
+	for _, want := range []string{"bomb.png", "50000x50000", "needs about", "may use 8.00 GiB", "--rank-memory"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+
+	// a cap of exactly the image's pixels passes the cap (PIL refuses only
+	// above it), and the next check speaks
+	small := filepath.Join(t.TempDir(), "small.png")
+	writePNG(t, small, 300, 200)
+	codes, stderr = limitRun(t, small, func(m *ModelConfig) { m.MaxImagePixels = 300 * 200; m.RankMemory = 1 << 20 })
+	wantCodes(t, codes, ExitInput, stderr)
+	if !strings.Contains(stderr, "needs about") || strings.Contains(stderr, "over the limit") {
+		t.Errorf("300x200 under a cap of 60000 pixels and 1 MiB per rank:\n%s", stderr)
+	}
+	codes, stderr = limitRun(t, small, func(m *ModelConfig) { m.MaxImagePixels = 300*200 - 1 })
+	wantCodes(t, codes, ExitInput, stderr)
+	if !strings.Contains(stderr, "60000 pixels, over the limit of 59999") {
+		t.Errorf("cap 59999:\n%s", stderr)
+	}
+	// the same image with the defaults runs
+	codes, stderr = limitRun(t, small, nil)
+	wantCodes(t, codes, ExitOK, stderr)
+}
+
+func writePNG(t *testing.T, path string, w, h int) {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for i := range img.Pix {
+		img.Pix[i] = byte(i * 7)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	png.Encode(f, img)
+	f.Close()
+}
+
+// The estimate grows with the image and the network input; the default
+// budget is the node's memory.
+func TestMemoryEstimateAndBudget(t *testing.T) {
+	a := memoryEstimate(0, 1000, 1000, 416, 416, 2)
+	if want := int64(2*20*1000*1000 + 400*416*416); a != want {
+		t.Fatalf("estimate %d, want %d", a, want)
+	}
+	if b := memoryEstimate(0, 2000, 2000, 416, 416, 2); b <= a {
+		t.Fatal("a larger image must need more")
+	}
+	n, src, err := nodeMemory()
+	if err != nil || n < 64<<20 || src == "" {
+		t.Fatalf("node memory %d (%s): %v", n, src, err)
+	}
+	for s, want := range map[string]int64{"512M": 512 << 20, "4GiB": 4 << 30, "1.5G": 3 << 29, "1000": 1000, "2k": 2048} {
+		if got, err := parseBytes(s); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "x", "-1G", "1e30T", "NaN"} {
+		if _, err := parseBytes(s); err == nil {
+			t.Errorf("parseBytes(%q) accepted", s)
+		}
+	}
+}
+
+// min_size / max_size beyond retinanet.MaxSide in config.json are a model
+// error (exit 4), not a 120 GB allocation.
+func TestConfigSizeBounds(t *testing.T) {
+	model, _, _ := testModelSet(t)
+	for _, key := range []string{"min_size", "max_size"} {
+		dir := filepath.Join(t.TempDir(), "m")
+		os.MkdirAll(dir, 0o755)
+		os.Symlink(filepath.Join(model, "model.safetensors"), filepath.Join(dir, "model.safetensors"))
+		cfgJSON := strings.Replace(testModelConfig, `"`+key+`": 400`, `"`+key+`": 100000`, 1)
+		os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfgJSON), 0o644)
+		cfg := modelCfg(t, t.TempDir())
+		cfg.Model.Spec = dir
+		var stderr bytes.Buffer
+		codes := runLocalCtx(t, 2, cfg, func(int) context.Context { return context.Background() }, &stderr)
+		wantCodes(t, codes, ExitModel, stderr.String())
+		if !strings.Contains(stderr.String(), key) || !strings.Contains(stderr.String(), "at most 8192") {
+			t.Errorf("%s: %s", key, stderr.String())
+		}
+	}
+}

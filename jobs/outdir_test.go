@@ -1,0 +1,458 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/mpi/local"
+)
+
+// snapshot reads every regular file under dir (relative name -> bytes),
+// the lock file aside.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() || fi.Name() == lockName {
+			return nil
+		}
+		b, _ := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		m[rel] = string(b)
+		return nil
+	})
+	return m
+}
+
+func names(m map[string]string) []string {
+	var n []string
+	for k := range m {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return n
+}
+
+func sameTree(t *testing.T, what string, before, after map[string]string) {
+	t.Helper()
+	if fmt.Sprint(names(before)) != fmt.Sprint(names(after)) {
+		t.Fatalf("%s: files %v, want %v", what, names(after), names(before))
+	}
+	for k, v := range before {
+		if after[k] != v {
+			t.Fatalf("%s: %s changed", what, k)
+		}
+	}
+}
+
+func runLocalErr(t *testing.T, n int, cfg EvalConfig) ([]int, string) {
+	t.Helper()
+	var stderr bytes.Buffer
+	codes := runLocalCtx(t, n, cfg, func(int) context.Context { return context.Background() }, &stderr)
+	return codes, stderr.String()
+}
+
+// --force with a broken new input keeps the previous run, byte for byte,
+// for a bad CSV (exit 3), an unknown label dictionary file (exit 3) and a
+// bad model (exit 4); a good --force run then replaces it and leaves no
+// set-aside copy.
+func TestForceKeepsPreviousRunUntilTheNewOneCommits(t *testing.T) {
+	out := t.TempDir()
+	if codes := runLocal(t, 2, setCfg("three", out)); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	before := snapshot(t, out)
+	bad := filepath.Join(t.TempDir(), "bad.csv")
+	os.WriteFile(bad, []byte("image_path,xmin,ymin,xmax,ymax,label\na.png,1,2,3,4,Tree\na.png,5,2,3,4,Tree\n"), 0o644)
+	for name, c := range map[string]struct {
+		mod  func(*EvalConfig)
+		code int
+	}{
+		"bad csv":        {func(c *EvalConfig) { c.CSV = bad }, ExitInput},
+		"bad label dict": {func(c *EvalConfig) { c.LabelDict = bad }, ExitInput},
+		"missing model": {func(c *EvalConfig) {
+			c.Predictions = ""
+			c.Model = ModelConfig{Spec: filepath.Join(out, "nope"), Device: "cpu"}
+		}, ExitModel},
+	} {
+		cfg := setCfg("three", out)
+		cfg.Force = true
+		c.mod(&cfg)
+		codes, stderr := runLocalErr(t, 2, cfg)
+		wantCodes(t, codes, c.code, stderr)
+		sameTree(t, name, before, snapshot(t, out))
+	}
+	// a model that loads but whose pre-flight fails (an image that does not
+	// open) after the previous run was set aside
+	cfg := modelCfg(t, out)
+	cfg.Force = true
+	cfg.CSV = filepath.Join(t.TempDir(), "missing.csv")
+	os.WriteFile(cfg.CSV, []byte("image_path,xmin,ymin,xmax,ymax,label\nnope.png,1,1,5,5,Tree\n"), 0o644)
+	codes, stderr := runLocalErr(t, 2, cfg)
+	wantCodes(t, codes, ExitInput, stderr)
+	sameTree(t, "pre-flight failure", before, snapshot(t, out))
+
+	cfg = setCfg("single", out)
+	cfg.Force = true
+	if codes := runLocal(t, 2, cfg); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	after := snapshot(t, out)
+	if after["report.json"] == before["report.json"] {
+		t.Fatal("--force did not replace the report")
+	}
+	for n := range after {
+		if strings.HasPrefix(n, ".canopy") {
+			t.Fatalf("left behind: %s", n)
+		}
+	}
+}
+
+// A --force run killed before it committed leaves the previous run set
+// aside; the next start, whatever it is, puts it back first. restorePrevious
+// finishes when it is itself cut short, at any step.
+func TestSetAsideRunRestoredAtNextStart(t *testing.T) {
+	out := t.TempDir()
+	if codes := runLocal(t, 1, setCfg("three", out)); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	before := snapshot(t, out)
+	present := []string{"report.json", "predictions.csv", "results.csv", manifestFile, parts.Dir}
+	if err := setAside(out, present); err != nil {
+		t.Fatal(err)
+	}
+	// the new run got as far as its manifest and an empty part file
+	os.WriteFile(filepath.Join(out, manifestFile), []byte(`{"canopy": "new"}`), 0o644)
+	os.MkdirAll(filepath.Join(out, parts.Dir), 0o755)
+	os.WriteFile(filepath.Join(out, parts.Dir, "part-000-00000.part"), nil, 0o644)
+	// a restore cut short after putting back two entries
+	os.Remove(filepath.Join(out, manifestFile))
+	os.Rename(filepath.Join(out, previousDir, manifestFile), filepath.Join(out, manifestFile))
+	os.Rename(filepath.Join(out, previousDir, "report.json"), filepath.Join(out, "report.json"))
+	// the next run without --force: refused (the previous run is back), intact
+	codes, stderr := runLocalErr(t, 1, setCfg("three", out))
+	wantCodes(t, codes, ExitUsage, stderr)
+	sameTree(t, "restored", before, snapshot(t, out))
+}
+
+// The lock: a run holding --out makes a second one exit 2 naming the
+// holder (job, host, pid); the folder is untouched. A lock file left by a
+// dead process is taken over.
+func TestSecondRunRefusedWhileLocked(t *testing.T) {
+	out := t.TempDir()
+	l, err := lockOut(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SLURM_JOB_ID", "4242")
+	codes, stderr := runLocalErr(t, 2, setCfg("three", out))
+	wantCodes(t, codes, ExitUsage, stderr)
+	host, _ := os.Hostname()
+	for _, want := range []string{"in use by another canopy run", "job none", "host " + host, fmt.Sprintf("pid %d", os.Getpid())} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, manifestFile)); err == nil {
+		t.Fatal("the refused run wrote a manifest")
+	}
+	l.release()
+	if codes := runLocal(t, 2, setCfg("three", out)); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	// a lock file naming a process that has ended: stale, taken over
+	b, _ := json.Marshal(lockHolder{Job: "1", Host: host, PID: deadPID(t), Started: "then"})
+	os.WriteFile(filepath.Join(out, lockName), b, 0o644)
+	cfg := setCfg("three", out)
+	cfg.Force = true
+	if codes, stderr := runLocalErr(t, 1, cfg); codes[0] != 0 {
+		t.Fatalf("stale lock: %v\n%s", codes, stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, lockName)); len(b) != 0 {
+		t.Fatalf("the lock file still names a holder after the run: %s", b)
+	}
+}
+
+func deadPID(t *testing.T) int {
+	t.Helper()
+	for pid := 4000000; pid > 3000000; pid-- {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			return pid
+		}
+	}
+	t.Fatal("no free pid")
+	return 0
+}
+
+// Leftovers of a killed run (temporary outputs, probe files, a discard
+// folder, a fault marker) are removed by the next start; an input error
+// leaves no probe file.
+func TestLeftoversRemovedAtNextStart(t *testing.T) {
+	out := t.TempDir()
+	cfg := setCfg("three", out)
+	cfg.CSV = filepath.Join(t.TempDir(), "absent.csv")
+	bad := filepath.Join(t.TempDir(), "bad.csv")
+	os.WriteFile(bad, []byte("image_path,xmin\n"), 0o644)
+	cfg.CSV = bad
+	codes, stderr := runLocalErr(t, 2, cfg)
+	wantCodes(t, codes, ExitInput, stderr)
+	if left, _ := filepath.Glob(filepath.Join(out, ".canopy-probe-*")); len(left) > 0 {
+		t.Fatalf("probe left after an input error: %v", left)
+	}
+	junk := []string{".predictions.csv.tmp123", ".results.csv.tmp9", ".report.json.tmp1", ".canopy-probe-abc", discardPrefix + "x/y", faultPrefix + "-1"}
+	for _, j := range junk {
+		os.MkdirAll(filepath.Dir(filepath.Join(out, j)), 0o755)
+		os.WriteFile(filepath.Join(out, j), []byte("junk"), 0o644)
+	}
+	os.WriteFile(filepath.Join(out, "keep.txt"), []byte("mine"), 0o644)
+	if codes := runLocal(t, 2, setCfg("three", out)); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	got := names(snapshot(t, out))
+	for _, n := range got {
+		if strings.HasPrefix(n, ".") {
+			t.Fatalf("leftover %s in %v", n, got)
+		}
+	}
+	if !strings.Contains(fmt.Sprint(got), "keep.txt") {
+		t.Fatal("a file that is not canopy's was removed")
+	}
+}
+
+// Publication as one set: at every step of a publication a reader that
+// finds report.json finds the predictions.csv and results.csv whose sha256
+// it records; a publication cut after its first rename is finished by the
+// next start.
+func TestOutputsPublishedAsOneSet(t *testing.T) {
+	out := t.TempDir()
+	check := func(step string) {
+		var rep struct {
+			Run struct{ Outputs map[string]string }
+		}
+		b, err := os.ReadFile(filepath.Join(out, "report.json"))
+		if err != nil {
+			return // no report: an incomplete run, as documented
+		}
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		for name, sum := range rep.Run.Outputs {
+			d, _ := os.ReadFile(filepath.Join(out, name))
+			s := sha256.Sum256(d)
+			if hex.EncodeToString(s[:]) != sum {
+				t.Fatalf("after %s: report.json beside a %s it did not publish", step, name)
+			}
+		}
+	}
+	steps := 0
+	publishHook = func(name string) { steps++; check("renaming " + name) }
+	defer func() { publishHook = nil }()
+	for _, set := range []string{"three", "single", "three"} {
+		cfg := setCfg(set, out)
+		cfg.Force = true
+		if codes := runLocal(t, 1, cfg); codes[0] != 0 {
+			t.Fatal(codes)
+		}
+	}
+	if steps != 9 {
+		t.Fatalf("%d renames observed, want 9", steps)
+	}
+	want := snapshot(t, out)
+	// a new set over a complete old one (what predict --force does)
+	for k := 0; k < 2; k++ {
+		var set []staged
+		sums := map[string]string{}
+		for _, n := range []string{"predictions.csv", "results.csv"} {
+			s, err := stage(out, n, func(w io.Writer) error { _, err := fmt.Fprintf(w, "%s %d\n", n, k); return err })
+			if err != nil {
+				t.Fatal(err)
+			}
+			set, sums[n] = append(set, s), s.SHA256
+		}
+		rep, _ := json.Marshal(map[string]any{"run": map[string]any{"outputs": sums}})
+		s, _ := stage(out, "report.json", func(w io.Writer) error { _, err := w.Write(rep); return err })
+		if err := publish(out, append(set, s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publishHook = nil
+	for n, v := range want {
+		os.WriteFile(filepath.Join(out, n), []byte(v), 0o644)
+	}
+
+	// a publication killed after its first rename: the journal and two
+	// staged files remain, the old report is gone
+	s1, _ := stage(out, "predictions.csv", func(w io.Writer) error { _, err := io.WriteString(w, want["predictions.csv"]); return err })
+	s2, _ := stage(out, "results.csv", func(w io.Writer) error { _, err := io.WriteString(w, want["results.csv"]); return err })
+	s3, _ := stage(out, "report.json", func(w io.Writer) error { _, err := io.WriteString(w, want["report.json"]); return err })
+	os.WriteFile(filepath.Join(out, "report.json"), []byte("old"), 0o644)
+	os.WriteFile(filepath.Join(out, "results.csv"), []byte("old"), 0o644)
+	b, _ := json.Marshal([]staged{s1, s2, s3})
+	os.WriteFile(filepath.Join(out, journalName), b, 0o644)
+	os.Remove(filepath.Join(out, "report.json"))
+	os.Rename(filepath.Join(out, s1.Tmp), filepath.Join(out, s1.Name))
+	l, err := openOut(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.finish(nil)
+	sameTree(t, "rolled forward", want, snapshot(t, out))
+}
+
+// Two runs at once into one folder through the lock's own API: the
+// second openOut fails until the first finishes (flock is per open file,
+// so this holds within one process as across hosts).
+func TestLockExclusiveAndReleased(t *testing.T) {
+	out := t.TempDir()
+	a, err := openOut(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openOut(out); Code(err) != ExitUsage {
+		t.Fatalf("second lock: %v", err)
+	}
+	a.finish(nil)
+	deadline := time.Now().Add(time.Second)
+	b, err := openOut(out)
+	if err != nil || time.Now().After(deadline) {
+		t.Fatalf("after release: %v", err)
+	}
+	b.finish(nil)
+}
+
+// A full disk while appending a part file is an I/O error on canopy's own
+// files: exit 1 (it was 4, "model error"). /dev/full stands in for the
+// disk: every write to it fails with ENOSPC.
+func TestFullDiskOnPartFileExits1(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full on this system")
+	}
+	old := createParts
+	createParts = func(out string, attempt, rank int, every time.Duration) (*parts.Writer, error) {
+		os.MkdirAll(filepath.Join(out, parts.Dir), 0o755)
+		os.Symlink("/dev/full", filepath.Join(out, parts.Dir, fmt.Sprintf("part-%03d-%05d.part", attempt, rank)))
+		return parts.Create(out, attempt, rank, every)
+	}
+	defer func() { createParts = old }()
+	codes, stderr := runLocalErr(t, 2, setCfg("three", t.TempDir()))
+	if codes[0] != ExitInternal && codes[1] != ExitInternal {
+		t.Fatalf("codes %v, want %d\n%s", codes, ExitInternal, stderr)
+	}
+	for _, c := range codes {
+		if c == ExitModel {
+			t.Fatalf("a full disk gave exit 4: %v\n%s", codes, stderr)
+		}
+	}
+	if !strings.Contains(stderr, "no space left on device") {
+		t.Errorf("stderr: %s", stderr)
+	}
+}
+
+// predict --force keeps the previous predictions until the new ones
+// replace them: a bad image list (exit 3), a missing model (exit 4) or an
+// image that does not open (exit 3) leaves them byte for byte; a second
+// predict while one holds the folder is refused (exit 2).
+func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
+	_, csv, _ := testModelSet(t)
+	out := t.TempDir()
+	cfg := PredictConfig{Out: out, BatchSize: 2, CSV: csv, Model: modelCfg(t, out).Model}
+	predict := func(cfg PredictConfig) []int {
+		codes := make([]int, 2)
+		errs := local.Run(2, func(c mpi.Comm) error {
+			codes[c.Rank()] = Code(Predict(context.Background(), c, cfg))
+			return nil
+		})
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return codes
+	}
+	if codes := predict(cfg); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	before := snapshot(t, out)
+	if len(before) != 2 {
+		t.Fatalf("predict wrote %v", names(before))
+	}
+	badCSV := filepath.Join(t.TempDir(), "bad.csv")
+	os.WriteFile(badCSV, []byte("path\nx.png\n"), 0o644)
+	missing := filepath.Join(t.TempDir(), "missing.csv")
+	os.WriteFile(missing, []byte("image_path\nnope.png\n"), 0o644)
+	for name, c := range map[string]struct {
+		mod  func(*PredictConfig)
+		code int
+	}{
+		"bad csv":         {func(c *PredictConfig) { c.CSV = badCSV }, ExitInput},
+		"missing model":   {func(c *PredictConfig) { c.Model.Spec = filepath.Join(out, "nope") }, ExitModel},
+		"missing image":   {func(c *PredictConfig) { c.CSV = missing }, ExitInput},
+		"without --force": {func(c *PredictConfig) { c.Force = false }, ExitUsage},
+	} {
+		cfg := cfg
+		cfg.Force = true
+		c.mod(&cfg)
+		if codes := predict(cfg); codes[0] != c.code || codes[1] != c.code {
+			t.Fatalf("%s: codes %v, want %d", name, codes, c.code)
+		}
+		sameTree(t, name, before, snapshot(t, out))
+	}
+	l, err := lockOut(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Force = true
+	if codes := predict(cfg); codes[0] != ExitUsage {
+		t.Fatalf("while locked: %v", codes)
+	}
+	l.release()
+	if codes := predict(cfg); codes[0] != 0 {
+		t.Fatalf("--force: %v", codes)
+	}
+}
+
+// canopy doctor --out: complete, resumable, a failed start, no run, and a
+// folder in use.
+func TestDoctorOutStates(t *testing.T) {
+	out := t.TempDir()
+	if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "no canopy run") {
+		t.Fatalf("empty: %d %s", code, msg)
+	}
+	if codes := runLocal(t, 2, setCfg("three", out)); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	if code, msg := outState(out); code != ExitOK || !strings.Contains(msg, "complete") {
+		t.Fatalf("complete: %d %s", code, msg)
+	}
+	l, err := lockOut(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, msg := outState(out); !strings.Contains(msg, fmt.Sprintf("in use by a running canopy job (job none on host")) {
+		t.Fatalf("locked: %s", msg)
+	}
+	l.release()
+	os.Remove(filepath.Join(out, "report.json"))
+	if code, msg := outState(out); code != ExitResumable || !strings.Contains(msg, "3 image(s) saved") {
+		t.Fatalf("resumable: %d %s", code, msg)
+	}
+	os.RemoveAll(filepath.Join(out, parts.Dir))
+	if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "failed start") {
+		t.Fatalf("failed start: %d %s", code, msg)
+	}
+}
