@@ -191,7 +191,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.BoolFlag{Name: "resume", Usage: "continue the interrupted run in --out: images found in its part files are not recomputed; refused unless the inputs, detector and canopy version match its manifest"},
 			&cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"},
 			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective (after detection: this plus twice the rank's own detection time, as the shards are equal work); then the waiting ranks name the ranks they wait for and the job aborts with exit 5 (0 disables)"},
-		}),
+		}, htmlFlags()),
 		Action: func(c *cli.Context) error {
 			cfg, err := evalConfig(c, stdout)
 			if err != nil {
@@ -267,6 +267,9 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 		return cfg, err
 	}
 	cfg.Semantics = sem
+	if cfg.HTML, err = htmlOptions(c); err != nil {
+		return cfg, fmt.Errorf("eval: %w", err)
+	}
 	return cfg, nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/replay"
+	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/plan"
@@ -54,6 +55,8 @@ type EvalConfig struct {
 	// CollectiveTimeout is the watchdog's limit (--collective-timeout), off
 	// while ranks wait for the slowest one to finish detecting.
 	CollectiveTimeout time.Duration
+	// HTML: rank 0 writes OUT/report.html with these options (nil: not).
+	HTML *htmlreport.Options
 }
 
 // PerturbEnv is a test hook: the rank it names perturbs its metric digest,
@@ -72,7 +75,7 @@ func stopForTest(rank int) {
 
 // reportFiles are the files a run writes; any of them in --out marks a
 // previous run.
-var reportFiles = []string{"report.json", "predictions.csv", "results.csv"}
+var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html"}
 
 type rankStats struct {
 	Rank int    `json:"rank"`
@@ -287,10 +290,17 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 			metrics: metricJSON,
 			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored, resumed, model),
 		}
+		tw := time.Now()
 		werr = writeOutputs(cfg, rep, images, dets, labels, res)
+		if werr == nil {
+			werr = writeHTML(cfg, images, dets, labels, res, since(tw))
+		}
 		if werr == nil && cfg.Stdout != nil {
 			printTable(cfg.Stdout, res.Values)
 			fmt.Fprintf(cfg.Stdout, "report: %s\n", filepath.Join(cfg.Out, "report.json"))
+			if cfg.HTML != nil {
+				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))
+			}
 		}
 	}
 	return finalStatus(c, werr, "report")
