@@ -421,10 +421,10 @@ func splitScores(dets [][]box.Detection, matches []metrics.Match) (tp, fp []floa
 // sizeRow is recall (truth boxes) and precision (detections) for one COCO
 // area range.
 type sizeRow struct {
-	Name                       string
-	Truth, Found, Dets, Hits   int
-	RecallText, PrecisionText  string
-	recall, precision          float64
+	Name                      string
+	Truth, Found, Dets, Hits  int
+	RecallText, PrecisionText string
+	recall, precision         float64
 }
 
 var sizeNames = [3]string{"small (< 32²)", "medium (32²–96²)", "large (> 96²)"}
