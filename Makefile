@@ -76,6 +76,14 @@ gpu-bundle: check-cuda
 test-deps:
 	@scripts/install-deps.sh libxml2-utils
 
+# Headless chromium opens OUT/report.html in jobs' browser test
+# (TestReportHTMLInChromium), which keeps its screenshot in bin/.
+.PHONY: browser-deps
+test-deps: browser-deps
+browser-deps:
+	@scripts/install-deps.sh chromium fonts-liberation
+export CANOPY_SCREENSHOT ?= $(CURDIR)/bin/report-screenshot.png
+
 check-fmt:
 	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi

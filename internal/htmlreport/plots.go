@@ -148,7 +148,7 @@ func histogramPlot(tp, fp []float64, thr float64) (template.HTML, error) {
 	}
 	p.X.Min, p.X.Max = lo, hi
 	p.Y.Min = 0
-	return svgOf(p, 6*vg.Inch, 3.4*vg.Inch)
+	return svgOf(p, 5.6*vg.Inch, 3.4*vg.Inch)
 }
 
 // sizePlot: recall and precision for small, medium and large boxes.
@@ -181,7 +181,7 @@ func sizePlot(rows []sizeRow) (template.HTML, error) {
 	p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), legendBelowTitle
 	p.Y.Max = 1.3 // room for the legend
 	p.NominalX(names...)
-	return svgOf(p, 5*vg.Inch, 3.4*vg.Inch)
+	return svgOf(p, 5.2*vg.Inch, 3*vg.Inch)
 }
 
 func zeroNaN(v float64) float64 {
@@ -200,22 +200,22 @@ func timelinePlot(ranks []rankBars) (template.HTML, error) {
 	p := newPlot("Per-rank timeline", "seconds", "")
 	p.Legend.Top, p.Legend.Left = true, false
 	p.Legend.YOffs = legendBelowTitle
-	names := make([]string, len(ranks))
+	// rank 0 on top: nominal rows run bottom to top
+	n := len(ranks)
+	names := make([]string, n)
 	longest := 0.0
-	for _, r := range ranks {
+	for i, r := range ranks {
+		names[n-1-i] = fmt.Sprintf("rank %d (%s)", r.Rank, r.Host)
 		longest = math.Max(longest, r.Total)
 	}
 	p.X.Max = 1.25 * math.Max(longest, 1e-3) // room for the legend
-	for i, r := range ranks {
-		names[i] = fmt.Sprintf("rank %d (%s)", r.Rank, r.Host)
-	}
-	w := vg.Points(math.Min(22, 180/float64(len(ranks))))
+	w := vg.Points(14)
 	var prev *plotter.BarChart
 	for s := range ranks[0].Stages {
-		vals := make(plotter.Values, len(ranks))
+		vals := make(plotter.Values, n)
 		for i, r := range ranks {
 			if s < len(r.Stages) {
-				vals[i] = r.Stages[s].Seconds
+				vals[n-1-i] = r.Stages[s].Seconds
 			}
 		}
 		b, err := plotter.NewBarChart(vals, w)
@@ -234,6 +234,6 @@ func timelinePlot(ranks []rankBars) (template.HTML, error) {
 	}
 	p.NominalY(names...)
 	p.X.Min = 0
-	h := vg.Length(1.4+0.35*float64(len(ranks))) * vg.Inch
+	h := vg.Length(1.3+0.3*float64(n)) * vg.Inch
 	return svgOf(p, 7*vg.Inch, h)
 }

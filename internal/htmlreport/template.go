@@ -42,7 +42,7 @@ table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 td, th { border: 1px solid #ccc; padding: 2px 8px; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; }
 .metrics td:nth-child(2), .num { text-align: right; font-family: ui-monospace, Menlo, Consolas, monospace; }
-.row { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
+.row { display: flex; flex-wrap: wrap; gap: 16px 32px; align-items: flex-start; }
 .plots svg { max-width: 100%; height: auto; }
 .grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(260px, 1fr)); gap: 12px; }
 figure { margin: 0; border: 1px solid #ddd; padding: 6px; background: #fafafa; }
@@ -76,15 +76,16 @@ pre { white-space: pre-wrap; word-break: break-all; font-size: 12px; background:
 <div class="plots">{{range .PR}}<div>{{.}}</div>{{end}}</div>
 </section></div>
 
-{{if .Hist}}<h2 id="scores">Scores of true and false positives</h2>
-<div class="plots">{{.Hist}}</div>{{end}}
-
-{{if .Sizes}}<h2 id="sizes">Recall and precision by box size</h2>
-<div class="row"><div class="plots">{{.SizePlot}}</div>
+<div class="row">
+{{if .Hist}}<section><h2 id="scores">Scores of true and false positives</h2>
+<div class="plots">{{.Hist}}</div></section>{{end}}
+{{if .Sizes}}<section><h2 id="sizes">Recall and precision by box size</h2>
+<div class="plots">{{.SizePlot}}</div>
 <table><tr><th>size (area, px²)</th><th>truth boxes</th><th>found</th><th>recall</th><th>detections</th><th>matching</th><th>precision</th></tr>
 {{range .Sizes}}<tr><td>{{.Name}}</td><td class="num">{{.Truth}}</td><td class="num">{{.Found}}</td><td class="num">{{.RecallText}}</td><td class="num">{{.Dets}}</td><td class="num">{{.Hits}}</td><td class="num">{{.PrecisionText}}</td></tr>
-{{end}}</table></div>
-<p>A truth box is found, and a detection matches, when DeepForest's one-to-one match gives IoU above the run's threshold (as in results.csv). Sizes are COCO's area ranges.</p>{{end}}
+{{end}}</table>
+<p style="max-width:560px">A truth box is found, and a detection matches, when DeepForest's one-to-one match gives IoU above the run's threshold (as in results.csv). Sizes are COCO's area ranges.</p></section>{{end}}
+</div>
 
 {{if .Timeline}}<h2 id="timeline">Per-rank timeline</h2>
 <div class="plots">{{.Timeline}}</div>
