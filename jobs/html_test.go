@@ -30,12 +30,12 @@ const ScreenshotEnv = "CANOPY_SCREENSHOT"
 // forestSet writes n generated w×h forest images with their truth CSV and a
 // prediction CSV made from the truth (jittered boxes, misses, false
 // positives, seeded scores), so a replayed eval has real images to draw.
-func forestSet(t testing.TB, dir string, n, w, h int) (truthCSV, predCSV string) {
+func forestSet(t testing.TB, dir string, n, w, h int, seed uint64) (truthCSV, predCSV string) {
 	t.Helper()
 	var truth, pred strings.Builder
 	truth.WriteString("image_path,xmin,ymin,xmax,ymax,label\n")
 	pred.WriteString("image_path,xmin,ymin,xmax,ymax,label,score\n")
-	rng := rand.New(rand.NewPCG(19, 5))
+	rng := rand.New(rand.NewPCG(19, seed))
 	for i := 0; i < n; i++ {
 		img, boxes := forest.Generate(11, i, w, h)
 		name := fmt.Sprintf("img_%04d.png", i)
@@ -64,7 +64,7 @@ func forestSet(t testing.TB, dir string, n, w, h int) (truthCSV, predCSV string)
 			fmt.Fprintf(&pred, "%s,%.2f,%.2f,%.2f,%.2f,Tree,%.4f\n", name, x, y, x+25, y+20, 0.1+0.5*rng.Float64())
 		}
 	}
-	truthCSV, predCSV = filepath.Join(dir, "truth.csv"), filepath.Join(dir, "predictions.csv")
+	truthCSV, predCSV = filepath.Join(dir, "truth.csv"), filepath.Join(dir, fmt.Sprintf("predictions-%d.csv", seed))
 	if err := os.WriteFile(truthCSV, []byte(truth.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func domAttr(dom, name string) string {
 func TestReportHTMLInChromium(t *testing.T) {
 	chromium := findChromium(t)
 	dir, out := t.TempDir(), t.TempDir()
-	truthCSV, predCSV := forestSet(t, dir, 30, 256, 256)
+	truthCSV, predCSV := forestSet(t, dir, 30, 256, 256, 5)
 	opt := htmlreport.Options{Worst: 12, Thumb: 200}
 	cfg := EvalConfig{CSV: truthCSV, Predictions: predCSV, Out: out, IoUThreshold: 0.4, BatchSize: 4, HTML: &opt}
 	if codes := runLocal(t, 2, cfg); codes[0] != 0 || codes[1] != 0 {
@@ -284,5 +284,83 @@ func TestBrowserCheckCatchesFaults(t *testing.T) {
 	os.WriteFile(page, []byte(good), 0o644)
 	if dom, console := browse(t, chromium, page); domAttr(dom, "data-check") != "ok" || len(console) > 0 {
 		t.Errorf("a page without faults fails: %q %v", domAttr(dom, "data-check"), console)
+	}
+}
+
+// TestCompareHTMLInChromium: two replayed runs on the same images, then
+// canopy compare --html: every metric row with its verdict, both runs' PR
+// curves (the very points of each run's report.html), the images whose
+// recall changed most drawn for both runs, and a clean load in chromium.
+func TestCompareHTMLInChromium(t *testing.T) {
+	chromium := findChromium(t)
+	dir := t.TempDir()
+	var outs [2]string
+	var data [2]*htmlreport.Data
+	for k, seed := range []uint64{5, 6} {
+		truthCSV, predCSV := forestSet(t, dir, 16, 200, 200, seed)
+		outs[k] = filepath.Join(t.TempDir(), "out")
+		opt := htmlreport.Options{Worst: 4, Thumb: 120}
+		cfg := EvalConfig{CSV: truthCSV, Predictions: predCSV, Out: outs[k], IoUThreshold: 0.4, BatchSize: 4, HTML: &opt}
+		if codes := runLocal(t, 2, cfg); codes[0] != 0 {
+			t.Fatalf("eval exit codes %v", codes)
+		}
+		b, err := os.ReadFile(filepath.Join(outs[k], "report.html"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if data[k], err = htmlreport.ReadData(b); err != nil || data[k] == nil {
+			t.Fatalf("data block: %v", err)
+		}
+	}
+	page := filepath.Join(t.TempDir(), "compare.html")
+	var stdout bytes.Buffer
+	code, err := runCompare(CompareOptions{Baseline: outs[0], Current: outs[1], HTML: page, FailOn: FailOnChange}, &stdout)
+	if err != nil || code != ExitRegression {
+		t.Fatalf("compare: exit %d %v (the runs differ: want %d)", code, err, ExitRegression)
+	}
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 4 && (strings.HasPrefix(f[0], "box_") || strings.HasPrefix(f[0], "map")) &&
+			!bytes.Contains(html, []byte("<td>"+f[0]+"</td><td class=\"num\">"+f[1]+"</td><td class=\"num\">"+f[2]+"</td>")) {
+			t.Errorf("metric row %q is not in the page", line)
+		}
+	}
+	d, err := htmlreport.ReadData(html)
+	if err != nil || d == nil {
+		t.Fatal(err)
+	}
+	want := len(data[0].PR) + len(data[1].PR)
+	if len(d.PR) != want {
+		t.Fatalf("%d curves, want %d", len(d.PR), want)
+	}
+	for i, c := range d.PR {
+		k, j := 0, i
+		if i >= len(data[0].PR) {
+			k, j = 1, i-len(data[0].PR)
+		}
+		ref := data[k].PR[j]
+		if c.Side != [2]string{"baseline", "current"}[k] || c.LabelID != ref.LabelID || fmt.Sprint(c.Precision) != fmt.Sprint(ref.Precision) {
+			t.Fatalf("curve %d (%s) differs from the %d run's", i, c.Side, k)
+		}
+	}
+	if d.Images != 2*htmlreport.DefaultOptions.Worst {
+		t.Errorf("%d images drawn, want %d (both sides of the %d whose recall changed most)", d.Images, 2*htmlreport.DefaultOptions.Worst, htmlreport.DefaultOptions.Worst)
+	}
+	dom, console := browse(t, chromium, page)
+	if len(console) > 0 {
+		t.Errorf("console messages:\n%s", strings.Join(console, "\n"))
+	}
+	if got := domAttr(dom, "data-check"); got != "ok" {
+		t.Errorf("page check: %q", got)
+	}
+	if got := domAttr(dom, "data-plots"); got != "2" {
+		t.Errorf("%s plots rendered, want 2", got)
+	}
+	if got := domAttr(dom, "data-images"); got != strconv.Itoa(d.Images) {
+		t.Errorf("%s images in the DOM, want %d", got, d.Images)
 	}
 }

@@ -577,6 +577,3 @@ func ReadData(html []byte) (*Data, error) {
 	}
 	return &d, nil
 }
-
-// CompareRow is one metric of `canopy compare`, as it prints it.
-type CompareRow struct{ Metric, Baseline, Current, Delta, Verdict string }

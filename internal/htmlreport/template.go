@@ -64,7 +64,7 @@ pre { white-space: pre-wrap; word-break: break-all; font-size: 12px; background:
 <h2 id="metrics">Metrics</h2>
 {{if .Compare}}
 <table class="metrics"><tr><th>metric</th><th>{{index .Sides 0}}</th><th>{{index .Sides 1}}</th><th>delta</th><th>verdict</th></tr>
-{{range .Compare}}<tr><td>{{.Metric}}</td><td class="num">{{.Baseline}}</td><td class="num">{{.Current}}</td><td class="num">{{.Delta}}</td><td class="{{.Verdict}}">{{.Verdict}}</td></tr>
+{{range .Compare}}<tr><td>{{.Metric}}</td><td class="num">{{.Baseline}}</td><td class="num">{{.Current}}</td><td class="num">{{.Delta}}</td><td class="{{.Verdict}}">{{.Verdict}}{{if .Regression}} (regression){{end}}</td></tr>
 {{end}}</table>
 {{else}}
 <table class="metrics"><tr><th>Validate metric</th><th>DataLoader 0</th></tr>
