@@ -57,6 +57,8 @@ type EvalConfig struct {
 	CollectiveTimeout time.Duration
 	// HTML: rank 0 writes OUT/report.html with these options (nil: not).
 	HTML *htmlreport.Options
+	// COCOOut: rank 0 also writes the truth and the predictions as COCO JSON.
+	COCOOut bool
 }
 
 // PerturbEnv is a test hook: the rank it names perturbs its metric digest,
@@ -75,7 +77,7 @@ func stopForTest(rank int) {
 
 // reportFiles are the files a run writes; any of them in --out marks a
 // previous run.
-var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html"}
+var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cocoTruthFile, cocoPredFile}
 
 type rankStats struct {
 	Rank int    `json:"rank"`
@@ -118,7 +120,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	if err != nil {
 		return err
 	}
-	truth, err := dataset.ParseTruth(cfg.CSV, in.csv)
+	truth, err := dataset.ParseTruthFile(cfg.CSV, in.csv)
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
 	}
@@ -292,6 +294,9 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 		}
 		tw := time.Now()
 		werr = writeOutputs(cfg, rep, images, dets, labels, res)
+		if werr == nil {
+			werr = writeCOCO(cfg, images, dets, labels)
+		}
 		if werr == nil {
 			werr = writeHTML(cfg, images, dets, labels, res, since(tw))
 		}

@@ -12,13 +12,14 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// htmlFlags are eval's report.html flags.
-func htmlFlags() []cli.Flag {
+// reportFlags are eval's flags of the extra outputs: report.html and COCO JSON.
+func reportFlags() []cli.Flag {
 	d := htmlreport.DefaultOptions
 	return []cli.Flag{
 		&cli.BoolFlag{Name: "html", Value: true, Usage: "rank 0 writes OUT/report.html after the metrics: one self-contained page (metrics, PR curves, score histograms, box sizes, per-rank timeline, worst images drawn, the run); --html=false turns it off"},
 		&cli.IntFlag{Name: "html-worst", Value: d.Worst, Usage: "images drawn in report.html: half with the lowest recall, the rest with the most false positives (0: none)"},
 		&cli.IntFlag{Name: "html-thumb", Value: d.Thumb, Usage: "longest side, in pixels, of the images drawn in report.html"},
+		&cli.BoolFlag{Name: "coco-out", Usage: "also write OUT/coco_truth.json (the truth as a COCO dataset; image ids 1.. in truth order, category ids as label_map) and OUT/coco_predictions.json (COCO results format), for pycocotools"},
 	}
 }
 

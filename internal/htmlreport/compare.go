@@ -147,7 +147,7 @@ func readSide(s Side) (*sideData, []string) {
 	if sd.data != nil && sd.data.CSV != "" {
 		if b, err := os.ReadFile(sd.data.CSV); err != nil {
 			notes = append(notes, "truth boxes not drawn: "+err.Error())
-		} else if t, err := dataset.ParseTruth(sd.data.CSV, b); err != nil {
+		} else if t, err := dataset.ParseTruthFile(sd.data.CSV, b); err != nil {
 			notes = append(notes, err.Error())
 		} else {
 			sd.truth = map[string][]box.Truth{}
