@@ -50,10 +50,11 @@ func drawImage(root string, im box.Image, dets []box.Detection, st imageStat, si
 	if st.firstRow > 0 {
 		t.Rows = fmt.Sprintf("results.csv lines %d–%d", st.firstRow, st.lastRow)
 	}
-	src, err := openImage(filepath.Join(root, im.Path))
-	if filepath.IsAbs(im.Path) {
-		src, err = openImage(im.Path)
+	file := im.Path
+	if !filepath.IsAbs(file) {
+		file = filepath.Join(root, file)
 	}
+	src, err := openImage(file)
 	if err != nil {
 		t.Note = "image not readable here (" + err.Error() + "): boxes only"
 		src = blank(im, dets)
