@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"fmt"
 	stdhtml "html"
@@ -21,6 +22,8 @@ import (
 	"github.com/canopy-hpc/canopy/internal/forest"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/metrics"
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/mpi/local"
 )
 
 // ScreenshotEnv names the PNG file the browser test writes its screenshot
@@ -362,5 +365,36 @@ func TestCompareHTMLInChromium(t *testing.T) {
 	}
 	if got := domAttr(dom, "data-images"); got != strconv.Itoa(d.Images) {
 		t.Errorf("%s images in the DOM, want %d", got, d.Images)
+	}
+}
+
+// TestHTMLFlags: report.html is written by default, --html=false turns it
+// off, and out-of-range --html-worst/--html-thumb are usage errors.
+func TestHTMLFlags(t *testing.T) {
+	one := func() (mpi.Comm, func() error, error) { return local.New(1)[0], func() error { return nil }, nil }
+	d := filepath.Join("..", "testdata", "sets", "single")
+	run := func(extra ...string) (int, string) {
+		out := filepath.Join(t.TempDir(), "out")
+		args := append([]string{"canopy", "eval", "--csv", filepath.Join(d, "truth.csv"), "--predictions",
+			filepath.Join(d, "predictions.csv"), "--out", out}, extra...)
+		var so, se bytes.Buffer
+		return MainWith(context.Background(), args, &so, &se, one), out
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		html bool
+	}{
+		{nil, ExitOK, true},
+		{[]string{"--html=false"}, ExitOK, false},
+		{[]string{"--html-worst", "0", "--html-thumb", "64"}, ExitOK, true},
+		{[]string{"--html-thumb", "8"}, ExitUsage, false},
+		{[]string{"--html-worst", "-1"}, ExitUsage, false},
+	} {
+		code, out := run(c.args...)
+		_, err := os.Stat(filepath.Join(out, "report.html"))
+		if code != c.code || (err == nil) != c.html {
+			t.Errorf("%v: exit %d (want %d), report.html written %v (want %v)", c.args, code, c.code, err == nil, c.html)
+		}
 	}
 }
