@@ -3,11 +3,13 @@ package htmlreport
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"html/template"
 	"image"
 	"image/color"
 	"image/jpeg"
+	"io/fs"
 	_ "image/png" // decoders of the images drawn
 	"math"
 	"os"
@@ -56,7 +58,11 @@ func drawImage(root string, im box.Image, dets []box.Detection, st imageStat, si
 	}
 	src, err := openImage(file)
 	if err != nil {
-		t.Note = "image not readable here (" + err.Error() + "): boxes only"
+		why := err.Error()
+		if errors.Is(err, fs.ErrNotExist) {
+			why = "not found"
+		}
+		t.Note = "image file " + why + ": boxes drawn on grey"
 		src = blank(im, dets)
 	}
 	dst := scaled(src, size)
