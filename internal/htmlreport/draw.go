@@ -9,8 +9,8 @@ import (
 	"image"
 	"image/color"
 	"image/jpeg"
-	"io/fs"
 	_ "image/png" // decoders of the images drawn
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
