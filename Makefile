@@ -76,6 +76,14 @@ gpu-bundle: check-cuda
 test-deps:
 	@scripts/install-deps.sh libxml2-utils
 
+# Headless chromium opens OUT/report.html in jobs' browser test
+# (TestReportHTMLInChromium), which keeps its screenshot in bin/.
+.PHONY: browser-deps
+test-deps: browser-deps
+browser-deps:
+	@scripts/install-deps.sh chromium fonts-liberation
+export CANOPY_SCREENSHOT ?= $(CURDIR)/bin/report-screenshot.png
+
 check-fmt:
 	@bad=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
@@ -153,6 +161,17 @@ bench-infer: deps
 bench-large: deps
 	$(GO) test -c -o bin/cmpi.test ./mpi/cmpi
 	CANOPY_MPIRUN_TIMEOUT=600 $(MPIRUN) -np 2 bin/cmpi.test -test.run Large -large -test.v
+
+# report.html's cost: the page of 2,000 images (12 drawn) in Go, then a
+# 2,000-image replayed eval with and without it, interleaved.
+.PHONY: bench-html
+bench-html: build
+	$(GO) run ./internal/synth -big bin/bench-2000x30
+	$(GO) test -run '^$$' -bench ReportHTML -benchtime 5x -count 3 ./internal/htmlreport/ | tee bin/bench-html.txt
+	for i in 1 2 3 4 5 6 7; do for h in false true; do /usr/bin/time -f "--html=$$h: wall %e s" $(BIN) eval \
+		--csv bin/bench-2000x30/truth.csv --predictions bin/bench-2000x30/predictions.csv --out bin/out-html-$$h \
+		--force --html=$$h >/dev/null || exit 1; done; done 2>&1 | tee -a bin/bench-html.txt
+	ls -l bin/out-html-true/report.html | tee -a bin/bench-html.txt
 
 testdata:
 	$(GO) run ./internal/synth -out testdata/sets

@@ -178,7 +178,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			"the same metrics; rank 0 writes report.json, predictions.csv and results.csv\n" +
 			"into --out. The CSV may be given by --csv or as the one positional argument.\n\n" + ExitTable,
 		Flags: concatFlags([]cli.Flag{
-			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name)"},
+			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name), or a COCO dataset (.json: file_name is the image_path, bbox x,y,w,h, category names are the labels)"},
 			&cli.StringFlag{Name: "root-dir", Usage: "folder the CSV's image_path values are relative to (default: the CSV's folder)"},
 			&cli.StringFlag{Name: "predictions", Usage: "replay detector: DeepForest prediction CSV (image_path,xmin,ymin,xmax,ymax,label,score); rows join the truth by exact image_path"},
 		}, modelFlags(), []cli.Flag{
@@ -193,7 +193,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"},
 			&cli.BoolFlag{Name: "verbose", Usage: "every rank prints its own line when the job is interrupted or fails (default: one line per job, from rank 0 or the failing rank)"},
 			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective (after detection: this plus twice the rank's own detection time, as the shards are equal work); then the waiting ranks name the ranks they wait for and the job aborts with exit 5 (0 disables)"},
-		}),
+		}, reportFlags()),
 		Action: func(c *cli.Context) error {
 			cfg, err := evalConfig(c, stdout)
 			if err != nil {
@@ -270,6 +270,10 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 		return cfg, err
 	}
 	cfg.Semantics = sem
+	if cfg.HTML, err = htmlOptions(c); err != nil {
+		return cfg, fmt.Errorf("eval: %w", err)
+	}
+	cfg.COCOOut = c.Bool("coco-out")
 	return cfg, nil
 }
 

@@ -57,6 +57,7 @@ type CompareOptions struct {
 	AllowDifferentTruth bool   // compare reports on different truth CSVs
 	JUnit               string // JUnit XML file to write, "" for none
 	Markdown            string // GitHub markdown file to write, "-" for stdout instead of the text table
+	HTML                string // self-contained HTML page to write, "" for none
 	Stderr              io.Writer
 }
 
@@ -89,6 +90,7 @@ func CompareCommand(code *int, stdout, stderr io.Writer) *cli.Command {
 			&cli.BoolFlag{Name: "allow-different-truth", Usage: "compare reports whose truth CSVs differ (sha256) instead of refusing with exit 3"},
 			&cli.StringFlag{Name: "junit", Usage: "write a JUnit XML file: testsuite canopy.compare, one testcase per metric, a failure per regression"},
 			&cli.StringFlag{Name: "markdown", Usage: "write a GitHub markdown table and summary to this file; - prints it on stdout instead of the text table"},
+			compareHTMLFlag,
 		},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return &Error{Code: ExitUsage, Collective: true, Err: fmt.Errorf("jobs: compare: %w", err)}
@@ -105,6 +107,7 @@ func CompareCommand(code *int, stdout, stderr io.Writer) *cli.Command {
 				AllowDifferentTruth: c.Bool("allow-different-truth"),
 				JUnit:               c.String("junit"),
 				Markdown:            c.String("markdown"),
+				HTML:                c.String("html"),
 				Stderr:              stderr,
 			}, stdout)
 			if err != nil {
@@ -212,6 +215,11 @@ func runCompare(opts CompareOptions, stdout io.Writer) (int, error) {
 	if opts.JUnit != "" {
 		if err := writeFileAtomic(opts.JUnit, func(w io.Writer) error { return writeCompareJUnit(w, res) }); err != nil {
 			return ExitInternal, &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: compare: --junit: %w", err)}
+		}
+	}
+	if opts.HTML != "" {
+		if err := writeFileAtomic(opts.HTML, func(w io.Writer) error { return writeCompareHTML(w, res) }); err != nil {
+			return ExitInternal, &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: compare: --html: %w", err)}
 		}
 	}
 	if len(res.regressions) > 0 {

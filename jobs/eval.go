@@ -22,6 +22,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/replay"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/internal/wire"
@@ -54,6 +55,10 @@ type EvalConfig struct {
 	// CollectiveTimeout is the watchdog's limit (--collective-timeout), off
 	// while ranks wait for the slowest one to finish detecting.
 	CollectiveTimeout time.Duration
+	// HTML: rank 0 writes OUT/report.html with these options (nil: not).
+	HTML *htmlreport.Options
+	// COCOOut: rank 0 also writes the truth and the predictions as COCO JSON.
+	COCOOut bool
 }
 
 // PerturbEnv is a test hook: the rank it names perturbs its metric digest,
@@ -72,7 +77,7 @@ func stopForTest(rank int) {
 
 // reportFiles are the files a run writes; any of them in --out marks a
 // previous run.
-var reportFiles = []string{"report.json", "predictions.csv", "results.csv"}
+var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cocoTruthFile, cocoPredFile}
 
 type rankStats struct {
 	Rank int    `json:"rank"`
@@ -122,7 +127,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	truth, err := dataset.ParseTruth(cfg.CSV, in.csv)
+	truth, err := dataset.ParseTruthFile(cfg.CSV, in.csv)
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
 	}
@@ -311,10 +316,20 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			metrics: metricJSON,
 			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored, resumed, model),
 		}
+		tw := time.Now()
 		werr = writeOutputs(cfg, rep, images, dets, labels, res)
+		if werr == nil {
+			werr = writeCOCO(cfg, images, dets, labels)
+		}
+		if werr == nil {
+			werr = writeHTML(cfg, images, dets, labels, res, since(tw))
+		}
 		if werr == nil && cfg.Stdout != nil {
 			printTable(cfg.Stdout, res.Values)
 			fmt.Fprintf(cfg.Stdout, "report: %s\n", filepath.Join(cfg.Out, "report.json"))
+			if cfg.HTML != nil {
+				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))
+			}
 		}
 	}
 	return finalStatus(c, werr, "report")

@@ -25,11 +25,34 @@ import (
 // undefined, and numpy's pairwise mean in summarize. With no image to
 // score the family is absent, as in DeepForest.
 func COCO(in Input, classMetrics bool) []Value {
+	vals, _ := cocoWithCurves(in, classMetrics)
+	return vals
+}
+
+// PRCurve is one class's COCO precision–recall curve at one IoU threshold
+// (all areas, up to 100 detections per image): Precision[r] is COCOeval's
+// precision array (the envelope) at recall RecallThresholds[r], the very
+// numbers map_50 and map_75 average. A class without ground truth in the
+// area has no curve.
+type PRCurve struct {
+	Label     int32
+	IoU       float64   // 0.5 or 0.75 (as float32 values)
+	Precision []float64 // 101 values, one per recall threshold
+}
+
+// RecallThresholds returns COCO's 101 recall thresholds, the x of every
+// PRCurve point.
+func RecallThresholds() []float64 { return append([]float64(nil), cocoRecallThresholds[:]...) }
+
+// cocoWithCurves is COCO plus the per-class PR curves at IoU 0.5 and 0.75
+// from the same precision array.
+func cocoWithCurves(in Input, classMetrics bool) ([]Value, []PRCurve) {
 	images := cocoImages(in)
 	if len(images) == 0 {
-		return nil // DeepForest computes mAP only when some image has truth
+		return nil, nil // DeepForest computes mAP only when some image has truth
 	}
 	ev := newCOCOEval(images)
+	curves := ev.curves()
 	vals := ev.summary()
 	if classMetrics {
 		mapPC := make([]float64, len(ev.cats))
@@ -47,7 +70,25 @@ func COCO(in Input, classMetrics bool) []Value {
 	} else {
 		vals = append(vals, Value{Key: "map_per_class", V: -1}, Value{Key: "mar_100_per_class", V: -1})
 	}
-	return vals
+	return vals, curves
+}
+
+// curves reads precision[t][:][k][all areas][100 dets] for t = 0.5, 0.75.
+func (e *cocoEval) curves() []PRCurve {
+	var out []PRCurve
+	for _, t := range [2]int{0, 5} {
+		for k, c := range e.cats {
+			if e.precision[e.pIdx(t, 0, k, 0, nM-1)] == -1 {
+				continue // no ground truth of the class: undefined
+			}
+			p := make([]float64, nR)
+			for r := range p {
+				p[r] = e.precision[e.pIdx(t, r, k, 0, nM-1)]
+			}
+			out = append(out, PRCurve{Label: c, IoU: cocoIoUThresholds[t], Precision: p})
+		}
+	}
+	return out
 }
 
 func f32(v float64) float64 { return float64(float32(v)) }

@@ -56,7 +56,9 @@ func Compute(in Input, opt Options, fam Family, classMetrics bool) (Result, erro
 		res.Values = append(res.Values, IntersectionOverUnion(in, opt.IoUThreshold)...)
 	}
 	if fam&COCOmAP != 0 {
-		res.Values = append(res.Values, COCO(in, classMetrics)...)
+		vals, curves := cocoWithCurves(in, classMetrics)
+		res.Values = append(res.Values, vals...)
+		res.PR = curves
 	}
 	return res, nil
 }

@@ -81,6 +81,9 @@ type Match struct {
 type Result struct {
 	Values  []Value
 	Matches []Match
+	// PR holds the COCO family's per-class precision–recall curves at IoU
+	// 0.5 and 0.75 (for the HTML report; not metrics).
+	PR []PRCurve
 }
 
 // DeepForest computes box_recall, box_precision, empty_frame_accuracy and

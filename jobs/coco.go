@@ -1,0 +1,56 @@
+package jobs
+
+import (
+	"encoding/json"
+	"io"
+
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/internal/dataset"
+)
+
+// The --coco-out files: the truth as a COCO dataset and the predictions in
+// COCO's results format, for pycocotools (tools/coco/verify_coco_out.py).
+const (
+	cocoTruthFile = "coco_truth.json"
+	cocoPredFile  = "coco_predictions.json"
+)
+
+// cocoResult is one detection in COCO's results format.
+type cocoResult struct {
+	ImageID    int64      `json:"image_id"`
+	CategoryID int64      `json:"category_id"`
+	BBox       [4]float64 `json:"bbox"`
+	Score      float64    `json:"score"`
+}
+
+// writeCOCO writes both files: image ids are 1.. in the truth's order,
+// annotation ids 1.. (pycocotools counts id 0 as unmatched), category ids
+// the label map's ids; bbox is [xmin, ymin, xmax-xmin, ymax-ymin].
+func writeCOCO(cfg EvalConfig, images []box.Image, dets [][]box.Detection, labels box.LabelMap) error {
+	if !cfg.COCOOut {
+		return nil
+	}
+	var ds dataset.COCODataset
+	for id, n := range labels.Names() {
+		ds.Categories = append(ds.Categories, dataset.COCOCategory{ID: int64(id), Name: n})
+	}
+	xywh := func(b box.Box) [4]float64 { return [4]float64{b.Xmin, b.Ymin, b.Xmax - b.Xmin, b.Ymax - b.Ymin} }
+	ds.Images = make([]dataset.COCOImage, 0, len(images))
+	ds.Annotations = []dataset.COCOAnnotation{}
+	res := []cocoResult{}
+	for i, im := range images {
+		imgID := int64(i + 1)
+		ds.Images = append(ds.Images, dataset.COCOImage{ID: imgID, FileName: im.Path})
+		for _, t := range im.Truth {
+			ds.Annotations = append(ds.Annotations, dataset.COCOAnnotation{ID: int64(len(ds.Annotations) + 1), ImageID: imgID,
+				CategoryID: int64(t.Label), BBox: xywh(t.Box), Area: t.Box.Area()})
+		}
+		for _, d := range dets[i] {
+			res = append(res, cocoResult{ImageID: imgID, CategoryID: int64(d.Label), BBox: xywh(d.Box), Score: d.Score})
+		}
+	}
+	if err := writeAtomic(cfg.Out, cocoTruthFile, func(w io.Writer) error { return json.NewEncoder(w).Encode(ds) }); err != nil {
+		return err
+	}
+	return writeAtomic(cfg.Out, cocoPredFile, func(w io.Writer) error { return json.NewEncoder(w).Encode(res) })
+}
