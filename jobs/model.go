@@ -420,13 +420,21 @@ func agreeErr(c mpi.Comm, code int, err error) error {
 	return &Error{Code: worst, Collective: true, Err: errors.New(text)}
 }
 
-// preflight checks, on every rank, that its images open as supported
-// images, before any inference: a --root-dir missing on one node is one
-// clear error (exit 3), not a half-run.
-func preflight(c mpi.Comm, files []string) error {
+// preflight checks, on every rank, that its images (paths relative to
+// root) stay inside root unless outside is allowed, are regular files and
+// open as supported images, before any inference: a --root-dir missing on
+// one node is one clear error (exit 3), not a half-run.
+func preflight(c mpi.Comm, root string, paths []string, outside bool) error {
 	var err error
-	for _, f := range files {
-		if _, _, e := imagefile.Check(f); e != nil {
+	conf := newConfiner(root)
+	for _, p := range paths {
+		if !outside {
+			if err = conf.check(p); err != nil {
+				err = fmt.Errorf("jobs: pre-flight: %w", err)
+				break
+			}
+		}
+		if _, _, e := imagefile.Check(imageFile(root, p)); e != nil {
 			err = fmt.Errorf("jobs: pre-flight: %w", e)
 			break
 		}

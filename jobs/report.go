@@ -47,6 +47,10 @@ type runInfo struct {
 	IgnoredPredictions int             `json:"ignored_predictions"`
 	Resume             resumeInfo      `json:"resume"`
 	Model              *modelInfo      `json:"model,omitempty"`
+	// Warnings are the input warnings rank 0 printed (inputWarnings).
+	Warnings []string `json:"warnings,omitempty"`
+	// AllowOutsideRoot records --allow-outside-root (with --model).
+	AllowOutsideRoot bool `json:"allow_outside_root,omitempty"`
 }
 
 // resumeInfo tells how much of the run came from part files of earlier

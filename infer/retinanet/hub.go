@@ -411,6 +411,9 @@ func LoadFolder(dir string) (m *Model, cfg Config, digest string, err error) {
 		w[k] = Tensor{Shape: t.Shape, Data: t.Data}
 	}
 	ts = nil
+	if err := CheckFinite(w); err != nil {
+		return nil, cfg, "", fmt.Errorf("%w (in %s)", err, st)
+	}
 	if w, err = Normalize(w); err != nil {
 		return nil, cfg, "", fmt.Errorf("%w (in %s)", err, st)
 	}
