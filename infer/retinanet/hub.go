@@ -252,6 +252,9 @@ func parseConfig(file string, b []byte) (Config, error) {
 		}
 		for i := range f {
 			out[i] = float32(f[i]) // torch.as_tensor(..., dtype=float32)
+			if math.IsInf(float64(out[i]), 0) {
+				return out, keyErr(k, v, "a list of 3 numbers (R, G, B) that fit a float32")
+			}
 		}
 		return out, nil
 	}
@@ -287,6 +290,9 @@ func parseConfig(file string, b []byte) (Config, error) {
 			var f float64
 			f, err = num(k, v)
 			o.ScoreThresh = float32(f) // torch compares float32 scores with it as float32
+			if err == nil && math.IsInf(float64(o.ScoreThresh), 0) {
+				err = keyErr(k, v, "a number that fits a float32")
+			}
 		case "nms_thresh":
 			o.NMSThresh, err = num(k, v)
 		case "detections_per_img":
