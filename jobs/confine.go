@@ -33,7 +33,7 @@ func newConfiner(root string) confiner {
 // check returns an input error when the image path p leaves the root.
 func (c confiner) check(p string) error {
 	refuse := func(why string) error {
-		return fmt.Errorf("jobs: image %q: %s; image paths must resolve inside --root-dir %s (--allow-outside-root lifts this): %w", p, why, c.root, dataset.ErrInput)
+		return fmt.Errorf("image %q: %s; image paths must resolve inside --root-dir %s (--allow-outside-root lifts this): %w", p, why, c.root, dataset.ErrInput)
 	}
 	if filepath.IsAbs(p) {
 		return refuse("an absolute path")

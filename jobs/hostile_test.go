@@ -224,3 +224,55 @@ func TestConfinementEval(t *testing.T) {
 		t.Fatal("the report does not say --allow-outside-root")
 	}
 }
+
+// The flags reach the job through the command line: --strict, --allow-any-score
+// (replay only) and --allow-outside-root, each in --help.
+func TestHostileFlags(t *testing.T) {
+	truth, preds := readSet(t, "truth.csv"), readSet(t, "predictions.csv")
+	dir := t.TempDir()
+	csv := writeFile(t, dir, "t.csv", truth)
+	nojoin := writeFile(t, dir, "nojoin.csv", rewritePaths(t, func(_ int, p string) string { return "x/" + p }))
+	score := writeFile(t, dir, "score.csv", preds+"1,1,2,2,Tree,1.5,a.png\n")
+	cli := func(args ...string) (int, string) {
+		var code int
+		var stdout, stderr bytes.Buffer
+		local.Run(1, func(c mpi.Comm) error {
+			code = MainWith(context.Background(), append([]string{"canopy"}, args...), &stdout, &stderr,
+				func() (mpi.Comm, func() error, error) { return c, func() error { return nil }, nil })
+			return nil
+		})
+		return code, stdout.String() + stderr.String()
+	}
+	out := func(n string) string { return filepath.Join(dir, n) }
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"eval", csv, "--predictions", nojoin, "--out", out("a")}, 0, "canopy: warning: none of the 3 predictions"},
+		{[]string{"eval", csv, "--predictions", nojoin, "--out", out("b"), "--strict"}, ExitInput, "--strict: none of the 3"},
+		{[]string{"eval", csv, "--predictions", score, "--out", out("c")}, ExitInput, "score 1.5 is not in [0, 1]"},
+		{[]string{"eval", csv, "--predictions", score, "--out", out("d"), "--allow-any-score"}, 0, "report:"},
+		{[]string{"eval", csv, "--model", "m", "--allow-any-score"}, ExitUsage, "--allow-any-score goes with --predictions"},
+		{[]string{"eval", "--help"}, 0, "--allow-outside-root"},
+		{[]string{"eval", "--help"}, 0, "--strict"},
+		{[]string{"predict", "--help"}, 0, "--allow-outside-root"},
+	} {
+		code, text := cli(c.args...)
+		if code != c.code || !strings.Contains(text, c.want) {
+			t.Errorf("%v: exit %d, want %d; output lacks %q:\n%s", c.args, code, c.code, c.want, text)
+		}
+	}
+}
+
+// predict --csv trims image paths as eval does, and still refuses a CSV
+// that lists no image.
+func TestPredictPathsTrimmed(t *testing.T) {
+	got, err := csvImagePaths("p.csv", []byte("image_path,x\n a.png ,1\na.png,2\n\"\tb.png\",3\n"))
+	if err != nil || strings.Join(got, "|") != "a.png|b.png" {
+		t.Fatalf("%q, %v", got, err)
+	}
+	if _, err := csvImagePaths("p.csv", []byte("image_path\n")); err == nil || !strings.Contains(err.Error(), "lists no images") {
+		t.Fatalf("header only: %v", err)
+	}
+}
