@@ -215,6 +215,12 @@ func TestConfinementEval(t *testing.T) {
 	if codes[0] != ExitInput || !strings.Contains(stderr.String(), `a ".." element`) {
 		t.Fatalf("codes %v, stderr %q", codes, stderr.String())
 	}
+	// with a 16-bit RGB PNG (read as Pillow reads it) beside the ".." path
+	rgb16, err := filepath.Abs(filepath.Join("..", "infer", "imagefile", "testdata", "rgb16.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.CSV = writeFile(t, base, "t16.csv", fmt.Sprintf("image_path,xmin,ymin,xmax,ymax,label\n%s,1,1,20,20,Tree\n%s,1,1,5,2,Tree\n", filepath.Join("..", filepath.Base(dir), "f0.png"), rgb16))
 	cfg.AllowOutsideRoot, cfg.Force = true, true
 	if codes := runLocal(t, 1, cfg); codes[0] != 0 {
 		t.Fatalf("--allow-outside-root: %v", codes)
