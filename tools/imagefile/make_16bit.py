@@ -15,8 +15,13 @@ import hashlib
 import json
 import platform
 import struct
+import os
 import sys
 import zlib
+
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from peer_meta import torch_meta  # noqa: E402
 
 import PIL
 from PIL import Image
@@ -118,12 +123,7 @@ def main():
     meta = {"pillow": PIL.__version__, "python": platform.python_version(),
             "reader": 'PIL.Image.open(path).convert("RGB").tobytes()',
             "command": "cd infer/imagefile/testdata && /opt/canopy-peers/venv/bin/python ../../../tools/imagefile/make_16bit.py --out pil_16bit.json"}
-    try:
-        import torch, torchvision
-        meta.update(torch=torch.__version__, torchvision=torchvision.__version__,
-                    cpu_capability=torch.backends.cpu.get_cpu_capability(), threads=torch.get_num_threads())
-    except ImportError:
-        pass
+    meta.update(torch_meta())
     with open(a.out, "w") as f:
         json.dump({"meta": meta, "cases": cases}, f, indent=1)
         f.write("\n")

@@ -12,7 +12,12 @@ import io
 import json
 import math
 import platform
+import os
 import sys
+
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from peer_meta import torch_meta  # noqa: E402
 
 import numpy as np
 import pandas as pd
@@ -51,12 +56,7 @@ def main():
         "reader": "pandas.read_csv(default C parser), one quoted cell beside a plain number",
         "command": "/opt/canopy-peers/venv/bin/python tools/pandas/csv_numbers.py --out internal/dataset/testdata/pandas_numbers.json",
     }
-    try:
-        import torch, torchvision
-        meta.update(torch=torch.__version__, torchvision=torchvision.__version__,
-                    cpu_capability=torch.backends.cpu.get_cpu_capability(), threads=torch.get_num_threads())
-    except ImportError:
-        pass
+    meta.update(torch_meta())
     with open(a.out, "w") as f:
         json.dump({"meta": meta, "cases": cases}, f, indent=1, ensure_ascii=True)
         f.write("\n")
