@@ -48,6 +48,28 @@ func FuzzParse(f *testing.F) {
 		if used > data {
 			t.Fatalf("tensors use %d bytes of a %d-byte data section", used, data)
 		}
+		// Every header entry, read tensors and skipped counters alike, holds
+		// exactly prod(shape)·dtype size bytes, and together they fill the
+		// data section.
+		n := binary.LittleEndian.Uint64(b)
+		entries, _, err := parseHeader(b[8 : 8+n])
+		if err != nil {
+			t.Fatalf("Parse accepted a header parseHeader refuses: %v", err)
+		}
+		total := uint64(0)
+		for _, e := range entries {
+			want := uint64(dtypeSize[e.dtype])
+			for _, d := range e.shape {
+				want *= uint64(d)
+			}
+			if e.end-e.begin != want {
+				t.Fatalf("%q: %d bytes for %s %v", e.name, e.end-e.begin, e.dtype, e.shape)
+			}
+			total += want
+		}
+		if total != uint64(data) {
+			t.Fatalf("entries hold %d bytes of a %d-byte data section", total, data)
+		}
 		if _, ok := ts[""]; ok {
 			return // a legal name Encode does not write
 		}
