@@ -37,6 +37,7 @@
 package imagefile
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"image"
@@ -166,13 +167,12 @@ func wrap(path string, err error) error {
 }
 
 // config decodes the header from r and checks the format and colour model.
-func config(r io.Reader) (image.Config, error) {
+func config(r io.ReadSeeker) (image.Config, error) {
 	c, format, err := image.DecodeConfig(r)
 	var unsupported tiff.UnsupportedError
 	switch {
-	case errors.As(err, &unsupported):
-		// the TIFF layouts the decoder lacks (gray+alpha) Pillow cannot
-		// identify either
+	case errors.As(err, &unsupported) && unsupported == "extra samples" && tiffBits(r) == 16:
+		// 16-bit gray+alpha, which Pillow cannot identify either
 		return c, fmt.Errorf("cannot identify image file (as Pillow says; %w)", err)
 	case err != nil:
 		return c, err
@@ -190,6 +190,51 @@ func config(r io.Reader) (image.Config, error) {
 		return c, nil
 	}
 	return c, fmt.Errorf("unsupported %s colour model", modelName(c.ColorModel))
+}
+
+// tiffBits is the first BitsPerSample value of the TIFF in r (0 when r
+// is not a TIFF or the tag cannot be read).
+func tiffBits(r io.ReadSeeker) int {
+	var h [8]byte
+	if _, err := r.Seek(0, io.SeekStart); err != nil || readFull(r, h[:]) != nil {
+		return 0
+	}
+	var bo binary.ByteOrder
+	switch string(h[:2]) {
+	case "II":
+		bo = binary.LittleEndian
+	case "MM":
+		bo = binary.BigEndian
+	default:
+		return 0
+	}
+	var n [2]byte
+	if _, err := r.Seek(int64(bo.Uint32(h[4:])), io.SeekStart); err != nil || readFull(r, n[:]) != nil {
+		return 0
+	}
+	for i := 0; i < int(bo.Uint16(n[:])); i++ {
+		var e [12]byte
+		if readFull(r, e[:]) != nil {
+			return 0
+		}
+		if bo.Uint16(e[:]) != 258 || bo.Uint16(e[2:]) != 3 { // BitsPerSample, SHORT
+			continue
+		}
+		if bo.Uint32(e[4:]) <= 2 {
+			return int(bo.Uint16(e[8:]))
+		}
+		var v [2]byte
+		if _, err := r.Seek(int64(bo.Uint32(e[8:])), io.SeekStart); err != nil || readFull(r, v[:]) != nil {
+			return 0
+		}
+		return int(bo.Uint16(v[:]))
+	}
+	return 0
+}
+
+func readFull(r io.Reader, b []byte) error {
+	_, err := io.ReadFull(r, b)
+	return err
 }
 
 func modelName(m color.Model) string {
