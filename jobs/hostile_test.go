@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-hpc/canopy/infer/safetensors"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -280,5 +282,34 @@ func TestPredictPathsTrimmed(t *testing.T) {
 	}
 	if _, err := csvImagePaths("p.csv", []byte("image_path\n")); err == nil || !strings.Contains(err.Error(), "lists no images") {
 		t.Fatalf("header only: %v", err)
+	}
+}
+
+// Weights holding NaN are a model error (exit 4) on every rank, before any
+// inference.
+func TestNaNWeightsExit4(t *testing.T) {
+	model, _, _ := testModelSet(t)
+	ts, _, err := safetensors.Read(filepath.Join(model, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "head.classification_head.cls_logits.bias"
+	bias := ts[k]
+	bias.Data = append([]float32(nil), bias.Data...)
+	bias.Data[0] = float32(math.NaN())
+	ts[k] = bias
+	bad := filepath.Join(t.TempDir(), "nan")
+	os.MkdirAll(bad, 0o755)
+	if err := safetensors.Write(filepath.Join(bad, "model.safetensors"), ts, "F32", nil); err != nil {
+		t.Fatal(err)
+	}
+	cfgJSON, _ := os.ReadFile(filepath.Join(model, "config.json"))
+	os.WriteFile(filepath.Join(bad, "config.json"), cfgJSON, 0o644)
+	cfg := modelCfg(t, t.TempDir())
+	cfg.Model.Spec = bad
+	var stderr bytes.Buffer
+	codes := runLocalCtx(t, 2, cfg, func(int) context.Context { return context.Background() }, &stderr)
+	if codes[0] != ExitModel || codes[1] != ExitModel || !strings.Contains(stderr.String(), "tensor "+k+" holds NaN at index 0") {
+		t.Fatalf("codes %v, stderr %q", codes, stderr.String())
 	}
 }
