@@ -100,6 +100,20 @@ test-mpi:
 	for n in 1 2 3 4; do echo "conformance: mpirun -np $$n"; \
 		$(MPIRUN) -np $$n bin/cmpi.test -test.count=1 || exit 1; done
 
+# Every parser's fuzz target for FUZZTIME each (the seed corpora in
+# PKG/testdata/fuzz/ run in `make test`; scripts/fuzz-seeds.sh writes them).
+.PHONY: fuzz fuzz-seeds
+FUZZTIME ?= 30s
+FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict \
+	infer/safetensors:FuzzParse infer/retinanet:FuzzParseConfig infer/retinanet:FuzzParseRepo infer/imagefile:FuzzRead \
+	internal/parts:FuzzDecode internal/wire:FuzzDecode jobs:FuzzInputPacket jobs:FuzzManifest jobs:FuzzCompareReport jobs:FuzzTolerances
+fuzz: deps
+	@for t in $(FUZZ_TARGETS); do echo "fuzz: $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
+		$(GO) test -tags '$(TAGS)' -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/ || exit 1; done
+
+fuzz-seeds:
+	scripts/fuzz-seeds.sh
+
 # Benchmarks (docs/benchmarks.md records their results and commands).
 bench: bench-go bench-gather bench-e2e bench-metrics
 

@@ -26,7 +26,7 @@ func loadBenchSet(b *testing.B, dir string) metrics.Input {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rows, err := dataset.ParsePredictions("predictions.csv", predB)
+	rows, err := dataset.ParsePredictions("predictions.csv", predB, dataset.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

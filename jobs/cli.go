@@ -181,6 +181,8 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name), or a COCO dataset (.json: file_name is the image_path, bbox x,y,w,h, category names are the labels)"},
 			&cli.StringFlag{Name: "root-dir", Usage: "folder the CSV's image_path values are relative to (default: the CSV's folder)"},
 			&cli.StringFlag{Name: "predictions", Usage: "replay detector: DeepForest prediction CSV (image_path,xmin,ymin,xmax,ymax,label,score); rows join the truth by exact image_path"},
+			&cli.BoolFlag{Name: "allow-any-score", Usage: "accept --predictions scores outside [0, 1] (they must still be finite numbers)"},
+			&cli.BoolFlag{Name: "strict", Usage: "make the input warnings errors (exit 3): no prediction joins the truth, over 10% of the predictions name no truth image, exact duplicate rows"},
 		}, modelFlags(), []cli.Flag{
 			&cli.Float64Flag{Name: "iou-threshold", Value: 0.4, Usage: "a truth box is matched when IoU is strictly greater than this, in [0, 1]"},
 			&cli.StringFlag{Name: "semantics", Value: "validation", Usage: "DeepForest definition of box recall/precision: validation (trainer.validate's RecallPrecision) or evaluate_boxes"},
@@ -203,8 +205,11 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			*code = runJob(c.Context, newComm, stderr, opt, func(comm mpi.Comm) error {
 				if comm.Rank() != 0 {
 					cfg.Stdout = nil
-				} else if cfg.Model.Spec != "" {
-					cfg.Progress = stderr
+				} else {
+					cfg.Warnings = stderr
+					if cfg.Model.Spec != "" {
+						cfg.Progress = stderr
+					}
 				}
 				cfg.CollectiveTimeout = c.Duration("collective-timeout")
 				return Eval(c.Context, comm, cfg)
@@ -216,17 +221,20 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 
 func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	cfg := EvalConfig{
-		CSV:          c.String("csv"),
-		RootDir:      c.String("root-dir"),
-		Predictions:  c.String("predictions"),
-		LabelDict:    c.String("label-dict"),
-		Out:          c.String("out"),
-		Force:        c.Bool("force"),
-		Resume:       c.Bool("resume"),
-		IoUThreshold: c.Float64("iou-threshold"),
-		BatchSize:    c.Int("batch-size"),
-		Command:      os.Args,
-		Stdout:       stdout,
+		CSV:              c.String("csv"),
+		RootDir:          c.String("root-dir"),
+		Predictions:      c.String("predictions"),
+		LabelDict:        c.String("label-dict"),
+		Out:              c.String("out"),
+		Force:            c.Bool("force"),
+		Resume:           c.Bool("resume"),
+		IoUThreshold:     c.Float64("iou-threshold"),
+		BatchSize:        c.Int("batch-size"),
+		Strict:           c.Bool("strict"),
+		AllowAnyScore:    c.Bool("allow-any-score"),
+		AllowOutsideRoot: c.Bool("allow-outside-root"),
+		Command:          os.Args,
+		Stdout:           stdout,
 	}
 	switch {
 	case c.NArg() > 1:
@@ -252,6 +260,8 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 		return cfg, errors.New("eval: give --model (run the detector) or --predictions (replay stored predictions)")
 	case cfg.Predictions != "" && mc.Spec != "":
 		return cfg, errors.New("eval: --model and --predictions exclude each other")
+	case cfg.AllowAnyScore && cfg.Predictions == "":
+		return cfg, errors.New("eval: --allow-any-score goes with --predictions")
 	}
 	if !(cfg.IoUThreshold >= 0 && cfg.IoUThreshold <= 1) {
 		return cfg, fmt.Errorf("eval: --iou-threshold %v is not in [0, 1]", cfg.IoUThreshold)
@@ -299,7 +309,8 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 				return usageError(fmt.Errorf("predict takes no arguments, got %q", c.Args().Slice()))
 			}
 			cfg := PredictConfig{CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
-				Out: c.String("out"), Force: c.Bool("force"), BatchSize: c.Int("batch-size"), Command: os.Args, Stdout: stdout}
+				Out: c.String("out"), Force: c.Bool("force"), BatchSize: c.Int("batch-size"), Command: os.Args, Stdout: stdout,
+				AllowOutsideRoot: c.Bool("allow-outside-root")}
 			mc, err := modelConfig(c)
 			if err != nil {
 				return usageError(fmt.Errorf("predict: %w", err))
@@ -343,6 +354,7 @@ func modelFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "layer-times", Usage: "print, on rank 0, where the model's time went, by layer group (stem, layer1-4, fpn, heads, transform, postprocess)"},
 		&cli.Int64Flag{Name: "max-image-pixels", Value: DefaultMaxImagePixels, Usage: "refuse (exit 3, at pre-flight, from the image header) an image of more pixels than this; the default is where PIL refuses one (2 x Image.MAX_IMAGE_PIXELS); 0: no limit"},
 		&cli.StringFlag{Name: "rank-memory", Usage: "memory one rank may use, such as 6G (default: the node's memory, or its cgroup limit, divided by the ranks on the node); before inference each rank estimates what its largest image needs and refuses (exit 3) when it exceeds this"},
+		&cli.BoolFlag{Name: "allow-outside-root", Usage: "let image paths leave --root-dir: absolute paths, \"..\" elements and symlinks to files outside it (refused by default; the report records this flag)"},
 	}
 }
 

@@ -335,6 +335,11 @@ func readCompareReport(path string) (*cmpReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseCompareReport(path, b)
+}
+
+// parseCompareReport parses the bytes b of the report at path.
+func parseCompareReport(path string, b []byte) (*cmpReport, error) {
 	var top struct {
 		Metrics json.RawMessage            `json:"metrics"`
 		Run     map[string]json.RawMessage `json:"run"`

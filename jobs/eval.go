@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -45,6 +46,16 @@ type EvalConfig struct {
 	Families     metrics.Family // 0 means all
 	ClassMetrics bool
 	BatchSize    int
+	// AllowAnyScore accepts prediction scores outside [0, 1].
+	AllowAnyScore bool
+	// Strict turns the input warnings (predictions that do not join,
+	// duplicate rows) into errors (exit 3).
+	Strict bool
+	// AllowOutsideRoot lets image paths leave RootDir (absolute, "..",
+	// symlinks out).
+	AllowOutsideRoot bool
+	// Warnings receives rank 0's input warnings (nil: none).
+	Warnings io.Writer
 	// Model, when Model.Spec is set, runs the native RetinaNet instead of
 	// replaying --predictions.
 	Model   ModelConfig
@@ -133,7 +144,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	var predRows []dataset.Row
 	if cfg.Predictions != "" {
-		if predRows, err = dataset.ParsePredictions(cfg.Predictions, in.preds); err != nil {
+		if predRows, err = dataset.ParsePredictions(cfg.Predictions, in.preds, dataset.Options{AllowAnyScore: cfg.AllowAnyScore}); err != nil {
 			return &Error{Code: ExitInput, Collective: true, Err: err}
 		}
 	}
@@ -169,6 +180,15 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	byPath, ignored, err := joinPredictions(cfg.Predictions, truth, predRows, labels)
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
+	}
+	warnings := inputWarnings(cfg, truth, predRows, ignored)
+	if len(warnings) > 0 && cfg.Strict {
+		return collective(ExitInput, "jobs: --strict: %s", strings.Join(warnings, "; "))
+	}
+	if c.Rank() == 0 && cfg.Warnings != nil {
+		for _, w := range warnings {
+			fmt.Fprintf(cfg.Warnings, "canopy: warning: %s\n", w)
+		}
 	}
 	if err := checkSharedOut(c, cfg, in); err != nil {
 		return err
@@ -207,11 +227,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	t1 := time.Now()
 	var det infer.Detector
 	if model != nil {
-		files := make([]string, len(shard))
+		paths := make([]string, len(shard))
 		for k, i := range shard {
-			files[k] = imageFile(cfg.RootDir, images[i].Path)
+			paths[k] = images[i].Path
 		}
-		if err := preflight(c, files, model, cfg.Model, cfg.BatchSize); err != nil {
+		if err := preflight(c, cfg.RootDir, paths, cfg.AllowOutsideRoot, model, cfg.Model, cfg.BatchSize); err != nil {
 			return err
 		}
 		stats.Seconds["preflight"] = since(t1)
@@ -317,6 +337,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored, resumed, model),
 		}
 		tw := time.Now()
+		rep.run.Warnings = warnings
+		rep.run.AllowOutsideRoot = cfg.AllowOutsideRoot && model != nil
 		werr = writeOutputs(cfg, rep, images, dets, labels, res)
 		if werr == nil {
 			werr = writeCOCO(cfg, images, dets, labels)
@@ -525,6 +547,43 @@ func joinPredictions(name string, truth *dataset.Truth, rows []dataset.Row, labe
 		byPath[r.Path] = append(byPath[r.Path], box.Detection{Box: r.Box, Label: id, Score: r.Score})
 	}
 	return byPath, ignored, nil
+}
+
+// ignoredShare is the share of ignored predictions above which a replay
+// warns (--strict: fails).
+const ignoredShare = 0.10
+
+// inputWarnings are the signs of a silently wrong score: predictions that
+// do not join the truth (paths spelled differently), and exact duplicate
+// rows (a file appended to itself). Every rank computes the same list.
+func inputWarnings(cfg EvalConfig, truth *dataset.Truth, preds []dataset.Row, ignored int) []string {
+	var w []string
+	if truth.Duplicates > 0 {
+		w = append(w, fmt.Sprintf("%s: %d rows repeat an earlier row exactly (a file appended to itself?); they count twice", cfg.CSV, truth.Duplicates))
+	}
+	if cfg.Predictions == "" {
+		return w
+	}
+	if d := dataset.Duplicates(preds); d > 0 {
+		w = append(w, fmt.Sprintf("%s: %d rows repeat an earlier row exactly (a file appended to itself?); they count twice", cfg.Predictions, d))
+	}
+	unmatched := func() string {
+		for _, r := range preds {
+			if _, ok := truth.Index(r.Path); !ok {
+				return fmt.Sprintf("; the first is line %d, image_path %q", r.Line, r.Path)
+			}
+		}
+		return ""
+	}
+	switch n := len(preds); {
+	case n == 0:
+		w = append(w, fmt.Sprintf("%s holds no predictions: every detection metric will be 0", cfg.Predictions))
+	case ignored == n:
+		w = append(w, fmt.Sprintf("none of the %d predictions of %s names an image of %s, so every detection metric will be 0%s", n, cfg.Predictions, cfg.CSV, unmatched()))
+	case float64(ignored) > ignoredShare*float64(n):
+		w = append(w, fmt.Sprintf("%d of the %d predictions of %s (%.1f%%) name no image of %s and are ignored%s", ignored, n, cfg.Predictions, 100*float64(ignored)/float64(n), cfg.CSV, unmatched()))
+	}
+	return w
 }
 
 // detectShard runs the detector over the shard in batches, hands each

@@ -172,7 +172,7 @@ func TestReportHTMLInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, _ := dataset.ParsePredictions(predCSV, pb)
+	rows, _ := dataset.ParsePredictions(predCSV, pb, dataset.Options{})
 	labels, _ := chooseLabels(cfg, inputs{}, truth, rows)
 	images, _ := truth.Resolve(truthCSV, labels)
 	byPath, _, _ := joinPredictions(predCSV, truth, rows, labels)

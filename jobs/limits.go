@@ -45,11 +45,19 @@ func memoryEstimate(resident int64, w, h, pw, ph, copies int) int64 {
 // inference: a --root-dir missing on one node, a decompression bomb or an
 // image too large for the node is one clear error (exit 3), not a half-run
 // or a Go runtime crash.
-func preflight(c mpi.Comm, files []string, lm *loadedModel, mc ModelConfig, batch int) error {
+func preflight(c mpi.Comm, root string, paths []string, outside bool, lm *loadedModel, mc ModelConfig, batch int) error {
 	var err error
 	largest, lw, lh := int64(-1), 0, 0
 	var lfile string
-	for _, f := range files {
+	conf := newConfiner(root)
+	for _, p := range paths {
+		if !outside {
+			if err = conf.check(p); err != nil {
+				err = fmt.Errorf("jobs: pre-flight: %w", err)
+				break
+			}
+		}
+		f := imageFile(root, p)
 		w, h, e := imagefile.Check(f)
 		if e != nil {
 			err = fmt.Errorf("jobs: pre-flight: %w", e)
@@ -59,6 +67,9 @@ func preflight(c mpi.Comm, files []string, lm *loadedModel, mc ModelConfig, batc
 			err = fmt.Errorf("jobs: pre-flight: %s: %dx%d is %d pixels, over the limit of %d (PIL's decompression-bomb limit; --max-image-pixels raises it): %w",
 				f, w, h, px, mc.MaxImagePixels, imagefile.ErrImage)
 			break
+		}
+		if lm == nil {
+			continue // no model (a pre-flight of the paths alone): no estimate
 		}
 		pw, ph := lm.m.PaddedSize(w, h)
 		if e := memoryEstimate(0, w, h, pw, ph, 1); e > largest {

@@ -167,7 +167,9 @@ func TestModelErrors(t *testing.T) {
 	data, _ := os.ReadFile(csv)
 	os.WriteFile(filepath.Join(bad, "unknown.csv"), bytes.ReplaceAll(data, []byte(",Dead\n"), []byte(",Snag\n")), 0o644)
 	// a truth CSV naming a missing image, and one naming a corrupt image
-	os.WriteFile(filepath.Join(bad, "missing.csv"), []byte("image_path,xmin,ymin,xmax,ymax,label\n"+dir+"/f0.png,1,1,5,5,Tree\nnope.png,1,1,5,5,Tree\n"), 0o644)
+	f0, _ := os.ReadFile(filepath.Join(dir, "f0.png"))
+	os.WriteFile(filepath.Join(bad, "f0.png"), f0, 0o644)
+	os.WriteFile(filepath.Join(bad, "missing.csv"), []byte("image_path,xmin,ymin,xmax,ymax,label\nf0.png,1,1,5,5,Tree\nnope.png,1,1,5,5,Tree\n"), 0o644)
 	os.WriteFile(filepath.Join(bad, "corrupt.png"), []byte("\x89PNG\r\n\x1a\nshort"), 0o644)
 	os.WriteFile(filepath.Join(bad, "corrupt.csv"), []byte("image_path,xmin,ymin,xmax,ymax,label\ncorrupt.png,1,1,5,5,Tree\n"), 0o644)
 	// a 2000×1 image resizes to height 0 (torch raises; canopy refuses it)

@@ -30,10 +30,13 @@ type PredictConfig struct {
 	Out       string
 	Force     bool
 	BatchSize int
-	Model     ModelConfig
-	Command   []string
-	Stdout    io.Writer
-	Progress  io.Writer // rank 0's progress lines (nil: none)
+	// AllowOutsideRoot lets image paths leave RootDir (absolute, "..",
+	// symlinks out).
+	AllowOutsideRoot bool
+	Model            ModelConfig
+	Command          []string
+	Stdout           io.Writer
+	Progress         io.Writer // rank 0's progress lines (nil: none)
 	// CollectiveTimeout: as EvalConfig's.
 	CollectiveTimeout time.Duration
 }
@@ -89,10 +92,10 @@ func csvImagePaths(name string, data []byte) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("jobs: %s: %v: %w", name, err, dataset.ErrInput)
 		}
-		if col >= len(rec) || rec[col] == "" {
+		if col >= len(rec) || dataset.TrimPath(rec[col]) == "" {
 			return nil, fmt.Errorf("jobs: %s:%d: empty image_path: %w", name, line, dataset.ErrInput)
 		}
-		if p := rec[col]; !seen[p] {
+		if p := dataset.TrimPath(rec[col]); !seen[p] {
 			seen[p] = true
 			out = append(out, p)
 		}
@@ -167,6 +170,8 @@ type predictReport struct {
 	Detector string      `json:"detector"`
 	// Outputs: the sha256 of the predictions.csv published with this report.
 	Outputs map[string]string `json:"outputs,omitempty"`
+	// AllowOutsideRoot records --allow-outside-root.
+	AllowOutsideRoot bool `json:"allow_outside_root,omitempty"`
 }
 
 // Predict runs the predict job on this rank: every rank detects its shard,
@@ -226,11 +231,11 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	}
 	shard := p.Shards[c.Rank()]
 	stats.Images = len(shard)
-	files := make([]string, len(shard))
+	shardPaths := make([]string, len(shard))
 	for k, i := range shard {
-		files[k] = imageFile(cfg.RootDir, paths[i])
+		shardPaths[k] = paths[i]
 	}
-	if err := preflight(c, files, model, cfg.Model, cfg.BatchSize); err != nil {
+	if err := preflight(c, cfg.RootDir, shardPaths, cfg.AllowOutsideRoot, model, cfg.Model, cfg.BatchSize); err != nil {
 		return err
 	}
 	stats.Seconds["load"] = since(t0)
@@ -270,7 +275,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	var werr error
 	if c.Rank() == 0 {
 		rep := predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
-			Ranks: c.Size(), Images: len(images), Model: &model.info, Detector: det.Name()}
+			Ranks: c.Size(), Images: len(images), Model: &model.info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot}
 		for _, d := range dets {
 			rep.Boxes += len(d)
 		}

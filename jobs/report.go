@@ -49,6 +49,10 @@ type runInfo struct {
 	// Outputs are the sha256 of the files published with this report, so a
 	// reader can check that a predictions.csv or results.csv belongs to it.
 	Outputs map[string]string `json:"outputs,omitempty"`
+	// Warnings are the input warnings rank 0 printed (inputWarnings).
+	Warnings []string `json:"warnings,omitempty"`
+	// AllowOutsideRoot records --allow-outside-root (with --model).
+	AllowOutsideRoot bool `json:"allow_outside_root,omitempty"`
 }
 
 // resumeInfo tells how much of the run came from part files of earlier

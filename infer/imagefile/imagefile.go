@@ -15,7 +15,14 @@
 //     in integers, 0 where a is 0;
 //   - grayscale is replicated to three channels and paletted images are
 //     expanded through their palette, as PIL's convert does;
-//   - 16-bit images are refused, as are other colour models (CMYK JPEG).
+//   - 16-bit images are read as Pillow reads them (checked against Pillow
+//     13 by testdata/pil_16bit.json): 16-bit grayscale (PIL's I;16, PNG or
+//     TIFF) is clipped, min(v, 255); 16-bit RGB and RGBA (PNG or TIFF) and
+//     16-bit gray+alpha PNG keep the high byte, v>>8; a TIFF with
+//     associated alpha is then un-premultiplied in 8 bits, as above. A
+//     16-bit gray+alpha TIFF, which Pillow cannot identify, is refused with
+//     Pillow's words;
+//   - other colour models (CMYK JPEG) are refused.
 //
 // JPEG files are decoded by image/jpeg, and converted to RGB as libjpeg
 // converts them for PIL: 4:2:2 and 4:2:0 chroma is interpolated ("fancy
@@ -30,18 +37,20 @@
 package imagefile
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"image"
 	"image/color"
 	"io"
 	"os"
+	"syscall"
 
 	// Decoders, registered with package image.
 	_ "image/jpeg"
 	_ "image/png"
 
-	_ "golang.org/x/image/tiff"
+	"golang.org/x/image/tiff"
 )
 
 // ErrImage is wrapped by every error of this package: a missing or
@@ -60,10 +69,7 @@ type Image struct {
 // packages of the program may register more (GIF, BMP); they are refused.
 var formats = map[string]bool{"png": true, "jpeg": true, "tiff": true}
 
-var (
-	err16 = errors.New("16-bit images are not supported")
-	unit  [256]float32 // unit[k] = float32(float64(k)/255)
-)
+var unit [256]float32 // unit[k] = float32(float64(k)/255)
 
 func init() {
 	for k := range unit {
@@ -75,7 +81,7 @@ func init() {
 // Errors name the path and wrap ErrImage, and the cause: a missing file
 // also satisfies errors.Is(err, os.ErrNotExist).
 func Read(path string) (Image, error) {
-	f, err := os.Open(path)
+	f, err := openRegular(path)
 	if err != nil {
 		return Image{}, wrap(path, err)
 	}
@@ -104,7 +110,7 @@ func Read(path string) (Image, error) {
 // size, or an error, wrapping ErrImage, if Read would refuse the file for
 // its format or colour model. It does not detect corrupt pixel data.
 func Check(path string) (w, h int, err error) {
-	f, err := os.Open(path)
+	f, err := openRegular(path)
 	if err != nil {
 		return 0, 0, wrap(path, err)
 	}
@@ -116,6 +122,42 @@ func Check(path string) (w, h int, err error) {
 	return c.Width, c.Height, nil
 }
 
+// openRegular opens path for reading without blocking (a FIFO would block
+// a plain open until a writer comes) and refuses anything but a regular
+// file: a named pipe, a device, a directory or a socket.
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if m := st.Mode(); !m.IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("not a regular file (%s)", fileKind(m))
+	}
+	return f, nil
+}
+
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return m.Type().String()
+}
+
 func wrap(path string, err error) error {
 	var pe *os.PathError
 	if errors.As(err, &pe) && pe.Path == path {
@@ -125,9 +167,13 @@ func wrap(path string, err error) error {
 }
 
 // config decodes the header from r and checks the format and colour model.
-func config(r io.Reader) (image.Config, error) {
+func config(r io.ReadSeeker) (image.Config, error) {
 	c, format, err := image.DecodeConfig(r)
+	var unsupported tiff.UnsupportedError
 	switch {
+	case errors.As(err, &unsupported) && unsupported == "extra samples" && tiffBits(r) == 16:
+		// 16-bit gray+alpha, which Pillow cannot identify either
+		return c, fmt.Errorf("cannot identify image file (as Pillow says; %w)", err)
 	case err != nil:
 		return c, err
 	case !formats[format]:
@@ -139,12 +185,56 @@ func config(r io.Reader) (image.Config, error) {
 		return c, nil
 	}
 	switch c.ColorModel {
-	case color.RGBAModel, color.NRGBAModel, color.GrayModel, color.YCbCrModel:
+	case color.RGBAModel, color.NRGBAModel, color.GrayModel, color.YCbCrModel,
+		color.RGBA64Model, color.NRGBA64Model, color.Gray16Model:
 		return c, nil
-	case color.RGBA64Model, color.NRGBA64Model, color.Gray16Model:
-		return c, err16
 	}
 	return c, fmt.Errorf("unsupported %s colour model", modelName(c.ColorModel))
+}
+
+// tiffBits is the first BitsPerSample value of the TIFF in r (0 when r
+// is not a TIFF or the tag cannot be read).
+func tiffBits(r io.ReadSeeker) int {
+	var h [8]byte
+	if _, err := r.Seek(0, io.SeekStart); err != nil || readFull(r, h[:]) != nil {
+		return 0
+	}
+	var bo binary.ByteOrder
+	switch string(h[:2]) {
+	case "II":
+		bo = binary.LittleEndian
+	case "MM":
+		bo = binary.BigEndian
+	default:
+		return 0
+	}
+	var n [2]byte
+	if _, err := r.Seek(int64(bo.Uint32(h[4:])), io.SeekStart); err != nil || readFull(r, n[:]) != nil {
+		return 0
+	}
+	for i := 0; i < int(bo.Uint16(n[:])); i++ {
+		var e [12]byte
+		if readFull(r, e[:]) != nil {
+			return 0
+		}
+		if bo.Uint16(e[:]) != 258 || bo.Uint16(e[2:]) != 3 { // BitsPerSample, SHORT
+			continue
+		}
+		if bo.Uint32(e[4:]) <= 2 {
+			return int(bo.Uint16(e[8:]))
+		}
+		var v [2]byte
+		if _, err := r.Seek(int64(bo.Uint32(e[8:])), io.SeekStart); err != nil || readFull(r, v[:]) != nil {
+			return 0
+		}
+		return int(bo.Uint16(v[:]))
+	}
+	return 0
+}
+
+func readFull(r io.Reader, b []byte) error {
+	_, err := io.ReadFull(r, b)
+	return err
 }
 
 func modelName(m color.Model) string {
@@ -163,8 +253,10 @@ func modelName(m color.Model) string {
 // dropped: *image.RGBA is taken as premultiplied and un-premultiplied as PIL
 // un-premultiplies a TIFF with associated alpha, other types are converted
 // with color.NRGBAModel. *image.YCbCr is converted with color.YCbCrToRGB,
-// not libjpeg's arithmetic as Read does for JPEG files. 16-bit images are
-// refused. The error, if any, does not wrap ErrImage: Read adds that.
+// not libjpeg's arithmetic as Read does for JPEG files. 16-bit images follow
+// Pillow: *image.Gray16 is clipped to 255, *image.NRGBA64 keeps the high
+// byte, *image.RGBA64 keeps the high byte and is un-premultiplied in 8 bits
+// as *image.RGBA. The error, if any, does not wrap ErrImage: Read adds that.
 func FromImage(img image.Image) (Image, error) {
 	r := img.Bounds()
 	w, h := r.Dx(), r.Dy()
@@ -232,8 +324,35 @@ func FromImage(img image.Image) (Image, error) {
 				R[o+x], G[o+x], B[o+x] = unit[c[0]], unit[c[1]], unit[c[2]]
 			}
 		}
-	case *image.RGBA64, *image.NRGBA64, *image.Gray16:
-		return Image{}, err16
+	case *image.Gray16: // Pillow's I;16 -> L clips
+		for y := 0; y < h; y++ {
+			p := m.Pix[m.PixOffset(r.Min.X, r.Min.Y+y):][:2*w]
+			o := y * w
+			for x := 0; x < w; x++ {
+				v := unit[uint8(min(uint(p[2*x])<<8|uint(p[2*x+1]), 255))]
+				R[o+x], G[o+x], B[o+x] = v, v, v
+			}
+		}
+	case *image.NRGBA64: // Pillow's RGBA;16B, LA;16B: the high byte
+		for y := 0; y < h; y++ {
+			p := m.Pix[m.PixOffset(r.Min.X, r.Min.Y+y):][:8*w]
+			o := y * w
+			for x := 0; x < w; x++ {
+				R[o+x], G[o+x], B[o+x] = unit[p[8*x]], unit[p[8*x+2]], unit[p[8*x+4]]
+			}
+		}
+	case *image.RGBA64: // RGB;16B, or TIFF RGBa;16: the high byte, un-premultiplied
+		for y := 0; y < h; y++ {
+			p := m.Pix[m.PixOffset(r.Min.X, r.Min.Y+y):][:8*w]
+			o := y * w
+			for x := 0; x < w; x++ {
+				cr, cg, cb := p[8*x], p[8*x+2], p[8*x+4]
+				if a := p[8*x+6]; a != 0xff {
+					cr, cg, cb = unpremul(cr, a), unpremul(cg, a), unpremul(cb, a)
+				}
+				R[o+x], G[o+x], B[o+x] = unit[cr], unit[cg], unit[cb]
+			}
+		}
 	default:
 		// Rare types (CMYK, NYCbCrA, images made in memory): one At per pixel.
 		for y := 0; y < h; y++ {

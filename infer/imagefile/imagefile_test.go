@@ -320,15 +320,6 @@ func TestFromImage(t *testing.T) {
 			}
 		})
 	}
-	for _, img := range []image.Image{
-		image.NewRGBA64(image.Rect(0, 0, 2, 2)),
-		image.NewNRGBA64(image.Rect(0, 0, 2, 2)),
-		image.NewGray16(image.Rect(0, 0, 2, 2)),
-	} {
-		if _, err := FromImage(img); err == nil || !strings.Contains(err.Error(), "16-bit images are not supported") {
-			t.Errorf("%T: got %v, want 16-bit refused", img, err)
-		}
-	}
 	if _, err := FromImage(image.NewRGBA(image.Rect(0, 0, 0, 5))); err == nil {
 		t.Error("empty image accepted")
 	}
@@ -398,22 +389,6 @@ func TestErrors(t *testing.T) {
 		badFile(t, "Read "+filepath.Base(c.path), err, c.path, c.cause, c.text)
 		_, _, err = Check(c.path)
 		badFile(t, "Check "+filepath.Base(c.path), err, c.path, c.cause, c.text)
-	}
-
-	for name, img := range map[string]image.Image{
-		"rgb16.png":  image.NewRGBA64(image.Rect(0, 0, 3, 3)),
-		"gray16.png": image.NewGray16(image.Rect(0, 0, 3, 3)),
-		"rgb16.tif":  image.NewNRGBA64(image.Rect(0, 0, 3, 3)),
-	} {
-		enc := encPNG
-		if strings.HasSuffix(name, ".tif") {
-			enc = encTIFF(tiff.Deflate)
-		}
-		path := write(t, name, img, enc)
-		_, err := Read(path)
-		badFile(t, "Read "+name, err, path, nil, "16-bit images are not supported")
-		_, _, err = Check(path)
-		badFile(t, "Check "+name, err, path, nil, "16-bit images are not supported")
 	}
 
 	cmyk := filepath.Join("testdata", "cmyk.jpg")
@@ -545,4 +520,56 @@ func ExampleRead() {
 	n := im.W * im.H
 	fmt.Println(im.W, im.H, im.Pix[0], im.Pix[n+1], im.Pix[2*n])
 	// Output: 40 30 0 0 1
+}
+
+// 16-bit PNG and TIFF files read as Pillow 13 reads them with
+// convert("RGB") (testdata/pil_16bit.json, tools/imagefile/make_16bit.py),
+// and the one Pillow cannot identify is refused in Pillow's words.
+func TestSixteenBitAsPillow(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "pil_16bit.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx struct {
+		Meta  map[string]any
+		Cases []struct {
+			File, SHA256, Mode, RGB, Error string
+			Size                           []int
+		}
+	}
+	if err := json.Unmarshal(b, &fx); err != nil {
+		t.Fatal(err)
+	}
+	if fx.Meta["pillow"] == nil || len(fx.Cases) < 10 {
+		t.Fatalf("fixture without Pillow's version or cases: %v", fx.Meta)
+	}
+	for _, c := range fx.Cases {
+		path := filepath.Join("testdata", c.File)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := sha256.Sum256(data); hex.EncodeToString(s[:]) != c.SHA256 {
+			t.Fatalf("%s is not the file Pillow read", c.File)
+		}
+		im, err := Read(path)
+		_, _, cerr := Check(path)
+		if c.Error != "" {
+			if err == nil || cerr == nil || !strings.Contains(c.Error, "cannot identify image file") ||
+				!strings.Contains(err.Error(), "cannot identify image file") || !errors.Is(err, ErrImage) {
+				t.Errorf("%s: Pillow says %q, canopy %v / %v", c.File, c.Error, err, cerr)
+			}
+			continue
+		}
+		if err != nil || cerr != nil {
+			t.Errorf("%s (Pillow mode %s): %v / %v", c.File, c.Mode, err, cerr)
+			continue
+		}
+		rgb, _ := hex.DecodeString(c.RGB)
+		w, h := c.Size[0], c.Size[1]
+		compare(t, im, w, h, func(x, y int) [3]uint8 {
+			p := rgb[3*(y*w+x):]
+			return [3]uint8{p[0], p[1], p[2]}
+		})
+	}
 }

@@ -260,6 +260,9 @@ func parseConfig(file string, b []byte) (Config, error) {
 		}
 		for i := range f {
 			out[i] = float32(f[i]) // torch.as_tensor(..., dtype=float32)
+			if math.IsInf(float64(out[i]), 0) {
+				return out, keyErr(k, v, "a list of 3 numbers (R, G, B) that fit a float32")
+			}
 		}
 		return out, nil
 	}
@@ -295,6 +298,9 @@ func parseConfig(file string, b []byte) (Config, error) {
 			var f float64
 			f, err = num(k, v)
 			o.ScoreThresh = float32(f) // torch compares float32 scores with it as float32
+			if err == nil && math.IsInf(float64(o.ScoreThresh), 0) {
+				err = keyErr(k, v, "a number that fits a float32")
+			}
 		case "nms_thresh":
 			o.NMSThresh, err = num(k, v)
 		case "detections_per_img":
@@ -419,6 +425,9 @@ func LoadFolder(dir string) (m *Model, cfg Config, digest string, err error) {
 		w[k] = Tensor{Shape: t.Shape, Data: t.Data}
 	}
 	ts = nil
+	if err := CheckFinite(w); err != nil {
+		return nil, cfg, "", fmt.Errorf("%w (in %s)", err, st)
+	}
 	if w, err = Normalize(w); err != nil {
 		return nil, cfg, "", fmt.Errorf("%w (in %s)", err, st)
 	}

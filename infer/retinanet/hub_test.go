@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -286,6 +287,20 @@ func TestLoadFolderErrors(t *testing.T) {
 		{"wrong shape", edit(func(ts map[string]safetensors.Tensor) {
 			ts["head.regression_head.bbox_reg.bias"] = safetensors.Tensor{Shape: []int{35}, Data: make([]float32, 35)}
 		}), config2, "tensor head.regression_head.bbox_reg.bias has shape [35], want [36]"},
+		{"NaN weight", edit(func(ts map[string]safetensors.Tensor) {
+			t := ts["head.classification_head.cls_logits.bias"]
+			t.Data = append([]float32(nil), t.Data...)
+			t.Data[1] = float32(math.NaN())
+			ts["head.classification_head.cls_logits.bias"] = t
+		}), config2, "tensor head.classification_head.cls_logits.bias holds NaN at index 1 (1 tensors hold NaN or Inf)"},
+		{"Inf weight", edit(func(ts map[string]safetensors.Tensor) {
+			for _, k := range []string{"backbone.body.conv1.weight", "head.regression_head.bbox_reg.bias"} {
+				t := ts[k]
+				t.Data = append([]float32(nil), t.Data...)
+				t.Data[3] = float32(math.Inf(-1))
+				ts[k] = t
+			}
+		}), config2, "tensor backbone.body.conv1.weight holds -Inf at index 3 (2 tensors hold NaN or Inf)"},
 		{"label_dict count", base, `{"label_dict": {"Tree": 0}}`, "label_dict has 1 labels, but the weights have 2 classes"},
 		{"label_dict ids", base, `{"label_dict": {"Tree": 0, "Bird": 2}}`, `gives "Bird" the id 2, want 0..1`},
 		{"label_dict twice", base, `{"label_dict": {"Tree": 1, "Bird": 1}}`, `the same id 1`},

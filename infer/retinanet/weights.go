@@ -59,6 +59,35 @@ func Normalize(in Weights) (Weights, error) {
 	return out, nil
 }
 
+// CheckFinite refuses weights holding NaN or ±Inf (a corrupt or diverged
+// checkpoint: torch would load it and detect garbage with high scores). The
+// error names the first such tensor in name order, the first bad index and
+// value, and how many tensors hold one.
+func CheckFinite(w Weights) error {
+	names := make([]string, 0, len(w))
+	for k := range w {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	first, at, n := "", 0, 0
+	var val float32
+	for _, k := range names {
+		for i, v := range w[k].Data {
+			if v-v != 0 { // NaN or ±Inf
+				if n == 0 {
+					first, at, val = k, i, v
+				}
+				n++
+				break
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("retinanet: tensor %s holds %v at index %d (%d tensors hold NaN or Inf): the weights are not usable", first, val, at, n)
+}
+
 // take hands out tensors by name and remembers which were used, so that
 // leftovers (unexpected tensors) can be reported: torch loads with
 // strict=False and silently ignores them; canopy refuses.

@@ -35,7 +35,9 @@ type Truth struct {
 	Images []TruthImage
 	// Dropped counts 0,0,0,0 rows dropped beside real rows.
 	Dropped int
-	index   map[string]int
+	// Duplicates counts rows equal to an earlier row (Duplicates).
+	Duplicates int
+	index      map[string]int
 }
 
 // TruthImage is one image's rows, zero rows removed; Empty when all of its
@@ -56,12 +58,16 @@ func (t *Truth) Index(path string) (int, bool) {
 var truthCols = []string{"image_path", "xmin", "ymin", "xmax", "ymax", "label"}
 
 // ParseTruth parses an annotation CSV held in data; name is used in errors.
+// A file with a header but no rows is an error (there is nothing to score).
 func ParseTruth(name string, data []byte) (*Truth, error) {
-	rows, err := parse(name, data, false)
+	rows, err := parse(name, data, false, Options{})
 	if err != nil {
 		return nil, err
 	}
-	t := &Truth{index: make(map[string]int)}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("dataset: %s: no rows after the header, nothing to score: %w", name, ErrInput)
+	}
+	t := &Truth{index: make(map[string]int), Duplicates: Duplicates(rows)}
 	for _, r := range rows {
 		i, ok := t.index[r.Path]
 		if !ok {
@@ -90,13 +96,45 @@ func ParseTruth(name string, data []byte) (*Truth, error) {
 	return t, nil
 }
 
-// ParsePredictions parses a DeepForest prediction CSV (score column `score`,
-// or `scores` as older versions wrote it).
-func ParsePredictions(name string, data []byte) ([]Row, error) {
-	return parse(name, data, true)
+// Options are the checks a caller may relax.
+type Options struct {
+	// AllowAnyScore accepts any finite score; by default a score outside
+	// [0, 1] is an error.
+	AllowAnyScore bool
 }
 
-func parse(name string, data []byte, scored bool) ([]Row, error) {
+// ParsePredictions parses a DeepForest prediction CSV (score column `score`,
+// or `scores` as older versions wrote it). Scores must be finite and, unless
+// opt.AllowAnyScore, in [0, 1].
+func ParsePredictions(name string, data []byte, opt Options) ([]Row, error) {
+	return parse(name, data, true, opt)
+}
+
+// Duplicates counts the rows equal in image_path, box, label and score to an
+// earlier row (a CSV appended to itself), leaving out 0,0,0,0 rows, which
+// mark empty images and change no metric when repeated.
+func Duplicates(rows []Row) int {
+	type key struct {
+		path, label string
+		b           box.Box
+		score       float64
+	}
+	seen := make(map[key]bool, len(rows))
+	n := 0
+	for _, r := range rows {
+		if r.Box.IsZero() {
+			continue
+		}
+		k := key{r.Path, r.Label, r.Box, r.Score}
+		if seen[k] {
+			n++
+		}
+		seen[k] = true
+	}
+	return n
+}
+
+func parse(name string, data []byte, scored bool, opt Options) ([]Row, error) {
 	r := csv.NewReader(bytes.NewReader(data))
 	r.ReuseRecord = true
 	header, err := r.Read()
@@ -149,7 +187,7 @@ func parse(name string, data []byte, scored bool) ([]Row, error) {
 		}
 		line, _ := r.FieldPos(0)
 		row := Row{Line: line}
-		row.Path = rec[idx[0]]
+		row.Path = TrimPath(rec[idx[0]])
 		if row.Path == "" {
 			return nil, fmt.Errorf("dataset: %s:%d: empty image_path: %w", name, line, ErrInput)
 		}
@@ -176,21 +214,92 @@ func parse(name string, data []byte, scored bool) ([]Row, error) {
 			if err != nil {
 				return nil, fmt.Errorf("dataset: %s:%d: column score: %v: %w", name, line, err, ErrInput)
 			}
+			if !opt.AllowAnyScore && !(row.Score >= 0 && row.Score <= 1) {
+				return nil, fmt.Errorf("dataset: %s:%d: score %v is not in [0, 1] (--allow-any-score accepts it): %w", name, line, row.Score, ErrInput)
+			}
 		}
 		rows = append(rows, row)
 	}
 	return rows, nil
 }
 
+// number reads a CSV number cell as pandas.read_csv (DeepForest's reader)
+// does: surrounding ASCII blanks, an optional sign, decimal digits with an
+// optional point and exponent. Go literal syntax that strconv.ParseFloat
+// would also take (0x1p4, 1_0) is refused, and so is every cell pandas
+// reads as NaN or ±inf (tools/pandas/csv_numbers.py records its rule).
 func number(s string) (float64, error) {
-	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil {
+	t := strings.Trim(s, blanks)
+	if !isDecimal(t) {
+		if nonFinite(s) {
+			return 0, fmt.Errorf("not a finite number: %q", s)
+		}
 		return 0, fmt.Errorf("not a number: %q", s)
 	}
-	if math.IsNaN(f) || math.IsInf(f, 0) {
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || math.IsInf(f, 0) {
 		return 0, fmt.Errorf("not a finite number: %q", s)
 	}
 	return f, nil
+}
+
+// TrimPath trims an image_path cell as the numbers are trimmed (pandas
+// keeps the blanks, but a path with blanks around it names no file anyone
+// meant).
+func TrimPath(s string) string { return strings.Trim(s, blanks) }
+
+// blanks are the characters pandas' C parser skips around a number.
+const blanks = " \t\r\n\v\f"
+
+// isDecimal is pandas' number syntax: [+-] digits [. [digits]] or
+// [+-] . digits, then optionally [eE] [+-] digits.
+func isDecimal(s string) bool {
+	i := 0
+	if i < len(s) && (s[i] == '+' || s[i] == '-') {
+		i++
+	}
+	digits := func() int {
+		n := 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	n := digits()
+	if i < len(s) && s[i] == '.' {
+		i++
+		n += digits()
+	}
+	if n == 0 {
+		return false
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(s)
+}
+
+// naValues are pandas' default missing-value spellings (read as NaN).
+var naValues = map[string]bool{"": true, "#N/A": true, "#N/A N/A": true, "#NA": true, "-1.#IND": true, "-1.#QNAN": true,
+	"-NaN": true, "-nan": true, "1.#IND": true, "1.#QNAN": true, "<NA>": true, "N/A": true, "NA": true, "NULL": true,
+	"NaN": true, "None": true, "n/a": true, "nan": true, "null": true}
+
+// nonFinite reports a cell pandas reads as NaN or ±inf (spelled exactly,
+// without blanks around it).
+func nonFinite(t string) bool {
+	if naValues[t] {
+		return true
+	}
+	v := strings.TrimLeft(t, "+-")
+	u := strings.ToLower(v)
+	return len(t)-len(v) <= 1 && (u == "inf" || u == "infinity")
 }
 
 // ParseLabelDict parses DeepForest's classes.csv form (`label,id` with a

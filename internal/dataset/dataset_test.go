@@ -62,12 +62,12 @@ func TestColumnsByHeaderAndEmptyFrames(t *testing.T) {
 
 func TestPredictionsScoreColumn(t *testing.T) {
 	for _, col := range []string{"score", "scores"} {
-		rows, err := ParsePredictions("p.csv", []byte("image_path,xmin,ymin,xmax,ymax,label,"+col+"\na.png,1,2,3,4,Tree,0.25\n"))
+		rows, err := ParsePredictions("p.csv", []byte("image_path,xmin,ymin,xmax,ymax,label,"+col+"\na.png,1,2,3,4,Tree,0.25\n"), Options{})
 		if err != nil || len(rows) != 1 || rows[0].Score != 0.25 {
 			t.Fatalf("%s: %v %v", col, rows, err)
 		}
 	}
-	if _, err := ParsePredictions("p.csv", []byte("image_path,xmin,ymin,xmax,ymax,label\na.png,1,2,3,4,Tree\n")); err == nil {
+	if _, err := ParsePredictions("p.csv", []byte("image_path,xmin,ymin,xmax,ymax,label\na.png,1,2,3,4,Tree\n"), Options{}); err == nil {
 		t.Fatal("predictions without a score column accepted")
 	}
 }

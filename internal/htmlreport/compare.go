@@ -130,7 +130,7 @@ func readSide(s Side) (*sideData, []string) {
 	sd.recall = st
 	if b, err := os.ReadFile(filepath.Join(s.Dir, "predictions.csv")); err != nil {
 		notes = append(notes, "no predictions.csv: predictions not drawn")
-	} else if rows, err := dataset.ParsePredictions("predictions.csv", b); err != nil {
+	} else if rows, err := dataset.ParsePredictions("predictions.csv", b, dataset.Options{AllowAnyScore: true}); err != nil {
 		notes = append(notes, err.Error())
 	} else {
 		sd.preds = map[string][]box.Detection{}

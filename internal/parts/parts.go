@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -146,6 +147,9 @@ func Decode(files []File, nImages int) (map[int]wire.Image, Stats, error) {
 				if im.Index < 0 || im.Index >= nImages {
 					return nil, st, fmt.Errorf("parts: %s holds image %d of %d", f.Name, im.Index, nImages)
 				}
+				if err := checkDets(im); err != nil {
+					return nil, st, fmt.Errorf("parts: %s: %w", f.Name, err)
+				}
 				if _, dup := done[im.Index]; dup {
 					st.Duplicates++
 					continue
@@ -157,6 +161,20 @@ func Decode(files []File, nImages int) (map[int]wire.Image, Stats, error) {
 	}
 	st.Images = len(done)
 	return done, st, nil
+}
+
+// checkDets refuses a detection no detector makes: a non-finite value or
+// an inverted box (a record whose checksum holds cannot be torn, so such a
+// record was written so).
+func checkDets(im wire.Image) error {
+	for _, d := range im.Dets {
+		b := d.Box
+		if !(b.Xmin <= b.Xmax && b.Ymin <= b.Ymax) || math.IsInf(b.Xmin, 0) || math.IsInf(b.Ymin, 0) ||
+			math.IsInf(b.Xmax, 0) || math.IsInf(b.Ymax, 0) || math.IsNaN(d.Score) || math.IsInf(d.Score, 0) {
+			return fmt.Errorf("image %d: a non-finite or inverted box %+v, score %v", im.Index, b, d.Score)
+		}
+	}
+	return nil
 }
 
 // NextAttempt is one more than the highest attempt number among files.

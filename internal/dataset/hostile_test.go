@@ -1,0 +1,241 @@
+package dataset
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Every number spelling pandas was asked about (tools/pandas/csv_numbers.py,
+// real pandas) is read as pandas reads it: a finite float with the same
+// value, or refused (NaN and ±inf as "not a finite number", text as "not a
+// number").
+func TestNumbersAsPandasReadsThem(t *testing.T) {
+	b, err := os.ReadFile("testdata/pandas_numbers.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx struct {
+		Meta  map[string]any
+		Cases []struct {
+			Text  string
+			Kind  string
+			Value *string
+		}
+	}
+	if err := json.Unmarshal(b, &fx); err != nil {
+		t.Fatal(err)
+	}
+	if len(fx.Cases) < 50 || fx.Meta["pandas"] == nil {
+		t.Fatalf("fixture too small or without pandas' version: %d cases", len(fx.Cases))
+	}
+	for _, c := range fx.Cases {
+		got, err := number(c.Text)
+		switch c.Kind {
+		case "finite":
+			want, perr := strconv.ParseFloat(*c.Value, 64)
+			if perr != nil || err != nil || got != want {
+				t.Errorf("%q: pandas reads %s, canopy %v (%v)", c.Text, *c.Value, got, err)
+			}
+		case "nan", "inf":
+			if err == nil || !strings.Contains(err.Error(), "not a finite number") {
+				t.Errorf("%q: pandas reads %s, canopy: %v, %v", c.Text, c.Kind, got, err)
+			}
+		default:
+			if err == nil || !strings.Contains(err.Error(), "not a number") {
+				t.Errorf("%q: pandas leaves it text, canopy: %v, %v", c.Text, got, err)
+			}
+		}
+	}
+}
+
+func TestHostileCSVs(t *testing.T) {
+	head := "image_path,xmin,ymin,xmax,ymax,label\n"
+	phead := "image_path,xmin,ymin,xmax,ymax,label,score\n"
+	for _, c := range []struct{ name, csv, want string }{
+		{"header only", head, "t.csv: no rows after the header"},
+		{"hex float", head + "a.png,0x1p4,2,30,40,Tree\n", `t.csv:2: column xmin: not a number: "0x1p4"`},
+		{"underscore", head + "a.png,1_0,2,30,40,Tree\n", `t.csv:2: column xmin: not a number: "1_0"`},
+		{"blank path", head + "  ,1,2,3,4,Tree\n", "t.csv:2: empty image_path"},
+	} {
+		_, err := ParseTruth("t.csv", []byte(c.csv))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, ErrInput) {
+			t.Errorf("%s: got %v, want %q", c.name, err, c.want)
+		}
+	}
+	for _, s := range []string{"1.5", "-3", "1e300", "-0.0001"} {
+		_, err := ParsePredictions("p.csv", []byte(phead+"a.png,1,2,3,4,Tree,"+s+"\n"), Options{})
+		if err == nil || !strings.Contains(err.Error(), "p.csv:2: score") || !strings.Contains(err.Error(), "not in [0, 1]") {
+			t.Errorf("score %s: %v", s, err)
+		}
+		rows, err := ParsePredictions("p.csv", []byte(phead+"a.png,1,2,3,4,Tree,"+s+"\n"), Options{AllowAnyScore: true})
+		if want, _ := strconv.ParseFloat(s, 64); err != nil || rows[0].Score != want {
+			t.Errorf("score %s with AllowAnyScore: %v %v", s, rows, err)
+		}
+	}
+	for _, s := range []string{"nan", "inf", "-Infinity", "1e400"} {
+		_, err := ParsePredictions("p.csv", []byte(phead+"a.png,1,2,3,4,Tree,"+s+"\n"), Options{AllowAnyScore: true})
+		if err == nil || !strings.Contains(err.Error(), "not a finite number") {
+			t.Errorf("score %s with AllowAnyScore: %v", s, err)
+		}
+	}
+}
+
+func TestPathsTrimmedAndDuplicatesCounted(t *testing.T) {
+	body := " a.png ,1,2,3,4,Tree\n\ta.png,5,6,7,8,Tree\nb.png,0,0,0,0,Tree\n"
+	tr, err := ParseTruth("t.csv", []byte("image_path,xmin,ymin,xmax,ymax,label\n"+body+body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Images) != 2 || tr.Images[0].Path != "a.png" || len(tr.Images[0].Rows) != 4 {
+		t.Fatalf("paths not trimmed into one image: %+v", tr.Images)
+	}
+	if tr.Duplicates != 2 { // the two a.png rows; b.png's empty-frame rows do not count
+		t.Fatalf("duplicates %d, want 2", tr.Duplicates)
+	}
+	rows, err := ParsePredictions("p.csv", []byte("image_path,xmin,ymin,xmax,ymax,label,score\na.png,1,2,3,4,Tree,0.5\na.png,1,2,3,4,Tree,0.5\na.png,1,2,3,4,Tree,0.6\n"), Options{})
+	if err != nil || Duplicates(rows) != 1 {
+		t.Fatalf("%v, duplicates %d, want 1", err, Duplicates(rows))
+	}
+}
+
+// checkRows is the fuzz invariant of a parsed row: a non-empty trimmed
+// path and label, finite coordinates, no inverted box, and for
+// predictions a finite score in [0, 1].
+func checkRows(t *testing.T, rows []Row, scored bool) {
+	t.Helper()
+	for _, r := range rows {
+		b := r.Box
+		for _, v := range []float64{b.Xmin, b.Ymin, b.Xmax, b.Ymax, r.Score} {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				t.Fatalf("line %d: non-finite value accepted: %+v", r.Line, r)
+			}
+		}
+		if b.Xmax < b.Xmin || b.Ymax < b.Ymin {
+			t.Fatalf("line %d: inverted box accepted: %+v", r.Line, b)
+		}
+		if r.Path == "" || strings.Trim(r.Path, blanks) != r.Path || r.Label == "" {
+			t.Fatalf("line %d: bad path or label accepted: %q %q", r.Line, r.Path, r.Label)
+		}
+		if scored && !(r.Score >= 0 && r.Score <= 1) {
+			t.Fatalf("line %d: score %v accepted", r.Line, r.Score)
+		}
+	}
+}
+
+// writeRows writes rows back as a prediction CSV (every number in Go's
+// shortest form, which pandas' syntax covers).
+func writeRows(rows []Row) []byte {
+	var buf bytes.Buffer
+	w := csv.NewWriter(&buf)
+	w.Write([]string{"image_path", "xmin", "ymin", "xmax", "ymax", "label", "score"})
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	for _, r := range rows {
+		w.Write([]string{r.Path, f(r.Box.Xmin), f(r.Box.Ymin), f(r.Box.Xmax), f(r.Box.Ymax), r.Label, f(r.Score)})
+	}
+	w.Flush()
+	return buf.Bytes()
+}
+
+func sameRows(t *testing.T, a, b []Row) {
+	t.Helper()
+	if len(a) != len(b) {
+		t.Fatalf("round trip: %d rows, then %d", len(a), len(b))
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x.Path != y.Path || x.Label != y.Label || x.Box != y.Box || x.Score != y.Score {
+			t.Fatalf("round trip changed row %d: %+v then %+v", i, x, y)
+		}
+	}
+}
+
+func FuzzParseTruth(f *testing.F) {
+	f.Add([]byte("image_path,xmin,ymin,xmax,ymax,label\na.png,1,2,3,4,Tree\nb.png,0,0,0,0,Tree\n"))
+	f.Add([]byte("label,ymax,xmax,ymin,xmin,image_path,x\nTree,4,3,2,1,\" a.png\",q\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tr, err := ParseTruth("f.csv", b)
+		if err != nil {
+			if !errors.Is(err, ErrInput) {
+				t.Fatalf("error without ErrInput: %v", err)
+			}
+			return
+		}
+		if len(tr.Images) == 0 {
+			t.Fatal("a truth without images accepted")
+		}
+		var all []Row
+		for i, im := range tr.Images {
+			if j, ok := tr.Index(im.Path); !ok || j != i {
+				t.Fatalf("Index(%q) = %d, %v; want %d", im.Path, j, ok, i)
+			}
+			checkRows(t, im.Rows, false)
+			all = append(all, im.Rows...)
+		}
+		back, err := ParsePredictions("back.csv", writeRows(all), Options{})
+		if err != nil {
+			t.Fatalf("the rows read back fail: %v", err)
+		}
+		sameRows(t, all, back)
+	})
+}
+
+func FuzzParsePredictions(f *testing.F) {
+	f.Add([]byte("image_path,xmin,ymin,xmax,ymax,label,score\na.png,1,2,3,4,Tree,0.5\n"), false)
+	f.Add([]byte("image_path,xmin,ymin,xmax,ymax,label,scores\na.png,1,2,3,4,Tree,1e-3\na.png,1,2,3,4,Tree,1e-3\n"), true)
+	f.Fuzz(func(t *testing.T, b []byte, anyScore bool) {
+		rows, err := ParsePredictions("f.csv", b, Options{AllowAnyScore: anyScore})
+		if err != nil {
+			if !errors.Is(err, ErrInput) {
+				t.Fatalf("error without ErrInput: %v", err)
+			}
+			return
+		}
+		checkRows(t, rows, !anyScore)
+		if d := Duplicates(rows); d < 0 || d >= max(len(rows), 1) {
+			t.Fatalf("%d duplicates among %d rows", d, len(rows))
+		}
+		back, err := ParsePredictions("back.csv", writeRows(rows), Options{AllowAnyScore: anyScore})
+		if err != nil {
+			t.Fatalf("the rows read back fail: %v", err)
+		}
+		sameRows(t, rows, back)
+	})
+}
+
+func FuzzParseLabelDict(f *testing.F) {
+	f.Add([]byte("label,id\nAlive,1\nDead,0\n"))
+	f.Add([]byte("Tree,0\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseLabelDict("f.csv", b)
+		if err != nil {
+			if !errors.Is(err, ErrInput) {
+				t.Fatalf("error without ErrInput: %v", err)
+			}
+			return
+		}
+		names := m.Names()
+		for id, n := range names {
+			if got, ok := m.ID(n); !ok || int(got) != id {
+				t.Fatalf("label %q: id %d, %v; want %d", n, got, ok, id)
+			}
+		}
+		var buf bytes.Buffer
+		w := csv.NewWriter(&buf)
+		w.Write([]string{"label", "id"})
+		for id, n := range names {
+			w.Write([]string{n, strconv.Itoa(id)})
+		}
+		w.Flush()
+		back, err := ParseLabelDict("back.csv", buf.Bytes())
+		if err != nil || strings.Join(back.Names(), "\x00") != strings.Join(names, "\x00") {
+			t.Fatalf("round trip: %v then %v (%v)", names, back.Names(), err)
+		}
+	})
+}

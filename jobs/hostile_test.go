@@ -1,0 +1,301 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/canopy-hpc/canopy/infer/safetensors"
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/mpi/local"
+)
+
+// hostileSet writes a truth CSV and predictions (the "three" set) with the
+// given rows appended or rewritten, and returns a replay config.
+func hostileSet(t *testing.T, truth, preds string) (EvalConfig, *bytes.Buffer) {
+	t.Helper()
+	dir := t.TempDir()
+	var warn bytes.Buffer
+	cfg := EvalConfig{CSV: writeFile(t, dir, "truth.csv", truth), Predictions: writeFile(t, dir, "predictions.csv", preds),
+		Out: filepath.Join(dir, "out"), IoUThreshold: 0.4, BatchSize: 2, Warnings: &warn}
+	return cfg, &warn
+}
+
+func readSet(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "sets", "three", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// rewritePaths applies f to the image_path column (the last) of the
+// "three" set's predictions.
+func rewritePaths(t *testing.T, f func(line int, p string) string) string {
+	lines := strings.Split(strings.TrimSuffix(readSet(t, "predictions.csv"), "\n"), "\n")
+	for i := 1; i < len(lines); i++ {
+		k := strings.LastIndexByte(lines[i], ',')
+		lines[i] = lines[i][:k+1] + f(i, lines[i][k+1:])
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// The "no silent zero" cases of a replay: each the exit code, what rank 0
+// warns on stderr, and what --strict makes of it.
+func TestNoSilentZero(t *testing.T) {
+	truth, preds := readSet(t, "truth.csv"), readSet(t, "predictions.csv")
+	ref, _ := hostileSet(t, truth, preds)
+	if codes := runLocal(t, 2, ref); codes[0] != 0 {
+		t.Fatalf("clean set: %v", codes)
+	}
+	refMetrics, _ := reportMetrics(t, ref.Out)
+	cases := []struct {
+		name, truth, preds string
+		code               int    // without --strict
+		warn               string // rank 0's warning, "" for none
+		sameMetrics        bool   // metrics equal the clean set's
+	}{
+		{"paths with blanks around them join", truth, rewritePaths(t, func(_ int, p string) string { return "\" " + p + "\t\"" }), 0, "", true},
+		{"no prediction joins", truth, rewritePaths(t, func(_ int, p string) string { return "x/" + p }), 0, "none of the 3 predictions", false},
+		{"over 10% ignored", truth, rewritePaths(t, func(i int, p string) string {
+			if i == 3 {
+				return "other.png"
+			}
+			return p
+		}), 0, "1 of the 3 predictions", false},
+		{"truth appended to itself", truth + strings.SplitN(truth, "\n", 2)[1], preds, 0, "3 rows repeat an earlier row", false},
+		{"predictions appended to themselves", truth, preds + strings.SplitN(preds, "\n", 2)[1], 0, "3 rows repeat an earlier row", false},
+		{"header-only truth", "image_path,xmin,ymin,xmax,ymax,label\n", preds, ExitInput, "", false},
+		{"score above 1", truth, preds + "1,1,2,2,Tree,1.5,a.png\n", ExitInput, "", false},
+		{"hex coordinate", truth, preds + "0x1p4,1,20,20,Tree,0.5,a.png\n", ExitInput, "", false},
+	}
+	for _, c := range cases {
+		for _, strict := range []bool{false, true} {
+			cfg, warn := hostileSet(t, c.truth, c.preds)
+			cfg.Strict = strict
+			codes := runLocal(t, 2, cfg)
+			want := c.code
+			if strict && c.warn != "" {
+				want = ExitInput
+			}
+			if codes[0] != want || codes[1] != want {
+				t.Errorf("%s (strict %v): codes %v, want %d", c.name, strict, codes, want)
+				continue
+			}
+			if !strict && (!strings.Contains(warn.String(), c.warn) || c.warn != "" && !strings.HasPrefix(warn.String(), "canopy: warning: ")) {
+				t.Errorf("%s: stderr %q lacks %q", c.name, warn.String(), c.warn)
+			}
+			if c.warn == "" && warn.Len() > 0 {
+				t.Errorf("%s: unexpected warning %q", c.name, warn.String())
+			}
+			_, err := os.Stat(filepath.Join(cfg.Out, "report.json"))
+			if (err == nil) != (want == 0) {
+				t.Errorf("%s (strict %v): report.json written: %v, exit %d", c.name, strict, err == nil, want)
+			}
+			if want != 0 {
+				continue
+			}
+			m, _ := reportMetrics(t, cfg.Out)
+			if bytes.Equal(m, refMetrics) != c.sameMetrics {
+				t.Errorf("%s: metrics equal to the clean set's: %v, want %v", c.name, !c.sameMetrics, c.sameMetrics)
+			}
+			rep, _ := os.ReadFile(filepath.Join(cfg.Out, "report.json"))
+			if c.warn != "" && !bytes.Contains(rep, []byte(`"warnings": [`)) {
+				t.Errorf("%s: the report does not record the warning", c.name)
+			}
+		}
+	}
+	cfg, _ := hostileSet(t, truth, preds+"1,1,2,2,Tree,1.5,a.png\n")
+	cfg.AllowAnyScore = true
+	if codes := runLocal(t, 1, cfg); codes[0] != 0 {
+		t.Errorf("--allow-any-score: exit %v", codes)
+	}
+}
+
+// runPreflight runs the pre-flight on one in-process rank.
+func runPreflight(root string, paths []string, outside bool) error {
+	var got error
+	local.Run(1, func(c mpi.Comm) error {
+		got = preflight(c, root, paths, outside, nil, ModelConfig{}, 1)
+		return nil
+	})
+	return got
+}
+
+// Image paths stay inside --root-dir unless --allow-outside-root; files
+// that are not regular are refused at once, a FIFO without blocking.
+func TestConfinement(t *testing.T) {
+	base := t.TempDir()
+	root, outside := filepath.Join(base, "root"), filepath.Join(base, "outside")
+	os.MkdirAll(filepath.Join(root, "sub"), 0o755)
+	os.MkdirAll(outside, 0o755)
+	writePNG(t, filepath.Join(root, "a.png"), 4, 3)
+	writePNG(t, filepath.Join(root, "sub", "b.png"), 4, 3)
+	writePNG(t, filepath.Join(outside, "x.png"), 4, 3)
+	os.Symlink(filepath.Join(outside, "x.png"), filepath.Join(root, "out-link.png"))
+	os.Symlink("sub/b.png", filepath.Join(root, "in-link.png"))
+	os.Symlink(outside, filepath.Join(root, "outdir"))
+	os.Mkdir(filepath.Join(root, "dir.png"), 0o755)
+	if err := syscall.Mkfifo(filepath.Join(root, "fifo.png"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		path          string
+		inside, other string // the error inside the root and with --allow-outside-root, "" for none
+	}{
+		{"a.png", "", ""},
+		{"sub/b.png", "", ""},
+		{"in-link.png", "", ""},
+		{"../outside/x.png", `a ".." element`, ""},
+		{"sub/../a.png", `a ".." element`, ""},
+		{filepath.Join(outside, "x.png"), "an absolute path", ""},
+		{"/etc/passwd", "an absolute path", "unknown format"},
+		{"/dev/zero", "an absolute path", "not a regular file (a character device)"},
+		{"out-link.png", "a symlink to " + filepath.Join(outside, "x.png"), ""},
+		{"outdir/x.png", "a symlink to", ""},
+		{"dir.png", "not a regular file (a directory)", "not a regular file (a directory)"},
+		{"fifo.png", "not a regular file (a named pipe)", "not a regular file (a named pipe)"},
+		{"missing.png", "no such file", "no such file"},
+	}
+	for _, c := range cases {
+		for _, allow := range []bool{false, true} {
+			want := c.inside
+			if allow {
+				want = c.other
+			}
+			done := make(chan error, 1)
+			go func() { done <- runPreflight(root, []string{"a.png", c.path}, allow) }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: pre-flight blocked", c.path)
+			}
+			switch {
+			case want == "" && err != nil:
+				t.Errorf("%s (allow %v): %v", c.path, allow, err)
+			case want != "" && (err == nil || !strings.Contains(err.Error(), want) || Code(err) != ExitInput):
+				t.Errorf("%s (allow %v): got %v (exit %d), want %q, exit %d", c.path, allow, err, Code(err), want, ExitInput)
+			}
+		}
+	}
+}
+
+// End to end with the detector: a path out of --root-dir is exit 3 before
+// any inference, and --allow-outside-root runs it and says so in the
+// report.
+func TestConfinementEval(t *testing.T) {
+	_, _, dir := testModelSet(t)
+	base := t.TempDir()
+	csv := writeFile(t, base, "t.csv", fmt.Sprintf("image_path,xmin,ymin,xmax,ymax,label\n%s,1,1,20,20,Tree\n", filepath.Join("..", filepath.Base(dir), "f0.png")))
+	cfg := modelCfg(t, filepath.Join(base, "out"))
+	cfg.CSV, cfg.RootDir = csv, dir
+	var stderr bytes.Buffer
+	codes := runLocalCtx(t, 2, cfg, func(int) context.Context { return context.Background() }, &stderr)
+	if codes[0] != ExitInput || !strings.Contains(stderr.String(), `a ".." element`) {
+		t.Fatalf("codes %v, stderr %q", codes, stderr.String())
+	}
+	// with a 16-bit RGB PNG (read as Pillow reads it) beside the ".." path
+	rgb16, err := filepath.Abs(filepath.Join("..", "infer", "imagefile", "testdata", "rgb16.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.CSV = writeFile(t, base, "t16.csv", fmt.Sprintf("image_path,xmin,ymin,xmax,ymax,label\n%s,1,1,20,20,Tree\n%s,1,1,5,2,Tree\n", filepath.Join("..", filepath.Base(dir), "f0.png"), rgb16))
+	cfg.AllowOutsideRoot, cfg.Force = true, true
+	if codes := runLocal(t, 1, cfg); codes[0] != 0 {
+		t.Fatalf("--allow-outside-root: %v", codes)
+	}
+	rep, _ := os.ReadFile(filepath.Join(cfg.Out, "report.json"))
+	if !bytes.Contains(rep, []byte(`"allow_outside_root": true`)) {
+		t.Fatal("the report does not say --allow-outside-root")
+	}
+}
+
+// The flags reach the job through the command line: --strict, --allow-any-score
+// (replay only) and --allow-outside-root, each in --help.
+func TestHostileFlags(t *testing.T) {
+	truth, preds := readSet(t, "truth.csv"), readSet(t, "predictions.csv")
+	dir := t.TempDir()
+	csv := writeFile(t, dir, "t.csv", truth)
+	nojoin := writeFile(t, dir, "nojoin.csv", rewritePaths(t, func(_ int, p string) string { return "x/" + p }))
+	score := writeFile(t, dir, "score.csv", preds+"1,1,2,2,Tree,1.5,a.png\n")
+	cli := func(args ...string) (int, string) {
+		var code int
+		var stdout, stderr bytes.Buffer
+		local.Run(1, func(c mpi.Comm) error {
+			code = MainWith(context.Background(), append([]string{"canopy"}, args...), &stdout, &stderr,
+				func() (mpi.Comm, func() error, error) { return c, func() error { return nil }, nil })
+			return nil
+		})
+		return code, stdout.String() + stderr.String()
+	}
+	out := func(n string) string { return filepath.Join(dir, n) }
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"eval", csv, "--predictions", nojoin, "--out", out("a")}, 0, "canopy: warning: none of the 3 predictions"},
+		{[]string{"eval", csv, "--predictions", nojoin, "--out", out("b"), "--strict"}, ExitInput, "--strict: none of the 3"},
+		{[]string{"eval", csv, "--predictions", score, "--out", out("c")}, ExitInput, "score 1.5 is not in [0, 1]"},
+		{[]string{"eval", csv, "--predictions", score, "--out", out("d"), "--allow-any-score"}, 0, "report:"},
+		{[]string{"eval", csv, "--model", "m", "--allow-any-score"}, ExitUsage, "--allow-any-score goes with --predictions"},
+		{[]string{"eval", "--help"}, 0, "--allow-outside-root"},
+		{[]string{"eval", "--help"}, 0, "--strict"},
+		{[]string{"predict", "--help"}, 0, "--allow-outside-root"},
+	} {
+		code, text := cli(c.args...)
+		if code != c.code || !strings.Contains(text, c.want) {
+			t.Errorf("%v: exit %d, want %d; output lacks %q:\n%s", c.args, code, c.code, c.want, text)
+		}
+	}
+}
+
+// predict --csv trims image paths as eval does, and still refuses a CSV
+// that lists no image.
+func TestPredictPathsTrimmed(t *testing.T) {
+	got, err := csvImagePaths("p.csv", []byte("image_path,x\n a.png ,1\na.png,2\n\"\tb.png\",3\n"))
+	if err != nil || strings.Join(got, "|") != "a.png|b.png" {
+		t.Fatalf("%q, %v", got, err)
+	}
+	if _, err := csvImagePaths("p.csv", []byte("image_path\n")); err == nil || !strings.Contains(err.Error(), "lists no images") {
+		t.Fatalf("header only: %v", err)
+	}
+}
+
+// Weights holding NaN are a model error (exit 4) on every rank, before any
+// inference.
+func TestNaNWeightsExit4(t *testing.T) {
+	model, _, _ := testModelSet(t)
+	ts, _, err := safetensors.Read(filepath.Join(model, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "head.classification_head.cls_logits.bias"
+	bias := ts[k]
+	bias.Data = append([]float32(nil), bias.Data...)
+	bias.Data[0] = float32(math.NaN())
+	ts[k] = bias
+	bad := filepath.Join(t.TempDir(), "nan")
+	os.MkdirAll(bad, 0o755)
+	if err := safetensors.Write(filepath.Join(bad, "model.safetensors"), ts, "F32", nil); err != nil {
+		t.Fatal(err)
+	}
+	cfgJSON, _ := os.ReadFile(filepath.Join(model, "config.json"))
+	os.WriteFile(filepath.Join(bad, "config.json"), cfgJSON, 0o644)
+	cfg := modelCfg(t, t.TempDir())
+	cfg.Model.Spec = bad
+	var stderr bytes.Buffer
+	codes := runLocalCtx(t, 2, cfg, func(int) context.Context { return context.Background() }, &stderr)
+	if codes[0] != ExitModel || codes[1] != ExitModel || !strings.Contains(stderr.String(), "tensor "+k+" holds NaN at index 0") {
+		t.Fatalf("codes %v, stderr %q", codes, stderr.String())
+	}
+}
