@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/internal/forest"
 )
 
@@ -241,5 +242,60 @@ func TestTargets(t *testing.T) {
 	}
 	if got := Targets(tr(1, 1, 5, 5), 10, 10, func(int32) (int, bool) { return 0, false }); len(got) != 0 {
 		t.Errorf("a label the model lacks: %v", got)
+	}
+}
+
+// TestLossGPU: the GPU engine (the host shim here, the GPU with -tags
+// cuda) computes the same losses as torchvision within lossULPs, and
+// byte-identical losses whatever the batch: two 400×400 images alone or
+// batched together, and an image of another size after them.
+func TestLossGPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo model on the host shim, twice (~30 s of CPU); run without -short")
+	}
+	f := readLossFixture(t)
+	imgs := lossImages(t, f)
+	m, _, _, err := LoadFolder(filepath.Join("..", "..", "testdata", "models", "canopy-demo-r18"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixture := []int{1, 3}
+	var run []Image
+	var tg [][]Target
+	for _, i := range fixture {
+		run = append(run, imgs[i])
+		tg = append(tg, Targets(fixtureTruth(f, i, m.Classes), imgs[i].W, imgs[i].H, identity))
+	}
+	run = append(run, smallImages(1, 200, 300, 4)[0])
+	tg = append(tg, []Target{{Box: [4]float32{20, 30, 90, 120}, Label: 1}})
+	var ref []box.Loss
+	for _, bs := range []int{1, 2} {
+		gr := NewGPURunner(m, newTestDevice(t), cuda.FP32)
+		_, losses, err := gr.DetectBatchLoss(run, tg, bs)
+		if cerr := gr.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ref == nil {
+			ref = losses
+			continue
+		}
+		for i := range ref {
+			if losses[i] != ref[i] {
+				t.Errorf("image %d: batch %d gives %v, batch 1 %v", i, bs, losses[i], ref[i])
+			}
+		}
+	}
+	for k, i := range fixture {
+		w := f.Models["demo"].Images[i]
+		for _, c := range [][2]float32{{ref[k].Classification, float32(w.Classification)}, {ref[k].BoxRegression, float32(w.BoxRegression)}} {
+			u := ulps(c[0], c[1])
+			t.Logf("image %d: GPU engine %.9g, torchvision %.9g: %.1f ulp", i, c[0], c[1], u)
+			if u > lossULPs {
+				t.Errorf("image %d: GPU engine %.9g, torchvision %.9g: %.1f ulp > %d", i, c[0], c[1], u, lossULPs)
+			}
+		}
 	}
 }
