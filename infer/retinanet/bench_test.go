@@ -3,6 +3,8 @@ package retinanet
 import (
 	"fmt"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/forest"
 )
 
 // BenchmarkDetect times one image end to end (transform, network, decode,
@@ -61,4 +63,53 @@ func BenchmarkConv3x3(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkLoss is the cost of the validation losses at 800×800 on the CPU:
+// the ResNet-50 fixture network on an 800×800 forest image (internal/forest
+// seed 7, its own crowns as truth; 800×800 is also the network input of a
+// 400×400 crop), Detect against DetectLoss, and the loss path alone
+// (matching and the loss sums over the head outputs of one forward).
+func BenchmarkLoss(b *testing.B) {
+	_, m := goldenModel(b, "r50.json")
+	rgba, crowns := forest.Generate(7, 0, 800, 800)
+	img := toImage(rgba)
+	var tg []Target
+	for _, c := range crowns {
+		tg = append(tg, Target{Box: [4]float32{float32(c.XMin), float32(c.YMin), float32(c.XMax), float32(c.YMax)}})
+	}
+	for _, threads := range []int{1, 2} {
+		r := NewRunner(m, threads)
+		r.DetectLoss(img, tg) // warm the buffers
+		b.Run(fmt.Sprintf("detect/threads=%d", threads), func(b *testing.B) {
+			for b.Loop() {
+				r.Detect(img)
+			}
+		})
+		b.Run(fmt.Sprintf("detect+loss/threads=%d", threads), func(b *testing.B) {
+			for b.Loop() {
+				r.DetectLoss(img, tg)
+			}
+		})
+	}
+	// The loss path alone, on kept head outputs.
+	e := newEngine(1)
+	x, rh, rw := normalizeResizePad(e, img, m.Opt)
+	ph, pw := x.h, x.w
+	p := features[fmap](m, e, x)
+	var levels [5]levelOut
+	for L := range p {
+		cls, reg := head[fmap](m, e, p[L])
+		levels[L] = levelOut{gh: p[L].h, gw: p[L].w, cls: cls, reg: reg}
+	}
+	gr := grids(p, func(f fmap) (int, int) { return f.h, f.w })
+	b.Run(fmt.Sprintf("loss-only/truth=%d", len(tg)), func(b *testing.B) {
+		for b.Loop() {
+			a := m.newLossAcc(tg, img.H, img.W, rh, rw, ph, pw, gr)
+			for L := range levels {
+				a.addLevel(levels[L], L)
+			}
+			a.result()
+		}
+	})
 }

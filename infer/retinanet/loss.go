@@ -117,12 +117,19 @@ func (m *Model) newLossAcc(targets []Target, imgH, imgW, rh, rw, ph, pw int, gri
 	best := make([]float32, n) // each anchor's best IoU, 0 when it overlaps no box
 	arg := make([]int32, n)    // and its truth (0 when all are 0, as torch's max)
 	gtBest := make([]float32, len(a.gt))
+	ties := make([][]int, len(a.gt)) // the anchors at each box's best IoU
 	for g := range a.gt {
 		a.visit(g, func(i int, iou float32) {
 			if iou > best[i] {
 				best[i], arg[i] = iou, int32(g)
 			}
-			gtBest[g] = max(gtBest[g], iou)
+			switch {
+			case iou > gtBest[g]:
+				gtBest[g] = iou
+				ties[g] = append(ties[g][:0], i)
+			case iou == gtBest[g] && iou > 0:
+				ties[g] = append(ties[g], i)
+			}
 		})
 	}
 	for i, v := range best {
@@ -144,11 +151,9 @@ func (m *Model) newLossAcc(targets []Target, imgH, imgW, rh, rw, ph, pw int, gri
 			}
 			continue
 		}
-		a.visit(g, func(i int, iou float32) {
-			if iou == top {
-				a.match[i] = arg[i]
-			}
-		})
+		for _, i := range ties[g] {
+			a.match[i] = arg[i]
+		}
 	}
 	return a
 }
@@ -166,29 +171,27 @@ func (a *lossAcc) anchorAt(i int) [4]float32 {
 func (a *lossAcc) iouAt(g, i int) float32 { return iou(a.gt[g], a.anchorAt(i)) }
 
 // visit calls f with every anchor that may overlap truth box g (a superset:
-// the others have IoU 0 with it), in anchor order, and its IoU.
+// the others have IoU 0 with it) and its IoU: level by level, cell anchor
+// by cell anchor, location by location. The anchors are anchor()'s:
+// shift (x·stride_w, y·stride_h) plus the cell anchor, in float32.
 func (a *lossAcc) visit(g int, f func(i int, iou float32)) {
 	b := a.gt[g]
 	for L := 0; L < 5; L++ {
 		cells := cellAnchors(L)
 		gh, gw := a.grid[L][0], a.grid[L][1]
 		sy, sx := a.ph/gh, a.pw/gw
-		// The level's widest reach around a location's shift.
-		reach := cells[0]
-		for _, c := range cells {
-			reach = [4]float32{min(reach[0], c[0]), min(reach[1], c[1]), max(reach[2], c[2]), max(reach[3], c[3])}
-		}
-		x0 := max(int(math.Floor(float64(b[0]-reach[2])/float64(sx))), 0)
-		x1 := min(int(math.Ceil(float64(b[2]-reach[0])/float64(sx))), gw-1)
-		y0 := max(int(math.Floor(float64(b[1]-reach[3])/float64(sy))), 0)
-		y1 := min(int(math.Ceil(float64(b[3]-reach[1])/float64(sy))), gh-1)
-		for y := y0; y <= y1; y++ {
-			for x := x0; x <= x1; x++ {
-				loc := y*gw + x
-				for k := 0; k < NumAnchors; k++ {
-					idx := loc*NumAnchors + k
-					an := anchor(&cells, idx, gh, gw, a.ph, a.pw)
-					f(a.start[L]+idx, iou(b, an))
+		for k, c := range cells {
+			// x·sx + c[0] < b[2] and x·sx + c[2] > b[0] (likewise in y).
+			x0 := max(int(math.Floor(float64(b[0]-c[2])/float64(sx))), 0)
+			x1 := min(int(math.Ceil(float64(b[2]-c[0])/float64(sx))), gw-1)
+			y0 := max(int(math.Floor(float64(b[1]-c[3])/float64(sy))), 0)
+			y1 := min(int(math.Ceil(float64(b[3]-c[1])/float64(sy))), gh-1)
+			for y := y0; y <= y1; y++ {
+				ty := float32(y * sy)
+				for x := x0; x <= x1; x++ {
+					tx := float32(x * sx)
+					an := [4]float32{tx + c[0], ty + c[1], tx + c[2], ty + c[3]}
+					f(a.start[L]+(y*gw+x)*NumAnchors+k, iou(b, an))
 				}
 			}
 		}
