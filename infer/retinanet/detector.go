@@ -50,8 +50,8 @@ func (d *Detector) Detect(ctx context.Context, batch []infer.Input) ([][]box.Det
 
 // DetectLoss implements infer.LossDetector.
 func (d *Detector) DetectLoss(ctx context.Context, batch []infer.Input, truth [][]box.Truth) ([][]box.Detection, []box.Loss, error) {
-	if len(truth) != len(batch) {
-		return nil, nil, fmt.Errorf("retinanet: truth for %d of %d images: %w", len(truth), len(batch), infer.ErrModel)
+	if err := truthFits(truth, batch); err != nil {
+		return nil, nil, err
 	}
 	return d.detect(ctx, batch, truth)
 }
@@ -97,6 +97,14 @@ func (d *Detector) detect(ctx context.Context, batch []infer.Input, truth [][]bo
 		out[i] = toBoxes(dets, d.labels)
 	}
 	return out, losses, nil
+}
+
+// truthFits checks that DetectLoss has truth for every image.
+func truthFits(truth [][]box.Truth, batch []infer.Input) error {
+	if len(truth) != len(batch) {
+		return fmt.Errorf("retinanet: truth for %d of %d images: %w", len(truth), len(batch), infer.ErrModel)
+	}
+	return nil
 }
 
 // classOf maps a job label id to the model's class.

@@ -104,8 +104,8 @@ func (d *GPUDetector) Detect(ctx context.Context, batch []infer.Input) ([][]box.
 
 // DetectLoss implements infer.LossDetector.
 func (d *GPUDetector) DetectLoss(ctx context.Context, batch []infer.Input, truth [][]box.Truth) ([][]box.Detection, []box.Loss, error) {
-	if len(truth) != len(batch) {
-		return nil, nil, fmt.Errorf("retinanet: truth for %d of %d images: %w", len(truth), len(batch), infer.ErrModel)
+	if err := truthFits(truth, batch); err != nil {
+		return nil, nil, err
 	}
 	return d.detect(ctx, batch, truth)
 }

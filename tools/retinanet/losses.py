@@ -45,7 +45,6 @@ Usage:
 import argparse
 import copy
 import hashlib
-import json
 import os
 import platform
 import sys
@@ -197,10 +196,7 @@ def main():
     entry["train_mode_batch_statistics"] = tm
     out["models"]["demo"] = entry
 
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
-        f.write("\n")
+    golden.write_json(args.out, out)
 
 
 if __name__ == "__main__":
