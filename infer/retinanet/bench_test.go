@@ -2,7 +2,10 @@ package retinanet
 
 import (
 	"fmt"
+	"sort"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/canopy-hpc/canopy/internal/forest"
 )
@@ -68,8 +71,13 @@ func BenchmarkConv3x3(b *testing.B) {
 // BenchmarkLoss is the cost of the validation losses at 800×800 on the CPU:
 // the ResNet-50 fixture network on an 800×800 forest image (internal/forest
 // seed 7, its own crowns as truth; 800×800 is also the network input of a
-// 400×400 crop), Detect against DetectLoss, and the loss path alone
-// (matching and the loss sums over the head outputs of one forward).
+// 400×400 crop). "interleaved" runs Detect and DetectLoss back to back in
+// every iteration (in alternating order), so that a load that drifts on a
+// shared machine hits both alike, and reports each one's mean seconds and
+// the median over the iterations of the pair's overhead in percent, in wall
+// time and in the process's CPU time (steadier on a loaded machine);
+// "loss-only" times the loss path alone (matching and the loss sums over
+// the head outputs of one forward).
 func BenchmarkLoss(b *testing.B) {
 	_, m := goldenModel(b, "r50.json")
 	rgba, crowns := forest.Generate(7, 0, 800, 800)
@@ -79,17 +87,34 @@ func BenchmarkLoss(b *testing.B) {
 		tg = append(tg, Target{Box: [4]float32{float32(c.XMin), float32(c.YMin), float32(c.XMax), float32(c.YMax)}})
 	}
 	for _, threads := range []int{1, 2} {
-		r := NewRunner(m, threads)
-		r.DetectLoss(img, tg) // warm the buffers
-		b.Run(fmt.Sprintf("detect/threads=%d", threads), func(b *testing.B) {
-			for b.Loop() {
-				r.Detect(img)
+		b.Run(fmt.Sprintf("interleaved/threads=%d", threads), func(b *testing.B) {
+			r := NewRunner(m, threads)
+			r.DetectLoss(img, tg) // warm the buffers
+			var plain, loss, cpuPlain, cpuLoss time.Duration
+			var ratios, cpuRatios []float64
+			for i := 0; b.Loop(); i++ {
+				var dp, dl, cp, cl time.Duration
+				for k := 0; k < 2; k++ {
+					t0, c0 := time.Now(), cpuTime()
+					if (i+k)%2 == 0 {
+						r.Detect(img)
+						dp, cp = time.Since(t0), cpuTime()-c0
+					} else {
+						r.DetectLoss(img, tg)
+						dl, cl = time.Since(t0), cpuTime()-c0
+					}
+				}
+				plain, loss, cpuPlain, cpuLoss = plain+dp, loss+dl, cpuPlain+cp, cpuLoss+cl
+				ratios = append(ratios, dl.Seconds()/dp.Seconds())
+				cpuRatios = append(cpuRatios, cl.Seconds()/cp.Seconds())
 			}
-		})
-		b.Run(fmt.Sprintf("detect+loss/threads=%d", threads), func(b *testing.B) {
-			for b.Loop() {
-				r.DetectLoss(img, tg)
-			}
+			n := float64(b.N)
+			b.ReportMetric(plain.Seconds()/n, "s/detect")
+			b.ReportMetric(loss.Seconds()/n, "s/detect+loss")
+			b.ReportMetric(100*(median(ratios)-1), "%overhead(median)")
+			b.ReportMetric(cpuPlain.Seconds()/n, "cpu-s/detect")
+			b.ReportMetric(cpuLoss.Seconds()/n, "cpu-s/detect+loss")
+			b.ReportMetric(100*(median(cpuRatios)-1), "%cpu-overhead(median)")
 		})
 	}
 	// The loss path alone, on kept head outputs.
@@ -112,4 +137,17 @@ func BenchmarkLoss(b *testing.B) {
 			a.result()
 		}
 	})
+}
+
+func median(x []float64) float64 {
+	sort.Float64s(x)
+	return x[len(x)/2]
+}
+
+// cpuTime is the process's user+system CPU time: unlike wall time, it does
+// not count the time other jobs on a shared machine hold the cores.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
