@@ -9,7 +9,7 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet check-mpich test-slurm clean
+.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet golden-losses check-mpich test-slurm clean
 
 all: build
 
@@ -206,6 +206,14 @@ golden-retinanet:
 	$(GO) run ./internal/forestgen -out bin/demo-golden -n 3 -seed 3
 	cd bin/demo-golden && /usr/bin/python3 ../../tools/retinanet/golden.py --checkpoint ../../testdata/models/canopy-demo-r18 \
 		--out ../../testdata/golden/retinanet/demo.json img_000*.png
+
+# The loss fixture (testdata/golden/retinanet/losses.json): torchvision's
+# RetinaNet in train mode under no_grad (the venv's current torchvision) on
+# four generated 400×400 images with hand-written truth, r50 and the demo model.
+golden-losses:
+	$(GO) run ./internal/forestgen -out bin/loss-images -n 4 -seed 7 -sizes 400x400 -prefix loss_
+	/opt/canopy-peers/venv/bin/python tools/retinanet/losses.py --images bin/loss-images \
+		--out testdata/golden/retinanet/losses.json
 
 # The Slurm tests: a one-node Slurm 22.05 with fake GPUs under /tmp; every
 # jobs/slurm script submitted against testdata (root; installs slurm-wlm munge).

@@ -94,3 +94,11 @@ func (m LabelMap) Name(id int32) string {
 
 // Names returns the labels in id order.
 func (m LabelMap) Names() []string { return append([]string(nil), m.names...) }
+
+// Loss is one image's validation losses as torchvision's RetinaNet computes
+// them in train mode (DeepForest's validation_step): the sigmoid focal loss
+// and the L1 box regression loss, each divided by max(1, foreground
+// anchors), in float32 as torch returns them.
+type Loss struct {
+	Classification, BoxRegression float32
+}

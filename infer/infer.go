@@ -45,3 +45,13 @@ type Prefetcher interface {
 
 // ErrModel marks a failure of the model or detector (exit code 4).
 var ErrModel = errors.New("model error")
+
+// LossDetector is a Detector that also computes each image's validation
+// losses against its ground truth from the same forward pass, as
+// torchvision's RetinaNet does in train mode (DeepForest's
+// validation_step). truth[i] is batch[i]'s truth in original pixels, with
+// the job's label ids.
+type LossDetector interface {
+	Detector
+	DetectLoss(ctx context.Context, batch []Input, truth [][]box.Truth) ([][]box.Detection, []box.Loss, error)
+}

@@ -176,7 +176,10 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 		Description: "Rank 0 reads the inputs and broadcasts them; each rank detects its shard of the\n" +
 			"images; an MPI_Allgatherv gives every rank every detection; every rank computes\n" +
 			"the same metrics; rank 0 writes report.json, predictions.csv and results.csv\n" +
-			"into --out. The CSV may be given by --csv or as the one positional argument.\n\n" + ExitTable,
+			"into --out. The CSV may be given by --csv or as the one positional argument.\n" +
+			"With --model the metrics also hold DeepForest's val_classification,\n" +
+			"val_bbox_regression and val_loss: torchvision's train-mode losses per image,\n" +
+			"averaged over the images (with the model's stored BatchNorm statistics).\n\n" + ExitTable,
 		Flags: concatFlags([]cli.Flag{
 			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name), or a COCO dataset (.json: file_name is the image_path, bbox x,y,w,h, category names are the labels)"},
 			&cli.StringFlag{Name: "root-dir", Usage: "folder the CSV's image_path values are relative to (default: the CSV's folder)"},

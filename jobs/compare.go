@@ -72,7 +72,7 @@ func CompareCommand(code *int, stdout, stderr io.Writer) *cli.Command {
 		Description: "BASELINE and CURRENT are report.json files written by canopy eval, or folders\n" +
 			"holding one. Each metric is compared with an absolute tolerance; higher is better\n" +
 			"for recall, precision, accuracy, iou, map and mar keys, lower for keys containing\n" +
-			"\"loss\", other keys have no direction. Per-class arrays are compared by class id\n" +
+			"\"loss\" and for val_classification and val_bbox_regression, other keys have no direction. Per-class arrays are compared by class id\n" +
 			"(rows such as map_per_class[2]). A metric is undefined when absent, null or -1.\n\n" +
 			"VERDICTS:\n" +
 			"   same      both undefined, or the difference is within tolerance\n" +
@@ -464,13 +464,14 @@ func baseKey(row string) string {
 }
 
 // metricDirection tells whether a higher or a lower value of the metric is
-// better: lower for losses, higher for recall, precision, accuracy, iou,
+// better: lower for losses (val_classification and val_bbox_regression
+// too), higher for recall, precision, accuracy, iou,
 // map and mar keys, none for others.
 func metricDirection(row string) int {
 	k := baseKey(row)
 	l := strings.ToLower(k)
 	switch {
-	case strings.Contains(l, "loss"):
+	case strings.Contains(l, "loss"), k == keyValClassification, k == keyValBoxRegression:
 		return dirLower
 	case strings.HasSuffix(l, "recall"), strings.HasSuffix(l, "precision"), strings.HasSuffix(l, "accuracy"),
 		k == "iou", strings.HasPrefix(k, "iou/"),

@@ -298,7 +298,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		}
 		gathered = append(gathered, pb)
 	}
-	dets, err := wire.Merge(gathered, len(images))
+	dets, losses, err := wire.Merge(gathered, len(images))
 	if err != nil {
 		return collective(ExitInternal, "jobs: merge: %w", err)
 	}
@@ -315,6 +315,9 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, fam, cfg.ClassMetrics)
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
+	}
+	if model != nil {
+		res.Values = append(res.Values, lossValues(losses)...)
 	}
 	metricJSON := MetricsJSON(res.Values)
 	stats.Seconds["metrics"] = since(t3)
@@ -589,9 +592,18 @@ func inputWarnings(cfg EvalConfig, truth *dataset.Truth, preds []dataset.Row, ig
 // detectShard runs the detector over the shard in batches, hands each
 // finished batch to record (the part file) and stops between batches when
 // ctx is cancelled (SIGTERM, SIGUSR1, SIGINT), returning errInterrupted.
+// With a model (cfg.Model.Spec), each image's validation losses against its
+// truth come with its detections.
 func detectShard(ctx context.Context, d infer.Detector, cfg EvalConfig, images []box.Image, shard []int, rank int,
 	record func([]wire.Image) error) ([]wire.Image, error) {
 	out := make([]wire.Image, 0, len(shard))
+	var ld infer.LossDetector
+	if cfg.Model.Spec != "" {
+		var ok bool
+		if ld, ok = d.(infer.LossDetector); !ok {
+			return nil, fmt.Errorf("detector %s computes no losses: %w", d.Name(), infer.ErrModel)
+		}
+	}
 	stopAfter := interruptAfter(rank)
 	prog := newProgress(cfg.Progress, len(shard))
 	batchAt := func(start int) []infer.Input {
@@ -620,7 +632,21 @@ func detectShard(ctx context.Context, d infer.Detector, cfg EvalConfig, images [
 			next = batchAt(n)
 			pf.Prefetch(next)
 		}
-		got, err := d.Detect(ctx, batch)
+		var got [][]box.Detection
+		var losses []box.Loss
+		var err error
+		if ld != nil {
+			truth := make([][]box.Truth, len(batch))
+			for k, in := range batch {
+				truth[k] = images[in.Index].Truth
+			}
+			got, losses, err = ld.DetectLoss(ctx, batch, truth)
+			if err == nil && len(losses) != len(batch) {
+				err = fmt.Errorf("detector %s returned %d losses for %d images: %w", d.Name(), len(losses), len(batch), infer.ErrModel)
+			}
+		} else {
+			got, err = d.Detect(ctx, batch)
+		}
 		if err != nil && ctx.Err() != nil {
 			return out, errInterrupted // the batch in flight is dropped
 		}
@@ -635,7 +661,11 @@ func detectShard(ctx context.Context, d infer.Detector, cfg EvalConfig, images [
 		}
 		n := len(out)
 		for k, in := range batch {
-			out = append(out, wire.Image{Index: in.Index, Dets: got[k]})
+			im := wire.Image{Index: in.Index, Dets: got[k]}
+			if losses != nil {
+				im.Loss = &losses[k]
+			}
+			out = append(out, im)
 		}
 		if err := record(out[n:]); err != nil {
 			return nil, err

@@ -58,6 +58,9 @@ type modelInfo struct {
 	// Devices is where each rank ran, in rank order.
 	Devices []rankDevice `json:"devices,omitempty"`
 	Ignored []string     `json:"config_keys_ignored,omitempty"`
+	// LossBatchNorm says which batch-norm statistics the validation losses
+	// use (eval only).
+	LossBatchNorm string `json:"loss_batchnorm,omitempty"`
 	// Detector is rank 0's detector name (backend, precision, arch, GPU).
 	Detector string `json:"-"`
 }

@@ -134,6 +134,9 @@ func TestModelEvalIdenticalAcrossRanksBatchesThreads(t *testing.T) {
 			if r, ok := vals["box_recall"].(float64); !ok || r <= 0 {
 				t.Fatalf("box_recall %v", vals["box_recall"])
 			}
+			if l, ok := vals[keyValLoss].(float64); !ok || l <= 0 {
+				t.Fatalf("%s %v: the comparison must cover the losses", keyValLoss, vals[keyValLoss])
+			}
 			refMetrics, refPreds = m, preds
 			continue
 		}

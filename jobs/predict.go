@@ -262,7 +262,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	dets, err := wire.Merge(gathered, len(images))
+	dets, _, err := wire.Merge(gathered, len(images))
 	if err != nil {
 		return collective(ExitInternal, "jobs: merge: %w", err)
 	}

@@ -185,7 +185,9 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 	}
 	if model != nil {
 		r.Detector = model.info.Detector
-		r.Model = &model.info
+		info := model.info
+		info.LossBatchNorm = batchNormNote
+		r.Model = &info
 		delete(r.Inputs, "predictions")
 	}
 	if cfg.LabelDict != "" {

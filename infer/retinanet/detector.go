@@ -20,7 +20,7 @@ type Detector struct {
 	name   string
 }
 
-var _ infer.Detector = (*Detector)(nil)
+var _ infer.LossDetector = (*Detector)(nil)
 
 // NewDetector runs m with threads workers; labels[k] is the job's id for the
 // model's label k (len(labels) must equal m.Classes).
@@ -44,7 +44,25 @@ type decoded struct {
 
 // Detect implements infer.Detector. Image errors wrap imagefile.ErrImage.
 func (d *Detector) Detect(ctx context.Context, batch []infer.Input) ([][]box.Detection, error) {
+	out, _, err := d.detect(ctx, batch, nil)
+	return out, err
+}
+
+// DetectLoss implements infer.LossDetector.
+func (d *Detector) DetectLoss(ctx context.Context, batch []infer.Input, truth [][]box.Truth) ([][]box.Detection, []box.Loss, error) {
+	if err := truthFits(truth, batch); err != nil {
+		return nil, nil, err
+	}
+	return d.detect(ctx, batch, truth)
+}
+
+// detect runs batch; with truth (non-nil), it also computes the losses.
+func (d *Detector) detect(ctx context.Context, batch []infer.Input, truth [][]box.Truth) ([][]box.Detection, []box.Loss, error) {
 	out := make([][]box.Detection, len(batch))
+	var losses []box.Loss
+	if truth != nil {
+		losses = make([]box.Loss, len(batch))
+	}
 	next := make(chan decoded, 1)
 	read := func(i int) {
 		im, err := imagefile.Read(batch[i].File)
@@ -56,7 +74,7 @@ func (d *Detector) Detect(ctx context.Context, batch []infer.Input) ([][]box.Det
 	for i := range batch {
 		cur := <-next
 		if cur.err != nil {
-			return nil, cur.err
+			return nil, nil, cur.err
 		}
 		if i+1 < len(batch) {
 			go read(i + 1)
@@ -65,15 +83,41 @@ func (d *Detector) Detect(ctx context.Context, batch []infer.Input) ([][]box.Det
 			if i+1 < len(batch) {
 				<-next
 			}
-			return nil, err
+			return nil, nil, err
 		}
 		if err := checkSize(batch[i].File, cur.img, d.r.m.Opt); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		dets := d.r.Detect(cur.img)
+		var dets []Detection
+		if truth != nil {
+			dets, losses[i] = d.r.DetectLoss(cur.img, Targets(truth[i], cur.img.W, cur.img.H, d.classOf))
+		} else {
+			dets = d.r.Detect(cur.img)
+		}
 		out[i] = toBoxes(dets, d.labels)
 	}
-	return out, nil
+	return out, losses, nil
+}
+
+// truthFits checks that DetectLoss has truth for every image.
+func truthFits(truth [][]box.Truth, batch []infer.Input) error {
+	if len(truth) != len(batch) {
+		return fmt.Errorf("retinanet: truth for %d of %d images: %w", len(truth), len(batch), infer.ErrModel)
+	}
+	return nil
+}
+
+// classOf maps a job label id to the model's class.
+func (d *Detector) classOf(id int32) (int, bool) { return modelClass(d.labels, id) }
+
+// modelClass is the model class whose job label id is id.
+func modelClass(labels []int32, id int32) (int, bool) {
+	for k, v := range labels {
+		if v == id {
+			return k, true
+		}
+	}
+	return 0, false
 }
 
 // checkSize refuses an image torchvision's resize would shrink to nothing.

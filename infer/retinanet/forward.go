@@ -4,6 +4,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/canopy-hpc/canopy/box"
 )
 
 // Detection is one output box in original-image pixels (float32, as
@@ -147,8 +149,9 @@ type cand struct {
 	level int
 }
 
-// detect runs one image end to end on the CPU.
-func (m *Model) detect(e *engine, img Image, tr *Trace) []Detection {
+// detect runs one image end to end on the CPU. With want, it also
+// computes the image's losses against targets (lossAcc).
+func (m *Model) detect(e *engine, img Image, tr *Trace, targets []Target, want bool) ([]Detection, box.Loss) {
 	e.reuseFor(img.H, img.W)
 	e.keep = tr != nil
 	t0 := time.Now()
@@ -156,11 +159,22 @@ func (m *Model) detect(e *engine, img Image, tr *Trace) []Detection {
 	e.times.add("transform", t0)
 	ph, pw := x.h, x.w
 	p := features[fmap](m, e, x)
+	var acc *lossAcc
+	if want {
+		t1 := time.Now()
+		acc = m.newLossAcc(targets, img.H, img.W, rh, rw, ph, pw, grids(p, func(f fmap) (int, int) { return f.h, f.w }))
+		e.times.add("loss", t1)
+	}
 	var all []cand
 	for L := 0; L < 5; L++ {
 		cls, reg := head[fmap](m, e, p[L])
 		t1 := time.Now()
 		lo := levelOut{gh: p[L].h, gw: p[L].w, cls: cls, reg: reg}
+		if acc != nil {
+			acc.addLevel(lo, L)
+			e.times.add("loss", t1)
+			t1 = time.Now()
+		}
 		all = append(all, m.levelCandidates(lo, L, ph, pw, rh, rw, tr)...)
 		if tr != nil {
 			tr.Levels[L] = p[L]
@@ -170,7 +184,20 @@ func (m *Model) detect(e *engine, img Image, tr *Trace) []Detection {
 	}
 	t2 := time.Now()
 	defer e.times.add("postprocess", t2)
-	return m.finish(all, img.H, img.W, ph, pw, rh, rw, tr)
+	var loss box.Loss
+	if acc != nil {
+		loss = acc.result()
+	}
+	return m.finish(all, img.H, img.W, ph, pw, rh, rw, tr), loss
+}
+
+// grids is the grid size of each pyramid level.
+func grids[T any](p [5]T, size func(T) (int, int)) [5][2]int {
+	var g [5][2]int
+	for L := range p {
+		g[L][0], g[L][1] = size(p[L])
+	}
+	return g
 }
 
 // levelCandidates is one level's postprocessing, as torchvision's

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 )
 
@@ -210,12 +211,14 @@ type prepared struct {
 	x      []float32 // [n, 3, ph, pw]
 	ph, pw int
 	rh, rw []int
+	// targets, when not nil, are the images' loss targets.
+	targets [][]Target
 }
 
-func (r *GPURunner) prepare(imgs []Image) prepared {
+func (r *GPURunner) prepare(imgs []Image, targets [][]Target) prepared {
 	t0 := time.Now()
 	defer r.g.times.add("transform", t0)
-	p := prepared{imgs: imgs}
+	p := prepared{imgs: imgs, targets: targets}
 	for i, img := range imgs {
 		r.cpu.reuseFor(img.H, img.W)
 		x, rh, rw := normalizeResizePad(r.cpu, img, r.m.Opt)
@@ -254,11 +257,20 @@ func (r *GPURunner) launch(p prepared) launched {
 }
 
 // collect downloads a launched group's head outputs and postprocesses each
-// image on the host.
-func (r *GPURunner) collect(l launched, tr *Trace) [][]Detection {
+// image on the host, computing the losses when the group has targets.
+func (r *GPURunner) collect(l launched, tr *Trace) ([][]Detection, []box.Loss) {
 	g := r.g
 	n := len(l.imgs)
 	all := make([][]cand, n)
+	var accs []*lossAcc
+	if l.targets != nil {
+		t0 := time.Now()
+		gr := grids(l.p, func(d dmap) (int, int) { return d.h, d.w })
+		for i, img := range l.imgs {
+			accs = append(accs, r.m.newLossAcc(l.targets[i], img.H, img.W, l.rh[i], l.rw[i], l.ph, l.pw, gr))
+		}
+		g.times.add("loss", t0)
+	}
 	var levels [5][]float32
 	for L := 0; L < 5; L++ {
 		cls, reg := g.download(l.cls[L]), g.download(l.reg[L])
@@ -270,7 +282,7 @@ func (r *GPURunner) collect(l launched, tr *Trace) [][]Detection {
 			for _, rest := range [][5]dmap{l.cls, l.reg, l.p} {
 				g.put(rest[L+1:]...)
 			}
-			return nil
+			return nil, nil
 		}
 		t1 := time.Now()
 		gh, gw := l.p[L].h, l.p[L].w
@@ -279,6 +291,9 @@ func (r *GPURunner) collect(l launched, tr *Trace) [][]Detection {
 			lo := levelOut{gh: gh, gw: gw,
 				cls: fmap{l.cls[L].c, gh, gw, cls[i*cs : (i+1)*cs]},
 				reg: fmap{l.reg[L].c, gh, gw, reg[i*rs : (i+1)*rs]}}
+			if accs != nil {
+				accs[i].addLevel(lo, L)
+			}
 			all[i] = append(all[i], r.m.levelCandidates(lo, L, l.ph, l.pw, l.rh[i], l.rw[i], tr)...)
 		}
 		if tr != nil {
@@ -292,7 +307,11 @@ func (r *GPURunner) collect(l launched, tr *Trace) [][]Detection {
 	for i, img := range l.imgs {
 		out[i] = r.m.finish(all[i], img.H, img.W, l.ph, l.pw, l.rh[i], l.rw[i], tr)
 	}
-	return out
+	var losses []box.Loss
+	for _, a := range accs {
+		losses = append(losses, a.result())
+	}
+	return out, losses
 }
 
 // groups cuts imgs into runs of one padded size, at most maxBatch long.
@@ -315,35 +334,61 @@ func (r *GPURunner) groups(imgs []Image, maxBatch int) [][]Image {
 // maxBatch images). While the device computes a group, the host transforms
 // the next one.
 func (r *GPURunner) DetectBatch(imgs []Image, maxBatch int) ([][]Detection, error) {
+	out, _, err := r.detectBatch(imgs, nil, maxBatch)
+	return out, err
+}
+
+// DetectBatchLoss is DetectBatch that also computes each image's losses
+// against targets[i] (Runner.DetectLoss); an image's losses, like its
+// detections, do not depend on the batch.
+func (r *GPURunner) DetectBatchLoss(imgs []Image, targets [][]Target, maxBatch int) ([][]Detection, []box.Loss, error) {
+	if targets == nil {
+		targets = make([][]Target, len(imgs))
+	}
+	return r.detectBatch(imgs, targets, maxBatch)
+}
+
+func (r *GPURunner) detectBatch(imgs []Image, targets [][]Target, maxBatch int) ([][]Detection, []box.Loss, error) {
 	if maxBatch < 1 {
 		maxBatch = 1
 	}
 	gs := r.groups(imgs, maxBatch)
 	out := make([][]Detection, 0, len(imgs))
+	var losses []box.Loss
+	// tg is the targets of the group starting at image `at`.
+	at := 0
+	tg := func(n int) [][]Target {
+		if targets == nil {
+			return nil
+		}
+		at += n
+		return targets[at-n : at]
+	}
 	var next prepared
 	if len(gs) > 0 {
-		next = r.prepare(gs[0])
+		next = r.prepare(gs[0], tg(len(gs[0])))
 	}
 	for i := range gs {
 		l := r.launch(next)
 		if i+1 < len(gs) {
-			next = r.prepare(gs[i+1])
+			next = r.prepare(gs[i+1], tg(len(gs[i+1])))
 		}
-		dets := r.collect(l, nil)
+		dets, ls := r.collect(l, nil)
 		if r.g.err != nil {
-			return nil, fmt.Errorf("retinanet: %s: %w", r.g.dev.Info().Backend, r.g.err)
+			return nil, nil, fmt.Errorf("retinanet: %s: %w", r.g.dev.Info().Backend, r.g.err)
 		}
 		out = append(out, dets...)
+		losses = append(losses, ls...)
 	}
-	return out, nil
+	return out, losses, nil
 }
 
 // DetectTrace runs one image and records the transform sizes, the pyramid
 // levels and the per-level top scores, as Runner.DetectTrace.
 func (r *GPURunner) DetectTrace(img Image) ([]Detection, *Trace, error) {
 	tr := &Trace{}
-	l := r.launch(r.prepare([]Image{img}))
-	dets := r.collect(l, tr)
+	l := r.launch(r.prepare([]Image{img}, nil))
+	dets, _ := r.collect(l, tr)
 	if r.g.err != nil {
 		return nil, nil, fmt.Errorf("retinanet: %s: %w", r.g.dev.Info().Backend, r.g.err)
 	}

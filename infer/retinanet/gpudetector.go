@@ -24,8 +24,8 @@ type GPUDetector struct {
 }
 
 var (
-	_ infer.Detector   = (*GPUDetector)(nil)
-	_ infer.Prefetcher = (*GPUDetector)(nil)
+	_ infer.LossDetector = (*GPUDetector)(nil)
+	_ infer.Prefetcher   = (*GPUDetector)(nil)
 )
 
 // reading is a batch being decoded in the background.
@@ -98,29 +98,49 @@ func (d *GPUDetector) Name() string { return d.name }
 
 // Detect implements infer.Detector. Image errors wrap imagefile.ErrImage.
 func (d *GPUDetector) Detect(ctx context.Context, batch []infer.Input) ([][]box.Detection, error) {
+	out, _, err := d.detect(ctx, batch, nil)
+	return out, err
+}
+
+// DetectLoss implements infer.LossDetector.
+func (d *GPUDetector) DetectLoss(ctx context.Context, batch []infer.Input, truth [][]box.Truth) ([][]box.Detection, []box.Loss, error) {
+	if err := truthFits(truth, batch); err != nil {
+		return nil, nil, err
+	}
+	return d.detect(ctx, batch, truth)
+}
+
+func (d *GPUDetector) detect(ctx context.Context, batch []infer.Input, truth [][]box.Truth) ([][]box.Detection, []box.Loss, error) {
 	r := d.take(batch)
 	<-r.done
 	imgs, errs := r.imgs, r.errs
 	for i, err := range errs {
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := checkSize(batch[i].File, imgs[i], d.r.m.Opt); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	dets, err := d.r.DetectBatch(imgs, len(imgs))
+	var targets [][]Target
+	if truth != nil {
+		targets = make([][]Target, len(imgs))
+		for i, img := range imgs {
+			targets[i] = Targets(truth[i], img.W, img.H, func(id int32) (int, bool) { return modelClass(d.labels, id) })
+		}
+	}
+	dets, losses, err := d.r.detectBatch(imgs, targets, len(imgs))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([][]box.Detection, len(dets))
 	for i, ds := range dets {
 		out[i] = toBoxes(ds, d.labels)
 	}
-	return out, nil
+	return out, losses, nil
 }
 
 func sameFiles(files []string, batch []infer.Input) bool {

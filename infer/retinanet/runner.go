@@ -1,5 +1,7 @@
 package retinanet
 
+import "github.com/canopy-hpc/canopy/box"
+
 // Runner runs a Model with a fixed number of worker threads, reusing its
 // buffers across images. A Runner is not safe for concurrent use; the
 // results do not depend on the thread count.
@@ -18,12 +20,22 @@ func (r *Runner) Model() *Model { return r.m }
 func (r *Runner) Threads() int { return r.e.threads }
 
 // Detect runs one image (padded on its own to a multiple of 32).
-func (r *Runner) Detect(img Image) []Detection { return r.m.detect(r.e, img, nil) }
+func (r *Runner) Detect(img Image) []Detection {
+	d, _ := r.m.detect(r.e, img, nil, nil, false)
+	return d
+}
+
+// DetectLoss is Detect that also computes the image's validation losses
+// against targets (in original pixels; none for an empty frame) from the
+// same forward pass, as torchvision's RetinaNet does in train mode.
+func (r *Runner) DetectLoss(img Image, targets []Target) ([]Detection, box.Loss) {
+	return r.m.detect(r.e, img, nil, targets, true)
+}
 
 // DetectTrace is Detect that also records the transform sizes and the
 // pyramid levels.
 func (r *Runner) DetectTrace(img Image) ([]Detection, *Trace) {
 	tr := &Trace{}
-	d := r.m.detect(r.e, img, tr)
+	d, _ := r.m.detect(r.e, img, tr, nil, false)
 	return d, tr
 }

@@ -60,7 +60,7 @@ func gather(c mpi.Comm, imgs []wire.Image, nImages int) ([][]box.Detection, int,
 	if err != nil {
 		return nil, 0, err
 	}
-	merged, err := wire.Merge(parts, nImages)
+	merged, _, err := wire.Merge(parts, nImages)
 	return merged, len(buf), err
 }
 

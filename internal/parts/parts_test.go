@@ -17,7 +17,7 @@ func TestRoundTripAndTornTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 5; i++ {
-		if err := w.Append([]wire.Image{{Index: i, Dets: []box.Detection{{Score: float64(i)}}}}); err != nil {
+		if err := w.Append([]wire.Image{{Index: i, Dets: []box.Detection{{Score: float64(i)}}, Loss: &box.Loss{Classification: float32(i) + 0.5, BoxRegression: 0.25}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -29,7 +29,7 @@ func TestRoundTripAndTornTail(t *testing.T) {
 		t.Fatalf("%v %v", files, err)
 	}
 	done, st, err := Decode(files, 10)
-	if err != nil || len(done) != 5 || st.Dropped != 0 || done[3].Dets[0].Score != 3 {
+	if err != nil || len(done) != 5 || st.Dropped != 0 || done[3].Dets[0].Score != 3 || *done[3].Loss != (box.Loss{Classification: 3.5, BoxRegression: 0.25}) {
 		t.Fatalf("%v %+v %v", done, st, err)
 	}
 	// a crash mid-write: the last record is cut short

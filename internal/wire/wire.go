@@ -5,6 +5,7 @@
 //
 //	header  magic "CNPY" | u16 version | u16 flags | u32 nImages | u64 nDets
 //	images  nImages × (u32 global image index | u32 detection count)
+//	losses  nImages × (f32 classification | f32 box regression), flag bit 1 only
 //	dets    nDets × (u32 label | 4 coordinates | score)
 //	trailer u32 CRC-32C of everything before it
 //
@@ -12,6 +13,8 @@
 // bit 0 is set, else float64 (44 bytes). The encoder picks float32 only when
 // every value survives the round trip, so the encoding is lossless for its
 // input: replayed CSV values keep float64 unless they are float32 values.
+// Flag bit 1 marks a buffer whose images carry their validation losses
+// (eval --model); a buffer holds losses for all of its images or none.
 package wire
 
 import (
@@ -32,6 +35,7 @@ const (
 	magic      = "CNPY"
 	headerSize = 4 + 2 + 2 + 4 + 8
 	flagF32    = 1
+	flagLoss   = 2
 )
 
 // ErrCorrupt wraps every decoding failure.
@@ -39,10 +43,12 @@ var ErrCorrupt = errors.New("wire: corrupt buffer")
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Image is one image's detections with its global index.
+// Image is one image's detections with its global index, and its
+// validation losses when the detector computed them (nil otherwise).
 type Image struct {
 	Index int
 	Dets  []box.Detection
+	Loss  *box.Loss
 }
 
 func fitsF32(images []Image) bool {
@@ -76,8 +82,19 @@ func Encode(dst []byte, images []Image) ([]byte, error) {
 		flags |= flagF32
 		per = 4 + 5*4
 	}
+	losses := len(images) > 0 && images[0].Loss != nil
+	for _, im := range images {
+		if (im.Loss != nil) != losses {
+			return nil, fmt.Errorf("wire: image %d: losses for some images of a buffer, not all", im.Index)
+		}
+	}
+	lossSize := 0
+	if losses {
+		flags |= flagLoss
+		lossSize = 8 * len(images)
+	}
 	start := len(dst)
-	need := headerSize + 8*len(images) + per*int(n) + 4
+	need := headerSize + 8*len(images) + lossSize + per*int(n) + 4
 	dst = slices.Grow(dst, need)[:start+need]
 	b := dst[start:]
 	le := binary.LittleEndian
@@ -91,6 +108,13 @@ func Encode(dst []byte, images []Image) ([]byte, error) {
 		le.PutUint32(b[off:], uint32(im.Index))
 		le.PutUint32(b[off+4:], uint32(len(im.Dets)))
 		off += 8
+	}
+	if losses {
+		for _, im := range images {
+			le.PutUint32(b[off:], math.Float32bits(im.Loss.Classification))
+			le.PutUint32(b[off+4:], math.Float32bits(im.Loss.BoxRegression))
+			off += 8
+		}
 	}
 	for _, im := range images {
 		for _, d := range im.Dets {
@@ -129,7 +153,7 @@ func Decode(buf []byte) ([]Image, error) {
 		return nil, fmt.Errorf("%w: version %d, this canopy reads version %d", ErrCorrupt, v, Version)
 	}
 	flags := le.Uint16(buf[6:])
-	if flags&^flagF32 != 0 {
+	if flags&^(flagF32|flagLoss) != 0 {
 		return nil, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, flags)
 	}
 	nImages := uint64(le.Uint32(buf[8:]))
@@ -141,7 +165,11 @@ func Decode(buf []byte) ([]Image, error) {
 	if nDets > uint64(len(buf))/per || nImages > uint64(len(buf))/8 {
 		return nil, fmt.Errorf("%w: header claims %d images and %d detections in %d bytes", ErrCorrupt, nImages, nDets, len(buf))
 	}
-	want := uint64(headerSize) + 8*nImages + per*nDets + 4
+	lossSize := uint64(0)
+	if flags&flagLoss != 0 {
+		lossSize = 8 * nImages
+	}
+	want := uint64(headerSize) + 8*nImages + lossSize + per*nDets + 4
 	if uint64(len(buf)) != want {
 		return nil, fmt.Errorf("%w: length %d, header implies %d", ErrCorrupt, len(buf), want)
 	}
@@ -166,6 +194,14 @@ func Decode(buf []byte) ([]Image, error) {
 	if total != nDets {
 		return nil, fmt.Errorf("%w: image counts sum to %d, header says %d", ErrCorrupt, total, nDets)
 	}
+	if flags&flagLoss != 0 {
+		ls := make([]box.Loss, nImages)
+		for i := range images {
+			ls[i] = box.Loss{Classification: math.Float32frombits(le.Uint32(buf[off:])), BoxRegression: math.Float32frombits(le.Uint32(buf[off+4:]))}
+			images[i].Loss = &ls[i]
+			off += 8
+		}
+	}
 	p := int(per)
 	for k := range all {
 		r := buf[off : off+p]
@@ -189,32 +225,34 @@ func Decode(buf []byte) ([]Image, error) {
 	return images, nil
 }
 
-// Merge decodes every rank's buffer and places each image's detections at
-// its global index, checking that every one of nImages images arrives
-// exactly once.
-func Merge(parts [][]byte, nImages int) ([][]box.Detection, error) {
+// Merge decodes every rank's buffer and places each image's detections
+// (and losses, nil where a buffer had none) at its global index, checking
+// that every one of nImages images arrives exactly once.
+func Merge(parts [][]byte, nImages int) ([][]box.Detection, []*box.Loss, error) {
 	out := make([][]box.Detection, nImages)
+	losses := make([]*box.Loss, nImages)
 	seen := make([]int, nImages) // rank+1 that delivered the image
 	for r, p := range parts {
 		imgs, err := Decode(p)
 		if err != nil {
-			return nil, fmt.Errorf("wire: rank %d: %w", r, err)
+			return nil, nil, fmt.Errorf("wire: rank %d: %w", r, err)
 		}
 		for _, im := range imgs {
 			if im.Index >= nImages {
-				return nil, fmt.Errorf("%w: rank %d sent image %d of %d", ErrCorrupt, r, im.Index, nImages)
+				return nil, nil, fmt.Errorf("%w: rank %d sent image %d of %d", ErrCorrupt, r, im.Index, nImages)
 			}
 			if seen[im.Index] != 0 {
-				return nil, fmt.Errorf("wire: image %d delivered by rank %d and rank %d", im.Index, seen[im.Index]-1, r)
+				return nil, nil, fmt.Errorf("wire: image %d delivered by rank %d and rank %d", im.Index, seen[im.Index]-1, r)
 			}
 			seen[im.Index] = r + 1
 			out[im.Index] = im.Dets
+			losses[im.Index] = im.Loss
 		}
 	}
 	for i, s := range seen {
 		if s == 0 {
-			return nil, fmt.Errorf("wire: image %d delivered by no rank", i)
+			return nil, nil, fmt.Errorf("wire: image %d delivered by no rank", i)
 		}
 	}
-	return out, nil
+	return out, losses, nil
 }

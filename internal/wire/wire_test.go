@@ -113,21 +113,63 @@ func TestCorruptionRejected(t *testing.T) {
 func TestMergeCoverage(t *testing.T) {
 	a, _ := Encode(nil, []Image{{Index: 0}, {Index: 2, Dets: []box.Detection{{Score: 1}}}})
 	b, _ := Encode(nil, []Image{{Index: 1}})
-	got, err := Merge([][]byte{a, b}, 3)
+	got, _, err := Merge([][]byte{a, b}, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 3 || len(got[2]) != 1 {
 		t.Fatalf("merge: %v", got)
 	}
-	if _, err := Merge([][]byte{a, a}, 3); err == nil {
+	if _, _, err := Merge([][]byte{a, a}, 3); err == nil {
 		t.Fatal("an image delivered twice was accepted")
 	}
-	if _, err := Merge([][]byte{a}, 3); err == nil {
+	if _, _, err := Merge([][]byte{a}, 3); err == nil {
 		t.Fatal("a missing image was accepted")
 	}
-	if _, err := Merge([][]byte{a, b}, 2); err == nil {
+	if _, _, err := Merge([][]byte{a, b}, 2); err == nil {
 		t.Fatal("an out-of-range image was accepted")
+	}
+}
+
+// Losses travel bit for bit with their images, through Merge too; a buffer
+// holds them for all of its images or for none.
+func TestLosses(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	in := sample(rng, true)
+	for i := range in {
+		in[i].Loss = &box.Loss{Classification: float32(rng.Float64() * 3), BoxRegression: float32(i) * 0.1}
+	}
+	in[3].Loss.BoxRegression = 0
+	buf, err := Encode(nil, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Decode(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range in {
+		if out[i].Loss == nil || *out[i].Loss != *in[i].Loss {
+			t.Fatalf("image %d: loss %v, sent %v", i, out[i].Loss, *in[i].Loss)
+		}
+	}
+	var rest []Image // the indices sample skips, without losses
+	for j := 0; j < 60; j++ {
+		if j%3 != 0 {
+			rest = append(rest, Image{Index: j})
+		}
+	}
+	none, _ := Encode(nil, rest)
+	_, losses, err := Merge([][]byte{buf, none}, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *losses[in[5].Index] != *in[5].Loss || losses[59] != nil || losses[1] != nil {
+		t.Fatalf("merged losses: %v %v %v", losses[in[5].Index], losses[59], losses[1])
+	}
+	in[4].Loss = nil
+	if _, err := Encode(nil, in); err == nil {
+		t.Fatal("losses for some images of a buffer were accepted")
 	}
 }
 

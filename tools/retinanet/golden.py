@@ -235,9 +235,13 @@ def main():
             }
         )
         print("%s: %s -> %s, %d detections, anchors above %s, %.2f s" % (rel, list(x.shape[1:]), list(il.image_sizes[0]), len(det["boxes"]), above, secs), file=sys.stderr)
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+    write_json(args.out, out)
+
+
+def write_json(path, obj):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1)
         f.write("\n")
 
 
