@@ -77,6 +77,10 @@ var reportFiles = []string{"report.json", "predictions.csv", "results.csv"}
 type rankStats struct {
 	Rank int    `json:"rank"`
 	Host string `json:"host"`
+	// LocalRank and LocalSize: the rank's place among the ranks of its
+	// node (MPI_COMM_TYPE_SHARED), which also picks its GPU.
+	LocalRank int `json:"local_rank"`
+	LocalSize int `json:"local_size"`
 	// SGEMM names the matrix kernels (float32 rounding differs between
 	// kernel sets, so ranks on different CPUs may differ in the last bits).
 	SGEMM      string             `json:"sgemm,omitempty"`
@@ -107,7 +111,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	if cfg.RootDir == "" {
 		cfg.RootDir = filepath.Dir(cfg.CSV)
 	}
-	stats := rankStats{Rank: c.Rank(), Host: c.Host(), Seconds: map[string]float64{}}
+	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}}
 	t0 := time.Now()
 
 	// 1. Read once, agree everywhere.
