@@ -1,0 +1,346 @@
+#!/usr/bin/env bash
+# scripts/test-multinode.sh -- the multi-node tests (make test-multinode): a
+# 3-host cluster in network namespaces with a 3-node Slurm
+# (scripts/netns-cluster.sh up 3 --slurm), canopy over real TCP between the
+# hosts, and faults on h2. Needs root. Installs slurm-wlm and munge through
+# scripts/install-deps.sh when missing; builds bin/canopy when missing. The
+# cluster is torn down on exit, failure and signals included; every job runs
+# under `timeout -k 5`.
+#
+# Sets (generated under $S): "demo", 12 images of internal/forestgen seed 3 at
+# 200x200 for the demo model (testdata/models/canopy-demo-r18); "replay",
+# internal/synth -big with 600 images x 30 boxes.
+# References: bin/canopy eval with no launcher (1 rank, this host).
+#
+# Checks (each prints PASS/FAIL; exit 1 when any failed):
+#   model   mpirun --host h1:2,h2:2,h3:2 -np 6 canopy eval --model: exit 0,
+#           report.json "metrics" bytes equal the 1-rank run's; per_rank lists
+#           ranks 2k,2k+1 on host h(k+1) with local ranks 0,1 of 2
+#   replay  the same with --predictions; and every host's eth0 received at
+#           least the wire bytes (per_rank bytes_sent) of the ranks on the
+#           other hosts (veth counters), printed against the wire total
+#   srun    srun --mpi=pmix --kill-on-bad-exit=1 -N3 -n6 under the 3-node
+#           Slurm, model and replay: exit 0, equal metrics, same placement
+#   faults  on the slowed replay (CANOPY_TEST_SLOW_MS, --collective-timeout
+#           ${FAULT_CT}s), each on h2 once rank 0 has started detecting: a rank
+#           SIGKILLed, h2's orted SIGKILLed, a rank SIGSTOPped, h2's link
+#           down: the job exits non-zero within ${FAULT_BOUND} s of the fault,
+#           its output names h2, and no process is left in any host
+#   flap    h2's link down for 5 s, then up, during detection: exit 0, equal
+#           metrics
+#   resume  a slowed 3-host job whose h2 dies (every process in h2 SIGKILLed)
+#           once each rank's part file holds records; then --resume with
+#           --host h1:3,h3:3 -np 6 (2 hosts): exit 0, equal metrics, images
+#           taken from the part files
+# Timings (wall of 3-host vs 1-host 6-rank eval, fault-to-exit, veth bytes)
+# are printed as "TIME"/"BYTES" lines for docs/benchmarks.md.
+#
+# Variables: CANOPY_MULTINODE_DIR (scratch, default /tmp/canopy-multinode,
+# wiped first), CANOPY_NETNS_DIR (the cluster's state, default
+# /tmp/canopy-netns-test), CANOPY_MULTINODE_ONLY (space-separated check names
+# to run, default all).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+S=${CANOPY_MULTINODE_DIR:-/tmp/canopy-multinode}
+export CANOPY_NETNS_DIR=${CANOPY_NETNS_DIR:-/tmp/canopy-netns-test}
+only=" ${CANOPY_MULTINODE_ONLY:-model replay srun faults flap resume} "
+FAULT_CT=${FAULT_CT:-8}   # --collective-timeout of the fault jobs, seconds
+FAULT_BOUND=30            # seconds from a fault to the job's exit
+C=scripts/netns-cluster.sh
+T0=$SECONDS
+
+if [ "$(id -u)" != 0 ]; then
+	echo "test-multinode: needs root (network namespaces, Slurm as root)" >&2
+	exit 2
+fi
+scripts/install-deps.sh slurm-wlm munge
+[ -x bin/canopy ] || go build -o bin/canopy .
+while IFS= read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SRUN_|SALLOC_|OMPI_|PMIX_)' || true)
+unset CANOPY_TEST_FAIL_RANK CANOPY_TEST_SLOW_MS CANOPY_TEST_INTERRUPT CANOPY_TEST_STOP_RANK
+
+cleanup() { $C down >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+rm -rf -- "$S"
+mkdir -p "$S"
+fails=0
+pass() { echo "PASS $1: $2"; }
+fail() {
+	echo "FAIL $1: $2"
+	fails=$((fails + 1))
+	[ -f "$S/$1.log" ] && tail -n 15 "$S/$1.log"
+	return 0
+}
+want() { case $only in *" $1 "*) return 0 ;; esac; return 1; }
+
+# metrics FILE: the exact bytes of the "metrics" object of a report.json.
+metrics() {
+	python3 - "$1" <<'EOF'
+import json, sys
+t = open(sys.argv[1]).read()
+i = t.index('"metrics"')
+j = t.index('{', i)
+_, end = json.JSONDecoder().raw_decode(t, j)
+sys.stdout.write(t[j:end])
+EOF
+}
+
+# placement FILE: "rank:host:local/size ..." from report.json run.per_rank.
+placement() {
+	python3 - "$1" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))["run"]["per_rank"]
+print(" ".join("%d:%s:%d/%d" % (x["rank"], x["host"], x["local_rank"], x["local_size"]) for x in r))
+EOF
+}
+want_place="0:h1:0/2 1:h1:1/2 2:h2:0/2 3:h2:1/2 4:h3:0/2 5:h3:1/2"
+
+now() { date +%s.%N; }
+since() { python3 -c "import sys, time; print('%.2f' % (time.time() - float(sys.argv[1])))" "$1"; }
+
+[ -x bin/forestgen ] || go build -o bin/forestgen ./internal/forestgen
+[ -x bin/synth ] || go build -o bin/synth ./internal/synth
+bin/forestgen -out "$S/demo" -n 12 -seed 3 -sizes 200x200 >/dev/null
+bin/synth -big "$S/replay" -images 600 -boxes 30 >/dev/null
+MODEL=(--model testdata/models/canopy-demo-r18 --csv "$S/demo/annotations.csv")
+REPLAY=(--csv "$S/replay/truth.csv" --predictions "$S/replay/predictions.csv")
+
+echo "== references: bin/canopy eval, 1 rank on this host"
+timeout -k 5 120 bin/canopy eval "${MODEL[@]}" --out "$S/ref-model" >/dev/null
+timeout -k 5 120 bin/canopy eval "${REPLAY[@]}" --out "$S/ref-replay" >/dev/null
+ref_model=$(metrics "$S/ref-model/report.json")
+ref_replay=$(metrics "$S/ref-replay/report.json")
+
+echo "== cluster: $C up 3 --slurm"
+$C up 3 --slurm
+HOSTS=(--host h1:2,h2:2,h3:2 -np 6)
+
+# check_run NAME REF OUT RC [PLACE]: exit 0, metrics bytes equal REF, and
+# (when PLACE is given) the report's placement equals it.
+check_run() {
+	local name=$1 ref=$2 out=$3 rc=$4 place=${5:-} got
+	if [ "$rc" != 0 ] || [ ! -f "$out/report.json" ]; then
+		fail "$name" "exit $rc, no report"
+		return
+	fi
+	if [ "$(metrics "$out/report.json")" != "$ref" ]; then
+		fail "$name" "metrics differ from the 1-rank run's"
+		return
+	fi
+	got=$(placement "$out/report.json")
+	if [ -n "$place" ] && [ "$got" != "$place" ]; then
+		fail "$name" "placement '$got', want '$place'"
+		return
+	fi
+	pass "$name" "exit 0, metrics bytes equal 1 rank's; ranks rank:host:local/size $got"
+}
+
+# bytes_map: "h1 RX TX h2 RX TX ..." of the hosts' eth0.
+bytes_map() { $C bytes | tr '\n' ' '; }
+
+# crossed NAME OUT BEFORE AFTER: every host received at least the wire bytes
+# of the ranks on the other hosts.
+crossed() {
+	python3 - "$@" <<'EOF'
+import json, sys
+name, out, before, after = sys.argv[1:5]
+def parse(s):
+    w = s.split()
+    return {w[i]: (int(w[i+1]), int(w[i+2])) for i in range(0, len(w), 3)}
+b, a = parse(before), parse(after)
+ranks = json.load(open(out + "/report.json"))["run"]["per_rank"]
+wire = sum(r["bytes_sent"] for r in ranks)
+ok, parts = True, []
+rx_total = 0
+for h in sorted(a):
+    rx = a[h][0] - b[h][0]
+    rx_total += rx
+    need = sum(r["bytes_sent"] for r in ranks if r["host"] != h)
+    parts.append("%s rx %d >= %d" % (h, rx, need))
+    ok &= rx >= need
+print("BYTES %s: wire %d bytes (6 ranks' encoded boxes); veth rx %d bytes in all, %.2fx the wire; %s"
+      % (name, wire, rx_total, rx_total / wire, ", ".join(parts)))
+sys.exit(0 if ok else 1)
+EOF
+}
+
+if want model; then
+	echo "== model: mpirun ${HOSTS[*]} canopy eval --model"
+	t=$(now)
+	rc=0
+	timeout -k 5 180 $C mpirun "${HOSTS[@]}" bin/canopy eval "${MODEL[@]}" --out "$S/model-3h" >"$S/model-3h.log" 2>&1 || rc=$?
+	w3=$(since "$t")
+	check_run model "$ref_model" "$S/model-3h" $rc "$want_place"
+	t=$(now)
+	rc=0
+	timeout -k 5 180 scripts/mpirun.sh -np 6 bin/canopy eval "${MODEL[@]}" --out "$S/model-1h" >"$S/model-1h.log" 2>&1 || rc=$?
+	w1=$(since "$t")
+	check_run model-1host "$ref_model" "$S/model-1h" $rc
+	echo "TIME eval --model, 6 ranks: 3 hosts ${w3} s, 1 host ${w1} s"
+fi
+
+if want replay; then
+	echo "== replay: mpirun ${HOSTS[*]} canopy eval --predictions"
+	before=$(bytes_map)
+	t=$(now)
+	rc=0
+	timeout -k 5 180 $C mpirun "${HOSTS[@]}" bin/canopy eval "${REPLAY[@]}" --out "$S/replay-3h" >"$S/replay-3h.log" 2>&1 || rc=$?
+	w3=$(since "$t")
+	after=$(bytes_map)
+	check_run replay "$ref_replay" "$S/replay-3h" $rc "$want_place"
+	if [ -f "$S/replay-3h/report.json" ] && crossed replay "$S/replay-3h" "$before" "$after"; then
+		pass replay-bytes "each host received at least the other hosts' wire bytes"
+	else
+		fail replay-bytes "veth counters below the wire size (or no report)"
+	fi
+	t=$(now)
+	rc=0
+	timeout -k 5 180 scripts/mpirun.sh -np 6 bin/canopy eval "${REPLAY[@]}" --out "$S/replay-1h" >"$S/replay-1h.log" 2>&1 || rc=$?
+	w1=$(since "$t")
+	check_run replay-1host "$ref_replay" "$S/replay-1h" $rc
+	echo "TIME eval --predictions, 6 ranks: 3 hosts ${w3} s, 1 host ${w1} s"
+fi
+
+if want srun; then
+	for kind in model replay; do
+		echo "== srun: srun --mpi=pmix --kill-on-bad-exit=1 -N3 -n6 canopy eval ($kind)"
+		if [ $kind = model ]; then args=("${MODEL[@]}") ref=$ref_model; else args=("${REPLAY[@]}") ref=$ref_replay; fi
+		t=$(now)
+		rc=0
+		timeout -k 5 180 $C srun --mpi=pmix --kill-on-bad-exit=1 -N3 -n6 bin/canopy eval "${args[@]}" \
+			--out "$S/srun-$kind" >"$S/srun-$kind.log" 2>&1 || rc=$?
+		echo "TIME srun -N3 -n6 eval ($kind): $(since "$t") s"
+		check_run "srun-$kind" "$ref" "$S/srun-$kind" $rc "$want_place"
+	done
+fi
+
+# rank_pids HOST: the PIDs of canopy ranks in HOST; orted_pid HOST.
+comm_pids() { for p in $($C pids "$1"); do [ "$(cat /proc/$p/comm 2>/dev/null)" = "$2" ] && echo "$p"; done; return 0; }
+
+# left: the processes still inside any host ("pid comm" lines).
+left() { for p in $($C pids); do echo "$p $(cat /proc/$p/comm 2>/dev/null)"; done; }
+
+# wait_detecting OUT PID: until rank 0's part file holds a record (ranks are
+# detecting) or the job PID ended.
+wait_detecting() {
+	local i
+	for ((i = 0; i < 600; i++)); do
+		[ -s "$1/parts/part-000-00000.part" ] && return 0
+		kill -0 "$2" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+# start_slow NAME SLOW_MS [mpirun args...]: the replay under mpirun on the 3
+# hosts in the background, each image taking SLOW_MS; sets JOB (its PID).
+start_slow() {
+	local name=$1 slow=$2
+	shift 2
+	CANOPY_TEST_SLOW_MS=$slow CANOPY_MPIRUN_TIMEOUT=150 timeout -k 5 160 \
+		$C mpirun "$@" bin/canopy eval "${REPLAY[@]}" --out "$S/$name" \
+		--collective-timeout "${FAULT_CT}s" >"$S/$name.log" 2>&1 &
+	JOB=$!
+}
+
+# fault NAME ACTION: start the slowed job (100 images per rank x 60 ms = 6 s
+# of detection), inject ACTION on h2 once detecting, and check the job's end.
+fault() {
+	local name=$1 action=$2 tf rc dt l
+	start_slow "fault-$name" 60 "${HOSTS[@]}"
+	if ! wait_detecting "$S/fault-$name" $JOB; then
+		fail "fault-$name" "the job never started detecting"
+		wait $JOB || true
+		tail -n 20 "$S/fault-$name.log"
+		return
+	fi
+	sleep 1
+	tf=$(now)
+	case $action in
+	kill-rank) kill -KILL $(comm_pids h2 canopy | head -n 1) ;;
+	kill-orted) kill -KILL $(comm_pids h2 orted) ;;
+	stop-rank) kill -STOP $(comm_pids h2 canopy | head -n 1) ;;
+	link-down) $C link h2 down ;;
+	esac
+	rc=0
+	wait $JOB || rc=$?
+	dt=$(since "$tf")
+	[ "$action" = link-down ] && $C link h2 up
+	sleep 0.5
+	l=$(left)
+	echo "TIME fault $name on h2: exit $rc after ${dt} s"
+	if [ "$rc" = 0 ] || [ "$rc" = 124 ] || [ "$rc" = 137 -a "$action" != kill-rank ]; then
+		fail "fault-$name" "exit $rc (want a failure before the timeout)"
+	elif python3 -c "import sys; sys.exit(float(sys.argv[1]) > $FAULT_BOUND)" "$dt" && grep -q 'h2' "$S/fault-$name.log"; then
+		if [ -n "$l" ]; then
+			fail "fault-$name" "exit $rc after $dt s, but processes are left: $(echo $l)"
+		else
+			pass "fault-$name" "exit $rc after $dt s (bound $FAULT_BOUND s), h2 named: $(grep -m1 -o '.\{0,60\}h2.\{0,60\}' "$S/fault-$name.log")"
+		fi
+	else
+		fail "fault-$name" "exit $rc after $dt s (bound $FAULT_BOUND s) or no message naming h2"
+	fi
+	# a fault may leave stopped or orphaned processes: clean for the next one
+	for p in $($C pids h1) $($C pids h2) $($C pids h3); do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null || true; done
+}
+
+if want faults; then
+	for f in kill-rank kill-orted stop-rank link-down; do
+		echo "== fault: $f on h2"
+		fault "$f" "$f"
+	done
+fi
+
+if want flap; then
+	echo "== flap: h2's link down 5 s during detection"
+	start_slow flap 60 "${HOSTS[@]}"
+	if wait_detecting "$S/flap" $JOB; then
+		$C link h2 down
+		sleep 5
+		$C link h2 up
+	fi
+	rc=0
+	wait $JOB || rc=$?
+	check_run flap "$ref_replay" "$S/flap" $rc "$want_place"
+fi
+
+if want resume; then
+	echo "== resume: h2 dies mid-run (3 hosts), --resume on h1 and h3"
+	start_slow resume 60 "${HOSTS[@]}"
+	ok=no
+	for ((i = 0; i < 600; i++)); do
+		n=0
+		for r in 0 1 2 3 4 5; do [ -s "$S/resume/parts/part-000-0000$r.part" ] && n=$((n + 1)); done
+		[ $n = 6 ] && { ok=yes; break; }
+		kill -0 $JOB 2>/dev/null || break
+		sleep 0.1
+	done
+	[ $ok = yes ] && for p in $($C pids h2); do kill -KILL "$p" 2>/dev/null || true; done
+	rc=0
+	wait $JOB || rc=$?
+	echo "resume: the first attempt exited $rc after h2 died"
+	for p in $($C pids h1) $($C pids h3); do kill -KILL "$p" 2>/dev/null || true; done
+	rc=0
+	timeout -k 5 120 $C mpirun --host h1:3,h3:3 -np 6 bin/canopy eval "${REPLAY[@]}" --out "$S/resume" --resume \
+		>"$S/resume-2.log" 2>&1 || rc=$?
+	check_run resume "$ref_replay" "$S/resume" $rc
+	if [ -f "$S/resume/report.json" ]; then
+		info=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['run']; print(r['resume']['attempt'], r['resume']['images_from_parts'], r['resume']['images_computed'], ','.join(sorted(set(x['host'] for x in r['per_rank']))))" "$S/resume/report.json")
+		read -r att from comp hosts <<<"$info"
+		if [ "$att" -ge 1 ] && [ "$from" -gt 0 ] && [ $((from + comp)) = 600 ] && [ "$hosts" = h1,h3 ]; then
+			pass resume-parts "attempt $att on $hosts: $from images from the part files, $comp computed"
+		else
+			fail resume-parts "attempt $att, from parts $from, computed $comp, hosts $hosts"
+		fi
+	fi
+fi
+
+echo "TIME test-multinode: $((SECONDS - T0)) s"
+if [ $fails -gt 0 ]; then
+	echo "test-multinode: $fails check(s) failed; logs in $S"
+	exit 1
+fi
+echo "test-multinode: all checks passed"
