@@ -220,8 +220,16 @@ fi
 # rank_pids HOST: the PIDs of canopy ranks in HOST; orted_pid HOST.
 comm_pids() { for p in $($C pids "$1"); do [ "$(cat /proc/$p/comm 2>/dev/null)" = "$2" ] && echo "$p"; done; return 0; }
 
-# left: the processes still inside any host ("pid comm" lines).
-left() { for p in $($C pids); do echo "$p $(cat /proc/$p/comm 2>/dev/null)"; done; }
+# job_pids: the processes inside the hosts but Slurm's daemons.
+job_pids() {
+	local p
+	for p in $($C pids); do
+		case $(cat "/proc/$p/comm" 2>/dev/null) in slurmctld | slurmscriptd | slurmd | "") ;; *) echo "$p" ;; esac
+	done
+}
+
+# left: the job's processes still inside any host ("pid comm" lines).
+left() { for p in $(job_pids); do echo "$p $(cat /proc/$p/comm 2>/dev/null)"; done; }
 
 # wait_detecting OUT PID: until rank 0's part file holds a record (ranks are
 # detecting) or the job PID ended.
@@ -246,11 +254,11 @@ start_slow() {
 	JOB=$!
 }
 
-# fault NAME ACTION: start the slowed job (100 images per rank x 60 ms = 6 s
+# fault NAME ACTION: start the slowed job (100 images per rank x 30 ms = 3 s
 # of detection), inject ACTION on h2 once detecting, and check the job's end.
 fault() {
 	local name=$1 action=$2 tf rc dt l
-	start_slow "fault-$name" 60 "${HOSTS[@]}"
+	start_slow "fault-$name" 30 "${HOSTS[@]}"
 	if ! wait_detecting "$S/fault-$name" $JOB; then
 		fail "fault-$name" "the job never started detecting"
 		wait $JOB || true
@@ -284,7 +292,7 @@ fault() {
 		fail "fault-$name" "exit $rc after $dt s (bound $FAULT_BOUND s) or no message naming h2"
 	fi
 	# a fault may leave stopped or orphaned processes: clean for the next one
-	for p in $($C pids h1) $($C pids h2) $($C pids h3); do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null || true; done
+	for p in $(job_pids); do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null || true; done
 }
 
 if want faults; then
@@ -322,7 +330,7 @@ if want resume; then
 	rc=0
 	wait $JOB || rc=$?
 	echo "resume: the first attempt exited $rc after h2 died"
-	for p in $($C pids h1) $($C pids h3); do kill -KILL "$p" 2>/dev/null || true; done
+	for p in $(job_pids); do kill -KILL "$p" 2>/dev/null || true; done
 	rc=0
 	timeout -k 5 120 $C mpirun --host h1:3,h3:3 -np 6 bin/canopy eval "${REPLAY[@]}" --out "$S/resume" --resume \
 		>"$S/resume-2.log" 2>&1 || rc=$?
