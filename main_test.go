@@ -315,8 +315,26 @@ func TestMPIWatchdogFrozenRank(t *testing.T) {
 	if r.code != jobs.ExitMPI {
 		t.Fatalf("exit %d, want %d\n%s", r.code, jobs.ExitMPI, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "rank 0/3") || !strings.Contains(r.stderr, "waiting for rank 1 (") {
-		t.Errorf("rank 0 does not name rank 1:\n%s", r.stderr)
+	if !strings.Contains(r.stderr, "rank 0/3") || !strings.Contains(r.stderr, "waiting for rank 1 (") ||
+		!strings.Contains(r.stderr, "; hosts: ") {
+		t.Errorf("rank 0 does not name rank 1 and its host:\n%s", r.stderr)
+	}
+	if r.took > 30*time.Second {
+		t.Errorf("took %v", r.took)
+	}
+}
+
+// The watchdog guards every collective, not only the gather: a rank frozen
+// before the first one (the broadcast of the inputs) is named the same way.
+func TestMPIWatchdogFrozenAtStart(t *testing.T) {
+	r := mpirun(t, 3, []string{jobs.StopEnv + "=2:start"}, "eval", "--csv", set("multi", "truth.csv"),
+		"--predictions", set("multi", "predictions.csv"), "--out", t.TempDir(), "--collective-timeout", "2s")
+	if r.code != jobs.ExitMPI {
+		t.Fatalf("exit %d, want %d\n%s", r.code, jobs.ExitMPI, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "broadcast inputs") || !strings.Contains(r.stderr, "Bcast (collective #") ||
+		!strings.Contains(r.stderr, "waiting for rank 2 (") {
+		t.Errorf("rank 0 does not name the broadcast and rank 2:\n%s", r.stderr)
 	}
 	if r.took > 30*time.Second {
 		t.Errorf("took %v", r.took)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -61,11 +62,18 @@ type EvalConfig struct {
 const PerturbEnv = "CANOPY_TEST_PERTURB_RANK"
 
 // StopEnv is a test hook: the rank it names freezes itself with SIGSTOP
-// before the gather, so the collective watchdog must fire on the others.
+// before the gather ("R"), or before the job's first collective, the
+// broadcast of the inputs ("R:start"), so the collective watchdog must fire
+// on the others.
 const StopEnv = "CANOPY_TEST_STOP_RANK"
 
-func stopForTest(rank int) {
-	if v, ok := os.LookupEnv(StopEnv); ok && v == strconv.Itoa(rank) {
+func stopForTest(rank int, at string) {
+	v, ok := os.LookupEnv(StopEnv)
+	r, where, _ := strings.Cut(v, ":")
+	if where == "" {
+		where = "gather"
+	}
+	if ok && r == strconv.Itoa(rank) && where == at {
 		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 	}
 }
@@ -115,6 +123,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	t0 := time.Now()
 
 	// 1. Read once, agree everywhere.
+	stopForTest(c.Rank(), "start")
 	in, err := loadInputs(c, cfg)
 	if err != nil {
 		return err
@@ -234,7 +243,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error {
 	printLayerTimes(cfg.Progress, det)
 
 	// 4-5. Encode, gather, merge (with the images the part files hold).
-	stopForTest(c.Rank())
+	stopForTest(c.Rank(), "gather")
 	t2 := time.Now()
 	gathered, err := sendDetections(c, cfg.CollectiveTimeout, time.Since(t1), mine, &stats)
 	if err != nil {
@@ -314,10 +323,7 @@ func sendDetections(c mpi.Comm, timeout, detect time.Duration, mine []wire.Image
 	}
 	stats.BytesSent = len(buf)
 	if timeout > 0 {
-		limit := timeout + 2*detect
-		if c.Rank() != 0 {
-			limit += timeout
-		}
+		limit := timeout + 2*detect // ranks but 0 wait twice this (cmpi)
 		if err := setTimeout(c, limit); err != nil {
 			return nil, err
 		}
