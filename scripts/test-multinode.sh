@@ -44,8 +44,8 @@ cd "$(dirname "$0")/.."
 
 S=${CANOPY_MULTINODE_DIR:-/tmp/canopy-multinode}
 export CANOPY_NETNS_DIR=${CANOPY_NETNS_DIR:-/tmp/canopy-netns-test}
-only=" ${CANOPY_MULTINODE_ONLY:-model replay srun faults flap resume} "
-FAULT_CT=${FAULT_CT:-8}   # --collective-timeout of the fault jobs, seconds
+only=" ${CANOPY_MULTINODE_ONLY:-model replay srun sbatch faults srun-faults flap resume} "
+FAULT_CT=${FAULT_CT:-5}   # --collective-timeout of the fault jobs, seconds
 FAULT_BOUND=30            # seconds from a fault to the job's exit
 C=scripts/netns-cluster.sh
 T0=$SECONDS
@@ -217,19 +217,72 @@ if want srun; then
 	done
 fi
 
-# rank_pids HOST: the PIDs of canopy ranks in HOST; orted_pid HOST.
+if want sbatch; then
+	mkdir -p "$S/logs"
+	for script in canopy-multinode canopy-mpirun; do
+		echo "== sbatch: -N3 -n6 --ntasks-per-node=2 --gpus-per-task=0 (no GPUs here) jobs/slurm/$script.sbatch (replay)"
+		t=$(now)
+		rc=0
+		id=$(CANOPY_CSV=$S/replay/truth.csv CANOPY_PREDICTIONS=$S/replay/predictions.csv CANOPY_OUT=$S/sbatch-$script \
+			timeout -k 5 30 $C run h1 sbatch --parsable -N3 -n6 --ntasks-per-node=2 --gpus-per-task=0 --job-name="$script" \
+			--output="$S/logs/%x-%j.out" "jobs/slurm/$script.sbatch")
+		# sbatch --wait polls every few seconds: poll squeue instead.
+		for ((i = 0; i < 1800; i++)); do
+			[ -z "$($C run h1 squeue -h -j "$id" -o %A 2>/dev/null)" ] && break
+			sleep 0.1
+		done
+		rc=$($C run h1 scontrol show job -o "$id" | sed -n 's/.* ExitCode=\([0-9]*\):.*/\1/p')
+		echo "TIME sbatch -N3 $script.sbatch: $(since "$t") s"
+		check_run "sbatch-$script" "$ref_replay" "$S/sbatch-$script" $rc "$want_place"
+		[ "$rc" = 0 ] || tail -n 20 "$S"/logs/"$script"-*.out
+	done
+	grep -q -- '--kill-on-bad-exit=1' "$S"/logs/canopy-multinode-*.out &&
+		grep -q -- 'oob_tcp_keepalive_time 5' "$S"/logs/canopy-mpirun-*.out &&
+		pass sbatch-flags "the srun script passes --kill-on-bad-exit=1, the mpirun one the oob keepalive flags" ||
+		fail sbatch-flags "--kill-on-bad-exit=1 or the keepalive flags missing from the job logs' command lines"
+fi
+
+# comm_pids HOST NAME: the PIDs of processes named NAME inside HOST.
 comm_pids() { for p in $($C pids "$1"); do [ "$(cat /proc/$p/comm 2>/dev/null)" = "$2" ] && echo "$p"; done; return 0; }
 
-# job_pids: the processes inside the hosts but Slurm's daemons.
+# job_pids [canopy]: the processes inside the hosts but Slurm's daemons
+# (with "canopy": only the ranks).
 job_pids() {
-	local p
+	local p c
 	for p in $($C pids); do
-		case $(cat "/proc/$p/comm" 2>/dev/null) in slurmctld | slurmscriptd | slurmd | "") ;; *) echo "$p" ;; esac
+		c=$(cat "/proc/$p/comm" 2>/dev/null) || continue
+		case $c in slurmctld | slurmscriptd | slurmd) continue ;; esac
+		[ "${1:-}" = canopy ] && [ "$c" != canopy ] && continue
+		echo "$p"
 	done
 }
 
-# left: the job's processes still inside any host ("pid comm" lines).
-left() { for p in $(job_pids); do echo "$p $(cat /proc/$p/comm 2>/dev/null)"; done; }
+# left [canopy]: the job's processes still inside any host ("pid comm@host").
+left() { for p in $(job_pids "$@"); do echo "$p $(cat /proc/$p/comm 2>/dev/null)"; done; }
+
+# wait_gone SECONDS [canopy]: poll until left is empty; true when it is.
+wait_gone() {
+	local i
+	for ((i = 0; i < $1 * 10; i++)); do
+		[ -z "$(job_pids "${2:-}")" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# nodes_idle: after a Slurm job, every node idle again (a node cut off
+# longer than SlurmdTimeout is down*: resumed here, as an admin would).
+nodes_idle() {
+	local i s
+	for ((i = 0; i < 300; i++)); do
+		s=$($C run h1 sinfo -h -o '%D %T' 2>/dev/null | tr '\n' ' ')
+		[ "$s" = "3 idle " ] && return 0
+		case $s in *down* | *drain*) $C run h1 scontrol update nodename=n[1-3] state=resume >/dev/null 2>&1 || true ;; esac
+		sleep 0.1
+	done
+	echo "test-multinode: nodes not idle: $s" >&2
+	return 1
+}
 
 # wait_detecting OUT PID: until rank 0's part file holds a record (ranks are
 # detecting) or the job PID ended.
@@ -243,68 +296,89 @@ wait_detecting() {
 	return 1
 }
 
-# start_slow NAME SLOW_MS [mpirun args...]: the replay under mpirun on the 3
-# hosts in the background, each image taking SLOW_MS; sets JOB (its PID).
+# start_slow LAUNCHER NAME SLOW_MS [launcher args...]: the replay on the 3
+# hosts (LAUNCHER mpirun: --host h1:2,h2:2,h3:2 -np 6; srun: --mpi=pmix
+# --kill-on-bad-exit=1 -N3 -n6) in the background, each image taking
+# SLOW_MS; sets JOB (its PID).
 start_slow() {
-	local name=$1 slow=$2
-	shift 2
+	local launcher=$1 name=$2 slow=$3 la
+	shift 3
+	if [ $launcher = srun ]; then la=(--mpi=pmix --kill-on-bad-exit=1 -N3 -n6); else la=("${HOSTS[@]}"); fi
 	CANOPY_TEST_SLOW_MS=$slow CANOPY_MPIRUN_TIMEOUT=150 timeout -k 5 160 \
-		$C mpirun "$@" bin/canopy eval "${REPLAY[@]}" --out "$S/$name" \
+		$C $launcher "${la[@]}" "$@" bin/canopy eval "${REPLAY[@]}" --out "$S/$name" \
 		--collective-timeout "${FAULT_CT}s" >"$S/$name.log" 2>&1 &
 	JOB=$!
 }
 
-# fault NAME ACTION: start the slowed job (100 images per rank x 30 ms = 3 s
-# of detection), inject ACTION on h2 once detecting, and check the job's end.
+# fault LAUNCHER ACTION: start the slowed job (100 images per rank x 30 ms =
+# 3 s of detection), inject ACTION on h2 once detecting, check the job's end:
+# non-zero exit within FAULT_BOUND s of the fault, h2 named in its output,
+# and no process of the job left on any host (a cut-off host's ranks must
+# end by themselves while its link is still down).
 fault() {
-	local name=$1 action=$2 tf rc dt l
-	start_slow "fault-$name" 30 "${HOSTS[@]}"
-	if ! wait_detecting "$S/fault-$name" $JOB; then
-		fail "fault-$name" "the job never started detecting"
+	local launcher=$1 action=$2 name=fault-$1-$2 tf rc dt l ranks_gone="" daemon=orted
+	[ $launcher = srun ] && daemon=slurmstepd
+	local extra=()
+	[ $action = stop-start ] && extra=(-x CANOPY_TEST_STOP_RANK=2:start)
+	[ $action = stop-start ] && [ $launcher = srun ] && extra=(--export=ALL,CANOPY_TEST_STOP_RANK=2:start)
+	start_slow $launcher "$name" 30 "${extra[@]}"
+	if [ $action != stop-start ] && ! wait_detecting "$S/$name" $JOB; then
+		fail "$name" "the job never started detecting"
 		wait $JOB || true
-		tail -n 20 "$S/fault-$name.log"
 		return
 	fi
-	sleep 1
+	sleep 0.5
 	tf=$(now)
 	case $action in
 	kill-rank) kill -KILL $(comm_pids h2 canopy | head -n 1) ;;
-	kill-orted) kill -KILL $(comm_pids h2 orted) ;;
+	kill-daemon) kill -KILL $(comm_pids h2 $daemon) ;;
 	stop-rank) kill -STOP $(comm_pids h2 canopy | head -n 1) ;;
+	stop-start) ;; # rank 2 (on h2) stopped itself before the first collective
 	link-down) $C link h2 down ;;
 	esac
 	rc=0
 	wait $JOB || rc=$?
 	dt=$(since "$tf")
-	[ "$action" = link-down ] && $C link h2 up
-	sleep 0.5
-	l=$(left)
-	echo "TIME fault $name on h2: exit $rc after ${dt} s"
-	if [ "$rc" = 0 ] || [ "$rc" = 124 ] || [ "$rc" = 137 -a "$action" != kill-rank ]; then
-		fail "fault-$name" "exit $rc (want a failure before the timeout)"
-	elif python3 -c "import sys; sys.exit(float(sys.argv[1]) > $FAULT_BOUND)" "$dt" && grep -q 'h2' "$S/fault-$name.log"; then
-		if [ -n "$l" ]; then
-			fail "fault-$name" "exit $rc after $dt s, but processes are left: $(echo $l)"
-		else
-			pass "fault-$name" "exit $rc after $dt s (bound $FAULT_BOUND s), h2 named: $(grep -m1 -o '.\{0,60\}h2.\{0,60\}' "$S/fault-$name.log")"
-		fi
-	else
-		fail "fault-$name" "exit $rc after $dt s (bound $FAULT_BOUND s) or no message naming h2"
+	if [ $action = link-down ]; then
+		wait_gone 45 canopy && ranks_gone=" (h2's ranks ended, cut off, $(since "$tf") s after the fault)"
+		$C link h2 up
 	fi
-	# a fault may leave stopped or orphaned processes: clean for the next one
+	wait_gone 20 || true
+	l=$(left)
+	echo "TIME fault $launcher $action on h2: exit $rc after ${dt} s$ranks_gone"
+	if [ "$rc" = 0 ] || [ "$rc" = 124 ] || { [ "$rc" = 137 ] && [ $action != kill-rank ]; }; then
+		fail "$name" "exit $rc (want a failure before the timeout)"
+	elif ! python3 -c "import sys; sys.exit(float(sys.argv[1]) > $FAULT_BOUND)" "$dt" || ! grep -q 'h2' "$S/$name.log"; then
+		fail "$name" "exit $rc after $dt s (bound $FAULT_BOUND s) or no message naming h2"
+	elif [ -n "$l" ]; then
+		fail "$name" "exit $rc after $dt s, but processes are left: $(echo $l)"
+	elif [ $action = link-down ] && [ -z "$ranks_gone" ]; then
+		fail "$name" "exit $rc after $dt s, but h2's ranks outlived the cut by 45 s"
+	else
+		pass "$name" "exit $rc after $dt s (bound $FAULT_BOUND s), h2 named: $(grep -m1 -o '.\{0,70\}h2.\{0,50\}' "$S/$name.log")"
+	fi
+	# a failed check may leave stopped or orphaned processes: clean for the next one
 	for p in $(job_pids); do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null || true; done
+	[ $launcher = srun ] && nodes_idle
+	return 0
 }
 
 if want faults; then
-	for f in kill-rank kill-orted stop-rank link-down; do
-		echo "== fault: $f on h2"
-		fault "$f" "$f"
+	for f in kill-rank kill-daemon stop-rank stop-start link-down; do
+		echo "== fault: mpirun, $f on h2"
+		fault mpirun "$f"
+	done
+fi
+if want srun-faults; then
+	for f in kill-rank kill-daemon stop-rank link-down; do
+		echo "== fault: srun, $f on h2"
+		fault srun "$f"
 	done
 fi
 
 if want flap; then
 	echo "== flap: h2's link down 5 s during detection"
-	start_slow flap 60 "${HOSTS[@]}"
+	start_slow mpirun flap 60
 	if wait_detecting "$S/flap" $JOB; then
 		$C link h2 down
 		sleep 5
@@ -317,7 +391,7 @@ fi
 
 if want resume; then
 	echo "== resume: h2 dies mid-run (3 hosts), --resume on h1 and h3"
-	start_slow resume 60 "${HOSTS[@]}"
+	start_slow mpirun resume 60
 	ok=no
 	for ((i = 0; i < 600; i++)); do
 		n=0
