@@ -41,17 +41,20 @@
 #
 # --slurm: Slurm 22.05 with munge and PMIx (install: scripts/install-deps.sh
 # slurm-wlm munge): munged in the machine's namespace (a Unix socket under
-# DIR, nothing else), slurmctld in h1 (SlurmctldHost=h1(NET.1)), slurmd -N nI
-# in hI (entered with nsenter --net + unshare --mount --uts: `ip netns exec`
+# DIR, nothing else), slurmctld in h1 (SlurmctldHost=h1(NET.1)), slurmd -N hI
+# in hI (the Slurm node is named as its host, so srun's messages name hosts) (entered with nsenter --net + unshare --mount --uts: `ip netns exec`
 # remounts /sys and hides the cgroup mounts slurmd needs). slurm.conf as in
 # scripts/slurm-local.sh but MpiDefault=pmix, per-node SlurmdSpoolDir,
 # SlurmdPidFile, SlurmdLogFile and TmpFS (PMIx's per-step folders; a shared
-# one collides), SlurmdTimeout=20, nodes n[1-N] with NodeHostname=hI
+# one collides), SlurmdTimeout=20, nodes h[1-N] with
 # NodeAddr=NET.I, partition debug. Clients run inside a host: `run h1 sinfo`.
 #
 # down: SIGTERM, SIGCONT, then after 3 s SIGKILL to every PID `ip netns pids`
 # lists for the cluster's namespaces (nothing outside them), munged by its PID
-# file, then `ip netns del` of every namespace and the state folder. Safe to
+# file, then `ip netns del` of every namespace, the shared-memory segments of
+# Open MPI ranks killed on the hosts (/dev/shm/vader_segment.hI.*: a fresh
+# Slurm reuses job ids, hence names) and the state folder. FirstJobId is
+# random for the same reason. Safe to
 # run twice, and after a failed `up`.
 #
 # DIR=${CANOPY_NETNS_DIR:-/tmp/canopy-netns} (absolute, no spaces: slurm.conf).
@@ -225,6 +228,10 @@ do_down() {
 		umount /run/netns 2>/dev/null || true
 		rmdir /run/netns 2>/dev/null || true
 	fi
+	# Shared-memory segments of ranks killed on the hosts: Open MPI names
+	# them vader_segment.HOST.UID.JOBID.LOCALRANK, and a fresh Slurm starts
+	# at the same job ids, so a stale one would collide with a new job's.
+	rm -f /dev/shm/vader_segment.h[0-9].* /dev/shm/vader_segment.h[0-9][0-9].*
 	rm -rf -- "$D"
 }
 
@@ -243,7 +250,7 @@ fail_up() {
 write_slurm_conf() {
 	local n=$1 S=$D/slurm i
 	mkdir -p "$S"/{run,log,state,spool,tmp,munge}
-	for ((i = 1; i <= n; i++)); do mkdir -p "$S/tmp/n$i" "$S/spool/n$i"; done
+	for ((i = 1; i <= n; i++)); do mkdir -p "$S/tmp/h$i" "$S/spool/h$i"; done
 	{
 		cat <<EOF
 # Written by scripts/netns-cluster.sh: $n nodes in network namespaces, under $S.
@@ -279,11 +286,12 @@ SlurmdTimeout=20
 InactiveLimit=0
 KillWait=5
 MinJobAge=300
+FirstJobId=$((RANDOM * 100 + 1000))
 EOF
 		for ((i = 1; i <= n; i++)); do
-			echo "NodeName=n$i NodeHostname=h$i NodeAddr=$NET.$i CPUs=$(nproc) Sockets=1 CoresPerSocket=$(nproc) ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN"
+			echo "NodeName=h$i NodeAddr=$NET.$i CPUs=$(nproc) Sockets=1 CoresPerSocket=$(nproc) ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN"
 		done
-		echo "PartitionName=debug Nodes=n[1-$n] Default=YES MaxTime=INFINITE State=UP"
+		echo "PartitionName=debug Nodes=h[1-$n] Default=YES MaxTime=INFINITE State=UP"
 	} >"$S/slurm.conf"
 }
 
@@ -319,7 +327,7 @@ up_slurm() {
 		--log-file="$S/log/munged.log" --seed-file="$S/munge/munged.seed" || fail_up "munged failed to start"
 	in_ns_daemon h1 slurmctld -f "$S/slurm.conf" || fail_up "slurmctld failed to start"
 	for ((i = 1; i <= n; i++)); do
-		in_ns_daemon "h$i" slurmd -f "$S/slurm.conf" -N "n$i" || fail_up "slurmd n$i failed to start"
+		in_ns_daemon "h$i" slurmd -f "$S/slurm.conf" -N "h$i" || fail_up "slurmd h$i failed to start"
 	done
 	t0=$SECONDS
 	while ((SECONDS - t0 < ${CANOPY_SLURM_WAIT:-30})); do
@@ -328,7 +336,7 @@ up_slurm() {
 		sleep 0.3
 	done
 	[ "$s" = "$n idle " ] || fail_up "the $n nodes are not idle after ${CANOPY_SLURM_WAIT:-30} s (sinfo: '$s')"
-	log "slurm: n1..n$n idle after $((SECONDS - t0)) s; clients: $self run h1 sinfo"
+	log "slurm: nodes h1..h$n idle after $((SECONDS - t0)) s; clients: $self run h1 sinfo"
 }
 
 do_up() {
