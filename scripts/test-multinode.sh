@@ -180,28 +180,34 @@ job() {
 # bytes_map: "h1 RX TX h2 RX TX ..." of the hosts' eth0.
 bytes_map() { $C bytes | tr '\n' ' '; }
 
-# crossed NAME OUT BEFORE AFTER: every host received at least the wire bytes
-# of the ranks on the other hosts.
+# crossed NAME OUT BEFORE AFTER INPUT_FILES...: every host received at least
+# the wire bytes (encoded boxes) of the ranks on the other hosts, and a host
+# without rank 0 also the input files rank 0 broadcasts; prints the veth
+# bytes against those sizes.
 crossed() {
 	python3 - "$@" <<'EOF'
-import json, sys
+import json, os, sys
 name, out, before, after = sys.argv[1:5]
+inputs = sum(os.path.getsize(f) for f in sys.argv[5:])
 def parse(s):
     w = s.split()
     return {w[i]: (int(w[i+1]), int(w[i+2])) for i in range(0, len(w), 3)}
 b, a = parse(before), parse(after)
 ranks = json.load(open(out + "/report.json"))["run"]["per_rank"]
 wire = sum(r["bytes_sent"] for r in ranks)
-ok, parts = True, []
-rx_total = 0
+root = ranks[0]["host"]
+ok, parts, rx_total, need_total = True, [], 0, 0
 for h in sorted(a):
     rx = a[h][0] - b[h][0]
+    need = sum(r["bytes_sent"] for r in ranks if r["host"] != h) + (inputs if h != root else 0)
     rx_total += rx
-    need = sum(r["bytes_sent"] for r in ranks if r["host"] != h)
+    need_total += need
     parts.append("%s rx %d >= %d" % (h, rx, need))
     ok &= rx >= need
-print("BYTES %s: wire %d bytes (6 ranks' encoded boxes); veth rx %d bytes in all, %.2fx the wire; %s"
-      % (name, wire, rx_total, rx_total / wire, ", ".join(parts)))
+print("BYTES %s: wire %d bytes (the 6 ranks' encoded boxes), inputs %d bytes (broadcast from %s); "
+      "veth rx %d bytes in all = %.3fx the %d bytes the hosts had to receive (wire from the other hosts "
+      "+ inputs to the hosts without rank 0); %s"
+      % (name, wire, inputs, root, rx_total, rx_total / need_total, need_total, ", ".join(parts)))
 sys.exit(0 if ok else 1)
 EOF
 }
@@ -226,8 +232,8 @@ if want replay; then
 	job replay-3h "$S/replay-3h" timeout -k 5 180 $C mpirun "${HOSTS[@]}" bin/canopy eval "${REPLAY[@]}" --out "$S/replay-3h"
 	after=$(bytes_map)
 	check_run replay "$ref_replay" "$S/replay-3h" $rc "$want_place"
-	if [ -f "$S/replay-3h/report.json" ] && crossed replay "$S/replay-3h" "$before" "$after"; then
-		pass replay-bytes "each host received at least the other hosts' wire bytes"
+	if [ -f "$S/replay-3h/report.json" ] && crossed replay "$S/replay-3h" "$before" "$after" "$S/replay/truth.csv" "$S/replay/predictions.csv"; then
+		pass replay-bytes "each host received at least the other hosts' wire bytes (and the inputs)"
 	else
 		fail replay-bytes "veth counters below the wire size (or no report)"
 	fi
