@@ -314,17 +314,7 @@ up_slurm() {
 	done
 	write_slurm_conf "$n"
 	chmod 755 "$S" "$S/run" "$S/log"
-	chown munge:munge "$S/munge"
-	chmod 711 "$S/munge"
-	mungekey --create --keyfile="$S/munge/munge.key" --force >/dev/null 2>&1 ||
-		dd if=/dev/urandom of="$S/munge/munge.key" bs=1024 count=1 status=none
-	chown munge:munge "$S/munge/munge.key"
-	chmod 600 "$S/munge/munge.key"
-	touch "$S/log/munged.log"
-	chown munge:munge "$S/log/munged.log"
-	runuser -u munge -- /usr/sbin/munged --force --socket="$S/munge/munge.socket.2" \
-		--key-file="$S/munge/munge.key" --pid-file="$S/munge/munged.pid" \
-		--log-file="$S/log/munged.log" --seed-file="$S/munge/munged.seed" || fail_up "munged failed to start"
+	"$here/munge-start.sh" "$S/munge" "$S/log/munged.log" || fail_up "munged failed to start"
 	in_ns_daemon h1 slurmctld -f "$S/slurm.conf" || fail_up "slurmctld failed to start"
 	for ((i = 1; i <= n; i++)); do
 		in_ns_daemon "h$i" slurmd -f "$S/slurm.conf" -N "h$i" || fail_up "slurmd h$i failed to start"

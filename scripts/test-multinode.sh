@@ -89,16 +89,7 @@ fail() {
 want() { case $only in *" $1 "*) return 0 ;; esac; return 1; }
 
 # metrics FILE: the exact bytes of the "metrics" object of a report.json.
-metrics() {
-	python3 - "$1" <<'EOF'
-import json, sys
-t = open(sys.argv[1]).read()
-i = t.index('"metrics"')
-j = t.index('{', i)
-_, end = json.JSONDecoder().raw_decode(t, j)
-sys.stdout.write(t[j:end])
-EOF
-}
+metrics() { python3 scripts/report-metrics.py "$1"; }
 
 # placement FILE: "rank:host:local/size ..." from report.json run.per_rank.
 placement() {
