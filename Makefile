@@ -9,7 +9,7 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet golden-losses check-mpich test-slurm clean
+.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet golden-losses check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -219,6 +219,13 @@ golden-losses:
 # jobs/slurm script submitted against testdata (root; installs slurm-wlm munge).
 test-slurm: build
 	scripts/test-slurm.sh
+
+# The multi-node tests: 3 hosts as network namespaces over real TCP, with a
+# 3-node Slurm (scripts/netns-cluster.sh), canopy's metrics, placement and
+# traffic across them, and faults on one host (root; installs slurm-wlm
+# munge; about 4 minutes). See scripts/test-multinode.sh.
+test-multinode: build
+	timeout -k 10 600 scripts/test-multinode.sh
 
 # Compile the binding against MPICH 4 (CI): installs libmpich-dev, vets the
 # binding with the mpich tag, and restores Open MPI as the default.

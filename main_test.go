@@ -311,13 +311,28 @@ func TestMetricsFamiliesFlag(t *testing.T) {
 // A rank frozen by SIGSTOP before a collective: the others' watchdog fires,
 // rank 0 names the rank and host it waits for, and the job ends with exit 5.
 func TestMPIWatchdogFrozenRank(t *testing.T) {
-	r := mpirun(t, 3, []string{jobs.StopEnv + "=1"}, "eval", "--csv", set("multi", "truth.csv"),
+	frozenRank(t, "1", "rank 0/3", "Allgather", "waiting for rank 1 (", "; hosts: ")
+}
+
+// The watchdog guards every collective, not only the gather: a rank frozen
+// before the first one (the broadcast of the inputs) is named the same way.
+func TestMPIWatchdogFrozenAtStart(t *testing.T) {
+	frozenRank(t, "2:start", "rank 0/3", "broadcast inputs", "Bcast (collective #1)", "waiting for rank 2 (", "; hosts: ")
+}
+
+// frozenRank runs eval on 3 ranks with StopEnv=stop and a 2 s collective
+// timeout: exit 5 within 30 s, and stderr holds every one of want.
+func frozenRank(t *testing.T, stop string, want ...string) {
+	t.Helper()
+	r := mpirun(t, 3, []string{jobs.StopEnv + "=" + stop}, "eval", "--csv", set("multi", "truth.csv"),
 		"--predictions", set("multi", "predictions.csv"), "--out", t.TempDir(), "--collective-timeout", "2s")
 	if r.code != jobs.ExitMPI {
 		t.Fatalf("exit %d, want %d\n%s", r.code, jobs.ExitMPI, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "rank 0/3") || !strings.Contains(r.stderr, "waiting for rank 1 (") {
-		t.Errorf("rank 0 does not name rank 1:\n%s", r.stderr)
+	for _, w := range want {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+		}
 	}
 	if r.took > 30*time.Second {
 		t.Errorf("took %v", r.took)

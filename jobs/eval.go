@@ -77,11 +77,18 @@ type EvalConfig struct {
 const PerturbEnv = "CANOPY_TEST_PERTURB_RANK"
 
 // StopEnv is a test hook: the rank it names freezes itself with SIGSTOP
-// before the gather, so the collective watchdog must fire on the others.
+// before the gather ("R"), or before the job's first collective, the
+// broadcast of the inputs ("R:start"), so the collective watchdog must fire
+// on the others.
 const StopEnv = "CANOPY_TEST_STOP_RANK"
 
-func stopForTest(rank int) {
-	if v, ok := os.LookupEnv(StopEnv); ok && v == strconv.Itoa(rank) {
+func stopForTest(rank int, at string) {
+	v, ok := os.LookupEnv(StopEnv)
+	r, where, _ := strings.Cut(v, ":")
+	if where == "" {
+		where = "gather"
+	}
+	if ok && r == strconv.Itoa(rank) && where == at {
 		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 	}
 }
@@ -93,6 +100,10 @@ var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "rep
 type rankStats struct {
 	Rank int    `json:"rank"`
 	Host string `json:"host"`
+	// LocalRank and LocalSize: the rank's place among the ranks of its
+	// node (MPI_COMM_TYPE_SHARED), which also picks its GPU.
+	LocalRank int `json:"local_rank"`
+	LocalSize int `json:"local_size"`
 	// SGEMM names the matrix kernels (float32 rounding differs between
 	// kernel sets, so ranks on different CPUs may differ in the last bits).
 	SGEMM      string             `json:"sgemm,omitempty"`
@@ -123,10 +134,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if cfg.RootDir == "" {
 		cfg.RootDir = filepath.Dir(cfg.CSV)
 	}
-	stats := rankStats{Rank: c.Rank(), Host: c.Host(), Seconds: map[string]float64{}}
+	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}}
 	t0 := time.Now()
 
 	// 1. Read once, agree everywhere.
+	stopForTest(c.Rank(), "start")
 	in, out, err := loadInputs(c, cfg)
 	defer func() {
 		// rank 0: a --force run that fails (or is interrupted) before it
@@ -279,7 +291,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	printLayerTimes(cfg.Progress, det)
 
 	// 4-5. Encode, gather, merge (with the images the part files hold).
-	stopForTest(c.Rank())
+	stopForTest(c.Rank(), "gather")
 	t2 := time.Now()
 	gathered, err := sendDetections(c, cfg.CollectiveTimeout, time.Since(t1), mine, &stats)
 	if err != nil {
@@ -374,10 +386,7 @@ func sendDetections(c mpi.Comm, timeout, detect time.Duration, mine []wire.Image
 	}
 	stats.BytesSent = len(buf)
 	if timeout > 0 {
-		limit := timeout + 2*detect
-		if c.Rank() != 0 {
-			limit += timeout
-		}
+		limit := timeout + 2*detect // ranks but 0 wait twice this (cmpi)
 		if err := setTimeout(c, limit); err != nil {
 			return nil, err
 		}

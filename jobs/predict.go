@@ -188,7 +188,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 			cfg.RootDir = cfg.Images
 		}
 	}
-	stats := rankStats{Rank: c.Rank(), Host: c.Host(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
+	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
 	var pkt []byte
 	var out *outRun

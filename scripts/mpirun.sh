@@ -7,6 +7,12 @@
 #   --oversubscribe       Open MPI only: more ranks than cores is fine for tests;
 #   --bind-to none        unless the caller gave a --bind-to/-bind-to (Open MPI
 #                         spells it --bind-to, MPICH's Hydra -bind-to);
+#   --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2
+#   --mca oob_tcp_keepalive_probes 3
+#                         Open MPI only, each unless the caller gave it: a
+#                         daemon whose host vanished (link cut, node dead) is
+#                         noticed in about 11 s and the job aborts, where the
+#                         defaults hang (docs/benchmarks.md, "Several nodes");
 # and bounds the whole job with
 #   timeout -k ${CANOPY_MPIRUN_KILL_AFTER:-10} ${CANOPY_MPIRUN_TIMEOUT:-120}
 # (SIGTERM at the timeout, SIGKILL that many seconds later; exit code 124 on a
@@ -20,10 +26,14 @@ version=$("$mpirun" --version 2>&1 || true)
 
 extra=()
 bind=yes
+mca_given=" "
+prev=
 for a in "$@"; do
 	case $a in
 	--bind-to | -bind-to | --bind-to=* | -bind-to=*) bind=no ;;
 	esac
+	case $prev in --mca | -mca) mca_given+="$a " ;; esac
+	prev=$a
 done
 
 if grep -q "Open MPI\|OpenRTE" <<<"$version"; then
@@ -32,6 +42,9 @@ if grep -q "Open MPI\|OpenRTE" <<<"$version"; then
 	fi
 	extra+=(--oversubscribe)
 	[ $bind = yes ] && extra+=(--bind-to none)
+	for kv in oob_tcp_keepalive_time=5 oob_tcp_keepalive_intvl=2 oob_tcp_keepalive_probes=3; do
+		case $mca_given in *" ${kv%%=*} "*) ;; *) extra+=(--mca "${kv%%=*}" "${kv#*=}") ;; esac
+	done
 else
 	[ $bind = yes ] && extra+=(-bind-to none)
 fi

@@ -163,21 +163,7 @@ do_start() {
 	chmod 755 "$D" "$D/run" "$D/log"
 
 	# munge: private socket dir 711 (700 is refused), own key and files.
-	chown munge:munge "$D/munge"
-	chmod 711 "$D/munge"
-	mungekey --create --keyfile="$D/munge/munge.key" --force >/dev/null 2>&1 ||
-		dd if=/dev/urandom of="$D/munge/munge.key" bs=1024 count=1 status=none
-	chown munge:munge "$D/munge/munge.key"
-	chmod 600 "$D/munge/munge.key"
-	touch "$D/log/munged.log"
-	chown munge:munge "$D/log/munged.log"
-	runuser -u munge -- /usr/sbin/munged --force \
-		--socket="$D/munge/munge.socket.2" \
-		--key-file="$D/munge/munge.key" \
-		--pid-file="$D/munge/munged.pid" \
-		--log-file="$D/log/munged.log" \
-		--seed-file="$D/munge/munged.seed" ||
-		fail "munged failed to start"
+	"$(dirname "$0")/munge-start.sh" "$D/munge" "$D/log/munged.log" || fail "munged failed to start"
 	wait_pid munged 10 || fail "munged wrote no live PID within 10 s"
 
 	# Fake GPUs. "dev" (default): character devices made with mknod as

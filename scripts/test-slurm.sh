@@ -97,16 +97,7 @@ fail() {
 }
 
 # metrics FILE: the exact bytes of the "metrics" object of a report.json.
-metrics() {
-	python3 - "$1" <<'EOF'
-import json, sys
-t = open(sys.argv[1]).read()
-i = t.index('"metrics"')
-j = t.index('{', i)
-_, end = json.JSONDecoder().raw_decode(t, j)
-sys.stdout.write(t[j:end])
-EOF
-}
+metrics() { python3 scripts/report-metrics.py "$1"; }
 
 # job_state ID: "STATE EXITCODE" from scontrol (accounting is none: no sacct).
 job_state() {

@@ -368,9 +368,19 @@ func (c *Comm) FreeScratch() {
 	c.scratch = nil
 }
 
-// Abort calls MPI_Abort on the world communicator and, should that return,
-// exits the process with code.
+// AbortGrace bounds MPI_Abort: a rank whose launcher it cannot reach (its
+// node cut off from the network) may wait in MPI_Abort for a reply that
+// never comes; after AbortGrace the process exits with the code anyway.
+const AbortGrace = 5 * time.Second
+
+// Abort calls MPI_Abort on the world communicator and, should that return
+// or last longer than AbortGrace, exits the process with code.
 func (c *Comm) Abort(code int) {
+	time.AfterFunc(AbortGrace, func() {
+		fmt.Fprintf(os.Stderr, "cmpi: rank %d (%s): MPI_Abort did not end the process within %v (launcher unreachable?); exiting %d\n",
+			c.rank, c.host, AbortGrace, code)
+		os.Exit(code)
+	})
 	C.MPI_Abort(c.world, C.int(code))
 	os.Exit(code)
 }

@@ -71,6 +71,7 @@ import "C"
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -87,19 +88,25 @@ type TimeoutError struct {
 	// Missing lists "rank (host)" of the ranks rank 0 waited for; on other
 	// ranks it names rank 0, which had not confirmed that all arrived.
 	Missing []string
+
+	// Hosts are the distinct hosts of Missing, in rank order: on a cluster
+	// the dead or cut-off node.
+	Hosts []string
 }
 
 func (e *TimeoutError) Error() string {
-	return fmt.Sprintf("cmpi: %s (collective #%d) timed out after %v waiting for %s",
-		e.Collective, e.Seq, e.After, strings.Join(e.Missing, ", "))
+	return fmt.Sprintf("cmpi: %s (collective #%d) timed out after %v waiting for %s; hosts: %s",
+		e.Collective, e.Seq, e.After, strings.Join(e.Missing, ", "), strings.Join(e.Hosts, ", "))
 }
 
 // SetCollectiveTimeout makes every later collective first check, within d,
 // that all ranks reached it (an arrival round through rank 0 on a
 // duplicate of the world communicator); when d passes, the collective
 // returns a *TimeoutError naming the ranks and hosts waited for, and the
-// caller is expected to abort. d <= 0 turns the watchdog off. Every rank
-// must set the same value.
+// caller is expected to abort. Ranks other than 0 wait 2d, so that rank 0,
+// which knows who is missing, is the one that reports (they report rank 0
+// when it is itself more than d late). d <= 0 turns the watchdog off. Every
+// rank must set the same value.
 func (c *Comm) SetCollectiveTimeout(d time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -144,7 +151,11 @@ func (c *Comm) arrive(name string) error {
 	}
 	missing := make([]C.int, c.size)
 	var bad C.int
-	rc := C.cmpi_arrive(c.wd, C.int(c.rank), C.int(c.size), C.int64_t(c.seq), C.double(c.timeout.Seconds()),
+	wait := c.timeout
+	if c.rank != 0 {
+		wait *= 2
+	}
+	rc := C.cmpi_arrive(c.wd, C.int(c.rank), C.int(c.size), C.int64_t(c.seq), C.double(wait.Seconds()),
 		watchdogTag, &missing[0], &bad)
 	switch {
 	case rc == 0:
@@ -153,15 +164,23 @@ func (c *Comm) arrive(name string) error {
 		return fmt.Errorf("cmpi: %s (collective #%d): rank %d (%s) is at another collective: ranks called collectives in different orders",
 			name, c.seq, int(bad), c.hosts[int(bad)])
 	}
-	e := &TimeoutError{Collective: name, Seq: c.seq, After: c.timeout}
+	e := &TimeoutError{Collective: name, Seq: c.seq, After: wait}
+	waited := []int{0}
 	if c.rank == 0 {
+		waited = waited[:0]
 		for r := 1; r < c.size; r++ {
 			if missing[r] != 0 {
+				waited = append(waited, r)
 				e.Missing = append(e.Missing, fmt.Sprintf("rank %d (%s)", r, c.hosts[r]))
 			}
 		}
 	} else {
 		e.Missing = []string{fmt.Sprintf("rank 0 (%s) to confirm that every rank arrived", c.hosts[0])}
+	}
+	for _, r := range waited {
+		if !slices.Contains(e.Hosts, c.hosts[r]) {
+			e.Hosts = append(e.Hosts, c.hosts[r])
+		}
 	}
 	return e
 }
