@@ -163,15 +163,23 @@ RETINANET_IMAGES = $(GO) run ./internal/forestgen -out bin/retinanet-images -n 4
 	-sizes 400x400,400x400,1500x900,96x64 -prefix forest_
 
 # Parity fixtures of the native RetinaNet (testdata/golden/retinanet): the
-# real torchvision (Debian python3-torch) on images drawn by
-# internal/forestgen, with weights from the generator both sides share.
+# real torchvision (current torch/torchvision in the peers' venv, PEER_PY) on
+# images drawn by internal/forestgen, with weights from the generator both
+# sides share: RETINANET_IMAGES's four, then sizes on which the resize rules
+# of torchvision >= 0.16 and <= 0.15 disagree. The size table sizes.json
+# comes from torchvision's own transform. (testdata/golden/retinanet/
+# torch1.13 holds the fixtures Debian's torch 1.13 made, for
+# --resize torchvision-0.15.)
+GOLDEN_SIZES := 400x400,400x400,1500x900,96x64,1249x1035,625x518,997x601
 golden-retinanet:
-	scripts/install-deps.sh python3-torch python3-torchvision python3-pil
-	$(RETINANET_IMAGES)
-	cd bin/retinanet-images && for m in r18 r50; do /usr/bin/python3 ../../tools/retinanet/golden.py \
-		--model $$m --out ../../testdata/golden/retinanet/$$m.json forest_000*.png || exit 1; done
-	$(GO) run ./internal/forestgen -out bin/demo-golden -n 3 -seed 3
-	cd bin/demo-golden && /usr/bin/python3 ../../tools/retinanet/golden.py --checkpoint ../../testdata/models/canopy-demo-r18 \
+	$(GO) run ./internal/forestgen -out bin/golden-images -n 7 -seed 5 -sizes $(GOLDEN_SIZES) -prefix forest_
+	$(PEER_PY) tools/retinanet/sizes.py --out testdata/golden/retinanet/sizes.json
+	cd bin/golden-images && $(PEER_PY) ../../tools/retinanet/golden.py --model r18 \
+		--out ../../testdata/golden/retinanet/r18.json forest_000*.png
+	cd bin/golden-images && $(PEER_PY) ../../tools/retinanet/golden.py --model r50 \
+		--out ../../testdata/golden/retinanet/r50.json forest_0000.png forest_0002.png forest_0004.png forest_0005.png forest_0006.png
+	$(GO) run ./internal/forestgen -out bin/demo-golden -n 4 -seed 3 -sizes 400x400,1249x1035,625x518,997x601
+	cd bin/demo-golden && $(PEER_PY) ../../tools/retinanet/golden.py --checkpoint ../../testdata/models/canopy-demo-r18 \
 		--out ../../testdata/golden/retinanet/demo.json img_000*.png
 
 # The Slurm tests: a one-node Slurm 22.05 with fake GPUs under /tmp; every

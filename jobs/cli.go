@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -331,6 +332,7 @@ func modelFlags() []cli.Flag {
 		&cli.StringFlag{Name: "device", Value: "auto", Usage: "where each rank runs the model: auto (a GPU when this is the cuda build and one is visible, else the CPU), cpu, cuda (node-local rank mod the visible GPUs: mpirun -np 4 on a 4-GPU node gives each rank its own; under srun --gpus-per-task=1 each rank sees its one GPU as 0) or cuda:N (every rank on visible device N)"},
 		&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "GPU convolution precision: fp32 (strict float32, as the CPU) or tf32 (tensor cores, operands rounded to TF32 as PyTorch's convolutions by default; detections differ from fp32 in the last digits)"},
 		&cli.BoolFlag{Name: "exclusive-gpu", Usage: "fail (exit 5) when two ranks of a node would share a GPU, instead of warning"},
+		&cli.StringFlag{Name: "resize", Value: "torchvision", Usage: "the transform's resize size rule: torchvision (torchvision >= 0.16 in eager mode, as DeepForest >= 1.4 runs it: scale min(min_size/short side, max_size/long side) in float64) or torchvision-0.15 (torchvision <= 0.15, or a model under torch.jit.script/ONNX: the scale in float32; about half of all image sizes resize one pixel smaller in one dimension)"},
 		&cli.BoolFlag{Name: "layer-times", Usage: "print, on rank 0, where the model's time went, by layer group (stem, layer1-4, fpn, heads, transform, postprocess)"},
 	}
 }
@@ -349,13 +351,18 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 		NMSThresh: c.Float64("nms-thresh"), Device: c.String("device"), LayerTimes: c.Bool("layer-times"),
 		Precision: c.String("precision"), ExclusiveGPU: c.Bool("exclusive-gpu")}
 	if mc.Spec == "" {
-		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "exclusive-gpu", "layer-times"} {
+		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "exclusive-gpu", "layer-times", "resize"} {
 			if c.IsSet(f) {
 				return mc, fmt.Errorf("--%s needs --model", f)
 			}
 		}
 		return mc, nil
 	}
+	rule, err := retinanet.ParseResizeRule(c.String("resize"))
+	if err != nil {
+		return mc, fmt.Errorf("--resize: %w", err)
+	}
+	mc.Resize = rule
 	if mc.Threads < 0 {
 		return mc, fmt.Errorf("--threads %d must be at least 1 (0: the rank's cores)", mc.Threads)
 	}

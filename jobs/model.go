@@ -38,6 +38,9 @@ type ModelConfig struct {
 	ExclusiveGPU bool
 	// LayerTimes prints, on rank 0, the model's time per layer group.
 	LayerTimes bool
+	// Resize is --resize: the transform's size rule (the zero value is
+	// torchvision ≥ 0.16's).
+	Resize retinanet.ResizeRule
 }
 
 // modelInfo is what the report records about the model.
@@ -51,6 +54,8 @@ type modelInfo struct {
 	Threads    int               `json:"threads"`
 	Device     string            `json:"device"`
 	Precision  string            `json:"precision"`
+	// Resize is the transform's size rule (--resize).
+	Resize string `json:"resize"`
 	// Devices is where each rank ran, in rank order.
 	Devices []rankDevice `json:"devices,omitempty"`
 	Ignored []string     `json:"config_keys_ignored,omitempty"`
@@ -190,6 +195,7 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 	if mc.NMSThresh >= 0 {
 		m.Opt.NMSThresh = mc.NMSThresh
 	}
+	m.Opt.Resize = mc.Resize
 	threads := mc.Threads
 	if threads <= 0 {
 		threads = defaultThreads(runtime.GOMAXPROCS(0), runtime.NumCPU(), localRanks)
@@ -201,6 +207,7 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 	info := modelInfo{
 		Spec: mc.Spec, Dir: dir, SHA256: sum, Arch: m.Arch, LabelDict: labelMapJSON(labels),
 		Thresholds: modelSettings(m.Opt), Threads: threads, Device: "cpu", Ignored: append(ignored, cfg.Extra...),
+		Resize: m.Opt.Resize.String(),
 	}
 	return &loadedModel{m: m, cfg: cfg, labelMap: labels, info: info, layerTimes: mc.LayerTimes}, nil
 }

@@ -335,7 +335,7 @@ func TestGoldenHostShim(t *testing.T) {
 	g, m := goldenModel(t, "r18.json")
 	gr := NewGPURunner(m, newTestDevice(t), cuda.FP32)
 	defer gr.Close()
-	checkGoldenWith(t, g, m, gpuTracer{t, gr})
+	checkGoldenWith(t, g, m, gpuTracer{t, gr}, forestSet)
 }
 
 // BenchmarkGPUDetect times the GPU engine (the GPU in the cuda build; the

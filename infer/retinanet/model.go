@@ -35,6 +35,9 @@ type Options struct {
 	DetectionsPerImg    int
 	TopkCandidates      int
 	ImageMean, ImageStd [3]float32
+	// Resize is the size rule of the transform (the zero value is
+	// torchvision ≥ 0.16's).
+	Resize ResizeRule
 }
 
 // DefaultOptions are DeepForest's (config.yaml) on torchvision's defaults.

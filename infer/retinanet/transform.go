@@ -1,6 +1,10 @@
 package retinanet
 
-import "math"
+import (
+	"fmt"
+	"math"
+	"strings"
+)
 
 // Image is a CHW RGB float32 image in [0, 1].
 type Image struct {
@@ -8,22 +12,62 @@ type Image struct {
 	Pix  []float32
 }
 
-// resizeSize is torchvision's GeneralizedRCNNTransform size rule:
-// scale = min(min_size/min(H,W), max_size/max(H,W)) as torch computes it in
-// float32, then out = floor(in·scale) in double (recompute_scale_factor).
-// torch evaluates `python_float / tensor` as reciprocal(tensor)·float, so
-// the scale is float32(float32(1/n)·size), not the correctly rounded
-// quotient: for 1500×900 at size 400 it is 0.26666665, giving 399×239, not
-// 400×240 (checked against torch 1.13 in the golden fixtures).
-func resizeSize(h, w, minSize, maxSize int) (oh, ow int) {
-	s := resizeScale(h, w, minSize, maxSize)
-	return int(math.Floor(float64(h) * float64(s))), int(math.Floor(float64(w) * float64(s)))
+// ResizeRule is how GeneralizedRCNNTransform turns an image's size into the
+// resized size: scale = min(min_size/min(H,W), max_size/max(H,W)), then
+// out = floor(in·scale) in double (interpolate's recompute_scale_factor).
+// The rules differ in how the scale is computed, and so by one pixel in one
+// dimension for about half of all sizes (1249×1035 at 800/1333: 965×800
+// against 965×799); 400×400 tiles at 400, 1000×1000 and 2000×2000 agree.
+type ResizeRule uint8
+
+const (
+	// ResizeTorchvision is torchvision ≥ 0.16 in eager mode (what
+	// DeepForest ≥ 1.4 runs: torchvision ≥ 0.17): the scale is a Python
+	// float, float64(size)/float64(side), correctly rounded.
+	ResizeTorchvision ResizeRule = iota
+	// ResizeTorchvision015 is torchvision ≤ 0.15, and any torchvision
+	// under torch.jit.script or ONNX tracing: the scale is a float32
+	// tensor, and torch evaluates `python_float / tensor` as
+	// reciprocal(tensor)·float, so it is float32(float32(1/n)·size), not
+	// the correctly rounded quotient (1500×900 at 400: 0.26666665, giving
+	// 399×239, not 400×240).
+	ResizeTorchvision015
+)
+
+// ResizeRules are the names ParseResizeRule accepts, default first.
+var ResizeRules = []string{"torchvision", "torchvision-0.15"}
+
+// ParseResizeRule reads a rule's name (--resize).
+func ParseResizeRule(s string) (ResizeRule, error) {
+	for i, n := range ResizeRules {
+		if s == n {
+			return ResizeRule(i), nil
+		}
+	}
+	return 0, fmt.Errorf("retinanet: resize rule %q: want one of %s", s, strings.Join(ResizeRules, ", "))
 }
 
-func resizeScale(h, w, minSize, maxSize int) float32 {
-	rmn := 1 / float32(min(h, w))
-	rmx := 1 / float32(max(h, w))
-	return min(rmn*float32(minSize), rmx*float32(maxSize))
+// String is the rule's name, as ParseResizeRule reads it.
+func (r ResizeRule) String() string {
+	if int(r) < len(ResizeRules) {
+		return ResizeRules[r]
+	}
+	return fmt.Sprintf("ResizeRule(%d)", int(r))
+}
+
+// resizeSize is the resized (unpadded) size of an h×w image under o's sizes
+// and rule.
+func resizeSize(h, w int, o Options) (oh, ow int) {
+	var s float64
+	switch o.Resize {
+	case ResizeTorchvision015:
+		rmn := 1 / float32(min(h, w))
+		rmx := 1 / float32(max(h, w))
+		s = float64(min(rmn*float32(o.MinSize), rmx*float32(o.MaxSize)))
+	default:
+		s = min(float64(o.MinSize)/float64(min(h, w)), float64(o.MaxSize)/float64(max(h, w)))
+	}
+	return int(math.Floor(float64(h) * s)), int(math.Floor(float64(w) * s))
 }
 
 // normalizeResizePad normalizes (x−mean)/std in float32, resizes bilinearly
@@ -31,7 +75,7 @@ func resizeScale(h, w, minSize, maxSize int) float32 {
 // zero-pads bottom/right to multiples of 32. It returns the padded map and the
 // resized (unpadded) size.
 func normalizeResizePad(e *engine, img Image, opt Options) (fmap, int, int) {
-	oh, ow := resizeSize(img.H, img.W, opt.MinSize, opt.MaxSize)
+	oh, ow := resizeSize(img.H, img.W, opt)
 	ph, pw := (oh+31)/32*32, (ow+31)/32*32
 	out := e.fmap(3, ph, pw)
 	clear(out.d) // the padding is 0
