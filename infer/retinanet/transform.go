@@ -70,10 +70,91 @@ func resizeSize(h, w int, o Options) (oh, ow int) {
 	return int(math.Floor(float64(h) * s)), int(math.Floor(float64(w) * s))
 }
 
+// BlendRule is how the bilinear resize rounds its blend of four source
+// pixels. Torch's CPU result depends on the kernel it dispatches to
+// (testdata/golden/retinanet/blend.json, tools/retinanet/blend.py): the
+// rules differ by at most 2.4e-7 on normalized pixels, in about a fifth of
+// the elements.
+type BlendRule uint8
+
+const (
+	// BlendFMA is torch's AVX2 CPU kernel with more than one thread (the
+	// x86-64 wheels, as DeepForest users run them): each row's two taps and
+	// then the two rows are blended with a fused multiply-add,
+	// fma(a, λ0, b·λ1), one rounding for the multiply-add.
+	BlendFMA BlendRule = iota
+	// BlendNoFMA is torch with ATEN_CPU_CAPABILITY=default (ATen's scalar
+	// kernels): every product rounded, then summed.
+	BlendNoFMA
+)
+
+// BlendRules are the names ParseBlendRule accepts, default first.
+var BlendRules = []string{"fma", "no-fma"}
+
+// ParseBlendRule reads a rule's name (--blend).
+func ParseBlendRule(s string) (BlendRule, error) {
+	for i, n := range BlendRules {
+		if s == n {
+			return BlendRule(i), nil
+		}
+	}
+	return 0, fmt.Errorf("retinanet: blend rule %q: want one of %s", s, strings.Join(BlendRules, ", "))
+}
+
+// String is the rule's name, as ParseBlendRule reads it.
+func (r BlendRule) String() string {
+	if int(r) < len(BlendRules) {
+		return BlendRules[r]
+	}
+	return fmt.Sprintf("BlendRule(%d)", int(r))
+}
+
+// fma32 is a·b+c rounded once to float32 (to nearest, ties to even), as the
+// FMA instruction computes it. float32(math.FMA(...)) would round twice
+// (to float64, then to float32), which is wrong when the float64 result
+// falls exactly halfway between two float32s; here the float64 sum's exact
+// error (a·b is exact in float64; TwoSum gives the rest) decides that case.
+func fma32(a, b, c float32) float32 {
+	p := float64(a) * float64(b)
+	s := p + float64(c)
+	r := float32(s)
+	if math.IsInf(s, 0) || math.IsNaN(s) || float64(r) == s {
+		return r // exact in float32, or not finite: one rounding is right
+	}
+	bv := s - p
+	e := (p - (s - bv)) + (float64(c) - bv)
+	if e == 0 {
+		return r
+	}
+	other := math.Nextafter32(r, float32(math.Inf(1)))
+	if float64(r) > s {
+		other = math.Nextafter32(r, float32(math.Inf(-1)))
+	}
+	if (float64(r)+float64(other))/2 != s {
+		return r // s is not a tie: rounding it rounds the exact value
+	}
+	if (e > 0) == (other > r) {
+		return other
+	}
+	return r
+}
+
+// blend is one output pixel from rows r0, r1 (taps a) and row weights h0, h1.
+func (b BlendRule) blend(r0, r1 []float32, a lin, h0, h1 float32) float32 {
+	if b == BlendNoFMA {
+		t0 := float32(r0[a.i0]*a.l0) + float32(r0[a.i1]*a.l1)
+		t1 := float32(r1[a.i0]*a.l0) + float32(r1[a.i1]*a.l1)
+		return float32(t0*h0) + float32(t1*h1)
+	}
+	t0 := fma32(r0[a.i0], a.l0, float32(r0[a.i1]*a.l1))
+	t1 := fma32(r1[a.i0], a.l0, float32(r1[a.i1]*a.l1))
+	return fma32(t0, h0, float32(t1*h1))
+}
+
 // normalizeResizePad normalizes (x−mean)/std in float32, resizes bilinearly
-// (align_corners=False, no antialias; torch's CPU rule) to the size rule, and
-// zero-pads bottom/right to multiples of 32. It returns the padded map and the
-// resized (unpadded) size.
+// (align_corners=False, no antialias; torch's CPU index rule, opt.Blend's
+// rounding) to the size rule, and zero-pads bottom/right to multiples of
+// 32. It returns the padded map and the resized (unpadded) size.
 func normalizeResizePad(e *engine, img Image, opt Options) (fmap, int, int) {
 	oh, ow := resizeSize(img.H, img.W, opt)
 	ph, pw := (oh+31)/32*32, (ow+31)/32*32
@@ -104,10 +185,7 @@ func normalizeResizePad(e *engine, img Image, opt Options) (fmap, int, int) {
 			h0, h1 := wy[y].l0, wy[y].l1
 			row := dst[y*pw : y*pw+ow]
 			for x := range row {
-				a := wx[x]
-				t0 := float32(r0[a.i0]*a.l0) + float32(r0[a.i1]*a.l1)
-				t1 := float32(r1[a.i0]*a.l0) + float32(r1[a.i1]*a.l1)
-				row[x] = float32(t0*h0) + float32(t1*h1)
+				row[x] = opt.Blend.blend(r0, r1, wx[x], h0, h1)
 			}
 		}
 	}

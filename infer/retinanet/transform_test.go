@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"math"
+	"math/big"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -76,46 +78,60 @@ func TestParseResizeRule(t *testing.T) {
 	}
 }
 
-// TestBlendFixture: canopy's resized tensor (normalize, bilinear resize,
-// zero padding) is bit for bit the one torch computes with
-// ATEN_CPU_CAPABILITY=default (ATen's scalar kernels), on three images at
-// 800/1333 (testdata/golden/retinanet/blend.json, tools/retinanet/blend.py).
-// torch's AVX2 kernels differ from it, and from each other by thread count,
-// by the element counts the fixture records (logged here).
-func TestBlendFixture(t *testing.T) {
+// blendFixture is testdata/golden/retinanet/blend.json
+// (tools/retinanet/blend.py): torch's resized tensors of three images, per
+// CPU setting.
+type blendFixture struct {
+	MinSize  int `json:"min_size"`
+	MaxSize  int `json:"max_size"`
+	Settings map[string]struct {
+		Torch         string `json:"torch"`
+		CPUCapability string `json:"cpu_capability"`
+		Threads       int    `json:"threads"`
+	} `json:"settings"`
+	Images []struct {
+		Path      string            `json:"path"`
+		SHA256PNG string            `json:"sha256_png"`
+		Resized   [2]int            `json:"resized"`
+		Elements  int               `json:"elements"`
+		SHA256    map[string]string `json:"sha256"`
+		Differ    map[string]struct {
+			Elements int     `json:"elements"`
+			MaxAbs   float64 `json:"max_abs"`
+		} `json:"differ"`
+	} `json:"images"`
+}
+
+func readBlendFixture(t *testing.T) *blendFixture {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "golden", "retinanet", "blend.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var g struct {
-		MinSize  int `json:"min_size"`
-		MaxSize  int `json:"max_size"`
-		Settings map[string]struct {
-			Torch         string `json:"torch"`
-			CPUCapability string `json:"cpu_capability"`
-			Threads       int    `json:"threads"`
-		} `json:"settings"`
-		Images []struct {
-			Path      string            `json:"path"`
-			SHA256PNG string            `json:"sha256_png"`
-			Resized   [2]int            `json:"resized"`
-			Elements  int               `json:"elements"`
-			SHA256    map[string]string `json:"sha256"`
-			Differ    map[string]struct {
-				Elements int     `json:"elements"`
-				MaxAbs   float64 `json:"max_abs"`
-			} `json:"differ"`
-		} `json:"images"`
-	}
+	var g blendFixture
 	if err := json.Unmarshal(b, &g); err != nil {
 		t.Fatal(err)
-	}
-	if s := g.Settings["default-2t"]; s.CPUCapability != "DEFAULT" {
-		t.Fatalf("blend.json: the default-2t setting ran with capability %q", s.CPUCapability)
 	}
 	if len(g.Images) != 3 {
 		t.Fatalf("blend.json has %d images, want 3", len(g.Images))
 	}
+	if s := g.Settings["default-2t"]; s.CPUCapability != "DEFAULT" {
+		t.Fatalf("blend.json: the default-2t setting ran with capability %q", s.CPUCapability)
+	}
+	if s := g.Settings["avx2-2t"]; s.CPUCapability != "AVX2" || s.Threads != 2 {
+		t.Fatalf("blend.json: the avx2-2t setting ran with capability %q, %d threads", s.CPUCapability, s.Threads)
+	}
+	return &g
+}
+
+// TestBlendFixture: canopy's resized tensor (normalize, bilinear resize,
+// zero padding) is bit for bit torch's, on three images at 800/1333: the
+// fma blend (the default) is torch's AVX2 kernel on 2 threads, no-fma is
+// torch with ATEN_CPU_CAPABILITY=default. torch's 1-thread AVX2 result
+// (another kernel) is neither; the element counts by which the settings
+// differ are the fixture's, logged here.
+func TestBlendFixture(t *testing.T) {
+	g := readBlendFixture(t)
 	o := DefaultOptions()
 	o.MinSize, o.MaxSize = g.MinSize, g.MaxSize
 	e := newEngine(1)
@@ -124,30 +140,109 @@ func TestBlendFixture(t *testing.T) {
 		if sum != gi.SHA256PNG {
 			t.Fatalf("%s: the generator draws other bytes than the fixture's", gi.Path)
 		}
-		e.reuseFor(img.H, img.W)
-		x, rh, rw := normalizeResizePad(e, img, o)
-		if [2]int{rh, rw} != gi.Resized || len(x.d) != gi.Elements {
-			t.Fatalf("%s: resized %dx%d (%d elements), torch %v (%d)", gi.Path, rh, rw, len(x.d), gi.Resized, gi.Elements)
+		for _, c := range []struct {
+			rule BlendRule
+			want string
+		}{{BlendFMA, "avx2-2t"}, {BlendNoFMA, "default-2t"}} {
+			o.Blend = c.rule
+			e.reuseFor(img.H, img.W)
+			x, rh, rw := normalizeResizePad(e, img, o)
+			if [2]int{rh, rw} != gi.Resized || len(x.d) != gi.Elements {
+				t.Fatalf("%s: resized %dx%d (%d elements), torch %v (%d)", gi.Path, rh, rw, len(x.d), gi.Resized, gi.Elements)
+			}
+			raw := make([]byte, 4*len(x.d))
+			for i, v := range x.d {
+				binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+			}
+			e.put(x)
+			h := sha256.Sum256(raw)
+			got := hex.EncodeToString(h[:])
+			var same []string
+			for name, want := range gi.SHA256 {
+				if got == want {
+					same = append(same, name)
+				}
+			}
+			sort.Strings(same)
+			if got != gi.SHA256[c.want] {
+				t.Errorf("%s: blend %s is not torch's %s tensor (equal to %v)", gi.Path, c.rule, c.want, same)
+			}
+			t.Logf("%s -> %v: blend %s = torch %v", gi.Path, gi.Resized, c.rule, same)
 		}
-		raw := make([]byte, 4*len(x.d))
-		for i, v := range x.d {
-			binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+		for _, pair := range []string{"avx2-2t/default-2t", "avx2-2t/avx2-1t", "avx2-1t/default-2t"} {
+			d := gi.Differ[pair]
+			t.Logf("%s: torch %s differ in %d of %d elements (max %.2g)", gi.Path, pair, d.Elements, gi.Elements, d.MaxAbs)
 		}
-		h := sha256.Sum256(raw)
-		got := hex.EncodeToString(h[:])
-		var same []string
-		for name, want := range gi.SHA256 {
-			if got == want {
-				same = append(same, name)
+	}
+}
+
+// fma32Big is a·b+c rounded once, in big.Float.
+func fma32Big(a, b, c float32) float32 {
+	x := new(big.Float).SetPrec(200).SetFloat64(float64(a))
+	x.Mul(x, new(big.Float).SetPrec(200).SetFloat64(float64(b)))
+	x.Add(x, new(big.Float).SetPrec(200).SetFloat64(float64(c)))
+	f, _ := x.Float32()
+	return f
+}
+
+// TestFMA32Exact: fma32 is the exactly rounded a·b+c on every
+// multiply-add of the fma blend over the blend fixture's three images, and
+// on random and tie-constructed operands; float32(math.FMA(...)) (two
+// roundings) is not, on the ties.
+func TestFMA32Exact(t *testing.T) {
+	g := readBlendFixture(t)
+	o := DefaultOptions()
+	o.MinSize, o.MaxSize = g.MinSize, g.MaxSize
+	checked, twice := 0, 0
+	check := func(a, b, c float32) float32 {
+		got, want := fma32(a, b, c), fma32Big(a, b, c)
+		if math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("fma32(%g, %g, %g) = %g, exactly rounded %g", a, b, c, got, want)
+		}
+		if float32(math.FMA(float64(a), float64(b), float64(c))) != want {
+			twice++
+		}
+		checked++
+		return got
+	}
+	for _, gi := range g.Images {
+		img, _ := forestSet.image(t, pathIndex(t, gi.Path, forestSet))
+		oh, ow := resizeSize(img.H, img.W, o)
+		wy, wx := linearWeights(img.H, oh), linearWeights(img.W, ow)
+		n := img.W * img.H
+		norm := make([]float32, n)
+		for c := 0; c < 3; c++ {
+			for i, v := range img.Pix[c*n : (c+1)*n] {
+				norm[i] = (v - o.ImageMean[c]) / o.ImageStd[c]
+			}
+			for y := 0; y < oh; y++ {
+				r0, r1 := norm[wy[y].i0*img.W:], norm[wy[y].i1*img.W:]
+				for _, a := range wx {
+					t0 := check(r0[a.i0], a.l0, float32(r0[a.i1]*a.l1))
+					t1 := check(r1[a.i0], a.l0, float32(r1[a.i1]*a.l1))
+					check(t0, wy[y].l0, float32(t1*wy[y].l1))
+				}
 			}
 		}
-		sort.Strings(same)
-		if got != gi.SHA256["default-2t"] {
-			t.Errorf("%s: canopy's resized tensor is not torch's ATEN_CPU_CAPABILITY=default one (equal to %v)", gi.Path, same)
-		}
-		e.put(x)
-		t.Logf("%s -> %v: canopy = torch %v; torch avx2-2t/default-2t differ in %d of %d elements (max %.2g), avx2-1t/default-2t in %d (max %.2g)",
-			gi.Path, gi.Resized, same, gi.Differ["avx2-2t/default-2t"].Elements, gi.Elements, gi.Differ["avx2-2t/default-2t"].MaxAbs,
-			gi.Differ["avx2-1t/default-2t"].Elements, gi.Differ["avx2-1t/default-2t"].MaxAbs)
 	}
+	pixels := checked
+	r := rand.New(rand.NewPCG(14, 1))
+	for i := 0; i < 200000; i++ {
+		a, b, c := float32(r.NormFloat64()), float32(r.Float64()), float32(r.NormFloat64())
+		check(a, b, c)
+		// A near-tie: c has an odd last bit, a·b = half its ulp·(1−2⁻³⁰),
+		// so a·b+c rounds to the float32 midpoint in float64 (ties to the
+		// even neighbour above), while the exact value is just below it.
+		c = math.Float32frombits(math.Float32bits(float32(1+r.Float64())) | 1)
+		c = float32(math.Ldexp(float64(c), r.IntN(40)-20))
+		half := (float64(math.Nextafter32(c, float32(math.Inf(1)))) - float64(c)) / 2
+		want := check(float32(half*(1+0x1p-15)), 1-0x1p-15, c)
+		if want != c {
+			t.Fatalf("near-tie %g: got %g", c, want)
+		}
+	}
+	if twice == 0 {
+		t.Error("no operands on which float32(math.FMA) rounds twice: the near-ties do not test fma32")
+	}
+	t.Logf("%d multiply-adds of the fixture images and %d others exactly rounded; float32(math.FMA) rounds %d of them wrongly", pixels, checked-pixels, twice)
 }
