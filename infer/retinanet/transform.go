@@ -39,20 +39,27 @@ var ResizeRules = []string{"torchvision", "torchvision-0.15"}
 
 // ParseResizeRule reads a rule's name (--resize).
 func ParseResizeRule(s string) (ResizeRule, error) {
-	for i, n := range ResizeRules {
-		if s == n {
-			return ResizeRule(i), nil
-		}
-	}
-	return 0, fmt.Errorf("retinanet: resize rule %q: want one of %s", s, strings.Join(ResizeRules, ", "))
+	return parseRule[ResizeRule]("resize", s, ResizeRules)
 }
 
 // String is the rule's name, as ParseResizeRule reads it.
-func (r ResizeRule) String() string {
-	if int(r) < len(ResizeRules) {
-		return ResizeRules[r]
+func (r ResizeRule) String() string { return ruleName(r, ResizeRules) }
+
+// parseRule is the index of s in names, the rule's value.
+func parseRule[R ~uint8](kind, s string, names []string) (R, error) {
+	for i, n := range names {
+		if s == n {
+			return R(i), nil
+		}
 	}
-	return fmt.Sprintf("ResizeRule(%d)", int(r))
+	return 0, fmt.Errorf("retinanet: %s rule %q: want one of %s", kind, s, strings.Join(names, ", "))
+}
+
+func ruleName[R ~uint8](r R, names []string) string {
+	if int(r) < len(names) {
+		return names[r]
+	}
+	return fmt.Sprintf("rule(%d)", int(r))
 }
 
 // resizeSize is the resized (unpadded) size of an h×w image under o's sizes
@@ -92,22 +99,10 @@ const (
 var BlendRules = []string{"fma", "no-fma"}
 
 // ParseBlendRule reads a rule's name (--blend).
-func ParseBlendRule(s string) (BlendRule, error) {
-	for i, n := range BlendRules {
-		if s == n {
-			return BlendRule(i), nil
-		}
-	}
-	return 0, fmt.Errorf("retinanet: blend rule %q: want one of %s", s, strings.Join(BlendRules, ", "))
-}
+func ParseBlendRule(s string) (BlendRule, error) { return parseRule[BlendRule]("blend", s, BlendRules) }
 
 // String is the rule's name, as ParseBlendRule reads it.
-func (r BlendRule) String() string {
-	if int(r) < len(BlendRules) {
-		return BlendRules[r]
-	}
-	return fmt.Sprintf("BlendRule(%d)", int(r))
-}
+func (r BlendRule) String() string { return ruleName(r, BlendRules) }
 
 // fma32 is a·b+c rounded once to float32 (to nearest, ties to even), as the
 // FMA instruction computes it. float32(math.FMA(...)) would round twice

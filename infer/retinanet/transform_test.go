@@ -63,18 +63,27 @@ func TestResizeSizeTable(t *testing.T) {
 	}
 }
 
-func TestParseResizeRule(t *testing.T) {
+func TestParseRules(t *testing.T) {
 	for i, n := range ResizeRules {
 		r, err := ParseResizeRule(n)
 		if err != nil || int(r) != i || r.String() != n {
 			t.Errorf("ParseResizeRule(%q) = %v, %v", n, r, err)
 		}
 	}
-	if _, err := ParseResizeRule("torchvision-0.14"); err == nil {
-		t.Error("an unknown rule is accepted")
+	for i, n := range BlendRules {
+		r, err := ParseBlendRule(n)
+		if err != nil || int(r) != i || r.String() != n {
+			t.Errorf("ParseBlendRule(%q) = %v, %v", n, r, err)
+		}
 	}
-	if DefaultOptions().Resize != ResizeTorchvision {
-		t.Error("the default rule is not torchvision ≥ 0.16's")
+	if _, err := ParseResizeRule("torchvision-0.14"); err == nil {
+		t.Error("an unknown resize rule is accepted")
+	}
+	if _, err := ParseBlendRule("avx512"); err == nil {
+		t.Error("an unknown blend rule is accepted")
+	}
+	if o := DefaultOptions(); o.Resize != ResizeTorchvision || o.Blend != BlendFMA {
+		t.Errorf("the default rules are %s, %s, not torchvision ≥ 0.16's size and torch's AVX2 blend", o.Resize, o.Blend)
 	}
 }
 
