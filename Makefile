@@ -149,6 +149,14 @@ bench-infer: deps
 		--out bin/predict-np$$np --force --threads 1 || exit 1; \
 		grep -o '"detect": [0-9.]*' bin/predict-np$$np/report.json; done
 
+# The same CPU comparison against current torch/torchvision (PEER_PY, the
+# peers' venv: the versions DeepForest >= 1.4 installs).
+bench-infer-peer:
+	$(RETINANET_IMAGES)
+	$(GO) test -run '^$$' -bench 'Detect/r50' -benchtime 3x -count 6 ./infer/retinanet/ | tee bin/bench-infer-peer.txt
+	for t in 1 2; do $(PEER_PY) tools/retinanet/bench.py --model r50 --threads $$t --repeat 3 --go bin/bench-infer-peer.txt \
+		--out bin/bench-torch-$$t.json bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png || exit 1; done
+
 # Allgatherv with one rank's part above 2 GiB (about 7 GiB of memory).
 bench-large: deps
 	$(GO) test -c -o bin/cmpi.test ./mpi/cmpi
