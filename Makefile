@@ -153,7 +153,7 @@ bench-infer: deps
 # peers' venv: the versions DeepForest >= 1.4 installs).
 bench-infer-peer:
 	$(RETINANET_IMAGES)
-	$(GO) test -run '^$$' -bench 'Detect/r50' -benchtime 3x -count 6 ./infer/retinanet/ | tee bin/bench-infer-peer.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkDetect$$/r50' -benchtime 3x -count 6 ./infer/retinanet/ | tee bin/bench-infer-peer.txt
 	for t in 1 2; do $(PEER_PY) tools/retinanet/bench.py --model r50 --threads $$t --repeat 3 --go bin/bench-infer-peer.txt \
 		--out bin/bench-torch-$$t.json bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png || exit 1; done
 
