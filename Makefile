@@ -150,7 +150,7 @@ bench-infer: deps
 		grep -o '"detect": [0-9.]*' bin/predict-np$$np/report.json; done
 
 # The same CPU comparison against current torch/torchvision (PEER_PY, the
-# peers' venv: the versions DeepForest >= 1.4 installs).
+# peers' venv: current releases, as DeepForest 2.x installs them).
 bench-infer-peer:
 	$(RETINANET_IMAGES)
 	$(GO) test -run '^$$' -bench '^BenchmarkDetect$$/r50' -benchtime 3x -count 6 ./infer/retinanet/ | tee bin/bench-infer-peer.txt

@@ -22,7 +22,7 @@ type ResizeRule uint8
 
 const (
 	// ResizeTorchvision is torchvision ≥ 0.16 in eager mode (what
-	// DeepForest ≥ 1.4 runs: torchvision ≥ 0.17): the scale is a Python
+	// DeepForest 2.x runs: torchvision ≥ 0.17): the scale is a Python
 	// float, float64(size)/float64(side), correctly rounded.
 	ResizeTorchvision ResizeRule = iota
 	// ResizeTorchvision015 is torchvision ≤ 0.15, and any torchvision

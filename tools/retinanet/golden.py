@@ -16,7 +16,7 @@ Models:
 Both use DeepForest's thresholds: score 0.1, NMS 0.05, 300 detections,
 top-k 1000.
 
-Usage (the venv with current torch/torchvision, as DeepForest >= 1.4 runs;
+Usage (the venv with current torch/torchvision, as DeepForest 2.x runs;
 the fixtures of testdata/golden/retinanet/torch1.13 were made with Debian's
 torch 1.13 / torchvision 0.14, the float32 resize rule):
   /opt/canopy-peers/venv/bin/python tools/retinanet/golden.py --model r50 --out testdata/golden/retinanet/r50.json IMAGE...
