@@ -93,10 +93,16 @@ const (
 	// BlendNoFMA is torch with ATEN_CPU_CAPABILITY=default (ATen's scalar
 	// kernels): every product rounded, then summed.
 	BlendNoFMA
+	// BlendFMA1T is torch's AVX2 CPU kernel on one thread (another kernel):
+	// the source index is fma(ratio, dst+0.5, −0.5), the four weights are
+	// the rounded products of the row and column weights, and the four
+	// taps are accumulated with FMAs from the top-right one: p01·w01, then
+	// p00, p10, p11.
+	BlendFMA1T
 )
 
 // BlendRules are the names ParseBlendRule accepts, default first.
-var BlendRules = []string{"fma", "no-fma"}
+var BlendRules = []string{"fma", "no-fma", "fma-1t"}
 
 // ParseBlendRule reads a rule's name (--blend).
 func ParseBlendRule(s string) (BlendRule, error) { return parseRule[BlendRule]("blend", s, BlendRules) }
@@ -136,10 +142,16 @@ func fma32(a, b, c float32) float32 {
 
 // blend is one output pixel from rows r0, r1 (taps a) and row weights h0, h1.
 func (b BlendRule) blend(r0, r1 []float32, a lin, h0, h1 float32) float32 {
-	if b == BlendNoFMA {
+	switch b {
+	case BlendNoFMA:
 		t0 := float32(r0[a.i0]*a.l0) + float32(r0[a.i1]*a.l1)
 		t1 := float32(r1[a.i0]*a.l0) + float32(r1[a.i1]*a.l1)
 		return float32(t0*h0) + float32(t1*h1)
+	case BlendFMA1T:
+		acc := float32(r0[a.i1] * float32(h0*a.l1))
+		acc = fma32(r0[a.i0], float32(h0*a.l0), acc)
+		acc = fma32(r1[a.i0], float32(h1*a.l0), acc)
+		return fma32(r1[a.i1], float32(h1*a.l1), acc)
 	}
 	t0 := fma32(r0[a.i0], a.l0, float32(r0[a.i1]*a.l1))
 	t1 := fma32(r1[a.i0], a.l0, float32(r1[a.i1]*a.l1))
@@ -159,8 +171,8 @@ func normalizeResizePad(e *engine, img Image, opt Options) (fmap, int, int) {
 	nm := e.fmap(1, img.H, img.W)
 	defer e.put(nm)
 	norm := nm.d
-	wy := linearWeights(img.H, oh)
-	wx := linearWeights(img.W, ow)
+	wy := linearWeights(img.H, oh, opt.Blend == BlendFMA1T)
+	wx := linearWeights(img.W, ow, opt.Blend == BlendFMA1T)
 	for c := 0; c < 3; c++ {
 		src := img.Pix[c*n : (c+1)*n]
 		m, s := opt.ImageMean[c], opt.ImageStd[c]
@@ -192,13 +204,17 @@ type lin struct {
 	l0, l1 float32
 }
 
-// linearWeights: ratio = in/out (float32); src = ratio·(dst+0.5) − 0.5,
-// clamped at 0; i0 = trunc(src), i1 = i0+1 unless at the edge; λ1 = src − i0.
-func linearWeights(in, out int) []lin {
+// linearWeights: ratio = in/out (float32); src = ratio·(dst+0.5) − 0.5
+// (rounded twice, or once with fmaIndex), clamped at 0; i0 = trunc(src),
+// i1 = i0+1 unless at the edge; λ1 = src − i0.
+func linearWeights(in, out int, fmaIndex bool) []lin {
 	ratio := float32(in) / float32(out)
 	ws := make([]lin, out)
 	for d := range ws {
-		src := ratio*(float32(d)+0.5) - 0.5
+		src := float32(ratio*(float32(d)+0.5)) - 0.5
+		if fmaIndex {
+			src = fma32(ratio, float32(d)+0.5, -0.5)
+		}
 		if src < 0 {
 			src = 0
 		}

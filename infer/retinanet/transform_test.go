@@ -136,9 +136,9 @@ func readBlendFixture(t *testing.T) *blendFixture {
 // TestBlendFixture: canopy's resized tensor (normalize, bilinear resize,
 // zero padding) is bit for bit torch's, on three images at 800/1333: the
 // fma blend (the default) is torch's AVX2 kernel on 2 threads, no-fma is
-// torch with ATEN_CPU_CAPABILITY=default. torch's 1-thread AVX2 result
-// (another kernel) is neither; the element counts by which the settings
-// differ are the fixture's, logged here.
+// torch with ATEN_CPU_CAPABILITY=default, fma-1t torch's AVX2 result on one
+// thread (another kernel). The element counts by which the settings differ
+// are the fixture's, logged here.
 func TestBlendFixture(t *testing.T) {
 	g := readBlendFixture(t)
 	o := DefaultOptions()
@@ -152,7 +152,7 @@ func TestBlendFixture(t *testing.T) {
 		for _, c := range []struct {
 			rule BlendRule
 			want string
-		}{{BlendFMA, "avx2-2t"}, {BlendNoFMA, "default-2t"}} {
+		}{{BlendFMA, "avx2-2t"}, {BlendNoFMA, "default-2t"}, {BlendFMA1T, "avx2-1t"}} {
 			o.Blend = c.rule
 			e.reuseFor(img.H, img.W)
 			x, rh, rw := normalizeResizePad(e, img, o)
@@ -185,17 +185,23 @@ func TestBlendFixture(t *testing.T) {
 	}
 }
 
-// fma32Big is a·b+c rounded once, in big.Float.
-func fma32Big(a, b, c float32) float32 {
-	x := new(big.Float).SetPrec(200).SetFloat64(float64(a))
-	x.Mul(x, new(big.Float).SetPrec(200).SetFloat64(float64(b)))
-	x.Add(x, new(big.Float).SetPrec(200).SetFloat64(float64(c)))
-	f, _ := x.Float32()
-	return f
+// bigFMA computes a·b+c rounded once, in big.Float (exact before the
+// rounding: 200 bits hold any float32 product plus a float32).
+type bigFMA struct{ x, y, z big.Float }
+
+func (f *bigFMA) fma32(a, b, c float32) float32 {
+	f.x.SetPrec(200).SetFloat64(float64(a))
+	f.y.SetPrec(200).SetFloat64(float64(b))
+	f.z.SetPrec(200).SetFloat64(float64(c))
+	f.x.Mul(&f.x, &f.y)
+	f.x.Add(&f.x, &f.z)
+	r, _ := f.x.Float32()
+	return r
 }
 
 // TestFMA32Exact: fma32 is the exactly rounded a·b+c on every
-// multiply-add of the fma blend over the blend fixture's three images, and
+// multiply-add of the fma and fma-1t blends (and fma-1t's source indices)
+// over the blend fixture's three images, and
 // on random and tie-constructed operands; float32(math.FMA(...)) (two
 // roundings) is not, on the ties.
 func TestFMA32Exact(t *testing.T) {
@@ -203,8 +209,9 @@ func TestFMA32Exact(t *testing.T) {
 	o := DefaultOptions()
 	o.MinSize, o.MaxSize = g.MinSize, g.MaxSize
 	checked, twice := 0, 0
+	var oracle bigFMA
 	check := func(a, b, c float32) float32 {
-		got, want := fma32(a, b, c), fma32Big(a, b, c)
+		got, want := fma32(a, b, c), oracle.fma32(a, b, c)
 		if math.Float32bits(got) != math.Float32bits(want) {
 			t.Fatalf("fma32(%g, %g, %g) = %g, exactly rounded %g", a, b, c, got, want)
 		}
@@ -217,7 +224,14 @@ func TestFMA32Exact(t *testing.T) {
 	for _, gi := range g.Images {
 		img, _ := forestSet.image(t, pathIndex(t, gi.Path, forestSet))
 		oh, ow := resizeSize(img.H, img.W, o)
-		wy, wx := linearWeights(img.H, oh), linearWeights(img.W, ow)
+		wy, wx := linearWeights(img.H, oh, false), linearWeights(img.W, ow, false)
+		wy1, wx1 := linearWeights(img.H, oh, true), linearWeights(img.W, ow, true)
+		for i := range wy1 {
+			check(float32(img.H)/float32(oh), float32(i)+0.5, -0.5) // fma-1t's source index
+		}
+		for i := range wx1 {
+			check(float32(img.W)/float32(ow), float32(i)+0.5, -0.5)
+		}
 		n := img.W * img.H
 		norm := make([]float32, n)
 		for c := 0; c < 3; c++ {
@@ -230,6 +244,15 @@ func TestFMA32Exact(t *testing.T) {
 					t0 := check(r0[a.i0], a.l0, float32(r0[a.i1]*a.l1))
 					t1 := check(r1[a.i0], a.l0, float32(r1[a.i1]*a.l1))
 					check(t0, wy[y].l0, float32(t1*wy[y].l1))
+				}
+				// fma-1t's chain
+				r0, r1 = norm[wy1[y].i0*img.W:], norm[wy1[y].i1*img.W:]
+				h0, h1 := wy1[y].l0, wy1[y].l1
+				for _, a := range wx1 {
+					acc := float32(r0[a.i1] * float32(h0*a.l1))
+					acc = check(r0[a.i0], float32(h0*a.l0), acc)
+					acc = check(r1[a.i0], float32(h1*a.l0), acc)
+					check(r1[a.i1], float32(h1*a.l1), acc)
 				}
 			}
 		}
