@@ -79,9 +79,9 @@ func resizeSize(h, w int, o Options) (oh, ow int) {
 
 // BlendRule is how the bilinear resize rounds its blend of four source
 // pixels. Torch's CPU result depends on the kernel it dispatches to
-// (testdata/golden/retinanet/blend.json, tools/retinanet/blend.py): the
-// rules differ by at most 2.4e-7 on normalized pixels, in about a fifth of
-// the elements.
+// (testdata/golden/retinanet/blend.json, tools/retinanet/blend.py): fma
+// and no-fma differ by at most 2.4e-7 on normalized pixels, in about a fifth
+// of the elements; fma-1t's source index moves some taps (up to 8.4e-5).
 type BlendRule uint8
 
 const (
