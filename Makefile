@@ -175,7 +175,8 @@ RETINANET_IMAGES = $(GO) run ./internal/forestgen -out bin/retinanet-images -n 4
 # images drawn by internal/forestgen, with weights from the generator both
 # sides share: RETINANET_IMAGES's four, then sizes on which the resize rules
 # of torchvision >= 0.16 and <= 0.15 disagree. The size table sizes.json
-# comes from torchvision's own transform. (testdata/golden/retinanet/
+# comes from torchvision's own transform, blend.json from torch's resize
+# under three CPU settings. (testdata/golden/retinanet/
 # torch1.13 holds the fixtures Debian's torch 1.13 made, for
 # --resize torchvision-0.15.)
 GOLDEN_SIZES := 400x400,400x400,1500x900,96x64,1249x1035,625x518,997x601
@@ -186,6 +187,8 @@ golden-retinanet:
 		--out ../../testdata/golden/retinanet/r18.json forest_000*.png
 	cd bin/golden-images && $(PEER_PY) ../../tools/retinanet/golden.py --model r50 \
 		--out ../../testdata/golden/retinanet/r50.json forest_0000.png forest_0002.png forest_0004.png forest_0005.png forest_0006.png
+	cd bin/golden-images && $(PEER_PY) ../../tools/retinanet/blend.py \
+		--out ../../testdata/golden/retinanet/blend.json forest_0003.png forest_0004.png forest_0005.png
 	$(GO) run ./internal/forestgen -out bin/demo-golden -n 4 -seed 3 -sizes 400x400,1249x1035,625x518,997x601
 	cd bin/demo-golden && $(PEER_PY) ../../tools/retinanet/golden.py --checkpoint ../../testdata/models/canopy-demo-r18 \
 		--out ../../testdata/golden/retinanet/demo.json img_000*.png
