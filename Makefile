@@ -171,6 +171,14 @@ bench-infer: deps
 		--out bin/predict-np$$np --force --threads 1 || exit 1; \
 		grep -o '"detect": [0-9.]*' bin/predict-np$$np/report.json; done
 
+# The same CPU comparison against current torch/torchvision (PEER_PY, the
+# peers' venv: current releases, as DeepForest 2.x installs them).
+bench-infer-peer:
+	$(RETINANET_IMAGES)
+	$(GO) test -run '^$$' -bench '^BenchmarkDetect$$/r50' -benchtime 3x -count 6 ./infer/retinanet/ | tee bin/bench-infer-peer.txt
+	for t in 1 2; do $(PEER_PY) tools/retinanet/bench.py --model r50 --threads $$t --repeat 3 --go bin/bench-infer-peer.txt \
+		--out bin/bench-torch-$$t.json bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png || exit 1; done
+
 # Allgatherv with one rank's part above 2 GiB (about 7 GiB of memory).
 bench-large: deps
 	$(GO) test -c -o bin/cmpi.test ./mpi/cmpi
@@ -196,15 +204,26 @@ RETINANET_IMAGES = $(GO) run ./internal/forestgen -out bin/retinanet-images -n 4
 	-sizes 400x400,400x400,1500x900,96x64 -prefix forest_
 
 # Parity fixtures of the native RetinaNet (testdata/golden/retinanet): the
-# real torchvision (Debian python3-torch) on images drawn by
-# internal/forestgen, with weights from the generator both sides share.
+# real torchvision (current torch/torchvision in the peers' venv, PEER_PY) on
+# images drawn by internal/forestgen, with weights from the generator both
+# sides share: RETINANET_IMAGES's four, then sizes on which the resize rules
+# of torchvision >= 0.16 and <= 0.15 disagree. The size table sizes.json
+# comes from torchvision's own transform, blend.json from torch's resize
+# under three CPU settings. (testdata/golden/retinanet/
+# torch1.13 holds the fixtures Debian's torch 1.13 made, for
+# --resize torchvision-0.15.)
+GOLDEN_SIZES := 400x400,400x400,1500x900,96x64,1249x1035,625x518,997x601
 golden-retinanet:
-	scripts/install-deps.sh python3-torch python3-torchvision python3-pil
-	$(RETINANET_IMAGES)
-	cd bin/retinanet-images && for m in r18 r50; do /usr/bin/python3 ../../tools/retinanet/golden.py \
-		--model $$m --out ../../testdata/golden/retinanet/$$m.json forest_000*.png || exit 1; done
-	$(GO) run ./internal/forestgen -out bin/demo-golden -n 3 -seed 3
-	cd bin/demo-golden && /usr/bin/python3 ../../tools/retinanet/golden.py --checkpoint ../../testdata/models/canopy-demo-r18 \
+	$(GO) run ./internal/forestgen -out bin/golden-images -n 7 -seed 5 -sizes $(GOLDEN_SIZES) -prefix forest_
+	$(PEER_PY) tools/retinanet/sizes.py --out testdata/golden/retinanet/sizes.json
+	cd bin/golden-images && $(PEER_PY) ../../tools/retinanet/golden.py --model r18 \
+		--out ../../testdata/golden/retinanet/r18.json forest_000*.png
+	cd bin/golden-images && $(PEER_PY) ../../tools/retinanet/golden.py --model r50 \
+		--out ../../testdata/golden/retinanet/r50.json forest_0000.png forest_0002.png forest_0004.png forest_0005.png forest_0006.png
+	cd bin/golden-images && $(PEER_PY) ../../tools/retinanet/blend.py \
+		--out ../../testdata/golden/retinanet/blend.json forest_0003.png forest_0004.png forest_0005.png
+	$(GO) run ./internal/forestgen -out bin/demo-golden -n 4 -seed 3 -sizes 400x400,1249x1035,625x518,997x601
+	cd bin/demo-golden && $(PEER_PY) ../../tools/retinanet/golden.py --checkpoint ../../testdata/models/canopy-demo-r18 \
 		--out ../../testdata/golden/retinanet/demo.json img_000*.png
 
 # The loss fixture (testdata/golden/retinanet/losses.json): torchvision's

@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -354,6 +355,8 @@ func modelFlags() []cli.Flag {
 		&cli.StringFlag{Name: "device", Value: "auto", Usage: "where each rank runs the model: auto (a GPU when this is the cuda build and one is visible, else the CPU), cpu, cuda (node-local rank mod the visible GPUs: mpirun -np 4 on a 4-GPU node gives each rank its own; under srun --gpus-per-task=1 each rank sees its one GPU as 0) or cuda:N (every rank on visible device N)"},
 		&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "GPU convolution precision: fp32 (strict float32, as the CPU) or tf32 (tensor cores, operands rounded to TF32 as PyTorch's convolutions by default; detections differ from fp32 in the last digits)"},
 		&cli.BoolFlag{Name: "exclusive-gpu", Usage: "fail (exit 5) when two ranks of a node would share a GPU, instead of warning"},
+		&cli.StringFlag{Name: "resize", Value: "torchvision", Usage: "the transform's resize size rule: torchvision (torchvision >= 0.16 in eager mode, as DeepForest 2.x runs it: scale min(min_size/short side, max_size/long side) in float64) or torchvision-0.15 (torchvision <= 0.15, or a model under torch.jit.script/ONNX: the scale in float32; about half of all image sizes resize one pixel smaller in one dimension)"},
+		&cli.StringFlag{Name: "blend", Value: "fma", Usage: "the bilinear resize's rounding, each bit for bit torch's on the CPU: fma (torch's AVX2 kernel with more than one thread, as the x86-64 wheels run it: fused multiply-adds), no-fma (torch with ATEN_CPU_CAPABILITY=default) or fma-1t (torch's AVX2 kernel on one thread); fma and no-fma differ by at most 2.4e-7 on a normalized pixel, fma-1t by up to 8.4e-5 where its source index moves a tap"},
 		&cli.BoolFlag{Name: "layer-times", Usage: "print, on rank 0, where the model's time went, by layer group (stem, layer1-4, fpn, heads, transform, postprocess)"},
 		&cli.Int64Flag{Name: "max-image-pixels", Value: DefaultMaxImagePixels, Usage: "refuse (exit 3, at pre-flight, from the image header) an image of more pixels than this; the default is where PIL refuses one (2 x Image.MAX_IMAGE_PIXELS); 0: no limit"},
 		&cli.StringFlag{Name: "rank-memory", Usage: "memory one rank may use, such as 6G (default: the node's memory, or its cgroup limit, divided by the ranks on the node); before inference each rank estimates what its largest image needs and refuses (exit 3) when it exceeds this"},
@@ -375,12 +378,20 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 		NMSThresh: c.Float64("nms-thresh"), Device: c.String("device"), LayerTimes: c.Bool("layer-times"),
 		Precision: c.String("precision"), ExclusiveGPU: c.Bool("exclusive-gpu")}
 	if mc.Spec == "" {
-		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "exclusive-gpu", "layer-times", "max-image-pixels", "rank-memory"} {
+		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "exclusive-gpu", "layer-times", "max-image-pixels", "rank-memory", "resize", "blend"} {
 			if c.IsSet(f) {
 				return mc, fmt.Errorf("--%s needs --model", f)
 			}
 		}
 		return mc, nil
+	}
+	rule, err := retinanet.ParseResizeRule(c.String("resize"))
+	if err != nil {
+		return mc, fmt.Errorf("--resize: %w", err)
+	}
+	mc.Resize = rule
+	if mc.Blend, err = retinanet.ParseBlendRule(c.String("blend")); err != nil {
+		return mc, fmt.Errorf("--blend: %w", err)
 	}
 	if mc.Threads < 0 {
 		return mc, fmt.Errorf("--threads %d must be at least 1 (0: the rank's cores)", mc.Threads)

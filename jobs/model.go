@@ -42,6 +42,11 @@ type ModelConfig struct {
 	// its ranks). See limits.go.
 	MaxImagePixels int64
 	RankMemory     int64
+	// Resize is --resize: the transform's size rule (the zero value is
+	// torchvision ≥ 0.16's).
+	Resize retinanet.ResizeRule
+	// Blend is --blend: the bilinear resize's rounding.
+	Blend retinanet.BlendRule
 }
 
 // modelInfo is what the report records about the model.
@@ -55,6 +60,10 @@ type modelInfo struct {
 	Threads    int               `json:"threads"`
 	Device     string            `json:"device"`
 	Precision  string            `json:"precision"`
+	// Resize is the transform's size rule (--resize).
+	Resize string `json:"resize"`
+	// Blend is the bilinear resize's rounding (--blend).
+	Blend string `json:"blend"`
 	// Devices is where each rank ran, in rank order.
 	Devices []rankDevice `json:"devices,omitempty"`
 	Ignored []string     `json:"config_keys_ignored,omitempty"`
@@ -197,6 +206,7 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 	if mc.NMSThresh >= 0 {
 		m.Opt.NMSThresh = mc.NMSThresh
 	}
+	m.Opt.Resize, m.Opt.Blend = mc.Resize, mc.Blend
 	threads := mc.Threads
 	if threads <= 0 {
 		threads = defaultThreads(runtime.GOMAXPROCS(0), runtime.NumCPU(), localRanks)
@@ -208,6 +218,7 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 	info := modelInfo{
 		Spec: mc.Spec, Dir: dir, SHA256: sum, Arch: m.Arch, LabelDict: labelMapJSON(labels),
 		Thresholds: modelSettings(m.Opt), Threads: threads, Device: "cpu", Ignored: append(ignored, cfg.Extra...),
+		Resize: m.Opt.Resize.String(), Blend: m.Opt.Blend.String(),
 	}
 	return &loadedModel{m: m, cfg: cfg, labelMap: labels, info: info, layerTimes: mc.LayerTimes}, nil
 }

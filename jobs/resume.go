@@ -39,6 +39,8 @@ func newManifest(cfg EvalConfig, in inputs) manifest {
 			"config_json_sha256": in.modelConfig,
 			"score_thresh_flag":  strconv.FormatFloat(cfg.Model.ScoreThresh, 'g', -1, 64),
 			"nms_thresh_flag":    strconv.FormatFloat(cfg.Model.NMSThresh, 'g', -1, 64),
+			"resize":             cfg.Model.Resize.String(),
+			"blend":              cfg.Model.Blend.String(),
 		}
 	}
 	if in.labels != nil {

@@ -122,9 +122,9 @@ func modelClass(labels []int32, id int32) (int, bool) {
 
 // checkSize refuses an image torchvision's resize would shrink to nothing.
 func checkSize(file string, img Image, opt Options) error {
-	if oh, ow := resizeSize(img.H, img.W, opt.MinSize, opt.MaxSize); oh < 1 || ow < 1 {
-		return fmt.Errorf("retinanet: %s: a %dx%d image resizes to %dx%d: too elongated for min_size %d, max_size %d: %w",
-			file, img.W, img.H, ow, oh, opt.MinSize, opt.MaxSize, imagefile.ErrImage)
+	if oh, ow := resizeSize(img.H, img.W, opt); oh < 1 || ow < 1 {
+		return fmt.Errorf("retinanet: %s: a %dx%d image resizes to %dx%d: too elongated for min_size %d, max_size %d (resize rule %s): %w",
+			file, img.W, img.H, ow, oh, opt.MinSize, opt.MaxSize, opt.Resize, imagefile.ErrImage)
 	}
 	return nil
 }

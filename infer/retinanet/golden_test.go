@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -60,13 +62,27 @@ type goldenImage struct {
 	Labels []int        `json:"labels"`
 }
 
-// The images the fixtures were made on: `go run ./internal/forestgen -out
-// DIR -n 4 -seed 5 -sizes 400x400,400x400,1500x900,96x64 -prefix forest_`
-// (two DeepForest-sized crops, a large non-square image that is scaled down
-// and a tiny one that is scaled up).
-const goldenSeed = 5
+// imageSet is a set of fixture images drawn by internal/forest: image i is
+// forest.Generate(seed, i, sizes[i][0], sizes[i][1]) (W×H), as
+// `go run ./internal/forestgen -seed S -sizes W1xH1,...` writes them.
+type imageSet struct {
+	seed  uint64
+	sizes [][2]int
+}
 
-var goldenSizes = [][2]int{{400, 400}, {400, 400}, {1500, 900}, {96, 64}}
+// forestSet: the images of r18.json and r50.json (make golden-retinanet,
+// RETINANET_IMAGES): two DeepForest-sized crops, a large non-square image
+// that is scaled down, a tiny one that is scaled up, and sizes on which the
+// two resize rules disagree (1249×1035, 625×518 and the primes 997×601).
+// The torch1.13 fixtures hold the first four.
+var forestSet = imageSet{5, [][2]int{{400, 400}, {400, 400}, {1500, 900}, {96, 64}, {1249, 1035}, {625, 518}, {997, 601}}}
+
+// demoSet: the images of demo.json (forestgen -seed 3, the demo's seed,
+// never trained on); legacyDemoSet those of torch1.13/demo.json.
+var (
+	demoSet       = imageSet{3, [][2]int{{400, 400}, {1249, 1035}, {625, 518}, {997, 601}}}
+	legacyDemoSet = imageSet{3, [][2]int{{400, 400}, {400, 400}, {400, 400}}}
+)
 
 func readGolden(t testing.TB, name string) *golden {
 	t.Helper()
@@ -136,6 +152,7 @@ func goldenOptions(t testing.TB, g *golden) Options {
 		t.Fatal(err)
 	}
 	o := DefaultOptions()
+	o.Resize = fixtureRule(t, g.Peer)
 	o.ScoreThresh = float32(c.ScoreThresh)
 	o.NMSThresh = c.NMSThresh
 	o.DetectionsPerImg = c.DetectionsPerImg
@@ -149,35 +166,71 @@ func goldenOptions(t testing.TB, g *golden) Options {
 	return o
 }
 
-var goldenImgs struct {
-	once sync.Once
-	imgs []Image
-	sums []string
-	err  error
+type drawn struct {
+	img Image
+	sum string
 }
 
-// goldenImages draws the fixture images, encodes them as PNG (to check the
-// generator still gives the bytes the fixture was made from) and converts
-// them as DeepForest does: RGB, k/255 in float32.
+var drawnImages sync.Map // [3]uint64{seed, i, W<<32|H} → drawn
+
+// image draws image i of the set, encodes it as PNG (to check the generator
+// still gives the bytes the fixture was made from) and converts it as
+// DeepForest does: RGB, k/255 in float32.
+func (s imageSet) image(t testing.TB, i int) (Image, string) {
+	t.Helper()
+	w, h := s.sizes[i][0], s.sizes[i][1]
+	key := [3]uint64{s.seed, uint64(i), uint64(w)<<32 | uint64(h)}
+	if d, ok := drawnImages.Load(key); ok {
+		return d.(drawn).img, d.(drawn).sum
+	}
+	rgba, _ := forest.Generate(s.seed, i, w, h)
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, rgba); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	d := drawn{toImage(rgba), hex.EncodeToString(sum[:])}
+	drawnImages.Store(key, d)
+	return d.img, d.sum
+}
+
+// goldenImages are forestSet's images, in order.
 func goldenImages(t testing.TB) ([]Image, []string) {
 	t.Helper()
-	g := &goldenImgs
-	g.once.Do(func() {
-		for i, s := range goldenSizes {
-			rgba, _ := forest.Generate(goldenSeed, i, s[0], s[1])
-			var buf bytes.Buffer
-			if g.err = png.Encode(&buf, rgba); g.err != nil {
-				return
-			}
-			sum := sha256.Sum256(buf.Bytes())
-			g.sums = append(g.sums, hex.EncodeToString(sum[:]))
-			g.imgs = append(g.imgs, toImage(rgba))
-		}
-	})
-	if g.err != nil {
-		t.Fatal(g.err)
+	var imgs []Image
+	var sums []string
+	for i := range forestSet.sizes {
+		img, sum := forestSet.image(t, i)
+		imgs, sums = append(imgs, img), append(sums, sum)
 	}
-	return g.imgs, g.sums
+	return imgs, sums
+}
+
+var fixtureIndex = regexp.MustCompile(`_(\d+)\.png$`)
+
+// pathIndex is the index in the set of a fixture's image: the number in
+// its file name (forest_0004.png is image 4).
+func pathIndex(t testing.TB, path string, s imageSet) int {
+	t.Helper()
+	m := fixtureIndex.FindStringSubmatch(path)
+	if m == nil {
+		t.Fatalf("fixture image %s: no index in the name", path)
+	}
+	i, _ := strconv.Atoi(m[1])
+	if i >= len(s.sizes) {
+		t.Fatalf("fixture image %s: the set has %d images", path, len(s.sizes))
+	}
+	return i
+}
+
+// fixtureImage is the image of the set a fixture entry was made from.
+func (s imageSet) fixtureImage(t testing.TB, gi goldenImage) (Image, string) {
+	t.Helper()
+	i := pathIndex(t, gi.Path, s)
+	if [2]int{gi.Size[1], gi.Size[0]} != s.sizes[i] {
+		t.Fatalf("fixture image %s is %dx%d, the set draws %dx%d", gi.Path, gi.Size[1], gi.Size[0], s.sizes[i][0], s.sizes[i][1])
+	}
+	return s.image(t, i)
 }
 
 func toImage(m *image.RGBA) Image {
@@ -220,9 +273,10 @@ const (
 	tolFeat  = 1e-4
 )
 
-func checkGolden(t *testing.T, name string) {
+func checkGolden(t *testing.T, name string, set imageSet) {
 	g, m := goldenModel(t, name)
-	checkGoldenWith(t, g, m, NewRunner(m, 2))
+	checkRuleExercised(t, g, m.Opt)
+	checkGoldenWith(t, g, m, NewRunner(m, 2), set)
 }
 
 // tracer is a runner the golden tests can drive: the CPU Runner, or a
@@ -232,15 +286,47 @@ type tracer interface {
 	Model() *Model
 }
 
-func checkGoldenWith(t *testing.T, g *golden, m *Model, r tracer) {
-	imgs, sums := goldenImages(t)
-	if len(g.Images) != len(imgs) {
-		t.Fatalf("%s has %d images, the test draws %d", g.Model, len(g.Images), len(imgs))
+func checkGoldenWith(t *testing.T, g *golden, m *Model, r tracer, set imageSet) {
+	if len(g.Images) == 0 {
+		t.Fatalf("%s has no images", g.Model)
 	}
-	t.Logf("%s; peer %s", m.Arch, g.Peer)
-	for i, gi := range g.Images {
-		t.Run(filepath.Base(gi.Path), func(t *testing.T) { checkImage(t, r, gi, imgs[i], sums[i]) })
+	t.Logf("%s, resize rule %s; peer %s", m.Arch, m.Opt.Resize, g.Peer)
+	for _, gi := range g.Images {
+		img, sum := set.fixtureImage(t, gi)
+		t.Run(filepath.Base(gi.Path), func(t *testing.T) { checkImage(t, r, gi, img, sum) })
 	}
+}
+
+// checkRuleExercised: at least one of the fixture's images resizes to
+// another size under the other rule, so the fixture tells the rules apart.
+func checkRuleExercised(t *testing.T, g *golden, o Options) {
+	t.Helper()
+	other := o
+	other.Resize = ResizeTorchvision
+	if o.Resize == ResizeTorchvision {
+		other.Resize = ResizeTorchvision015
+	}
+	for _, gi := range g.Images {
+		if oh, ow := resizeSize(gi.Size[0], gi.Size[1], other); [2]int{oh, ow} != gi.Resized {
+			return
+		}
+	}
+	t.Errorf("%s: no image resizes differently under %s: the fixture does not test the resize rule", g.Model, other.Resize)
+}
+
+// fixtureRule is the resize rule of the torchvision that made a fixture:
+// eager torchvision ≥ 0.16 computes the scale in float64, older ones in
+// float32.
+func fixtureRule(t testing.TB, peer string) ResizeRule {
+	t.Helper()
+	var major, minor int
+	if _, err := fmt.Sscanf(peer, "torchvision %d.%d", &major, &minor); err != nil {
+		t.Fatalf("fixture peer %q: no torchvision version: %v", peer, err)
+	}
+	if major == 0 && minor < 16 {
+		return ResizeTorchvision015
+	}
+	return ResizeTorchvision
 }
 
 // checkImage compares one image's transform sizes, pyramid levels, per-level
@@ -378,34 +464,53 @@ func compareDetections(t *testing.T, dets []Detection, gi goldenImage, thresh fl
 		len(dets), worstBox, worstScore, swapped, onlyHere, onlyThere)
 }
 
-func TestGoldenResNet18(t *testing.T) { checkGolden(t, "r18.json") }
+func TestGoldenResNet18(t *testing.T) { checkGolden(t, "r18.json", forestSet) }
 
 // The demo model (testdata/models/canopy-demo-r18, float16 weights) loaded
-// from its folder, against torchvision on the first demo images
-// (internal/forestgen -seed 3): tools/retinanet/golden.py --checkpoint.
+// from its folder, against torchvision on demo images (internal/forestgen
+// -seed 3): tools/retinanet/golden.py --checkpoint.
 func TestGoldenDemoModel(t *testing.T) {
-	g := readGolden(t, "demo.json")
+	g := checkDemo(t, "demo.json", demoSet)
+	checkRuleExercised(t, g, DefaultOptions())
+}
+
+func checkDemo(t *testing.T, name string, set imageSet) *golden {
+	g := readGolden(t, name)
 	m, _, _, err := LoadFolder(filepath.Join("..", "..", "testdata", "models", "canopy-demo-r18"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewRunner(m, 2)
-	for i, gi := range g.Images {
-		rgba, _ := forest.Generate(3, i, 400, 400)
-		var buf bytes.Buffer
-		if err := png.Encode(&buf, rgba); err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256(buf.Bytes())
-		t.Run(filepath.Base(gi.Path), func(t *testing.T) { checkImage(t, r, gi, toImage(rgba), hex.EncodeToString(sum[:])) })
-	}
+	m.Opt.Resize = fixtureRule(t, g.Peer)
+	checkGoldenWith(t, g, m, NewRunner(m, 2), set)
+	return g
 }
 
 func TestGoldenResNet50(t *testing.T) {
 	if testing.Short() {
-		t.Skip("ResNet-50 parity takes ~20 s of CPU; run without -short")
+		t.Skip("ResNet-50 parity takes ~30 s of CPU; run without -short")
 	}
-	checkGolden(t, "r50.json")
+	checkGolden(t, "r50.json", forestSet)
+}
+
+// TestGoldenLegacyResize: with --resize torchvision-0.15, canopy meets the
+// fixtures torch 1.13 / torchvision 0.14 made (testdata/golden/retinanet/
+// torch1.13, Debian's python3-torch), whose float32 size rule gives
+// 1500×900 399×239 at 400 and 1332×799 at 800/1333.
+func TestGoldenLegacyResize(t *testing.T) {
+	t.Run("r18", func(t *testing.T) { checkGolden(t, "torch1.13/r18.json", forestSet) })
+	t.Run("demo", func(t *testing.T) {
+		g := readGolden(t, "torch1.13/demo.json")
+		if fixtureRule(t, g.Peer) != ResizeTorchvision015 {
+			t.Fatalf("torch1.13/demo.json: peer %s", g.Peer)
+		}
+		checkDemo(t, "torch1.13/demo.json", legacyDemoSet)
+	})
+	t.Run("r50", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("ResNet-50 parity takes ~20 s of CPU; run without -short")
+		}
+		checkGolden(t, "torch1.13/r50.json", forestSet)
+	})
 }
 
 // Detections are byte-identical whatever the thread count: every output
@@ -444,9 +549,15 @@ func TestRealCheckpoint(t *testing.T) {
 	if _, err := os.Stat(img); err != nil {
 		t.Skipf("DeepForest's sample image is absent: %v", err)
 	}
-	py := "/usr/bin/python3"
-	if _, err := os.Stat(py); err != nil {
-		t.Skipf("no %s with torch: %v", py, err)
+	// The peers' venv (current torch/torchvision), else Debian's python3.
+	py := os.Getenv("CANOPY_PEER_PY")
+	for _, p := range []string{"/opt/canopy-peers/venv/bin/python", "/usr/bin/python3"} {
+		if _, err := os.Stat(p); py == "" && err == nil {
+			py = p
+		}
+	}
+	if py == "" {
+		t.Skip("no python with torch (CANOPY_PEER_PY, the peers' venv or /usr/bin/python3)")
 	}
 	out := filepath.Join(t.TempDir(), "peer.json")
 	cmd := exec.Command(py, filepath.Join("..", "..", "tools", "retinanet", "golden.py"), "--checkpoint", dir, "--out", out, img)
@@ -462,6 +573,7 @@ func TestRealCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.Opt.Resize = fixtureRule(t, g.Peer)
 	im, err := imagefile.Read(img)
 	if err != nil {
 		t.Fatal(err)

@@ -319,7 +319,7 @@ func (r *GPURunner) groups(imgs []Image, maxBatch int) [][]Image {
 	var out [][]Image
 	var key [2]int
 	for _, img := range imgs {
-		oh, ow := resizeSize(img.H, img.W, r.m.Opt.MinSize, r.m.Opt.MaxSize)
+		oh, ow := resizeSize(img.H, img.W, r.m.Opt)
 		k := [2]int{(oh + 31) / 32 * 32, (ow + 31) / 32 * 32}
 		if len(out) == 0 || k != key || len(out[len(out)-1]) == maxBatch {
 			out = append(out, nil)

@@ -327,7 +327,7 @@ func (g gpuTracer) DetectTrace(img Image) ([]Detection, *Trace) {
 }
 
 // TestGoldenHostShim: the GPU engine's FP32 kernels, on the host shim, meet
-// torchvision's fixture (ResNet-18-FPN64, the four golden images) with the
+// torchvision's fixture (ResNet-18-FPN64, the golden images) with the
 // CPU backend's tolerances. On a GPU, conv_f32 computes the same bits as the
 // shim (fmaf in the same k order, no contraction: gen.sh), which the GPU
 // check (tools/gpu) confirms with this same test built with -tags cuda.
@@ -335,7 +335,15 @@ func TestGoldenHostShim(t *testing.T) {
 	g, m := goldenModel(t, "r18.json")
 	gr := NewGPURunner(m, newTestDevice(t), cuda.FP32)
 	defer gr.Close()
-	checkGoldenWith(t, g, m, gpuTracer{t, gr})
+	if _, ok := gr.Device().(*hostkern.Device); ok {
+		// The shim is slow: the first four images in CI (1500×900 among
+		// them, which the two resize rules size differently); all on a GPU.
+		short := *g
+		short.Images = g.Images[:4]
+		g = &short
+	}
+	checkRuleExercised(t, g, m.Opt)
+	checkGoldenWith(t, g, m, gpuTracer{t, gr}, forestSet)
 }
 
 // BenchmarkGPUDetect times the GPU engine (the GPU in the cuda build; the

@@ -161,7 +161,7 @@ func TestLossGolden(t *testing.T) {
 					t.Fatalf("%s image %d target %d: %v, peer %v label %d", name, i, j, x, wb, w.Labels[j])
 				}
 			}
-			oh, ow := resizeSize(img.H, img.W, m.Opt.MinSize, m.Opt.MaxSize)
+			oh, ow := resizeSize(img.H, img.W, m.Opt)
 			ph, pw := (oh+31)/32*32, (ow+31)/32*32
 			acc := m.newLossAcc(tg, img.H, img.W, oh, ow, ph, pw, levelGrids(ph, pw))
 			fg, ign := 0, 0

@@ -4,7 +4,7 @@ package retinanet
 // resized by torchvision's size rule (min_size, max_size), then padded to
 // multiples of 32. The job's memory estimate is made from it.
 func (m *Model) PaddedSize(w, h int) (pw, ph int) {
-	oh, ow := resizeSize(h, w, m.Opt.MinSize, m.Opt.MaxSize)
+	oh, ow := resizeSize(h, w, m.Opt)
 	return (ow + 31) / 32 * 32, (oh + 31) / 32 * 32
 }
 

@@ -35,6 +35,12 @@ type Options struct {
 	DetectionsPerImg    int
 	TopkCandidates      int
 	ImageMean, ImageStd [3]float32
+	// Resize is the size rule of the transform (the zero value is
+	// torchvision ≥ 0.16's).
+	Resize ResizeRule
+	// Blend is the bilinear resize's rounding (the zero value is torch's
+	// AVX2 multi-thread FMA blend).
+	Blend BlendRule
 }
 
 // DefaultOptions are DeepForest's (config.yaml) on torchvision's defaults.

@@ -7,7 +7,7 @@ eval mode under torch.no_grad(), after one warm-up call per image; the
 median of --repeat calls is reported. Peak RSS of this process is reported
 too (ru_maxrss).
 
-Usage (make bench-infer):
+Usage (make bench-infer; PEER_PY, the peers' venv, for current torch):
   /usr/bin/python3 tools/retinanet/bench.py --model r50 --threads 2 --repeat 3 \
       --go bin/bench-infer.txt bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png
 """
@@ -45,6 +45,8 @@ def main():
     res = {
         "peer": "torchvision %s, torch %s, python %s" % (torchvision.__version__, torch.__version__, platform.python_version()),
         "threads": a.threads,
+        "cpu_capability": golden.cpu_capability(),
+        "command": "%s tools/retinanet/bench.py %s" % (sys.executable, " ".join(sys.argv[1:])),
         "model": a.model,
         "images": [],
     }

@@ -16,10 +16,12 @@ Models:
 Both use DeepForest's thresholds: score 0.1, NMS 0.05, 300 detections,
 top-k 1000.
 
-Usage (Debian's python3-torch / python3-torchvision are enough):
-  /usr/bin/python3 tools/retinanet/golden.py --model r50 --out testdata/golden/retinanet/r50.json IMAGE...
+Usage (the venv with current torch/torchvision, as DeepForest 2.x runs;
+the fixtures of testdata/golden/retinanet/torch1.13 were made with Debian's
+torch 1.13 / torchvision 0.14, the float32 resize rule):
+  /opt/canopy-peers/venv/bin/python tools/retinanet/golden.py --model r50 --out testdata/golden/retinanet/r50.json IMAGE...
   (make golden-retinanet generates the images with internal/forestgen and
-  runs both models on them)
+  runs the three models on them)
 """
 import argparse
 import hashlib
@@ -155,6 +157,13 @@ def build_checkpoint(folder):
     return model, extra
 
 
+def cpu_capability():
+    # torch >= 2.0 names the ATen kernels' ISA (AVX2, AVX512, default: the
+    # ATEN_CPU_CAPABILITY override); torch 1.13 has no such call.
+    f = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+    return f() if f else "unknown"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", choices=["r50", "r18"], help="a fixture network with generated weights")
@@ -177,9 +186,13 @@ def main():
     keys = [[k, list(v.shape)] for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")]
 
     out = {
-        "peer": "torchvision %s, torch %s (CPU float32, %d threads), python %s"
-        % (torchvision.__version__, torch.__version__, args.threads, platform.python_version()),
-        "command": "/usr/bin/python3 tools/retinanet/golden.py " + " ".join(sys.argv[1:]),
+        "peer": "torchvision %s, torch %s (CPU float32, %s, %d threads), python %s"
+        % (torchvision.__version__, torch.__version__, cpu_capability(), torch.get_num_threads(), platform.python_version()),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "cpu_capability": cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "command": "%s tools/retinanet/golden.py %s" % (sys.executable, " ".join(sys.argv[1:])),
         "model": args.model or args.checkpoint,
         "seed": args.seed,
         "config": dict(THRESH, num_classes=model.head.classification_head.num_classes, **cfg),
