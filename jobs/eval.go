@@ -347,7 +347,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	var werr error
 	if c.Rank() == 0 {
-		rep := report{
+		rep := reportRecord{
 			metrics: metricJSON,
 			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored, resumed, model),
 		}

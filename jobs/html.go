@@ -55,23 +55,3 @@ func writeHTML(cfg EvalConfig, images []box.Image, dets [][]box.Detection, label
 			Matches: res.Matches, PR: res.PR, RootDir: root, CSV: csv, WriteSeconds: writeSeconds}, *cfg.HTML)
 	})
 }
-
-var compareHTMLFlag = &cli.StringFlag{Name: "html", Usage: "write a self-contained HTML page to this file: every metric with its verdict, both runs' PR curves overlaid and the images whose recall changed most, drawn for both (needs --out folders with report.html, results.csv and predictions.csv; what is missing is said on the page)"}
-
-// writeCompareHTML renders `canopy compare --html`.
-func writeCompareHTML(w io.Writer, res *cmpResult) error {
-	c := htmlreport.Compare{Summary: res.summary(), Options: htmlreport.DefaultOptions}
-	for _, r := range res.rows {
-		c.Rows = append(c.Rows, htmlreport.CompareRow{Metric: r.key, Baseline: r.base.String(), Current: r.cur.String(),
-			Delta: r.deltaSigned(), Verdict: r.verdict, Regression: r.regression})
-	}
-	side := func(rep *cmpReport) htmlreport.Side {
-		s := htmlreport.Side{Name: rep.path}
-		if filepath.Base(rep.path) == "report.json" {
-			s.Name, s.Dir = filepath.Dir(rep.path), filepath.Dir(rep.path)
-		}
-		return s
-	}
-	c.Baseline, c.Current = side(res.base), side(res.cur)
-	return htmlreport.WriteCompare(w, c)
-}
