@@ -1,8 +1,6 @@
 package jobs
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -222,27 +220,6 @@ func defaultThreads(maxprocs, ncpu, localRanks int) int {
 	return max(1, min(maxprocs, share))
 }
 
-// hashFile is the hex sha256 of a file.
-func hashFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// fileSHA is hashFile's digest, "" when the file cannot be read (as
-// resolveModel records an absent config.json).
-func fileSHA(path string) string {
-	d, _ := hashFile(path)
-	return d
-}
-
 // modelSettings are the options that change detections, for the manifest
 // and the report.
 func modelSettings(o retinanet.Options) map[string]string {
@@ -384,45 +361,4 @@ func checkModelLabels(model box.LabelMap, given *box.LabelMap, truthLabels []str
 		}
 	}
 	return nil
-}
-
-// agreeErr is a collective: every rank passes its own error (or nil) and
-// every rank returns the same outcome: nil when no rank failed, else a
-// collective *Error naming the first failing rank with its message, with
-// the largest exit code any rank proposed (code, or the error's own when
-// it carries one). Rank 0 prints it once; no rank aborts or hangs.
-func agreeErr(c mpi.Comm, code int, err error) error {
-	var msg []byte
-	if err != nil {
-		if e := (*Error)(nil); errors.As(err, &e) {
-			code = e.Code
-		}
-		msg = fmt.Appendf([]byte{byte(code)}, "%v", err)
-	}
-	all, gerr := mpi.AllgatherBytes(c, msg)
-	if gerr != nil {
-		return localErr(ExitMPI, "jobs: %w", gerr)
-	}
-	first, worst, n := -1, 0, 0
-	for r, m := range all {
-		if len(m) == 0 {
-			continue
-		}
-		n++
-		if first < 0 {
-			first = r
-		}
-		worst = max(worst, int(m[0]))
-	}
-	if first < 0 {
-		return nil
-	}
-	text := string(all[first][1:])
-	if c.Size() > 1 {
-		text = fmt.Sprintf("rank %d: %s", first, text)
-		if n > 1 {
-			text += fmt.Sprintf(" (and %d more ranks failed)", n-1)
-		}
-	}
-	return &Error{Code: worst, Collective: true, Err: errors.New(text)}
 }
