@@ -10,31 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/report"
 	"github.com/urfave/cli/v2"
 )
 
 // The fixtures in report/testdata/compare are hand-written reports, each
 // named for the one thing it changes against baseline.json.
 func fixture(name string) string { return filepath.Join("..", "report", "testdata", "compare", name) }
-
-// junitSuite is the JUnit XML canopy compare writes, as the tests read it
-// (report/testdata/compare/junit.xsd is the schema).
-type junitSuite struct {
-	XMLName  xml.Name `xml:"testsuite"`
-	Name     string   `xml:"name,attr"`
-	Tests    int      `xml:"tests,attr"`
-	Failures int      `xml:"failures,attr"`
-	Errors   int      `xml:"errors,attr"`
-	Skipped  int      `xml:"skipped,attr"`
-	Cases    []struct {
-		Classname string `xml:"classname,attr"`
-		Name      string `xml:"name,attr"`
-		Failure   *struct {
-			Message string `xml:"message,attr"`
-			Type    string `xml:"type,attr"`
-		} `xml:"failure"`
-	} `xml:"testcase"`
-}
 
 // compareCLI runs `canopy compare` through the real command line.
 func compareCLI(t *testing.T, args ...string) (int, string, string) {
@@ -147,7 +129,7 @@ func TestCompareJUnitAndMarkdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var s junitSuite
+	var s report.JUnitSuite
 	if err := xml.Unmarshal(b, &s); err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +436,7 @@ func TestCompareOutputFilesAndSchema(t *testing.T) {
 	if len(ents) != 2 {
 		t.Errorf("folder holds %d entries, want c.xml and c.md only", len(ents))
 	}
-	var s junitSuite
+	var s report.JUnitSuite
 	if err := xml.Unmarshal([]byte(mustRead(t, junit)), &s); err != nil {
 		t.Fatal(err)
 	}

@@ -85,9 +85,7 @@ type inputs struct {
 // Eval runs the eval job on this rank. It returns an *Error whose
 // Collective flag says whether every rank returns the same error.
 func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
-	if cfg.BatchSize < 1 {
-		cfg.BatchSize = 1
-	}
+	cfg.BatchSize = batchOrOne(cfg.BatchSize)
 	if cfg.RootDir == "" {
 		cfg.RootDir = filepath.Dir(cfg.CSV)
 	}

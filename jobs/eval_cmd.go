@@ -28,7 +28,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			"averaged over the images (with the model's stored BatchNorm statistics).\n\n" + ExitTable,
 		Flags: concatFlags([]cli.Flag{
 			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name), or a COCO dataset (.json: file_name is the image_path, bbox x,y,w,h, category names are the labels)"},
-			&cli.StringFlag{Name: "root-dir", Usage: "folder the CSV's image_path values are relative to (default: the CSV's folder)"},
+			rootDirFlag(),
 			&cli.StringFlag{Name: "predictions", Usage: "replay detector: DeepForest prediction CSV (image_path,xmin,ymin,xmax,ymax,label,score); rows join the truth by exact image_path"},
 			&cli.BoolFlag{Name: "allow-any-score", Usage: "accept --predictions scores outside [0, 1] (they must still be finite numbers)"},
 			&cli.BoolFlag{Name: "strict", Usage: "make the input warnings errors (exit 3): no prediction joins the truth, over 10% of the predictions name no truth image, exact duplicate rows"},
@@ -41,8 +41,8 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.StringFlag{Name: "out", Value: "canopy-out", Usage: "output folder, on a filesystem every rank sees (checked at start); each rank appends finished images to OUT/parts/ so an interrupted run (exit 8) can --resume; refused if it holds a previous run unless --force or --resume, and (exit 2, naming the holder) while another run holds its lock"},
 			&cli.BoolFlag{Name: "force", Usage: "replace a previous run in --out: it is set aside and removed only once the new run has passed every check and saved its first images; a new run that fails before that puts it back"},
 			&cli.BoolFlag{Name: "resume", Usage: "continue the interrupted run in --out: images found in its part files are not recomputed; refused unless the inputs, detector and canopy version match its manifest"},
-			&cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"},
-			&cli.BoolFlag{Name: "verbose", Usage: "every rank prints its own line when the job is interrupted or fails (default: one line per job, from rank 0 or the failing rank)"},
+			batchSizeFlag(),
+			verboseFlag(),
 			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective (after detection: this plus twice the rank's own detection time, as the shards are equal work); then the waiting ranks name the ranks they wait for and the job aborts with exit 5 (0 disables)"},
 		}, reportFlags()),
 		Action: func(c *cli.Context) error {
@@ -78,7 +78,6 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 		Force:            c.Bool("force"),
 		Resume:           c.Bool("resume"),
 		IoUThreshold:     c.Float64("iou-threshold"),
-		BatchSize:        c.Int("batch-size"),
 		Strict:           c.Bool("strict"),
 		AllowAnyScore:    c.Bool("allow-any-score"),
 		AllowOutsideRoot: c.Bool("allow-outside-root"),
@@ -115,8 +114,8 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	if !(cfg.IoUThreshold >= 0 && cfg.IoUThreshold <= 1) {
 		return cfg, fmt.Errorf("eval: --iou-threshold %v is not in [0, 1]", cfg.IoUThreshold)
 	}
-	if cfg.BatchSize < 1 {
-		return cfg, fmt.Errorf("eval: --batch-size %d must be at least 1", cfg.BatchSize)
+	if cfg.BatchSize, err = batchSize(c); err != nil {
+		return cfg, fmt.Errorf("eval: %w", err)
 	}
 	fam, err := metrics.ParseFamilies(c.String("metrics"))
 	if err != nil {

@@ -10,6 +10,30 @@ import (
 
 // The flag groups eval and predict share, each parsed once here.
 
+// rootDirFlag is eval's and predict's --root-dir.
+func rootDirFlag() cli.Flag {
+	return &cli.StringFlag{Name: "root-dir", Usage: "folder the CSV's image_path values are relative to (default: the CSV's folder)"}
+}
+
+// batchSizeFlag is eval's and predict's --batch-size; batchSize parses it.
+func batchSizeFlag() cli.Flag {
+	return &cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"}
+}
+
+// batchSize is --batch-size, checked once: at least 1.
+func batchSize(c *cli.Context) (int, error) {
+	n := c.Int("batch-size")
+	if n < 1 {
+		return n, fmt.Errorf("--batch-size %d must be at least 1", n)
+	}
+	return n, nil
+}
+
+// verboseFlag is eval's and predict's --verbose.
+func verboseFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "verbose", Usage: "every rank prints its own line when the job is interrupted or fails (default: one line per job, from rank 0 or the failing rank)"}
+}
+
 // modelFlags are the detector flags of eval and predict.
 func modelFlags() []cli.Flag {
 	return []cli.Flag{
@@ -38,8 +62,7 @@ func concatFlags(fs ...[]cli.Flag) []cli.Flag {
 // modelConfig reads and checks the detector flags.
 func modelConfig(c *cli.Context) (ModelConfig, error) {
 	mc := ModelConfig{Spec: c.String("model"), Threads: c.Int("threads"), ScoreThresh: c.Float64("score-thresh"),
-		NMSThresh: c.Float64("nms-thresh"), Device: c.String("device"), LayerTimes: c.Bool("layer-times"),
-		Precision: c.String("precision"), ExclusiveGPU: c.Bool("exclusive-gpu")}
+		NMSThresh: c.Float64("nms-thresh"), LayerTimes: c.Bool("layer-times"), ExclusiveGPU: c.Bool("exclusive-gpu")}
 	if mc.Spec == "" {
 		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "exclusive-gpu", "layer-times", "max-image-pixels", "rank-memory"} {
 			if c.IsSet(f) {
@@ -66,14 +89,16 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 		}
 		mc.RankMemory = n
 	}
-	req, err := cuda.ParseDevice(mc.Device)
+	dev := c.String("device")
+	req, err := cuda.ParseDevice(dev)
 	if err != nil {
 		return mc, err
 	}
 	if req.Kind == "cuda" && !haveCUDA {
-		return mc, fmt.Errorf("--device %s: %w", mc.Device, cuda.ErrNoCUDA)
+		return mc, fmt.Errorf("--device %s: %w", dev, cuda.ErrNoCUDA)
 	}
-	if _, err := cuda.ParsePrecision(mc.Precision); err != nil {
+	mc.Device = req
+	if mc.Precision, err = cuda.ParsePrecision(c.String("precision")); err != nil {
 		return mc, err
 	}
 	return mc, nil

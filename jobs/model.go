@@ -27,10 +27,11 @@ type ModelConfig struct {
 	Threads int
 	// ScoreThresh and NMSThresh override the model's config.json when >= 0.
 	ScoreThresh, NMSThresh float64
-	// Device is --device: auto, cpu, cuda or cuda:N (cuda.ParseDevice).
-	Device string
-	// Precision is the GPU convolutions' precision, fp32 or tf32.
-	Precision string
+	// Device is --device, parsed (cuda.ParseDevice); the zero Request is
+	// auto.
+	Device cuda.Request
+	// Precision is the GPU convolutions' precision (cuda.ParsePrecision).
+	Precision cuda.Precision
 	// ExclusiveGPU makes two ranks on one GPU an error.
 	ExclusiveGPU bool
 	// LayerTimes prints, on rank 0, the model's time per layer group.
@@ -112,6 +113,7 @@ type loadedModel struct {
 	layerTimes bool
 	place      cuda.Placement
 	precision  cuda.Precision
+	threads    int // compute threads of the detector, resolved once (info.Threads records it)
 }
 
 // loadModel loads the folder rank 0 resolved on every rank and checks that
@@ -132,14 +134,10 @@ func loadModel(c mpi.Comm, mc ModelConfig, dir, digest, config string) (*loadedM
 // placeDevice chooses this rank's device (cuda.Place): node-local rank mod
 // the visible GPUs, or the CPU.
 func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) error {
-	req, err := cuda.ParseDevice(mc.Device)
-	if err != nil {
-		return err
-	}
-	if lm.precision, err = cuda.ParsePrecision(mc.Precision); err != nil {
-		return err
-	}
+	lm.precision = mc.Precision
+	req := mc.Device
 	visible := 0
+	var err error
 	if haveCUDA && req.Kind != "cpu" {
 		if visible, err = countDevices(); err != nil {
 			return fmt.Errorf("jobs: counting CUDA devices: %w", err)
@@ -157,8 +155,9 @@ func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) err
 	lm.info.Device = lm.place.Kind
 	if lm.place.Kind == "cuda" {
 		lm.info.Device = fmt.Sprintf("cuda:%d", lm.place.Index)
-		lm.info.Threads = 1 // the host side: decode, transform, postprocess
+		lm.threads = 1 // the host side: decode, transform, postprocess
 	}
+	lm.info.Threads = lm.threads
 	lm.info.Precision = lm.precision.String()
 	return nil
 }
@@ -207,7 +206,7 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 		Spec: mc.Spec, Dir: dir, SHA256: sum, Arch: m.Arch, LabelDict: labelMapJSON(labels),
 		Thresholds: modelSettings(m.Opt), Threads: threads, Device: "cpu", Ignored: append(ignored, cfg.Extra...),
 	}
-	return &loadedModel{m: m, cfg: cfg, labelMap: labels, info: info, layerTimes: mc.LayerTimes}, nil
+	return &loadedModel{m: m, cfg: cfg, labelMap: labels, info: info, layerTimes: mc.LayerTimes, threads: threads}, nil
 }
 
 // defaultThreads is the thread count of a rank: the cores it may use
@@ -310,7 +309,7 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 		}
 		return g, nil
 	}
-	d, err := retinanet.NewDetector(lm.m, lm.info.Threads, ids)
+	d, err := retinanet.NewDetector(lm.m, lm.threads, ids)
 	if err != nil {
 		return nil, err
 	}

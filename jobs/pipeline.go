@@ -19,6 +19,11 @@ import (
 // batches (detectShard), then encode, gather and merge every rank's
 // detections (gatherMerge), with the per-rank statistics both report.
 
+// batchOrOne is a job config's batch size: the CLI passes --batch-size,
+// checked there (batchSize); a config built in code that leaves it 0 gets
+// one image per detector call.
+func batchOrOne(n int) int { return max(n, 1) }
+
 // shardOptions are what detectShard needs of a job's settings.
 type shardOptions struct {
 	rootDir   string    // image paths are relative to it

@@ -178,9 +178,7 @@ type predictReport struct {
 // the detections are gathered, rank 0 writes OUT/predictions.csv (DeepForest
 // prediction columns) and OUT/report.json.
 func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
-	if cfg.BatchSize < 1 {
-		cfg.BatchSize = 1
-	}
+	cfg.BatchSize = batchOrOne(cfg.BatchSize)
 	if cfg.RootDir == "" {
 		if cfg.CSV != "" {
 			cfg.RootDir = filepath.Dir(cfg.CSV)

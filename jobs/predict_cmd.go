@@ -24,11 +24,11 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 		Flags: concatFlags([]cli.Flag{
 			&cli.StringFlag{Name: "csv", Usage: "CSV whose image_path column lists the images (other columns ignored; each path once, in order of first appearance)"},
 			&cli.StringFlag{Name: "images", Usage: "or: a folder whose .png .jpg .jpeg .tif .tiff files (any case, not recursive, sorted by name) are the images"},
-			&cli.StringFlag{Name: "root-dir", Usage: "folder the CSV's image_path values are relative to (default: the CSV's folder)"},
+			rootDirFlag(),
 			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder; refused if it holds predictions unless --force, and (exit 2, naming the holder) while another run holds its lock"},
 			&cli.BoolFlag{Name: "force", Usage: "replace the predictions in --out (the previous ones stay until the new ones are written)"},
-			&cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"},
-			&cli.BoolFlag{Name: "verbose", Usage: "every rank prints its own line when the job is interrupted or fails (default: one line per job, from rank 0 or the failing rank)"},
+			batchSizeFlag(),
+			verboseFlag(),
 			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective, then exit 5 (0 disables)"},
 		}, modelFlags()),
 		Action: func(c *cli.Context) error {
@@ -36,20 +36,22 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 				return usageError(fmt.Errorf("predict takes no arguments, got %q", c.Args().Slice()))
 			}
 			cfg := PredictConfig{CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
-				Out: c.String("out"), Force: c.Bool("force"), BatchSize: c.Int("batch-size"), Command: os.Args, Stdout: stdout,
+				Out: c.String("out"), Force: c.Bool("force"), Command: os.Args, Stdout: stdout,
 				AllowOutsideRoot: c.Bool("allow-outside-root")}
 			mc, err := modelConfig(c)
 			if err != nil {
 				return usageError(fmt.Errorf("predict: %w", err))
 			}
+			var bserr error
+			cfg.BatchSize, bserr = batchSize(c)
 			cfg.Model = mc
 			switch {
 			case mc.Spec == "":
 				return usageError(errors.New("predict: --model is required"))
 			case (cfg.CSV == "") == (cfg.Images == ""):
 				return usageError(errors.New("predict: give exactly one of --csv and --images"))
-			case cfg.BatchSize < 1:
-				return usageError(fmt.Errorf("predict: --batch-size %d must be at least 1", cfg.BatchSize))
+			case bserr != nil:
+				return usageError(fmt.Errorf("predict: %w", bserr))
 			case cfg.Images != "" && cfg.RootDir != "":
 				return usageError(errors.New("predict: --root-dir goes with --csv; --images paths are relative to that folder"))
 			}

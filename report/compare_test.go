@@ -76,7 +76,7 @@ func TestJUnitSchema(t *testing.T) {
 	if err := WriteJUnit(&b, res); err != nil {
 		t.Fatal(err)
 	}
-	var s junitSuite
+	var s JUnitSuite
 	if err := xml.Unmarshal(b.Bytes(), &s); err != nil {
 		t.Fatal(err)
 	}

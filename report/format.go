@@ -89,8 +89,9 @@ func WriteMarkdown(w io.Writer, res *Result) error {
 	return err
 }
 
-// JUnit XML, the subset canopy emits (report/testdata/compare/junit.xsd).
-type junitSuite struct {
+// JUnitSuite is JUnit XML, the subset canopy emits
+// (report/testdata/compare/junit.xsd): one testsuite.
+type JUnitSuite struct {
 	XMLName  xml.Name    `xml:"testsuite"`
 	Name     string      `xml:"name,attr"`
 	Tests    int         `xml:"tests,attr"`
@@ -98,16 +99,18 @@ type junitSuite struct {
 	Errors   int         `xml:"errors,attr"`
 	Skipped  int         `xml:"skipped,attr"`
 	Time     string      `xml:"time,attr"`
-	Cases    []junitCase `xml:"testcase"`
+	Cases    []JUnitCase `xml:"testcase"`
 }
 
-type junitCase struct {
+// JUnitCase is one metric row.
+type JUnitCase struct {
 	Classname string        `xml:"classname,attr"`
 	Name      string        `xml:"name,attr"`
-	Failure   *junitFailure `xml:"failure"`
+	Failure   *JUnitFailure `xml:"failure"`
 }
 
-type junitFailure struct {
+// JUnitFailure is a regression.
+type JUnitFailure struct {
 	Message string `xml:"message,attr"`
 	Type    string `xml:"type,attr"`
 	Text    string `xml:",chardata"`
@@ -116,16 +119,16 @@ type junitFailure struct {
 // WriteJUnit writes one testsuite, canopy.compare, with a testcase
 // per metric and a failure on each regression.
 func WriteJUnit(w io.Writer, res *Result) error {
-	s := junitSuite{Name: "canopy.compare", Tests: len(res.Rows), Time: fmt.Sprintf("%.3f", res.Elapsed.Seconds())}
+	s := JUnitSuite{Name: "canopy.compare", Tests: len(res.Rows), Time: fmt.Sprintf("%.3f", res.Elapsed.Seconds())}
 	for _, r := range res.Rows {
-		c := junitCase{Classname: "metrics", Name: r.Key}
+		c := JUnitCase{Classname: "metrics", Name: r.Key}
 		if r.Regression {
 			s.Failures++
 			msg := fmt.Sprintf("%s %s: baseline %s, current %s", r.Key, r.Verdict, r.Base, r.Cur)
 			if r.HasDelta {
 				msg += fmt.Sprintf(", delta %s (tolerance %s)", r.deltaSigned(), strconv.FormatFloat(r.Tol, 'g', -1, 64))
 			}
-			c.Failure = &junitFailure{Message: msg, Type: "regression",
+			c.Failure = &JUnitFailure{Message: msg, Type: "regression",
 				Text: fmt.Sprintf("%s (--fail-on %s)\nbaseline: %s\ncurrent:  %s", msg, res.FailOn, res.Base.Path, res.Cur.Path)}
 		}
 		s.Cases = append(s.Cases, c)
