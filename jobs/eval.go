@@ -2,25 +2,19 @@ package jobs
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/gemm"
-	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/replay"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
@@ -72,46 +66,9 @@ type EvalConfig struct {
 	COCOOut bool
 }
 
-// PerturbEnv is a test hook: the rank it names perturbs its metric digest,
-// so the agreement check must fail with exit 6.
-const PerturbEnv = "CANOPY_TEST_PERTURB_RANK"
-
-// StopEnv is a test hook: the rank it names freezes itself with SIGSTOP
-// before the gather ("R"), or before the job's first collective, the
-// broadcast of the inputs ("R:start"), so the collective watchdog must fire
-// on the others.
-const StopEnv = "CANOPY_TEST_STOP_RANK"
-
-func stopForTest(rank int, at string) {
-	v, ok := os.LookupEnv(StopEnv)
-	r, where, _ := strings.Cut(v, ":")
-	if where == "" {
-		where = "gather"
-	}
-	if ok && r == strconv.Itoa(rank) && where == at {
-		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-	}
-}
-
 // reportFiles are the files a run writes; any of them in --out marks a
 // previous run.
 var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cocoTruthFile, cocoPredFile}
-
-type rankStats struct {
-	Rank int    `json:"rank"`
-	Host string `json:"host"`
-	// LocalRank and LocalSize: the rank's place among the ranks of its
-	// node (MPI_COMM_TYPE_SHARED), which also picks its GPU.
-	LocalRank int `json:"local_rank"`
-	LocalSize int `json:"local_size"`
-	// SGEMM names the matrix kernels (float32 rounding differs between
-	// kernel sets, so ranks on different CPUs may differ in the last bits).
-	SGEMM      string             `json:"sgemm,omitempty"`
-	Images     int                `json:"images"`
-	Detections int                `json:"detections"`
-	BytesSent  int                `json:"bytes_sent"`
-	Seconds    map[string]float64 `json:"seconds"`
-}
 
 // inputs is what rank 0 reads and broadcasts: the files' bytes, and for
 // --resume the part files and the attempt number.
@@ -128,9 +85,7 @@ type inputs struct {
 // Eval runs the eval job on this rank. It returns an *Error whose
 // Collective flag says whether every rank returns the same error.
 func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
-	if cfg.BatchSize < 1 {
-		cfg.BatchSize = 1
-	}
+	cfg.BatchSize = batchOrOne(cfg.BatchSize)
 	if cfg.RootDir == "" {
 		cfg.RootDir = filepath.Dir(cfg.CSV)
 	}
@@ -272,7 +227,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		}
 		return nil
 	}
-	mine, derr := detectShard(ctx, det, cfg, images, shard, c.Rank(), record)
+	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, losses: cfg.Model.Spec != ""},
+		images, shard, c.Rank(), record)
 	if err := pw.Close(); err != nil && derr == nil {
 		derr = &Error{Code: ExitInternal, Err: err}
 	}
@@ -292,29 +248,16 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 
 	// 4-5. Encode, gather, merge (with the images the part files hold).
 	stopForTest(c.Rank(), "gather")
-	t2 := time.Now()
-	gathered, err := sendDetections(c, cfg.CollectiveTimeout, time.Since(t1), mine, &stats)
+	prev := make([]wire.Image, 0, len(done))
+	for i := range images {
+		if im, ok := done[i]; ok {
+			prev = append(prev, im)
+		}
+	}
+	dets, losses, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, prev, len(images), &stats)
 	if err != nil {
 		return err
 	}
-	if len(done) > 0 {
-		prev := make([]wire.Image, 0, len(done))
-		for i := range images {
-			if im, ok := done[i]; ok {
-				prev = append(prev, im)
-			}
-		}
-		pb, err := wire.Encode(nil, prev)
-		if err != nil {
-			return collective(ExitInternal, "jobs: %w", err)
-		}
-		gathered = append(gathered, pb)
-	}
-	dets, losses, err := wire.Merge(gathered, len(images))
-	if err != nil {
-		return collective(ExitInternal, "jobs: merge: %w", err)
-	}
-	stats.Seconds["gather"] = since(t2)
 	resumed := resumeInfo{Attempt: in.attempt, FromParts: len(done), Computed: len(todo), RecordsDropped: pst.Dropped}
 
 	// 6. Score.
@@ -347,7 +290,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	var werr error
 	if c.Rank() == 0 {
-		rep := report{
+		rep := reportRecord{
 			metrics: metricJSON,
 			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored, resumed, model),
 		}
@@ -371,86 +314,6 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	return finalStatus(c, werr, "report")
 }
-
-// sendDetections encodes this rank's detections and gathers every rank's.
-// It is the first collective after detection: ranks that finished their
-// shard wait there for the slowest, which may take hours on a CPU. The plan
-// gives ranks equal work, so a rank waits up to the watchdog's limit plus
-// twice its own detection time before it calls the others hung (ranks
-// other than 0 one limit more, so that rank 0, which knows who is missing,
-// speaks first); then the limit is restored.
-func sendDetections(c mpi.Comm, timeout, detect time.Duration, mine []wire.Image, stats *rankStats) ([][]byte, error) {
-	buf, err := wire.Encode(nil, mine)
-	if err != nil {
-		return nil, localErr(ExitInternal, "jobs: encode: %w", err)
-	}
-	stats.BytesSent = len(buf)
-	if timeout > 0 {
-		limit := timeout + 2*detect // ranks but 0 wait twice this (cmpi)
-		if err := setTimeout(c, limit); err != nil {
-			return nil, err
-		}
-	}
-	g, err := mpi.AllgatherBytes(c, buf)
-	if err == nil && timeout > 0 {
-		err = setTimeout(c, timeout)
-	}
-	if err != nil {
-		return nil, localErr(ExitMPI, "jobs: gather detections: %w", err)
-	}
-	return g, nil
-}
-
-// detectErr maps detectShard's error to the job's: an interruption is
-// resumable (exit 8; note says what to do), an error carrying a code keeps
-// it, any other is a model error.
-func detectErr(derr error, note string) error {
-	switch {
-	case derr == nil:
-		return nil
-	case errors.Is(derr, errInterrupted):
-		return localErr(ExitResumable, "jobs: %s%w", note, derr)
-	}
-	code := ExitModel
-	var e *Error
-	if errors.As(derr, &e) {
-		code = e.Code
-	}
-	return localErr(code, "jobs: detect: %w", derr)
-}
-
-// finalStatus tells every rank whether rank 0 wrote its outputs (werr is
-// rank 0's error), so all exit alike.
-func finalStatus(c mpi.Comm, werr error, what string) error {
-	code := int64(0)
-	if werr != nil {
-		code = ExitInternal
-	}
-	st, err := c.AllreduceInt64([]int64{code}, mpi.Max)
-	if err != nil {
-		return localErr(ExitMPI, "jobs: final status: %w", err)
-	}
-	if st[0] != 0 {
-		if werr == nil {
-			werr = fmt.Errorf("rank 0 could not write the %s", what)
-		}
-		return &Error{Code: int(st[0]), Collective: true, Err: fmt.Errorf("jobs: write %s: %w", what, werr)}
-	}
-	return nil
-}
-
-// imageFile resolves a CSV image_path against the root folder.
-func imageFile(root, p string) string {
-	if filepath.IsAbs(p) {
-		return p
-	}
-	return filepath.Join(root, p)
-}
-
-func since(t time.Time) float64 { return time.Since(t).Seconds() }
-
-// createParts opens a rank's part file (a seam for the full-disk test).
-var createParts = parts.Create
 
 // loadInputs: rank 0 checks the output folder and reads the inputs, then
 // broadcasts either the bytes or its error, so every rank fails alike.
@@ -596,127 +459,4 @@ func inputWarnings(cfg EvalConfig, truth *dataset.Truth, preds []dataset.Row, ig
 		w = append(w, fmt.Sprintf("%d of the %d predictions of %s (%.1f%%) name no image of %s and are ignored%s", ignored, n, cfg.Predictions, 100*float64(ignored)/float64(n), cfg.CSV, unmatched()))
 	}
 	return w
-}
-
-// detectShard runs the detector over the shard in batches, hands each
-// finished batch to record (the part file) and stops between batches when
-// ctx is cancelled (SIGTERM, SIGUSR1, SIGINT), returning errInterrupted.
-// With a model (cfg.Model.Spec), each image's validation losses against its
-// truth come with its detections.
-func detectShard(ctx context.Context, d infer.Detector, cfg EvalConfig, images []box.Image, shard []int, rank int,
-	record func([]wire.Image) error) ([]wire.Image, error) {
-	out := make([]wire.Image, 0, len(shard))
-	var ld infer.LossDetector
-	if cfg.Model.Spec != "" {
-		var ok bool
-		if ld, ok = d.(infer.LossDetector); !ok {
-			return nil, fmt.Errorf("detector %s computes no losses: %w", d.Name(), infer.ErrModel)
-		}
-	}
-	stopAfter := interruptAfter(rank)
-	prog := newProgress(cfg.Progress, len(shard))
-	batchAt := func(start int) []infer.Input {
-		end := min(start+cfg.BatchSize, len(shard))
-		batch := make([]infer.Input, 0, end-start)
-		for _, i := range shard[start:end] {
-			batch = append(batch, infer.Input{Index: i, Path: images[i].Path, File: imageFile(cfg.RootDir, images[i].Path)})
-		}
-		return batch
-	}
-	pf, _ := d.(infer.Prefetcher)
-	var next []infer.Input
-	for start, batches := 0, 0; start < len(shard); start, batches = start+cfg.BatchSize, batches+1 {
-		if batches == stopAfter {
-			interruptSelf(rank)
-		}
-		if ctx.Err() != nil {
-			return out, errInterrupted
-		}
-		batch := next
-		if batch == nil {
-			batch = batchAt(start)
-		}
-		next = nil
-		if n := start + cfg.BatchSize; pf != nil && n < len(shard) {
-			next = batchAt(n)
-			pf.Prefetch(next)
-		}
-		var got [][]box.Detection
-		var losses []box.Loss
-		var err error
-		if ld != nil {
-			truth := make([][]box.Truth, len(batch))
-			for k, in := range batch {
-				truth[k] = images[in.Index].Truth
-			}
-			got, losses, err = ld.DetectLoss(ctx, batch, truth)
-			if err == nil && len(losses) != len(batch) {
-				err = fmt.Errorf("detector %s returned %d losses for %d images: %w", d.Name(), len(losses), len(batch), infer.ErrModel)
-			}
-		} else {
-			got, err = d.Detect(ctx, batch)
-		}
-		if err != nil && ctx.Err() != nil {
-			return out, errInterrupted // the batch in flight is dropped
-		}
-		if err != nil {
-			if errors.Is(err, imagefile.ErrImage) {
-				return nil, &Error{Code: ExitInput, Err: err}
-			}
-			return nil, err
-		}
-		if len(got) != len(batch) {
-			return nil, fmt.Errorf("detector %s returned %d results for %d images: %w", d.Name(), len(got), len(batch), infer.ErrModel)
-		}
-		n := len(out)
-		for k, in := range batch {
-			im := wire.Image{Index: in.Index, Dets: got[k]}
-			if losses != nil {
-				im.Loss = &losses[k]
-			}
-			out = append(out, im)
-		}
-		if err := record(out[n:]); err != nil {
-			return nil, err
-		}
-		prog.add(len(batch))
-	}
-	return out, nil
-}
-
-// agree compares a 64-bit digest of the metric bytes across ranks.
-func agree(c mpi.Comm, metricJSON []byte) error {
-	h := fnv.New64a()
-	h.Write(metricJSON)
-	if v, ok := os.LookupEnv(PerturbEnv); ok && v == strconv.Itoa(c.Rank()) {
-		h.Write([]byte{1})
-	}
-	d := h.Sum64()
-	lo, err := c.AllreduceUint64([]uint64{d}, mpi.Min)
-	if err != nil {
-		return localErr(ExitMPI, "jobs: agreement check: %w", err)
-	}
-	hi, err := c.AllreduceUint64([]uint64{d}, mpi.Max)
-	if err != nil {
-		return localErr(ExitMPI, "jobs: agreement check: %w", err)
-	}
-	if lo[0] == hi[0] {
-		return nil
-	}
-	all, err := c.AllgatherInt64(int64(d))
-	if err != nil {
-		return localErr(ExitMPI, "jobs: agreement check: %w", err)
-	}
-	var differ []int
-	for r, v := range all {
-		if v != all[0] {
-			differ = append(differ, r)
-		}
-	}
-	return collective(ExitDisagree, "jobs: ranks disagree on the metrics: ranks %v differ from rank 0", differ)
-}
-
-func sha256Hex(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
 }

@@ -65,7 +65,7 @@ func gpuCfg(t *testing.T, out string) EvalConfig {
 		t.Fatal(s.err)
 	}
 	cfg.Model.Spec = s.dir
-	cfg.Model.Device = "cuda"
+	cfg.Model.Device = device("cuda")
 	return cfg
 }
 
@@ -79,7 +79,7 @@ func TestGPUEvalIdenticalAcrossRanks(t *testing.T) {
 		for _, v := range []struct{ ranks, batch int }{{1, 1}, {2, 4}} {
 			out := t.TempDir()
 			cfg := gpuCfg(t, out)
-			cfg.BatchSize, cfg.Model.Precision = v.batch, prec
+			cfg.BatchSize, cfg.Model.Precision = v.batch, precision(prec)
 			if codes := runLocal(t, v.ranks, cfg); codes[0] != 0 {
 				t.Fatalf("%s %+v: exit codes %v", prec, v, codes)
 			}
@@ -170,8 +170,8 @@ func TestGPUPlacementErrors(t *testing.T) {
 		msg  string
 	}{
 		{"exclusive", func(c *EvalConfig) { c.Model.ExclusiveGPU = true }, ExitMPI, "--exclusive-gpu: 2 ranks"},
-		{"index", func(c *EvalConfig) { c.Model.Device = "cuda:1" }, ExitMPI, "sees 1 device"},
-		{"tf32 on cpu", func(c *EvalConfig) { c.Model.Device, c.Model.Precision = "cpu", "tf32" }, ExitUsage, "tf32 needs a GPU"},
+		{"index", func(c *EvalConfig) { c.Model.Device = device("cuda:1") }, ExitMPI, "sees 1 device"},
+		{"tf32 on cpu", func(c *EvalConfig) { c.Model.Device, c.Model.Precision = device("cpu"), precision("tf32") }, ExitUsage, "tf32 needs a GPU"},
 	} {
 		cfg := gpuCfg(t, t.TempDir())
 		c.edit(&cfg)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/canopy-hpc/canopy/infer/cuda"
 	"io"
 	"os"
 	"path/filepath"
@@ -69,4 +70,22 @@ func setCfg(set, out string) EvalConfig {
 		CSV: filepath.Join(d, "truth.csv"), Predictions: filepath.Join(d, "predictions.csv"),
 		Out: out, IoUThreshold: 0.4, BatchSize: 3,
 	}
+}
+
+// device and precision parse a --device and a --precision value for a
+// ModelConfig built in a test.
+func device(s string) cuda.Request {
+	r, err := cuda.ParseDevice(s)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+func precision(s string) cuda.Precision {
+	p, err := cuda.ParsePrecision(s)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }

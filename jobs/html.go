@@ -9,34 +9,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/metrics"
-	"github.com/urfave/cli/v2"
 )
-
-// reportFlags are eval's flags of the extra outputs: report.html and COCO JSON.
-func reportFlags() []cli.Flag {
-	d := htmlreport.DefaultOptions
-	return []cli.Flag{
-		&cli.BoolFlag{Name: "html", Value: true, Usage: "rank 0 writes OUT/report.html after the metrics: one self-contained page (metrics, PR curves, score histograms, box sizes, per-rank timeline, worst images drawn, the run); --html=false turns it off"},
-		&cli.IntFlag{Name: "html-worst", Value: d.Worst, Usage: "images drawn in report.html: half with the lowest recall, the rest with the most false positives (0: none)"},
-		&cli.IntFlag{Name: "html-thumb", Value: d.Thumb, Usage: "longest side, in pixels, of the images drawn in report.html"},
-		&cli.BoolFlag{Name: "coco-out", Usage: "also write OUT/coco_truth.json (the truth as a COCO dataset; image ids 1.. in truth order, category ids as label_map) and OUT/coco_predictions.json (COCO results format), for pycocotools"},
-	}
-}
-
-// htmlOptions parses the flags once; nil means no report.html.
-func htmlOptions(c *cli.Context) (*htmlreport.Options, error) {
-	if !c.Bool("html") {
-		return nil, nil
-	}
-	o := htmlreport.Options{Worst: c.Int("html-worst"), Thumb: c.Int("html-thumb")}
-	if o.Worst < 0 {
-		return nil, fmt.Errorf("--html-worst %d must be at least 0", o.Worst)
-	}
-	if o.Thumb < 16 || o.Thumb > 4096 {
-		return nil, fmt.Errorf("--html-thumb %d must be in [16, 4096]", o.Thumb)
-	}
-	return &o, nil
-}
 
 // writeHTML writes OUT/report.html from the report.json just written (rank
 // 0, after the metrics; writeSeconds is its time writing the other files).
@@ -54,24 +27,4 @@ func writeHTML(cfg EvalConfig, images []box.Image, dets [][]box.Detection, label
 		return htmlreport.WriteEval(w, htmlreport.Eval{ReportJSON: rj, Images: images, Dets: dets, Labels: labels,
 			Matches: res.Matches, PR: res.PR, RootDir: root, CSV: csv, WriteSeconds: writeSeconds}, *cfg.HTML)
 	})
-}
-
-var compareHTMLFlag = &cli.StringFlag{Name: "html", Usage: "write a self-contained HTML page to this file: every metric with its verdict, both runs' PR curves overlaid and the images whose recall changed most, drawn for both (needs --out folders with report.html, results.csv and predictions.csv; what is missing is said on the page)"}
-
-// writeCompareHTML renders `canopy compare --html`.
-func writeCompareHTML(w io.Writer, res *cmpResult) error {
-	c := htmlreport.Compare{Summary: res.summary(), Options: htmlreport.DefaultOptions}
-	for _, r := range res.rows {
-		c.Rows = append(c.Rows, htmlreport.CompareRow{Metric: r.key, Baseline: r.base.String(), Current: r.cur.String(),
-			Delta: r.deltaSigned(), Verdict: r.verdict, Regression: r.regression})
-	}
-	side := func(rep *cmpReport) htmlreport.Side {
-		s := htmlreport.Side{Name: rep.path}
-		if filepath.Base(rep.path) == "report.json" {
-			s.Name, s.Dir = filepath.Dir(rep.path), filepath.Dir(rep.path)
-		}
-		return s
-	}
-	c.Baseline, c.Current = side(res.base), side(res.cur)
-	return htmlreport.WriteCompare(w, c)
 }

@@ -5,13 +5,14 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/metrics"
+	"github.com/canopy-hpc/canopy/report"
 )
 
 // The validation-loss rows of eval --model, under the names DeepForest's
 // validation_step logs (val_ + torchvision's loss keys, and their sum).
 const (
-	keyValClassification = "val_classification"
-	keyValBoxRegression  = "val_bbox_regression"
+	keyValClassification = report.KeyValClassification
+	keyValBoxRegression  = report.KeyValBoxRegression
 	keyValLoss           = "val_loss"
 )
 

@@ -1,8 +1,6 @@
 package jobs
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,10 +27,11 @@ type ModelConfig struct {
 	Threads int
 	// ScoreThresh and NMSThresh override the model's config.json when >= 0.
 	ScoreThresh, NMSThresh float64
-	// Device is --device: auto, cpu, cuda or cuda:N (cuda.ParseDevice).
-	Device string
-	// Precision is the GPU convolutions' precision, fp32 or tf32.
-	Precision string
+	// Device is --device, parsed (cuda.ParseDevice); the zero Request is
+	// auto.
+	Device cuda.Request
+	// Precision is the GPU convolutions' precision (cuda.ParsePrecision).
+	Precision cuda.Precision
 	// ExclusiveGPU makes two ranks on one GPU an error.
 	ExclusiveGPU bool
 	// LayerTimes prints, on rank 0, the model's time per layer group.
@@ -123,6 +122,7 @@ type loadedModel struct {
 	layerTimes bool
 	place      cuda.Placement
 	precision  cuda.Precision
+	threads    int // compute threads of the detector, resolved once (info.Threads records it)
 }
 
 // loadModel loads the folder rank 0 resolved on every rank and checks that
@@ -143,14 +143,10 @@ func loadModel(c mpi.Comm, mc ModelConfig, dir, digest, config string) (*loadedM
 // placeDevice chooses this rank's device (cuda.Place): node-local rank mod
 // the visible GPUs, or the CPU.
 func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) error {
-	req, err := cuda.ParseDevice(mc.Device)
-	if err != nil {
-		return err
-	}
-	if lm.precision, err = cuda.ParsePrecision(mc.Precision); err != nil {
-		return err
-	}
+	lm.precision = mc.Precision
+	req := mc.Device
 	visible := 0
+	var err error
 	if haveCUDA && req.Kind != "cpu" {
 		if visible, err = countDevices(); err != nil {
 			return fmt.Errorf("jobs: counting CUDA devices: %w", err)
@@ -168,8 +164,9 @@ func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) err
 	lm.info.Device = lm.place.Kind
 	if lm.place.Kind == "cuda" {
 		lm.info.Device = fmt.Sprintf("cuda:%d", lm.place.Index)
-		lm.info.Threads = 1 // the host side: decode, transform, postprocess
+		lm.threads = 1 // the host side: decode, transform, postprocess
 	}
+	lm.info.Threads = lm.threads
 	lm.info.Precision = lm.precision.String()
 	return nil
 }
@@ -220,7 +217,7 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 		Thresholds: modelSettings(m.Opt), Threads: threads, Device: "cpu", Ignored: append(ignored, cfg.Extra...),
 		Resize: m.Opt.Resize.String(), Blend: m.Opt.Blend.String(),
 	}
-	return &loadedModel{m: m, cfg: cfg, labelMap: labels, info: info, layerTimes: mc.LayerTimes}, nil
+	return &loadedModel{m: m, cfg: cfg, labelMap: labels, info: info, layerTimes: mc.LayerTimes, threads: threads}, nil
 }
 
 // defaultThreads is the thread count of a rank: the cores it may use
@@ -231,27 +228,6 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 func defaultThreads(maxprocs, ncpu, localRanks int) int {
 	share := ncpu / max(localRanks, 1)
 	return max(1, min(maxprocs, share))
-}
-
-// hashFile is the hex sha256 of a file.
-func hashFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// fileSHA is hashFile's digest, "" when the file cannot be read (as
-// resolveModel records an absent config.json).
-func fileSHA(path string) string {
-	d, _ := hashFile(path)
-	return d
 }
 
 // modelSettings are the options that change detections, for the manifest
@@ -344,7 +320,7 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 		}
 		return g, nil
 	}
-	d, err := retinanet.NewDetector(lm.m, lm.info.Threads, ids)
+	d, err := retinanet.NewDetector(lm.m, lm.threads, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -395,45 +371,4 @@ func checkModelLabels(model box.LabelMap, given *box.LabelMap, truthLabels []str
 		}
 	}
 	return nil
-}
-
-// agreeErr is a collective: every rank passes its own error (or nil) and
-// every rank returns the same outcome: nil when no rank failed, else a
-// collective *Error naming the first failing rank with its message, with
-// the largest exit code any rank proposed (code, or the error's own when
-// it carries one). Rank 0 prints it once; no rank aborts or hangs.
-func agreeErr(c mpi.Comm, code int, err error) error {
-	var msg []byte
-	if err != nil {
-		if e := (*Error)(nil); errors.As(err, &e) {
-			code = e.Code
-		}
-		msg = fmt.Appendf([]byte{byte(code)}, "%v", err)
-	}
-	all, gerr := mpi.AllgatherBytes(c, msg)
-	if gerr != nil {
-		return localErr(ExitMPI, "jobs: %w", gerr)
-	}
-	first, worst, n := -1, 0, 0
-	for r, m := range all {
-		if len(m) == 0 {
-			continue
-		}
-		n++
-		if first < 0 {
-			first = r
-		}
-		worst = max(worst, int(m[0]))
-	}
-	if first < 0 {
-		return nil
-	}
-	text := string(all[first][1:])
-	if c.Size() > 1 {
-		text = fmt.Sprintf("rank %d: %s", first, text)
-		if n > 1 {
-			text += fmt.Sprintf(" (and %d more ranks failed)", n-1)
-		}
-	}
-	return &Error{Code: worst, Collective: true, Err: errors.New(text)}
 }

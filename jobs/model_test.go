@@ -107,7 +107,7 @@ func testModelSet(t *testing.T) (model, csv, dir string) {
 func modelCfg(t *testing.T, out string) EvalConfig {
 	model, csv, _ := testModelSet(t)
 	return EvalConfig{CSV: csv, Out: out, IoUThreshold: 0.4, BatchSize: 2,
-		Model: ModelConfig{Spec: model, Threads: 1, ScoreThresh: -1, NMSThresh: -1, Device: "cpu"}}
+		Model: ModelConfig{Spec: model, Threads: 1, ScoreThresh: -1, NMSThresh: -1, Device: device("cpu")}}
 }
 
 // Detections and metrics are byte-identical for any rank count, batch size

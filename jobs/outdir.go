@@ -3,7 +3,6 @@ package jobs
 import (
 	"bufio"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -337,7 +336,7 @@ func stage(dir, name string, fill func(io.Writer) error) (staged, error) {
 		os.Remove(tmp)
 		return staged{}, fmt.Errorf("jobs: write %s: %w", name, err)
 	}
-	h := sha256.New()
+	h := newDigest()
 	bw := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
 	if err := fill(bw); err != nil {
 		return fail(err)
@@ -355,7 +354,7 @@ func stage(dir, name string, fill func(io.Writer) error) (staged, error) {
 		os.Remove(tmp)
 		return staged{}, fmt.Errorf("jobs: close %s: %w", name, err)
 	}
-	return staged{Tmp: filepath.Base(tmp), Name: name, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return staged{Tmp: filepath.Base(tmp), Name: name, SHA256: digestHex(h)}, nil
 }
 
 // writeAtomic writes one file: staged, then renamed into place.
@@ -440,13 +439,4 @@ func syncDir(dir string) {
 		d.Sync()
 		d.Close()
 	}
-}
-
-func usageErr(format string, a ...any) *Error {
-	return &Error{Code: ExitUsage, Collective: true, Err: fmt.Errorf(format, a...)}
-}
-
-// ioErr is an I/O failure on canopy's own files: exit 1.
-func ioErr(format string, a ...any) *Error {
-	return &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf(format, a...)}
 }

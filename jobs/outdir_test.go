@@ -87,7 +87,7 @@ func TestForceKeepsPreviousRunUntilTheNewOneCommits(t *testing.T) {
 		"bad label dict": {func(c *EvalConfig) { c.LabelDict = bad }, ExitInput},
 		"missing model": {func(c *EvalConfig) {
 			c.Predictions = ""
-			c.Model = ModelConfig{Spec: filepath.Join(out, "nope"), Device: "cpu"}
+			c.Model = ModelConfig{Spec: filepath.Join(out, "nope"), Device: device("cpu")}
 		}, ExitModel},
 	} {
 		cfg := setCfg("three", out)

@@ -178,9 +178,7 @@ type predictReport struct {
 // the detections are gathered, rank 0 writes OUT/predictions.csv (DeepForest
 // prediction columns) and OUT/report.json.
 func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
-	if cfg.BatchSize < 1 {
-		cfg.BatchSize = 1
-	}
+	cfg.BatchSize = batchOrOne(cfg.BatchSize)
 	if cfg.RootDir == "" {
 		if cfg.CSV != "" {
 			cfg.RootDir = filepath.Dir(cfg.CSV)
@@ -246,8 +244,8 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		return err
 	}
 	defer det.Close()
-	ecfg := EvalConfig{RootDir: cfg.RootDir, BatchSize: cfg.BatchSize, Progress: cfg.Progress}
-	mine, derr := detectShard(ctx, det, ecfg, images, shard, c.Rank(), func([]wire.Image) error { return nil })
+	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress},
+		images, shard, c.Rank(), func([]wire.Image) error { return nil })
 	if err := detectErr(derr, "predict keeps no part files, run it again: "); err != nil {
 		return err
 	}
@@ -257,16 +255,10 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	stats.Seconds["detect"] = since(t1)
 	printLayerTimes(cfg.Progress, det)
 
-	t2 := time.Now()
-	gathered, err := sendDetections(c, cfg.CollectiveTimeout, time.Since(t1), mine, &stats)
+	dets, _, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, nil, len(images), &stats)
 	if err != nil {
 		return err
 	}
-	dets, _, err := wire.Merge(gathered, len(images))
-	if err != nil {
-		return collective(ExitInternal, "jobs: merge: %w", err)
-	}
-	stats.Seconds["gather"] = since(t2)
 	sb, _ := json.Marshal(stats)
 	allStats, err := mpi.AllgatherBytes(c, sb)
 	if err != nil {

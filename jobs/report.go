@@ -17,35 +17,36 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/report"
 )
 
 // Version is canopy's version, printed by `canopy version` and recorded in
 // every report.
 var Version = "0.1.0"
 
-type report struct {
+type reportRecord struct {
 	metrics []byte
 	run     runInfo
 }
 
 type runInfo struct {
-	Canopy             string          `json:"canopy"`
-	Go                 string          `json:"go"`
-	MPI                string          `json:"mpi"`
-	Git                string          `json:"git"`
-	Command            []string        `json:"command"`
-	Semantics          string          `json:"semantics"`
-	IoUThreshold       float64         `json:"iou_threshold"`
-	Detector           string          `json:"detector"`
-	Ranks              int             `json:"ranks"`
-	Hosts              []string        `json:"hosts"`
-	PerRank            []rankStats     `json:"per_rank"`
-	Inputs             map[string]file `json:"inputs"`
-	LabelMap           json.RawMessage `json:"label_map"`
-	Coverage           coverage        `json:"coverage"`
-	IgnoredPredictions int             `json:"ignored_predictions"`
-	Resume             resumeInfo      `json:"resume"`
-	Model              *modelInfo      `json:"model,omitempty"`
+	Canopy             string                 `json:"canopy"`
+	Go                 string                 `json:"go"`
+	MPI                string                 `json:"mpi"`
+	Git                string                 `json:"git"`
+	Command            []string               `json:"command"`
+	Semantics          string                 `json:"semantics"`
+	IoUThreshold       float64                `json:"iou_threshold"`
+	Detector           string                 `json:"detector"`
+	Ranks              int                    `json:"ranks"`
+	Hosts              []string               `json:"hosts"`
+	PerRank            []rankStats            `json:"per_rank"`
+	Inputs             map[string]report.File `json:"inputs"`
+	LabelMap           json.RawMessage        `json:"label_map"`
+	Coverage           coverage               `json:"coverage"`
+	IgnoredPredictions int                    `json:"ignored_predictions"`
+	Resume             resumeInfo             `json:"resume"`
+	Model              *modelInfo             `json:"model,omitempty"`
 	// Outputs are the sha256 of the files published with this report, so a
 	// reader can check that a predictions.csv or results.csv belongs to it.
 	Outputs map[string]string `json:"outputs,omitempty"`
@@ -62,11 +63,6 @@ type resumeInfo struct {
 	FromParts      int `json:"images_from_parts"`
 	Computed       int `json:"images_computed"`
 	RecordsDropped int `json:"part_records_dropped"`
-}
-
-type file struct {
-	Path   string `json:"path"`
-	SHA256 string `json:"sha256"`
 }
 
 type coverage struct {
@@ -110,22 +106,7 @@ func formatValue(v metrics.Value) string {
 	if v.Null || math.IsNaN(v.V) || math.IsInf(v.V, 0) {
 		return "null"
 	}
-	return formatFloat(v.V)
-}
-
-// formatFloat writes the shortest decimal that round-trips, as Python's
-// repr does, always with a decimal point or exponent.
-func formatFloat(f float64) string { return string(appendFloat(nil, f)) }
-
-func appendFloat(b []byte, f float64) []byte {
-	n := len(b)
-	b = strconv.AppendFloat(b, f, 'g', -1, 64)
-	for _, c := range b[n:] {
-		if c == '.' || c == 'e' || c == 'n' || c == 'N' || c == 'I' {
-			return b
-		}
-	}
-	return append(b, ".0"...)
+	return report.FormatFloat(v.V)
 }
 
 func labelMapJSON(m box.LabelMap) json.RawMessage {
@@ -175,7 +156,7 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 		IoUThreshold:       cfg.IoUThreshold,
 		Detector:           "replay",
 		Ranks:              c.Size(),
-		Inputs:             map[string]file{"csv": {cfg.CSV, sha256Hex(in.csv)}, "predictions": {cfg.Predictions, sha256Hex(in.preds)}},
+		Inputs:             map[string]report.File{"csv": {Path: cfg.CSV, SHA256: sha256Hex(in.csv)}, "predictions": {Path: cfg.Predictions, SHA256: sha256Hex(in.preds)}},
 		LabelMap:           labelMapJSON(labels),
 		IgnoredPredictions: ignored,
 		Resume:             resumed,
@@ -191,7 +172,7 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 		delete(r.Inputs, "predictions")
 	}
 	if cfg.LabelDict != "" {
-		r.Inputs["label_dict"] = file{cfg.LabelDict, sha256Hex(in.labels)}
+		r.Inputs["label_dict"] = report.File{Path: cfg.LabelDict, SHA256: sha256Hex(in.labels)}
 	}
 	seen := map[string]bool{}
 	for _, b := range allStats {
@@ -213,7 +194,7 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 
 // writeOutputs stages predictions.csv, results.csv and report.json (which
 // records the other two's sha256) and publishes them as one set.
-func writeOutputs(cfg EvalConfig, rep report, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result) error {
+func writeOutputs(cfg EvalConfig, rep reportRecord, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result) error {
 	preds, err := stage(cfg.Out, "predictions.csv", func(w io.Writer) error {
 		return writePredictions(w, images, dets, labels)
 	})
@@ -262,10 +243,10 @@ func writePredictions(w io.Writer, images []box.Image, dets [][]box.Detection, l
 		for _, d := range dets[i] {
 			line = append(line[:0], p...)
 			for _, v := range [4]float64{d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax} {
-				line = appendFloat(append(line, ','), v)
+				line = report.AppendFloat(append(line, ','), v)
 			}
 			line = append(append(append(line, ','), names(d.Label)...), ',')
-			line = append(appendFloat(line, d.Score), '\n')
+			line = append(report.AppendFloat(line, d.Score), '\n')
 			if _, err := w.Write(line); err != nil {
 				return err
 			}
@@ -304,9 +285,9 @@ func writeResults(w io.Writer, images []box.Image, dets [][]box.Detection, label
 		if m.PredID >= 0 {
 			line = strconv.AppendInt(line, int64(m.PredID), 10)
 		}
-		line = append(appendFloat(append(line, ','), m.IoU), ',')
+		line = append(report.AppendFloat(append(line, ','), m.IoU), ',')
 		if m.PredID >= 0 {
-			line = appendFloat(line, m.Score)
+			line = report.AppendFloat(line, m.Score)
 		}
 		if m.Match {
 			line = append(line, ",True,"...)

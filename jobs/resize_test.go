@@ -35,7 +35,7 @@ func TestPredictResizeRule(t *testing.T) {
 		out := t.TempDir()
 		blend := retinanet.BlendRule(i) // fma with the first, no-fma with the second
 		cfg := PredictConfig{Images: dir, Out: out, BatchSize: 1,
-			Model: ModelConfig{Spec: model, Threads: 1, ScoreThresh: -1, NMSThresh: -1, Device: "cpu", Resize: rule, Blend: blend}}
+			Model: ModelConfig{Spec: model, Threads: 1, ScoreThresh: -1, NMSThresh: -1, Device: device("cpu"), Resize: rule, Blend: blend}}
 		for r, err := range local.Run(1, func(c mpi.Comm) error { return Predict(context.Background(), c, cfg) }) {
 			if err != nil {
 				t.Fatalf("%s: rank %d: %v", rule, r, err)

@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -231,30 +229,3 @@ func unpackFields(pkt []byte) ([][]byte, error) {
 // errInterrupted is returned by detectShard when a signal asked the job to
 // stop; the rank has synced its part file.
 var errInterrupted = errors.New("interrupted by a signal; finished images are saved, continue with --resume")
-
-// InterruptEnv is a test hook "RANK:N": that rank signals itself (SIGTERM)
-// after N batches, as scancel or a preemption would.
-const InterruptEnv = "CANOPY_TEST_INTERRUPT"
-
-// interruptSelf delivers the hook's signal; tests of package jobs replace
-// it, since their ranks share one process.
-var interruptSelf = func(rank int) {
-	syscall.Kill(os.Getpid(), syscall.SIGTERM)
-	time.Sleep(200 * time.Millisecond) // let signal.NotifyContext cancel the context
-}
-
-func interruptAfter(rank int) int {
-	v, ok := os.LookupEnv(InterruptEnv)
-	if !ok {
-		return -1
-	}
-	r, n, _ := strings.Cut(v, ":")
-	if r != strconv.Itoa(rank) {
-		return -1
-	}
-	k, err := strconv.Atoi(n)
-	if err != nil {
-		return -1
-	}
-	return k
-}

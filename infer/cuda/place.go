@@ -46,8 +46,12 @@ type Placement struct {
 // CUDA_VISIBLE_DEVICES; Slurm's --gpus-per-task leaves each rank its own
 // device 0), node-local rank localRank runs on localRank mod visible; auto
 // falls back to the CPU when there is no device or no cuda build. haveCUDA
-// is HaveCUDA (a parameter so tests can play both builds).
+// is HaveCUDA (a parameter so tests can play both builds). The zero
+// Request is auto.
 func Place(req Request, localRank, localSize, visible int, haveCUDA bool) (Placement, error) {
+	if req.Kind == "" {
+		req = Request{Kind: "auto", Index: -1}
+	}
 	if req.Kind == "cpu" || (req.Kind == "auto" && (!haveCUDA || visible == 0)) {
 		why := "--device cpu"
 		if req.Kind == "auto" {

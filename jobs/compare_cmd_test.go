@@ -10,12 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/report"
 	"github.com/urfave/cli/v2"
 )
 
-// The fixtures in testdata/compare are hand-written reports, each named
-// for the one thing it changes against baseline.json.
-func fixture(name string) string { return filepath.Join("testdata", "compare", name) }
+// The fixtures in report/testdata/compare are hand-written reports, each
+// named for the one thing it changes against baseline.json.
+func fixture(name string) string { return filepath.Join("..", "report", "testdata", "compare", name) }
 
 // compareCLI runs `canopy compare` through the real command line.
 func compareCLI(t *testing.T, args ...string) (int, string, string) {
@@ -128,7 +129,7 @@ func TestCompareJUnitAndMarkdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var s junitSuite
+	var s report.JUnitSuite
 	if err := xml.Unmarshal(b, &s); err != nil {
 		t.Fatal(err)
 	}
@@ -194,8 +195,8 @@ func verdicts(t *testing.T, opts CompareOptions) map[string]string {
 		t.Fatal(err)
 	}
 	v := map[string]string{}
-	for _, r := range res.rows {
-		v[r.key] = r.verdict
+	for _, r := range res.Rows {
+		v[r.Key] = r.Verdict
 	}
 	return v
 }
@@ -317,18 +318,8 @@ func TestComparePerClassByClassID(t *testing.T) {
 	}
 }
 
-func TestCompareDirections(t *testing.T) {
-	for k, want := range map[string]int{
-		"box_recall": dirHigher, "box_precision": dirHigher, "empty_frame_accuracy": dirHigher,
-		"Alive_Recall": dirHigher, "Dead_Precision": dirHigher, "iou": dirHigher, "iou/cl_3": dirHigher,
-		"map": dirHigher, "map_50": dirHigher, "map_per_class[4]": dirHigher, "mar_100": dirHigher, "mar_100_per_class[0]": dirHigher,
-		"val_loss": dirLower, "loss": dirLower, "box_loss_map": dirLower, "val_classification": dirLower, "val_bbox_regression": dirLower,
-		"score_spread": dirNone, "images": dirNone, "mapping": dirNone, "marker": dirNone,
-	} {
-		if got := metricDirection(k); got != want {
-			t.Errorf("%s: direction %d, want %d", k, got, want)
-		}
-	}
+// The directions themselves are report's (report.TestDirections).
+func TestCompareUnknownKeyChanged(t *testing.T) {
 	v := verdicts(t, CompareOptions{Baseline: fixture("unknown_key_baseline.json"), Current: fixture("unknown_key_changed.json")})
 	if v["score_spread"] != "changed" {
 		t.Errorf("unknown key: %q, want changed", v["score_spread"])
@@ -445,7 +436,7 @@ func TestCompareOutputFilesAndSchema(t *testing.T) {
 	if len(ents) != 2 {
 		t.Errorf("folder holds %d entries, want c.xml and c.md only", len(ents))
 	}
-	var s junitSuite
+	var s report.JUnitSuite
 	if err := xml.Unmarshal([]byte(mustRead(t, junit)), &s); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,136 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/canopy-hpc/canopy/metrics"
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/urfave/cli/v2"
+)
+
+// canopy eval: its flags and how they become an EvalConfig (the job is eval.go).
+
+func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory) *cli.Command {
+	return &cli.Command{
+		Name:      "eval",
+		Usage:     "score detections against DeepForest ground truth on every rank",
+		ArgsUsage: "[CSV]",
+		Description: "Rank 0 reads the inputs and broadcasts them; each rank detects its shard of the\n" +
+			"images; an MPI_Allgatherv gives every rank every detection; every rank computes\n" +
+			"the same metrics; rank 0 writes report.json, predictions.csv and results.csv\n" +
+			"into --out. The CSV may be given by --csv or as the one positional argument.\n" +
+			"With --model the metrics also hold DeepForest's val_classification,\n" +
+			"val_bbox_regression and val_loss: torchvision's train-mode losses per image,\n" +
+			"averaged over the images (with the model's stored BatchNorm statistics).\n\n" + ExitTable,
+		Flags: concatFlags([]cli.Flag{
+			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name), or a COCO dataset (.json: file_name is the image_path, bbox x,y,w,h, category names are the labels)"},
+			rootDirFlag(),
+			&cli.StringFlag{Name: "predictions", Usage: "replay detector: DeepForest prediction CSV (image_path,xmin,ymin,xmax,ymax,label,score); rows join the truth by exact image_path"},
+			&cli.BoolFlag{Name: "allow-any-score", Usage: "accept --predictions scores outside [0, 1] (they must still be finite numbers)"},
+			&cli.BoolFlag{Name: "strict", Usage: "make the input warnings errors (exit 3): no prediction joins the truth, over 10% of the predictions name no truth image, exact duplicate rows"},
+		}, modelFlags(), []cli.Flag{
+			&cli.Float64Flag{Name: "iou-threshold", Value: 0.4, Usage: "a truth box is matched when IoU is strictly greater than this, in [0, 1]"},
+			&cli.StringFlag{Name: "semantics", Value: "validation", Usage: "DeepForest definition of box recall/precision: validation (trainer.validate's RecallPrecision) or evaluate_boxes"},
+			&cli.StringFlag{Name: "metrics", Value: "all", Usage: "metric families, comma-separated: recall (DeepForest box recall/precision), iou (torchmetrics IntersectionOverUnion), coco (COCO mAP/mAR), or all"},
+			&cli.BoolFlag{Name: "class-metrics", Usage: "report map_per_class and mar_100_per_class as arrays by label id, and the ids as \"classes\" (else -1, as DeepForest logs them)"},
+			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV (DeepForest classes.csv form); default: sorted unique labels of truth and joined predictions"},
+			&cli.StringFlag{Name: "out", Value: "canopy-out", Usage: "output folder, on a filesystem every rank sees (checked at start); each rank appends finished images to OUT/parts/ so an interrupted run (exit 8) can --resume; refused if it holds a previous run unless --force or --resume, and (exit 2, naming the holder) while another run holds its lock"},
+			&cli.BoolFlag{Name: "force", Usage: "replace a previous run in --out: it is set aside and removed only once the new run has passed every check and saved its first images; a new run that fails before that puts it back"},
+			&cli.BoolFlag{Name: "resume", Usage: "continue the interrupted run in --out: images found in its part files are not recomputed; refused unless the inputs, detector and canopy version match its manifest"},
+			batchSizeFlag(),
+			verboseFlag(),
+			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective (after detection: this plus twice the rank's own detection time, as the shards are equal work); then the waiting ranks name the ranks they wait for and the job aborts with exit 5 (0 disables)"},
+		}, reportFlags()),
+		Action: func(c *cli.Context) error {
+			cfg, err := evalConfig(c, stdout)
+			if err != nil {
+				return usageError(err)
+			}
+			opt := jobOptions{collectiveTimeout: c.Duration("collective-timeout"), out: cfg.Out, verbose: c.Bool("verbose")}
+			*code = runJob(c.Context, newComm, stderr, opt, func(comm mpi.Comm) error {
+				if comm.Rank() != 0 {
+					cfg.Stdout = nil
+				} else {
+					cfg.Warnings = stderr
+					if cfg.Model.Spec != "" {
+						cfg.Progress = stderr
+					}
+				}
+				cfg.CollectiveTimeout = c.Duration("collective-timeout")
+				return Eval(c.Context, comm, cfg)
+			})
+			return nil
+		},
+	}
+}
+
+func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
+	cfg := EvalConfig{
+		CSV:              c.String("csv"),
+		RootDir:          c.String("root-dir"),
+		Predictions:      c.String("predictions"),
+		LabelDict:        c.String("label-dict"),
+		Out:              c.String("out"),
+		Force:            c.Bool("force"),
+		Resume:           c.Bool("resume"),
+		IoUThreshold:     c.Float64("iou-threshold"),
+		Strict:           c.Bool("strict"),
+		AllowAnyScore:    c.Bool("allow-any-score"),
+		AllowOutsideRoot: c.Bool("allow-outside-root"),
+		Command:          os.Args,
+		Stdout:           stdout,
+	}
+	switch {
+	case c.NArg() > 1:
+		return cfg, fmt.Errorf("eval takes at most one argument (the CSV), got %q", c.Args().Slice())
+	case c.NArg() == 1 && cfg.CSV != "":
+		return cfg, errors.New("eval: the CSV is given twice (--csv and an argument)")
+	case c.NArg() == 1:
+		cfg.CSV = c.Args().First()
+	}
+	if cfg.CSV == "" {
+		return cfg, errors.New("eval: --csv is required")
+	}
+	if cfg.Force && cfg.Resume {
+		return cfg, errors.New("eval: --force and --resume exclude each other")
+	}
+	mc, err := modelConfig(c)
+	if err != nil {
+		return cfg, fmt.Errorf("eval: %w", err)
+	}
+	cfg.Model = mc
+	switch {
+	case cfg.Predictions == "" && mc.Spec == "":
+		return cfg, errors.New("eval: give --model (run the detector) or --predictions (replay stored predictions)")
+	case cfg.Predictions != "" && mc.Spec != "":
+		return cfg, errors.New("eval: --model and --predictions exclude each other")
+	case cfg.AllowAnyScore && cfg.Predictions == "":
+		return cfg, errors.New("eval: --allow-any-score goes with --predictions")
+	}
+	if !(cfg.IoUThreshold >= 0 && cfg.IoUThreshold <= 1) {
+		return cfg, fmt.Errorf("eval: --iou-threshold %v is not in [0, 1]", cfg.IoUThreshold)
+	}
+	if cfg.BatchSize, err = batchSize(c); err != nil {
+		return cfg, fmt.Errorf("eval: %w", err)
+	}
+	fam, err := metrics.ParseFamilies(c.String("metrics"))
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Families = fam
+	cfg.ClassMetrics = c.Bool("class-metrics")
+	sem, err := metrics.ParseSemantics(c.String("semantics"))
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Semantics = sem
+	if cfg.HTML, err = htmlOptions(c); err != nil {
+		return cfg, fmt.Errorf("eval: %w", err)
+	}
+	cfg.COCOOut = c.Bool("coco-out")
+	return cfg, nil
+}

@@ -1,0 +1,142 @@
+package jobs
+
+import (
+	"fmt"
+
+	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
+	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/urfave/cli/v2"
+)
+
+// The flag groups eval and predict share, each parsed once here.
+
+// rootDirFlag is eval's and predict's --root-dir.
+func rootDirFlag() cli.Flag {
+	return &cli.StringFlag{Name: "root-dir", Usage: "folder the CSV's image_path values are relative to (default: the CSV's folder)"}
+}
+
+// batchSizeFlag is eval's and predict's --batch-size; batchSize parses it.
+func batchSizeFlag() cli.Flag {
+	return &cli.IntFlag{Name: "batch-size", Value: 4, Usage: "images per detector call (results do not depend on it)"}
+}
+
+// batchSize is --batch-size, checked once: at least 1.
+func batchSize(c *cli.Context) (int, error) {
+	n := c.Int("batch-size")
+	if n < 1 {
+		return n, fmt.Errorf("--batch-size %d must be at least 1", n)
+	}
+	return n, nil
+}
+
+// verboseFlag is eval's and predict's --verbose.
+func verboseFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "verbose", Usage: "every rank prints its own line when the job is interrupted or fails (default: one line per job, from rank 0 or the failing rank)"}
+}
+
+// modelFlags are the detector flags of eval and predict.
+func modelFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "model", Usage: "run the native RetinaNet: a DeepForest model folder (model.safetensors + config.json) or owner/name[@revision] in the local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub; no network), e.g. weecology/deepforest-tree"},
+		&cli.IntFlag{Name: "threads", Usage: "compute threads per rank (default: the cores this rank may use, which follows mpirun's --bind-to, but at most the node's cores divided by its ranks)"},
+		&cli.Float64Flag{Name: "score-thresh", Value: -1, Usage: "keep detections scoring strictly above this (default: DeepForest's 0.1, which, as in DeepForest, beats the model's config.json)"},
+		&cli.Float64Flag{Name: "nms-thresh", Value: -1, Usage: "per-class NMS IoU threshold (default: DeepForest's 0.05, which beats config.json likewise)"},
+		&cli.StringFlag{Name: "device", Value: "auto", Usage: "where each rank runs the model: auto (a GPU when this is the cuda build and one is visible, else the CPU), cpu, cuda (node-local rank mod the visible GPUs: mpirun -np 4 on a 4-GPU node gives each rank its own; under srun --gpus-per-task=1 each rank sees its one GPU as 0) or cuda:N (every rank on visible device N)"},
+		&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "GPU convolution precision: fp32 (strict float32, as the CPU) or tf32 (tensor cores, operands rounded to TF32 as PyTorch's convolutions by default; detections differ from fp32 in the last digits)"},
+		&cli.BoolFlag{Name: "exclusive-gpu", Usage: "fail (exit 5) when two ranks of a node would share a GPU, instead of warning"},
+		&cli.StringFlag{Name: "resize", Value: "torchvision", Usage: "the transform's resize size rule: torchvision (torchvision >= 0.16 in eager mode, as DeepForest 2.x runs it: scale min(min_size/short side, max_size/long side) in float64) or torchvision-0.15 (torchvision <= 0.15, or a model under torch.jit.script/ONNX: the scale in float32; about half of all image sizes resize one pixel smaller in one dimension)"},
+		&cli.StringFlag{Name: "blend", Value: "fma", Usage: "the bilinear resize's rounding, each bit for bit torch's on the CPU: fma (torch's AVX2 kernel with more than one thread, as the x86-64 wheels run it: fused multiply-adds), no-fma (torch with ATEN_CPU_CAPABILITY=default) or fma-1t (torch's AVX2 kernel on one thread); fma and no-fma differ by at most 2.4e-7 on a normalized pixel, fma-1t by up to 8.4e-5 where its source index moves a tap"},
+		&cli.BoolFlag{Name: "layer-times", Usage: "print, on rank 0, where the model's time went, by layer group (stem, layer1-4, fpn, heads, transform, postprocess)"},
+		&cli.Int64Flag{Name: "max-image-pixels", Value: DefaultMaxImagePixels, Usage: "refuse (exit 3, at pre-flight, from the image header) an image of more pixels than this; the default is where PIL refuses one (2 x Image.MAX_IMAGE_PIXELS); 0: no limit"},
+		&cli.StringFlag{Name: "rank-memory", Usage: "memory one rank may use, such as 6G (default: the node's memory, or its cgroup limit, divided by the ranks on the node); before inference each rank estimates what its largest image needs and refuses (exit 3) when it exceeds this"},
+		&cli.BoolFlag{Name: "allow-outside-root", Usage: "let image paths leave --root-dir: absolute paths, \"..\" elements and symlinks to files outside it (refused by default; the report records this flag)"},
+	}
+}
+
+func concatFlags(fs ...[]cli.Flag) []cli.Flag {
+	var out []cli.Flag
+	for _, f := range fs {
+		out = append(out, f...)
+	}
+	return out
+}
+
+// modelConfig reads and checks the detector flags.
+func modelConfig(c *cli.Context) (ModelConfig, error) {
+	mc := ModelConfig{Spec: c.String("model"), Threads: c.Int("threads"), ScoreThresh: c.Float64("score-thresh"),
+		NMSThresh: c.Float64("nms-thresh"), LayerTimes: c.Bool("layer-times"), ExclusiveGPU: c.Bool("exclusive-gpu")}
+	if mc.Spec == "" {
+		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "exclusive-gpu", "layer-times", "max-image-pixels", "rank-memory", "resize", "blend"} {
+			if c.IsSet(f) {
+				return mc, fmt.Errorf("--%s needs --model", f)
+			}
+		}
+		return mc, nil
+	}
+	rule, err := retinanet.ParseResizeRule(c.String("resize"))
+	if err != nil {
+		return mc, fmt.Errorf("--resize: %w", err)
+	}
+	mc.Resize = rule
+	if mc.Blend, err = retinanet.ParseBlendRule(c.String("blend")); err != nil {
+		return mc, fmt.Errorf("--blend: %w", err)
+	}
+	if mc.Threads < 0 {
+		return mc, fmt.Errorf("--threads %d must be at least 1 (0: the rank's cores)", mc.Threads)
+	}
+	for _, f := range []string{"score-thresh", "nms-thresh"} {
+		if v := c.Float64(f); c.IsSet(f) && !(v >= 0 && v <= 1) {
+			return mc, fmt.Errorf("--%s %v is not in [0, 1]", f, v)
+		}
+	}
+	if mc.MaxImagePixels = c.Int64("max-image-pixels"); mc.MaxImagePixels < 0 {
+		return mc, fmt.Errorf("--max-image-pixels %d must be at least 0 (0: no limit)", mc.MaxImagePixels)
+	}
+	if v := c.String("rank-memory"); v != "" {
+		n, err := parseBytes(v)
+		if err != nil || n == 0 {
+			return mc, fmt.Errorf("--rank-memory: %q is not a positive size such as 512M or 4GiB", v)
+		}
+		mc.RankMemory = n
+	}
+	dev := c.String("device")
+	req, err := cuda.ParseDevice(dev)
+	if err != nil {
+		return mc, err
+	}
+	if req.Kind == "cuda" && !haveCUDA {
+		return mc, fmt.Errorf("--device %s: %w", dev, cuda.ErrNoCUDA)
+	}
+	mc.Device = req
+	if mc.Precision, err = cuda.ParsePrecision(c.String("precision")); err != nil {
+		return mc, err
+	}
+	return mc, nil
+}
+
+// reportFlags are eval's flags of the extra outputs: report.html and COCO JSON.
+func reportFlags() []cli.Flag {
+	d := htmlreport.DefaultOptions
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "html", Value: true, Usage: "rank 0 writes OUT/report.html after the metrics: one self-contained page (metrics, PR curves, score histograms, box sizes, per-rank timeline, worst images drawn, the run); --html=false turns it off"},
+		&cli.IntFlag{Name: "html-worst", Value: d.Worst, Usage: "images drawn in report.html: half with the lowest recall, the rest with the most false positives (0: none)"},
+		&cli.IntFlag{Name: "html-thumb", Value: d.Thumb, Usage: "longest side, in pixels, of the images drawn in report.html"},
+		&cli.BoolFlag{Name: "coco-out", Usage: "also write OUT/coco_truth.json (the truth as a COCO dataset; image ids 1.. in truth order, category ids as label_map) and OUT/coco_predictions.json (COCO results format), for pycocotools"},
+	}
+}
+
+// htmlOptions parses the flags once; nil means no report.html.
+func htmlOptions(c *cli.Context) (*htmlreport.Options, error) {
+	if !c.Bool("html") {
+		return nil, nil
+	}
+	o := htmlreport.Options{Worst: c.Int("html-worst"), Thumb: c.Int("html-thumb")}
+	if o.Worst < 0 {
+		return nil, fmt.Errorf("--html-worst %d must be at least 0", o.Worst)
+	}
+	if o.Thumb < 16 || o.Thumb > 4096 {
+		return nil, fmt.Errorf("--html-thumb %d must be in [16, 4096]", o.Thumb)
+	}
+	return &o, nil
+}

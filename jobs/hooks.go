@@ -1,0 +1,72 @@
+package jobs
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/canopy-hpc/canopy/internal/parts"
+)
+
+// The test hooks of jobs, all in this file: environment variables a test
+// sets (CANOPY_TEST_*) and seams a test of package jobs replaces. Each is
+// inert when unset. infer/replay has its own (FailEnv, SlowEnv).
+
+// perturbForTest reports whether rank is the one PerturbEnv names.
+func perturbForTest(rank int) bool {
+	v, ok := os.LookupEnv(PerturbEnv)
+	return ok && v == strconv.Itoa(rank)
+}
+
+// PerturbEnv is a test hook: the rank it names perturbs its metric digest,
+// so the agreement check must fail with exit 6.
+const PerturbEnv = "CANOPY_TEST_PERTURB_RANK"
+
+// StopEnv is a test hook: the rank it names freezes itself with SIGSTOP
+// before the gather ("R"), or before the job's first collective, the
+// broadcast of the inputs ("R:start"), so the collective watchdog must fire
+// on the others.
+const StopEnv = "CANOPY_TEST_STOP_RANK"
+
+func stopForTest(rank int, at string) {
+	v, ok := os.LookupEnv(StopEnv)
+	r, where, _ := strings.Cut(v, ":")
+	if where == "" {
+		where = "gather"
+	}
+	if ok && r == strconv.Itoa(rank) && where == at {
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	}
+}
+
+// InterruptEnv is a test hook "RANK:N": that rank signals itself (SIGTERM)
+// after N batches, as scancel or a preemption would.
+const InterruptEnv = "CANOPY_TEST_INTERRUPT"
+
+// interruptSelf delivers the hook's signal; tests of package jobs replace
+// it, since their ranks share one process.
+var interruptSelf = func(rank int) {
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	time.Sleep(200 * time.Millisecond) // let signal.NotifyContext cancel the context
+}
+
+func interruptAfter(rank int) int {
+	v, ok := os.LookupEnv(InterruptEnv)
+	if !ok {
+		return -1
+	}
+	r, n, _ := strings.Cut(v, ":")
+	if r != strconv.Itoa(rank) {
+		return -1
+	}
+	k, err := strconv.Atoi(n)
+	if err != nil {
+		return -1
+	}
+	return k
+}
+
+// createParts opens a rank's part file (a seam for the full-disk test).
+var createParts = parts.Create

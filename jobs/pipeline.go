@@ -1,0 +1,201 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/internal/wire"
+	"github.com/canopy-hpc/canopy/mpi"
+)
+
+// The pipeline eval and predict share: detect this rank's shard in
+// batches (detectShard), then encode, gather and merge every rank's
+// detections (gatherMerge), with the per-rank statistics both report.
+
+// batchOrOne is a job config's batch size: the CLI passes --batch-size,
+// checked there (batchSize); a config built in code that leaves it 0 gets
+// one image per detector call.
+func batchOrOne(n int) int { return max(n, 1) }
+
+// shardOptions are what detectShard needs of a job's settings.
+type shardOptions struct {
+	rootDir   string    // image paths are relative to it
+	batchSize int       // images per detector call, at least 1
+	progress  io.Writer // progress lines, nil for none
+	losses    bool      // a model run: each image's validation losses too
+}
+
+// gatherMerge encodes this rank's detections, gathers every rank's (plus
+// prev, images computed by an earlier attempt, from the part files) and
+// places them at their global image index, checking that each of the n
+// images comes exactly once: the result is the same on every rank. detect
+// is the rank's detection time (sendDetections' watchdog); the time spent
+// here is stats.Seconds["gather"].
+func gatherMerge(c mpi.Comm, timeout, detect time.Duration, mine, prev []wire.Image, n int, stats *rankStats) ([][]box.Detection, []*box.Loss, error) {
+	t := time.Now()
+	gathered, err := sendDetections(c, timeout, detect, mine, stats)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(prev) > 0 {
+		pb, err := wire.Encode(nil, prev)
+		if err != nil {
+			return nil, nil, collective(ExitInternal, "jobs: %w", err)
+		}
+		gathered = append(gathered, pb)
+	}
+	dets, losses, err := wire.Merge(gathered, n)
+	if err != nil {
+		return nil, nil, collective(ExitInternal, "jobs: merge: %w", err)
+	}
+	stats.Seconds["gather"] = since(t)
+	return dets, losses, nil
+}
+
+type rankStats struct {
+	Rank int    `json:"rank"`
+	Host string `json:"host"`
+	// LocalRank and LocalSize: the rank's place among the ranks of its
+	// node (MPI_COMM_TYPE_SHARED), which also picks its GPU.
+	LocalRank int `json:"local_rank"`
+	LocalSize int `json:"local_size"`
+	// SGEMM names the matrix kernels (float32 rounding differs between
+	// kernel sets, so ranks on different CPUs may differ in the last bits).
+	SGEMM      string             `json:"sgemm,omitempty"`
+	Images     int                `json:"images"`
+	Detections int                `json:"detections"`
+	BytesSent  int                `json:"bytes_sent"`
+	Seconds    map[string]float64 `json:"seconds"`
+}
+
+// sendDetections encodes this rank's detections and gathers every rank's.
+// It is the first collective after detection: ranks that finished their
+// shard wait there for the slowest, which may take hours on a CPU. The plan
+// gives ranks equal work, so a rank waits up to the watchdog's limit plus
+// twice its own detection time before it calls the others hung (ranks
+// other than 0 one limit more, so that rank 0, which knows who is missing,
+// speaks first); then the limit is restored.
+func sendDetections(c mpi.Comm, timeout, detect time.Duration, mine []wire.Image, stats *rankStats) ([][]byte, error) {
+	buf, err := wire.Encode(nil, mine)
+	if err != nil {
+		return nil, localErr(ExitInternal, "jobs: encode: %w", err)
+	}
+	stats.BytesSent = len(buf)
+	if timeout > 0 {
+		limit := timeout + 2*detect // ranks but 0 wait twice this (cmpi)
+		if err := setTimeout(c, limit); err != nil {
+			return nil, err
+		}
+	}
+	g, err := mpi.AllgatherBytes(c, buf)
+	if err == nil && timeout > 0 {
+		err = setTimeout(c, timeout)
+	}
+	if err != nil {
+		return nil, localErr(ExitMPI, "jobs: gather detections: %w", err)
+	}
+	return g, nil
+}
+
+// detectShard runs the detector over the shard in batches, hands each
+// finished batch to record (the part file) and stops between batches when
+// ctx is cancelled (SIGTERM, SIGUSR1, SIGINT), returning errInterrupted.
+// With o.losses, each image's validation losses against its
+// truth come with its detections.
+func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images []box.Image, shard []int, rank int,
+	record func([]wire.Image) error) ([]wire.Image, error) {
+	out := make([]wire.Image, 0, len(shard))
+	var ld infer.LossDetector
+	if o.losses {
+		var ok bool
+		if ld, ok = d.(infer.LossDetector); !ok {
+			return nil, fmt.Errorf("detector %s computes no losses: %w", d.Name(), infer.ErrModel)
+		}
+	}
+	stopAfter := interruptAfter(rank)
+	prog := newProgress(o.progress, len(shard))
+	batchAt := func(start int) []infer.Input {
+		end := min(start+o.batchSize, len(shard))
+		batch := make([]infer.Input, 0, end-start)
+		for _, i := range shard[start:end] {
+			batch = append(batch, infer.Input{Index: i, Path: images[i].Path, File: imageFile(o.rootDir, images[i].Path)})
+		}
+		return batch
+	}
+	pf, _ := d.(infer.Prefetcher)
+	var next []infer.Input
+	for start, batches := 0, 0; start < len(shard); start, batches = start+o.batchSize, batches+1 {
+		if batches == stopAfter {
+			interruptSelf(rank)
+		}
+		if ctx.Err() != nil {
+			return out, errInterrupted
+		}
+		batch := next
+		if batch == nil {
+			batch = batchAt(start)
+		}
+		next = nil
+		if n := start + o.batchSize; pf != nil && n < len(shard) {
+			next = batchAt(n)
+			pf.Prefetch(next)
+		}
+		var got [][]box.Detection
+		var losses []box.Loss
+		var err error
+		if ld != nil {
+			truth := make([][]box.Truth, len(batch))
+			for k, in := range batch {
+				truth[k] = images[in.Index].Truth
+			}
+			got, losses, err = ld.DetectLoss(ctx, batch, truth)
+			if err == nil && len(losses) != len(batch) {
+				err = fmt.Errorf("detector %s returned %d losses for %d images: %w", d.Name(), len(losses), len(batch), infer.ErrModel)
+			}
+		} else {
+			got, err = d.Detect(ctx, batch)
+		}
+		if err != nil && ctx.Err() != nil {
+			return out, errInterrupted // the batch in flight is dropped
+		}
+		if err != nil {
+			if errors.Is(err, imagefile.ErrImage) {
+				return nil, &Error{Code: ExitInput, Err: err}
+			}
+			return nil, err
+		}
+		if len(got) != len(batch) {
+			return nil, fmt.Errorf("detector %s returned %d results for %d images: %w", d.Name(), len(got), len(batch), infer.ErrModel)
+		}
+		n := len(out)
+		for k, in := range batch {
+			im := wire.Image{Index: in.Index, Dets: got[k]}
+			if losses != nil {
+				im.Loss = &losses[k]
+			}
+			out = append(out, im)
+		}
+		if err := record(out[n:]); err != nil {
+			return nil, err
+		}
+		prog.add(len(batch))
+	}
+	return out, nil
+}
+
+// imageFile resolves a CSV image_path against the root folder.
+func imageFile(root, p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(root, p)
+}
+
+func since(t time.Time) float64 { return time.Since(t).Seconds() }

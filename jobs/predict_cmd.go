@@ -1,0 +1,71 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/urfave/cli/v2"
+)
+
+// canopy predict: its flags and how they become a PredictConfig (the job is
+// predict.go).
+
+func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *cli.Command {
+	return &cli.Command{
+		Name:  "predict",
+		Usage: "run the detector on unlabelled images on every rank and write their predictions",
+		Description: "Each rank detects its shard of the images; the detections are gathered and rank 0\n" +
+			"writes OUT/predictions.csv (image_path,xmin,ymin,xmax,ymax,label,score, image_path as\n" +
+			"given in the CSV or relative to --images) and OUT/report.json. Whole images, no tiling.\n\n" + ExitTable,
+		Flags: concatFlags([]cli.Flag{
+			&cli.StringFlag{Name: "csv", Usage: "CSV whose image_path column lists the images (other columns ignored; each path once, in order of first appearance)"},
+			&cli.StringFlag{Name: "images", Usage: "or: a folder whose .png .jpg .jpeg .tif .tiff files (any case, not recursive, sorted by name) are the images"},
+			rootDirFlag(),
+			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder; refused if it holds predictions unless --force, and (exit 2, naming the holder) while another run holds its lock"},
+			&cli.BoolFlag{Name: "force", Usage: "replace the predictions in --out (the previous ones stay until the new ones are written)"},
+			batchSizeFlag(),
+			verboseFlag(),
+			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective, then exit 5 (0 disables)"},
+		}, modelFlags()),
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usageError(fmt.Errorf("predict takes no arguments, got %q", c.Args().Slice()))
+			}
+			cfg := PredictConfig{CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
+				Out: c.String("out"), Force: c.Bool("force"), Command: os.Args, Stdout: stdout,
+				AllowOutsideRoot: c.Bool("allow-outside-root")}
+			mc, err := modelConfig(c)
+			if err != nil {
+				return usageError(fmt.Errorf("predict: %w", err))
+			}
+			var bserr error
+			cfg.BatchSize, bserr = batchSize(c)
+			cfg.Model = mc
+			switch {
+			case mc.Spec == "":
+				return usageError(errors.New("predict: --model is required"))
+			case (cfg.CSV == "") == (cfg.Images == ""):
+				return usageError(errors.New("predict: give exactly one of --csv and --images"))
+			case bserr != nil:
+				return usageError(fmt.Errorf("predict: %w", bserr))
+			case cfg.Images != "" && cfg.RootDir != "":
+				return usageError(errors.New("predict: --root-dir goes with --csv; --images paths are relative to that folder"))
+			}
+			opt := jobOptions{collectiveTimeout: c.Duration("collective-timeout"), out: cfg.Out, verbose: c.Bool("verbose")}
+			*code = runJob(c.Context, newComm, stderr, opt, func(comm mpi.Comm) error {
+				if comm.Rank() != 0 {
+					cfg.Stdout = nil
+				} else {
+					cfg.Progress = stderr
+				}
+				cfg.CollectiveTimeout = c.Duration("collective-timeout")
+				return Predict(c.Context, comm, cfg)
+			})
+			return nil
+		},
+	}
+}

@@ -1,0 +1,174 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+)
+
+// File is an input a report records: its path and sha256 (run.Inputs).
+type File struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+}
+
+// Cell is one side of a metric row.
+type Cell struct {
+	Present bool    // the key is in the report
+	Null    bool    // its value is null
+	V       float64 // its value otherwise
+}
+
+func (c Cell) defined() bool { return c.Present && !c.Null && c.V != -1 }
+
+func (c Cell) String() string {
+	switch {
+	case !c.Present:
+		return "absent"
+	case c.Null:
+		return "null"
+	}
+	return FormatFloat(c.V)
+}
+
+// Metrics are a report's metrics flattened into rows: scalars under
+// their key, array elements as key[id].
+type Metrics struct {
+	order  []string
+	cells  map[string]Cell
+	arrays map[string]bool // keys that hold arrays
+}
+
+// Report is what compare reads of a report.json.
+type Report struct {
+	Path    string          // the report.json read
+	Inputs  map[string]File // run.inputs
+	metrics Metrics
+	run     map[string]json.RawMessage
+}
+
+// Read reads path, a report.json or a folder holding one.
+func Read(path string) (*Report, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, "report.json")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, b)
+}
+
+// Parse parses the bytes b of the report at path.
+func Parse(path string, b []byte) (*Report, error) {
+	var top struct {
+		Metrics json.RawMessage            `json:"metrics"`
+		Run     map[string]json.RawMessage `json:"run"`
+	}
+	if err := json.Unmarshal(b, &top); err != nil {
+		return nil, fmt.Errorf("%s: not a canopy report: %w", path, err)
+	}
+	if len(top.Metrics) == 0 || bytes.Equal(bytes.TrimSpace(top.Metrics), []byte("null")) {
+		return nil, fmt.Errorf("%s: not a canopy report: no \"metrics\" object", path)
+	}
+	m, err := parseMetrics(top.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	r := &Report{Path: path, Inputs: map[string]File{}, metrics: m, run: top.Run}
+	if raw, ok := top.Run["inputs"]; ok {
+		if err := json.Unmarshal(raw, &r.Inputs); err != nil {
+			return nil, fmt.Errorf("%s: run.Inputs: %w", path, err)
+		}
+	}
+	return r, nil
+}
+
+// parseMetrics flattens the "metrics" object in its key order.
+func parseMetrics(raw json.RawMessage) (Metrics, error) {
+	m := Metrics{cells: map[string]Cell{}, arrays: map[string]bool{}}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return m, errors.New("\"metrics\" is not an object")
+	}
+	type entry struct {
+		key string
+		val json.RawMessage
+	}
+	var entries []entry
+	var classes []float64
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return m, fmt.Errorf("metrics: %w", err)
+		}
+		key := tok.(string) // object keys are strings
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return m, fmt.Errorf("metrics: %s: %w", key, err)
+		}
+		if key == "classes" {
+			if err := json.Unmarshal(v, &classes); err != nil {
+				return m, fmt.Errorf("metrics: classes: want an array of class ids: %w", err)
+			}
+			continue
+		}
+		entries = append(entries, entry{key, v})
+	}
+	ids := make([]int, len(classes))
+	seen := map[int]bool{}
+	for i, c := range classes {
+		if c != math.Trunc(c) || math.Abs(c) > 1<<31 {
+			return m, fmt.Errorf("metrics: classes: %v is not a class id", c)
+		}
+		ids[i] = int(c)
+		if seen[ids[i]] {
+			return m, fmt.Errorf("metrics: classes: id %d appears twice", ids[i])
+		}
+		seen[ids[i]] = true
+	}
+	add := func(k string, c Cell) {
+		if _, dup := m.cells[k]; !dup {
+			m.order = append(m.order, k)
+		}
+		m.cells[k] = c
+	}
+	for _, e := range entries {
+		v := bytes.TrimSpace(e.val)
+		switch {
+		case bytes.Equal(v, []byte("null")):
+			add(e.key, Cell{Present: true, Null: true})
+		case len(v) > 0 && v[0] == '[':
+			var arr []*float64
+			if err := json.Unmarshal(v, &arr); err != nil {
+				return m, fmt.Errorf("metrics: %s: want an array of numbers or Null: %w", e.key, err)
+			}
+			if classes != nil && len(classes) != len(arr) {
+				return m, fmt.Errorf("metrics: %s has %d values but classes has %d ids", e.key, len(arr), len(classes))
+			}
+			m.arrays[e.key] = true
+			for i, x := range arr {
+				id := i
+				if classes != nil {
+					id = ids[i]
+				}
+				c := Cell{Present: true, Null: x == nil}
+				if x != nil {
+					c.V = *x
+				}
+				add(fmt.Sprintf("%s[%d]", e.key, id), c)
+			}
+		default:
+			var f float64
+			if err := json.Unmarshal(v, &f); err != nil {
+				return m, fmt.Errorf("metrics: %s: want a number, null or an array: %w", e.key, err)
+			}
+			add(e.key, Cell{Present: true, V: f})
+		}
+	}
+	return m, nil
+}
