@@ -20,14 +20,14 @@ build: deps
 	$(GO) build -buildvcs=auto -tags '$(TAGS)' -o $(BIN) .
 
 # The demo: the detector the project trained (tools/demo/train.py) on 40
-# generated forest images (internal/forestgen, seed 3: never trained on),
+# generated forest images (cmd/forestgen, seed 3: never trained on),
 # under mpirun -np 2; then predict on 4 unlabelled images, and a compare of
 # the report with the stored baseline (exit 7 if a metric got worse by more
 # than 0.02: float32 rounding differs between CPUs' SGEMM kernels).
 DEMO_MODEL := testdata/models/canopy-demo-r18
 demo: build
-	@$(GO) run ./internal/forestgen -out testdata/demo -n 40 -seed 3
-	@$(GO) run ./internal/forestgen -out bin/demo-unlabelled -n 4 -seed 4 -prefix new_
+	@$(GO) run ./cmd/forestgen -out testdata/demo -n 40 -seed 3
+	@$(GO) run ./cmd/forestgen -out bin/demo-unlabelled -n 4 -seed 4 -prefix new_
 	@rm -f bin/demo-unlabelled/annotations.csv
 	$(MPIRUN) -np 2 --bind-to core $(BIN) eval --model $(DEMO_MODEL) --csv testdata/demo/annotations.csv --out canopy-out --force
 	$(MPIRUN) -np 2 --bind-to core $(BIN) predict --model $(DEMO_MODEL) --images bin/demo-unlabelled --out canopy-predict --force
@@ -126,7 +126,7 @@ bench-go: deps
 # (torch all_gather_object over gloo, mpi4py allgather) in the same run.
 bench-gather: build
 	scripts/install-deps.sh python3-torch python3-mpi4py python3-pandas python3-shapely
-	$(GO) test -c -o bin/gatherbench.test ./internal/gatherbench
+	$(GO) test -c -o bin/gatherbench.test ./internal/testsupport/gatherbench
 	$(MPIRUN) -np 2 --tag-output bin/gatherbench.test -test.run '^$$' -test.bench . -test.benchtime 10x | tee bin/bench-gather.txt
 	tools/gatherbench/run.sh 2 --boxes 1000000 --out bin/peers-result.json
 	$(MPIRUN) -np 2 --tag-output bin/gatherbench.test -test.run '^$$' -test.bench . -test.benchtime 10x | tee -a bin/bench-gather.txt
@@ -134,7 +134,7 @@ bench-gather: build
 # mpirun -np 2 canopy eval on a replayed set of ~1M predictions; the report
 # splits the wall time by stage.
 bench-e2e: build
-	$(GO) run ./internal/synth -big bin/bench-1m -images 33334 -boxes 29
+	$(GO) run ./cmd/synth -big bin/bench-1m -images 33334 -boxes 29
 	/usr/bin/time -f 'wall %e s, max RSS %M KiB' $(MPIRUN) -np 2 $(BIN) eval --csv bin/bench-1m/truth.csv \
 		--predictions bin/bench-1m/predictions.csv --out bin/out-1m --force
 
@@ -143,8 +143,8 @@ bench-e2e: build
 # that tools/deepforest/setup.sh and tools/coco/README.md describe).
 PEER_PY ?= /opt/canopy-peers/venv/bin/python
 bench-metrics: deps
-	$(GO) run ./internal/synth -big bin/bench-2000x30
-	$(GO) run ./internal/synth -big bin/bench-coco -images 5000 -boxes 30 -dets 50 -classes 3
+	$(GO) run ./cmd/synth -big bin/bench-2000x30
+	$(GO) run ./cmd/synth -big bin/bench-coco -images 5000 -boxes 30 -dets 50 -classes 3
 	$(GO) test -run '^$$' -bench 'DeepForestSet|COCO' -benchtime 3x -count 3 -cpu 1,2 ./jobs/ | tee bin/bench-metrics.txt
 	$(PEER_PY) tools/deepforest/bench_metrics.py --truth bin/bench-2000x30/truth.csv \
 		--predictions bin/bench-2000x30/predictions.csv --out bin/deepforest-bench.json
@@ -162,10 +162,10 @@ bench-infer: deps
 		bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png
 	/usr/bin/python3 tools/retinanet/bench.py --model r50 --threads 2 --repeat 3 --go bin/bench-infer.txt \
 		bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png
-	$(GO) build -o $(BIN) . && $(GO) run ./internal/testmodel -out bin/model-r50
+	$(GO) build -o $(BIN) . && $(GO) run ./cmd/testmodel -out bin/model-r50
 	/usr/bin/time -f 'canopy predict, ResNet-50, 1 rank, 2 threads: wall %e s, peak RSS %M KiB' \
 		$(BIN) predict --model bin/model-r50 --images bin/retinanet-images --out bin/predict-r50 --force --threads 2
-	$(GO) run ./internal/forestgen -out bin/bench-20 -n 20 -seed 9
+	$(GO) run ./cmd/forestgen -out bin/bench-20 -n 20 -seed 9
 	for np in 1 2; do CANOPY_MPIRUN_TIMEOUT=900 /usr/bin/time -f "mpirun -np $$np --bind-to core, 1 thread/rank, 20 images: wall %e s" \
 		$(MPIRUN) -np $$np --bind-to core $(BIN) predict --model bin/model-r50 --images bin/bench-20 \
 		--out bin/predict-np$$np --force --threads 1 || exit 1; \
@@ -188,7 +188,7 @@ bench-large: deps
 # 2,000-image replayed eval with and without it, interleaved.
 .PHONY: bench-html
 bench-html: build
-	$(GO) run ./internal/synth -big bin/bench-2000x30
+	$(GO) run ./cmd/synth -big bin/bench-2000x30
 	$(GO) test -run '^$$' -bench ReportHTML -benchtime 5x -count 3 ./internal/htmlreport/ | tee bin/bench-html.txt
 	for i in 1 2 3 4 5 6 7; do for h in false true; do /usr/bin/time -f "--html=$$h: wall %e s" $(BIN) eval \
 		--csv bin/bench-2000x30/truth.csv --predictions bin/bench-2000x30/predictions.csv --out bin/out-html-$$h \
@@ -196,16 +196,16 @@ bench-html: build
 	ls -l bin/out-html-true/report.html | tee -a bin/bench-html.txt
 
 testdata:
-	$(GO) run ./internal/synth -out testdata/sets
+	$(GO) run ./cmd/synth -out testdata/sets
 
 # The images of the RetinaNet parity fixtures and benchmarks: two 400×400
 # crops, a large non-square image and a tiny one.
-RETINANET_IMAGES = $(GO) run ./internal/forestgen -out bin/retinanet-images -n 4 -seed 5 \
+RETINANET_IMAGES = $(GO) run ./cmd/forestgen -out bin/retinanet-images -n 4 -seed 5 \
 	-sizes 400x400,400x400,1500x900,96x64 -prefix forest_
 
 # Parity fixtures of the native RetinaNet (testdata/golden/retinanet): the
 # real torchvision (current torch/torchvision in the peers' venv, PEER_PY) on
-# images drawn by internal/forestgen, with weights from the generator both
+# images drawn by cmd/forestgen, with weights from the generator both
 # sides share: RETINANET_IMAGES's four, then sizes on which the resize rules
 # of torchvision >= 0.16 and <= 0.15 disagree. The size table sizes.json
 # comes from torchvision's own transform, blend.json from torch's resize
@@ -214,7 +214,7 @@ RETINANET_IMAGES = $(GO) run ./internal/forestgen -out bin/retinanet-images -n 4
 # --resize torchvision-0.15.)
 GOLDEN_SIZES := 400x400,400x400,1500x900,96x64,1249x1035,625x518,997x601
 golden-retinanet:
-	$(GO) run ./internal/forestgen -out bin/golden-images -n 7 -seed 5 -sizes $(GOLDEN_SIZES) -prefix forest_
+	$(GO) run ./cmd/forestgen -out bin/golden-images -n 7 -seed 5 -sizes $(GOLDEN_SIZES) -prefix forest_
 	$(PEER_PY) tools/retinanet/sizes.py --out testdata/golden/retinanet/sizes.json
 	cd bin/golden-images && $(PEER_PY) ../../tools/retinanet/golden.py --model r18 \
 		--out ../../testdata/golden/retinanet/r18.json forest_000*.png
@@ -222,7 +222,7 @@ golden-retinanet:
 		--out ../../testdata/golden/retinanet/r50.json forest_0000.png forest_0002.png forest_0004.png forest_0005.png forest_0006.png
 	cd bin/golden-images && $(PEER_PY) ../../tools/retinanet/blend.py \
 		--out ../../testdata/golden/retinanet/blend.json forest_0003.png forest_0004.png forest_0005.png
-	$(GO) run ./internal/forestgen -out bin/demo-golden -n 4 -seed 3 -sizes 400x400,1249x1035,625x518,997x601
+	$(GO) run ./cmd/forestgen -out bin/demo-golden -n 4 -seed 3 -sizes 400x400,1249x1035,625x518,997x601
 	cd bin/demo-golden && $(PEER_PY) ../../tools/retinanet/golden.py --checkpoint ../../testdata/models/canopy-demo-r18 \
 		--out ../../testdata/golden/retinanet/demo.json img_000*.png
 
@@ -230,7 +230,7 @@ golden-retinanet:
 # RetinaNet in train mode under no_grad (the venv's current torchvision) on
 # four generated 400×400 images with hand-written truth, r50 and the demo model.
 golden-losses:
-	$(GO) run ./internal/forestgen -out bin/loss-images -n 4 -seed 7 -sizes 400x400 -prefix loss_
+	$(GO) run ./cmd/forestgen -out bin/loss-images -n 4 -seed 7 -sizes 400x400 -prefix loss_
 	/opt/canopy-peers/venv/bin/python tools/retinanet/losses.py --images bin/loss-images \
 		--out testdata/golden/retinanet/losses.json
 

@@ -478,11 +478,11 @@ func TestMPIKillThenResume(t *testing.T) {
 const demoModel = "testdata/models/canopy-demo-r18"
 
 // demoImages writes n labelled forest images of the demo set (seed 3) into
-// a temporary folder: what make demo generates with internal/forestgen.
+// a temporary folder: what make demo generates with cmd/forestgen.
 func demoImages(t *testing.T, n int) string {
 	t.Helper()
 	dir := t.TempDir()
-	if out, err := exec.Command("go", "run", "./internal/forestgen", "-out", dir, "-n", fmt.Sprint(n), "-seed", "3").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "run", "./cmd/forestgen", "-out", dir, "-n", fmt.Sprint(n), "-seed", "3").CombinedOutput(); err != nil {
 		t.Fatalf("forestgen: %v\n%s", err, out)
 	}
 	return filepath.Join(dir, "annotations.csv")

@@ -10,7 +10,7 @@ import (
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
-// loadBenchSet reads a benchmark set written by internal/synth -big (the
+// loadBenchSet reads a benchmark set written by cmd/synth -big (the
 // same files the Python peers time, see docs/benchmarks.md).
 func loadBenchSet(b *testing.B, dir string) metrics.Input {
 	b.Helper()

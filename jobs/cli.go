@@ -181,6 +181,19 @@ type jobOptions struct {
 // alone prints after it.
 var interruptGrace = 3 * time.Second
 
+// runShardJob is the action eval and predict end with: runJob with the
+// flags both take (--collective-timeout, --verbose) and out, the command's
+// output folder, setting *code. job is told whether it runs on rank 0 and
+// the collective timeout.
+func runShardJob(c *cli.Context, code *int, newComm CommFactory, stderr io.Writer, out string, job func(comm mpi.Comm, rank0 bool, timeout time.Duration) error) error {
+	timeout := c.Duration("collective-timeout")
+	opt := jobOptions{collectiveTimeout: timeout, out: out, verbose: c.Bool("verbose")}
+	*code = runJob(c.Context, newComm, stderr, opt, func(comm mpi.Comm) error {
+		return job(comm, comm.Rank() == 0, timeout)
+	})
+	return nil
+}
+
 // runJob starts the communicator, checks the launcher, runs job and applies
 // the error rule: a collective error is printed by rank 0 and every rank
 // returns its code; a local error is printed by its rank with rank and

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
@@ -33,6 +34,17 @@ func batchSize(c *cli.Context) (int, error) {
 // verboseFlag is eval's and predict's --verbose.
 func verboseFlag() cli.Flag {
 	return &cli.BoolFlag{Name: "verbose", Usage: "every rank prints its own line when the job is interrupted or fails (default: one line per job, from rank 0 or the failing rank)"}
+}
+
+// shardJobFlags are --batch-size, --verbose and --collective-timeout (its
+// help text the command's own), in that order: the flags runShardJob runs
+// a job with.
+func shardJobFlags(timeoutUsage string) []cli.Flag {
+	return []cli.Flag{
+		batchSizeFlag(),
+		verboseFlag(),
+		&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: timeoutUsage},
+	}
 }
 
 // modelFlags are the detector flags of eval and predict.

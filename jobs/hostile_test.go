@@ -259,18 +259,6 @@ func TestHostileFlags(t *testing.T) {
 	}
 }
 
-// predict --csv trims image paths as eval does, and still refuses a CSV
-// that lists no image.
-func TestPredictPathsTrimmed(t *testing.T) {
-	got, err := csvImagePaths("p.csv", []byte("image_path,x\n a.png ,1\na.png,2\n\"\tb.png\",3\n"))
-	if err != nil || strings.Join(got, "|") != "a.png|b.png" {
-		t.Fatalf("%q, %v", got, err)
-	}
-	if _, err := csvImagePaths("p.csv", []byte("image_path\n")); err == nil || !strings.Contains(err.Error(), "lists no images") {
-		t.Fatalf("header only: %v", err)
-	}
-}
-
 // Weights holding NaN are a model error (exit 4) on every rank, before any
 // inference.
 func TestNaNWeightsExit4(t *testing.T) {

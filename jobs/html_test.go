@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/internal/dataset"
-	"github.com/canopy-hpc/canopy/internal/forest"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"

@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/safetensors"
-	"github.com/canopy-hpc/canopy/internal/forest"
-	"github.com/canopy-hpc/canopy/internal/testweights"
+	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )

@@ -1,9 +1,7 @@
 package jobs
 
 import (
-	"bytes"
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,48 +62,6 @@ func listImages(dir string) ([]string, error) {
 	return out, nil
 }
 
-// csvImagePaths reads the unique image_path values of a CSV in order of
-// first appearance.
-func csvImagePaths(name string, data []byte) ([]string, error) {
-	r := csv.NewReader(bytes.NewReader(data))
-	r.FieldsPerRecord = -1
-	head, err := r.Read()
-	if err != nil {
-		return nil, fmt.Errorf("jobs: %s: no header: %v: %w", name, err, dataset.ErrInput)
-	}
-	col := -1
-	for i, h := range head {
-		if strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")) == "image_path" {
-			col = i
-		}
-	}
-	if col < 0 {
-		return nil, fmt.Errorf("jobs: %s: no image_path column in %q: %w", name, head, dataset.ErrInput)
-	}
-	seen := map[string]bool{}
-	var out []string
-	for line := 2; ; line++ {
-		rec, err := r.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("jobs: %s: %v: %w", name, err, dataset.ErrInput)
-		}
-		if col >= len(rec) || dataset.TrimPath(rec[col]) == "" {
-			return nil, fmt.Errorf("jobs: %s:%d: empty image_path: %w", name, line, dataset.ErrInput)
-		}
-		if p := dataset.TrimPath(rec[col]); !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("jobs: %s lists no images: %w", name, dataset.ErrInput)
-	}
-	return out, nil
-}
-
 // packPredict is rank 0's packet: the image list and the model.
 func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 	fail := func(code int, err error) ([]byte, *outRun) { return append([]byte{byte(code)}, err.Error()...), nil }
@@ -116,7 +72,7 @@ func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 		if data, err = os.ReadFile(cfg.CSV); err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
-		paths, err = csvImagePaths(cfg.CSV, data)
+		paths, err = dataset.ImagePaths(cfg.CSV, data)
 	} else {
 		paths, err = listImages(cfg.Images)
 	}

@@ -27,10 +27,8 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			rootDirFlag(),
 			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder; refused if it holds predictions unless --force, and (exit 2, naming the holder) while another run holds its lock"},
 			&cli.BoolFlag{Name: "force", Usage: "replace the predictions in --out (the previous ones stay until the new ones are written)"},
-			batchSizeFlag(),
-			verboseFlag(),
-			&cli.DurationFlag{Name: "collective-timeout", Value: 10 * time.Minute, Usage: "longest wait for every rank to reach a collective, then exit 5 (0 disables)"},
-		}, modelFlags()),
+		}, shardJobFlags("longest wait for every rank to reach a collective, then exit 5 (0 disables)"),
+			modelFlags()),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usageError(fmt.Errorf("predict takes no arguments, got %q", c.Args().Slice()))
@@ -55,17 +53,15 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			case cfg.Images != "" && cfg.RootDir != "":
 				return usageError(errors.New("predict: --root-dir goes with --csv; --images paths are relative to that folder"))
 			}
-			opt := jobOptions{collectiveTimeout: c.Duration("collective-timeout"), out: cfg.Out, verbose: c.Bool("verbose")}
-			*code = runJob(c.Context, newComm, stderr, opt, func(comm mpi.Comm) error {
-				if comm.Rank() != 0 {
+			return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
+				if !rank0 {
 					cfg.Stdout = nil
 				} else {
 					cfg.Progress = stderr
 				}
-				cfg.CollectiveTimeout = c.Duration("collective-timeout")
+				cfg.CollectiveTimeout = timeout
 				return Predict(c.Context, comm, cfg)
 			})
-			return nil
 		},
 	}
 }

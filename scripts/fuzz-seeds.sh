@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-$GO build -o "$tmp/fuzzseed" ./internal/fuzzseed
+$GO build -o "$tmp/fuzzseed" ./cmd/fuzzseed
 seed() { "$tmp/fuzzseed" "$@"; }
 h=image_path,xmin,ymin,xmax,ymax,label
 printf '%s\n' "$h" > "$tmp/header-only.csv"

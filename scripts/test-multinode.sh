@@ -7,9 +7,9 @@
 # cluster is torn down on exit, failure and signals included; every job runs
 # under `timeout -k 5`.
 #
-# Sets (generated under $S): "demo", 12 images of internal/forestgen seed 3 at
+# Sets (generated under $S): "demo", 12 images of cmd/forestgen seed 3 at
 # 200x200 for the demo model (testdata/models/canopy-demo-r18); "replay",
-# internal/synth -big with 600 images x 30 boxes.
+# cmd/synth -big with 600 images x 30 boxes.
 # References: bin/canopy eval with no launcher (1 rank, this host).
 #
 # Checks (each prints PASS/FAIL; exit 1 when any failed):
@@ -104,8 +104,8 @@ want_place="0:h1:0/2 1:h1:1/2 2:h2:0/2 3:h2:1/2 4:h3:0/2 5:h3:1/2"
 now() { date +%s.%N; }
 since() { python3 -c "import sys, time; print('%.2f' % (time.time() - float(sys.argv[1])))" "$1"; }
 
-[ -x bin/forestgen ] || go build -o bin/forestgen ./internal/forestgen
-[ -x bin/synth ] || go build -o bin/synth ./internal/synth
+[ -x bin/forestgen ] || go build -o bin/forestgen ./cmd/forestgen
+[ -x bin/synth ] || go build -o bin/synth ./cmd/synth
 bin/forestgen -out "$S/demo" -n 12 -seed 3 -sizes 200x200 >/dev/null
 bin/synth -big "$S/replay" -images 600 -boxes 30 >/dev/null
 MODEL=(--model testdata/models/canopy-demo-r18 --csv "$S/demo/annotations.csv")

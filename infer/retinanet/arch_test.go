@@ -3,12 +3,12 @@ package retinanet
 import (
 	"testing"
 
-	"github.com/canopy-hpc/canopy/internal/testweights"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 )
 
 // generatedWeights is a torchvision RetinaNet state dict of the given body,
 // class count and FPN width from the test weight generator
-// (internal/testweights, FrozenBatchNorm2d layout, seed).
+// (internal/testsupport/testweights, FrozenBatchNorm2d layout, seed).
 func generatedWeights(t testing.TB, arch string, classes, fpn int, seed uint64) Weights {
 	t.Helper()
 	entries, err := testweights.StateDict(arch, classes, fpn, false)

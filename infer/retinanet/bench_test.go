@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/canopy-hpc/canopy/internal/forest"
+	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 )
 
 // BenchmarkDetect times one image end to end (transform, network, decode,
@@ -69,7 +69,7 @@ func BenchmarkConv3x3(b *testing.B) {
 }
 
 // BenchmarkLoss is the cost of the validation losses at 800×800 on the CPU:
-// the ResNet-50 fixture network on an 800×800 forest image (internal/forest
+// the ResNet-50 fixture network on an 800×800 forest image (internal/testsupport/forest
 // seed 7, its own crowns as truth; 800×800 is also the network input of a
 // 400×400 crop). "interleaved" runs Detect and DetectLoss back to back in
 // every iteration (in alternating order), so that a load that drifts on a

@@ -19,13 +19,13 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/imagefile"
-	"github.com/canopy-hpc/canopy/internal/forest"
-	"github.com/canopy-hpc/canopy/internal/testweights"
+	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 )
 
 // golden is a fixture written by tools/retinanet/golden.py: torchvision's
-// RetinaNet filled by the deterministic generator of internal/testweights,
-// run on images drawn by internal/forest (seed goldenSeed, sizes
+// RetinaNet filled by the deterministic generator of internal/testsupport/testweights,
+// run on images drawn by internal/testsupport/forest (seed goldenSeed, sizes
 // goldenSizes), one image per batch, float32 on the CPU.
 type golden struct {
 	Peer      string          `json:"peer"`
@@ -62,9 +62,9 @@ type goldenImage struct {
 	Labels []int        `json:"labels"`
 }
 
-// imageSet is a set of fixture images drawn by internal/forest: image i is
+// imageSet is a set of fixture images drawn by internal/testsupport/forest: image i is
 // forest.Generate(seed, i, sizes[i][0], sizes[i][1]) (W×H), as
-// `go run ./internal/forestgen -seed S -sizes W1xH1,...` writes them.
+// `go run ./cmd/forestgen -seed S -sizes W1xH1,...` writes them.
 type imageSet struct {
 	seed  uint64
 	sizes [][2]int
@@ -467,7 +467,7 @@ func compareDetections(t *testing.T, dets []Detection, gi goldenImage, thresh fl
 func TestGoldenResNet18(t *testing.T) { checkGolden(t, "r18.json", forestSet) }
 
 // The demo model (testdata/models/canopy-demo-r18, float16 weights) loaded
-// from its folder, against torchvision on demo images (internal/forestgen
+// from its folder, against torchvision on demo images (cmd/forestgen
 // -seed 3): tools/retinanet/golden.py --checkpoint.
 func TestGoldenDemoModel(t *testing.T) {
 	g := checkDemo(t, "demo.json", demoSet)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/safetensors"
-	"github.com/canopy-hpc/canopy/internal/testweights"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 )
 
 // A ResNet-18 body, 64 FPN channels, 2 classes: torchvision's

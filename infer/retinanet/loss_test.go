@@ -13,12 +13,12 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/cuda"
-	"github.com/canopy-hpc/canopy/internal/forest"
+	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 )
 
 // lossFixture is testdata/golden/retinanet/losses.json, written by
 // tools/retinanet/losses.py: torchvision's RetinaNet in train mode under
-// no_grad on internal/forest images with hand-written truth.
+// no_grad on internal/testsupport/forest images with hand-written truth.
 type lossFixture struct {
 	Peer    map[string]any `json:"peer"`
 	Command string         `json:"command"`

@@ -134,6 +134,63 @@ func Duplicates(rows []Row) int {
 	return n
 }
 
+// columns maps each header cell, trimmed of blanks and a leading UTF-8 BOM,
+// to the first column that holds it.
+func columns(header []string) map[string]int {
+	col := make(map[string]int, len(header))
+	for i, h := range header {
+		h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
+		if _, dup := col[h]; !dup {
+			col[h] = i
+		}
+	}
+	return col
+}
+
+// ImagePaths reads the image list of a CSV that names images in an
+// image_path column (canopy predict --csv): the unique paths, trimmed as
+// TrimPath trims them, in order of first appearance. The column is found
+// as ParseTruth finds it; other columns are ignored and rows may differ in
+// length. A row without a path, or a CSV that lists no image, is an error.
+func ImagePaths(name string, data []byte) ([]string, error) {
+	r := csv.NewReader(bytes.NewReader(data))
+	r.FieldsPerRecord = -1
+	head, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("dataset: %s: no header: %v: %w", name, err, ErrInput)
+	}
+	col, ok := columns(head)["image_path"]
+	if !ok {
+		return nil, fmt.Errorf("dataset: %s: no image_path column in %q: %w", name, head, ErrInput)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for line := 2; ; line++ {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("dataset: %s: %v: %w", name, err, ErrInput)
+		}
+		var p string
+		if col < len(rec) {
+			p = TrimPath(rec[col])
+		}
+		if p == "" {
+			return nil, fmt.Errorf("dataset: %s:%d: empty image_path: %w", name, line, ErrInput)
+		}
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("dataset: %s lists no images: %w", name, ErrInput)
+	}
+	return out, nil
+}
+
 func parse(name string, data []byte, scored bool, opt Options) ([]Row, error) {
 	r := csv.NewReader(bytes.NewReader(data))
 	r.ReuseRecord = true
@@ -144,13 +201,7 @@ func parse(name string, data []byte, scored bool, opt Options) ([]Row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dataset: %s: %v: %w", name, err, ErrInput)
 	}
-	col := make(map[string]int, len(header))
-	for i, h := range header {
-		h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
-		if _, dup := col[h]; !dup {
-			col[h] = i
-		}
-	}
+	col := columns(header)
 	want := truthCols
 	if scored {
 		want = append(append([]string(nil), truthCols...), "score")

@@ -107,3 +107,28 @@ func TestSJERTruth(t *testing.T) {
 		}
 	}
 }
+
+// ImagePaths (predict --csv) finds image_path as ParseTruth does (BOM and
+// blanks trimmed, the first of two such columns), trims each path as eval
+// does, keeps the first appearance of each, and refuses a CSV without the
+// column, a row without a path, or no image at all.
+func TestImagePaths(t *testing.T) {
+	got, err := ImagePaths("p.csv", []byte("\ufeff image_path ,x,image_path\n a.png ,1,z.png\na.png,2\n\"\tb.png\",3,y.png\nc.png\n"))
+	if err != nil || strings.Join(got, "|") != "a.png|b.png|c.png" {
+		t.Fatalf("%q, %v", got, err)
+	}
+	bad := []struct{ name, csv, want string }{
+		{"empty file", "", "dataset: p.csv: no header"},
+		{"no column", "path,x\na.png,1\n", "dataset: p.csv: no image_path column"},
+		{"blank path", "image_path,x\na.png,1\n  ,2\n", "dataset: p.csv:3: empty image_path"},
+		{"short row", "x,image_path\na,a.png\nb\n", "dataset: p.csv:3: empty image_path"},
+		{"header only", "image_path\n", "dataset: p.csv lists no images"},
+		{"bad quote", "image_path\n\"a.png\n", "dataset: p.csv: parse error on line 2"},
+	}
+	for _, c := range bad {
+		_, err := ImagePaths("p.csv", []byte(c.csv))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, ErrInput) {
+			t.Errorf("%s: %v, want %q wrapping ErrInput", c.name, err, c.want)
+		}
+	}
+}

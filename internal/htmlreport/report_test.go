@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/box"
-	"github.com/canopy-hpc/canopy/internal/forest"
+	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 

@@ -2,13 +2,13 @@
 
 Purpose: a small torchvision RetinaNet (ResNet-18 + 64-channel FPN, P3-P7,
 2 classes: Tree=0, Dead=1, 400x400 input) trained from scratch (no pretrained
-weights) on the synthetic aerial forest images of internal/forestgen, so that
+weights) on the synthetic aerial forest images of cmd/forestgen, so that
 canopy ships a real, working demo model. Not part of canopy's build or tests.
 
 Exact command used for the shipped model (from the repository root, with the
 image sets generated beforehand by the project's Go generator):
 
-    go build -o /tmp/forestgen ./internal/forestgen
+    go build -o /tmp/forestgen ./cmd/forestgen
     /tmp/forestgen -out /tmp/forest-train -n 1500 -seed 11
     /tmp/forestgen -out /tmp/forest-val -n 100 -seed 12
     /usr/bin/python3 tools/demo/train.py --train /tmp/forest-train --val /tmp/forest-val
@@ -577,7 +577,7 @@ def main():
         % (torch.__version__, torchvision.__version__, np.__version__, platform.python_version(), args.threads),
         "  OMP_WAIT_POLICY=%s);" % os.environ.get("OMP_WAIT_POLICY"),
         "  `torch.use_deterministic_algorithms(True)`: %s." % deterministic,
-        "- Data: `internal/forestgen` images, 400x400: training seed 11, %d images (%d boxes); validation seed 12,"
+        "- Data: `cmd/forestgen` images, 400x400: training seed 11, %d images (%d boxes); validation seed 12,"
         % (len(train), n_boxes),
         "  %d images. Demo set (seed 3) not used. Augmentation: random horizontal and vertical flips." % len(val),
         "- Seed %d (torch, random, numpy; data order and flips from one seeded `torch.Generator`)." % args.seed,
@@ -618,7 +618,7 @@ def main():
         "## Command",
         "",
         "```sh",
-        "go build -o /tmp/forestgen ./internal/forestgen",
+        "go build -o /tmp/forestgen ./cmd/forestgen",
         "/tmp/forestgen -out %s -n %d -seed 11" % (args.train, len(train)),
         "/tmp/forestgen -out %s -n %d -seed 12" % (args.val, len(val)),
         command,

@@ -1,6 +1,6 @@
 """Times torchvision's RetinaNet on a GPU with the weights of canopy's r50
 parity fixture (tools/retinanet/golden.py builds the network, weights.py
-fills it with the generator internal/testweights reproduces), at batch 1
+fills it with the generator internal/testsupport/testweights reproduces), at batch 1
 and 8 of the 400x400 fixture images, FP32 and TF32, and, given canopy's
 BenchmarkGPUDetect output, prints the ratio canopy/torchvision in images/s.
 

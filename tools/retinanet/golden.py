@@ -20,7 +20,7 @@ Usage (the venv with current torch/torchvision, as DeepForest 2.x runs;
 the fixtures of testdata/golden/retinanet/torch1.13 were made with Debian's
 torch 1.13 / torchvision 0.14, the float32 resize rule):
   /opt/canopy-peers/venv/bin/python tools/retinanet/golden.py --model r50 --out testdata/golden/retinanet/r50.json IMAGE...
-  (make golden-retinanet generates the images with internal/forestgen and
+  (make golden-retinanet generates the images with cmd/forestgen and
   runs the three models on them)
 """
 import argparse

@@ -3,7 +3,7 @@ val_loss (infer/retinanet loss.go, jobs eval --model).
 
 Runs torchvision's RetinaNet in train mode under no_grad, with targets, as
 DeepForest's validation_step does, on generated 400x400 images
-(internal/forestgen) with hand-written truth that covers the cases the loss
+(cmd/forestgen) with hand-written truth that covers the cases the loss
 has to get right: an empty frame (DeepForest's 0,0,0,0 row), a box smaller
 than the smallest anchor, overlapping boxes, a second class (the demo model
 has two), a box on the border, fractional coordinates and a sliver narrower
@@ -37,7 +37,7 @@ anchor counts from the peer's own matcher. At batch 4 (the four images, all
 one size, so the padding is the same): the loss dict (mean over the batch).
 
 Usage:
-  go run ./internal/forestgen -out bin/loss-images -n 4 -seed 7 -sizes 400x400 -prefix loss_
+  go run ./cmd/forestgen -out bin/loss-images -n 4 -seed 7 -sizes 400x400 -prefix loss_
   /opt/canopy-peers/venv/bin/python tools/retinanet/losses.py --images bin/loss-images \
       --out testdata/golden/retinanet/losses.json
 (make golden-losses)
@@ -167,7 +167,7 @@ def main():
             "python": platform.python_version(),
         },
         "command": "/opt/canopy-peers/venv/bin/python tools/retinanet/losses.py " + " ".join(sys.argv[1:]),
-        "images_command": "go run ./internal/forestgen -out DIR -n %d -seed %d -sizes %dx%d -prefix loss_" % (N, SEED, SIZE, SIZE),
+        "images_command": "go run ./cmd/forestgen -out DIR -n %d -seed %d -sizes %dx%d -prefix loss_" % (N, SEED, SIZE, SIZE),
         "size_rule_note": "400x400 resizes to 800x800 (r50, scale 2) and 400x400 (demo, scale 1) under both torchvision size rules",
         "seed": SEED,
         "images": [{"path": os.path.basename(p), "sha256": hashlib.sha256(open(p, "rb").read()).hexdigest()} for p in paths],

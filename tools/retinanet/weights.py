@@ -1,5 +1,5 @@
 """Deterministic RetinaNet test weights, reproduced bit for bit by canopy's Go
-package internal/testweights (same algorithm; see its doc comment).
+package internal/testsupport/testweights (same algorithm; see its doc comment).
 
 Every tensor of a torchvision RetinaNet state dict is filled from a
 counter-based hash, so no weights need to be stored:

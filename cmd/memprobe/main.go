@@ -2,7 +2,7 @@
 // size: the calibration of the job's per-rank memory estimate
 // (jobs/limits.go, docs/reliability.md).
 //
-//	go run ./internal/memprobe MODEL_DIR W H [MIN_SIZE MAX_SIZE]
+//	go run ./cmd/memprobe MODEL_DIR W H [MIN_SIZE MAX_SIZE]
 //
 // It loads the model folder, runs one synthetic W×H image and prints the
 // process's peak resident memory (ru_maxrss) before and after the run; the

@@ -1,8 +1,8 @@
 // Command testmodel writes a DeepForest-style model folder (model.safetensors
-// and config.json) whose weights come from internal/testweights, the
+// and config.json) whose weights come from internal/testsupport/testweights, the
 // generator the parity fixtures share with tools/retinanet/weights.py:
 //
-//	go run ./internal/testmodel -arch resnet50 -classes 1 -fpn 256 -out bin/model-r50
+//	go run ./cmd/testmodel -arch resnet50 -classes 1 -fpn 256 -out bin/model-r50
 //
 // gives torchvision's retinanet_resnet50_fpn(num_classes=1) state dict with
 // seed 0 values: the network of testdata/golden/retinanet/r50.json. It is
@@ -18,7 +18,7 @@ import (
 	"path/filepath"
 
 	"github.com/canopy-hpc/canopy/infer/safetensors"
-	"github.com/canopy-hpc/canopy/internal/testweights"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 )
 
 func main() {

@@ -1,7 +1,7 @@
 // Command forestgen writes a set of synthetic aerial forest images
-// (internal/forest) as PNG files with a DeepForest annotation CSV:
+// (internal/testsupport/forest) as PNG files with a DeepForest annotation CSV:
 //
-//	go run ./internal/forestgen -out testdata/demo -n 40 -seed 3
+//	go run ./cmd/forestgen -out testdata/demo -n 40 -seed 3
 //
 // writes OUT/img_0000.png … and OUT/annotations.csv (image_path, xmin, ymin,
 // xmax, ymax, label; empty frames as one 0,0,0,0 row, DeepForest's
@@ -20,7 +20,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/canopy-hpc/canopy/internal/forest"
+	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 )
 
 func main() {

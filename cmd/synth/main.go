@@ -1,7 +1,7 @@
 // Command synth generates canopy's synthetic test sets: DeepForest-style
 // annotation and prediction CSVs with empty frames, several classes, images
 // without predictions, perturbed and spurious predictions. It is seeded and
-// deterministic: `go run ./internal/synth -out testdata/sets` rewrites the
+// deterministic: `go run ./cmd/synth -out testdata/sets` rewrites the
 // same bytes.
 package main
 
