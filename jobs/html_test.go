@@ -398,3 +398,99 @@ func TestHTMLFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestReportHTMLOpensOnlyAdmittedImages: report.html draws no image the
+// pre-flight would refuse. A replay opens no image, so its page is the
+// only reader of the CSV's paths: an absolute path, a ".." path and a
+// symlink out of --root-dir are drawn grey unless --allow-outside-root,
+// and an image whose header is over the pixel cap is never decoded.
+func TestReportHTMLOpensOnlyAdmittedImages(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writePNG := func(path string, w, h int) {
+		var b bytes.Buffer
+		if err := png.Encode(&b, image.NewGray(image.Rect(0, 0, w, h))); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writePNG(filepath.Join(base, "outside.png"), 40, 30)
+	writePNG(filepath.Join(root, "inside.png"), 40, 30)
+	if err := os.Symlink(filepath.Join(base, "outside.png"), filepath.Join(root, "link.png")); err != nil {
+		t.Fatal(err)
+	}
+	// A bomb: a 20000×20000 PNG header (400 M pixels, over PIL's cap) with
+	// no pixel data; decoding it would fail anyway, its header says enough.
+	bomb := pngHeader(20000, 20000)
+	if err := os.WriteFile(filepath.Join(root, "bomb.png"), bomb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	abs := filepath.Join(base, "outside.png")
+	names := []string{"inside.png", "../outside.png", abs, "link.png", "bomb.png"}
+	var truth, pred strings.Builder
+	truth.WriteString("image_path,xmin,ymin,xmax,ymax,label\n")
+	pred.WriteString("image_path,xmin,ymin,xmax,ymax,label,score\n")
+	for _, n := range names {
+		fmt.Fprintf(&truth, "%s,1,1,20,20,Tree\n", n)
+		fmt.Fprintf(&pred, "%s,30,20,39,29,Tree,0.5\n", n) // every image misses: all drawn
+	}
+	csv, preds := filepath.Join(base, "truth.csv"), filepath.Join(base, "preds.csv")
+	if err := os.WriteFile(csv, []byte(truth.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(preds, []byte(pred.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	one := func() (mpi.Comm, func() error, error) { return local.New(1)[0], func() error { return nil }, nil }
+	page := func(extra ...string) map[string]string {
+		out := filepath.Join(t.TempDir(), "out")
+		args := append([]string{"canopy", "eval", "--csv", csv, "--root-dir", root, "--predictions", preds, "--out", out}, extra...)
+		var so, se bytes.Buffer
+		if code := MainWith(context.Background(), args, &so, &se, one); code != ExitOK {
+			t.Fatalf("%v: exit %d: %s", extra, code, se.String())
+		}
+		b, err := os.ReadFile(filepath.Join(out, "report.html"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		notes := map[string]string{}
+		fig := regexp.MustCompile(`(?s)<figure><img [^>]*alt="([^"]*)">.*?</figure>`)
+		for _, m := range fig.FindAllStringSubmatch(string(b), -1) {
+			n := stdhtml.UnescapeString(m[1])
+			note := ""
+			if i := strings.Index(m[0], `<span class="note">`); i >= 0 {
+				note = stdhtml.UnescapeString(m[0][i:])
+			}
+			notes[n] = note
+		}
+		if len(notes) != len(names) {
+			t.Fatalf("%v: %d images drawn, want %d", extra, len(notes), len(names))
+		}
+		return notes
+	}
+	refused := map[string]string{"../outside.png": `a ".." element`, abs: "an absolute path", "link.png": "a symlink to",
+		"bomb.png": "400000000 pixels, over the limit of 178956970"}
+	for n, note := range page() {
+		want, bad := refused[n]
+		switch {
+		case !bad && note != "":
+			t.Errorf("%s: drawn with note %q, want the image", n, note)
+		case bad && !strings.Contains(note, "image not opened") || bad && !strings.Contains(note, want):
+			t.Errorf("%s: note %q, want it refused: %q", n, note, want)
+		}
+	}
+	for n, note := range page("--allow-outside-root") {
+		if n == "bomb.png" {
+			if !strings.Contains(note, refused[n]) {
+				t.Errorf("--allow-outside-root: %s: note %q, want the pixel cap", n, note)
+			}
+		} else if note != "" {
+			t.Errorf("--allow-outside-root: %s: drawn with note %q, want the image", n, note)
+		}
+	}
+}

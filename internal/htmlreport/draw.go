@@ -45,9 +45,10 @@ const maxScoresPrinted = 40
 
 // drawImage draws the image downscaled so its longer side is at most size
 // pixels, truth boxes in cyan, predictions in magenta with their scores,
-// and returns it as a JPEG data URI. A file that does not open is drawn
-// as its boxes on grey, and says so.
-func drawImage(root string, im box.Image, dets []box.Detection, st imageStat, size int) (thumb, error) {
+// and returns it as a JPEG data URI. A file that does not open, or that
+// opt.Admit refuses, is drawn as its boxes on grey, and says so.
+func drawImage(root string, im box.Image, dets []box.Detection, st imageStat, opt Options) (thumb, error) {
+	size := opt.Thumb
 	t := thumb{Path: im.Path, Caption: caption(st)}
 	if st.firstRow > 0 {
 		t.Rows = fmt.Sprintf("results.csv lines %d–%d", st.firstRow, st.lastRow)
@@ -56,13 +57,23 @@ func drawImage(root string, im box.Image, dets []box.Detection, st imageStat, si
 	if !filepath.IsAbs(file) {
 		file = filepath.Join(root, file)
 	}
-	src, err := openImage(file)
-	if err != nil {
-		why := err.Error()
-		if errors.Is(err, fs.ErrNotExist) {
-			why = "not found"
+	var src image.Image
+	var err error
+	if opt.Admit != nil {
+		if err = opt.Admit(root, im.Path); err != nil {
+			t.Note = "image not opened (" + err.Error() + "): boxes drawn on grey"
 		}
-		t.Note = "image file " + why + ": boxes drawn on grey"
+	}
+	if err == nil {
+		if src, err = openImage(file); err != nil {
+			why := err.Error()
+			if errors.Is(err, fs.ErrNotExist) {
+				why = "not found"
+			}
+			t.Note = "image file " + why + ": boxes drawn on grey"
+		}
+	}
+	if err != nil {
 		src = blank(im, dets)
 	}
 	dst := scaled(src, size)

@@ -27,6 +27,12 @@ import (
 type Options struct {
 	Worst int // images drawn (0: none)
 	Thumb int // longest side of a thumbnail in pixels
+	// Admit, when set, is asked before an image file is opened (path as
+	// the CSV gives it, root the folder it is relative to); an image it
+	// refuses is drawn as its boxes on grey with the reason. canopy's
+	// commands refuse there what their pre-flight refuses: a path that
+	// leaves the root and an image over the pixel cap.
+	Admit func(root, path string) error
 }
 
 // DefaultOptions are the flags' defaults.
@@ -108,7 +114,7 @@ func WriteEval(w io.Writer, e Eval, opt Options) error {
 	}
 	pg.Stages = tl
 	for _, i := range worst(st, opt.Worst) {
-		th, err := drawImage(e.RootDir, e.Images[i], e.Dets[i], st[i], opt.Thumb)
+		th, err := drawImage(e.RootDir, e.Images[i], e.Dets[i], st[i], opt)
 		if err != nil {
 			return err
 		}
