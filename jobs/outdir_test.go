@@ -426,6 +426,50 @@ func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
 	}
 }
 
+// predict --force over an eval run replaces the whole run: refused without
+// --force, put back byte for byte when the new run fails, and once the
+// predictions are published no results.csv, report.html, manifest or part
+// file of the eval is left to pass for the new run's.
+func TestPredictForceReplacesEvalRun(t *testing.T) {
+	_, csv, _ := testModelSet(t)
+	out := t.TempDir()
+	if codes := runLocal(t, 2, setCfg("three", out)); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	before := snapshot(t, out)
+	missing := filepath.Join(t.TempDir(), "missing.csv")
+	os.WriteFile(missing, []byte("image_path\nnope.png\n"), 0o644)
+	predict := func(cfg PredictConfig) int {
+		codes := make([]int, 2)
+		local.Run(2, func(c mpi.Comm) error {
+			codes[c.Rank()] = Code(Predict(context.Background(), c, cfg))
+			return nil
+		})
+		if codes[0] != codes[1] {
+			t.Fatalf("ranks disagree: %v", codes)
+		}
+		return codes[0]
+	}
+	cfg := PredictConfig{Out: out, BatchSize: 2, CSV: csv, Model: modelCfg(t, out).Model}
+	if code := predict(cfg); code != ExitUsage {
+		t.Fatalf("without --force: exit %d, want %d", code, ExitUsage)
+	}
+	sameTree(t, "without --force", before, snapshot(t, out))
+	cfg.Force = true
+	bad := cfg
+	bad.CSV = missing
+	if code := predict(bad); code != ExitInput {
+		t.Fatalf("missing image: exit %d, want %d", code, ExitInput)
+	}
+	sameTree(t, "failed --force", before, snapshot(t, out))
+	if code := predict(cfg); code != ExitOK {
+		t.Fatalf("--force: exit %d", code)
+	}
+	if got := names(snapshot(t, out)); strings.Join(got, " ") != "predictions.csv report.json" {
+		t.Fatalf("after predict --force the folder holds %v, want predictions.csv and report.json only", got)
+	}
+}
+
 // canopy doctor --out: complete, resumable, a failed start, no run, and a
 // folder in use.
 func TestDoctorOutStates(t *testing.T) {

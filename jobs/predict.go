@@ -94,21 +94,35 @@ func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 	return packFields([]byte{0}, fields...), out
 }
 
-// preparePredictOut locks the output folder, refusing one that holds
-// predictions unless force. With force the previous predictions stay until
-// the new ones replace them as one set (publish): a failed run loses
-// nothing.
+// preparePredictOut locks the output folder, refusing one that holds a
+// previous run (predict's or eval's) unless force. With force the previous
+// run's entries are set aside, as eval's --force does, and come back if
+// the new run fails before it publishes; once it has published they are
+// removed (commit), so an eval folder does not keep a results.csv or a
+// report.html that no longer matches its predictions.
 func preparePredictOut(dir string, force bool) (*outRun, error) {
 	o, err := openOut(dir)
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range []string{"predictions.csv", "report.json"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err == nil && !force {
-			err := usageErr("jobs: --out %s holds a previous run (%s); use --force to replace it", dir, f)
-			o.finish(err)
-			return nil, err
+	var present []string
+	for _, f := range runFiles {
+		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
+			present = append(present, f)
 		}
+	}
+	switch {
+	case len(present) == 0:
+	case !force:
+		err = usageErr("jobs: --out %s holds a previous run (%s); use --force to replace it", dir, present[0])
+	default:
+		if err = setAside(dir, present); err == nil {
+			o.aside = true
+		}
+	}
+	if err != nil {
+		o.finish(err)
+		return nil, err
 	}
 	return o, nil
 }
@@ -234,6 +248,9 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 			}
 		}
 		werr = writePredictOutputs(cfg.Out, rep, images, dets, labels)
+		if werr == nil {
+			werr = out.commit() // published: the previous run goes
+		}
 		if werr == nil && cfg.Stdout != nil {
 			fmt.Fprintf(cfg.Stdout, "%d detections on %d images: %s\n", rep.Boxes, len(images), filepath.Join(cfg.Out, "predictions.csv"))
 		}

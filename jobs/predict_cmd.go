@@ -25,8 +25,8 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			&cli.StringFlag{Name: "csv", Usage: "CSV whose image_path column lists the images (other columns ignored; each path once, in order of first appearance)"},
 			&cli.StringFlag{Name: "images", Usage: "or: a folder whose .png .jpg .jpeg .tif .tiff files (any case, not recursive, sorted by name) are the images"},
 			rootDirFlag(),
-			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder; refused if it holds predictions unless --force, and (exit 2, naming the holder) while another run holds its lock"},
-			&cli.BoolFlag{Name: "force", Usage: "replace the predictions in --out (the previous ones stay until the new ones are written)"},
+			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder; refused if it holds a previous run (predict's or eval's) unless --force, and (exit 2, naming the holder) while another run holds its lock"},
+			&cli.BoolFlag{Name: "force", Usage: "replace the previous run in --out, predict's or eval's: it is set aside until the new predictions are written, and put back if the run fails before that"},
 		}, shardJobFlags("longest wait for every rank to reach a collective, then exit 5 (0 disables)"),
 			modelFlags()),
 		Action: func(c *cli.Context) error {
