@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -136,14 +138,56 @@ func nodeMemory() (int64, string, error) {
 		return 0, "", errors.New("no MemTotal in /proc/meminfo")
 	}
 	src := "MemTotal"
-	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
-		if b, err := os.ReadFile(p); err == nil {
-			if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 && n < total {
-				total, src = n, "the cgroup limit "+p
-			}
-		}
+	cg, _ := os.ReadFile("/proc/self/cgroup")
+	if n, p := cgroupMemoryLimit("/sys/fs/cgroup", cg); n > 0 && n < total {
+		total, src = n, "the cgroup limit "+p
 	}
 	return total, src, nil
+}
+
+// cgroupMemoryLimit is the lowest memory limit on the way from this
+// process's own cgroup (as /proc/self/cgroup names it, under the hierarchy
+// mounted at sys) up to the root, and the file that sets it; 0 if none.
+// Slurm puts a job's limit on the job's or the step's cgroup, not on the
+// root a container sees, so the whole path is read: cgroup v2's memory.max
+// and v1's memory controller's memory.limit_in_bytes.
+func cgroupMemoryLimit(sys string, procCgroup []byte) (int64, string) {
+	var best int64
+	var from string
+	look := func(dir, rel, file string) {
+		rel = filepath.Clean("/" + rel)
+		for {
+			p := filepath.Join(dir, rel, file)
+			if b, err := os.ReadFile(p); err == nil {
+				if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 && (best == 0 || n < best) {
+					best, from = n, p
+				}
+			}
+			if rel == "/" {
+				return
+			}
+			rel = filepath.Dir(rel)
+		}
+	}
+	seen := false
+	for _, l := range strings.Split(string(procCgroup), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		seen = true
+		switch {
+		case f[0] == "0" && f[1] == "":
+			look(sys, f[2], "memory.max")
+		case slices.Contains(strings.Split(f[1], ","), "memory"):
+			look(filepath.Join(sys, "memory"), f[2], "memory.limit_in_bytes")
+		}
+	}
+	if !seen { // no /proc/self/cgroup: the roots alone
+		look(sys, "/", "memory.max")
+		look(filepath.Join(sys, "memory"), "/", "memory.limit_in_bytes")
+	}
+	return best, from
 }
 
 // residentBytes is this process's resident memory (VmRSS), 0 if unknown.

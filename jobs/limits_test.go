@@ -164,3 +164,41 @@ func TestConfigSizeBounds(t *testing.T) {
 		}
 	}
 }
+
+// The memory budget reads the limit Slurm puts on the job's or the step's
+// cgroup, the lowest on the way up (cgroup v2 and v1), not the root's
+// alone.
+func TestCgroupMemoryLimitFollowsOwnCgroup(t *testing.T) {
+	sys := t.TempDir()
+	write := func(rel, v string) {
+		p := filepath.Join(sys, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("memory.max", "max")
+	write("system.slice/slurmstepd.scope/job_7/memory.max", "2147483648")
+	write("system.slice/slurmstepd.scope/job_7/step_0/memory.max", "max")
+	write("memory/memory.limit_in_bytes", "9223372036854771712")
+	write("memory/slurm/uid_0/job_8/memory.limit_in_bytes", "1073741824")
+	write("memory/slurm/uid_0/job_8/step_0/memory.limit_in_bytes", "3221225472")
+	for _, c := range []struct {
+		cgroup string
+		want   int64
+		file   string
+	}{
+		{"0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n", 2 << 30, "system.slice/slurmstepd.scope/job_7/memory.max"},
+		{"0::/\n", 0, ""},
+		{"4:memory:/slurm/uid_0/job_8/step_0\n0::/\n", 1 << 30, "memory/slurm/uid_0/job_8/memory.limit_in_bytes"},
+		{"5:cpu,memory:/slurm/uid_0/job_8/step_0\n", 1 << 30, "memory/slurm/uid_0/job_8/memory.limit_in_bytes"},
+		{"", 9223372036854771712, "memory/memory.limit_in_bytes"},
+	} {
+		n, from := cgroupMemoryLimit(sys, []byte(c.cgroup))
+		if want := filepath.Join(sys, c.file); n != c.want || (c.file != "" && from != want) {
+			t.Errorf("%q: %d from %s, want %d from %s", c.cgroup, n, from, c.want, want)
+		}
+	}
+}
