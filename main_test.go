@@ -368,26 +368,29 @@ func TestMPIDoctor(t *testing.T) {
 
 // slowRun starts mpirun -np 2 canopy eval with a slow replay detector and
 // returns once both ranks have saved part records, with the ranks' pids.
-func slowRun(t *testing.T, truth, preds, out string) (*exec.Cmd, *bytes.Buffer, []string) {
+func slowRun(t *testing.T, truth, preds, out string, slowMS int) (*exec.Cmd, *bytes.Buffer, []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", "-np", "2", canopyBin, "eval", "--csv", truth, "--predictions", preds,
 		"--out", out, "--batch-size", "2")
-	cmd.Env = append(os.Environ(), "CANOPY_TEST_SLOW_MS=20")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("CANOPY_TEST_SLOW_MS=%d", slowMS))
 	var se bytes.Buffer
 	cmd.Stderr = &se
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitParts(out, 2)
+	if !waitParts(out, 2) {
+		t.Fatalf("no part records from both ranks in 30 s\n%s", se.String())
+	}
 	// the rank processes only (not mpirun or the timeout wrapper)
 	pids, _ := exec.Command("pgrep", "-f", "--", "^"+canopyBin+" eval .*--out "+out).Output()
 	return cmd, &se, strings.Fields(string(pids))
 }
 
-// waitParts waits (at most 30 s) until n part files in out hold records.
-func waitParts(out string, n int) {
+// waitParts waits (at most 30 s) until n part files in out hold records,
+// and says whether they did.
+func waitParts(out string, n int) bool {
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		files, _ := filepath.Glob(filepath.Join(out, "parts", "*.part"))
 		k := 0
@@ -397,9 +400,10 @@ func waitParts(out string, n int) {
 			}
 		}
 		if k == n {
-			return
+			return true
 		}
 	}
+	return false
 }
 
 type resumeReport struct {
@@ -434,7 +438,7 @@ func TestMPISigtermThenResume(t *testing.T) {
 	truth, preds := set("multi", "truth.csv"), set("multi", "predictions.csv")
 	ref := inProcess(t, 1, jobs.EvalConfig{CSV: truth, Predictions: preds, Out: t.TempDir(), IoUThreshold: 0.4})
 	out := filepath.Join(t.TempDir(), "run with space")
-	cmd, se, pids := slowRun(t, truth, preds, out)
+	cmd, se, pids := slowRun(t, truth, preds, out, 20)
 	for _, p := range pids {
 		exec.Command("kill", "-TERM", p).Run()
 	}
@@ -462,7 +466,7 @@ func TestMPIKillThenResume(t *testing.T) {
 	truth, preds := set("multi", "truth.csv"), set("multi", "predictions.csv")
 	ref := inProcess(t, 1, jobs.EvalConfig{CSV: truth, Predictions: preds, Out: t.TempDir(), IoUThreshold: 0.4})
 	out := t.TempDir()
-	cmd, se, pids := slowRun(t, truth, preds, out)
+	cmd, se, pids := slowRun(t, truth, preds, out, 20)
 	if len(pids) != 2 {
 		t.Fatalf("pids %v", pids)
 	}
@@ -556,7 +560,10 @@ func TestMPIRunSigtermIsResumable(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitParts(out, 2)
+	if !waitParts(out, 2) {
+		cmd.Process.Kill()
+		t.Fatalf("no part records from both ranks in 30 s\n%s", se.String())
+	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	err := cmd.Wait()
 	var ee *exec.ExitError
@@ -587,7 +594,9 @@ func TestMPISecondRunIntoOneOutRefused(t *testing.T) {
 	truth, preds := set("multi", "truth.csv"), set("multi", "predictions.csv")
 	ref := inProcess(t, 1, jobs.EvalConfig{CSV: truth, Predictions: preds, Out: t.TempDir(), IoUThreshold: 0.4})
 	out := t.TempDir()
-	first, se, _ := slowRun(t, truth, preds, out)
+	// 100 ms an image: the first run lasts about 15 s, far longer than
+	// the second mpirun takes to start on a loaded machine.
+	first, se, _ := slowRun(t, truth, preds, out, 100)
 	r := mpirun(t, 2, []string{"SLURM_JOB_ID=second"}, "eval", "--csv", truth, "--predictions", preds, "--out", out, "--force")
 	if r.code != jobs.ExitUsage || !strings.Contains(r.stderr, "in use by another canopy run (job none on host") {
 		t.Fatalf("second run: exit %d, want 2 naming the holder\n%s", r.code, r.stderr)

@@ -66,7 +66,7 @@ if [ "$(id -u)" != 0 ]; then
 	echo "test-multinode: needs root (network namespaces, Slurm as root)" >&2
 	exit 2
 fi
-scripts/install-deps.sh slurm-wlm munge
+scripts/install-deps.sh slurm-wlm munge iproute2
 [ -x bin/canopy ] || go build -o bin/canopy .
 while IFS= read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SRUN_|SALLOC_|OMPI_|PMIX_)' || true)
 unset CANOPY_TEST_FAIL_RANK CANOPY_TEST_SLOW_MS CANOPY_TEST_INTERRUPT CANOPY_TEST_STOP_RANK
