@@ -7,11 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/wire"
+	"github.com/canopy-hpc/canopy/mpi/local"
 )
 
 // The job's val_* rows are the mean over the images of the losses the
@@ -128,5 +131,25 @@ func TestLossValues(t *testing.T) {
 	v = lossValues([]*box.Loss{ls[0], nil})
 	if !math.IsNaN(v[2].V) || formatValue(v[2]) != "null" {
 		t.Fatalf("a missing loss: %+v", v)
+	}
+}
+
+// A resume whose part files mix records with losses and records without
+// (an older canopy's attempt, then this one's) merges: the loss rows are
+// null, as lossValues promises, not an encoding error.
+func TestGatherMergeMixedResumedLosses(t *testing.T) {
+	c := local.New(1)[0]
+	mine := []wire.Image{{Index: 2, Loss: &box.Loss{Classification: 1}}}
+	prev := []wire.Image{{Index: 0, Loss: &box.Loss{Classification: 2, BoxRegression: 1}}, {Index: 1}}
+	stats := rankStats{Seconds: map[string]float64{}}
+	dets, losses, err := gatherMerge(c, time.Minute, 0, mine, prev, 3, &stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dets) != 3 || losses[0] == nil || losses[0].Classification != 2 || losses[1] != nil || losses[2] == nil {
+		t.Fatalf("losses %v", losses)
+	}
+	if v := lossValues(losses); !math.IsNaN(v[2].V) {
+		t.Fatalf("val_loss %v, want null", v[2])
 	}
 }

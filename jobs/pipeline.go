@@ -44,8 +44,22 @@ func gatherMerge(c mpi.Comm, timeout, detect time.Duration, mine, prev []wire.Im
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(prev) > 0 {
-		pb, err := wire.Encode(nil, prev)
+	// Resumed records go in as two buffers, those with losses and those
+	// without (part files of an older canopy): a buffer holds one kind, and
+	// an image without losses makes the loss rows null (lossValues).
+	var with, without []wire.Image
+	for _, im := range prev {
+		if im.Loss != nil {
+			with = append(with, im)
+		} else {
+			without = append(without, im)
+		}
+	}
+	for _, set := range [][]wire.Image{with, without} {
+		if len(set) == 0 {
+			continue
+		}
+		pb, err := wire.Encode(nil, set)
 		if err != nil {
 			return nil, nil, collective(ExitInternal, "jobs: %w", err)
 		}
