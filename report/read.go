@@ -8,6 +8,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/canopy-hpc/canopy/internal/jsonorder"
 )
 
 // File is an input a report records: its path and sha256 (run.Inputs).
@@ -91,33 +93,23 @@ func Parse(path string, b []byte) (*Report, error) {
 // parseMetrics flattens the "metrics" object in its key order.
 func parseMetrics(raw json.RawMessage) (Metrics, error) {
 	m := Metrics{cells: map[string]Cell{}, arrays: map[string]bool{}}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	members, err := jsonorder.Members(raw)
+	if errors.Is(err, jsonorder.ErrNotObject) {
 		return m, errors.New("\"metrics\" is not an object")
 	}
-	type entry struct {
-		key string
-		val json.RawMessage
+	if err != nil {
+		return m, fmt.Errorf("metrics: %w", err)
 	}
-	var entries []entry
+	var entries []jsonorder.Member
 	var classes []float64
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return m, fmt.Errorf("metrics: %w", err)
-		}
-		key := tok.(string) // object keys are strings
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return m, fmt.Errorf("metrics: %s: %w", key, err)
-		}
-		if key == "classes" {
-			if err := json.Unmarshal(v, &classes); err != nil {
+	for _, e := range members {
+		if e.Key == "classes" {
+			if err := json.Unmarshal(e.Value, &classes); err != nil {
 				return m, fmt.Errorf("metrics: classes: want an array of class ids: %w", err)
 			}
 			continue
 		}
-		entries = append(entries, entry{key, v})
+		entries = append(entries, e)
 	}
 	ids := make([]int, len(classes))
 	seen := map[int]bool{}
@@ -138,19 +130,19 @@ func parseMetrics(raw json.RawMessage) (Metrics, error) {
 		m.cells[k] = c
 	}
 	for _, e := range entries {
-		v := bytes.TrimSpace(e.val)
+		v := bytes.TrimSpace(e.Value)
 		switch {
 		case bytes.Equal(v, []byte("null")):
-			add(e.key, Cell{Present: true, Null: true})
+			add(e.Key, Cell{Present: true, Null: true})
 		case len(v) > 0 && v[0] == '[':
 			var arr []*float64
 			if err := json.Unmarshal(v, &arr); err != nil {
-				return m, fmt.Errorf("metrics: %s: want an array of numbers or Null: %w", e.key, err)
+				return m, fmt.Errorf("metrics: %s: want an array of numbers or Null: %w", e.Key, err)
 			}
 			if classes != nil && len(classes) != len(arr) {
-				return m, fmt.Errorf("metrics: %s has %d values but classes has %d ids", e.key, len(arr), len(classes))
+				return m, fmt.Errorf("metrics: %s has %d values but classes has %d ids", e.Key, len(arr), len(classes))
 			}
-			m.arrays[e.key] = true
+			m.arrays[e.Key] = true
 			for i, x := range arr {
 				id := i
 				if classes != nil {
@@ -160,14 +152,14 @@ func parseMetrics(raw json.RawMessage) (Metrics, error) {
 				if x != nil {
 					c.V = *x
 				}
-				add(fmt.Sprintf("%s[%d]", e.key, id), c)
+				add(fmt.Sprintf("%s[%d]", e.Key, id), c)
 			}
 		default:
 			var f float64
 			if err := json.Unmarshal(v, &f); err != nil {
-				return m, fmt.Errorf("metrics: %s: want a number, null or an array: %w", e.key, err)
+				return m, fmt.Errorf("metrics: %s: want a number, null or an array: %w", e.Key, err)
 			}
-			add(e.key, Cell{Present: true, V: f})
+			add(e.Key, Cell{Present: true, V: f})
 		}
 	}
 	return m, nil

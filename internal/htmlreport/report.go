@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/internal/jsonorder"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -233,25 +234,17 @@ func orderedObject(b []byte) ([]metricRow, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return nil, nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, fmt.Errorf("not an object")
+	members, err := jsonorder.Members(b)
+	if err != nil {
+		return nil, err
 	}
-	var rows []metricRow
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
-		}
+	rows := make([]metricRow, 0, len(members))
+	for _, m := range members {
 		var c bytes.Buffer
-		if err := json.Compact(&c, v); err != nil {
+		if err := json.Compact(&c, m.Value); err != nil {
 			return nil, err
 		}
-		rows = append(rows, metricRow{Key: t.(string), Value: strings.ReplaceAll(c.String(), ",", ", ")})
+		rows = append(rows, metricRow{Key: m.Key, Value: strings.ReplaceAll(c.String(), ",", ", ")})
 	}
 	return rows, nil
 }
