@@ -41,7 +41,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.StringFlag{Name: "out", Value: "canopy-out", Usage: "output folder, on a filesystem every rank sees (checked at start); each rank appends finished images to OUT/parts/ so an interrupted run (exit 8) can --resume; refused if it holds a previous run unless --force or --resume, and (exit 2, naming the holder) while another run holds its lock"},
 			&cli.BoolFlag{Name: "force", Usage: "replace a previous run in --out: it is set aside and removed only once the new run has passed every check and saved its first images; a new run that fails before that puts it back"},
 			&cli.BoolFlag{Name: "resume", Usage: "continue the interrupted run in --out: images found in its part files are not recomputed; refused unless the inputs, detector and canopy version match its manifest"},
-		}, shardJobFlags("longest wait for every rank to reach a collective (after detection: this plus twice the rank's own detection time, as the shards are equal work); then the waiting ranks name the ranks they wait for and the job aborts with exit 5 (0 disables)"),
+		}, shardJobFlags("longest wait for every rank to reach a collective (after detection: this plus twice the rank's own detection time, as the shards are equal work); then rank 0 names the ranks it waits for and the job aborts with exit 5 (ranks other than 0 wait twice this, so rank 0 reports first; 0 disables)"),
 			reportFlags()),
 		Action: func(c *cli.Context) error {
 			cfg, err := evalConfig(c, stdout)
