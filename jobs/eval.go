@@ -211,7 +211,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		det = rd
 	}
 	defer det.Close()
-	pw, err := createParts(cfg.Out, in.attempt, c.Rank(), time.Second)
+	pw, err := createParts(cfg.Out, in.probe, in.attempt, c.Rank(), time.Second)
 	if err != nil {
 		return localErr(ExitInternal, "jobs: %w", err)
 	}

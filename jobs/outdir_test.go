@@ -343,10 +343,10 @@ func TestFullDiskOnPartFileExits1(t *testing.T) {
 		t.Skip("no /dev/full on this system")
 	}
 	old := createParts
-	createParts = func(out string, attempt, rank int, every time.Duration) (*parts.Writer, error) {
+	createParts = func(out, run string, attempt, rank int, every time.Duration) (*parts.Writer, error) {
 		os.MkdirAll(filepath.Join(out, parts.Dir), 0o755)
 		os.Symlink("/dev/full", filepath.Join(out, parts.Dir, fmt.Sprintf("part-%03d-%05d.part", attempt, rank)))
-		return parts.Create(out, attempt, rank, every)
+		return parts.Create(out, run, attempt, rank, every)
 	}
 	defer func() { createParts = old }()
 	codes, stderr := runLocalErr(t, 2, setCfg("three", t.TempDir()))
@@ -499,4 +499,31 @@ func TestDoctorOutStates(t *testing.T) {
 	if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "failed start") {
 		t.Fatalf("failed start: %d %s", code, msg)
 	}
+}
+
+// The --force restore race: rank 0's new run fails and puts the previous
+// run back while another rank is about to open its part file. That rank
+// must not append to the previous run's part files (they are named the
+// same, part-000-RANK): its Create is refused and the previous run stays
+// byte for byte.
+func TestForceRestoreRefusesLatePartFile(t *testing.T) {
+	out := t.TempDir()
+	if codes := runLocal(t, 2, setCfg("three", out)); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	before := snapshot(t, out)
+	cfg := setCfg("three", out)
+	cfg.Force = true
+	var in inputs
+	o, err := prepareOut(cfg, &in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.finish(errors.New("rank 0 failed")) { // rank 0: the previous run is back
+		t.Fatal("the previous run was not restored")
+	}
+	if _, err := createParts(out, in.probe, in.attempt, 1, time.Second); !errors.Is(err, parts.ErrNotOwner) {
+		t.Fatalf("a late rank's part file: %v, want parts.ErrNotOwner", err)
+	}
+	sameTree(t, "after the restore", before, snapshot(t, out))
 }

@@ -143,6 +143,10 @@ func prepareLocked(cfg EvalConfig, in *inputs, o *outRun) error {
 	if err := os.WriteFile(filepath.Join(dir, probeName(in.probe)), []byte(in.probe), 0o644); err != nil {
 		return ioErr("jobs: output folder: %w", err)
 	}
+	// The parts folder is this run's: a rank opens its part file only there.
+	if err := parts.Prepare(dir, in.probe); err != nil {
+		return ioErr("jobs: output folder: %w", err)
+	}
 	return nil
 }
 

@@ -11,11 +11,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/canopy-hpc/canopy/internal/wire"
 )
@@ -34,19 +37,66 @@ type Writer struct {
 	buf      []byte
 }
 
-// Create opens OUT/parts/part-<attempt>-<rank>.part for appending; every
-// is the longest time between fsyncs.
-func Create(out string, attempt, rank int, every time.Duration) (*Writer, error) {
+// RunFile, inside the parts folder, names the run that owns the folder.
+// A rank opens its part file only in a folder its own run owns: a --force
+// run that fails puts the previous run's folder back under the same name,
+// and a rank that reached Create a moment later must not add records to it.
+const RunFile = ".canopy-run"
+
+// Prepare makes OUT/parts (if missing) the folder of run: rank 0 calls it
+// before any rank calls Create with the same run.
+func Prepare(out, run string) error {
 	dir := filepath.Join(out, Dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("parts: %w", err)
+		return fmt.Errorf("parts: %w", err)
 	}
-	name := filepath.Join(dir, fmt.Sprintf("part-%03d-%05d.part", attempt, rank))
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	tmp := filepath.Join(dir, RunFile+".tmp")
+	if err := os.WriteFile(tmp, []byte(run), 0o644); err != nil {
+		return fmt.Errorf("parts: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, RunFile)); err != nil {
+		return fmt.Errorf("parts: %w", err)
+	}
+	return nil
+}
+
+// ErrNotOwner is returned by Create when OUT/parts belongs to another run.
+var ErrNotOwner = errors.New("parts: the parts folder belongs to another run (the run was set aside or replaced)")
+
+// Create opens OUT/parts/part-<attempt>-<rank>.part of run (Prepare) for
+// appending; every is the longest time between fsyncs. The folder is
+// opened once and both the run file and the part file are opened through
+// it, so the part file lands in the folder whose run file was checked even
+// if the folder is renamed meanwhile.
+func Create(out, run string, attempt, rank int, every time.Duration) (*Writer, error) {
+	dir := filepath.Join(out, Dir)
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("parts: %w", err)
+		return nil, fmt.Errorf("parts: %s: %w", dir, err)
 	}
-	return &Writer{f: f, every: every, lastSync: time.Now()}, nil
+	defer unix.Close(dfd)
+	owner, err := readAt(dfd, RunFile)
+	if err != nil || owner != run {
+		return nil, fmt.Errorf("%w: %s", ErrNotOwner, dir)
+	}
+	name := fmt.Sprintf("part-%03d-%05d.part", attempt, rank)
+	fd, err := unix.Openat(dfd, name, unix.O_CREAT|unix.O_WRONLY|unix.O_APPEND|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("parts: %s: %w", filepath.Join(dir, name), err)
+	}
+	return &Writer{f: os.NewFile(uintptr(fd), filepath.Join(dir, name)), every: every, lastSync: time.Now()}, nil
+}
+
+// readAt reads a small file relative to the folder dfd.
+func readAt(dfd int, name string) (string, error) {
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 256))
+	return string(b), err
 }
 
 // Append writes one record holding images and syncs when the interval has

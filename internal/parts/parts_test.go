@@ -1,6 +1,7 @@
 package parts
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,7 +13,10 @@ import (
 
 func TestRoundTripAndTornTail(t *testing.T) {
 	out := t.TempDir()
-	w, err := Create(out, 0, 1, time.Hour)
+	if err := Prepare(out, "run-a"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Create(out, "run-a", 0, 1, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,5 +56,44 @@ func TestRoundTripAndTornTail(t *testing.T) {
 	}
 	if NextAttempt(files) != 1 {
 		t.Fatalf("next attempt %d", NextAttempt(files))
+	}
+}
+
+// A rank opens its part file only in a parts folder its own run owns: not
+// in a folder of another run (a --force run's folder replaced by the
+// previous run's), not where no run prepared one; and a folder renamed
+// after Create opened it keeps the part file (it never lands in the folder
+// that took the name).
+func TestCreateOnlyInOwnRunsFolder(t *testing.T) {
+	out := t.TempDir()
+	if _, err := Create(out, "new", 0, 0, time.Hour); err == nil {
+		t.Fatal("Create without a parts folder succeeded")
+	}
+	if err := Prepare(out, "old"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(out, "new", 0, 0, time.Hour); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("another run's folder: %v, want ErrNotOwner", err)
+	}
+	w, err := Create(out, "old", 0, 0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the folder is set aside and another takes its name
+	if err := os.Rename(filepath.Join(out, Dir), filepath.Join(out, "aside")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Prepare(out, "newer"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append([]wire.Image{{Index: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if files, _ := ReadAll(out); len(files) != 0 {
+		t.Fatalf("the record landed in the new folder: %v", files)
+	}
+	if st, err := os.Stat(filepath.Join(out, "aside", "part-000-00000.part")); err != nil || st.Size() == 0 {
+		t.Fatalf("the record is not in the folder Create opened: %v", err)
 	}
 }
