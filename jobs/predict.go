@@ -105,12 +105,7 @@ func preparePredictOut(dir string, force bool) (*outRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	var present []string
-	for _, f := range runFiles {
-		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
-			present = append(present, f)
-		}
-	}
+	present := presentRunFiles(dir)
 	switch {
 	case len(present) == 0:
 	case !force:

@@ -71,6 +71,17 @@ const manifestFile = "manifest.json"
 // runFiles are the entries of OUT that mark a previous run.
 var runFiles = append(append([]string(nil), reportFiles...), manifestFile, parts.Dir)
 
+// presentRunFiles are the entries of runFiles in dir.
+func presentRunFiles(dir string) []string {
+	var present []string
+	for _, f := range runFiles {
+		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
+			present = append(present, f)
+		}
+	}
+	return present
+}
+
 // prepareOut is rank 0's output-folder step, before anything is computed:
 // it locks the folder (openOut) for the whole run; for a new run it refuses
 // a folder holding a previous one (unless force, which sets it aside until
@@ -111,12 +122,7 @@ func prepareLocked(cfg EvalConfig, in *inputs, o *outRun) error {
 		in.parts = files
 		in.attempt = parts.NextAttempt(files)
 	} else {
-		var present []string
-		for _, f := range runFiles {
-			if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
-				present = append(present, f)
-			}
-		}
+		present := presentRunFiles(dir)
 		switch {
 		case len(present) == 0:
 		case cfg.Force:
