@@ -3,7 +3,6 @@ package jobs
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -283,13 +282,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 
 	// 8. Report: gather per-rank stats; rank 0 writes; all learn the outcome.
-	sb, _ := json.Marshal(stats)
-	allStats, err := mpi.AllgatherBytes(c, sb)
-	if err != nil {
-		return localErr(ExitMPI, "jobs: gather stats: %w", err)
-	}
-	var werr error
-	if c.Rank() == 0 {
+	return writeReport(c, stats, "report", func(allStats []rankStats) error {
 		rep := reportRecord{
 			metrics: metricJSON,
 			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored, resumed, model),
@@ -297,22 +290,24 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		tw := time.Now()
 		rep.run.Warnings = warnings
 		rep.run.AllowOutsideRoot = cfg.AllowOutsideRoot && model != nil
-		werr = writeOutputs(cfg, rep, images, dets, labels, res)
-		if werr == nil {
-			werr = writeCOCO(cfg, images, dets, labels)
+		if err := writeOutputs(cfg, rep, images, dets, labels, res); err != nil {
+			return err
 		}
-		if werr == nil {
-			werr = writeHTML(cfg, images, dets, labels, res, since(tw))
+		if err := writeCOCO(cfg, images, dets, labels); err != nil {
+			return err
 		}
-		if werr == nil && cfg.Stdout != nil {
+		if err := writeHTML(cfg, images, dets, labels, res, since(tw)); err != nil {
+			return err
+		}
+		if cfg.Stdout != nil {
 			printTable(cfg.Stdout, res.Values)
 			fmt.Fprintf(cfg.Stdout, "report: %s\n", filepath.Join(cfg.Out, "report.json"))
 			if cfg.HTML != nil {
 				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))
 			}
 		}
-	}
-	return finalStatus(c, werr, "report")
+		return nil
+	})
 }
 
 // loadInputs: rank 0 checks the output folder and reads the inputs, then

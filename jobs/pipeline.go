@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -202,6 +203,30 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 		prog.add(len(batch))
 	}
 	return out, nil
+}
+
+// writeReport ends a job: it gathers every rank's statistics (the
+// report's per_rank, in rank order; a record that does not decode is left
+// out), rank 0 writes the outputs with them, and every rank learns whether
+// that worked (finalStatus; what names the outputs in its message).
+func writeReport(c mpi.Comm, stats rankStats, what string, write func(allStats []rankStats) error) error {
+	sb, _ := json.Marshal(stats)
+	all, err := mpi.AllgatherBytes(c, sb)
+	if err != nil {
+		return localErr(ExitMPI, "jobs: gather stats: %w", err)
+	}
+	var werr error
+	if c.Rank() == 0 {
+		decoded := make([]rankStats, 0, len(all))
+		for _, b := range all {
+			var s rankStats
+			if json.Unmarshal(b, &s) == nil {
+				decoded = append(decoded, s)
+			}
+		}
+		werr = write(decoded)
+	}
+	return finalStatus(c, werr, what)
 }
 
 // imageFile resolves a CSV image_path against the root folder.

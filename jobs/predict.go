@@ -224,33 +224,24 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	sb, _ := json.Marshal(stats)
-	allStats, err := mpi.AllgatherBytes(c, sb)
-	if err != nil {
-		return localErr(ExitMPI, "jobs: gather stats: %w", err)
-	}
-	var werr error
-	if c.Rank() == 0 {
+	return writeReport(c, stats, "predictions", func(allStats []rankStats) error {
 		rep := predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
-			Ranks: c.Size(), Images: len(images), Model: &model.info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot}
+			Ranks: c.Size(), Images: len(images), Model: &model.info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot,
+			PerRank: allStats}
 		for _, d := range dets {
 			rep.Boxes += len(d)
 		}
-		for _, b := range allStats {
-			var s rankStats
-			if json.Unmarshal(b, &s) == nil {
-				rep.PerRank = append(rep.PerRank, s)
-			}
+		if err := writePredictOutputs(cfg.Out, rep, images, dets, labels); err != nil {
+			return err
 		}
-		werr = writePredictOutputs(cfg.Out, rep, images, dets, labels)
-		if werr == nil {
-			werr = out.commit() // published: the previous run goes
+		if err := out.commit(); err != nil { // published: the previous run goes
+			return err
 		}
-		if werr == nil && cfg.Stdout != nil {
+		if cfg.Stdout != nil {
 			fmt.Fprintf(cfg.Stdout, "%d detections on %d images: %s\n", rep.Boxes, len(images), filepath.Join(cfg.Out, "predictions.csv"))
 		}
-	}
-	return finalStatus(c, werr, "predictions")
+		return nil
+	})
 }
 
 // writePredictOutputs stages predictions.csv and report.json (which

@@ -145,7 +145,7 @@ func gitRevision() string {
 	return "unknown"
 }
 
-func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allStats [][]byte, nImages, ignored int, resumed resumeInfo, model *loadedModel) runInfo {
+func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allStats []rankStats, nImages, ignored int, resumed resumeInfo, model *loadedModel) runInfo {
 	r := runInfo{
 		Canopy:             Version,
 		Go:                 runtime.Version(),
@@ -175,11 +175,7 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 		r.Inputs["label_dict"] = report.File{Path: cfg.LabelDict, SHA256: sha256Hex(in.labels)}
 	}
 	seen := map[string]bool{}
-	for _, b := range allStats {
-		var s rankStats
-		if err := json.Unmarshal(b, &s); err != nil {
-			continue
-		}
+	for _, s := range allStats {
 		r.PerRank = append(r.PerRank, s)
 		r.Coverage.Processed += s.Images
 		if !seen[s.Host] {
