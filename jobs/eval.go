@@ -65,10 +65,6 @@ type EvalConfig struct {
 	COCOOut bool
 }
 
-// reportFiles are the files a run writes; any of them in --out marks a
-// previous run.
-var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cocoTruthFile, cocoPredFile}
-
 // inputs is what rank 0 reads and broadcasts: the files' bytes, and for
 // --resume the part files and the attempt number.
 type inputs struct {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/canopy-hpc/canopy/internal/parts"
 )
 
 // The output folder's safety rules (docs/design.md, "Output folder"):
@@ -138,6 +140,26 @@ func (l *outLock) release() {
 	}
 	l.f.Close()
 	l.f = nil
+}
+
+// reportFiles are the files a run writes; any of them in --out marks a
+// previous run.
+var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cocoTruthFile, cocoPredFile}
+
+const manifestFile = "manifest.json"
+
+// runFiles are the entries of OUT that mark a previous run.
+var runFiles = append(append([]string(nil), reportFiles...), manifestFile, parts.Dir)
+
+// presentRunFiles are the entries of runFiles in dir.
+func presentRunFiles(dir string) []string {
+	var present []string
+	for _, f := range runFiles {
+		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
+			present = append(present, f)
+		}
+	}
+	return present
 }
 
 // outRun is rank 0's hold on the output folder for one run.

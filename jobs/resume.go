@@ -66,22 +66,6 @@ func (m manifest) diff(o manifest) []string {
 	return d
 }
 
-const manifestFile = "manifest.json"
-
-// runFiles are the entries of OUT that mark a previous run.
-var runFiles = append(append([]string(nil), reportFiles...), manifestFile, parts.Dir)
-
-// presentRunFiles are the entries of runFiles in dir.
-func presentRunFiles(dir string) []string {
-	var present []string
-	for _, f := range runFiles {
-		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
-			present = append(present, f)
-		}
-	}
-	return present
-}
-
 // prepareOut is rank 0's output-folder step, before anything is computed:
 // it locks the folder (openOut) for the whole run; for a new run it refuses
 // a folder holding a previous one (unless force, which sets it aside until
