@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"fmt"
+	"image"
 	"io"
 	"os"
 	"path/filepath"
@@ -29,32 +30,26 @@ func writeHTML(cfg EvalConfig, images []box.Image, dets [][]box.Detection, label
 	if cfg.Model.Spec != "" {
 		maxPixels = cfg.Model.MaxImagePixels
 	}
-	opt.Admit = admitImage(cfg.AllowOutsideRoot, maxPixels)
+	opt.Open = drawnImage(cfg.AllowOutsideRoot, maxPixels)
 	return writeAtomic(cfg.Out, "report.html", func(w io.Writer) error {
 		return htmlreport.WriteEval(w, htmlreport.Eval{ReportJSON: rj, Images: images, Dets: dets, Labels: labels,
 			Matches: res.Matches, PR: res.PR, RootDir: root, CSV: csv, WriteSeconds: writeSeconds}, opt)
 	})
 }
 
-// admitImage is the page's check before it opens an image to draw it: the
-// pre-flight's, so report.html opens no file the run would not (a replay's
-// predictions CSV, or a compare's report, may name any path). Unless
-// outside, the path must stay inside the root; the header must be a
-// supported image of at most maxPixels pixels (0: no limit).
-func admitImage(outside bool, maxPixels int64) func(root, path string) error {
-	return func(root, p string) error {
+// drawnImage opens an image for the page under the pre-flight's rules, so
+// report.html opens no file the run would not (a replay's CSV, or a
+// compare's report, may name any path): unless outside, the path must stay
+// inside the root; the file must be a regular one in a supported format
+// and colour model, of at most maxPixels pixels (0: no limit), checked on
+// the open file before its pixels are decoded.
+func drawnImage(outside bool, maxPixels int64) func(root, path string) (image.Image, error) {
+	return func(root, p string) (image.Image, error) {
 		if !outside {
 			if err := newConfiner(root).check(p); err != nil {
-				return err
+				return nil, err
 			}
 		}
-		w, h, err := imagefile.Check(imageFile(root, p))
-		if err != nil {
-			return err
-		}
-		if px := int64(w) * int64(h); maxPixels > 0 && px > maxPixels {
-			return fmt.Errorf("%dx%d is %d pixels, over the limit of %d", w, h, px, maxPixels)
-		}
-		return nil
+		return imagefile.Decode(imageFile(root, p), maxPixels)
 	}
 }

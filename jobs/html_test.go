@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -402,8 +403,9 @@ func TestHTMLFlags(t *testing.T) {
 // TestReportHTMLOpensOnlyAdmittedImages: report.html draws no image the
 // pre-flight would refuse. A replay opens no image, so its page is the
 // only reader of the CSV's paths: an absolute path, a ".." path and a
-// symlink out of --root-dir are drawn grey unless --allow-outside-root,
-// and an image whose header is over the pixel cap is never decoded.
+// symlink out of --root-dir are drawn grey unless --allow-outside-root;
+// an image whose header is over the pixel cap is never decoded, a named
+// pipe never waited on, a missing file said so.
 func TestReportHTMLOpensOnlyAdmittedImages(t *testing.T) {
 	base := t.TempDir()
 	root := filepath.Join(base, "root")
@@ -430,8 +432,12 @@ func TestReportHTMLOpensOnlyAdmittedImages(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "bomb.png"), bomb, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A named pipe: opened without blocking and refused, never waited on.
+	if err := syscall.Mkfifo(filepath.Join(root, "fifo.png"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	abs := filepath.Join(base, "outside.png")
-	names := []string{"inside.png", "../outside.png", abs, "link.png", "bomb.png"}
+	names := []string{"inside.png", "../outside.png", abs, "link.png", "bomb.png", "fifo.png", "missing.png"}
 	var truth, pred strings.Builder
 	truth.WriteString("image_path,xmin,ymin,xmax,ymax,label\n")
 	pred.WriteString("image_path,xmin,ymin,xmax,ymax,label,score\n")
@@ -474,18 +480,19 @@ func TestReportHTMLOpensOnlyAdmittedImages(t *testing.T) {
 		return notes
 	}
 	refused := map[string]string{"../outside.png": `a ".." element`, abs: "an absolute path", "link.png": "a symlink to",
-		"bomb.png": "400000000 pixels, over the limit of 178956970"}
+		"bomb.png": "400000000 pixels, over the limit of 178956970", "fifo.png": "not a regular file (a named pipe)",
+		"missing.png": "image not drawn (not found)"}
 	for n, note := range page() {
 		want, bad := refused[n]
 		switch {
 		case !bad && note != "":
 			t.Errorf("%s: drawn with note %q, want the image", n, note)
-		case bad && !strings.Contains(note, "image not opened") || bad && !strings.Contains(note, want):
+		case bad && !strings.Contains(note, "image not drawn") || bad && !strings.Contains(note, want):
 			t.Errorf("%s: note %q, want it refused: %q", n, note, want)
 		}
 	}
 	for n, note := range page("--allow-outside-root") {
-		if n == "bomb.png" {
+		if n == "bomb.png" || n == "fifo.png" || n == "missing.png" {
 			if !strings.Contains(note, refused[n]) {
 				t.Errorf("--allow-outside-root: %s: note %q, want the pixel cap", n, note)
 			}

@@ -3,6 +3,7 @@ package report
 import (
 	"encoding/xml"
 	"fmt"
+	"image"
 	"io"
 	"path/filepath"
 	"strconv"
@@ -144,11 +145,11 @@ func WriteJUnit(w io.Writer, res *Result) error {
 	return err
 }
 
-// WriteHTML renders `canopy compare --html`; admit, when set, is asked
-// before an image is opened to draw it (htmlreport.Options.Admit).
-func WriteHTML(w io.Writer, res *Result, admit func(root, path string) error) error {
+// WriteHTML renders `canopy compare --html`; open, when set, opens the
+// images drawn (htmlreport.Options.Open).
+func WriteHTML(w io.Writer, res *Result, open func(root, path string) (image.Image, error)) error {
 	c := htmlreport.Compare{Summary: res.Summary(), Options: htmlreport.DefaultOptions}
-	c.Options.Admit = admit
+	c.Options.Open = open
 	for _, r := range res.Rows {
 		c.Rows = append(c.Rows, htmlreport.CompareRow{Metric: r.Key, Baseline: r.Base.String(), Current: r.Cur.String(),
 			Delta: r.deltaSigned(), Verdict: r.Verdict, Regression: r.Regression})

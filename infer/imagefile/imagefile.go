@@ -106,6 +106,33 @@ func Read(path string) (Image, error) {
 	return im, nil
 }
 
+// Decode opens the file at path as Read does (a regular file, a supported
+// format and colour model) and decodes it as a Go image, for drawing. The
+// header is checked against maxPixels (0: no limit) on the same open file
+// before any pixel is decoded.
+func Decode(path string, maxPixels int64) (image.Image, error) {
+	f, err := openRegular(path)
+	if err != nil {
+		return nil, wrap(path, err)
+	}
+	defer f.Close()
+	c, err := config(f)
+	if err != nil {
+		return nil, wrap(path, err)
+	}
+	if px := int64(c.Width) * int64(c.Height); maxPixels > 0 && px > maxPixels {
+		return nil, wrap(path, fmt.Errorf("%dx%d is %d pixels, over the limit of %d", c.Width, c.Height, px, maxPixels))
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, wrap(path, err)
+	}
+	img, _, err := image.Decode(f)
+	if err != nil {
+		return nil, wrap(path, err)
+	}
+	return img, nil
+}
+
 // Check reads only the header of the file at path and reports the image's
 // size, or an error, wrapping ErrImage, if Read would refuse the file for
 // its format or colour model. It does not detect corrupt pixel data.

@@ -45,35 +45,25 @@ const maxScoresPrinted = 40
 
 // drawImage draws the image downscaled so its longer side is at most size
 // pixels, truth boxes in cyan, predictions in magenta with their scores,
-// and returns it as a JPEG data URI. A file that does not open, or that
-// opt.Admit refuses, is drawn as its boxes on grey, and says so.
+// and returns it as a JPEG data URI. An image that opt.Open (or, unset,
+// openImage) does not give is drawn as its boxes on grey, and says so.
 func drawImage(root string, im box.Image, dets []box.Detection, st imageStat, opt Options) (thumb, error) {
 	size := opt.Thumb
 	t := thumb{Path: im.Path, Caption: caption(st)}
 	if st.firstRow > 0 {
 		t.Rows = fmt.Sprintf("results.csv lines %d–%d", st.firstRow, st.lastRow)
 	}
-	file := im.Path
-	if !filepath.IsAbs(file) {
-		file = filepath.Join(root, file)
+	open := opt.Open
+	if open == nil {
+		open = openImage
 	}
-	var src image.Image
-	var err error
-	if opt.Admit != nil {
-		if err = opt.Admit(root, im.Path); err != nil {
-			t.Note = "image not opened (" + err.Error() + "): boxes drawn on grey"
-		}
-	}
-	if err == nil {
-		if src, err = openImage(file); err != nil {
-			why := err.Error()
-			if errors.Is(err, fs.ErrNotExist) {
-				why = "not found"
-			}
-			t.Note = "image file " + why + ": boxes drawn on grey"
-		}
-	}
+	src, err := open(root, im.Path)
 	if err != nil {
+		why := err.Error()
+		if errors.Is(err, fs.ErrNotExist) {
+			why = "not found"
+		}
+		t.Note = "image not drawn (" + why + "): boxes drawn on grey"
 		src = blank(im, dets)
 	}
 	dst := scaled(src, size)
@@ -114,7 +104,12 @@ func caption(st imageStat) string {
 		st.recall(), st.tp, st.truth, st.dets, st.fp)
 }
 
-func openImage(path string) (image.Image, error) {
+// openImage decodes the file at root/path (path when absolute): the page's
+// reader when Options.Open is unset.
+func openImage(root, path string) (image.Image, error) {
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(root, path)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

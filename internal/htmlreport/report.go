@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"image"
 	"io"
 	"math"
 	"sort"
@@ -28,12 +29,13 @@ import (
 type Options struct {
 	Worst int // images drawn (0: none)
 	Thumb int // longest side of a thumbnail in pixels
-	// Admit, when set, is asked before an image file is opened (path as
-	// the CSV gives it, root the folder it is relative to); an image it
-	// refuses is drawn as its boxes on grey with the reason. canopy's
-	// commands refuse there what their pre-flight refuses: a path that
-	// leaves the root and an image over the pixel cap.
-	Admit func(root, path string) error
+	// Open, when set, opens and decodes an image to draw (path as the CSV
+	// gives it, root the folder it is relative to); an image it refuses is
+	// drawn as its boxes on grey with the reason. canopy's commands refuse
+	// there what their pre-flight refuses: a path that leaves the root, a
+	// file that is not a regular one, an image over the pixel cap. Unset,
+	// the file at root/path is decoded as it is.
+	Open func(root, path string) (image.Image, error)
 }
 
 // DefaultOptions are the flags' defaults.
