@@ -380,11 +380,17 @@ func slowRun(t *testing.T, truth, preds, out string, slowMS int) (*exec.Cmd, *by
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if !waitParts(out, 2) {
-		t.Fatalf("no part records from both ranks in 30 s\n%s", se.String())
-	}
+	ok := waitParts(out, 2)
 	// the rank processes only (not mpirun or the timeout wrapper)
 	pids, _ := exec.Command("pgrep", "-f", "--", "^"+canopyBin+" eval .*--out "+out).Output()
+	if !ok {
+		for _, p := range strings.Fields(string(pids)) {
+			exec.Command("kill", "-9", p).Run() // no rank outlives the test
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("no part records from both ranks in 30 s\n%s", se.String())
+	}
 	return cmd, &se, strings.Fields(string(pids))
 }
 

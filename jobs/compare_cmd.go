@@ -69,7 +69,7 @@ func CompareCommand(code *int, stdout, stderr io.Writer) *cli.Command {
 			&cli.BoolFlag{Name: "allow-different-truth", Usage: "compare reports whose truth CSVs differ (sha256) instead of refusing with exit 3"},
 			&cli.StringFlag{Name: "junit", Usage: "write a JUnit XML file: testsuite canopy.compare, one testcase per metric, a failure per regression"},
 			&cli.StringFlag{Name: "markdown", Usage: "write a GitHub markdown table and summary to this file; - prints it on stdout instead of the text table"},
-			&cli.StringFlag{Name: "html", Usage: "write a self-contained HTML page to this file: every metric with its verdict, both runs' PR curves overlaid and the images whose recall changed most, drawn for both (needs --out folders with report.html, results.csv and predictions.csv; what is missing is said on the page)"},
+			&cli.StringFlag{Name: "html", Usage: "write a self-contained HTML page to this file: every metric with its verdict, both runs' PR curves overlaid and the images whose recall changed most, drawn for both (needs --out folders with report.html, results.csv and predictions.csv; what is missing is said on the page). Images are read from the root folder each run's report.html records, only paths inside it and under PIL's pixel cap; that root is taken as written, so compare run folders you trust"},
 		},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return &Error{Code: ExitUsage, Collective: true, Err: fmt.Errorf("jobs: compare: %w", err)}

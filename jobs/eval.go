@@ -285,7 +285,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		}
 		tw := time.Now()
 		rep.run.Warnings = warnings
-		rep.run.AllowOutsideRoot = cfg.AllowOutsideRoot && model != nil
+		rep.run.AllowOutsideRoot = cfg.AllowOutsideRoot && (model != nil || cfg.HTML != nil)
 		if err := writeOutputs(cfg, rep, images, dets, labels, res); err != nil {
 			return err
 		}

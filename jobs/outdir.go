@@ -273,6 +273,9 @@ func restorePrevious(dir string) error {
 	if err := json.Unmarshal(b, &moved); err != nil {
 		return ioErr("jobs: restoring the previous run: %s: %w", movedList, err)
 	}
+	if err := abandonPublication(dir); err != nil {
+		return err
+	}
 	was := map[string]bool{}
 	for _, n := range moved {
 		was[n] = true
@@ -448,6 +451,33 @@ func rollForward(dir string) error {
 	syncDir(dir)
 	if err := os.Remove(jpath); err != nil {
 		return ioErr("jobs: publish: %w", err)
+	}
+	syncDir(dir)
+	return nil
+}
+
+// abandonPublication drops a publication the new run began and did not
+// finish (a rename failed): its staged files and its journal, so the next
+// start does not roll it forward over the previous run just put back.
+func abandonPublication(dir string) error {
+	jpath := filepath.Join(dir, journalName)
+	b, err := os.ReadFile(jpath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return ioErr("jobs: %s: %w", journalName, err)
+	}
+	var set []staged
+	if json.Unmarshal(b, &set) == nil {
+		for _, s := range set {
+			if s.Tmp != "" && !strings.ContainsRune(s.Tmp, filepath.Separator) {
+				os.Remove(filepath.Join(dir, s.Tmp))
+			}
+		}
+	}
+	if err := os.Remove(jpath); err != nil {
+		return ioErr("jobs: %s: %w", journalName, err)
 	}
 	syncDir(dir)
 	return nil

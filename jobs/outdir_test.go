@@ -527,3 +527,38 @@ func TestForceRestoreRefusesLatePartFile(t *testing.T) {
 	}
 	sameTree(t, "after the restore", before, snapshot(t, out))
 }
+
+// A --force run whose publication failed half way (its journal and staged
+// files left) and whose previous run was then put back: the next start
+// must not roll that publication forward over the previous run.
+func TestRestoreAbandonsFailedPublication(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"predictions.csv", "report.json"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("previous "+f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := snapshot(t, dir)
+	if err := setAside(dir, presentRunFiles(dir)); err != nil {
+		t.Fatal(err)
+	}
+	var set []staged
+	for _, f := range []string{"predictions.csv", "report.json"} {
+		s, err := stage(dir, f, func(w io.Writer) error { _, err := io.WriteString(w, "new "+f); return err })
+		if err != nil {
+			t.Fatal(err)
+		}
+		set = append(set, s)
+	}
+	b, _ := json.Marshal(set)
+	if err := writeAtomic(dir, journalName, func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := restorePrevious(dir); err != nil { // the failed run's way out
+		t.Fatal(err)
+	}
+	if err := tidyOut(dir); err != nil { // the next start
+		t.Fatal(err)
+	}
+	sameTree(t, "after the restore and the next start", before, snapshot(t, dir))
+}

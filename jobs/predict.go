@@ -111,9 +111,8 @@ func preparePredictOut(dir string, force bool) (*outRun, error) {
 	case !force:
 		err = usageErr("jobs: --out %s holds a previous run (%s); use --force to replace it", dir, present[0])
 	default:
-		if err = setAside(dir, present); err == nil {
-			o.aside = true
-		}
+		o.aside = true // finish puts back a move that failed part way
+		err = setAside(dir, present)
 	}
 	if err != nil {
 		o.finish(err)

@@ -52,7 +52,8 @@ type runInfo struct {
 	Outputs map[string]string `json:"outputs,omitempty"`
 	// Warnings are the input warnings rank 0 printed (inputWarnings).
 	Warnings []string `json:"warnings,omitempty"`
-	// AllowOutsideRoot records --allow-outside-root (with --model).
+	// AllowOutsideRoot records --allow-outside-root when it opened images:
+	// with --model, or for report.html.
 	AllowOutsideRoot bool `json:"allow_outside_root,omitempty"`
 }
 

@@ -110,10 +110,10 @@ func prepareLocked(cfg EvalConfig, in *inputs, o *outRun) error {
 		switch {
 		case len(present) == 0:
 		case cfg.Force:
+			o.aside = true // finish puts back a move that failed part way
 			if err := setAside(dir, present); err != nil {
 				return err
 			}
-			o.aside = true
 		case abortedStart(dir):
 			for _, f := range present {
 				if err := os.RemoveAll(filepath.Join(dir, f)); err != nil {

@@ -76,8 +76,11 @@ func Create(out, run string, attempt, rank int, every time.Duration) (*Writer, e
 	}
 	defer unix.Close(dfd)
 	owner, err := readAt(dfd, RunFile)
-	if err != nil || owner != run {
+	switch {
+	case errors.Is(err, unix.ENOENT) || err == nil && owner != run:
 		return nil, fmt.Errorf("%w: %s", ErrNotOwner, dir)
+	case err != nil:
+		return nil, fmt.Errorf("parts: %s: %w", filepath.Join(dir, RunFile), err)
 	}
 	name := fmt.Sprintf("part-%03d-%05d.part", attempt, rank)
 	fd, err := unix.Openat(dfd, name, unix.O_CREAT|unix.O_WRONLY|unix.O_APPEND|unix.O_CLOEXEC, 0o644)
