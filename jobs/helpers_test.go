@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/canopy-hpc/canopy/infer/cuda"
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -22,9 +23,11 @@ func runLocal(t *testing.T, n int, cfg EvalConfig) []int {
 	return runLocalCtx(t, n, cfg, func(int) context.Context { return context.Background() }, &bytes.Buffer{})
 }
 
-// runLocalCtx is runLocal with a context per rank and a shared stderr.
+// runLocalCtx is runLocal with a context per rank and a shared stderr
+// (written by one rank at a time; read it once the ranks are done).
 func runLocalCtx(t *testing.T, n int, cfg EvalConfig, ctxOf func(rank int) context.Context, stderr io.Writer) []int {
 	t.Helper()
+	stderr = &lockedWriter{w: stderr}
 	codes := make([]int, n)
 	errs := local.Run(n, func(c mpi.Comm) error {
 		ctx := ctxOf(c.Rank())
@@ -88,4 +91,16 @@ func precision(s string) cuda.Precision {
 		panic(err)
 	}
 	return p
+}
+
+// lockedWriter serialises the writes of in-process ranks to one writer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
