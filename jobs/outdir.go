@@ -411,19 +411,28 @@ func publish(dir string, set []staged) error {
 	return rollForward(dir)
 }
 
+// readJournal reads the journal of a publication in dir: found says
+// whether there is one; err is a journal that cannot be read or parsed.
+func readJournal(dir string) (set []staged, found bool, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, journalName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, true, ioErr("jobs: %s: %w", journalName, err)
+	}
+	if err := json.Unmarshal(b, &set); err != nil {
+		return nil, true, ioErr("jobs: %s: %w", journalName, err)
+	}
+	return set, true, nil
+}
+
 // rollForward finishes the publication a journal describes, if any.
 func rollForward(dir string) error {
 	jpath := filepath.Join(dir, journalName)
-	b, err := os.ReadFile(jpath)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return ioErr("jobs: %s: %w", journalName, err)
-	}
-	var set []staged
-	if err := json.Unmarshal(b, &set); err != nil {
-		return ioErr("jobs: %s: %w", journalName, err)
+	set, found, err := readJournal(dir)
+	if !found || err != nil {
+		return err
 	}
 	for _, s := range set {
 		if s.Name != "report.json" {
@@ -461,19 +470,17 @@ func rollForward(dir string) error {
 // start does not roll it forward over the previous run just put back.
 func abandonPublication(dir string) error {
 	jpath := filepath.Join(dir, journalName)
-	b, err := os.ReadFile(jpath)
-	if errors.Is(err, fs.ErrNotExist) {
+	set, found, err := readJournal(dir)
+	if !found {
 		return nil
 	}
-	if err != nil {
-		return ioErr("jobs: %s: %w", journalName, err)
+	var unreadable *fs.PathError
+	if errors.As(err, &unreadable) {
+		return err
 	}
-	var set []staged
-	if json.Unmarshal(b, &set) == nil {
-		for _, s := range set {
-			if s.Tmp != "" && !strings.ContainsRune(s.Tmp, filepath.Separator) {
-				os.Remove(filepath.Join(dir, s.Tmp))
-			}
+	for _, s := range set { // a journal that does not parse is dropped all the same
+		if s.Tmp != "" && !strings.ContainsRune(s.Tmp, filepath.Separator) {
+			os.Remove(filepath.Join(dir, s.Tmp))
 		}
 	}
 	if err := os.Remove(jpath); err != nil {
