@@ -9,7 +9,7 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet golden-losses check-mpich test-slurm test-multinode clean
+.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet golden-losses df-checkpoints check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -225,6 +225,15 @@ golden-retinanet:
 	$(GO) run ./cmd/forestgen -out bin/demo-golden -n 4 -seed 3 -sizes 400x400,1249x1035,625x518,997x601
 	cd bin/demo-golden && $(PEER_PY) ../../tools/retinanet/golden.py --checkpoint ../../testdata/models/canopy-demo-r18 \
 		--out ../../testdata/golden/retinanet/demo.json img_000*.png
+
+# DeepForest's own checkpoint files (issue 28): tools/deepforest/checkpoints.py
+# saves the r50 test network with save_model() (.ckpt), torch.save (.pt) and
+# save_pretrained (folder), f32 and bf16, into bin/df-checkpoints (some 130 MB
+# each, not committed) and their pickles into infer/retinanet/testdata/deepforest;
+# the tests then read the real files beside the ones rebuilt from the pickles.
+df-checkpoints:
+	$(PEER_PY) tools/deepforest/checkpoints.py bin/df-checkpoints --skeleton infer/retinanet/testdata/deepforest
+	CANOPY_DF_CHECKPOINTS=$(CURDIR)/bin/df-checkpoints $(GO) test -count=1 -run 'TestDeepForestCheckpoints|TestLoadTorch' -v ./infer/retinanet/
 
 # The loss fixture (testdata/golden/retinanet/losses.json): torchvision's
 # RetinaNet in train mode under no_grad (the venv's current torchvision) on

@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/replay"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/parts"
@@ -112,7 +113,16 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	var model *loadedModel
 	if cfg.Model.Spec != "" {
-		if model, err = loadModel(c, cfg.Model, in.modelDir, in.modelDigest, in.modelConfig); err != nil {
+		mc := cfg.Model
+		if in.labels != nil && retinanet.IsTorchFile(in.modelDir) {
+			// a bare .pt takes its labels from --label-dict
+			lm, err := dataset.ParseLabelDict(cfg.LabelDict, in.labels)
+			if err != nil {
+				return &Error{Code: ExitInput, Collective: true, Err: err}
+			}
+			mc.LabelDict = labelDictOf(lm)
+		}
+		if model, err = loadModel(c, mc, in.modelDir, in.modelDigest, in.modelConfig); err != nil {
 			return err
 		}
 	}

@@ -32,9 +32,11 @@ type PredictConfig struct {
 	// symlinks out).
 	AllowOutsideRoot bool
 	Model            ModelConfig
-	Command          []string
-	Stdout           io.Writer
-	Progress         io.Writer // rank 0's progress lines (nil: none)
+	// LabelDict is --label-dict: the labels of a bare .pt state dict.
+	LabelDict string
+	Command   []string
+	Stdout    io.Writer
+	Progress  io.Writer // rank 0's progress lines (nil: none)
 	// CollectiveTimeout: as EvalConfig's.
 	CollectiveTimeout time.Duration
 }
@@ -79,6 +81,12 @@ func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 	if err != nil {
 		return fail(ExitInput, err)
 	}
+	var labels []byte
+	if cfg.LabelDict != "" {
+		if labels, err = os.ReadFile(cfg.LabelDict); err != nil {
+			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+		}
+	}
 	dir, digest, config, err := resolveModel(cfg.Model.Spec)
 	if err != nil {
 		return fail(ExitModel, err)
@@ -87,7 +95,7 @@ func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 	if err != nil {
 		return fail(Code(err), err)
 	}
-	fields := [][]byte{[]byte(dir), []byte(digest), []byte(config)}
+	fields := [][]byte{[]byte(dir), []byte(digest), []byte(config), labels}
 	for _, p := range paths {
 		fields = append(fields, []byte(p))
 	}
@@ -169,16 +177,29 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		return &Error{Code: int(pkt[0]), Collective: true, Err: errors.New(string(pkt[1:]))}
 	}
 	f, err := unpackFields(pkt[1:])
-	if err != nil || len(f) < 4 {
+	if err != nil || len(f) < 5 {
 		return collective(ExitInternal, "jobs: malformed input broadcast")
 	}
-	paths := make([]string, len(f)-3)
-	for i, b := range f[3:] {
+	paths := make([]string, len(f)-4)
+	for i, b := range f[4:] {
 		paths[i] = string(b)
 	}
-	model, err := loadModel(c, cfg.Model, string(f[0]), string(f[1]), string(f[2]))
+	mc := cfg.Model
+	var given box.LabelMap
+	if cfg.LabelDict != "" {
+		if given, err = dataset.ParseLabelDict(cfg.LabelDict, f[3]); err != nil {
+			return &Error{Code: ExitInput, Collective: true, Err: err}
+		}
+		mc.LabelDict = labelDictOf(given)
+	}
+	model, err := loadModel(c, mc, string(f[0]), string(f[1]), string(f[2]))
 	if err != nil {
 		return err
+	}
+	if cfg.LabelDict != "" {
+		if err := checkModelLabels(model.labels(), &given, nil, ""); err != nil {
+			return &Error{Code: ExitModel, Collective: true, Err: err}
+		}
 	}
 	labels := model.labels()
 	images := make([]box.Image, len(paths))

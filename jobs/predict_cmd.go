@@ -27,6 +27,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			rootDirFlag(),
 			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder; refused if it holds a previous run (predict's or eval's) unless --force, and (exit 2, naming the holder) while another run holds its lock"},
 			&cli.BoolFlag{Name: "force", Usage: "replace the previous run in --out, predict's or eval's: it is set aside until the new predictions are written, and put back if the run fails before that"},
+			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV naming the model's classes: needed for a bare .pt state dict, which holds no labels (a .ckpt or a model folder carries its own, which this must then equal)"},
 		}, shardJobFlags("longest wait for every rank to reach a collective, then exit 5 (ranks other than 0 wait twice this, so rank 0 reports first; 0 disables)"),
 			modelFlags()),
 		Action: func(c *cli.Context) error {
@@ -35,7 +36,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			}
 			cfg := PredictConfig{CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
 				Out: c.String("out"), Force: c.Bool("force"), Command: os.Args, Stdout: stdout,
-				AllowOutsideRoot: c.Bool("allow-outside-root")}
+				AllowOutsideRoot: c.Bool("allow-outside-root"), LabelDict: c.String("label-dict")}
 			mc, err := modelConfig(c)
 			if err != nil {
 				return usageError(fmt.Errorf("predict: %w", err))
