@@ -207,7 +207,9 @@ type Error struct {
 	Msg    string
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("cudnn: %s: status %d (%s)", e.Call, e.Status, e.Msg) }
+func (e *Error) Error() string {
+	return fmt.Sprintf("cudnn: %s: status %d (%s)", e.Call, e.Status, e.Msg)
+}
 
 func (l *Lib) check(call string, s C.cdn_status) error {
 	if s == statusSuccess {
