@@ -90,8 +90,18 @@ check-fmt:
 	$(GO) vet -tags '$(TAGS)' ./...
 
 # Unit tests, including the end-to-end mpirun tests of package main.
-test-unit: test-deps
+test-unit: test-deps fake-cudnn
 	$(GO) test -tags '$(TAGS)' -count=1 -timeout 600s ./...
+
+# The fake libcudnn.so.9 (infer/cuda/cudnn/fake): cuDNN 9's graph API over
+# host memory, for canopy --cudnn bin/fake-cudnn on machines without a GPU
+# (the tests build their own copy with cc).
+.PHONY: fake-cudnn
+fake-cudnn: bin/fake-cudnn/libcudnn.so.9
+bin/fake-cudnn/libcudnn.so.9: infer/cuda/cudnn/fake/csrc/fakecudnn.c
+	mkdir -p bin/fake-cudnn
+	$(CC) -shared -fPIC -O2 -fvisibility=hidden -o $@ $< -lm
+	cp $@ bin/fake-cudnn/libcudnn_graph.so.9
 
 # The MPI conformance suite against the real binding on 1..4 ranks (the
 # in-process implementation runs the same suite in test-unit).
