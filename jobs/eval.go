@@ -28,10 +28,15 @@ import (
 // EvalConfig is the configuration of one `canopy eval` run. Every rank
 // passes the same values.
 type EvalConfig struct {
-	CSV          string
-	RootDir      string // default: the CSV's folder
-	Predictions  string
-	LabelDict    string
+	CSV         string
+	RootDir     string // default: the CSV's folder
+	Predictions string
+	LabelDict   string
+	// LabelDictData, when set, is the label map's bytes (a --config's
+	// label_dict as label,id CSV) read instead of the file LabelDict.
+	LabelDictData []byte
+	// RunConfig is --config and its overrides (nil: none).
+	RunConfig    *runConfig
 	Out          string
 	Force        bool
 	Resume       bool
@@ -344,6 +349,10 @@ func packInputs(cfg EvalConfig) ([]byte, *outRun) {
 	dst := []*[]byte{&in.csv, &in.preds, &in.labels}
 	for i, f := range []string{cfg.CSV, cfg.Predictions, cfg.LabelDict} {
 		if f == "" {
+			continue
+		}
+		if i == 2 && cfg.LabelDictData != nil {
+			in.labels = cfg.LabelDictData
 			continue
 		}
 		data, err := os.ReadFile(f)

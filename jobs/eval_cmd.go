@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/canopy-hpc/canopy/internal/config"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
@@ -18,7 +19,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 	return &cli.Command{
 		Name:      "eval",
 		Usage:     "score detections against DeepForest ground truth on every rank",
-		ArgsUsage: "[CSV]",
+		ArgsUsage: "[CSV] [key=value ...]",
 		Description: "Rank 0 reads the inputs and broadcasts them; each rank detects its shard of the\n" +
 			"images; an MPI_Allgatherv gives every rank every detection; every rank computes\n" +
 			"the same metrics; rank 0 writes report.json, predictions.csv and results.csv\n" +
@@ -27,6 +28,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			"val_bbox_regression and val_loss: torchvision's train-mode losses per image,\n" +
 			"averaged over the images (with the model's stored BatchNorm statistics).\n\n" + ExitTable,
 		Flags: concatFlags([]cli.Flag{
+			configFlag(),
 			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name), or a COCO dataset (.json: file_name is the image_path, bbox x,y,w,h, category names are the labels)"},
 			rootDirFlag(),
 			&cli.StringFlag{Name: "predictions", Usage: "replay detector: DeepForest prediction CSV (image_path,xmin,ymin,xmax,ymax,label,score); rows join the truth by exact image_path"},
@@ -80,13 +82,37 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 		Command:          os.Args,
 		Stdout:           stdout,
 	}
+	rc, pos, err := loadRunConfig(c, "eval", c.Args().Slice())
+	if err != nil {
+		return cfg, fmt.Errorf("eval: %w", err)
+	}
 	switch {
-	case c.NArg() > 1:
-		return cfg, fmt.Errorf("eval takes at most one argument (the CSV), got %q", c.Args().Slice())
-	case c.NArg() == 1 && cfg.CSV != "":
+	case len(pos) > 1:
+		return cfg, fmt.Errorf("eval takes at most one argument (the CSV) besides key=value overrides, got %q", pos)
+	case len(pos) == 1 && cfg.CSV != "":
 		return cfg, errors.New("eval: the CSV is given twice (--csv and an argument)")
-	case c.NArg() == 1:
-		cfg.CSV = c.Args().First()
+	case len(pos) == 1:
+		cfg.CSV = pos[0]
+	}
+	if rc != nil {
+		cfg.RunConfig = rc
+		csv := config.Str{V: cfg.CSV}
+		if cfg.CSV != "" {
+			csv.Src = config.Flag
+		} else if rc.C.ValidationCSV.Src != "" {
+			csv = rc.C.ValidationCSV
+			cfg.CSV = csv.V
+		}
+		if csv.Src != "" {
+			rc.Settings["validation.csv_file"] = setting{csv.V, csv.Src}
+		}
+		if c.IsSet("root-dir") {
+			rc.Settings["validation.root_dir"] = setting{cfg.RootDir, config.Flag}
+		} else if v := rc.C.ValidationRoot; v.Src != "" {
+			cfg.RootDir = v.V
+			rc.Settings["validation.root_dir"] = setting{v.V, v.Src}
+		}
+		rc.resolveFloat(c, "iou-threshold", "validation.iou_threshold", rc.C.IoUThreshold, &cfg.IoUThreshold, fstr(cfg.IoUThreshold))
 	}
 	if cfg.CSV == "" {
 		return cfg, errors.New("eval: --csv is required")
@@ -97,6 +123,14 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	mc, err := modelConfig(c)
 	if err != nil {
 		return cfg, fmt.Errorf("eval: %w", err)
+	}
+	if rc != nil && cfg.Predictions != "" {
+		rc.ignoreModelKeys() // replay: no model to apply them to
+	} else if rc != nil {
+		rc.applyModel(c, &mc, false)
+		if cfg.LabelDictData = rc.labelCSV(c); cfg.LabelDictData != nil {
+			cfg.LabelDict = rc.File + ": label_dict"
+		}
 	}
 	cfg.Model = mc
 	switch {
@@ -112,6 +146,9 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	}
 	if cfg.BatchSize, err = batchSize(c); err != nil {
 		return cfg, fmt.Errorf("eval: %w", err)
+	}
+	if rc != nil {
+		rc.resolveInt(c, "batch-size", "batch_size", rc.C.BatchSize, &cfg.BatchSize)
 	}
 	fam, err := metrics.ParseFamilies(c.String("metrics"))
 	if err != nil {

@@ -50,6 +50,9 @@ type ModelConfig struct {
 	// the labels of a bare .pt state dict, which holds none (nil: none
 	// given). Set on every rank from the broadcast bytes.
 	LabelDict map[string]int
+	// DetectionsPerImg, TopkCandidates and NumClasses come from --config
+	// (0: not given); NumClasses must equal the model's class count.
+	DetectionsPerImg, TopkCandidates, NumClasses int
 }
 
 // labelDictOf is a label map as LabelDict.
@@ -235,6 +238,15 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 	}
 	if mc.NMSThresh >= 0 {
 		m.Opt.NMSThresh = mc.NMSThresh
+	}
+	if mc.DetectionsPerImg > 0 {
+		m.Opt.DetectionsPerImg = mc.DetectionsPerImg
+	}
+	if mc.TopkCandidates > 0 {
+		m.Opt.TopkCandidates = mc.TopkCandidates
+	}
+	if mc.NumClasses > 0 && mc.NumClasses != m.Classes {
+		return nil, fmt.Errorf("jobs: the config's num_classes is %d, but the model %s has %d classes (canopy evaluates a model as it is; DeepForest would replace its heads to fine-tune): %w", mc.NumClasses, dir, m.Classes, infer.ErrModel)
 	}
 	m.Opt.Resize, m.Opt.Blend = mc.Resize, mc.Blend
 	threads := mc.Threads

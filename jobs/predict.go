@@ -35,9 +35,12 @@ type PredictConfig struct {
 	Model            ModelConfig
 	// LabelDict is --label-dict: the labels of a bare .pt state dict.
 	LabelDict string
-	Command   []string
-	Stdout    io.Writer
-	Progress  io.Writer // rank 0's progress lines (nil: none)
+	// LabelDictData and RunConfig: as EvalConfig's.
+	LabelDictData []byte
+	RunConfig     *runConfig
+	Command       []string
+	Stdout        io.Writer
+	Progress      io.Writer // rank 0's progress lines (nil: none)
 	// CollectiveTimeout: as EvalConfig's.
 	CollectiveTimeout time.Duration
 }
@@ -83,7 +86,9 @@ func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 		return fail(ExitInput, err)
 	}
 	var labels []byte
-	if cfg.LabelDict != "" {
+	if cfg.LabelDictData != nil {
+		labels = cfg.LabelDictData
+	} else if cfg.LabelDict != "" {
 		if labels, err = os.ReadFile(cfg.LabelDict); err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
@@ -145,6 +150,10 @@ type predictReport struct {
 	Outputs map[string]string `json:"outputs,omitempty"`
 	// AllowOutsideRoot records --allow-outside-root.
 	AllowOutsideRoot bool `json:"allow_outside_root,omitempty"`
+	// Config, Settings, ConfigIgnored: as eval's run.
+	Config        string             `json:"config,omitempty"`
+	Settings      map[string]setting `json:"settings,omitempty"`
+	ConfigIgnored []string           `json:"config_ignored,omitempty"`
 }
 
 // Predict runs the predict job on this rank: every rank detects its shard,
@@ -251,6 +260,10 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 			PerRank: allStats}
 		for _, d := range dets {
 			rep.Boxes += len(d)
+		}
+		if rc := cfg.RunConfig; rc != nil {
+			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
+			rep.Settings = rc.finishSettings(rep.Model)
 		}
 		if err := writePredictOutputs(cfg.Out, rep, images, dets, labels); err != nil {
 			return err
