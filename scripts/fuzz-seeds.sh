@@ -31,6 +31,10 @@ d=infer/torchfile/testdata/fuzz
 rm -rf $d
 seed -dir $d/FuzzRead infer/torchfile/testdata/{state_f16,state_proto4,param,overlap,noncontig,forbidden}.pt
 
+d=internal/config/testdata/fuzz
+rm -rf $d
+seed -dir $d/FuzzLoad -then 'string("validation.iou_threshold=0.5")' internal/config/testdata/{full,eval}.yaml
+
 d=infer/retinanet/testdata/fuzz
 rm -rf $d
 printf '{"min_size": [640, 100000], "max_size": 0, "image_std": [0, 1, 1]}' > "$tmp/bad-config.json"
