@@ -114,7 +114,7 @@ test-mpi:
 # PKG/testdata/fuzz/ run in `make test`; scripts/fuzz-seeds.sh writes them).
 .PHONY: fuzz fuzz-seeds
 FUZZTIME ?= 30s
-FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict \
+FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict internal/dataset:FuzzParseVOC \
 	infer/safetensors:FuzzParse infer/torchfile:FuzzRead internal/config:FuzzLoad infer/retinanet:FuzzParseConfig infer/retinanet:FuzzParseRepo infer/imagefile:FuzzRead \
 	internal/parts:FuzzDecode internal/wire:FuzzDecode jobs:FuzzInputPacket jobs:FuzzManifest report:FuzzCompareReport report:FuzzTolerances
 fuzz: deps

@@ -355,6 +355,15 @@ func packInputs(cfg EvalConfig) ([]byte, *outRun) {
 			in.labels = cfg.LabelDictData
 			continue
 		}
+		if fi, err := os.Stat(f); i == 0 && err == nil && fi.IsDir() {
+			// a folder of Pascal VOC files: rank 0 makes them one CSV
+			data, err := dataset.ReadVOCFolder(f)
+			if err != nil {
+				return fail(ExitInput, err)
+			}
+			*dst[i] = data
+			continue
+		}
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))

@@ -29,7 +29,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			"averaged over the images (with the model's stored BatchNorm statistics).\n\n" + ExitTable,
 		Flags: concatFlags([]cli.Flag{
 			configFlag(),
-			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name), or a COCO dataset (.json: file_name is the image_path, bbox x,y,w,h, category names are the labels)"},
+			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name; or image_path,label with a WKT geometry column, whose POLYGON bounds are the boxes), a Pascal VOC annotation (.xml) or a folder of them, or a COCO dataset (.json: file_name is the image_path, bbox x,y,w,h, category names are the labels)"},
 			rootDirFlag(),
 			&cli.StringFlag{Name: "predictions", Usage: "replay detector: DeepForest prediction CSV (image_path,xmin,ymin,xmax,ymax,label,score); rows join the truth by exact image_path"},
 			&cli.BoolFlag{Name: "allow-any-score", Usage: "accept --predictions scores outside [0, 1] (they must still be finite numbers)"},
@@ -116,6 +116,9 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	}
 	if cfg.CSV == "" {
 		return cfg, errors.New("eval: --csv is required")
+	}
+	if fi, err := os.Stat(cfg.CSV); err == nil && fi.IsDir() && cfg.RootDir == "" {
+		cfg.RootDir = cfg.CSV // a folder of VOC files: the images beside them
 	}
 	if cfg.Force && cfg.Resume {
 		return cfg, errors.New("eval: --force and --resume exclude each other")

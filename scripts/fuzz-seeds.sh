@@ -22,6 +22,8 @@ seed -dir $d/FuzzParseTruth testdata/sets/{three,edge,coco}/truth.csv "$tmp/head
 seed -dir $d/FuzzParsePredictions -then 'bool(false)' testdata/sets/{three,edge}/predictions.csv "$tmp/scores.csv"
 seed -dir $d/FuzzParsePredictions -then 'bool(true)' testdata/sets/coco/predictions.csv "$tmp/scores.csv"
 seed -dir $d/FuzzParseLabelDict testdata/sets/multi/label_dict.csv "$tmp/labels.csv" "$tmp/labels-dup.csv"
+seed -dir $d/FuzzParseVOC internal/dataset/testdata/readfile/three-voc/{a,b,c}.xml internal/dataset/testdata/readfile/missing-field.xml
+seed -dir $d/FuzzParseTruth internal/dataset/testdata/readfile/three-wkt.csv
 
 d=infer/safetensors/testdata/fuzz
 rm -rf $d

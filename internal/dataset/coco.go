@@ -11,10 +11,18 @@ import (
 )
 
 // ParseTruthFile parses the truth file by its extension: a COCO dataset
-// (.json: images, annotations, categories) or a DeepForest CSV.
+// (.json: images, annotations, categories), a Pascal VOC annotation (.xml),
+// or a DeepForest CSV (also what ReadVOCFolder makes of a folder).
 func ParseTruthFile(name string, data []byte) (*Truth, error) {
 	if strings.EqualFold(filepath.Ext(name), ".json") {
 		return ParseCOCOTruth(name, data)
+	}
+	if strings.EqualFold(filepath.Ext(name), ".xml") {
+		rows, err := ParseVOC(name, data)
+		if err != nil {
+			return nil, err
+		}
+		return truthFromRows(name, rows)
 	}
 	return ParseTruth(name, data)
 }
