@@ -7,13 +7,14 @@ import (
 )
 
 // TestAnnotationFormatsSameMetrics: the truth of testdata/sets/three as a
-// folder of Pascal VOC files and as a CSV of WKT polygons gives the
+// folder of Pascal VOC files, as a CSV of WKT polygons and as COCO polygon
+// segmentations without bbox gives the
 // metrics bytes of the CSV itself (replayed predictions, every family).
 func TestAnnotationFormatsSameMetrics(t *testing.T) {
 	set := filepath.Join("..", "testdata", "sets", "three")
 	rf := filepath.Join("..", "internal", "dataset", "testdata", "readfile")
 	var ref []byte
-	for _, truth := range []string{filepath.Join(set, "truth.csv"), filepath.Join(rf, "three-voc"), filepath.Join(rf, "three-wkt.csv")} {
+	for _, truth := range []string{filepath.Join(set, "truth.csv"), filepath.Join(rf, "three-voc"), filepath.Join(rf, "three-wkt.csv"), filepath.Join(rf, "three-coco-seg.json")} {
 		out := t.TempDir()
 		code, msg := cliRun(t, "eval", truth, "--predictions", filepath.Join(set, "predictions.csv"), "--out", out)
 		if code != 0 {

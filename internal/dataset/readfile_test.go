@@ -141,3 +141,33 @@ func FuzzParseVOC(f *testing.F) {
 		}
 	})
 }
+
+// TestCOCOSegmentation: an annotation without bbox takes its polygons'
+// bounds (polygons under 3 points skipped); one with neither is an error.
+func TestCOCOSegmentation(t *testing.T) {
+	data, err := os.ReadFile("testdata/readfile/three-coco-seg.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := ParseTruthFile("s.json", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Images[0].Rows[1].Box; got.Xmin != 20 || got.Ymin != 20 || got.Xmax != 30 || got.Ymax != 30 {
+		t.Fatalf("bounds %+v", got)
+	}
+	if !tr.Images[1].Empty || tr.Images[2].Rows[0].Box.Xmax != 50 {
+		t.Fatalf("images %+v", tr.Images)
+	}
+	for doc, want := range map[string]string{
+		`{"images":[{"id":1,"file_name":"a.png"}],"categories":[{"id":1,"name":"T"}],"annotations":[{"id":7,"image_id":1,"category_id":1}]}`:                               "annotation 7 has no bbox and no polygon segmentation",
+		`{"images":[{"id":1,"file_name":"a.png"}],"categories":[{"id":1,"name":"T"}],"annotations":[{"id":7,"image_id":1,"category_id":1,"segmentation":[[1,2,3,4]]}]}`:    "no polygon of at least 3 points",
+		`{"images":[{"id":1,"file_name":"a.png"}],"categories":[{"id":1,"name":"T"}],"annotations":[{"id":7,"image_id":1,"category_id":1,"segmentation":{"counts":"x"}}]}`: "no polygon segmentation",
+		`{"images":[{"id":1,"file_name":"a.png"}],"categories":[{"id":1,"name":"T"}],"annotations":[{"id":7,"image_id":1,"category_id":1,"segmentation":[[1,2,3,4,5]]}]}`:  "x, y pairs",
+	} {
+		_, err := ParseTruthFile("s.json", []byte(doc))
+		if err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", doc, err, want)
+		}
+	}
+}

@@ -175,20 +175,13 @@ func ReadVOCFolder(dir string) ([]byte, error) {
 			return nil, err
 		}
 		for _, r := range rows {
-			fmt.Fprintf(&b, "%s,%s,%s,%s,%s,%s\n", csvCell(r.Path), g(r.Box.Xmin), g(r.Box.Ymin), g(r.Box.Xmax), g(r.Box.Ymax), csvCell(r.Label))
+			fmt.Fprintf(&b, "%s,%s,%s,%s,%s,%s\n", csvQuote(r.Path), g(r.Box.Xmin), g(r.Box.Ymin), g(r.Box.Xmax), g(r.Box.Ymax), csvQuote(r.Label))
 		}
 	}
 	return b.Bytes(), nil
 }
 
 func g(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
-
-func csvCell(s string) string {
-	if strings.ContainsAny(s, ",\"\r\n") || strings.TrimSpace(s) != s {
-		return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
-	}
-	return s
-}
 
 // wktBounds is the bounds of a WKT POLYGON or MULTIPOLYGON (all rings'
 // coordinates), as shapely's .bounds gives them.
