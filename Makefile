@@ -120,6 +120,13 @@ fuzz: deps
 fuzz-seeds:
 	scripts/fuzz-seeds.sh
 
+# Mutation testing (gremlins v0.6.0, one worker; slow, not in CI): per
+# package, or per file of infer/retinanet with the tests that exercise it.
+# MUTATE=nms runs one target; docs/testing.md records the scores.
+.PHONY: mutate
+mutate:
+	scripts/mutate.sh $(MUTATE)
+
 # Benchmarks (docs/benchmarks.md records their results and commands).
 bench: bench-go bench-gather bench-e2e bench-metrics
 

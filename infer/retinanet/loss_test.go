@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"image/png"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -58,14 +56,8 @@ func ulps(a, b float32) float64 { return approx.ULPs32(a, b) }
 
 func readLossFixture(t testing.TB) *lossFixture {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "golden", "retinanet", "losses.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var f lossFixture
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatal(err)
-	}
+	readFixture(t, "losses.json", &f)
 	return &f
 }
 

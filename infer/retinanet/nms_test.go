@@ -31,16 +31,22 @@ type nmsTies struct {
 	} `json:"sorts"`
 }
 
-func readNMSTies(t *testing.T) *nmsTies {
+// readFixture decodes testdata/golden/retinanet/NAME into v.
+func readFixture(t testing.TB, name string, v any) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "golden", "retinanet", "nms_ties.json"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "golden", "retinanet", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f nmsTies
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatal(err)
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", name, err)
 	}
+}
+
+func readNMSTies(t *testing.T) *nmsTies {
+	t.Helper()
+	var f nmsTies
+	readFixture(t, "nms_ties.json", &f)
 	if len(f.Cases) == 0 || len(f.Sorts) == 0 {
 		t.Fatal("nms_ties.json holds no cases")
 	}
@@ -98,9 +104,10 @@ func TestBatchedNMSTies(t *testing.T) {
 // ties included.
 func TestTorchSortDesc(t *testing.T) {
 	f := readNMSTies(t)
-	unstable := 0
+	unstable, heaps := 0, 0
 	for i, s := range f.Sorts {
-		got := torchSortDesc(s.Values)
+		got, h := torchSortDescHeaps(s.Values)
+		heaps += h
 		if fmt.Sprint(got) != fmt.Sprint(s.Indices) {
 			t.Errorf("sort %d (n=%d): %v, torch %v", i, len(s.Values), first20(got), first20(s.Indices))
 		}
@@ -110,6 +117,9 @@ func TestTorchSortDesc(t *testing.T) {
 	}
 	if unstable == 0 {
 		t.Error("no sort in the fixture tells torch's sort from a stable one")
+	}
+	if heaps == 0 {
+		t.Error("no sort in the fixture reaches the heap-sort fallback")
 	}
 	if got := torchSortDesc(nil); len(got) != 0 {
 		t.Errorf("empty: %v", got)

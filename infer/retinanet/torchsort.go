@@ -13,6 +13,13 @@ import "math/bits"
 // runs of more than 16. Only its comparisons decide the result, so the
 // order follows from the algorithm, whatever the element moves.
 func torchSortDesc(v []float32) []int {
+	idx, _ := torchSortDescHeaps(v)
+	return idx
+}
+
+// torchSortDescHeaps is torchSortDesc and the number of ranges it
+// heap-sorted (for the tests: the fixture must reach that fallback).
+func torchSortDescHeaps(v []float32) ([]int, int) {
 	s := descSorter{v: v, idx: make([]int, len(v))}
 	for i := range s.idx {
 		s.idx[i] = i
@@ -21,14 +28,15 @@ func torchSortDesc(v []float32) []int {
 		s.introsort(0, n, 2*(bits.Len(uint(n))-1))
 		s.finalInsertion(0, n)
 	}
-	return s.idx
+	return s.idx, s.heaps
 }
 
 // descSorter sorts idx so that v[idx[·]] descends (torch's comparator:
 // NaN before any number, then greater first).
 type descSorter struct {
-	v   []float32
-	idx []int
+	v     []float32
+	idx   []int
+	heaps int // ranges heap-sorted
 }
 
 const introThreshold = 16 // libstdc++'s _S_threshold
@@ -136,6 +144,7 @@ func (s *descSorter) linearInsert(last int) {
 // heapSort is std::partial_sort(first, last, last): make_heap, then
 // pop_heap down to one element.
 func (s *descSorter) heapSort(first, last int) {
+	s.heaps++
 	n := last - first
 	for parent := (n - 2) / 2; parent >= 0; parent-- {
 		s.adjustHeap(first, parent, n, s.idx[first+parent])

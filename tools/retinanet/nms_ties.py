@@ -18,7 +18,9 @@ torchvision's nms kernel sorts the scores with a stable sort: tied
 candidates keep their order. batched_nms's per-class path (more than 1,000
 boxes on the CPU) orders the survivors with torch.sort(descending=True),
 which is not stable (std::sort); "sorts" records that sort's output on
-tie-heavy vectors, for canopy's reproduction of it.
+tie-heavy vectors, for canopy's reproduction of it, among them vectors that
+drive std::sort into its heap-sort fallback (found with a model of the
+algorithm and McIlroy's adversary, heap_sorts).
 
 The script runs each case once more in a child process with
 ATEN_CPU_CAPABILITY=default and checks that the kept lists are the same
@@ -104,16 +106,145 @@ def cases():
     return out
 
 
+def introsort_model(n, before_ids, heap_ranges):
+    """A model of libstdc++'s std::sort (introsort: median-of-three pivot
+    moved to the front, unguarded partition, heap sort below a depth of
+    2*floor(log2 n), final insertion sort over runs of more than 16) on
+    element ids, recording the ranges it heap-sorts. It only steers the
+    search for inputs below; the fixture holds torch's own output."""
+    idx = list(range(n))
+
+    def before(i, j):
+        return before_ids(idx[i], idx[j])
+
+    def swap(i, j):
+        idx[i], idx[j] = idx[j], idx[i]
+
+    def partition(first, last):
+        a, b, c = first + 1, first + (last - first) // 2, last - 1
+        if before(a, b):
+            m = b if before(b, c) else (c if before(a, c) else a)
+        else:
+            m = a if before(a, c) else (c if before(b, c) else b)
+        swap(first, m)
+        lo, hi = first + 1, last
+        while True:
+            while before(lo, first):
+                lo += 1
+            hi -= 1
+            while before(first, hi):
+                hi -= 1
+            if lo >= hi:
+                return lo
+            swap(lo, hi)
+            lo += 1
+
+    def sift(first, hole, size, x):
+        top = child = hole
+        while child < (size - 1) // 2:
+            child = 2 * (child + 1)
+            if before(first + child, first + child - 1):
+                child -= 1
+            idx[first + hole] = idx[first + child]
+            hole = child
+        if size % 2 == 0 and child == (size - 2) // 2:
+            child = 2 * (child + 1)
+            idx[first + hole] = idx[first + child - 1]
+            hole = child - 1
+        while hole > top and before_ids(idx[first + (hole - 1) // 2], x):
+            idx[first + hole] = idx[first + (hole - 1) // 2]
+            hole = (hole - 1) // 2
+        idx[first + hole] = x
+
+    def heap(first, last):
+        heap_ranges.append((first, last))
+        size = last - first
+        for p in range((size - 2) // 2, -1, -1):
+            sift(first, p, size, idx[first + p])
+        for end in range(last - 1, first, -1):
+            x = idx[end]
+            idx[end] = idx[first]
+            sift(first, 0, end - first, x)
+
+    def intro(first, last, depth):
+        while last - first > 16:
+            if depth == 0:
+                heap(first, last)
+                return
+            depth -= 1
+            cut = partition(first, last)
+            intro(cut, last, depth)
+            last = cut
+
+    def insert(i, guarded_first):
+        x = idx[i]
+        if guarded_first is not None and before_ids(x, idx[guarded_first]):
+            idx[guarded_first + 1:i + 1] = idx[guarded_first:i]
+            idx[guarded_first] = x
+            return
+        while before_ids(x, idx[i - 1]):
+            idx[i] = idx[i - 1]
+            i -= 1
+        idx[i] = x
+
+    if n > 1:
+        intro(0, n, 2 * (n.bit_length() - 1))
+        for i in range(1, n):
+            insert(i, 0 if i < 16 else None)
+    return idx
+
+
+def heap_sorts():
+    """Tie-heavy vectors that drive std::sort into its heap-sort fallback
+    with ties inside the heap-sorted range: McIlroy's adversary against the
+    model gives a killer order of distinct keys, then a seeded window of
+    keys is merged pairwise until the model still heap-sorts and sees ties
+    there."""
+    rng = np.random.default_rng(32)
+    out = []
+    for n in (64, 100, 200):
+        val = [n] * n  # n = gas, not yet frozen
+        st = {"solid": 0, "cand": 0}
+
+        def adversary(x, y):
+            if val[x] == n and val[y] == n:
+                z = x if x == st["cand"] else y
+                val[z] = st["solid"]
+                st["solid"] += 1
+            if val[x] == n:
+                st["cand"] = x
+            elif val[y] == n:
+                st["cand"] = y
+            return val[x] < val[y]
+
+        introsort_model(n, adversary, [])
+        base = [n - v for v in val]
+        for _ in range(500):
+            lo = int(rng.integers(1, n))
+            hi = lo + int(rng.integers(4, 40))
+            keys = [k if k < lo else (lo + (k - lo) // 2 if k < hi else k - (hi - lo) // 2) for k in base]
+            ranges = []
+            order = introsort_model(n, lambda a, b: keys[a] > keys[b], ranges)
+            ties = sum(keys[order[i]] == keys[order[i + 1]] for f, l in ranges for i in range(f, l - 1))
+            if ranges and ties >= 3:
+                out.append([float(k) / 8 for k in keys])
+                break
+        else:
+            sys.exit("no heap-sort input found for n=%d" % n)
+    return out
+
+
 def sorts():
     """torch.sort(descending=True) of float32 vectors full of ties: the
     final ordering of batched_nms's per-class path (not stable)."""
     rng = np.random.default_rng(31)
     out = []
-    for n, levels in ((5, 2), (16, 3), (17, 3), (40, 3), (200, 4), (1000, 4), (3000, 6), (100, 1)):
+    for n, levels in ((5, 2), (16, 3), (17, 3), (40, 3), (200, 4), (1000, 4), (1500, 6), (100, 1)):
         out.append([float(v) / 8 for v in rng.integers(1, 1 + levels, size=n)])
     out.append([float(v) / 8 for v in sorted(rng.integers(1, 5, size=300))])
     out.append([float(v) / 8 for v in sorted(rng.integers(1, 5, size=300), reverse=True)])
     out.append([float(i % 7) / 8 for i in range(500)])
+    out += heap_sorts()
     return [{"values": v, "indices": torch.tensor(v, dtype=torch.float32).sort(descending=True)[1].tolist()} for v in out]
 
 
