@@ -143,7 +143,7 @@ type File struct {
 	closer  io.Closer
 	scratch []byte // Float32's read buffer, reused
 	stored  int64  // elements in all storages the pickle named
-	handed  int64 // elements Float32 has converted
+	handed  int64  // elements Float32 has converted
 	entries int
 }
 
