@@ -40,13 +40,13 @@ demo-baseline: demo
 
 test: deps check-fmt check-tags check-cuda test-unit test-mpi
 
-# The optional build tags compile and vet: -tags noblas (gonum SGEMM) and
-# -tags nompi (one process, no MPI library); together they give a binary
-# that needs only libc.
+# The optional build tags compile and vet: -tags noblas (gonum SGEMM),
+# -tags nompi (one process, no MPI library) and -tags nogdal (no raster
+# reads); together they give a binary that needs only libc.
 check-tags:
-	$(GO) vet -tags nompi,noblas ./...
-	$(GO) build -tags nompi,noblas -o bin/canopy-nompi .
-	@if ldd bin/canopy-nompi | grep -E 'libmpi|openblas'; then echo "nompi,noblas binary links MPI or OpenBLAS"; exit 1; fi
+	$(GO) vet -tags nompi,noblas,nogdal ./...
+	$(GO) build -tags nompi,noblas,nogdal -o bin/canopy-nompi .
+	@if ldd bin/canopy-nompi | grep -E 'libmpi|openblas|libgdal'; then echo "nompi,noblas,nogdal binary links MPI, OpenBLAS or GDAL"; exit 1; fi
 	bin/canopy-nompi doctor | grep -q 'in-process, 1 rank'
 
 # The cuda build (-tags cuda: infer/cuda on gorgonia.org/cu, kernels from

@@ -1,0 +1,150 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"fmt"
+	"image"
+	"image/draw"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/gdal"
+	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/mpi/local"
+)
+
+// demoModelDir is the project's demo detector (tools/demo/train.py).
+const demoModelDir = "../testdata/models/canopy-demo-r18"
+
+// tileRasterFile writes a forestgen image of w×h as a tiled, compressed
+// GeoTIFF (gdal_translate) and returns the PNG and the GeoTIFF.
+func tileRasterFile(t *testing.T, w, h int, seed int, extra ...string) (pngFile, tif string) {
+	t.Helper()
+	if !gdal.Available {
+		t.Skip("built with -tags nogdal: no raster reads")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("go", "run", "./cmd/forestgen", "-out", dir, "-n", "1", "-sizes", fmt.Sprintf("%dx%d", w, h), "-seed", fmt.Sprint(seed))
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("forestgen: %v\n%s", err, out)
+	}
+	pngFile = filepath.Join(dir, "img_0000.png")
+	tif = filepath.Join(dir, "raster.tif")
+	args := append([]string{"-q", "-of", "GTiff", "-co", "TILED=YES", "-co", "BLOCKXSIZE=128", "-co", "BLOCKYSIZE=128", "-co", "COMPRESS=DEFLATE"}, extra...)
+	if out, err := exec.Command("gdal_translate", append(args, pngFile, tif)...).CombinedOutput(); err != nil {
+		t.Fatalf("gdal_translate: %v\n%s", err, out)
+	}
+	return pngFile, tif
+}
+
+func tileCfg(out, raster string) TileConfig {
+	return TileConfig{Raster: raster, Out: out, BatchSize: 2, Settings: tile.Settings{Patch: 300, Overlap: 0.2}, IoU: tile.DefaultIoU,
+		CacheMiB: 16, Model: ModelConfig{Spec: demoModelDir, Threads: 1, ScoreThresh: -1, NMSThresh: -1, Device: device("cpu")}}
+}
+
+func runTile(t *testing.T, n int, cfg TileConfig) []byte {
+	t.Helper()
+	errs := local.Run(n, func(c mpi.Comm) error { return PredictTile(context.Background(), c, cfg) })
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%d ranks: rank %d: %v", n, r, err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(cfg.Out, "predictions.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestTileIdenticalAcrossRanksThreadsBatches: predictions.csv is the same
+// bytes for 1-4 ranks, 1 or 2 threads and batch sizes 1-3; and it equals
+// the merge of the whole-image predictions of the windows cut from the PNG
+// (so GDAL's windows are the pixels imagefile reads, and the job's
+// gather and merge add nothing).
+func TestTileIdenticalAcrossRanksThreadsBatches(t *testing.T) {
+	src, tif := tileRasterFile(t, 700, 520, 27)
+	var ref []byte
+	for _, v := range []struct{ ranks, threads, batch int }{{1, 1, 1}, {2, 2, 3}, {3, 1, 2}, {4, 1, 1}} {
+		cfg := tileCfg(t.TempDir(), tif)
+		cfg.Model.Threads, cfg.BatchSize = v.threads, v.batch
+		got := runTile(t, v.ranks, cfg)
+		if ref == nil {
+			ref = got
+			if n := bytes.Count(got, []byte("\n")); n < 20 {
+				t.Fatalf("only %d rows: the demo model finds the trees of a forestgen raster", n-1)
+			}
+			continue
+		}
+		if !bytes.Equal(got, ref) {
+			t.Fatalf("%+v: predictions.csv differs from 1 rank", v)
+		}
+	}
+
+	// The windows cut from the PNG, predicted as whole images, merged.
+	wins, err := tile.Windows(700, 520, tile.Settings{Patch: 300, Overlap: 0.2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(src)
+	img, err := png.Decode(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var list strings.Builder
+	list.WriteString("image_path\n")
+	for k, w := range wins {
+		crop := image.NewNRGBA(image.Rect(0, 0, w.W, w.H))
+		draw.Draw(crop, crop.Bounds(), img, image.Pt(w.X, w.Y), draw.Src)
+		name := fmt.Sprintf("w%03d.png", k)
+		g, _ := os.Create(filepath.Join(dir, name))
+		png.Encode(g, crop)
+		g.Close()
+		fmt.Fprintln(&list, name)
+	}
+	os.WriteFile(filepath.Join(dir, "list.csv"), []byte(list.String()), 0o644)
+	out := t.TempDir()
+	pc := PredictConfig{CSV: filepath.Join(dir, "list.csv"), Out: out, BatchSize: 1, Model: tileCfg("", "").Model}
+	if errs := local.Run(1, func(c mpi.Comm) error { return Predict(context.Background(), c, pc) }); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "predictions.csv"))
+	rows, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	perWin := make([][]box.Detection, len(wins))
+	for _, r := range rows[1:] {
+		k, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(r[0], "w"), ".png"))
+		v := make([]float64, 5)
+		for i, s := range []string{r[1], r[2], r[3], r[4], r[6]} {
+			v[i], _ = strconv.ParseFloat(s, 64)
+		}
+		lab := int32(0)
+		if r[5] != "Tree" {
+			lab = 1
+		}
+		perWin[k] = append(perWin[k], box.Detection{Box: box.Box{Xmin: v[0], Ymin: v[1], Xmax: v[2], Ymax: v[3]}, Label: lab, Score: v[4]})
+	}
+	merged := tile.Merge(wins, perWin, tile.DefaultIoU)
+	var want bytes.Buffer
+	labels, _ := box.NewLabelMap([]string{"Tree", "Dead"})
+	if err := writePredictions(&want, []box.Image{{Path: "raster.tif"}}, [][]box.Detection{merged}, labels); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(want.Bytes(), ref) {
+		t.Fatalf("predict --tile differs from the merged predictions of the cut windows:\n%.600s\nwant\n%.600s", ref, want.Bytes())
+	}
+}
