@@ -76,9 +76,6 @@ func tileConfig(c *cli.Context, stdout io.Writer) (TileConfig, error) {
 	case cfg.CacheMiB < 1:
 		return cfg, fmt.Errorf("--gdal-cache %d must be at least 1 (MiB)", cfg.CacheMiB)
 	}
-	if err := cfg.Settings.Check(); err != nil {
-		return cfg, fmt.Errorf("--patch-size/--patch-overlap: %w", err)
-	}
 	return cfg, nil
 }
 
@@ -98,6 +95,11 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 	cfg, err := tileConfig(c, stdout)
 	if err != nil {
 		return usageError(fmt.Errorf("predict: %w", err))
+	}
+	// Window settings that cut no windows are bad input (exit 3), as the
+	// issue's table has them, not a usage error.
+	if err := cfg.Settings.Check(); err != nil {
+		return &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("predict: --patch-size/--patch-overlap: %w", err)}
 	}
 	return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
 		if !rank0 {

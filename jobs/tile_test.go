@@ -148,3 +148,67 @@ func TestTileIdenticalAcrossRanksThreadsBatches(t *testing.T) {
 		t.Fatalf("predict --tile differs from the merged predictions of the cut windows:\n%.600s\nwant\n%.600s", ref, want.Bytes())
 	}
 }
+
+// TestTileBadInput: each bad raster or setting gets a clear error and its
+// exit code on every rank, never a hang or a crash.
+func TestTileBadInput(t *testing.T) {
+	pngFile, tif := tileRasterFile(t, 320, 240, 3)
+	dir := t.TempDir()
+	data, _ := os.ReadFile(tif)
+	cut := filepath.Join(dir, "cut.tif")
+	os.WriteFile(cut, data[:len(data)/2], 0o644)
+	text := filepath.Join(dir, "notes.tif")
+	os.WriteFile(text, []byte("hello\n"), 0o644)
+	gray := filepath.Join(dir, "gray.tif")
+	if out, err := exec.Command("gdal_translate", "-q", "-b", "1", pngFile, gray).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	cli := func(n int, args ...string) ([]int, string) {
+		codes := make([]int, n)
+		var stderr bytes.Buffer
+		lw := &lockedWriter{w: &stderr}
+		local.Run(n, func(c mpi.Comm) error {
+			codes[c.Rank()] = MainWith(context.Background(), append([]string{"canopy", "predict", "--tile", "--model", demoModelDir,
+				"--out", filepath.Join(dir, fmt.Sprint("out", len(args), args[len(args)-1] == "")), "--threads", "1"}, args...), &bytes.Buffer{}, lw,
+				func() (mpi.Comm, func() error, error) { return c, func() error { return nil }, nil })
+			return nil
+		})
+		return codes, stderr.String()
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--raster", filepath.Join(dir, "missing.tif")}, ExitInput, "no such file"},
+		{[]string{"--raster", text}, ExitInput, "is not a raster canopy reads"},
+		{[]string{"--raster", cut}, ExitInput, "truncated or corrupt"},
+		{[]string{"--raster", gray}, ExitInput, "has 1 bands"},
+		{[]string{"--raster", tif, "--patch-overlap", "1"}, ExitInput, "must be in [0, 1)"},
+		{[]string{"--raster", tif, "--patch-overlap", "-0.1"}, ExitInput, "must be in [0, 1)"},
+		{[]string{"--raster", tif, "--patch-size", "0"}, ExitInput, "must be at least 1"},
+		{[]string{"--raster", tif, "--images", dir}, ExitUsage, "exactly one of --raster, --images and --csv"},
+		{[]string{"--raster", tif, "--tile-iou", "2"}, ExitUsage, "--tile-iou 2 is not in [0, 1]"},
+	} {
+		n := 2 // a raster error comes from rank 0's broadcast: every rank exits, rank 0 speaks
+		if c.code == ExitUsage || strings.Contains(c.want, "must be") {
+			n = 1 // a flag error comes before MPI: each process speaks unless a launcher names its rank
+		}
+		codes, msg := cli(n, c.args...)
+		for r, code := range codes {
+			if code != c.code {
+				t.Errorf("%v: rank %d exit %d, want %d\n%s", c.args, r, code, c.code, msg)
+			}
+		}
+		if !strings.Contains(msg, c.want) || strings.Count(msg, "canopy:") != 1 {
+			t.Errorf("%v: want one line saying %q, got:\n%s", c.args, c.want, msg)
+		}
+	}
+	// --patch-size without --tile is a usage error.
+	var so, se bytes.Buffer
+	code := MainWith(context.Background(), []string{"canopy", "predict", "--images", dir, "--model", demoModelDir, "--patch-size", "10"}, &so, &se,
+		func() (mpi.Comm, func() error, error) { return local.New(1)[0], func() error { return nil }, nil })
+	if code != ExitUsage || !strings.Contains(se.String(), "--patch-size needs --tile") {
+		t.Errorf("--patch-size without --tile: exit %d: %s", code, se.String())
+	}
+}
