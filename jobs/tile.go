@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -154,6 +155,7 @@ type tileReport struct {
 		WindowDets   int          `json:"window_detections"`
 		Order        string       `json:"window_order"`
 		Rasters      []tileRaster `json:"rasters"`
+		GPKG         string       `json:"gpkg,omitempty"`
 	} `json:"tile"`
 }
 
@@ -324,7 +326,19 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		rep.Tile.PatchSize, rep.Tile.PatchOverlap, rep.Tile.IoU = cfg.Settings.Patch, cfg.Settings.Overlap, cfg.IoU
 		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters = len(all), windowDets, rasters
 		rep.Tile.Order = "rasters in input order; each raster's windows x outer, y inner (DeepForest's compute_windows)"
-		err := publishPredictions(cfg.Out, images, merged, labels, nil, func(outputs map[string]string) any {
+		var extra []staged
+		gpkg, note, err := stageGPKG(cfg.Out, rasters, merged, labels)
+		if err != nil {
+			return err
+		}
+		if gpkg != nil {
+			extra = append(extra, *gpkg)
+			rep.Tile.GPKG = gpkgFile
+		}
+		if note != "" && cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "canopy: note: %s\n", note)
+		}
+		err = publishPredictions(cfg.Out, images, merged, labels, extra, func(outputs map[string]string) any {
 			rep.Outputs = outputs
 			return rep
 		})
@@ -340,4 +354,71 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		}
 		return nil
 	})
+}
+
+// gpkgFile holds the boxes of georeferenced rasters as polygons.
+const gpkgFile = "predictions.gpkg"
+
+// stageGPKG writes predictions.gpkg when a raster has a CRS and a
+// geotransform: one polygon layer per such raster (named by its
+// image_path), each box mapped as DeepForest's image_to_geo_coordinates
+// maps it (gdal.BoxRing). note says, once, which rasters it leaves out.
+func stageGPKG(dir string, rasters []tileRaster, merged [][]box.Detection, labels box.LabelMap) (*staged, string, error) {
+	var layers []gdal.Layer
+	var without []string
+	names := labels.Names()
+	for i, r := range rasters {
+		if r.CRS == "" || r.GeoTransform == nil {
+			without = append(without, r.Path)
+			continue
+		}
+		ly := gdal.Layer{Name: r.Path, CRS: r.CRS}
+		for _, d := range merged[i] {
+			label := ""
+			if int(d.Label) < len(names) {
+				label = names[d.Label]
+			}
+			ring := gdal.BoxRing(*r.GeoTransform, d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax)
+			// As image_to_geo_coordinates: the columns become the polygon's bounds.
+			f := gdal.Feature{Ring: ring, ImagePath: r.Path, Label: label, Score: d.Score,
+				Xmin: ring[0][0], Ymin: ring[0][1], Xmax: ring[0][0], Ymax: ring[0][1]}
+			for _, p := range ring {
+				f.Xmin, f.Xmax = min(f.Xmin, p[0]), max(f.Xmax, p[0])
+				f.Ymin, f.Ymax = min(f.Ymin, p[1]), max(f.Ymax, p[1])
+			}
+			ly.Features = append(ly.Features, f)
+		}
+		layers = append(layers, ly)
+	}
+	note := ""
+	switch {
+	case len(layers) == 0:
+		return nil, fmt.Sprintf("no raster has a CRS: no %s is written (pixel coordinates are in predictions.csv)", gpkgFile), nil
+	case len(without) > 0:
+		note = fmt.Sprintf("%d of %d rasters have no CRS (the first: %s): %s leaves them out", len(without), len(rasters), without[0], gpkgFile)
+	}
+	f, err := os.CreateTemp(dir, "."+gpkgFile+".tmp-gdal*")
+	if err != nil {
+		return nil, "", fmt.Errorf("jobs: %w", err)
+	}
+	tmp := f.Name()
+	f.Close()
+	os.Remove(tmp) // GDAL creates it
+	defer os.Remove(tmp)
+	if err := gdal.WriteGPKG(tmp, layers); err != nil {
+		return nil, "", fmt.Errorf("jobs: %w", err)
+	}
+	src, err := os.Open(tmp)
+	if err != nil {
+		return nil, "", fmt.Errorf("jobs: %w", err)
+	}
+	defer src.Close()
+	s, err := stage(dir, gpkgFile, func(w io.Writer) error {
+		_, err := io.Copy(w, src)
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return &s, note, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"image"
 	"image/draw"
@@ -210,5 +211,55 @@ func TestTileBadInput(t *testing.T) {
 		func() (mpi.Comm, func() error, error) { return local.New(1)[0], func() error { return nil }, nil })
 	if code != ExitUsage || !strings.Contains(se.String(), "--patch-size needs --tile") {
 		t.Errorf("--patch-size without --tile: exit %d: %s", code, se.String())
+	}
+}
+
+// TestTileGPKG: a raster with a CRS gets predictions.gpkg (one polygon per
+// row of predictions.csv, its sha256 in report.json) and report.json
+// records the CRS and geotransform; one without gets no .gpkg and one note.
+func TestTileGPKG(t *testing.T) {
+	_, geo := tileRasterFile(t, 380, 300, 4, "-a_srs", "EPSG:32617", "-a_ullr", "404211.37", "3285123.91", "404249.37", "3285093.91")
+	_, plain := tileRasterFile(t, 380, 300, 4)
+	for _, c := range []struct {
+		raster string
+		gpkg   bool
+	}{{geo, true}, {plain, false}} {
+		out := t.TempDir()
+		cfg := tileCfg(out, c.raster)
+		var progress bytes.Buffer
+		cfg.Progress = &progress
+		csvBytes := runTile(t, 2, cfg)
+		rows := bytes.Count(csvBytes, []byte("\n")) - 1
+		var rep struct {
+			Outputs map[string]string `json:"outputs"`
+			Tile    struct {
+				GPKG    string
+				Rasters []struct {
+					CRS          string      `json:"crs"`
+					GeoTransform *[6]float64 `json:"geotransform"`
+				}
+			}
+		}
+		b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		_, err := os.Stat(filepath.Join(out, gpkgFile))
+		if got := err == nil; got != c.gpkg || (rep.Outputs[gpkgFile] != "") != c.gpkg || (rep.Tile.GPKG != "") != c.gpkg {
+			t.Fatalf("%s: gpkg present %v (outputs %v), want %v", c.raster, got, rep.Outputs, c.gpkg)
+		}
+		note := strings.Count(progress.String(), "no raster has a CRS")
+		if c.gpkg {
+			r := rep.Tile.Rasters[0]
+			if !strings.Contains(r.CRS, "32617") || r.GeoTransform == nil || r.GeoTransform[1] != 0.1 || note != 0 {
+				t.Fatalf("report: %+v, note %d", rep.Tile.Rasters, note)
+			}
+			info, err := exec.Command("ogrinfo", "-so", "-al", filepath.Join(out, gpkgFile)).CombinedOutput()
+			if err != nil || !strings.Contains(string(info), fmt.Sprintf("Feature Count: %d\n", rows)) || rows < 5 {
+				t.Fatalf("ogrinfo (want %d features): %v\n%s", rows, err, info)
+			}
+		} else if note != 1 {
+			t.Fatalf("no CRS: the note came %d times:\n%s", note, progress.String())
+		}
 	}
 }

@@ -79,3 +79,35 @@ type RGB8 struct {
 	W, H int
 	Pix  []uint8
 }
+
+// Feature is one box of predictions.gpkg: its polygon in the raster's CRS
+// (a closed ring of 5 points) and the columns of predictions.csv.
+type Feature struct {
+	Ring                          [5][2]float64
+	ImagePath, Label              string
+	Xmin, Ymin, Xmax, Ymax, Score float64
+}
+
+// Layer is one polygon layer of a GeoPackage: a raster's boxes in its CRS
+// (WKT).
+type Layer struct {
+	Name, CRS string
+	Features  []Feature
+}
+
+// BoxRing is DeepForest's utilities.image_to_geo_coordinates for one box:
+// the pixel corners (xmin, ymin) and (xmax, ymax) mapped by the raster's
+// transform at the pixel centre (rasterio's transform.xy, offset
+// "center": x = gt0 + (col+0.5)·gt1 + (row+0.5)·gt2, y = gt3 +
+// (col+0.5)·gt4 + (row+0.5)·gt5), then shapely's box(left, bottom, right,
+// top): the ring (right,bottom) (right,top) (left,top) (left,bottom),
+// closed.
+func BoxRing(gt [6]float64, xmin, ymin, xmax, ymax float64) [5][2]float64 {
+	at := func(col, row float64) (float64, float64) {
+		c, r := col+0.5, row+0.5
+		return gt[0] + c*gt[1] + r*gt[2], gt[3] + c*gt[4] + r*gt[5]
+	}
+	left, bottom := at(xmin, ymin)
+	right, top := at(xmax, ymax)
+	return [5][2]float64{{right, bottom}, {right, top}, {left, top}, {left, bottom}, {right, bottom}}
+}

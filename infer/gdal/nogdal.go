@@ -22,3 +22,6 @@ func (r *Raster) Read(x, y, w, h int) (RGB8, error) { return RGB8{}, ErrUnavaila
 
 // Close does nothing.
 func (r *Raster) Close() error { return nil }
+
+// WriteGPKG fails: this build has no GDAL.
+func WriteGPKG(path string, layers []Layer) error { return ErrUnavailable }
