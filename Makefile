@@ -9,7 +9,7 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet golden-losses check-mpich test-slurm test-multinode clean
+.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-large testdata golden-retinanet golden-losses check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -188,6 +188,13 @@ bench-infer-peer:
 	$(GO) test -run '^$$' -bench '^BenchmarkDetect$$/r50' -benchtime 3x -count 6 ./infer/retinanet/ | tee bin/bench-infer-peer.txt
 	for t in 1 2; do $(PEER_PY) tools/retinanet/bench.py --model r50 --threads $$t --repeat 3 --go bin/bench-infer-peer.txt \
 		--out bin/bench-torch-$$t.json bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png || exit 1; done
+
+# predict --tile at scale (scripts/bench-tile.sh: a 20000x20000 tiled,
+# deflated raster on 2 ranks with the demo model, peak RSS per rank;
+# BENCH_TILE_SIZES, BENCH_TILE_PEER=1 for the side by side with DeepForest's
+# predict_tile).
+bench-tile: deps
+	scripts/bench-tile.sh
 
 # Allgatherv with one rank's part above 2 GiB (about 7 GiB of memory).
 bench-large: deps

@@ -58,7 +58,10 @@ from deepforest.models.retinanet import RetinaNetHub  # noqa: E402
 mosaic = getattr(predict, "mosaic", None) or getattr(predict, "mosiac")
 
 
-def tile_part(args):
+def offline_deepforest():
+    """DeepForest's model object around RetinaNetHub (ResNet-50) built offline
+    and filled with the r50 test weights (seed 0); tools/tile/bench.py uses
+    it too."""
     hub = RetinaNetHub(num_classes=1, nms_thresh=0.05, score_thresh=0.1, label_dict={"Tree": 0})
     weights.fill(hub, 0)
     m = main.deepforest(model=hub, config_args={"workers": 0, "accelerator": "cpu", "devices": 1,
@@ -67,6 +70,11 @@ def tile_part(args):
     m.label_dict = {"Tree": 0}
     m.numeric_to_label_dict = {0: "Tree"}
     m.model.nms_thresh = 0.05
+    return m
+
+
+def tile_part(args):
+    m = offline_deepforest()
     wins = []
     orig = prediction.SingleImage.postprocess
 
