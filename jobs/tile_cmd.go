@@ -90,7 +90,12 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 		return nil
 	}
 	if c.NArg() > 0 {
-		return usageError(fmt.Errorf("predict takes no arguments, got %q", c.Args().Slice()))
+		return usageError(fmt.Errorf("predict --tile takes no arguments, got %q", c.Args().Slice()))
+	}
+	for _, f := range []string{"config", "label-dict"} {
+		if c.IsSet(f) {
+			return usageError(fmt.Errorf("predict: --%s does not go with --tile (the model folder carries its labels and thresholds)", f))
+		}
 	}
 	cfg, err := tileConfig(c, stdout)
 	if err != nil {
