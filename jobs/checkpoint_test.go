@@ -120,3 +120,30 @@ func TestTorchModelErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestPredictLabelDict: predict's --label-dict names a bare .pt's classes
+// (without it: exit 4) and must equal a model folder's own labels (else
+// exit 4, before any image is read).
+func TestPredictLabelDict(t *testing.T) {
+	skel := filepath.Join("..", torchckpt.Skeletons)
+	dir := t.TempDir()
+	pt := filepath.Join(dir, "model.pt")
+	if err := torchckpt.RebuildFile(skel, "model.pt", pt); err != nil {
+		t.Fatal(err)
+	}
+	model, csv, _ := testModelSet(t)
+	wrong := filepath.Join(dir, "wrong.csv")
+	os.WriteFile(wrong, []byte("label,id\nTree,0\nBird,1\n"), 0o644)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model", pt}, "holds no labels"},
+		{[]string{"--model", model, "--label-dict", wrong}, "disagrees with the model's label_dict"},
+	} {
+		code, msg := cliRun(t, append([]string{"predict", "--csv", csv, "--out", filepath.Join(dir, "o"), "--device", "cpu"}, c.args...)...)
+		if code != ExitModel || !strings.Contains(msg, c.want) {
+			t.Errorf("%v: exit %d, want %d with %q: %s", c.args, code, ExitModel, c.want, msg)
+		}
+	}
+}

@@ -141,8 +141,9 @@ type File struct {
 	Root    any
 
 	closer  io.Closer
-	stored  int64 // elements in all storages the pickle named
-	handed  int64 // elements Float32 has converted
+	scratch []byte // Float32's read buffer, reused
+	stored  int64  // elements in all storages the pickle named
+	handed  int64  // elements Float32 has converted
 	entries int
 }
 
@@ -375,13 +376,20 @@ func mulString(n int64, k int) string {
 
 // readEntry reads a whole stored entry (its size already checked against
 // the file's), verifying its CRC-32.
-func readEntry(e *zip.File) ([]byte, error) {
+func readEntry(e *zip.File) ([]byte, error) { return readEntryInto(e, nil) }
+
+// readEntryInto is readEntry into buf when it is large enough.
+func readEntryInto(e *zip.File, buf []byte) ([]byte, error) {
 	rc, err := e.Open()
 	if err != nil {
 		return nil, bad("entry %s: %v", e.Name, err)
 	}
 	defer rc.Close()
-	b := make([]byte, e.UncompressedSize64)
+	b := buf
+	if uint64(cap(b)) < e.UncompressedSize64 {
+		b = make([]byte, e.UncompressedSize64)
+	}
+	b = b[:e.UncompressedSize64]
 	if _, err := io.ReadFull(rc, b); err != nil {
 		return nil, bad("entry %s: %v (truncated file?)", e.Name, err)
 	}
@@ -482,10 +490,11 @@ func (f *File) Float32(t *Tensor) ([]float32, error) {
 		return nil, f.wrap(bad("tensors overlap: converting %d more elements would exceed the %d the storages hold", n, f.stored))
 	}
 	f.handed += n
-	raw, err := readEntry(t.Storage.entry)
+	raw, err := readEntryInto(t.Storage.entry, f.scratch)
 	if err != nil {
 		return nil, f.wrap(err)
 	}
+	f.scratch = raw
 	k := int64(t.DType.Size())
 	b := raw[t.Offset*k : (t.Offset+n)*k]
 	out := make([]float32, n)
