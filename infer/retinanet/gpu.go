@@ -172,17 +172,18 @@ func (g *gpuEngine) download(x dmap) []float32 {
 // follow each other in a DetectBatch call go through the network as one
 // batch; every output element is reduced by one thread in a fixed order, so
 // an image's detections do not depend on the batch (tested on the host
-// shim). Not safe for concurrent use.
+// shim). The transform (normalize, resize, pad) runs on the device too
+// (gputransform.go). Not safe for concurrent use.
 type GPURunner struct {
-	m   *Model
-	g   *gpuEngine
-	cpu *engine // the transform (resize, normalize, pad), as on the CPU
+	m     *Model
+	g     *gpuEngine
+	cells cuda.Ptr // the levels' cell anchors (postprocess, losses), uploaded once
 }
 
 // NewGPURunner runs m on dev at precision p. The weights are uploaded on
 // the first image.
 func NewGPURunner(m *Model, dev cuda.Device, p cuda.Precision) *GPURunner {
-	return &GPURunner{m: m, g: newGPUEngine(dev, p), cpu: newEngine(1)}
+	return &GPURunner{m: m, g: newGPUEngine(dev, p)}
 }
 
 // Model is the runner's model.
@@ -202,35 +203,11 @@ func (r *GPURunner) Close() error {
 		r.g.dev.Free(w[1])
 	}
 	r.g.wts = map[*conv][2]cuda.Ptr{}
-	return r.g.err
-}
-
-// prepared is a group of images transformed on the host, ready to upload.
-type prepared struct {
-	imgs   []Image
-	x      []float32 // [n, 3, ph, pw]
-	ph, pw int
-	rh, rw []int
-	// targets, when not nil, are the images' loss targets.
-	targets [][]Target
-}
-
-func (r *GPURunner) prepare(imgs []Image, targets [][]Target) prepared {
-	t0 := time.Now()
-	defer r.g.times.add("transform", t0)
-	p := prepared{imgs: imgs, targets: targets}
-	for i, img := range imgs {
-		r.cpu.reuseFor(img.H, img.W)
-		x, rh, rw := normalizeResizePad(r.cpu, img, r.m.Opt)
-		if i == 0 {
-			p.ph, p.pw = x.h, x.w
-			p.x = make([]float32, 0, len(imgs)*len(x.d))
-		}
-		p.x = append(p.x, x.d...)
-		p.rh, p.rw = append(p.rh, rh), append(p.rw, rw)
-		r.cpu.put(x)
+	if r.cells != 0 {
+		r.g.dev.Free(r.cells)
+		r.cells = 0
 	}
-	return p
+	return r.g.err
 }
 
 // launched is a group whose forward is queued on the device.
@@ -244,10 +221,7 @@ func (r *GPURunner) launch(p prepared) launched {
 	n := len(p.imgs)
 	g := r.g
 	g.reuseFor(n, p.ph, p.pw)
-	x := g.alloc(n, 3, p.ph, p.pw)
-	if g.err == nil {
-		g.fail(g.dev.Upload(x.p, p.x))
-	}
+	x := r.transform(p)
 	l := launched{prepared: p}
 	l.p = features[dmap](r.m, g, x)
 	for L := 0; L < 5; L++ {
@@ -256,9 +230,27 @@ func (r *GPURunner) launch(p prepared) launched {
 	return l
 }
 
-// collect downloads a launched group's head outputs and postprocesses each
-// image on the host, computing the losses when the group has targets.
+// collect postprocesses a launched group and computes its losses (when it
+// has targets) on the device (gpupost.go, gpuloss.go); with a trace, on the
+// host (collectHost), which needs the head outputs.
 func (r *GPURunner) collect(l launched, tr *Trace) ([][]Detection, []box.Loss) {
+	if tr != nil {
+		return r.collectHost(l, tr)
+	}
+	var losses []box.Loss
+	if l.targets != nil {
+		losses = r.losses(l)
+	}
+	dets := r.postprocess(l)
+	for _, ds := range [][5]dmap{l.cls, l.reg, l.p} {
+		r.g.put(ds[:]...)
+	}
+	return dets, losses
+}
+
+// collectHost downloads a launched group's head outputs and postprocesses
+// each image on the host, computing the losses when the group has targets.
+func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Loss) {
 	g := r.g
 	n := len(l.imgs)
 	all := make([][]cand, n)

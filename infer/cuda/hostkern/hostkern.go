@@ -144,6 +144,49 @@ func (d *Device) ReluCopy(x, y cuda.Ptr, n int) error {
 	return nil
 }
 
+func (d *Device) UploadBytes(dst cuda.Ptr, src []byte) error {
+	p, err := d.check(dst, (len(src)+3)/4)
+	if err != nil {
+		return err
+	}
+	if len(src) > 0 {
+		C.memcpy(p, unsafe.Pointer(&src[0]), C.size_t(len(src)))
+	}
+	return nil
+}
+
+// Launch runs kernel name on the CPU (launch.cc's table), after checking
+// that every Ptr argument is 0 or an allocation of this device.
+func (d *Device) Launch(name string, g kernels.Dim, args ...any) error {
+	slots, err := cuda.Slots(name, args)
+	if err != nil {
+		return err
+	}
+	for i, a := range args {
+		if p, ok := a.(cuda.Ptr); ok && p != 0 {
+			if _, ok := d.mem[p]; !ok {
+				return fmt.Errorf("hostkern: %s: argument %d (%#x) is not an allocation", name, i, uintptr(p))
+			}
+		}
+	}
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	cs := make([]C.ulonglong, len(slots)+1)
+	for i, v := range slots {
+		cs[i] = C.ulonglong(v)
+	}
+	launchMu.Lock()
+	rc := C.hk_launch(cname, C.int(g.GridX), C.int(g.GridY), C.int(g.Block), &cs[0], C.int(len(slots)))
+	launchMu.Unlock()
+	switch rc {
+	case -1:
+		return fmt.Errorf("hostkern: no kernel %s", name)
+	case -2:
+		return fmt.Errorf("hostkern: %s: %d arguments, not the kernel's count", name, len(slots))
+	}
+	return nil
+}
+
 func (d *Device) Sync() error { return nil }
 
 func (d *Device) Info() cuda.Info { return d.info }
