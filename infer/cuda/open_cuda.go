@@ -42,12 +42,98 @@ type gpu struct {
 	// buffer is refilled only after the copy that last read it (its event).
 	up     [2]stagingBuf
 	upNext int
-	args   unsafe.Pointer // C memory for kernel arguments
-	info   Info
-	closed bool
+	// graphs are the instantiated CUDA graphs (Capturer), by handle.
+	graphs    map[Graph]graphPair
+	nextGraph Graph
+	capturing bool
+	args      unsafe.Pointer // C memory for kernel arguments
+	info      Info
+	closed    bool
 }
 
-var _ Device = (*gpu)(nil)
+var (
+	_ Device   = (*gpu)(nil)
+	_ Capturer = (*gpu)(nil)
+)
+
+// graphPair is a captured graph and its executable.
+type graphPair struct {
+	g C.CUgraph
+	x C.CUgraphExec
+}
+
+// cstream is the stream's driver handle (cu.Stream wraps just that).
+func (g *gpu) cstream() C.CUstream { return *(*C.CUstream)(unsafe.Pointer(&g.stream)) }
+
+// BeginCapture starts recording the stream's work (relaxed mode: device
+// allocations stay allowed while the capture runs).
+func (g *gpu) BeginCapture() error {
+	return g.do(func() error {
+		if g.capturing {
+			return fmt.Errorf("cuda: a capture is already in progress")
+		}
+		if r := C.cuStreamBeginCapture(g.cstream(), C.CU_STREAM_CAPTURE_MODE_RELAXED); r != C.CUDA_SUCCESS {
+			return fmt.Errorf("cuda: beginning a graph capture: CUresult %d", int(r))
+		}
+		g.capturing = true
+		return nil
+	})
+}
+
+// EndCapture ends the recording and instantiates the graph.
+func (g *gpu) EndCapture() (Graph, error) {
+	var id Graph
+	err := g.do(func() error {
+		if !g.capturing {
+			return fmt.Errorf("cuda: no capture in progress")
+		}
+		g.capturing = false
+		var cg C.CUgraph
+		if r := C.cuStreamEndCapture(g.cstream(), &cg); r != C.CUDA_SUCCESS {
+			return fmt.Errorf("cuda: ending a graph capture: CUresult %d (an operation in it could not be captured)", int(r))
+		}
+		var x C.CUgraphExec
+		if r := C.cuGraphInstantiateWithFlags(&x, cg, 0); r != C.CUDA_SUCCESS {
+			C.cuGraphDestroy(cg)
+			return fmt.Errorf("cuda: instantiating a graph: CUresult %d", int(r))
+		}
+		if g.graphs == nil {
+			g.graphs = map[Graph]graphPair{}
+		}
+		g.nextGraph++
+		g.graphs[g.nextGraph] = graphPair{cg, x}
+		id = g.nextGraph
+		return nil
+	})
+	return id, err
+}
+
+// Replay launches a graph in the stream.
+func (g *gpu) Replay(id Graph) error {
+	return g.do(func() error {
+		p, ok := g.graphs[id]
+		if !ok {
+			return fmt.Errorf("cuda: no graph %d", id)
+		}
+		if r := C.cuGraphLaunch(p.x, g.cstream()); r != C.CUDA_SUCCESS {
+			return fmt.Errorf("cuda: launching a graph: CUresult %d", int(r))
+		}
+		return nil
+	})
+}
+
+// DropGraph frees a graph (after the work queued before it).
+func (g *gpu) DropGraph(id Graph) {
+	g.do(func() error {
+		if p, ok := g.graphs[id]; ok {
+			g.stream.Synchronize()
+			C.cuGraphExecDestroy(p.x)
+			C.cuGraphDestroy(p.g)
+			delete(g.graphs, id)
+		}
+		return nil
+	})
+}
 
 // stagingBuf is one page-locked upload buffer and the event recorded after
 // its last copy.
@@ -101,6 +187,11 @@ func (g *gpu) release() error {
 	if g.pinned != nil {
 		C.cuMemFreeHost(g.pinned)
 		g.pinned = nil
+	}
+	for id, p := range g.graphs {
+		C.cuGraphExecDestroy(p.x)
+		C.cuGraphDestroy(p.g)
+		delete(g.graphs, id)
 	}
 	for i := range g.up {
 		b := &g.up[i]

@@ -47,14 +47,17 @@ func (r *GPURunner) cellBuffer() cuda.Ptr {
 	return r.cells
 }
 
-// imageSizes uploads each image's size and resized size: H, W, rh, rw.
-func (r *GPURunner) imageSizes(l launched) dmap {
+// imageSizes uploads each image's size and resized size (H, W, rh, rw)
+// to ip, or to a new buffer when ip is the zero dmap.
+func (r *GPURunner) imageSizes(l launched, ip dmap) dmap {
 	g := r.g
 	imgp := make([]float32, 0, 4*len(l.imgs))
 	for i, img := range l.imgs {
 		imgp = append(imgp, float32(img.H), float32(img.W), float32(l.rh[i]), float32(l.rw[i]))
 	}
-	ip := g.scratch(len(imgp))
+	if ip.p == 0 {
+		ip = g.scratch(len(imgp))
+	}
 	if g.err == nil {
 		g.fail(g.dev.Upload(ip.p, imgp))
 	}
@@ -73,6 +76,17 @@ func nextPow2(n int) int {
 // postprocess runs a launched group's postprocess on the device and
 // downloads its detections.
 func (r *GPURunner) postprocess(l launched) [][]Detection {
+	ip := r.imageSizes(l, dmap{})
+	out := r.postLaunch(l, ip)
+	dets := r.postDownload(out, len(l.imgs))
+	r.g.put(ip, out)
+	return dets
+}
+
+// postLaunch queues the postprocess kernels of a launched group (ip: its
+// image sizes, imageSizes) and returns the buffer its detections land in:
+// per image a count and DetectionsPerImg × PostCand floats.
+func (r *GPURunner) postLaunch(l launched, ip dmap) dmap {
 	g := r.g
 	defer g.timed("postprocess")()
 	o := r.m.Opt
@@ -84,7 +98,6 @@ func (r *GPURunner) postprocess(l launched) [][]Detection {
 		S = max(S, nextPow2(AK*l.cls[L].h*l.cls[L].w))
 	}
 	cells := r.cellBuffer()
-	ip := r.imageSizes(l)
 	total := n * 5 * S
 	keys := g.scratch(2 * total)
 	for L := 0; L < 5; L++ {
@@ -111,14 +124,21 @@ func (r *GPURunner) postprocess(l launched) [][]Detection {
 	mask := g.scratch(2 * n * N * W)
 	g.launchN(kernels.PostNMSMask, n*N*W, sorted.p, meta.p, mask.p, n, N, W, o.NMSThresh)
 	removed := g.scratch(2 * n * W)
-	per := 1 + dets*kernels.PostCand
-	out := g.scratch(n * per)
+	out := g.scratch(n * (1 + dets*kernels.PostCand))
 	g.launchN(kernels.PostNMSScan, n, sorted.p, meta.p, mask.p, removed.p, ip.p, out.p, n, N, W, dets)
+	g.put(keys, cand, sorted, meta, mask, removed)
+	return out
+}
+
+// postDownload brings n images' detections back from out (postLaunch).
+func (r *GPURunner) postDownload(out dmap, n int) [][]Detection {
+	g := r.g
+	defer g.timed("download")()
+	per := 1 + r.m.Opt.DetectionsPerImg*kernels.PostCand
 	host := make([]float32, n*per)
 	if g.err == nil {
 		g.fail(g.dev.Download(host, out.p))
 	}
-	g.put(ip, keys, cand, sorted, meta, mask, removed, out)
 	if g.err != nil {
 		return nil
 	}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/box"
 )
 
 // bytesImages are n w×h images of 8-bit samples (imagefile's values).
@@ -62,7 +64,7 @@ func TestDeviceTransformBits(t *testing.T) {
 				imgs = append(imgs, smallImages(1, c.w, c.h, uint64(ci+7))...) // float32 values
 				name := fmt.Sprintf("%s/%s/%dx%d", blend, rule, c.w, c.h)
 				r := NewGPURunner(m, dev, 0)
-				p := r.prepare(imgs, nil)
+				p := r.prepare(imgs, nil, nil)
 				if p.u8[0] == nil || p.u8[2] != nil {
 					t.Fatalf("%s: 8-bit images not sent as bytes, or float32 ones as bytes", name)
 				}
@@ -144,7 +146,7 @@ func TestDevicePostprocessBits(t *testing.T) {
 		imgs := append(bytesImages(2, 90, 70, 21), bytesImages(1, 88, 66, 22)...)
 		r := NewGPURunner(m, dev, 0)
 		defer r.Close()
-		d, h := hostAndDevice(t, r, r.launch(r.prepare(imgs, nil)))
+		d, h := hostAndDevice(t, r, r.launch(r.prepare(imgs, nil, nil)))
 		if len(h[0]) == 0 {
 			t.Fatal("no detections: the comparison would be empty")
 		}
@@ -247,7 +249,7 @@ func TestDeviceLosses(t *testing.T) {
 	}
 	r := NewGPURunner(m, dev, 0)
 	defer r.Close()
-	l := r.launch(r.prepare(imgs, targets))
+	l := r.launch(r.prepare(imgs, nil, targets))
 	got := r.losses(l)
 	_, want := r.collectHost(l, nil)
 	if r.g.err != nil {
@@ -260,6 +262,63 @@ func TestDeviceLosses(t *testing.T) {
 				t.Errorf("image %d: device %.9g, host %.9g: %.1f ulp", i, c[0], c[1], u)
 			}
 			t.Logf("image %d: device %.9g, host %.9g: %.1f ulp", i, c[0], c[1], u)
+		}
+	}
+}
+
+// TestGraphsMatchEager: with CUDA graphs (captured on a batch shape's
+// second batch, replayed after; the host shim records and replays its
+// launches) the detections and losses are byte-identical to the path
+// without graphs, over batches of one shape whose images differ in size
+// (the transform and the image sizes are refilled before each replay) and
+// a batch of another shape in between.
+func TestGraphsMatchEager(t *testing.T) {
+	m := smallModel(t)
+	a := bytesImages(4, 90, 70, 41)
+	b := bytesImages(2, 88, 66, 42) // the same padded size, another resize
+	odd := bytesImages(1, 64, 100, 43)
+	imgs := []Image{a[0], a[1], b[0], a[2], odd[0], b[1], a[3]}
+	targets := make([][]Target, len(imgs))
+	for i := range targets {
+		targets[i] = []Target{{Box: [4]float32{float32(5 + i), 6, 40, 50}, Label: i % 2}}
+	}
+	run := func(graphs bool) ([]byte, []box.Loss, int) {
+		r := NewGPURunner(m, newTestDevice(t), 0)
+		defer r.Close()
+		if !graphs {
+			r.DisableGraphs()
+		}
+		var out [][]Detection
+		var losses []box.Loss
+		// Batches of 2: shapes (2, a), (2, a), (1, odd), then (2, a) again.
+		for _, grp := range [][]int{{0, 1}, {2, 3}, {4}, {5, 6}} {
+			var gi []Image
+			var gt [][]Target
+			for _, i := range grp {
+				gi, gt = append(gi, imgs[i]), append(gt, targets[i])
+			}
+			d, l, err := r.DetectBatchLoss(gi, gt, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, losses = append(out, d...), append(losses, l...)
+		}
+		if err := r.GraphError(); err != nil {
+			t.Fatalf("graph capture failed: %v", err)
+		}
+		return detBytes(out), losses, r.replays
+	}
+	gb, gl, replays := run(true)
+	eb, el, none := run(false)
+	if replays != 2 || none != 0 {
+		t.Fatalf("%d replays with graphs (want 2: the shape's second and third batch), %d without", replays, none)
+	}
+	if !bytes.Equal(gb, eb) {
+		t.Error("detections with graphs differ from those without")
+	}
+	for i := range el {
+		if gl[i] != el[i] {
+			t.Errorf("image %d: losses %v with graphs, %v without", i, gl[i], el[i])
 		}
 	}
 }

@@ -47,8 +47,10 @@ type prepared struct {
 }
 
 // prepare is the host's part of the transform: the sizes, and the samples
-// as bytes (run ahead of the device, while it computes the previous group).
-func (r *GPURunner) prepare(imgs []Image, targets [][]Target) prepared {
+// as bytes (run ahead of the device, while it computes the previous group);
+// u8, when not nil, holds samples the decoders already made (nil entries
+// are made here).
+func (r *GPURunner) prepare(imgs []Image, u8 [][]byte, targets [][]Target) prepared {
 	t0 := time.Now()
 	defer r.g.times.add("prepare", t0)
 	p := prepared{imgs: imgs, targets: targets, u8: make([][]byte, len(imgs))}
@@ -58,6 +60,10 @@ func (r *GPURunner) prepare(imgs []Image, targets [][]Target) prepared {
 			p.ph, p.pw = (rh+31)/32*32, (rw+31)/32*32
 		}
 		p.rh, p.rw = append(p.rh, rh), append(p.rw, rw)
+		if u8 != nil && u8[i] != nil {
+			p.u8[i] = u8[i]
+			continue
+		}
 		b := make([]byte, len(img.Pix))
 		if pixBytes(img.Pix, b) {
 			p.u8[i] = b
@@ -69,10 +75,15 @@ func (r *GPURunner) prepare(imgs []Image, targets [][]Target) prepared {
 // transform uploads a prepared group and queues transform_img for each
 // image: the batch [n, 3, ph, pw] the network reads.
 func (r *GPURunner) transform(p prepared) dmap {
+	x := r.g.alloc(len(p.imgs), 3, p.ph, p.pw)
+	r.transformInto(p, x)
+	return x
+}
+
+// transformInto is transform into the batch buffer x.
+func (r *GPURunner) transformInto(p prepared, x dmap) {
 	g := r.g
 	defer g.timed("transform")()
-	n := len(p.imgs)
-	x := g.alloc(n, 3, p.ph, p.pw)
 	o := r.m.Opt
 	for i, img := range p.imgs {
 		if g.err != nil {
@@ -98,5 +109,4 @@ func (r *GPURunner) transform(p prepared) dmap {
 		// Reused only by later work in the same stream, after this kernel.
 		g.put(src)
 	}
-	return x
 }

@@ -187,6 +187,14 @@ const entry kernels_by_name[] = {
 extern "C" {
 #include "launch.h"
 
+int hk_check(const char *name, int nargs)
+{
+	for (const entry &e : kernels_by_name)
+		if (strcmp(e.name, name) == 0)
+			return e.nargs == nargs ? 0 : -2;
+	return -1;
+}
+
 int hk_launch(const char *name, int gx, int gy, int bx, const unsigned long long *args, int nargs)
 {
 	for (const entry &e : kernels_by_name)

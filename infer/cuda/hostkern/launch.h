@@ -12,3 +12,5 @@ void hk_relu_copy(int gx, int bx, const float *x, float *y, long long n);
 // (cuda.Slots): 0, or −1 for an unknown kernel, −2 for a wrong argument
 // count.
 int hk_launch(const char *name, int gx, int gy, int bx, const unsigned long long *args, int nargs);
+// hk_check is hk_launch's answer without the launch.
+int hk_check(const char *name, int nargs);
