@@ -3,11 +3,19 @@ package retinanet
 import (
 	"bytes"
 	"fmt"
+	"image"
+	"image/png"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
+	"github.com/canopy-hpc/canopy/infer/imagefile"
 )
 
 // bytesImages are n w×h images of 8-bit samples (imagefile's values).
@@ -321,4 +329,120 @@ func TestGraphsMatchEager(t *testing.T) {
 			t.Errorf("image %d: losses %v with graphs, %v without", i, gl[i], el[i])
 		}
 	}
+}
+
+// stageGroups maps layer-time groups to the stages of the GPU check's
+// table.
+var stageGroups = map[string]string{
+	"prepare": "decode", "upload": "upload", "transform": "transform",
+	"stem": "backbone", "maxpool": "backbone", "layer1": "backbone", "layer2": "backbone", "layer3": "backbone", "layer4": "backbone",
+	"fpn": "fpn", "head.cls": "heads", "head.reg": "heads",
+	"postprocess": "postprocess", "loss": "losses", "download": "download",
+}
+
+// stages are the GPU check's stages in pipeline order.
+var stages = []string{"decode", "upload", "transform", "backbone", "fpn", "heads", "postprocess", "losses", "download"}
+
+// TestGPUStageTimes prints the time per stage and image on the device at
+// batch 1 and 8 (on a GPU: R50, the 400×400 fixture images, tools/gpu/check.sh;
+// on the host shim: the small model at batch 1 and 2, where it only shows
+// that every stage is timed): decoding (PNG files through imagefile and
+// the 8-bit samples; on the host, overlapped with the device in a run),
+// upload, transform, backbone, FPN, heads, postprocess, losses (eval) and
+// download. Layer times synchronize around every group, so the sum is
+// above a run's time per image.
+func TestGPUStageTimes(t *testing.T) {
+	var m *Model
+	var imgs []Image
+	batches := []int{1, 8}
+	if _, ok := newTestDevice(t).(*hostkern.Device); ok {
+		m, imgs, batches = smallModel(t), bytesImages(2, 90, 70, 51), []int{1, 2}
+	} else {
+		_, m = goldenModel(t, "r50.json")
+		imgs, _ = goldenImages(t)
+	}
+	dir := t.TempDir()
+	var files []string
+	for i := 0; i < batches[1]; i++ {
+		img := imgs[i%len(imgs)]
+		f := filepath.Join(dir, fmt.Sprintf("img_%d.png", i))
+		if err := writePNG(f, img); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	for _, prec := range []cuda.Precision{cuda.FP32, cuda.TF32} {
+		for _, bs := range batches {
+			gr := NewGPURunner(m, newTestDevice(t), prec)
+			batch := make([]Image, bs)
+			tg := make([][]Target, bs)
+			for i := range batch {
+				batch[i] = imgs[i%len(imgs)]
+				tg[i] = []Target{{Box: [4]float32{10, 12, 60, 50}, Label: 0}}
+			}
+			if _, _, err := gr.DetectBatchLoss(batch, tg, bs); err != nil { // warm-up
+				t.Fatal(err)
+			}
+			gr.EnableLayerTimes()
+			const rounds = 2
+			var decode time.Duration
+			for k := 0; k < rounds; k++ {
+				t0 := time.Now()
+				u8 := make([][]byte, bs)
+				for i := range batch {
+					im, err := imagefile.Read(files[i])
+					if err != nil {
+						t.Fatal(err)
+					}
+					u8[i] = make([]byte, len(im.Pix))
+					pixBytes(im.Pix, u8[i])
+				}
+				decode += time.Since(t0)
+				if _, _, err := gr.detectBatch(batch, u8, tg, bs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			per := map[string]float64{"decode": decode.Seconds()}
+			for _, l := range gr.LayerTimes() {
+				s, ok := stageGroups[l.Group]
+				if !ok {
+					t.Errorf("layer group %q belongs to no stage", l.Group)
+				}
+				per[s] += l.Seconds
+			}
+			n := float64(rounds * bs)
+			var total float64
+			for _, s := range stages {
+				if per[s] == 0 {
+					t.Errorf("%s batch %d: no time for %s", prec, bs, s)
+				}
+				total += per[s] / n
+			}
+			for _, s := range stages {
+				t.Logf("stage %s batch %d %-12s %8.3f ms/image %5.1f%%", prec, bs, s, 1e3*per[s]/n, 100*per[s]/n/total)
+			}
+			gr.Close()
+		}
+	}
+}
+
+// writePNG writes an image of 8-bit samples as an RGB PNG.
+func writePNG(path string, img Image) error {
+	m := image.NewNRGBA(image.Rect(0, 0, img.W, img.H))
+	n := img.W * img.H
+	for i := 0; i < n; i++ {
+		for c := 0; c < 3; c++ {
+			m.Pix[4*i+c] = uint8(math.Round(float64(img.Pix[c*n+i]) * 255))
+		}
+		m.Pix[4*i+3] = 255
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := png.Encode(f, m); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

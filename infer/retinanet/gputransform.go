@@ -83,12 +83,12 @@ func (r *GPURunner) transform(p prepared) dmap {
 // transformInto is transform into the batch buffer x.
 func (r *GPURunner) transformInto(p prepared, x dmap) {
 	g := r.g
-	defer g.timed("transform")()
 	o := r.m.Opt
 	for i, img := range p.imgs {
 		if g.err != nil {
 			break
 		}
+		done := g.timed("upload")
 		var src dmap
 		var s8, s32 cuda.Ptr
 		if p.u8[i] != nil {
@@ -100,12 +100,15 @@ func (r *GPURunner) transformInto(p prepared, x dmap) {
 			g.fail(g.dev.Upload(src.p, img.Pix))
 			s32 = src.p
 		}
+		done()
+		done = g.timed("transform")
 		if g.err == nil {
 			g.fail(g.dev.Launch(kernels.TransformImg, kernels.Elem(3*p.ph*p.pw),
 				s8, s32, x.p, int64(i*3*p.ph*p.pw), img.H, img.W, p.rh[i], p.rw[i], p.ph, p.pw,
 				o.ImageMean[0], o.ImageMean[1], o.ImageMean[2], o.ImageStd[0], o.ImageStd[1], o.ImageStd[2],
 				int(o.Blend)))
 		}
+		done()
 		// Reused only by later work in the same stream, after this kernel.
 		g.put(src)
 	}
