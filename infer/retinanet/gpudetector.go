@@ -8,7 +8,6 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/cuda"
-	"github.com/canopy-hpc/canopy/infer/imagefile"
 )
 
 // GPUDetector is the infer.Detector of a Model on a cuda.Device: it reads a
@@ -55,7 +54,7 @@ func read(batch []infer.Input, workers int) *reading {
 			slots <- struct{}{}
 			go func() {
 				defer func() { <-slots; wg.Done() }()
-				im, err := imagefile.Read(batch[i].File)
+				im, err := batch[i].Read()
 				r.imgs[i], r.errs[i] = Image(im), err
 				if err == nil {
 					b := make([]byte, len(im.Pix))
