@@ -440,8 +440,9 @@ extern "C" __global__ void transform_img(const unsigned char *__restrict__ src8,
 // descending scores, ties by index, as levelCandidates sorts them (scores
 // are ≥ 0, so their bits order as the values). Keys live in segments of S
 // (a power of two ≥ every level's A·K·gh·gw), one per (image, level).
+// POST_CAND: floats per candidate (box[4], score, label).
 #define POST_LEVELS 5
-#define POST_CAND 6 // floats per candidate: box[4], score, label
+#define POST_CAND 6
 #define POST_NO_KEY 0xffffffffffffffffull
 
 // post_keys: level L's keys (sigmoid above thresh) or POST_NO_KEY, for
