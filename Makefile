@@ -68,9 +68,11 @@ check-cuda: deps
 
 # What the GPU check carries (tools/gpu/check.sh): the cuda,nompi,noblas
 # binary and the retinanet test binary, both needing only libc and
-# libcuda.so.1.
+# libcuda.so.1, and the model and image generators of its e2e section.
 gpu-bundle: check-cuda
 	$(RETINANET_IMAGES)
+	CGO_ENABLED=0 $(GO) build -o bin/testmodel ./cmd/testmodel
+	CGO_ENABLED=0 $(GO) build -o bin/forestgen ./cmd/forestgen
 
 # xmllint validates canopy compare's JUnit output against its schema.
 test-deps:
