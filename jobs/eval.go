@@ -264,7 +264,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if fam == 0 {
 		fam = metrics.All
 	}
-	res, err := metrics.Compute(metrics.Input{Images: images, Dets: dets, Labels: labels},
+	metricIn := metrics.Input{Images: images, Dets: dets, Labels: labels}
+	if err := checkMetricsMemory(c, metricIn, fam, cfg.Model); err != nil {
+		return err
+	}
+	res, err := metrics.Compute(metricIn,
 		metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, fam, cfg.ClassMetrics)
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)

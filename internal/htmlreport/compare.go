@@ -69,8 +69,19 @@ func WriteCompare(w io.Writer, c Compare) error {
 	data := Data{Kind: "compare"}
 	if sides[0].data != nil && sides[1].data != nil && len(sides[0].data.PR) > 0 && len(sides[1].data.PR) > 0 {
 		data.Recall = sides[1].data.Recall
+		// the classes of the current side's first curves (a page canopy
+		// wrote carries at most MaxCurveClasses)
+		keep := map[int32]bool{}
+		for _, cv := range sides[1].data.PR {
+			if len(keep) < MaxCurveClasses {
+				keep[cv.LabelID] = true
+			}
+		}
 		for k, side := range pg.Sides {
 			for _, cv := range sides[k].data.PR {
+				if !keep[cv.LabelID] {
+					continue
+				}
 				cv.Side = side
 				data.PR = append(data.PR, cv)
 			}
