@@ -2,9 +2,16 @@ package jobs
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/canopy-hpc/canopy/metrics"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -79,5 +86,57 @@ func TestCOCOTruthIn(t *testing.T) {
 	cfg.CSV = bad
 	if codes := runLocal(t, 1, cfg); codes[0] != ExitInput {
 		t.Errorf("unknown category: exit %v, want %d", codes, ExitInput)
+	}
+}
+
+// COCO truth is checked like CSV before anything runs: an annotation
+// without a bbox, or a short one, is exit 3 naming the file and the
+// annotation id; a bbox of 1e308 is refused at input (it published
+// report.json and both CSVs, then exited 1 writing coco_truth.json).
+// Nothing is published.
+func TestCOCOTruthCheckedAtInput(t *testing.T) {
+	dir := t.TempDir()
+	for i, ann := range []string{`"bbox": [10, 10, 40]`, `"area": 5`, `"bbox": [0, 0, 1e308, 1e308]`} {
+		truth := filepath.Join(dir, fmt.Sprintf("t%d.json", i))
+		os.WriteFile(truth, []byte(`{"images": [{"id": 1, "file_name": "a.png"}, {"id": 2, "file_name": "b.png"}], "categories": [{"id": 1, "name": "Tree"}],
+ "annotations": [{"id": 5, "image_id": 2, "category_id": 1, "bbox": [1, 1, 5, 5]}, {"id": 31, "image_id": 1, "category_id": 1, `+ann+`}]}`), 0o644)
+		preds := filepath.Join(dir, "p.csv")
+		os.WriteFile(preds, []byte("image_path,xmin,ymin,xmax,ymax,label,score\na.png,0,0,10,10,Tree,0.5\n"), 0o644)
+		out := t.TempDir()
+		cfg := EvalConfig{CSV: truth, Predictions: preds, Out: out, IoUThreshold: 0.4, COCOOut: true, HTML: &htmlreport.Options{}}
+		var stderr bytes.Buffer
+		codes := runLocalCtx(t, 2, cfg, func(int) context.Context { return context.Background() }, &stderr)
+		if codes[0] != ExitInput || codes[1] != ExitInput || !strings.Contains(stderr.String(), filepath.Base(truth)+": annotation 31") {
+			t.Errorf("%s: codes %v\n%s", ann, codes, stderr.String())
+		}
+		if present := presentRunFiles(out); len(present) > 0 && present[0] != manifestFile {
+			t.Errorf("%s: published %v", ann, present)
+		}
+	}
+}
+
+// The outputs are one publication: when a later file of the set (the
+// COCO files, report.html) fails, nothing is published and no staged file
+// is left; report.json is never there without the others.
+func TestFailedStagePublishesNothing(t *testing.T) {
+	out := t.TempDir()
+	cfg := setCfg("three", out)
+	cfg.COCOOut = true
+	var calls int
+	err := writeOutputs(cfg, reportRecord{metrics: []byte("{}")}, nil, nil, box.LabelMap{}, metrics.Result{},
+		func(rj []byte) ([]staged, error) {
+			calls++
+			set, err := stageCOCO(cfg, nil, nil, box.LabelMap{})
+			if err != nil || len(set) != 2 || !bytes.Contains(rj, []byte(`"metrics": {}`)) {
+				t.Fatalf("%v %v", set, err)
+			}
+			return set, errors.New("report.html: planted failure")
+		})
+	if err == nil || calls != 1 {
+		t.Fatalf("err %v, calls %d", err, calls)
+	}
+	ents, _ := os.ReadDir(out)
+	for _, e := range ents {
+		t.Errorf("left in --out: %s", e.Name())
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/report"
 )
 
 type rankInfo struct {
@@ -93,8 +94,9 @@ func doctor(c mpi.Comm, stdout io.Writer) error {
 		if err := json.Unmarshal(p, &ri); err != nil {
 			return &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: doctor: %w", err)}
 		}
-		fmt.Fprintf(stdout, "%-5d %-20s %-8s %-6s %-10d %-8d %-12s %-8s %s / %s\n", ri.Rank, ri.Host,
-			fmt.Sprintf("%d/%d", ri.LocalRank, ri.LocalSize), ri.PID, ri.GOMAXPROCS, ri.NumCPU, ri.Affinity, ri.Device, ri.VisibleGPUs, ri.Launcher)
+		p := report.Printable // the host name and the environment are printed, not obeyed
+		fmt.Fprintf(stdout, "%-5d %-20s %-8s %-6s %-10d %-8d %-12s %-8s %s / %s\n", ri.Rank, p(ri.Host),
+			fmt.Sprintf("%d/%d", ri.LocalRank, ri.LocalSize), p(ri.PID), ri.GOMAXPROCS, ri.NumCPU, p(ri.Affinity), p(ri.Device), p(ri.VisibleGPUs), p(ri.Launcher))
 	}
 	return nil
 }

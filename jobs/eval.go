@@ -293,13 +293,15 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		tw := time.Now()
 		rep.run.Warnings = warnings
 		rep.run.AllowOutsideRoot = cfg.AllowOutsideRoot && (model != nil || cfg.HTML != nil)
-		if err := writeOutputs(cfg, rep, images, dets, labels, res); err != nil {
-			return err
+		more := func(rj []byte) ([]staged, error) {
+			set, err := stageCOCO(cfg, images, dets, labels)
+			if err != nil {
+				return set, err
+			}
+			h, err := stageHTML(cfg, rj, images, dets, labels, res, since(tw))
+			return append(set, h...), err
 		}
-		if err := writeCOCO(cfg, images, dets, labels); err != nil {
-			return err
-		}
-		if err := writeHTML(cfg, images, dets, labels, res, since(tw)); err != nil {
+		if err := writeOutputs(cfg, rep, images, dets, labels, res, more); err != nil {
 			return err
 		}
 		if cfg.Stdout != nil {

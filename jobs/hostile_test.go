@@ -287,3 +287,24 @@ func TestNaNWeightsExit4(t *testing.T) {
 		t.Fatalf("codes %v, stderr %q", codes, stderr.String())
 	}
 }
+
+// A label holding terminal controls (retitle, clear screen) is printed
+// escaped in eval's metrics table on stdout; report.json keeps it as is.
+func TestMetricsTableEscapesControls(t *testing.T) {
+	dir := t.TempDir()
+	label := "\x1b]0;pwned\x07\x1b[2JTree"
+	truth, preds := filepath.Join(dir, "t.csv"), filepath.Join(dir, "p.csv")
+	os.WriteFile(truth, []byte("image_path,xmin,ymin,xmax,ymax,label\na.png,0,0,10,10,"+label+"\na.png,20,20,30,30,Dead\n"), 0o644)
+	os.WriteFile(preds, []byte("image_path,xmin,ymin,xmax,ymax,label,score\na.png,0,0,10,10,"+label+",0.9\na.png,20,20,30,30,Dead,0.8\n"), 0o644)
+	var stdout bytes.Buffer
+	cfg := EvalConfig{CSV: truth, Predictions: preds, Out: filepath.Join(dir, "out"), IoUThreshold: 0.4, Stdout: &stdout}
+	if codes := runLocal(t, 1, cfg); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	if bytes.ContainsAny(stdout.Bytes(), "\x1b\x07") || !strings.Contains(stdout.String(), `\x1b]0;pwned\x07\x1b[2JTree_Recall`) {
+		t.Fatalf("%q", stdout.String())
+	}
+	if _, m := reportMetrics(t, cfg.Out); m[label+"_Recall"] == nil {
+		t.Fatalf("report.json lost the label: %v", m)
+	}
+}

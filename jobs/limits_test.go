@@ -254,3 +254,22 @@ func TestMetricsMemoryRefusedBeforeAllocating(t *testing.T) {
 		t.Fatalf("without COCO: %v", codes)
 	}
 }
+
+// config.json's num_classes must be a positive integer: -1, 0, 1.5 or a
+// string is a model error (exit 4) naming the key (-1 was accepted).
+func TestConfigNumClassesRefused(t *testing.T) {
+	model, _, _ := testModelSet(t)
+	for _, v := range []string{"-1", "0", "1.5", `"2"`} {
+		dir := filepath.Join(t.TempDir(), "m")
+		os.MkdirAll(dir, 0o755)
+		os.Symlink(filepath.Join(model, "model.safetensors"), filepath.Join(dir, "model.safetensors"))
+		os.WriteFile(filepath.Join(dir, "config.json"), []byte(strings.Replace(testModelConfig, `"num_classes": 2`, `"num_classes": `+v, 1)), 0o644)
+		cfg := modelCfg(t, t.TempDir())
+		cfg.Model.Spec = dir
+		var stderr bytes.Buffer
+		codes := runLocalCtx(t, 1, cfg, func(int) context.Context { return context.Background() }, &stderr)
+		if codes[0] != ExitModel || !strings.Contains(stderr.String(), `"num_classes" is `+v) {
+			t.Errorf("num_classes %s: exit %v\n%s", v, codes, stderr.String())
+		}
+	}
+}

@@ -562,3 +562,23 @@ func TestRestoreAbandonsFailedPublication(t *testing.T) {
 	}
 	sameTree(t, "after the restore and the next start", before, snapshot(t, dir))
 }
+
+// --out naming an existing file, or a path through one, is a usage error
+// (exit 2, it was 1), for eval and predict alike; the file is untouched.
+func TestOutNamingAFileIsUsage(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "notes.txt")
+	os.WriteFile(file, []byte("mine"), 0o644)
+	for _, out := range []string{file, filepath.Join(file, "sub")} {
+		var stderr bytes.Buffer
+		codes := runLocalCtx(t, 2, setCfg("three", out), func(int) context.Context { return context.Background() }, &stderr)
+		if codes[0] != ExitUsage || codes[1] != ExitUsage || !strings.Contains(stderr.String(), "not a folder") {
+			t.Errorf("eval --out %s: codes %v\n%s", out, codes, stderr.String())
+		}
+		if _, err := openOut(out); Code(err) != ExitUsage {
+			t.Errorf("openOut(%s): %v", out, err)
+		}
+	}
+	if b, _ := os.ReadFile(file); string(b) != "mine" {
+		t.Fatalf("the file became %q", b)
+	}
+}

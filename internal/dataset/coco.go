@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/canopy-hpc/canopy/box"
 )
 
 // ParseTruthFile parses the truth file by its extension: a COCO dataset
@@ -54,7 +57,7 @@ type COCOCategory struct {
 // frame. Images keep the file's order, boxes the annotations' order. It
 // goes through the CSV reader, so every rule of ParseTruth applies.
 func ParseCOCOTruth(name string, data []byte) (*Truth, error) {
-	var d COCODataset
+	var d cocoInput
 	if err := json.Unmarshal(data, &d); err != nil {
 		return nil, fmt.Errorf("dataset: %s: not a COCO dataset: %v: %w", name, err, ErrInput)
 	}
@@ -75,7 +78,11 @@ func ParseCOCOTruth(name string, data []byte) (*Truth, error) {
 		emptyLabel = cats[ids[0]]
 	}
 	byImage := map[int64][]COCOAnnotation{}
-	for _, a := range d.Annotations {
+	for _, in := range d.Annotations {
+		a, err := in.annotation()
+		if err != nil {
+			return nil, fmt.Errorf("dataset: %s: annotation %d: %w: %w", name, in.ID, err, ErrInput)
+		}
 		if _, ok := cats[a.CategoryID]; !ok {
 			return nil, fmt.Errorf("dataset: %s: annotation %d: unknown category_id %d: %w", name, a.ID, a.CategoryID, ErrInput)
 		}
@@ -106,6 +113,55 @@ func ParseCOCOTruth(name string, data []byte) (*Truth, error) {
 		}
 	}
 	return ParseTruth(name, b.Bytes())
+}
+
+// cocoInput is a COCO dataset as read: an annotation's bbox is checked
+// (present, four numbers, finite, its corners and area finite) before it
+// becomes a box, so a missing or short one is an error naming the
+// annotation, never an empty frame.
+type cocoInput struct {
+	Images      []COCOImage           `json:"images"`
+	Annotations []cocoInputAnnotation `json:"annotations"`
+	Categories  []COCOCategory        `json:"categories"`
+}
+
+type cocoInputAnnotation struct {
+	ID         int64     `json:"id"`
+	ImageID    int64     `json:"image_id"`
+	CategoryID int64     `json:"category_id"`
+	BBox       []float64 `json:"bbox"`
+	Area       float64   `json:"area"`
+	IsCrowd    int       `json:"iscrowd"`
+}
+
+// annotation checks the bbox under the CSV's rules (finite numbers,
+// xmax ≥ xmin, ymax ≥ ymin) plus what COCO's form adds: exactly four
+// numbers, and x+width, y+height and width×height finite.
+func (a cocoInputAnnotation) annotation() (COCOAnnotation, error) {
+	out := COCOAnnotation{ID: a.ID, ImageID: a.ImageID, CategoryID: a.CategoryID, Area: a.Area, IsCrowd: a.IsCrowd}
+	switch {
+	case a.BBox == nil:
+		return out, fmt.Errorf("no bbox")
+	case len(a.BBox) != 4:
+		return out, fmt.Errorf("bbox %v has %d numbers, want 4 (x, y, width, height)", a.BBox, len(a.BBox))
+	}
+	copy(out.BBox[:], a.BBox)
+	x, y, w, h := a.BBox[0], a.BBox[1], a.BBox[2], a.BBox[3]
+	for _, v := range []float64{x, y, w, h, x + w, y + h} {
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return out, fmt.Errorf("bbox %v: its corners are not finite numbers", a.BBox)
+		}
+	}
+	if w < 0 || h < 0 {
+		return out, fmt.Errorf("bbox %v: a negative width or height", a.BBox)
+	}
+	if why := outOfRange(box.Box{Xmin: x, Ymin: y, Xmax: x + w, Ymax: y + h}); why != "" {
+		return out, fmt.Errorf("bbox %v: %s", a.BBox, why)
+	}
+	if a.IsCrowd != 0 && a.IsCrowd != 1 {
+		return out, fmt.Errorf("iscrowd %d, want 0 or 1", a.IsCrowd)
+	}
+	return out, nil
 }
 
 func csvQuote(s string) string {

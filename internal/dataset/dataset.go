@@ -256,6 +256,9 @@ func parse(name string, data []byte, scored bool, opt Options) ([]Row, error) {
 		if row.Box.Ymax < row.Box.Ymin {
 			return nil, fmt.Errorf("dataset: %s:%d: ymax %v < ymin %v: %w", name, line, row.Box.Ymax, row.Box.Ymin, ErrInput)
 		}
+		if why := outOfRange(row.Box); why != "" {
+			return nil, fmt.Errorf("dataset: %s:%d: %s: %w", name, line, why, ErrInput)
+		}
 		row.Label = rec[idx[5]]
 		if row.Label == "" {
 			return nil, fmt.Errorf("dataset: %s:%d: empty label: %w", name, line, ErrInput)
@@ -410,4 +413,21 @@ func (t *Truth) Resolve(name string, m box.LabelMap) ([]box.Image, error) {
 		}
 	}
 	return out, nil
+}
+
+// outOfRange says why a box's numbers, each finite, still cannot be
+// scored: a coordinate beyond float32's range (DeepForest's and
+// torchmetrics' tensors hold float32, where it becomes infinite), or a
+// width, height or area that is not a finite number. "" when none.
+func outOfRange(b box.Box) string {
+	for _, v := range [4]float64{b.Xmin, b.Ymin, b.Xmax, b.Ymax} {
+		if math.Abs(v) > math.MaxFloat32 {
+			return fmt.Sprintf("coordinate %v is beyond float32's range (%g), where the metrics' tensors hold it", v, math.MaxFloat32)
+		}
+	}
+	w, h := b.Xmax-b.Xmin, b.Ymax-b.Ymin
+	if math.IsInf(w, 0) || math.IsInf(h, 0) || math.IsInf(w*h, 0) {
+		return fmt.Sprintf("box %v,%v,%v,%v: its width, height or area is not a finite number", b.Xmin, b.Ymin, b.Xmax, b.Ymax)
+	}
+	return ""
 }

@@ -239,3 +239,41 @@ func FuzzParseLabelDict(f *testing.F) {
 		}
 	})
 }
+
+// A COCO annotation's bbox is checked before it becomes a box: missing,
+// short, long, with infinite corners or area, beyond float32's range, or a
+// negative size, and iscrowd other than 0 or 1, are each an input error
+// naming the file and the annotation id (a missing or short bbox silently
+// became an empty frame). A CSV box whose area overflows, or a coordinate
+// beyond float32, is refused the same way, naming the line.
+func TestCOCOAnnotationChecked(t *testing.T) {
+	doc := func(ann string) []byte {
+		return []byte(`{"images": [{"id": 1, "file_name": "a.png"}], "categories": [{"id": 1, "name": "Tree"}],
+ "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 5, 5]}, ` + ann + `]}`)
+	}
+	for ann, want := range map[string]string{
+		`{"id": 77, "image_id": 1, "category_id": 1}`:                                        "no bbox",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": null}`:                          "no bbox",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [10, 10, 40]}`:                  "has 3 numbers",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [10, 10, 40, 4, 5]}`:            "has 5 numbers",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [1e308, 0, 1e308, 10]}`:         "not finite",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, 1e308, 1e308]}`:          "beyond float32",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, 1e200, 1e200]}`:          "beyond float32",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, -3, 4]}`:                 "negative width",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, 3, 4], "iscrowd": 2}`:    "iscrowd 2",
+	} {
+		_, err := ParseCOCOTruth("t.json", doc(ann))
+		if err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "t.json: annotation 77") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", ann, err, want)
+		}
+	}
+	if tr, err := ParseCOCOTruth("t.json", doc(`{"id": 2, "image_id": 1, "category_id": 1, "bbox": [0, 0, 3, 4], "iscrowd": 1}`)); err != nil || len(tr.Images) != 1 {
+		t.Fatalf("a good file: %v", err)
+	}
+	for _, row := range []string{"a.png,0,0,1e308,1e308,Tree", "a.png,-1e308,0,1e308,5,Tree", "a.png,0,0,4e38,5,Tree"} {
+		_, err := ParseTruth("t.csv", []byte("image_path,xmin,ymin,xmax,ymax,label\n"+row+"\n"))
+		if err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "t.csv:2") {
+			t.Errorf("%s: %v", row, err)
+		}
+	}
+}
