@@ -252,15 +252,15 @@ func TestCOCOAnnotationChecked(t *testing.T) {
  "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 5, 5]}, ` + ann + `]}`)
 	}
 	for ann, want := range map[string]string{
-		`{"id": 77, "image_id": 1, "category_id": 1}`:                                        "no bbox",
-		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": null}`:                          "no bbox",
-		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [10, 10, 40]}`:                  "has 3 numbers",
-		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [10, 10, 40, 4, 5]}`:            "has 5 numbers",
-		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [1e308, 0, 1e308, 10]}`:         "not finite",
-		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, 1e308, 1e308]}`:          "beyond float32",
-		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, 1e200, 1e200]}`:          "beyond float32",
-		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, -3, 4]}`:                 "negative width",
-		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, 3, 4], "iscrowd": 2}`:    "iscrowd 2",
+		`{"id": 77, "image_id": 1, "category_id": 1}`:                                     "no bbox",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": null}`:                       "no bbox",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [10, 10, 40]}`:               "has 3 numbers",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [10, 10, 40, 4, 5]}`:         "has 5 numbers",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [1e308, 0, 1e308, 10]}`:      "not finite",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, 1e308, 1e308]}`:       "beyond float32",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, 1e200, 1e200]}`:       "beyond float32",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, -3, 4]}`:              "negative width",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, 3, 4], "iscrowd": 2}`: "iscrowd 2",
 	} {
 		_, err := ParseCOCOTruth("t.json", doc(ann))
 		if err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "t.json: annotation 77") || !strings.Contains(err.Error(), want) {
