@@ -70,3 +70,7 @@ func interruptAfter(rank int) int {
 
 // createParts opens a rank's part file (a seam for the full-disk test).
 var createParts = parts.Create
+
+// recordedReadHook runs before compare --html reads a file a report
+// records; tests make it block, as a stalled filesystem would.
+var recordedReadHook = func(path string) {}

@@ -147,9 +147,9 @@ func WriteJUnit(w io.Writer, res *Result) error {
 
 // WriteHTML renders `canopy compare --html`; open, when set, opens the
 // images drawn (htmlreport.Options.Open).
-func WriteHTML(w io.Writer, res *Result, open func(root, path string) (image.Image, error)) error {
+func WriteHTML(w io.Writer, res *Result, open func(root, path string) (image.Image, error), read func(root, path string, limit int64) ([]byte, error)) error {
 	c := htmlreport.Compare{Summary: res.Summary(), Options: htmlreport.DefaultOptions}
-	c.Options.Open = open
+	c.Options.Open, c.Options.Read = open, read
 	for _, r := range res.Rows {
 		c.Rows = append(c.Rows, htmlreport.CompareRow{Metric: r.Key, Baseline: r.Base.String(), Current: r.Cur.String(),
 			Delta: r.deltaSigned(), Verdict: r.Verdict, Regression: r.Regression})

@@ -36,7 +36,21 @@ type Options struct {
 	// file that is not a regular one, an image over the pixel cap. Unset,
 	// the file at root/path is decoded as it is.
 	Open func(root, path string) (image.Image, error)
+	// Read, when set, reads a file a report records (compare's side
+	// files, the truth CSV a report.html names): only inside root, at most
+	// limit bytes, never blocking past its timeout. A file it refuses is
+	// a note on the page, never its content. Unset, files are read as
+	// they are (up to limit).
+	Read func(root, path string, limit int64) ([]byte, error)
 }
+
+// Caps of the files compare --html reads from a report's folder: a page
+// canopy writes stays under 10 MB (MaxMetricRows, MaxCurveClasses), and a
+// CSV is bounded by what one run may hold.
+const (
+	MaxPageBytes int64 = 64 << 20
+	MaxCSVBytes  int64 = 4 << 30
+)
 
 // DefaultOptions are the flags' defaults.
 var DefaultOptions = Options{Worst: 12, Thumb: 320}
