@@ -141,7 +141,9 @@ func runCompare(opts CompareOptions, stdout io.Writer) (int, error) {
 		}
 	}
 	if opts.HTML != "" {
-		if err := writeFileAtomic(opts.HTML, func(w io.Writer) error { return report.WriteHTML(w, res, drawnImage(false, DefaultMaxImagePixels), recordedReader(opts.Ctx)) }); err != nil {
+		if err := writeFileAtomic(opts.HTML, func(w io.Writer) error {
+			return report.WriteHTML(w, res, drawnImage(false, DefaultMaxImagePixels), recordedReader(opts.Ctx))
+		}); err != nil {
 			return ExitInternal, &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: compare: --html: %w", err)}
 		}
 	}

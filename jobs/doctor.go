@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -101,6 +103,25 @@ func doctor(c mpi.Comm, stdout io.Writer) error {
 	return nil
 }
 
+// faultOf reads the fault markers a failed run's ranks left (the lowest
+// rank's): its message and exit code; ok is false when there is none or
+// its code is not recorded.
+func faultOf(dir string) (msg string, code int, ok bool) {
+	m, _ := filepath.Glob(filepath.Join(dir, faultPrefix+"-*"))
+	sort.Strings(m)
+	for _, f := range m {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		c, rest, found := strings.Cut(string(b), " ")
+		if n, err := strconv.Atoi(c); found && err == nil {
+			return report.Printable(rest), n, true
+		}
+	}
+	return "", 0, false
+}
+
 // outState tells what an output folder holds (canopy doctor --out): the
 // exit code (0 complete, 8 resumable, 1 neither) and a sentence. It only
 // reads: it neither takes the lock nor tidies.
@@ -129,6 +150,9 @@ func outState(dir string) (int, string) {
 	if !has(manifestFile) {
 		return ExitInternal, busy + "no canopy run (no manifest.json, no report.json)"
 	}
+	if b, err := os.ReadFile(filepath.Join(dir, manifestFile)); err != nil || json.Unmarshal(b, &manifest{}) != nil {
+		return ExitInternal, busy + "manifest.json is empty, truncated or unreadable (a run killed as it started, or a damaged folder): --resume refuses it (exit 2); start again with --force"
+	}
 	files, err := parts.ReadAll(dir)
 	if err != nil {
 		return ExitInternal, busy + err.Error()
@@ -136,6 +160,10 @@ func outState(dir string) (int, string) {
 	done, st, err := parts.Decode(files, math.MaxInt)
 	if err != nil {
 		return ExitInternal, busy + err.Error()
+	}
+	if fault, code, ok := faultOf(dir); ok && (code == ExitUsage || code == ExitInput || code == ExitModel) {
+		return ExitInternal, fmt.Sprintf("%sa run that failed (exit %d: %s), not an interruption: --resume with the same inputs fails the same way; fix the cause, then --resume continues from %d saved image(s) (or start again with --force)",
+			busy, code, fault, len(done))
 	}
 	if len(done) == 0 {
 		return ExitInternal, busy + "a run that stopped before it saved any image (a failed start); run it again, --resume has nothing to continue"

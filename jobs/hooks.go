@@ -27,7 +27,8 @@ const PerturbEnv = "CANOPY_TEST_PERTURB_RANK"
 // StopEnv is a test hook: the rank it names freezes itself with SIGSTOP
 // before the gather ("R"), or before the job's first collective, the
 // broadcast of the inputs ("R:start"), so the collective watchdog must fire
-// on the others.
+// on the others; "0:html" freezes rank 0 while it writes report.html (a
+// kill there must leave no report.json).
 const StopEnv = "CANOPY_TEST_STOP_RANK"
 
 func stopForTest(rank int, at string) {

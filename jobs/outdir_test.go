@@ -582,3 +582,64 @@ func TestOutNamingAFileIsUsage(t *testing.T) {
 		t.Fatalf("the file became %q", b)
 	}
 }
+
+// canopy doctor --out says what --resume will do, and --resume does it:
+// an empty or truncated manifest.json is not "resumable" (--resume exits
+// 2); a run whose rank failed on bad input (its fault marker records exit
+// 3) is not "interrupted" (--resume fails the same way, exit 3), so a job
+// script does not resubmit it.
+func TestDoctorTellsWhatResumeDoes(t *testing.T) {
+	for _, m := range []string{"", `{"canopy": "`} {
+		out := t.TempDir()
+		if codes := runLocal(t, 1, setCfg("three", out)); codes[0] != 0 {
+			t.Fatal(codes)
+		}
+		os.Remove(filepath.Join(out, "report.json"))
+		os.WriteFile(filepath.Join(out, manifestFile), []byte(m), 0o644)
+		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "--resume refuses it (exit 2)") {
+			t.Errorf("manifest %q: doctor %d %s", m, code, msg)
+		}
+		cfg := setCfg("three", out)
+		cfg.Resume = true
+		if codes := runLocal(t, 1, cfg); codes[0] != ExitUsage {
+			t.Errorf("manifest %q: --resume exit %v", m, codes)
+		}
+	}
+
+	// a model run whose image f4.png is cut short (its header passes the
+	// pre-flight, its pixels do not decode): 4 images saved, then exit 3
+	_, _, setDir := testModelSet(t)
+	root := copyDir(t, setDir)
+	b, _ := os.ReadFile(filepath.Join(root, "f4.png"))
+	os.WriteFile(filepath.Join(root, "f4.png"), b[:200], 0o644)
+	out := t.TempDir()
+	cfg := modelCfg(t, out)
+	cfg.CSV, cfg.BatchSize = filepath.Join(root, "annotations.csv"), 1
+	run := func(cfg EvalConfig) int {
+		var code int
+		errs := local.Run(1, func(c mpi.Comm) error {
+			code = runJob(context.Background(), func() (mpi.Comm, func() error, error) { return c, func() error { return nil }, nil },
+				&bytes.Buffer{}, jobOptions{out: cfg.Out}, func(c mpi.Comm) error { return Eval(context.Background(), c, cfg) })
+			return nil
+		})
+		if ac, ok := local.AbortCode(errs[0]); ok {
+			code = ac
+		}
+		return code
+	}
+	if code := run(cfg); code != ExitInput {
+		t.Fatalf("the cut image: exit %d", code)
+	}
+	code, msg := outState(out)
+	if code != ExitInternal || !strings.Contains(msg, "a run that failed (exit 3: ") || !strings.Contains(msg, "f4.png") || !strings.Contains(msg, "fails the same way") {
+		t.Fatalf("after a failure on bad input: doctor %d %s", code, msg)
+	}
+	cfg.Resume = true
+	if code := run(cfg); code != ExitInput {
+		t.Fatalf("--resume after the failure: exit %d, doctor promised it fails the same way", code)
+	}
+	os.WriteFile(filepath.Join(root, "f4.png"), b, 0o644) // the cause fixed
+	if code := run(cfg); code != 0 {
+		t.Fatalf("--resume after the fix: exit %d", code)
+	}
+}
