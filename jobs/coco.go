@@ -44,7 +44,7 @@ func stageCOCO(cfg EvalConfig, images []box.Image, dets [][]box.Detection, label
 		ds.Images = append(ds.Images, dataset.COCOImage{ID: imgID, FileName: im.Path})
 		for _, t := range im.Truth {
 			ds.Annotations = append(ds.Annotations, dataset.COCOAnnotation{ID: int64(len(ds.Annotations) + 1), ImageID: imgID,
-				CategoryID: int64(t.Label), BBox: xywh(t.Box), Area: t.Box.Area()})
+				CategoryID: int64(t.Label), BBox: xywh(t.Box), Area: t.Box.Area(), IsCrowd: crowd(t)})
 		}
 		for _, d := range dets[i] {
 			res = append(res, cocoResult{ImageID: imgID, CategoryID: int64(d.Label), BBox: xywh(d.Box), Score: d.Score})
@@ -59,4 +59,11 @@ func stageCOCO(cfg EvalConfig, images []box.Image, dets [][]box.Detection, label
 		return []staged{t}, err
 	}
 	return []staged{t, p}, nil
+}
+
+func crowd(t box.Truth) int {
+	if t.Crowd {
+		return 1
+	}
+	return 0
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/metrics"
 	"os"
@@ -138,5 +139,93 @@ func TestFailedStagePublishesNothing(t *testing.T) {
 	ents, _ := os.ReadDir(out)
 	for _, e := range ents {
 		t.Errorf("left in --out: %s", e.Name())
+	}
+}
+
+// iscrowd: 1 is counted as pycocotools and faster-coco-eval count it in
+// mAP: a crowd region is ignored truth, a detection inside it (by the
+// detection's own area) is neither a true nor a false positive, and it
+// takes any number of detections. The fixture (tools/coco/crowd.py) holds
+// the peers' 12 stats on a dataset with crowd regions; canopy's COCO
+// family equals torchmetrics' (faster_coco_eval backend, iscrowd passed)
+// bit for bit. DeepForest's recall/precision and torchmetrics' IoU have no
+// notion of crowd: they count the same boxes as ordinary truth, exactly as
+// the file with every iscrowd set to 0.
+func TestCOCOCrowdAsPeers(t *testing.T) {
+	var fx struct {
+		Meta       map[string]string `json:"meta"`
+		Names      []string          `json:"stat_names"`
+		Dataset    json.RawMessage   `json:"dataset"`
+		Detections []struct {
+			ImageID    int64      `json:"image_id"`
+			CategoryID int64      `json:"category_id"`
+			BBox       [4]float64 `json:"bbox"`
+			Score      float64    `json:"score"`
+		} `json:"detections"`
+		Torchmetrics []float64 `json:"torchmetrics_faster_coco_eval"`
+		Without      []float64 `json:"pycocotools_without_crowd"`
+		Agree        bool      `json:"agree"`
+	}
+	readJSONFile(t, filepath.Join("..", "testdata", "golden", "coco", "crowd.json"), &fx)
+	if !fx.Agree || fx.Meta["pycocotools"] == "" || len(fx.Torchmetrics) != 12 {
+		t.Fatalf("fixture: %+v", fx.Meta)
+	}
+	var ds dataset.COCODataset
+	if err := json.Unmarshal(fx.Dataset, &ds); err != nil {
+		t.Fatal(err)
+	}
+	name := map[int64]string{}
+	for _, c := range ds.Categories {
+		name[c.ID] = c.Name
+	}
+	file := map[int64]string{}
+	for _, im := range ds.Images {
+		file[im.ID] = im.FileName
+	}
+	dir := t.TempDir()
+	var p strings.Builder
+	p.WriteString("image_path,xmin,ymin,xmax,ymax,label,score\n")
+	for _, d := range fx.Detections {
+		b := d.BBox
+		fmt.Fprintf(&p, "%s,%v,%v,%v,%v,%s,%v\n", file[d.ImageID], b[0], b[1], b[0]+b[2], b[1]+b[3], name[d.CategoryID], d.Score)
+	}
+	preds := filepath.Join(dir, "p.csv")
+	os.WriteFile(preds, []byte(p.String()), 0o644)
+	crowdJSON := filepath.Join(dir, "crowd.json")
+	os.WriteFile(crowdJSON, fx.Dataset, 0o644)
+	for i := range ds.Annotations {
+		ds.Annotations[i].IsCrowd = 0
+	}
+	plain, _ := json.Marshal(ds)
+	plainJSON := filepath.Join(dir, "plain.json")
+	os.WriteFile(plainJSON, plain, 0o644)
+
+	metricsOf := func(truth string) map[string]any {
+		out := t.TempDir()
+		if codes := runLocal(t, 2, EvalConfig{CSV: truth, Predictions: preds, Out: out, IoUThreshold: 0.4}); codes[0] != 0 {
+			t.Fatalf("%s: %v", truth, codes)
+		}
+		_, m := reportMetrics(t, out)
+		return m
+	}
+	crowd, noCrowd := metricsOf(crowdJSON), metricsOf(plainJSON)
+	for k, key := range fx.Names {
+		if got, ok := crowd[key].(float64); !ok || got != fx.Torchmetrics[k] {
+			t.Errorf("%s: canopy %v, torchmetrics %v (pycocotools without crowd %v)", key, crowd[key], fx.Torchmetrics[k], fx.Without[k])
+		}
+	}
+	if crowd["map"] == noCrowd["map"] {
+		t.Errorf("map %v with and without crowd: the fixture does not exercise the rule", crowd["map"])
+	}
+	for key, v := range noCrowd {
+		if strings.HasPrefix(key, "map") || strings.HasPrefix(key, "mar") {
+			continue
+		}
+		if fmt.Sprint(crowd[key]) != fmt.Sprint(v) {
+			t.Errorf("%s: %v with crowd regions, %v counting them as ordinary boxes: DeepForest's metrics have no crowd", key, crowd[key], v)
+		}
+	}
+	if _, ok := crowd["box_recall"]; !ok {
+		t.Fatal("no box_recall")
 	}
 }

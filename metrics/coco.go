@@ -145,6 +145,7 @@ type cocoBox struct {
 	area       float64
 	score      float64
 	label      int32
+	crowd      bool // ground truth only: iscrowd 1
 }
 
 type cocoImage struct {
@@ -171,7 +172,9 @@ func cocoImages(in Input) []cocoImage {
 		}
 		ci := cocoImage{}
 		for _, t := range im.Truth {
-			ci.gt = append(ci.gt, toCOCO(t.Box, t.Label, 0))
+			g := toCOCO(t.Box, t.Label, 0)
+			g.crowd = t.Crowd
+			ci.gt = append(ci.gt, g)
 		}
 		for _, d := range in.Dets[i] {
 			ci.dt = append(ci.dt, toCOCO(d.Box, d.Label, d.Score))
@@ -442,6 +445,8 @@ const (
 	flagIgnored uint8 = 2
 )
 
+// bbIoU is maskUtils.iou of two boxes: intersection over union, or over
+// the detection's area alone when g is a crowd region.
 func bbIoU(d, g cocoBox) float64 {
 	iw := math.Min(d.x+d.w, g.x+g.w) - math.Max(d.x, g.x)
 	if iw <= 0 {
@@ -452,6 +457,9 @@ func bbIoU(d, g cocoBox) float64 {
 		return 0
 	}
 	inter := float64(iw * ih)
+	if g.crowd {
+		return inter / float64(d.w*d.h)
+	}
 	return inter / (float64(d.w*d.h) + float64(g.w*g.h) - inter)
 }
 
@@ -465,7 +473,7 @@ func bbIoU(d, g cocoBox) float64 {
 // flags[t*n+off+d] and returns the number of non-ignored ground truths.
 func evaluateImg(c *catImg, area [2]float64, flags []uint8, n, off int) int {
 	nd, ng := len(c.dts), len(c.gts)
-	ign := func(b cocoBox) bool { return b.area < area[0] || b.area > area[1] }
+	ign := func(b cocoBox) bool { return b.crowd || b.area < area[0] || b.area > area[1] }
 	npig := regularCount(c.gts, area)
 	if nd == 0 {
 		return npig
@@ -509,8 +517,8 @@ func evaluateImg(c *catImg, area [2]float64, flags []uint8, n, off int) int {
 			best := math.Min(thr, 1-1e-10)
 			m := -1
 			for _, x := range cands[d] {
-				if gtm[x.j] {
-					continue
+				if gtm[x.j] && !c.gts[order[x.j]].crowd {
+					continue // a crowd region takes any number of detections
 				}
 				if m > -1 && m < npig && x.j >= npig {
 					break
@@ -536,12 +544,12 @@ func evaluateImg(c *catImg, area [2]float64, flags []uint8, n, off int) int {
 	return npig
 }
 
-// regularCount is the number of ground truths inside the area range
-// (COCOeval's non-ignored ones).
+// regularCount is the number of ground truths inside the area range that
+// are not crowd regions (COCOeval's non-ignored ones).
 func regularCount(gts []cocoBox, area [2]float64) int {
 	n := 0
 	for _, g := range gts {
-		if !(g.area < area[0] || g.area > area[1]) {
+		if !g.crowd && !(g.area < area[0] || g.area > area[1]) {
 			n++
 		}
 	}

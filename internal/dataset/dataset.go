@@ -28,6 +28,9 @@ type Row struct {
 	Label string
 	Score float64
 	Line  int
+	// Crowd: the truth row's optional iscrowd column is 1 (a COCO crowd
+	// region); predictions have none.
+	Crowd bool
 }
 
 // Truth is a parsed annotation CSV: images in order of first appearance.
@@ -274,6 +277,15 @@ func parse(name string, data []byte, scored bool, opt Options) ([]Row, error) {
 		if why := outOfRange(row.Box); why != "" {
 			return nil, fmt.Errorf("dataset: %s:%d: %s: %w", name, line, why, ErrInput)
 		}
+		if ci, ok := col["iscrowd"]; ok && !scored {
+			switch strings.TrimSpace(rec[ci]) {
+			case "0", "":
+			case "1":
+				row.Crowd = true
+			default:
+				return nil, fmt.Errorf("dataset: %s:%d: iscrowd %q, want 0 or 1: %w", name, line, rec[ci], ErrInput)
+			}
+		}
 		row.Label = rec[idx[5]]
 		if row.Label == "" {
 			return nil, fmt.Errorf("dataset: %s:%d: empty label: %w", name, line, ErrInput)
@@ -424,7 +436,7 @@ func (t *Truth) Resolve(name string, m box.LabelMap) ([]box.Image, error) {
 			if !ok {
 				return nil, fmt.Errorf("dataset: %s:%d: label %q is not in the label map: %w", name, r.Line, r.Label, ErrInput)
 			}
-			out[i].Truth[k] = box.Truth{Box: r.Box, Label: id}
+			out[i].Truth[k] = box.Truth{Box: r.Box, Label: id, Crowd: r.Crowd}
 		}
 	}
 	return out, nil

@@ -7,9 +7,14 @@ import (
 	"errors"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/canopy-hpc/canopy/box"
 )
 
 // Every number spelling pandas was asked about (tools/pandas/csv_numbers.py,
@@ -275,5 +280,51 @@ func TestCOCOAnnotationChecked(t *testing.T) {
 		if err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "t.csv:2") {
 			t.Errorf("%s: %v", row, err)
 		}
+	}
+}
+
+// A truth CSV's optional iscrowd column (0, 1 or empty) marks crowd
+// regions, which Resolve carries to the boxes; anything else is refused
+// naming the line. Predictions have none.
+func TestIsCrowdColumn(t *testing.T) {
+	tr, err := ParseTruth("t.csv", []byte("image_path,xmin,ymin,xmax,ymax,label,iscrowd\na.png,0,0,5,5,Tree,1\na.png,1,1,6,6,Tree,0\na.png,2,2,7,7,Tree,\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ims, err := tr.Resolve("t.csv", box.SortedLabelMap([]string{"Tree"}))
+	if err != nil || len(ims) != 1 || !ims[0].Truth[0].Crowd || ims[0].Truth[1].Crowd || ims[0].Truth[2].Crowd {
+		t.Fatalf("%+v %v", ims, err)
+	}
+	if _, err := ParseTruth("t.csv", []byte("image_path,xmin,ymin,xmax,ymax,label,iscrowd\na.png,0,0,5,5,Tree,2\n")); err == nil || !strings.Contains(err.Error(), "t.csv:2: iscrowd") {
+		t.Fatalf("iscrowd 2: %v", err)
+	}
+	rows, err := ParsePredictions("p.csv", []byte("image_path,xmin,ymin,xmax,ymax,label,score,iscrowd\na.png,0,0,5,5,Tree,0.5,1\n"), Options{})
+	if err != nil || rows[0].Crowd {
+		t.Fatalf("predictions: %+v %v", rows, err)
+	}
+}
+
+// A folder of VOC files holding a FIFO (or a device link) named .xml: the
+// file is refused as not regular, at once; the open never blocks.
+func TestVOCFolderRefusesFIFO(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.xml"), []byte(`<annotation><filename>a.png</filename><object><name>Tree</name><bndbox><xmin>1</xmin><ymin>1</ymin><xmax>5</xmax><ymax>5</ymax></bndbox></object></annotation>`), 0o644)
+	if err := syscall.Mkfifo(filepath.Join(dir, "b.xml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := ReadVOCFolder(dir); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "b.xml: not a regular file") {
+			t.Fatalf("%v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ReadVOCFolder blocked on a FIFO")
+	}
+	os.Remove(filepath.Join(dir, "b.xml"))
+	os.Symlink("/dev/zero", filepath.Join(dir, "c.xml"))
+	if _, err := ReadVOCFolder(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("/dev/zero: %v", err)
 	}
 }
