@@ -166,7 +166,7 @@ func TestCOCOCrowdAsPeers(t *testing.T) {
 		Without      []float64 `json:"pycocotools_without_crowd"`
 		Agree        bool      `json:"agree"`
 	}
-	readJSONFile(t, filepath.Join("..", "testdata", "golden", "coco", "crowd.json"), &fx)
+	readJSONFile(t, filepath.Join("..", "testdata", "golden", "cococrowd", "crowd.json"), &fx)
 	if !fx.Agree || fx.Meta["pycocotools"] == "" || len(fx.Torchmetrics) != 12 {
 		t.Fatalf("fixture: %+v", fx.Meta)
 	}

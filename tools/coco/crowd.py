@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Crowd regions (iscrowd: 1) in COCO mAP, as the real peers count them.
 
-A small dataset with crowd annotations (testdata/golden/coco/crowd.json,
+A small dataset with crowd annotations (testdata/golden/cococrowd/crowd.json,
 "dataset" and "detections") is evaluated by
 
   * pycocotools COCOeval and faster_coco_eval COCOeval_faster directly
@@ -32,7 +32,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
-OUT = os.path.join(REPO, "testdata", "golden", "coco", "crowd.json")
+OUT = os.path.join(REPO, "testdata", "golden", "cococrowd", "crowd.json")
 STATS = ["map", "map_50", "map_75", "map_small", "map_medium", "map_large",
          "mar_1", "mar_10", "mar_100", "mar_small", "mar_medium", "mar_large"]
 
