@@ -9,7 +9,11 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
+<<<<<<< HEAD
+.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-large testdata golden-retinanet golden-losses check-mpich test-slurm test-multinode clean
+=======
 .PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet golden-losses golden-nms golden-sample df-checkpoints check-mpich test-slurm test-multinode clean
+>>>>>>> main
 
 all: build
 
@@ -40,13 +44,13 @@ demo-baseline: demo
 
 test: deps check-fmt check-tags check-cuda test-unit test-mpi
 
-# The optional build tags compile and vet: -tags noblas (gonum SGEMM) and
-# -tags nompi (one process, no MPI library); together they give a binary
-# that needs only libc.
+# The optional build tags compile and vet: -tags noblas (gonum SGEMM),
+# -tags nompi (one process, no MPI library) and -tags nogdal (no raster
+# reads); together they give a binary that needs only libc.
 check-tags:
-	$(GO) vet -tags nompi,noblas ./...
-	$(GO) build -tags nompi,noblas -o bin/canopy-nompi .
-	@if ldd bin/canopy-nompi | grep -E 'libmpi|openblas'; then echo "nompi,noblas binary links MPI or OpenBLAS"; exit 1; fi
+	$(GO) vet -tags nompi,noblas,nogdal ./...
+	$(GO) build -tags nompi,noblas,nogdal -o bin/canopy-nompi .
+	@if ldd bin/canopy-nompi | grep -E 'libmpi|openblas|libgdal'; then echo "nompi,noblas,nogdal binary links MPI, OpenBLAS or GDAL"; exit 1; fi
 	bin/canopy-nompi doctor | grep -q 'in-process, 1 rank'
 
 # The cuda build (-tags cuda: infer/cuda on gorgonia.org/cu, kernels from
@@ -91,7 +95,7 @@ check-fmt:
 
 # Unit tests, including the end-to-end mpirun tests of package main.
 test-unit: test-deps fake-cudnn
-	$(GO) test -tags '$(TAGS)' -count=1 -timeout 600s ./...
+	$(GO) test -tags '$(TAGS)' -count=1 -timeout 1800s ./...
 
 # The fake libcudnn.so.9 (infer/cuda/cudnn/fake): cuDNN 9's graph API over
 # host memory, for canopy --cudnn bin/fake-cudnn on machines without a GPU
@@ -201,6 +205,13 @@ bench-infer-peer:
 	$(GO) test -run '^$$' -bench '^BenchmarkDetect$$/r50' -benchtime 3x -count 6 ./infer/retinanet/ | tee bin/bench-infer-peer.txt
 	for t in 1 2; do $(PEER_PY) tools/retinanet/bench.py --model r50 --threads $$t --repeat 3 --go bin/bench-infer-peer.txt \
 		--out bin/bench-torch-$$t.json bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png || exit 1; done
+
+# predict --tile at scale (scripts/bench-tile.sh: a 20000x20000 tiled,
+# deflated raster on 2 ranks with the demo model, peak RSS per rank;
+# BENCH_TILE_SIZES, BENCH_TILE_PEER=1 for the side by side with DeepForest's
+# predict_tile).
+bench-tile: deps
+	scripts/bench-tile.sh
 
 # Allgatherv with one rank's part above 2 GiB (about 7 GiB of memory).
 bench-large: deps

@@ -281,21 +281,39 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 // writePredictOutputs stages predictions.csv and report.json (which
 // records the predictions' sha256) and publishes them as one set.
 func writePredictOutputs(dir string, rep predictReport, images []box.Image, dets [][]box.Detection, labels box.LabelMap) error {
+	return publishPredictions(dir, images, dets, labels, nil, func(outputs map[string]string) any {
+		rep.Outputs = outputs
+		return rep
+	})
+}
+
+// publishPredictions stages predictions.csv, then report.json as report
+// makes it from the sha256 of every output (predictions.csv and the
+// already staged extra files), and publishes them as one set.
+func publishPredictions(dir string, images []box.Image, dets [][]box.Detection, labels box.LabelMap,
+	extra []staged, report func(outputs map[string]string) any) error {
 	preds, err := stage(dir, "predictions.csv", func(w io.Writer) error {
 		return writePredictions(w, images, dets, labels)
 	})
 	if err != nil {
 		return err
 	}
-	rep.Outputs = map[string]string{preds.Name: preds.SHA256}
+	set := append([]staged{preds}, extra...)
+	outputs := map[string]string{}
+	for _, s := range set {
+		outputs[s.Name] = s.SHA256
+	}
+	rep := report(outputs)
 	rj, err := stage(dir, "report.json", func(w io.Writer) error {
 		e := json.NewEncoder(w)
 		e.SetIndent("", "  ")
 		return e.Encode(rep)
 	})
 	if err != nil {
-		os.Remove(filepath.Join(dir, preds.Tmp))
+		for _, s := range set {
+			os.Remove(filepath.Join(dir, s.Tmp))
+		}
 		return err
 	}
-	return publish(dir, []staged{preds, rj})
+	return publish(dir, append(set, rj))
 }

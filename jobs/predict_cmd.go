@@ -20,7 +20,8 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 		Usage: "run the detector on unlabelled images on every rank and write their predictions",
 		Description: "Each rank detects its shard of the images; the detections are gathered and rank 0\n" +
 			"writes OUT/predictions.csv (image_path,xmin,ymin,xmax,ymax,label,score, image_path as\n" +
-			"given in the CSV or relative to --images) and OUT/report.json. Whole images, no tiling.\n\n" + ExitTable,
+			"given in the CSV or relative to --images) and OUT/report.json. Whole images; --tile cuts\n" +
+			"large rasters into windows and merges them as DeepForest's predict_tile.\n\n" + ExitTable,
 		Flags: concatFlags([]cli.Flag{
 			configFlag(),
 			&cli.StringFlag{Name: "csv", Usage: "CSV whose image_path column lists the images (other columns ignored; each path once, in order of first appearance)"},
@@ -30,8 +31,11 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			&cli.BoolFlag{Name: "force", Usage: "replace the previous run in --out, predict's or eval's: it is set aside until the new predictions are written, and put back if the run fails before that"},
 			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV naming the model's classes: needed for a bare .pt state dict, which holds no labels (a .ckpt or a model folder carries its own, which this must then equal)"},
 		}, shardJobFlags("longest wait for every rank to reach a collective, then exit 5 (ranks other than 0 wait twice this, so rank 0 reports first; 0 disables)"),
-			modelFlags()),
+			modelFlags(), tileFlags()),
 		Action: func(c *cli.Context) error {
+			if err := tileAction(c, code, newComm, stdout, stderr); err != nil || c.Bool("tile") {
+				return err
+			}
 			rc, pos, err := loadRunConfig(c, "predict", c.Args().Slice())
 			if err != nil {
 				return usageError(fmt.Errorf("predict: %w", err))
