@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/canopy-hpc/canopy/infer/imagefile"
@@ -156,4 +157,25 @@ func readCapped(p string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%q not read: %w", p, err)
 	}
 	return b, nil
+}
+
+// readNamedInput reads a file named on the command line (--csv,
+// --predictions, --label-dict): a regular file, or a pipe (a FIFO, process
+// substitution). It is opened without blocking, so a FIFO nobody writes
+// to reads as empty instead of hanging in open(), deaf to SIGTERM; a
+// device (/dev/zero) or a socket is refused.
+func readNamedInput(p string) ([]byte, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if m := st.Mode(); !m.IsRegular() && m&os.ModeNamedPipe == 0 {
+		return nil, fmt.Errorf("%s: not a regular file or a pipe (%v)", p, m.Type())
+	}
+	return io.ReadAll(f)
 }

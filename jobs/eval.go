@@ -370,7 +370,7 @@ func packInputs(cfg EvalConfig) ([]byte, *outRun) {
 			*dst[i] = data
 			continue
 		}
-		data, err := os.ReadFile(f)
+		data, err := readNamedInput(f)
 		if err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
