@@ -174,11 +174,11 @@ func compareReports(opts CompareOptions) (*report.Result, error) {
 	if err != nil {
 		return nil, &Error{Code: ExitUsage, Collective: true, Err: fmt.Errorf("jobs: compare: %w", err)}
 	}
-	base, err := report.Read(opts.Baseline)
+	base, err := report.ReadWith(opts.Baseline, readNamedInput)
 	if err != nil {
 		return nil, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("jobs: compare: baseline: %w", err)}
 	}
-	cur, err := report.Read(opts.Current)
+	cur, err := report.ReadWith(opts.Current, readNamedInput)
 	if err != nil {
 		return nil, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("jobs: compare: current: %w", err)}
 	}

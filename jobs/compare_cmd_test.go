@@ -608,3 +608,29 @@ func TestCompareHTMLBlockedReadEnds(t *testing.T) {
 		t.Fatalf("timeout: %v, note missing", time.Since(start))
 	}
 }
+
+// compare's two report paths are read without blocking: a FIFO nobody
+// writes to (or a run folder whose report.json is one) is exit 3 at once,
+// /dev/zero is refused.
+func TestCompareReportFIFO(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "report.json")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, dir, "/dev/zero"} {
+		done := make(chan int, 1)
+		go func() {
+			code, _ := runCompare(CompareOptions{Baseline: fixture("baseline.json"), Current: p}, &bytes.Buffer{})
+			done <- code
+		}()
+		select {
+		case code := <-done:
+			if code != ExitInput {
+				t.Errorf("%s: exit %d", p, code)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%s: compare blocked", p)
+		}
+	}
+}
