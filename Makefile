@@ -9,11 +9,7 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-<<<<<<< HEAD
-.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-large testdata golden-retinanet golden-losses check-mpich test-slurm test-multinode clean
-=======
-.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet golden-losses golden-nms golden-sample df-checkpoints check-mpich test-slurm test-multinode clean
->>>>>>> main
+.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-large testdata golden-retinanet golden-losses golden-nms golden-sample df-checkpoints check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -72,9 +68,11 @@ check-cuda: deps
 
 # What the GPU check carries (tools/gpu/check.sh): the cuda,nompi,noblas
 # binary and the retinanet test binary, both needing only libc and
-# libcuda.so.1.
+# libcuda.so.1, and the model and image generators of its e2e section.
 gpu-bundle: check-cuda
 	$(RETINANET_IMAGES)
+	CGO_ENABLED=0 $(GO) build -o bin/testmodel ./cmd/testmodel
+	CGO_ENABLED=0 $(GO) build -o bin/forestgen ./cmd/forestgen
 
 # xmllint validates canopy compare's JUnit output against its schema.
 test-deps:
