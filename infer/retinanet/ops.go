@@ -3,7 +3,6 @@ package retinanet
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/canopy-hpc/canopy/infer/gemm"
 )
@@ -110,14 +109,14 @@ func (e *engine) parallel(n int, f func(worker, job int)) {
 
 // conv computes relu?(conv(x) + b [+ res]).
 func (e *engine) conv(c *conv, x fmap, relu bool, res *fmap) fmap {
+	oh := (x.h+2*c.pad-c.kh)/c.stride + 1
+	ow := (x.w+2*c.pad-c.kw)/c.stride + 1
 	if e.times != nil {
-		defer e.times.add(groupOf(c.name), time.Now())
+		defer e.times.addConv(c, oh, ow, e.times.now())
 	}
 	if !e.direct && useWinograd(c) {
 		return e.convWinograd(c, x, relu, res)
 	}
-	oh := (x.h+2*c.pad-c.kh)/c.stride + 1
-	ow := (x.w+2*c.pad-c.kw)/c.stride + 1
 	y := e.fmap(c.out, oh, ow)
 	n := oh * ow
 	k := c.in * c.kh * c.kw
@@ -149,7 +148,7 @@ func (e *engine) conv(c *conv, x fmap, relu bool, res *fmap) fmap {
 // (padding never wins: it is −inf).
 func (e *engine) maxpool3s2(x fmap) fmap {
 	if e.times != nil {
-		defer e.times.add("maxpool", time.Now())
+		defer e.times.add("maxpool", e.times.now())
 	}
 	oh, ow := (x.h+2-3)/2+1, (x.w+2-3)/2+1
 	y := e.fmap(x.c, oh, ow)

@@ -1,0 +1,44 @@
+package retinanet
+
+import (
+	"math"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
+)
+
+// The layer times count each convolution's direct-equivalent FLOPs in its
+// group: the stem's are 2·64·3·7·7 per output pixel of a map half the
+// padded input's size, every convolution group has work and CPU time, and
+// the groups without convolutions have no FLOPs.
+func TestLayerTimesFLOPs(t *testing.T) {
+	_, g := goldenModel(t, "r18.json")
+	m := *g
+	m.Opt.MinSize, m.Opt.MaxSize = 128, 160
+	rgba, _ := forest.Generate(11, 0, 150, 100)
+	img := toImage(rgba)
+	r := NewRunner(&m, 2)
+	r.EnableLayerTimes()
+	r.Detect(img)
+	r.Detect(img)
+	pw, ph := m.PaddedSize(img.W, img.H)
+	got := map[string]LayerTime{}
+	for _, l := range r.LayerTimes() {
+		got[l.Group] = l
+	}
+	stem := 2 * 2 * 64 * 3 * 49 * float64((ph/2)*(pw/2)) / 1e9
+	if d := math.Abs(got["stem"].GFLOP - stem); !(d <= 1e-12) {
+		t.Errorf("stem: %v GFLOP over 2 images, want %v", got["stem"].GFLOP, stem)
+	}
+	for _, grp := range []string{"stem", "layer1", "layer2", "layer3", "layer4", "fpn", "head.cls", "head.reg"} {
+		if l := got[grp]; !(l.GFLOP > 0) || !(l.Seconds > 0) || l.CPUSeconds < 0 {
+			t.Errorf("%s: %+v", grp, l)
+		}
+	}
+	for _, grp := range []string{"transform", "maxpool", "postprocess"} {
+		if l, ok := got[grp]; !ok || l.GFLOP != 0 {
+			t.Errorf("%s: %+v (present %v)", grp, l, ok)
+		}
+	}
+	t.Logf("%dx%d padded: %+v", pw, ph, r.LayerTimes())
+}
