@@ -6,9 +6,11 @@
 // order, so they are byte-identical for any rank count, thread count or batch
 // size.
 //
-// Layout: feature maps are CHW float32; a convolution is im2col + SGEMM
-// (infer/gemm) over fixed 256-column blocks handed to a worker pool, with
-// bias, residual add and ReLU fused into the block's epilogue. Frozen batch
+// Layout: feature maps are CHW float32; a 3×3 stride-1 convolution is
+// Winograd F(4×4,3×3) (F(2×2,3×3) on maps under 8×8), any other im2col +
+// SGEMM (infer/gemm), over blocks of a width fixed by the layer's shape
+// handed to a worker pool, with bias, residual add and ReLU fused into the
+// block's epilogue or output transform. Frozen batch
 // norm (eps 1e-5) is folded into the preceding convolution at load.
 package retinanet
 

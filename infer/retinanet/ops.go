@@ -53,11 +53,29 @@ func (e *engine) reuseFor(h, w int) {
 	}
 }
 
-// colBlock is the fixed width of the column blocks a convolution is cut
+// colBlock is the width of the column blocks a convolution is cut
 // into. It never depends on the thread count: each output element is computed
 // by the same SGEMM call whichever worker runs it, which is what makes the
 // result independent of --threads.
 const colBlock = 256
+
+// minBlocks is the number of blocks a small layer is cut into at least
+// (when its blocks may be that narrow), so that two or four workers share
+// the small pyramid levels and layer4 instead of one or two doing all.
+const minBlocks = 4
+
+// splitBlock is the block width for n columns (or tiles) of full width
+// full: full, or for a layer of fewer than minBlocks full blocks, n/minBlocks
+// rounded up to a multiple of 8 (at least least). It depends on the shape
+// only, never on the thread count.
+func splitBlock(n, full, least int) int {
+	if n >= minBlocks*full {
+		return full
+	}
+	b := (n + minBlocks - 1) / minBlocks
+	b = (b + 7) / 8 * 8
+	return min(full, max(b, least))
+}
 
 // engine runs the layers with a fixed number of workers; each worker owns its
 // im2col buffer, reused across layers and images.
@@ -121,10 +139,11 @@ func (e *engine) conv(c *conv, x fmap, relu bool, res *fmap) fmap {
 	n := oh * ow
 	k := c.in * c.kh * c.kw
 	direct := c.kh == 1 && c.kw == 1 && c.stride == 1 && c.pad == 0
-	blocks := (n + colBlock - 1) / colBlock
+	cb := splitBlock(n, colBlock, 64)
+	blocks := (n + cb - 1) / cb
 	e.parallel(blocks, func(w, j int) {
-		j0 := j * colBlock
-		nb := min(colBlock, n-j0)
+		j0 := j * cb
+		nb := min(cb, n-j0)
 		if direct {
 			gemm.Mul(c.out, nb, k, c.w, k, x.d[j0:], n, y.d[j0:], n)
 		} else {
