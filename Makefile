@@ -90,8 +90,18 @@ check-fmt:
 	$(GO) vet -tags '$(TAGS)' ./...
 
 # Unit tests, including the end-to-end mpirun tests of package main.
-test-unit: test-deps
+test-unit: test-deps fake-cudnn
 	$(GO) test -tags '$(TAGS)' -count=1 -timeout 600s ./...
+
+# The fake libcudnn.so.9 (infer/cuda/cudnn/fake): cuDNN 9's graph API over
+# host memory, for canopy --cudnn bin/fake-cudnn on machines without a GPU
+# (the tests build their own copy with cc).
+.PHONY: fake-cudnn
+fake-cudnn: bin/fake-cudnn/libcudnn.so.9
+bin/fake-cudnn/libcudnn.so.9: infer/cuda/cudnn/fake/csrc/fakecudnn.c
+	mkdir -p bin/fake-cudnn
+	$(CC) -shared -fPIC -O2 -fvisibility=hidden -o $@ $< -lm
+	cp $@ bin/fake-cudnn/libcudnn_graph.so.9
 
 # The MPI conformance suite against the real binding on 1..4 ranks (the
 # in-process implementation runs the same suite in test-unit).
@@ -105,7 +115,7 @@ test-mpi:
 .PHONY: fuzz fuzz-seeds
 FUZZTIME ?= 30s
 FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict \
-	infer/safetensors:FuzzParse infer/retinanet:FuzzParseConfig infer/retinanet:FuzzParseRepo infer/imagefile:FuzzRead \
+	infer/safetensors:FuzzParse infer/torchfile:FuzzRead infer/retinanet:FuzzParseConfig infer/retinanet:FuzzParseRepo infer/imagefile:FuzzRead \
 	internal/parts:FuzzDecode internal/wire:FuzzDecode jobs:FuzzInputPacket jobs:FuzzManifest report:FuzzCompareReport report:FuzzTolerances
 fuzz: deps
 	@for t in $(FUZZ_TARGETS); do echo "fuzz: $${t%%:*} $${t##*:} for $(FUZZTIME)"; \

@@ -159,6 +159,9 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if err != nil {
 		return collective(ExitInput, "jobs: --resume: %w", err)
 	}
+	if err := checkResumedImages(c, cfg, images, done, model != nil); err != nil {
+		return err
+	}
 	stats.Seconds["load"] = since(t0)
 
 	// 2. Plan: a pure function of (dataset, images already done, ranks).
@@ -213,8 +216,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	// A part file that cannot be written is an I/O error of canopy's own
 	// files (exit 1), whatever the detector; rank 0's first saved record
 	// commits a --force run (the previous run is removed).
-	record := func(ims []wire.Image) error {
-		if err := pw.Append(ims); err != nil {
+	record := func(ims []wire.Image, ids []parts.Identity) error {
+		if err := pw.Append(ims, ids); err != nil {
 			return &Error{Code: ExitInternal, Err: err}
 		}
 		if err := out.commit(); err != nil {
@@ -222,7 +225,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		}
 		return nil
 	}
-	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, losses: cfg.Model.Spec != ""},
+	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, losses: model != nil, identify: model != nil},
 		images, shard, c.Rank(), record)
 	if err := pw.Close(); err != nil && derr == nil {
 		derr = &Error{Code: ExitInternal, Err: err}
@@ -245,8 +248,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	stopForTest(c.Rank(), "gather")
 	prev := make([]wire.Image, 0, len(done))
 	for i := range images {
-		if im, ok := done[i]; ok {
-			prev = append(prev, im)
+		if d, ok := done[i]; ok {
+			prev = append(prev, d.Image)
 		}
 	}
 	dets, losses, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, prev, len(images), &stats)

@@ -12,6 +12,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -31,6 +32,9 @@ type shardOptions struct {
 	batchSize int       // images per detector call, at least 1
 	progress  io.Writer // progress lines, nil for none
 	losses    bool      // a model run: each image's validation losses too
+	// identify: record each image file's identity (size, mtime, sha256)
+	// beside its detections, so --resume can check the file is the same.
+	identify bool
 }
 
 // gatherMerge encodes this rank's detections, gathers every rank's (plus
@@ -125,7 +129,7 @@ func sendDetections(c mpi.Comm, timeout, detect time.Duration, mine []wire.Image
 // With o.losses, each image's validation losses against its
 // truth come with its detections.
 func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images []box.Image, shard []int, rank int,
-	record func([]wire.Image) error) ([]wire.Image, error) {
+	record func([]wire.Image, []parts.Identity) error) ([]wire.Image, error) {
 	out := make([]wire.Image, 0, len(shard))
 	var ld infer.LossDetector
 	if o.losses {
@@ -156,6 +160,16 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 		batch := next
 		if batch == nil {
 			batch = batchAt(start)
+		}
+		var ids []parts.Identity
+		if o.identify {
+			ids = make([]parts.Identity, len(batch))
+			for k, in := range batch {
+				var err error
+				if ids[k], err = identify(in.File); err != nil {
+					return nil, &Error{Code: ExitInput, Err: err}
+				}
+			}
 		}
 		next = nil
 		if n := start + o.batchSize; pf != nil && n < len(shard) {
@@ -197,7 +211,7 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 			}
 			out = append(out, im)
 		}
-		if err := record(out[n:]); err != nil {
+		if err := record(out[n:], ids); err != nil {
 			return nil, err
 		}
 		prog.add(len(batch))
@@ -227,6 +241,12 @@ func writeReport(c mpi.Comm, stats rankStats, what string, write func(allStats [
 		werr = write(decoded)
 	}
 	return finalStatus(c, werr, what)
+}
+
+// identify is the identity a part record keeps of an image file.
+func identify(file string) (parts.Identity, error) {
+	size, mtime, sum, err := imagefile.Identify(file)
+	return parts.Identity{Size: size, MtimeNS: mtime, SHA256: sum}, err
 }
 
 // imageFile resolves a CSV image_path against the root folder.

@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -209,7 +210,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	}
 	defer det.Close()
 	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress},
-		images, shard, c.Rank(), func([]wire.Image) error { return nil })
+		images, shard, c.Rank(), func([]wire.Image, []parts.Identity) error { return nil })
 	if err := detectErr(derr, "predict keeps no part files, run it again: "); err != nil {
 		return err
 	}

@@ -27,6 +27,10 @@ d=infer/safetensors/testdata/fuzz
 rm -rf $d
 seed -dir $d/FuzzParse infer/safetensors/testdata/small_{f32,f16,bf16}.safetensors
 
+d=infer/torchfile/testdata/fuzz
+rm -rf $d
+seed -dir $d/FuzzRead infer/torchfile/testdata/{state_f16,state_proto4,param,overlap,noncontig,forbidden}.pt
+
 d=infer/retinanet/testdata/fuzz
 rm -rf $d
 printf '{"min_size": [640, 100000], "max_size": 0, "image_std": [0, 1, 1]}' > "$tmp/bad-config.json"
