@@ -280,3 +280,31 @@ func TestSIMDChoice(t *testing.T) {
 	}
 	t.Logf("clone %s (best %s)", Kernels(), BestKernels())
 }
+
+// Every clone of the max-pool gives the Go version's bits, on odd and even
+// sizes down to 1×1, with NaNs (one of them in a window's first place).
+func TestMaxPoolMatchesGo(t *testing.T) { forEachClone(t, testMaxPoolMatchesGo) }
+
+func testMaxPoolMatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, s := range [][2]int{{1, 1}, {1, 6}, {5, 1}, {2, 2}, {7, 9}, {10, 10}, {13, 40}, {40, 35}} {
+		h, w := s[0], s[1]
+		oh, ow := (h+1)/2, (w+1)/2
+		x := fill(r, h*w)
+		if h*w > 4 {
+			x[h*w/2] = float32(math.NaN())
+			x[min(w+1, h*w-1)] = float32(math.Inf(-1))
+		}
+		if h*w > 20 {
+			x[2*w+3] = float32(math.NaN()) // the first of a row window
+		}
+		a, b := make([]float32, oh*ow), make([]float32, oh*ow)
+		MaxPool3s2(x, h, w, make([]float32, h*ow), a)
+		maxpoolGo(x, h, w, make([]float32, h*ow), b)
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Fatalf("%v: [%d] %v, Go %v", s, i, a[i], b[i])
+			}
+		}
+	}
+}

@@ -43,6 +43,8 @@ func epilogue(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, re
 	epilogueGo(y, ldy, rows, cols, bias, res, ldr, relu)
 }
 
+func maxpool(src []float32, h, w int, tmp, dst []float32) { maxpoolGo(src, h, w, tmp, dst) }
+
 func im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
 	im2colGo(x, cin, h, w, kh, kw, stride, pad, ow, j0, nb, col)
 }

@@ -85,3 +85,7 @@ void canopy_epilogue(int lvl, float *y, long ldy, int rows, int cols, const floa
 void canopy_im2col(int lvl, const float *x, int cin, int h, int w, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col) {
 	CANOPY_DISPATCH(lvl, im2col, x, cin, h, w, kh, kw, stride, pad, ow, j0, nb, col);
 }
+
+void canopy_maxpool(int lvl, const float *src, int h, int w, float *tmp, float *dst) {
+	CANOPY_DISPATCH(lvl, maxpool, src, h, w, tmp, dst);
+}

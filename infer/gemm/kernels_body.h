@@ -288,3 +288,60 @@ static void K(wino4_out)(const float *m, long ms, int nb, int oc, int tw, int t0
 		}
 	}
 }
+
+// The stem's max-pool (3×3, stride 2, padding 1: padding never wins) on one
+// h×w plane into oh×ow, separably: the max over each row's 3-wide windows
+// into tmp (h×ow), then over 3 rows. max3 is exact and takes NaN from any
+// operand (torch propagates NaN) as max3Go does, so every clone gives the
+// same bits.
+static inline float K(max3)(float a, float b, float c) {
+	float m = a;
+	if (b > m || b != b)
+		m = b;
+	if (c > m || c != c)
+		m = c;
+	return a != a ? a : m;
+}
+
+static void K(maxpool)(const float *src, int h, int w, float *tmp, float *dst) {
+	int oh = (h + 2 - 3) / 2 + 1, ow = (w + 2 - 3) / 2 + 1;
+	for (int iy = 0; iy < h; iy++) {
+		const float *row = src + (long)iy * w;
+		float *out = tmp + (long)iy * ow;
+		out[0] = w > 1 ? K(max3)(row[0], row[1], row[0]) : row[0];
+		int full = (w - 2) / 2; // ox in [1, full]: 2·ox+1 < w
+		for (int ox = 1; ox <= full; ox++)
+			out[ox] = K(max3)(row[2 * ox - 1], row[2 * ox], row[2 * ox + 1]);
+		for (int ox = full + 1 > 1 ? full + 1 : 1; ox < ow; ox++) {
+			int i = 2 * ox - 1;
+			out[ox] = i + 1 < w ? K(max3)(row[i], row[i + 1], row[i]) : row[i];
+		}
+	}
+	for (int oy = 0; oy < oh; oy++) {
+		int i = 2 * oy - 1;
+		float *d = dst + (long)oy * ow;
+		if (i < 0) {
+			const float *r0 = tmp;
+			if (h > 1) {
+				const float *r1 = tmp + ow;
+				for (int k = 0; k < ow; k++)
+					d[k] = K(max3)(r0[k], r1[k], r0[k]);
+			} else {
+				for (int k = 0; k < ow; k++)
+					d[k] = r0[k];
+			}
+		} else if (i + 2 < h) {
+			const float *r0 = tmp + (long)i * ow, *r1 = r0 + ow, *r2 = r1 + ow;
+			for (int k = 0; k < ow; k++)
+				d[k] = K(max3)(r0[k], r1[k], r2[k]);
+		} else if (i + 1 < h) {
+			const float *r0 = tmp + (long)i * ow, *r1 = r0 + ow;
+			for (int k = 0; k < ow; k++)
+				d[k] = K(max3)(r0[k], r1[k], r0[k]);
+		} else {
+			const float *r0 = tmp + (long)i * ow;
+			for (int k = 0; k < ow; k++)
+				d[k] = r0[k];
+		}
+	}
+}

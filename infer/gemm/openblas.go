@@ -144,6 +144,10 @@ func epilogue(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, re
 	C.canopy_epilogue(C.int(simd), fptr(y), C.long(ldy), C.int(rows), C.int(cols), fptr(bias), fptr(res), C.long(ldr), cbool(relu))
 }
 
+func maxpool(src []float32, h, w int, tmp, dst []float32) {
+	C.canopy_maxpool(C.int(simd), fptr(src), C.int(h), C.int(w), fptr(tmp), fptr(dst))
+}
+
 func im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
 	C.canopy_im2col(C.int(simd), fptr(x), C.int(cin), C.int(h), C.int(w), C.int(kh), C.int(kw),
 		C.int(stride), C.int(pad), C.int(ow), C.int(j0), C.int(nb), fptr(col))

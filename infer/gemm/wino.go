@@ -303,3 +303,82 @@ func im2colGo(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col [
 		}
 	}
 }
+
+// MaxPool3s2 is torchvision's stem max-pool (3×3, stride 2, padding 1) of
+// one h×w plane into dst, (h+1)/2 × (w+1)/2 values, with tmp (h·(w+1)/2
+// floats) as scratch; NaN propagates as in torch. Max is exact, so every
+// version gives the same bits.
+func MaxPool3s2(src []float32, h, w int, tmp, dst []float32) {
+	if h == 0 || w == 0 {
+		return
+	}
+	ow := (w+2-3)/2 + 1
+	_, _, _ = src[h*w-1], tmp[h*ow-1], dst[((h+2-3)/2+1)*ow-1] // sizes checked before C writes
+	maxpool(src, h, w, tmp, dst)
+}
+
+func maxpoolGo(src []float32, h, w int, tmp, dst []float32) {
+	oh, ow := (h+2-3)/2+1, (w+2-3)/2+1
+	for iy := 0; iy < h; iy++ {
+		row := src[iy*w : (iy+1)*w]
+		out := tmp[iy*ow : (iy+1)*ow]
+		out[0] = row[0]
+		if w > 1 {
+			out[0] = max3(row[0], row[1], row[0])
+		}
+		for ox := 1; ox < ow; ox++ {
+			i := 2*ox - 1
+			if i+2 < w {
+				out[ox] = max3(row[i], row[i+1], row[i+2])
+			} else if i+1 < w {
+				out[ox] = max3(row[i], row[i+1], row[i])
+			} else {
+				out[ox] = row[i]
+			}
+		}
+	}
+	for oy := 0; oy < oh; oy++ {
+		i := 2*oy - 1
+		d := dst[oy*ow : (oy+1)*ow]
+		switch {
+		case i < 0:
+			r0 := tmp[0:ow]
+			if h > 1 {
+				r1 := tmp[ow : 2*ow]
+				for k := range d {
+					d[k] = max3(r0[k], r1[k], r0[k])
+				}
+			} else {
+				copy(d, r0)
+			}
+		case i+2 < h:
+			r0, r1, r2 := tmp[i*ow:(i+1)*ow], tmp[(i+1)*ow:(i+2)*ow], tmp[(i+2)*ow:(i+3)*ow]
+			for k := range d {
+				d[k] = max3(r0[k], r1[k], r2[k])
+			}
+		case i+1 < h:
+			r0, r1 := tmp[i*ow:(i+1)*ow], tmp[(i+1)*ow:(i+2)*ow]
+			for k := range d {
+				d[k] = max3(r0[k], r1[k], r0[k])
+			}
+		default:
+			copy(d, tmp[i*ow:(i+1)*ow])
+		}
+	}
+}
+
+// max3 is the largest of three values, NaN if any is NaN (torch's max
+// pooling propagates NaN).
+func max3(a, b, c float32) float32 {
+	m := a
+	if b > m || b != b {
+		m = b
+	}
+	if c > m || c != c {
+		m = c
+	}
+	if a != a {
+		return a
+	}
+	return m
+}

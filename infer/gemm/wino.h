@@ -8,3 +8,4 @@ void canopy_wino4_out(int lvl, const float *m, long ms, int nb, int oc, int tw, 
 		const float *bias, const float *res, int relu, float *y);
 void canopy_epilogue(int lvl, float *y, long ldy, int rows, int cols, const float *bias, const float *res, long ldr, int relu);
 void canopy_im2col(int lvl, const float *x, int cin, int h, int w, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col);
+void canopy_maxpool(int lvl, const float *src, int h, int w, float *tmp, float *dst);

@@ -12,12 +12,16 @@ import (
 // padded input's size, every convolution group has work and CPU time, and
 // the groups without convolutions have no FLOPs.
 func TestLayerTimesFLOPs(t *testing.T) {
-	_, g := goldenModel(t, "r18.json")
-	m := *g
-	m.Opt.MinSize, m.Opt.MaxSize = 128, 160
+	gold, g := goldenModel(t, "r18.json")
+	opt := g.Opt
+	opt.MinSize, opt.MaxSize = 128, 160
+	m, err := New(goldenWeights(t, gold), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rgba, _ := forest.Generate(11, 0, 150, 100)
 	img := toImage(rgba)
-	r := NewRunner(&m, 2)
+	r := NewRunner(m, 2)
 	r.EnableLayerTimes()
 	r.Detect(img)
 	r.Detect(img)

@@ -17,7 +17,9 @@ package retinanet
 import (
 	"fmt"
 	"math"
+	"runtime/debug"
 	"strconv"
+	"sync"
 )
 
 // NumAnchors is A, the anchors per location of the default generator
@@ -85,6 +87,50 @@ type Model struct {
 	regT   [4]*conv
 	cls    *conv
 	reg    *conv
+
+	cpuReady sync.Once // the CPU engine's transformed filters are made
+}
+
+// convs lists every convolution of the network.
+func (m *Model) convs() []*conv {
+	cs := []*conv{m.stem}
+	for L := range m.layers {
+		for _, b := range m.layers[L] {
+			for _, c := range []*conv{b.c1, b.c2, b.c3, b.down} {
+				if c != nil {
+					cs = append(cs, c)
+				}
+			}
+		}
+	}
+	cs = append(cs, m.inner[:]...)
+	cs = append(cs, m.layer[:]...)
+	cs = append(cs, m.p6, m.p7)
+	cs = append(cs, m.clsT[:]...)
+	cs = append(cs, m.regT[:]...)
+	return append(cs, m.cls, m.reg)
+}
+
+// prepareCPU makes, once per model, the Winograd filters of every 3×3
+// stride-1 convolution (which tile each uses depends on its shape alone),
+// then collects the garbage of loading and gives its pages back: the
+// filters (4× the 3×3 weights for F(4×4,3×3)) are then the only growth
+// before the first image's feature maps, and the process's peak memory
+// stays that of the weights, the filters and one image's maps.
+func (m *Model) prepareCPU() {
+	m.cpuReady.Do(func() {
+		for _, c := range m.convs() {
+			if c == nil || !useWinograd(c) {
+				continue
+			}
+			if winoTile(c) == 4 {
+				c.winogradU4()
+			} else {
+				c.winogradU()
+			}
+		}
+		debug.FreeOSMemory()
+	})
 }
 
 // loadConv takes a conv weight (and its BN, or its bias) from t.

@@ -19,12 +19,23 @@ func newFmap(c, h, w int) fmap { return fmap{c, h, w, make([]float32, c*h*w)} }
 // every user writes all of it); put returns maps that are dead. The network
 // puts every intermediate as soon as its last reader is done, so the live
 // set is a few maps (not every activation of the image), and an image in
-// steady state allocates nothing.
+// steady state allocates nothing. A map takes the smallest free buffer
+// that holds it, whatever size that buffer was made for, so layer2's maps
+// reuse layer1's buffers instead of adding their own.
 func (e *engine) fmap(c, h, w int) fmap {
 	n := c * h * w
+	best := -1
+	for i, b := range e.free {
+		if cap(b) >= n && (best < 0 || cap(b) < cap(e.free[best])) {
+			best = i
+		}
+	}
 	var d []float32
-	if l := e.free[n]; len(l) > 0 {
-		d, e.free[n] = l[len(l)-1], l[:len(l)-1]
+	if best >= 0 {
+		d = e.free[best][:n]
+		last := len(e.free) - 1
+		e.free[best], e.free[last] = e.free[last], nil
+		e.free = e.free[:last]
 	} else {
 		d = make([]float32, n)
 	}
@@ -38,8 +49,8 @@ func (e *engine) put(fs ...fmap) {
 		return
 	}
 	for _, f := range fs {
-		if len(f.d) > 0 {
-			e.free[len(f.d)] = append(e.free[len(f.d)], f.d)
+		if cap(f.d) > 0 {
+			e.free = append(e.free, f.d[:cap(f.d)])
 		}
 	}
 }
@@ -48,7 +59,7 @@ func (e *engine) put(fs ...fmap) {
 // of mixed sizes does not pile up buffers of every size.
 func (e *engine) reuseFor(h, w int) {
 	if e.shape != [2]int{h, w} {
-		e.free = map[int][][]float32{}
+		e.free = nil
 		e.shape = [2]int{h, w}
 	}
 }
@@ -85,9 +96,9 @@ type engine struct {
 	wino    []winoBufs
 	// direct turns Winograd off (tests compare the two paths).
 	direct bool
-	free   map[int][][]float32
-	shape  [2]int // the image size the free list was filled for
-	keep   bool   // tracing: put keeps everything
+	free   [][]float32 // dead buffers, each at its full capacity
+	shape  [2]int      // the image size the free list was filled for
+	keep   bool        // tracing: put keeps everything
 	times  *layerTimes
 }
 
@@ -95,7 +106,7 @@ func newEngine(threads int) *engine {
 	if threads < 1 {
 		threads = 1
 	}
-	return &engine{threads: threads, bufs: make([][]float32, threads), wino: make([]winoBufs, threads), free: map[int][][]float32{}}
+	return &engine{threads: threads, bufs: make([][]float32, threads), wino: make([]winoBufs, threads)}
 }
 
 // parallel runs f(worker, job) for job in [0, n) on the engine's workers.
@@ -171,80 +182,16 @@ func (e *engine) maxpool3s2(x fmap) fmap {
 	}
 	oh, ow := (x.h+2-3)/2+1, (x.w+2-3)/2+1
 	y := e.fmap(x.c, oh, ow)
-	// Separable: the max over each row's 3-wide windows, then over 3 rows.
-	// max is exact, so the order does not change a bit; NaN propagates as
-	// in torch.
+	// Separable (infer/gemm's C clones): the max over each row's 3-wide
+	// windows, then over 3 rows. max is exact, so the order does not
+	// change a bit; NaN propagates as in torch.
 	e.parallel(x.c, func(w, c int) {
-		src := x.d[c*x.h*x.w : (c+1)*x.h*x.w]
-		dst := y.d[c*oh*ow : (c+1)*oh*ow]
 		if cap(e.bufs[w]) < x.h*ow {
 			e.bufs[w] = make([]float32, x.h*ow)
 		}
-		tmp := e.bufs[w][:x.h*ow]
-		for iy := 0; iy < x.h; iy++ {
-			row := src[iy*x.w : (iy+1)*x.w]
-			out := tmp[iy*ow : (iy+1)*ow]
-			out[0] = row[0]
-			if x.w > 1 {
-				out[0] = max3(row[0], row[1], row[0])
-			}
-			for ox := 1; ox < ow; ox++ {
-				i := 2*ox - 1
-				if i+2 < x.w {
-					out[ox] = max3(row[i], row[i+1], row[i+2])
-				} else if i+1 < x.w {
-					out[ox] = max3(row[i], row[i+1], row[i])
-				} else {
-					out[ox] = row[i]
-				}
-			}
-		}
-		for oy := 0; oy < oh; oy++ {
-			i := 2*oy - 1
-			d := dst[oy*ow : (oy+1)*ow]
-			switch {
-			case i < 0:
-				r0 := tmp[0:ow]
-				if x.h > 1 {
-					r1 := tmp[ow : 2*ow]
-					for k := range d {
-						d[k] = max3(r0[k], r1[k], r0[k])
-					}
-				} else {
-					copy(d, r0)
-				}
-			case i+2 < x.h:
-				r0, r1, r2 := tmp[i*ow:(i+1)*ow], tmp[(i+1)*ow:(i+2)*ow], tmp[(i+2)*ow:(i+3)*ow]
-				for k := range d {
-					d[k] = max3(r0[k], r1[k], r2[k])
-				}
-			case i+1 < x.h:
-				r0, r1 := tmp[i*ow:(i+1)*ow], tmp[(i+1)*ow:(i+2)*ow]
-				for k := range d {
-					d[k] = max3(r0[k], r1[k], r0[k])
-				}
-			default:
-				copy(d, tmp[i*ow:(i+1)*ow])
-			}
-		}
+		gemm.MaxPool3s2(x.d[c*x.h*x.w:(c+1)*x.h*x.w], x.h, x.w, e.bufs[w][:x.h*ow], y.d[c*oh*ow:(c+1)*oh*ow])
 	})
 	return y
-}
-
-// max3 is the largest of three values, NaN if any is NaN (torch's max
-// pooling propagates NaN).
-func max3(a, b, c float32) float32 {
-	m := a
-	if b > m || b != b {
-		m = b
-	}
-	if c > m || c != c {
-		m = c
-	}
-	if a != a {
-		return a
-	}
-	return m
 }
 
 // addUpsampled sets lat += nearest(top, lat's size) with torch's legacy

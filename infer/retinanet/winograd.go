@@ -47,15 +47,19 @@ func useWinograd(c *conv) bool {
 	return c.kh == 3 && c.kw == 3 && c.stride == 1 && c.pad == 1 && c.in >= 32 && c.out >= 32
 }
 
-// winoTile is the output tile of a useWinograd layer on an h×w map: 4
-// (F(4×4,3×3), 4× fewer multiplications than a direct convolution against
-// 2.25×) where the map holds whole 4×4 tiles on both sides, else 2. It
-// depends on the shape only, so the same layer runs the same arithmetic
-// for any thread count. F(4×4,3×3)'s transforms multiply by up to 5 and 8,
-// so its rounding error is larger (TestWinogradMatchesDirect states both
-// bounds; the golden tests hold torchvision's tolerances with it).
-func winoTile(h, w int) int {
-	if wino2Only || h < 8 || w < 8 {
+// winoTile is the output tile of a useWinograd layer: 4, F(4×4,3×3), with
+// 4× fewer multiplications than a direct convolution against F(2×2,3×3)'s
+// 2.25×, on every map (a map smaller than its tiles, P7's 7×7 at 800×800,
+// still costs fewer multiplications than F(2×2,3×3) would), so that each
+// filter keeps one transformed copy; 2 for the convolutions of more than
+// 256×256 channels (ResNet-50's layer4, on a 25×25 map at 800×800), whose
+// F(4×4,3×3) filters would cost 42 MB more memory for 2% of the work. It
+// depends on the layer's shape alone. F(4×4,3×3)'s transforms multiply by
+// up to 5 and 8, so its rounding error is larger (TestWinogradMatchesDirect
+// states both bounds; the golden tests hold torchvision's tolerances with
+// it).
+func winoTile(c *conv) int {
+	if wino2Only || c.in*c.out > 256*256 {
 		return 2
 	}
 	return 4
@@ -136,7 +140,7 @@ type winoBufs struct {
 func (e *engine) convWinograd(c *conv, x fmap, relu bool, res *fmap) fmap {
 	H, W := x.h, x.w
 	y := e.fmap(c.out, H, W)
-	tile := winoTile(H, W)
+	tile := winoTile(c)
 	u, comps, block := c.winogradU(), 16, winoBlock
 	winoIn, winoOut := gemm.WinoIn, gemm.WinoOut
 	if tile == 4 {
