@@ -9,7 +9,7 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet golden-losses check-mpich test-slurm test-multinode clean
+.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet golden-losses golden-nms golden-sample check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -109,6 +109,12 @@ test-mpi:
 	$(GO) test -tags '$(TAGS)' -c -o bin/cmpi.test ./mpi/cmpi
 	for n in 1 2 3 4; do echo "conformance: mpirun -np $$n"; \
 		$(MPIRUN) -np $$n bin/cmpi.test -test.count=1 || exit 1; done
+	@echo "injected failure: rank 1 of 2 fails TestInjectedFailure; the job must exit non-zero, not hang"
+	@rc=0; CANOPY_MPI_TEST_FAIL_RANK=1 CANOPY_MPIRUN_TIMEOUT=60 $(MPIRUN) -np 2 bin/cmpi.test \
+		-test.run '^TestInjectedFailure$$' -test.count=1 > bin/cmpi-injected.log 2>&1 || rc=$$?; \
+	if [ $$rc -eq 0 ] || [ $$rc -eq 124 ] || [ $$rc -eq 137 ] || ! grep -q 'injected failure on rank 1' bin/cmpi-injected.log; then \
+		cat bin/cmpi-injected.log; echo "injected failure: exit $$rc (want a non-zero exit other than the timeout's, and rank 1's failure in the log)"; exit 1; fi; \
+	echo "injected failure: exit $$rc, as it should"
 
 # Every parser's fuzz target for FUZZTIME each (the seed corpora in
 # PKG/testdata/fuzz/ run in `make test`; scripts/fuzz-seeds.sh writes them).
@@ -123,6 +129,13 @@ fuzz: deps
 
 fuzz-seeds:
 	scripts/fuzz-seeds.sh
+
+# Mutation testing (gremlins v0.6.0, one worker; slow, not in CI): per
+# package, or per file of infer/retinanet with the tests that exercise it.
+# MUTATE=nms runs one target; docs/testing.md records the scores.
+.PHONY: mutate
+mutate:
+	scripts/mutate.sh $(MUTATE)
 
 # Benchmarks (docs/benchmarks.md records their results and commands).
 bench: bench-go bench-gather bench-e2e bench-metrics
@@ -250,6 +263,18 @@ golden-losses:
 	$(GO) run ./cmd/forestgen -out bin/loss-images -n 4 -seed 7 -sizes 400x400 -prefix loss_
 	/opt/canopy-peers/venv/bin/python tools/retinanet/losses.py --images bin/loss-images \
 		--out testdata/golden/retinanet/losses.json
+
+# The NMS tie fixture (testdata/golden/retinanet/nms_ties.json):
+# torchvision's nms and batched_nms on constructed exact ties, and torch's
+# descending sort on tie-heavy vectors (TestNMSTies, TestBatchedNMSTies).
+golden-nms:
+	/opt/canopy-peers/venv/bin/python tools/retinanet/nms_ties.py --out testdata/golden/retinanet/nms_ties.json
+
+# The demo checkpoint on DeepForest's sample image OSBS_029.png (../shared),
+# torchvision with AVX2 kernels like the other fixtures (TestGoldenDemoOnSample).
+golden-sample:
+	ATEN_CPU_CAPABILITY=avx2 $(PEER_PY) tools/retinanet/golden.py --checkpoint testdata/models/canopy-demo-r18 \
+		--out testdata/golden/retinanet/demo_osbs.json ../shared/data/deepforest/OSBS_029.png
 
 # The Slurm tests: a one-node Slurm 22.05 with fake GPUs under /tmp; every
 # jobs/slurm script submitted against testdata (root; installs slurm-wlm munge).

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 )
 
 // Winograd F(2×2,3×3) and F(4×4,3×3) against the im2col path on odd and
@@ -43,12 +45,11 @@ func TestWinogradMatchesDirect(t *testing.T) {
 				b := win.conv(c, x, relu, &res)
 				worst := 0.0
 				for i := range a.d {
-					d := math.Abs(float64(a.d[i] - b.d[i]))
-					if !(d <= worst) {
+					if d := approx.Diff(float64(a.d[i]), float64(b.d[i])); approx.Far(d, worst) {
 						worst = d // a NaN stays
 					}
 				}
-				if !(worst <= 5e-6*math.Sqrt(float64(in))) {
+				if approx.Far(worst, 5e-6*math.Sqrt(float64(in))) {
 					t.Errorf("%v F(%d) relu=%v: worst |Δ| %.3g", s, tile, relu, worst)
 				}
 				t.Logf("%v F(%d) relu=%v: worst |Δ| %.3g", s, tile, relu, worst)

@@ -98,6 +98,31 @@ func TestCreateOnlyInOwnRunsFolder(t *testing.T) {
 	}
 }
 
+// TestDecodeStats: the counts Decode reports. A tail shorter than a length
+// prefix is a dropped tail; an image found again (a retried attempt) keeps
+// the first record's detections and counts as a duplicate.
+func TestDecodeStats(t *testing.T) {
+	img := func(i int, s float64) wire.Image {
+		return wire.Image{Index: i, Dets: []box.Detection{{Box: box.Box{Xmax: 1, Ymax: 1}, Score: s}}}
+	}
+	a := append(record(t, []wire.Image{img(0, 0.5), img(1, 0.5)}), record(t, []wire.Image{img(2, 0.5)})...)
+	a = append(a, 1, 2, 3) // a crash after three bytes of the next length
+	b := record(t, []wire.Image{img(1, 0.25), img(3, 0.25)})
+	done, st, err := Decode([]File{{Name: "part-000-00000.part", Data: a}, {Name: "part-001-00000.part", Data: b}}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Stats{Records: 3, Images: 4, Duplicates: 1, Dropped: 1}); st != want {
+		t.Errorf("stats %+v, want %+v", st, want)
+	}
+	if len(done) != 4 || done[1].Dets[0].Score != 0.5 || done[3].Dets[0].Score != 0.25 {
+		t.Errorf("images %v: image 1 must keep the first record's score 0.5", done)
+	}
+	if _, st, _ := Decode([]File{{Name: "x.part", Data: []byte{1, 2, 3, 4, 5, 6, 7}}}, 4); st != (Stats{Dropped: 1}) {
+		t.Errorf("a 7-byte file: %+v, want one dropped tail", st)
+	}
+}
+
 // A record keeps each image's identity beside its detections; a record of
 // the first kind (a wire buffer alone, as canopy wrote before identities)
 // still decodes, with no identity; a flipped identity byte drops the
