@@ -46,3 +46,31 @@ func TestLayerTimesFLOPs(t *testing.T) {
 	}
 	t.Logf("%dx%d padded: %+v", pw, ph, r.LayerTimes())
 }
+
+// CPUFilterBytes counts the transformed Winograd filters the first CPU
+// runner makes (36 floats per 3×3 filter for F(4×4,3×3), 16 for
+// F(2×2,3×3)), and nothing once they are made.
+func TestCPUFilterBytes(t *testing.T) {
+	gold, g := goldenModel(t, "r18.json")
+	m, err := New(goldenWeights(t, gold), g.Opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want int64
+	for _, c := range m.convs() {
+		if c.kh == 3 && c.stride == 1 && c.in >= 32 && c.out >= 32 {
+			k := int64(36)
+			if c.in*c.out > 256*256 {
+				k = 16
+			}
+			want += k * int64(c.in*c.out) * 4
+		}
+	}
+	if got := m.CPUFilterBytes(); want == 0 || got != want {
+		t.Fatalf("CPUFilterBytes %d, want %d", got, want)
+	}
+	NewRunner(m, 1)
+	if got := m.CPUFilterBytes(); got != 0 {
+		t.Fatalf("after the first runner: %d, want 0", got)
+	}
+}

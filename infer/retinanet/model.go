@@ -20,6 +20,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 )
 
 // NumAnchors is A, the anchors per location of the default generator
@@ -88,7 +89,29 @@ type Model struct {
 	cls    *conv
 	reg    *conv
 
-	cpuReady sync.Once // the CPU engine's transformed filters are made
+	cpuReady sync.Once   // the CPU engine's transformed filters are made
+	cpuDone  atomic.Bool // and cpuReady has run
+}
+
+// CPUFilterBytes is the memory the first CPU runner of the model will add
+// for its transformed Winograd filters (0 once they are made): a job's
+// memory estimate adds it to the process's resident memory, measured
+// before any runner exists.
+func (m *Model) CPUFilterBytes() int64 {
+	if m.cpuDone.Load() {
+		return 0
+	}
+	var n int64
+	for _, c := range m.convs() {
+		if c != nil && useWinograd(c) {
+			comps := int64(36)
+			if winoTile(c) == 2 {
+				comps = 16
+			}
+			n += comps * int64(c.out*c.in) * 4
+		}
+	}
+	return n
 }
 
 // convs lists every convolution of the network.
@@ -130,6 +153,7 @@ func (m *Model) prepareCPU() {
 			}
 		}
 		debug.FreeOSMemory()
+		m.cpuDone.Store(true)
 	})
 }
 

@@ -12,6 +12,9 @@ warm-up call: s/image and cpu-s/image. torchvision: tools/retinanet/bench.py
 is a fresh process per run. The CPU model, load average before each run,
 torch's version and CPU capability (ATEN_CPU_CAPABILITY) are recorded.
 
+With --baseline-bin (another build's test binary) the peer is that build
+instead of torch: old against new canopy, paired the same way.
+
 Usage (make bench-infer-peer):
   /opt/canopy-peers/venv/bin/python tools/retinanet/paired.py --test-bin bin/retinanet.test \\
       --rounds 5 --threads 1,2 --out bin/bench-paired.json \\
@@ -71,6 +74,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--test-bin", required=True, help="go test -c -o THIS ./infer/retinanet")
     ap.add_argument("--torch-python", default=sys.executable)
+    ap.add_argument("--baseline-bin", help="compare with this canopy test binary instead of torch")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", default="1,2")
@@ -93,6 +97,11 @@ def main():
                     if side == "canopy":
                         wall, cpu, cmd = run_canopy(test_bin, w, h, threads, a.repeat)
                         case["canopy_command"] = cmd
+                    elif a.baseline_bin:
+                        wall, cpu, cmd = run_canopy(os.path.abspath(a.baseline_bin), w, h, threads, a.repeat)
+                        case["torch_command"] = cmd
+                        res["torch"] = "baseline " + a.baseline_bin
+                        res["torch_cpu_capability"] = "-"
                     else:
                         wall, cpu, info, cmd = run_torch(a.torch_python, image, threads, a.repeat, tmp)
                         case["torch_command"] = cmd
