@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/replay"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/parts"
@@ -27,10 +28,15 @@ import (
 // EvalConfig is the configuration of one `canopy eval` run. Every rank
 // passes the same values.
 type EvalConfig struct {
-	CSV          string
-	RootDir      string // default: the CSV's folder
-	Predictions  string
-	LabelDict    string
+	CSV         string
+	RootDir     string // default: the CSV's folder
+	Predictions string
+	LabelDict   string
+	// LabelDictData, when set, is the label map's bytes (a --config's
+	// label_dict as label,id CSV) read instead of the file LabelDict.
+	LabelDictData []byte
+	// RunConfig is --config and its overrides (nil: none).
+	RunConfig    *runConfig
 	Out          string
 	Force        bool
 	Resume       bool
@@ -112,7 +118,16 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	var model *loadedModel
 	if cfg.Model.Spec != "" {
-		if model, err = loadModel(c, cfg.Model, in.modelDir, in.modelDigest, in.modelConfig); err != nil {
+		mc := cfg.Model
+		if in.labels != nil && retinanet.IsTorchFile(in.modelDir) {
+			// a bare .pt takes its labels from --label-dict
+			lm, err := dataset.ParseLabelDict(cfg.LabelDict, in.labels)
+			if err != nil {
+				return &Error{Code: ExitInput, Collective: true, Err: err}
+			}
+			mc.LabelDict = labelDictOf(lm)
+		}
+		if model, err = loadModel(c, mc, in.modelDir, in.modelDigest, in.modelConfig); err != nil {
 			return err
 		}
 	}
@@ -334,6 +349,19 @@ func packInputs(cfg EvalConfig) ([]byte, *outRun) {
 	dst := []*[]byte{&in.csv, &in.preds, &in.labels}
 	for i, f := range []string{cfg.CSV, cfg.Predictions, cfg.LabelDict} {
 		if f == "" {
+			continue
+		}
+		if i == 2 && cfg.LabelDictData != nil {
+			in.labels = cfg.LabelDictData
+			continue
+		}
+		if fi, err := os.Stat(f); i == 0 && err == nil && fi.IsDir() {
+			// a folder of Pascal VOC files: rank 0 makes them one CSV
+			data, err := dataset.ReadVOCFolder(f)
+			if err != nil {
+				return fail(ExitInput, err)
+			}
+			*dst[i] = data
 			continue
 		}
 		data, err := os.ReadFile(f)

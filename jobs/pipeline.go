@@ -32,6 +32,11 @@ type shardOptions struct {
 	batchSize int       // images per detector call, at least 1
 	progress  io.Writer // progress lines, nil for none
 	losses    bool      // a model run: each image's validation losses too
+	// input, when set, makes item i's detector input (predict --tile: a
+	// raster window read through GDAL) instead of the image file; unit
+	// names the items in the progress line (default "images").
+	input func(i int) infer.Input
+	unit  string
 	// identify: record each image file's identity (size, mtime, sha256)
 	// beside its detections, so --resume can check the file is the same.
 	identify bool
@@ -140,10 +145,17 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 	}
 	stopAfter := interruptAfter(rank)
 	prog := newProgress(o.progress, len(shard))
+	if prog != nil && o.unit != "" {
+		prog.unit = o.unit
+	}
 	batchAt := func(start int) []infer.Input {
 		end := min(start+o.batchSize, len(shard))
 		batch := make([]infer.Input, 0, end-start)
 		for _, i := range shard[start:end] {
+			if o.input != nil {
+				batch = append(batch, o.input(i))
+				continue
+			}
 			batch = append(batch, infer.Input{Index: i, Path: images[i].Path, File: imageFile(o.rootDir, images[i].Path)})
 		}
 		return batch
