@@ -108,6 +108,8 @@ def main():
                         res["torch"] = info["peer"]
                         res["torch_cpu_capability"] = info["cpu_capability"]
                     row[side] = {"s_per_image": wall, "cpu_s_per_image": cpu, "load_before": load}
+                    if side == "torch" and not a.baseline_bin:
+                        row[side]["max_rss_mib"] = info.get("max_rss_mib")
                 row["first"] = order[0]
                 row["ratio_wall"] = row["torch"]["s_per_image"] / row["canopy"]["s_per_image"]
                 row["ratio_cpu"] = row["torch"]["cpu_s_per_image"] / row["canopy"]["cpu_s_per_image"]
