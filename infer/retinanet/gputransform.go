@@ -96,7 +96,7 @@ func (r *GPURunner) transformInto(p prepared, x dmap) {
 			s8 = src.p
 		} else {
 			src = g.alloc(1, 1, 1, len(img.Pix))
-			g.fail(g.dev.Upload(src.p, img.Pix))
+			g.uploadAsync(src.p, img.Pix)
 			s32 = src.p
 		}
 		done()
