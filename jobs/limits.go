@@ -98,7 +98,11 @@ func checkMemory(file string, w, h int, lm *loadedModel, mc ModelConfig, batch, 
 		copies = 2 * batch
 	}
 	pw, ph := lm.m.PaddedSize(w, h)
-	need := memoryEstimate(residentBytes(), w, h, pw, ph, copies)
+	resident := residentBytes()
+	if lm.place.Kind != "cuda" {
+		resident += lm.m.CPUFilterBytes() // made by the detector, after this check
+	}
+	need := memoryEstimate(resident, w, h, pw, ph, copies)
 	if need <= budget {
 		return nil
 	}

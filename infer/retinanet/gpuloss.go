@@ -41,9 +41,7 @@ func (r *GPURunner) losses(l launched) []box.Loss {
 	}
 	up := func(v []float32) dmap {
 		d := g.scratch(len(v))
-		if g.err == nil {
-			g.fail(g.dev.Upload(d.p, v))
-		}
+		g.uploadAsync(d.p, v)
 		return d
 	}
 	gd, gn, lvd := up(gt), up(gtn), up(lv)

@@ -1,6 +1,8 @@
 package retinanet
 
 import (
+	"unsafe"
+
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
 )
@@ -13,6 +15,16 @@ import (
 // code's float32 operations, so the detections and their order are the
 // CPU postprocess's, bit for bit (TestDevicePostprocessBits). Only the
 // final detections come back.
+
+// uploadAsync copies v to p through the device's double-buffered byte
+// upload, which waits only for its staging buffer's previous copy (Upload
+// drains the stream first: a wait inside a batch that the data do not
+// need).
+func (g *gpuEngine) uploadAsync(p cuda.Ptr, v []float32) {
+	if g.err == nil && len(v) > 0 {
+		g.fail(g.dev.UploadBytes(p, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))))
+	}
+}
 
 // launchN queues kernel name over count threads (elementwise geometry);
 // nothing for none.
@@ -58,9 +70,7 @@ func (r *GPURunner) imageSizes(l launched, ip dmap) dmap {
 	if ip.p == 0 {
 		ip = g.scratch(len(imgp))
 	}
-	if g.err == nil {
-		g.fail(g.dev.Upload(ip.p, imgp))
-	}
+	g.uploadAsync(ip.p, imgp)
 	return ip
 }
 
