@@ -69,14 +69,16 @@ func gpuCfg(t *testing.T, out string) EvalConfig {
 	return cfg
 }
 
-// Under mpirun -np 2 on a 2-GPU node each rank has its own GPU, and the
-// metrics and predictions are byte-identical to one rank's, batch 1 or 4,
+// Under mpirun -np 2 or 3 on a node with as many GPUs each rank has its
+// own GPU, and the metrics and
+// predictions are byte-identical to one rank's, batch 1, 4 or 2 (the
+// device transform, postprocess and CUDA-graph replays of the GPU engine),
 // FP32 and TF32.
 func TestGPUEvalIdenticalAcrossRanks(t *testing.T) {
-	withFakeGPUs(t, 2)
+	withFakeGPUs(t, 3)
 	for _, prec := range []string{"fp32", "tf32"} {
 		var refMetrics, refPreds []byte
-		for _, v := range []struct{ ranks, batch int }{{1, 1}, {2, 4}} {
+		for _, v := range []struct{ ranks, batch int }{{1, 1}, {2, 4}, {3, 2}} {
 			out := t.TempDir()
 			cfg := gpuCfg(t, out)
 			cfg.BatchSize, cfg.Model.Precision = v.batch, precision(prec)

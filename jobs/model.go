@@ -151,6 +151,7 @@ type loadedModel struct {
 	place      cuda.Placement
 	precision  cuda.Precision
 	threads    int // compute threads of the detector, resolved once (info.Threads records it)
+	decoders   int // a GPU rank's image-decoding goroutines: its core budget
 }
 
 // loadModel loads the folder rank 0 resolved on every rank and checks that
@@ -192,7 +193,8 @@ func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) err
 	lm.info.Device = lm.place.Kind
 	if lm.place.Kind == "cuda" {
 		lm.info.Device = fmt.Sprintf("cuda:%d", lm.place.Index)
-		lm.threads = 1 // the host side: decode, transform, postprocess
+		lm.decoders = lm.threads // the rank's cores decode ahead
+		lm.threads = 1           // the host side
 	}
 	lm.info.Threads = lm.threads
 	lm.info.Precision = lm.precision.String()
@@ -366,6 +368,7 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 		if lm.layerTimes {
 			g.EnableLayerTimes()
 		}
+		g.SetDecodeWorkers(lm.decoders)
 		return g, nil
 	}
 	d, err := retinanet.NewDetector(lm.m, lm.threads, ids)
@@ -395,7 +398,13 @@ func printLayerTimes(w io.Writer, d infer.Detector) {
 	}
 	fmt.Fprintf(w, "canopy: rank 0: model time by layer group (%.2f s in all):\n", total)
 	for _, r := range rows {
-		fmt.Fprintf(w, "canopy: rank 0:   %-12s %8.3f s %5.1f%% %6d calls\n", r.Group, r.Seconds, 100*r.Seconds/total, r.Calls)
+		line := fmt.Sprintf("canopy: rank 0:   %-12s %8.3f s %5.1f%% %6d calls %8.3f cpu-s", r.Group, r.Seconds, 100*r.Seconds/total, r.Calls, r.CPUSeconds)
+		if r.GFLOP > 0 && r.Seconds > 0 && r.CPUSeconds > 0 {
+			// direct-convolution FLOPs (Winograd layers multiply less), per
+			// wall second and per CPU second
+			line += fmt.Sprintf(" %8.1f GFLOP %6.1f GFLOP/s %6.1f GFLOP/cpu-s", r.GFLOP, r.GFLOP/r.Seconds, r.GFLOP/r.CPUSeconds)
+		}
+		fmt.Fprintln(w, line)
 	}
 }
 

@@ -9,7 +9,11 @@
 // the same launch geometry; the shim is what CI tests.
 package cuda
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
+)
 
 // Ptr is a device address (on the host shim, a host address).
 type Ptr uintptr
@@ -77,6 +81,14 @@ type Device interface {
 	MaxPool3s2(x, y Ptr, n, c, h, w, oh, ow int) error
 	UpsampleAdd(lat, top Ptr, n, c, h, w, th, tw int) error
 	ReluCopy(x, y Ptr, n int) error
+	// UploadBytes copies src to dst, an allocation of at least
+	// ceil(len(src)/4) floats (8-bit images; double-buffered pinned staging
+	// on a GPU, so the next upload's copy overlaps this one's transfer).
+	UploadBytes(dst Ptr, src []byte) error
+	// Launch queues kernel name (one of kernels.Names) over grid d with
+	// args, each a Ptr, int (C int), int64 (C long long), float32 (C float)
+	// or float64 (C double), in the kernel's parameter order (Slots).
+	Launch(name string, d kernels.Dim, args ...any) error
 	Sync() error
 	Info() Info
 	Close() error
