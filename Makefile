@@ -68,9 +68,11 @@ check-cuda: deps
 
 # What the GPU check carries (tools/gpu/check.sh): the cuda,nompi,noblas
 # binary and the retinanet test binary, both needing only libc and
-# libcuda.so.1.
+# libcuda.so.1 (cuDNN is dlopened there from PyTorch's environment), the
+# parity images and the demo set.
 gpu-bundle: check-cuda
 	$(RETINANET_IMAGES)
+	$(GO) run ./cmd/forestgen -out bin/gpu-demo -n 40 -seed 3
 
 # xmllint validates canopy compare's JUnit output against its schema.
 test-deps:
@@ -100,7 +102,7 @@ test-unit: test-deps fake-cudnn
 fake-cudnn: bin/fake-cudnn/libcudnn.so.9
 bin/fake-cudnn/libcudnn.so.9: infer/cuda/cudnn/fake/csrc/fakecudnn.c
 	mkdir -p bin/fake-cudnn
-	$(CC) -shared -fPIC -O2 -fvisibility=hidden -o $@ $< -lm
+	$(CC) -shared -fPIC -O3 -fno-math-errno -fvisibility=hidden -o $@ $< -lm
 	cp $@ bin/fake-cudnn/libcudnn_graph.so.9
 
 # The MPI conformance suite against the real binding on 1..4 ranks (the

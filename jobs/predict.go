@@ -15,7 +15,6 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/internal/dataset"
-	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -187,7 +186,11 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		images[i] = box.Image{Path: p}
 		costs[i] = 1
 	}
-	p, err := plan.Balance(costs, c.Size())
+	todo := make([]int, len(paths))
+	for i := range todo {
+		todo[i] = i
+	}
+	p, err := model.plan(todo, costs, cfg.BatchSize, c.Size())
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
 	}
@@ -208,7 +211,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		return err
 	}
 	defer det.Close()
-	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress},
+	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, global: model.globalBatching()},
 		images, shard, c.Rank(), func([]wire.Image) error { return nil })
 	if err := detectErr(derr, "predict keeps no part files, run it again: "); err != nil {
 		return err
@@ -218,6 +221,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	}
 	stats.Seconds["detect"] = since(t1)
 	printLayerTimes(cfg.Progress, det)
+	model.noteCUDNN(det)
 
 	dets, _, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, nil, len(images), &stats)
 	if err != nil {
