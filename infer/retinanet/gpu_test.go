@@ -272,7 +272,12 @@ func detBytes(dets [][]Detection) []byte {
 	for _, ds := range dets {
 		binary.Write(&b, binary.LittleEndian, int32(len(ds)))
 		for _, d := range ds {
-			binary.Write(&b, binary.LittleEndian, d)
+			// Field by field: binary.Write writes nothing for a struct
+			// with an int (Label), and the comparison would see only
+			// the counts.
+			binary.Write(&b, binary.LittleEndian, d.Box)
+			binary.Write(&b, binary.LittleEndian, d.Score)
+			binary.Write(&b, binary.LittleEndian, int64(d.Label))
 		}
 	}
 	return b.Bytes()

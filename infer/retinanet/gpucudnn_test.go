@@ -353,3 +353,58 @@ func slotLayers(t *testing.T, gr *GPURunner, batch []Image, slot int) [][]byte {
 	}
 	return out
 }
+
+// TestCUDNNDetectSlots: global batching keeps an image's bytes whatever
+// else its detector call holds: with its whole batch, alone (a resumed or
+// split batch), or beside an image of another resized size (a sub-batch of
+// its own). The fake's TF32 engine changes an image's bits with its slot
+// and the batch size, so a slot not taken from the global position, or a
+// batch not padded to N, shows.
+func TestCUDNNDetectSlots(t *testing.T) {
+	m := smallModel(t)
+	const n = 4
+	imgs := smallImages(n, 90, 70, 21)
+	odd := smallImages(1, 64, 100, 22)[0]
+	dev := newTestDevice(t)
+	gr, err := NewGPURunnerWith(m, dev, GPUOptions{Precision: cuda.TF32, CUDNN: testCUDNN(t, dev)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gr.Close()
+	// global batch 5: positions 20..23
+	pos := []int{20, 21, 22, 23}
+	ref, _, err := gr.DetectSlots(imgs, pos, nil, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, d := range ref {
+		total += len(d)
+	}
+	if total == 0 {
+		t.Fatal("no detections: the comparison would be empty")
+	}
+	for i := range imgs {
+		alone, _, err := gr.DetectSlots(imgs[i:i+1], pos[i:i+1], nil, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(detBytes(alone), detBytes(ref[i:i+1])) {
+			t.Errorf("image at position %d alone: other detections than in its whole batch", pos[i])
+		}
+	}
+	mixed := []Image{imgs[0], odd, imgs[2], imgs[3]}
+	got, _, err := gr.DetectSlots(mixed, pos, nil, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 2, 3} {
+		if !bytes.Equal(detBytes(got[i:i+1]), detBytes(ref[i:i+1])) {
+			t.Errorf("image at position %d beside another size: other detections", pos[i])
+		}
+	}
+	if _, _, err := gr.DetectSlots(imgs[:2], []int{19, 20}, nil, n); err == nil {
+		t.Error("positions of two global batches accepted")
+	}
+
+}
