@@ -9,7 +9,11 @@ CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
 
-.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet golden-losses check-mpich test-slurm test-multinode clean
+<<<<<<< HEAD
+.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-large testdata golden-retinanet golden-losses check-mpich test-slurm test-multinode clean
+=======
+.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-large testdata golden-retinanet golden-losses golden-nms golden-sample df-checkpoints check-mpich test-slurm test-multinode clean
+>>>>>>> main
 
 all: build
 
@@ -40,13 +44,13 @@ demo-baseline: demo
 
 test: deps check-fmt check-tags check-cuda test-unit test-mpi
 
-# The optional build tags compile and vet: -tags noblas (gonum SGEMM) and
-# -tags nompi (one process, no MPI library); together they give a binary
-# that needs only libc.
+# The optional build tags compile and vet: -tags noblas (gonum SGEMM),
+# -tags nompi (one process, no MPI library) and -tags nogdal (no raster
+# reads); together they give a binary that needs only libc.
 check-tags:
-	$(GO) vet -tags nompi,noblas ./...
-	$(GO) build -tags nompi,noblas -o bin/canopy-nompi .
-	@if ldd bin/canopy-nompi | grep -E 'libmpi|openblas'; then echo "nompi,noblas binary links MPI or OpenBLAS"; exit 1; fi
+	$(GO) vet -tags nompi,noblas,nogdal ./...
+	$(GO) build -tags nompi,noblas,nogdal -o bin/canopy-nompi .
+	@if ldd bin/canopy-nompi | grep -E 'libmpi|openblas|libgdal'; then echo "nompi,noblas,nogdal binary links MPI, OpenBLAS or GDAL"; exit 1; fi
 	bin/canopy-nompi doctor | grep -q 'in-process, 1 rank'
 
 # The cuda build (-tags cuda: infer/cuda on gorgonia.org/cu, kernels from
@@ -111,13 +115,19 @@ test-mpi:
 	$(GO) test -tags '$(TAGS)' -c -o bin/cmpi.test ./mpi/cmpi
 	for n in 1 2 3 4; do echo "conformance: mpirun -np $$n"; \
 		$(MPIRUN) -np $$n bin/cmpi.test -test.count=1 || exit 1; done
+	@echo "injected failure: rank 1 of 2 fails TestInjectedFailure; the job must exit non-zero, not hang"
+	@rc=0; CANOPY_MPI_TEST_FAIL_RANK=1 CANOPY_MPIRUN_TIMEOUT=60 $(MPIRUN) -np 2 bin/cmpi.test \
+		-test.run '^TestInjectedFailure$$' -test.count=1 > bin/cmpi-injected.log 2>&1 || rc=$$?; \
+	if [ $$rc -eq 0 ] || [ $$rc -eq 124 ] || [ $$rc -eq 137 ] || ! grep -q 'injected failure on rank 1' bin/cmpi-injected.log; then \
+		cat bin/cmpi-injected.log; echo "injected failure: exit $$rc (want a non-zero exit other than the timeout's, and rank 1's failure in the log)"; exit 1; fi; \
+	echo "injected failure: exit $$rc, as it should"
 
 # Every parser's fuzz target for FUZZTIME each (the seed corpora in
 # PKG/testdata/fuzz/ run in `make test`; scripts/fuzz-seeds.sh writes them).
 .PHONY: fuzz fuzz-seeds
 FUZZTIME ?= 30s
-FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict \
-	infer/safetensors:FuzzParse infer/torchfile:FuzzRead infer/retinanet:FuzzParseConfig infer/retinanet:FuzzParseRepo infer/imagefile:FuzzRead \
+FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict internal/dataset:FuzzParseVOC \
+	infer/safetensors:FuzzParse infer/torchfile:FuzzRead internal/config:FuzzLoad infer/retinanet:FuzzParseConfig infer/retinanet:FuzzParseRepo infer/imagefile:FuzzRead \
 	internal/parts:FuzzDecode internal/wire:FuzzDecode jobs:FuzzInputPacket jobs:FuzzManifest report:FuzzCompareReport report:FuzzTolerances
 fuzz: deps
 	@for t in $(FUZZ_TARGETS); do echo "fuzz: $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
@@ -125,6 +135,13 @@ fuzz: deps
 
 fuzz-seeds:
 	scripts/fuzz-seeds.sh
+
+# Mutation testing (gremlins v0.6.0, one worker; slow, not in CI): per
+# package, or per file of infer/retinanet with the tests that exercise it.
+# MUTATE=nms runs one target; docs/testing.md records the scores.
+.PHONY: mutate
+mutate:
+	scripts/mutate.sh $(MUTATE)
 
 # Benchmarks (docs/benchmarks.md records their results and commands).
 bench: bench-go bench-gather bench-e2e bench-metrics
@@ -191,6 +208,13 @@ bench-infer-peer:
 	for t in 1 2; do $(PEER_PY) tools/retinanet/bench.py --model r50 --threads $$t --repeat 3 --go bin/bench-infer-peer.txt \
 		--out bin/bench-torch-$$t.json bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png || exit 1; done
 
+# predict --tile at scale (scripts/bench-tile.sh: a 20000x20000 tiled,
+# deflated raster on 2 ranks with the demo model, peak RSS per rank;
+# BENCH_TILE_SIZES, BENCH_TILE_PEER=1 for the side by side with DeepForest's
+# predict_tile).
+bench-tile: deps
+	scripts/bench-tile.sh
+
 # Allgatherv with one rank's part above 2 GiB (about 7 GiB of memory).
 bench-large: deps
 	$(GO) test -c -o bin/cmpi.test ./mpi/cmpi
@@ -238,6 +262,15 @@ golden-retinanet:
 	cd bin/demo-golden && $(PEER_PY) ../../tools/retinanet/golden.py --checkpoint ../../testdata/models/canopy-demo-r18 \
 		--out ../../testdata/golden/retinanet/demo.json img_000*.png
 
+# DeepForest's own checkpoint files (issue 28): tools/deepforest/checkpoints.py
+# saves the r50 test network with save_model() (.ckpt), torch.save (.pt) and
+# save_pretrained (folder), f32 and bf16, into bin/df-checkpoints (some 130 MB
+# each, not committed) and their pickles into infer/retinanet/testdata/deepforest;
+# the tests then read the real files beside the ones rebuilt from the pickles.
+df-checkpoints:
+	$(PEER_PY) tools/deepforest/checkpoints.py bin/df-checkpoints --skeleton infer/retinanet/testdata/deepforest
+	CANOPY_DF_CHECKPOINTS=$(CURDIR)/bin/df-checkpoints $(GO) test -count=1 -run 'TestDeepForestCheckpoints|TestLoadTorch' -v ./infer/retinanet/
+
 # The loss fixture (testdata/golden/retinanet/losses.json): torchvision's
 # RetinaNet in train mode under no_grad (the venv's current torchvision) on
 # four generated 400×400 images with hand-written truth, r50 and the demo model.
@@ -245,6 +278,18 @@ golden-losses:
 	$(GO) run ./cmd/forestgen -out bin/loss-images -n 4 -seed 7 -sizes 400x400 -prefix loss_
 	/opt/canopy-peers/venv/bin/python tools/retinanet/losses.py --images bin/loss-images \
 		--out testdata/golden/retinanet/losses.json
+
+# The NMS tie fixture (testdata/golden/retinanet/nms_ties.json):
+# torchvision's nms and batched_nms on constructed exact ties, and torch's
+# descending sort on tie-heavy vectors (TestNMSTies, TestBatchedNMSTies).
+golden-nms:
+	/opt/canopy-peers/venv/bin/python tools/retinanet/nms_ties.py --out testdata/golden/retinanet/nms_ties.json
+
+# The demo checkpoint on DeepForest's sample image OSBS_029.png (../shared),
+# torchvision with AVX2 kernels like the other fixtures (TestGoldenDemoOnSample).
+golden-sample:
+	ATEN_CPU_CAPABILITY=avx2 $(PEER_PY) tools/retinanet/golden.py --checkpoint testdata/models/canopy-demo-r18 \
+		--out testdata/golden/retinanet/demo_osbs.json ../shared/data/deepforest/OSBS_029.png
 
 # The Slurm tests: a one-node Slurm 22.05 with fake GPUs under /tmp; every
 # jobs/slurm script submitted against testdata (root; installs slurm-wlm munge).

@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/replay"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/parts"
@@ -26,10 +27,15 @@ import (
 // EvalConfig is the configuration of one `canopy eval` run. Every rank
 // passes the same values.
 type EvalConfig struct {
-	CSV          string
-	RootDir      string // default: the CSV's folder
-	Predictions  string
-	LabelDict    string
+	CSV         string
+	RootDir     string // default: the CSV's folder
+	Predictions string
+	LabelDict   string
+	// LabelDictData, when set, is the label map's bytes (a --config's
+	// label_dict as label,id CSV) read instead of the file LabelDict.
+	LabelDictData []byte
+	// RunConfig is --config and its overrides (nil: none).
+	RunConfig    *runConfig
 	Out          string
 	Force        bool
 	Resume       bool
@@ -111,7 +117,16 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	var model *loadedModel
 	if cfg.Model.Spec != "" {
-		if model, err = loadModel(c, cfg.Model, in.modelDir, in.modelDigest, in.modelConfig); err != nil {
+		mc := cfg.Model
+		if in.labels != nil && retinanet.IsTorchFile(in.modelDir) {
+			// a bare .pt takes its labels from --label-dict
+			lm, err := dataset.ParseLabelDict(cfg.LabelDict, in.labels)
+			if err != nil {
+				return &Error{Code: ExitInput, Collective: true, Err: err}
+			}
+			mc.LabelDict = labelDictOf(lm)
+		}
+		if model, err = loadModel(c, mc, in.modelDir, in.modelDigest, in.modelConfig); err != nil {
 			return err
 		}
 	}
@@ -157,6 +172,9 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	done, pst, err := parts.Decode(in.parts, len(images))
 	if err != nil {
 		return collective(ExitInput, "jobs: --resume: %w", err)
+	}
+	if err := checkResumedImages(c, cfg, images, done, model != nil); err != nil {
+		return err
 	}
 	stats.Seconds["load"] = since(t0)
 
@@ -212,8 +230,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	// A part file that cannot be written is an I/O error of canopy's own
 	// files (exit 1), whatever the detector; rank 0's first saved record
 	// commits a --force run (the previous run is removed).
-	record := func(ims []wire.Image) error {
-		if err := pw.Append(ims); err != nil {
+	record := func(ims []wire.Image, ids []parts.Identity) error {
+		if err := pw.Append(ims, ids); err != nil {
 			return &Error{Code: ExitInternal, Err: err}
 		}
 		if err := out.commit(); err != nil {
@@ -221,7 +239,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		}
 		return nil
 	}
-	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, losses: cfg.Model.Spec != "", global: model.globalBatching()},
+	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, losses: model != nil, identify: model != nil, global: model.globalBatching()},
 		images, shard, c.Rank(), record)
 	if err := pw.Close(); err != nil && derr == nil {
 		derr = &Error{Code: ExitInternal, Err: err}
@@ -245,8 +263,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	stopForTest(c.Rank(), "gather")
 	prev := make([]wire.Image, 0, len(done))
 	for i := range images {
-		if im, ok := done[i]; ok {
-			prev = append(prev, im)
+		if d, ok := done[i]; ok {
+			prev = append(prev, d.Image)
 		}
 	}
 	dets, losses, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, prev, len(images), &stats)
@@ -331,6 +349,19 @@ func packInputs(cfg EvalConfig) ([]byte, *outRun) {
 	dst := []*[]byte{&in.csv, &in.preds, &in.labels}
 	for i, f := range []string{cfg.CSV, cfg.Predictions, cfg.LabelDict} {
 		if f == "" {
+			continue
+		}
+		if i == 2 && cfg.LabelDictData != nil {
+			in.labels = cfg.LabelDictData
+			continue
+		}
+		if fi, err := os.Stat(f); i == 0 && err == nil && fi.IsDir() {
+			// a folder of Pascal VOC files: rank 0 makes them one CSV
+			data, err := dataset.ReadVOCFolder(f)
+			if err != nil {
+				return fail(ExitInput, err)
+			}
+			*dst[i] = data
 			continue
 		}
 		data, err := os.ReadFile(f)

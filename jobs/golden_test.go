@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+	"github.com/canopy-hpc/canopy/internal/testsupport/shareddata"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -83,31 +85,34 @@ func TestGoldenDeepForest(t *testing.T) {
 	for _, f := range goldenFiles(t) {
 		var g golden
 		readJSONFile(t, f, &g)
-		name := filepath.Base(f)
-		if _, err := os.Stat(repoPath(g.Truth)); err != nil {
-			t.Logf("%s: skipped, input %s is absent (%v): the shared DeepForest sample data is not on this machine", name, g.Truth, err)
-			continue
-		}
-		for _, sem := range []metrics.Semantics{metrics.Validation, metrics.EvaluateBoxes} {
-			for _, n := range []int{1, 2, 3} {
-				t.Run(fmt.Sprintf("%s/%s/np%d", name, sem, n), func(t *testing.T) {
-					out := t.TempDir()
-					cfg := EvalConfig{CSV: repoPath(g.Truth), Predictions: repoPath(g.Predictions), Out: out,
-						IoUThreshold: g.IoUThreshold, Semantics: sem, BatchSize: 2, Families: metrics.Recall}
-					if codes := runLocal(t, n, cfg); codes[0] != 0 {
-						t.Fatalf("exit codes %v", codes)
-					}
-					_, got := reportMetrics(t, out)
-					want := g.Validation
-					if sem == metrics.EvaluateBoxes {
-						want = g.evaluateBoxesMetrics()
-					}
-					compareMetrics(t, got, want)
-					if sem == metrics.EvaluateBoxes && len(g.EvaluateBoxes.Results) > 0 {
-						compareResults(t, filepath.Join(out, "results.csv"), &g)
-					}
-				})
-			}
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			shareddata.Need(t, repoPath(g.Truth), "its input "+g.Truth)
+			shareddata.Need(t, repoPath(g.Predictions), "its input "+g.Predictions)
+			goldenDeepForest(t, g)
+		})
+	}
+}
+
+func goldenDeepForest(t *testing.T, g golden) {
+	for _, sem := range []metrics.Semantics{metrics.Validation, metrics.EvaluateBoxes} {
+		for _, n := range []int{1, 2, 3} {
+			t.Run(fmt.Sprintf("%s/np%d", sem, n), func(t *testing.T) {
+				out := t.TempDir()
+				cfg := EvalConfig{CSV: repoPath(g.Truth), Predictions: repoPath(g.Predictions), Out: out,
+					IoUThreshold: g.IoUThreshold, Semantics: sem, BatchSize: 2, Families: metrics.Recall}
+				if codes := runLocal(t, n, cfg); codes[0] != 0 {
+					t.Fatalf("exit codes %v", codes)
+				}
+				_, got := reportMetrics(t, out)
+				want := g.Validation
+				if sem == metrics.EvaluateBoxes {
+					want = g.evaluateBoxesMetrics()
+				}
+				compareMetrics(t, got, want)
+				if sem == metrics.EvaluateBoxes && len(g.EvaluateBoxes.Results) > 0 {
+					compareResults(t, filepath.Join(out, "results.csv"), &g)
+				}
+			})
 		}
 	}
 }
@@ -195,16 +200,9 @@ func compareResults(t *testing.T, path string, g *golden) {
 			wantLabel = *w.PredictedLabel
 		}
 		if r[2] != wantPid || r[5] != map[bool]string{true: "True", false: "False"}[w.Match] ||
-			r[6] != w.TrueLabel || r[7] != wantLabel || diff(iou, w.IoU) > 1e-12 {
+			r[6] != w.TrueLabel || r[7] != wantLabel || approx.Far(approx.Diff(iou, w.IoU), 1e-12) {
 			t.Errorf("%s truth %d: canopy %v; DeepForest pred %q IoU %v match %v labels %s/%s",
 				w.ImagePath, w.TruthID, r, wantPid, w.IoU, w.Match, w.TrueLabel, wantLabel)
 		}
 	}
-}
-
-func diff(a, b float64) float64 {
-	if a > b {
-		return a - b
-	}
-	return b - a
 }

@@ -52,6 +52,22 @@ type ModelConfig struct {
 	Resize retinanet.ResizeRule
 	// Blend is --blend: the bilinear resize's rounding.
 	Blend retinanet.BlendRule
+	// LabelDict is the label map the run gives (--label-dict), by name:
+	// the labels of a bare .pt state dict, which holds none (nil: none
+	// given). Set on every rank from the broadcast bytes.
+	LabelDict map[string]int
+	// DetectionsPerImg, TopkCandidates and NumClasses come from --config
+	// (0: not given); NumClasses must equal the model's class count.
+	DetectionsPerImg, TopkCandidates, NumClasses int
+}
+
+// labelDictOf is a label map as LabelDict.
+func labelDictOf(m box.LabelMap) map[string]int {
+	out := make(map[string]int, m.Len())
+	for i, n := range m.Names() {
+		out[n] = i
+	}
+	return out
 }
 
 // modelInfo is what the report records about the model.
@@ -69,6 +85,12 @@ type modelInfo struct {
 	Resize string `json:"resize"`
 	// Blend is the bilinear resize's rounding (--blend).
 	Blend string `json:"blend"`
+	// Format is the torch file's kind (lightning-checkpoint or
+	// state-dict; absent for a model folder), LabelsFrom where its labels
+	// came from and ConfigSet the options its stored config set.
+	Format     string   `json:"format,omitempty"`
+	LabelsFrom string   `json:"labels_from,omitempty"`
+	ConfigSet  []string `json:"checkpoint_config,omitempty"`
 	// Devices is where each rank ran, in rank order.
 	Devices []rankDevice `json:"devices,omitempty"`
 	Ignored []string     `json:"config_keys_ignored,omitempty"`
@@ -115,6 +137,12 @@ func resolveModel(spec string) (dir, digest, config string, err error) {
 	}
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs // other ranks may start elsewhere
+	}
+	if retinanet.IsTorchFile(dir) {
+		if digest, err = hashFile(dir); err != nil {
+			return "", "", "", fmt.Errorf("jobs: model %s: %w: %w", spec, err, infer.ErrModel)
+		}
+		return dir, digest, "", nil
 	}
 	if digest, err = hashFile(filepath.Join(dir, "model.safetensors")); err != nil {
 		return "", "", "", fmt.Errorf("jobs: model %s: %w: %w", spec, err, infer.ErrModel)
@@ -201,36 +229,53 @@ func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) err
 }
 
 func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) (*loadedModel, error) {
-	m, cfg, sum, err := retinanet.LoadFolder(dir)
+	m, cfg, tm, sum, err := retinanet.Load(dir, mc.LabelDict)
 	if err != nil {
 		return nil, err
 	}
 	if sum != digest {
-		return nil, fmt.Errorf("jobs: %s/model.safetensors has sha256 %s here but %s on rank 0: the ranks see different files: %w", dir, sum[:12], digest[:12], infer.ErrModel)
-	}
-	if got := fileSHA(filepath.Join(dir, "config.json")); got != config {
-		return nil, fmt.Errorf("jobs: %s/config.json differs from rank 0's (sha256 %q here, %q there): the ranks see different files: %w", dir, shortSHA(got), shortSHA(config), infer.ErrModel)
-	}
-	// DeepForest passes its own score_thresh, nms_thresh,
-	// detections_per_img and topk_candidates to the constructor, and
-	// explicit arguments beat config.json's (semantics §1.0): only the
-	// flags change them. config.json's other constructor keys (min_size,
-	// max_size, image_mean, image_std) do apply.
-	def := retinanet.DefaultOptions()
-	var ignored []string
-	for _, k := range cfg.Set {
-		switch k {
-		case "score_thresh", "nms_thresh", "detections_per_img", "topk_candidates":
-			ignored = append(ignored, k+" (DeepForest's own value wins)")
+		what := dir + "/model.safetensors"
+		if tm != nil {
+			what = dir
 		}
+		return nil, fmt.Errorf("jobs: %s has sha256 %s here but %s on rank 0: the ranks see different files: %w", what, sum[:12], digest[:12], infer.ErrModel)
 	}
-	m.Opt.ScoreThresh, m.Opt.NMSThresh = def.ScoreThresh, def.NMSThresh
-	m.Opt.DetectionsPerImg, m.Opt.TopkCandidates = def.DetectionsPerImg, def.TopkCandidates
+	var ignored []string
+	if tm == nil {
+		if got := fileSHA(filepath.Join(dir, "config.json")); got != config {
+			return nil, fmt.Errorf("jobs: %s/config.json differs from rank 0's (sha256 %q here, %q there): the ranks see different files: %w", dir, shortSHA(got), shortSHA(config), infer.ErrModel)
+		}
+		// DeepForest passes its own score_thresh, nms_thresh,
+		// detections_per_img and topk_candidates to the constructor, and
+		// explicit arguments beat config.json's (semantics §1.0): only the
+		// flags change them. config.json's other constructor keys (min_size,
+		// max_size, image_mean, image_std) do apply. A Lightning
+		// checkpoint's stored config is DeepForest's own: its values stay
+		// (retinanet.LoadTorch).
+		def := retinanet.DefaultOptions()
+		for _, k := range cfg.Set {
+			switch k {
+			case "score_thresh", "nms_thresh", "detections_per_img", "topk_candidates":
+				ignored = append(ignored, k+" (DeepForest's own value wins)")
+			}
+		}
+		m.Opt.ScoreThresh, m.Opt.NMSThresh = def.ScoreThresh, def.NMSThresh
+		m.Opt.DetectionsPerImg, m.Opt.TopkCandidates = def.DetectionsPerImg, def.TopkCandidates
+	}
 	if mc.ScoreThresh >= 0 {
 		m.Opt.ScoreThresh = float32(mc.ScoreThresh)
 	}
 	if mc.NMSThresh >= 0 {
 		m.Opt.NMSThresh = mc.NMSThresh
+	}
+	if mc.DetectionsPerImg > 0 {
+		m.Opt.DetectionsPerImg = mc.DetectionsPerImg
+	}
+	if mc.TopkCandidates > 0 {
+		m.Opt.TopkCandidates = mc.TopkCandidates
+	}
+	if mc.NumClasses > 0 && mc.NumClasses != m.Classes {
+		return nil, fmt.Errorf("jobs: the config's num_classes is %d, but the model %s has %d classes (canopy evaluates a model as it is; DeepForest would replace its heads to fine-tune): %w", mc.NumClasses, dir, m.Classes, infer.ErrModel)
 	}
 	m.Opt.Resize, m.Opt.Blend = mc.Resize, mc.Blend
 	threads := mc.Threads
@@ -245,6 +290,9 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 		Spec: mc.Spec, Dir: dir, SHA256: sum, Arch: m.Arch, LabelDict: labelMapJSON(labels),
 		Thresholds: modelSettings(m.Opt), Threads: threads, Device: "cpu", Ignored: append(ignored, cfg.Extra...),
 		Resize: m.Opt.Resize.String(), Blend: m.Opt.Blend.String(),
+	}
+	if tm != nil {
+		info.Format, info.LabelsFrom, info.ConfigSet = string(tm.Kind), tm.LabelsFrom, tm.Set
 	}
 	return &loadedModel{m: m, cfg: cfg, labelMap: labels, info: info, layerTimes: mc.LayerTimes, threads: threads}, nil
 }

@@ -144,7 +144,7 @@ func (l *outLock) release() {
 
 // reportFiles are the files a run writes; any of them in --out marks a
 // previous run.
-var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cocoTruthFile, cocoPredFile}
+var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cocoTruthFile, cocoPredFile, gpkgFile}
 
 const manifestFile = "manifest.json"
 

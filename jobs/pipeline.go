@@ -12,6 +12,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -35,6 +36,14 @@ type shardOptions struct {
 	// kN…kN+N−1 of the input order, N = batchSize, never mixed in one
 	// detector call (a rank takes whole batches: plan.BalanceBatches).
 	global bool
+	// input, when set, makes item i's detector input (predict --tile: a
+	// raster window read through GDAL) instead of the image file; unit
+	// names the items in the progress line (default "images").
+	input func(i int) infer.Input
+	unit  string
+	// identify: record each image file's identity (size, mtime, sha256)
+	// beside its detections, so --resume can check the file is the same.
+	identify bool
 }
 
 // batchBounds cuts a shard into detector calls: batchSize images at a
@@ -147,7 +156,7 @@ func sendDetections(c mpi.Comm, timeout, detect time.Duration, mine []wire.Image
 // With o.losses, each image's validation losses against its
 // truth come with its detections.
 func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images []box.Image, shard []int, rank int,
-	record func([]wire.Image) error) ([]wire.Image, error) {
+	record func([]wire.Image, []parts.Identity) error) ([]wire.Image, error) {
 	out := make([]wire.Image, 0, len(shard))
 	var ld infer.LossDetector
 	if o.losses {
@@ -158,11 +167,18 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 	}
 	stopAfter := interruptAfter(rank)
 	prog := newProgress(o.progress, len(shard))
+	if prog != nil && o.unit != "" {
+		prog.unit = o.unit
+	}
 	bounds := batchBounds(shard, o.batchSize, o.global)
 	batchAt := func(b int) []infer.Input {
 		start, end := bounds[b][0], bounds[b][1]
 		batch := make([]infer.Input, 0, end-start)
 		for _, i := range shard[start:end] {
+			if o.input != nil {
+				batch = append(batch, o.input(i))
+				continue
+			}
 			batch = append(batch, infer.Input{Index: i, Path: images[i].Path, File: imageFile(o.rootDir, images[i].Path)})
 		}
 		return batch
@@ -179,6 +195,16 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 		batch := next
 		if batch == nil {
 			batch = batchAt(batches)
+		}
+		var ids []parts.Identity
+		if o.identify {
+			ids = make([]parts.Identity, len(batch))
+			for k, in := range batch {
+				var err error
+				if ids[k], err = identify(in.File); err != nil {
+					return nil, &Error{Code: ExitInput, Err: err}
+				}
+			}
 		}
 		next = nil
 		if n := batches + 1; pf != nil && n < len(bounds) {
@@ -220,7 +246,7 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 			}
 			out = append(out, im)
 		}
-		if err := record(out[n:]); err != nil {
+		if err := record(out[n:], ids); err != nil {
 			return nil, err
 		}
 		prog.add(len(batch))
@@ -250,6 +276,12 @@ func writeReport(c mpi.Comm, stats rankStats, what string, write func(allStats [
 		werr = write(decoded)
 	}
 	return finalStatus(c, werr, what)
+}
+
+// identify is the identity a part record keeps of an image file.
+func identify(file string) (parts.Identity, error) {
+	size, mtime, sum, err := imagefile.Identify(file)
+	return parts.Identity{Size: size, MtimeNS: mtime, SHA256: sum}, err
 }
 
 // imageFile resolves a CSV image_path against the root folder.

@@ -55,6 +55,12 @@ type runInfo struct {
 	// AllowOutsideRoot records --allow-outside-root when it opened images:
 	// with --model, or for report.html.
 	AllowOutsideRoot bool `json:"allow_outside_root,omitempty"`
+	// Config is --config's file, Settings the resolved settings with
+	// their sources, ConfigIgnored the config keys canopy did not use
+	// (with --config or key=value overrides only).
+	Config        string             `json:"config,omitempty"`
+	Settings      map[string]setting `json:"settings,omitempty"`
+	ConfigIgnored []string           `json:"config_ignored,omitempty"`
 }
 
 // resumeInfo tells how much of the run came from part files of earlier
@@ -174,6 +180,10 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 	}
 	if cfg.LabelDict != "" {
 		r.Inputs["label_dict"] = report.File{Path: cfg.LabelDict, SHA256: sha256Hex(in.labels)}
+	}
+	if rc := cfg.RunConfig; rc != nil {
+		r.Config, r.ConfigIgnored = rc.File, rc.C.Ignored
+		r.Settings = rc.finishSettings(r.Model)
 	}
 	seen := map[string]bool{}
 	for _, s := range allStats {

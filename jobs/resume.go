@@ -8,9 +8,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -26,11 +29,14 @@ type manifest struct {
 	Detector    string `json:"detector"`
 	// DetectorSettings are the detector's thresholds (none for replay).
 	DetectorSettings map[string]string `json:"detector_settings"`
+	// RootDir is --root-dir made absolute: the image paths' folder. Each
+	// image's identity is in its part record (checkResumedImages).
+	RootDir string `json:"root_dir"`
 }
 
 func newManifest(cfg EvalConfig, in inputs) manifest {
 	m := manifest{Canopy: Version, CSV: sha256Hex(in.csv), Predictions: sha256Hex(in.preds), Detector: "replay",
-		DetectorSettings: map[string]string{}}
+		DetectorSettings: map[string]string{}, RootDir: absRoot(cfg)}
 	if cfg.Model.Spec != "" {
 		m.Detector = "retinanet weights sha256 " + in.modelDigest
 		m.DetectorSettings = map[string]string{
@@ -60,10 +66,77 @@ func (m manifest) diff(o manifest) []string {
 	cmp("predictions sha256", m.Predictions, o.Predictions)
 	cmp("label dict sha256", m.LabelDict, o.LabelDict)
 	cmp("detector", m.Detector, o.Detector)
+	if m.RootDir == "" && o.RootDir != "" {
+		d = append(d, fmt.Sprintf("root folder: not recorded in the run to resume (an older canopy), %q now", o.RootDir))
+	} else {
+		cmp("root folder", m.RootDir, o.RootDir)
+	}
 	a, _ := json.Marshal(m.DetectorSettings)
 	b, _ := json.Marshal(o.DetectorSettings)
 	cmp("detector settings", string(a), string(b))
 	return d
+}
+
+// absRoot is the run's root folder (--root-dir, default the CSV's folder),
+// absolute and clean, as the manifest records it.
+func absRoot(cfg EvalConfig) string {
+	root := cfg.RootDir
+	if root == "" {
+		root = filepath.Dir(cfg.CSV)
+	}
+	if a, err := filepath.Abs(root); err == nil {
+		return a
+	}
+	return filepath.Clean(root)
+}
+
+// checkResumedImages is a collective: for a model run, every image taken
+// from the part files is compared with the identity its record keeps
+// (size, modification time, sha256), the checks spread over the ranks. An
+// image that changed, or a record that keeps no identity (a part file of a
+// canopy before identities), refuses the resume: exit 2, naming the image
+// and what changed. A replay never reads the images: nothing to check.
+func checkResumedImages(c mpi.Comm, cfg EvalConfig, images []box.Image, done map[int]parts.Done, model bool) error {
+	var err error
+	if model {
+		idx := make([]int, 0, len(done))
+		for i := range done {
+			idx = append(idx, i)
+		}
+		sort.Ints(idx)
+		for k := c.Rank(); k < len(idx) && err == nil; k += c.Size() {
+			i := idx[k]
+			err = checkResumedImage(cfg, images[i].Path, done[i].Ident)
+		}
+	}
+	if err != nil {
+		err = usageErr("jobs: --resume refused, %w; the finished images would not be the ones this run reads: start again with --force (or another --out)", err)
+	}
+	return agreeErr(c, ExitUsage, err)
+}
+
+func checkResumedImage(cfg EvalConfig, p string, rec *parts.Identity) error {
+	if rec == nil {
+		return fmt.Errorf("the part files keep no identity for image %q (written by an older canopy), so it cannot be checked", p)
+	}
+	cur, err := identify(imageFile(cfg.RootDir, p))
+	if err != nil {
+		return fmt.Errorf("image %q of the run to resume: %w", p, err)
+	}
+	var what []string
+	if cur.Size != rec.Size {
+		what = append(what, fmt.Sprintf("size %d bytes then, %d now", rec.Size, cur.Size))
+	}
+	if cur.MtimeNS != rec.MtimeNS {
+		what = append(what, fmt.Sprintf("modified %s then, %s now", time.Unix(0, rec.MtimeNS).UTC().Format(time.RFC3339Nano), time.Unix(0, cur.MtimeNS).UTC().Format(time.RFC3339Nano)))
+	}
+	if cur.SHA256 != rec.SHA256 {
+		what = append(what, fmt.Sprintf("sha256 %x then, %x now", rec.SHA256[:8], cur.SHA256[:8]))
+	}
+	if len(what) > 0 {
+		return fmt.Errorf("image %q changed since it was detected: %s", p, strings.Join(what, ", "))
+	}
+	return nil
 }
 
 // prepareOut is rank 0's output-folder step, before anything is computed:

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 )
 
 // bruteForce returns the best total over all assignments of min(nr, nc)
@@ -90,7 +92,7 @@ func TestAssignMatchesBruteForce(t *testing.T) {
 			t.Fatalf("trial %d: %d pairs for %dx%d", trial, n, nr, nc)
 		}
 		got, want := total(cost, nc, col), bruteForce(cost, nr, nc, maximize)
-		if math.Abs(got-want) > 1e-9*(1+math.Abs(want)) {
+		if approx.Far(math.Abs(got-want), 1e-9*(1+math.Abs(want))) {
 			t.Fatalf("trial %d (%dx%d, maximize=%v): total %v, brute force %v; cost %v col %v", trial, nr, nc, maximize, got, want, cost, col)
 		}
 	}

@@ -4,9 +4,10 @@
 #   1. Debian's CUDA 11.8 headers and nvcc (scripts/install-cuda.sh);
 #   2. kernels.fatbin is what kernels.cu compiles to (go generate, byte for
 #      byte) and holds compute_80 PTX and sm_90 code (cuobjdump);
-#   3. go vet and go build with -tags cuda, and cuda,nompi,noblas: the
-#      latter needs only libc and the driver's libcuda.so.1 (no libcudart,
-#      no cuBLAS, no MPI, no OpenBLAS): it is what the GPU check carries;
+#   3. go vet and go build with -tags cuda, and cuda,nompi,noblas,nogdal:
+#      the latter needs only libc and the driver's libcuda.so.1 (no
+#      libcudart, no cuBLAS, no MPI, no OpenBLAS, no GDAL): it is what the
+#      GPU check carries;
 #   4. without a GPU, the cuda binary stops before gorgonia.org/cu's init
 #      with exit 5 and says why;
 #   5. the retinanet tests compile with -tags cuda (they run on a GPU:
@@ -32,13 +33,13 @@ for fb in kernels nhwc; do
 done
 
 $GO vet -tags cuda ./...
-$GO vet -tags cuda,nompi,noblas ./...
+$GO vet -tags cuda,nompi,noblas,nogdal ./...
 mkdir -p bin
 $GO build -tags cuda -o bin/canopy-cuda .
-$GO build -tags cuda,nompi,noblas -o bin/canopy-cuda-nompi .
+$GO build -tags cuda,nompi,noblas,nogdal -o bin/canopy-cuda-nompi .
 libs=$(ldd bin/canopy-cuda-nompi)
-if grep -E 'libmpi|openblas|libcudart|libcublas' <<<"$libs"; then
-	echo "check-cuda: the cuda,nompi,noblas binary links more than libc and libcuda.so.1" >&2
+if grep -E 'libmpi|openblas|libcudart|libcublas|libgdal' <<<"$libs"; then
+	echo "check-cuda: the cuda,nompi,noblas,nogdal binary links more than libc and libcuda.so.1" >&2
 	exit 1
 fi
 grep -q 'libcuda.so.1' <<<"$libs" || { echo "check-cuda: the cuda binary does not link libcuda.so.1" >&2; exit 1; }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 )
 
 func fill(r *rand.Rand, n int) []float32 {
@@ -34,7 +36,7 @@ func TestAgainstNaive(t *testing.T) {
 			for j := 0; j < n; j++ {
 				g, w := got[i*ldc+j], want[i*ldc+j]
 				// float32 sums of k products of |x|<1: error bound ~ k·eps·sum|terms|.
-				if d := math.Abs(float64(g - w)); d > float64(k)*1.2e-7*float64(k)/4+1e-6 {
+				if d := math.Abs(float64(g - w)); approx.Far(d, float64(k)*1.2e-7*float64(k)/4+1e-6) {
 					t.Fatalf("%s %v: C[%d,%d] = %v, naive %v", Backend(), s, i, j, g, w)
 				}
 			}

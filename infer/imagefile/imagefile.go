@@ -37,6 +37,7 @@
 package imagefile
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -148,6 +149,36 @@ func Check(path string) (w, h int, err error) {
 	}
 	return c.Width, c.Height, nil
 }
+
+// Identify reports what identifies the regular file at path: its size,
+// its modification time in nanoseconds and the sha256 of its bytes (at most
+// size bytes are read; a file that changes meanwhile is an error). It
+// opens the file as Read does.
+func Identify(path string) (size, mtimeNS int64, sum [32]byte, err error) {
+	f, err := openRegular(path)
+	if err != nil {
+		return 0, 0, sum, wrap(path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, 0, sum, wrap(path, err)
+	}
+	h := sha256.New()
+	if _, err := io.CopyN(h, f, st.Size()); err != nil {
+		return 0, 0, sum, wrap(path, fmt.Errorf("read %d bytes: %w", st.Size(), err))
+	}
+	if st2, err := f.Stat(); err != nil || st2.Size() != st.Size() || !st2.ModTime().Equal(st.ModTime()) {
+		return 0, 0, sum, wrap(path, errors.New("the file changed while it was read"))
+	}
+	copy(sum[:], h.Sum(nil))
+	return st.Size(), st.ModTime().UnixNano(), sum, nil
+}
+
+// OpenRegular opens path for reading as every reader of this package
+// does: without blocking, and only a regular file (a named pipe, a device,
+// a directory or a socket is refused, the error naming which).
+func OpenRegular(path string) (*os.File, error) { return openRegular(path) }
 
 // openRegular opens path for reading without blocking (a FIFO would block
 // a plain open until a writer comes) and refuses anything but a regular

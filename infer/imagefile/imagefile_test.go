@@ -17,8 +17,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+	"github.com/canopy-hpc/canopy/internal/testsupport/shareddata"
 	"golang.org/x/image/tiff"
 )
 
@@ -408,9 +412,7 @@ func must[T any](v T, err error) T {
 // TestSamples reads DeepForest's sample images and compares them with what
 // PIL gives (testdata/pil_sums.json, from testdata/make_pil_sums.py).
 func TestSamples(t *testing.T) {
-	if _, err := os.Stat(samples); err != nil {
-		t.Skipf("no sample data: %v", err)
-	}
+	shareddata.Need(t, samples, "the DeepForest sample images")
 	var ref struct {
 		Pillow string
 		Files  []struct {
@@ -470,7 +472,7 @@ func TestSamples(t *testing.T) {
 				// samples: 2.7% of them, none by more than 3/255,
 				// sums within 2e-6 relative, on the sample JPEG.
 				for ch := range 3 {
-					if d := math.Abs(float64(sum8[ch]-r.Sum8[ch])) / float64(r.Sum8[ch]); d > 1e-5 {
+					if d := math.Abs(float64(sum8[ch]-r.Sum8[ch])) / float64(r.Sum8[ch]); approx.Far(d, 1e-5) {
 						t.Errorf("channel %d: sum %d, PIL %d (relative %.2g)", ch, sum8[ch], r.Sum8[ch], d)
 					}
 				}
@@ -483,7 +485,7 @@ func TestSamples(t *testing.T) {
 				if sum8[ch] != r.Sum8[ch] {
 					t.Errorf("channel %d: sum %d, PIL %d", ch, sum8[ch], r.Sum8[ch])
 				}
-				if d := math.Abs(sum[ch]-r.Sum[ch]) / r.Sum[ch]; d > 1e-9 {
+				if d := math.Abs(sum[ch]-r.Sum[ch]) / r.Sum[ch]; approx.Far(d, 1e-9) {
 					t.Errorf("channel %d: float sum %v, PIL %v (relative %.2g)", ch, sum[ch], r.Sum[ch], d)
 				}
 			}
@@ -571,5 +573,65 @@ func TestSixteenBitAsPillow(t *testing.T) {
 			p := rgb[3*(y*w+x):]
 			return [3]uint8{p[0], p[1], p[2]}
 		})
+	}
+}
+
+// BenchmarkIdentity: what --resume's image identity costs against reading
+// the same image (a lower bound of what detecting it costs): Identify
+// (size, mtime and sha256 of the bytes) and Read (decode to float RGB) of
+// DeepForest's OSBS_029.png (400×400, 412 KB) and a 2000×2000 PNG. The
+// figures and the decision are in docs/benchmarks.md.
+func BenchmarkIdentity(b *testing.B) {
+	big := image.NewRGBA(image.Rect(0, 0, 2000, 2000))
+	randBytes(10, big.Pix)
+	files := map[string]string{
+		"osbs029": filepath.Join(samples, "OSBS_029.png"),
+		"2000px":  write(b, "big.png", big, encPNG),
+	}
+	for _, name := range []string{"osbs029", "2000px"} {
+		path := files[name]
+		st, err := os.Stat(path)
+		if err != nil {
+			b.Logf("%s: %v (DeepForest's sample data is absent)", name, err)
+			continue
+		}
+		b.Run(name+"/identify", func(b *testing.B) {
+			b.SetBytes(st.Size())
+			for b.Loop() {
+				if _, _, _, err := Identify(path); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/read", func(b *testing.B) {
+			b.SetBytes(st.Size())
+			for b.Loop() {
+				if _, err := Read(path); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// Identify reports size, modification time and the sha256 of the bytes;
+// it refuses what Read refuses to open (a FIFO, a device, a folder).
+func TestIdentify(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "a.png")
+	os.WriteFile(p, []byte("hello"), 0o644)
+	when := time.Unix(1700000000, 123456789)
+	os.Chtimes(p, when, when)
+	size, mtime, sum, err := Identify(p)
+	if err != nil || size != 5 || mtime != when.UnixNano() || sum != sha256.Sum256([]byte("hello")) {
+		t.Fatalf("%d %d %x %v", size, mtime, sum, err)
+	}
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{fifo, "/dev/zero", t.TempDir()} {
+		if _, _, _, err := Identify(bad); !errors.Is(err, ErrImage) || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("%s: %v", bad, err)
+		}
 	}
 }

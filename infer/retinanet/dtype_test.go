@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/safetensors"
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 )
 
 // Checkpoints stored in F16 or BF16 hold rounded weights, so their
@@ -62,7 +63,7 @@ func TestRoundedWeightsDetectionsBound(t *testing.T) {
 					worst = max(worst, math.Abs(float64(x.Score-a[bi].Score)))
 				}
 				t.Logf("image %d: %d of %d float32 detections found, %d rounded; worst |Δscore| %.2g", i, found, len(a), len(b), worst)
-				if worst > c.tolScore {
+				if approx.Far(worst, c.tolScore) {
 					t.Errorf("image %d: score moved by %.3g > %g", i, worst, c.tolScore)
 				}
 				if float64(found) < c.minFound*float64(len(a)) {

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
@@ -127,7 +128,7 @@ func TestKernelsMatchCPU(t *testing.T) {
 					tol = 2e-2
 				}
 				name := fmt.Sprintf("conv %dx%d/%d %d->%d res=%v %s", c.k, c.k, c.s, c.in, c.out, withRes, prec)
-				if d := maxRel(got, want); d > tol || math.IsNaN(d) {
+				if d := maxRel(got, want); approx.Far(d, tol) {
 					t.Errorf("%s: max error %.3g of the mean |y|, want ≤ %.1g", name, d, tol)
 				} else {
 					t.Logf("%s: max error %.3g of the mean |y|", name, d)
@@ -226,11 +227,11 @@ func TestGPUEngineMatchesCPU(t *testing.T) {
 				featTol, scoreTol, boxTol = 3e-2, 1e-2, 0.5
 			}
 			for L := 0; L < 5; L++ {
-				if d := maxRel(gtr.Levels[L].d, wtr.Levels[L].d); d > featTol {
+				if d := maxRel(gtr.Levels[L].d, wtr.Levels[L].d); approx.Far(d, featTol) {
 					t.Errorf("%s image %d level %d: max error %.3g of the mean |x|", prec, i, L, d)
 				}
 				for k := range wtr.Top[L] {
-					if d := math.Abs(float64(gtr.Top[L][k].Score - wtr.Top[L][k].Score)); d > scoreTol {
+					if d := math.Abs(float64(gtr.Top[L][k].Score - wtr.Top[L][k].Score)); approx.Far(d, scoreTol) {
 						t.Errorf("%s image %d level %d top %d: score %v, CPU %v", prec, i, L, k, gtr.Top[L][k].Score, wtr.Top[L][k].Score)
 					}
 				}
@@ -260,7 +261,7 @@ func TestGPUEngineMatchesCPU(t *testing.T) {
 
 func boxClose(a, b [4]float32, tol float64) bool {
 	for j := range a {
-		if math.Abs(float64(a[j]-b[j])) > tol {
+		if approx.Far(math.Abs(float64(a[j]-b[j])), tol) {
 			return false
 		}
 	}
@@ -482,7 +483,7 @@ func TestGoldenTF32(t *testing.T) {
 			bestB, bestS := math.Inf(1), 0.0
 			for _, d := range dets {
 				ds := math.Abs(float64(d.Score) - gi.Scores[k])
-				if d.Label != gi.Labels[k] || ds > 0.02 {
+				if d.Label != gi.Labels[k] || approx.Far(ds, 0.02) {
 					continue
 				}
 				var db float64

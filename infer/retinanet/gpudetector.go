@@ -8,7 +8,6 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/cuda"
-	"github.com/canopy-hpc/canopy/infer/imagefile"
 )
 
 // GPUDetector is the infer.Detector of a Model on a cuda.Device: it reads a
@@ -50,7 +49,7 @@ func read(batch []infer.Input) *reading {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				im, err := imagefile.Read(batch[i].File)
+				im, err := batch[i].Read()
 				r.imgs[i], r.errs[i] = Image(im), err
 			}()
 		}

@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"image/png"
-	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 )
 
@@ -53,24 +51,13 @@ type lossFixture struct {
 // model; the bound leaves room for other CPUs' kernels.
 const lossULPs = 8
 
-func ulps(a, b float32) float64 {
-	if a == b {
-		return 0
-	}
-	u := float64(math.Nextafter32(max(abs32(a), abs32(b)), float32(math.Inf(1))) - max(abs32(a), abs32(b)))
-	return math.Abs(float64(a)-float64(b)) / u
-}
+// ulps is approx.ULPs32: +Inf (so over any bound) for a NaN or an infinity.
+func ulps(a, b float32) float64 { return approx.ULPs32(a, b) }
 
 func readLossFixture(t testing.TB) *lossFixture {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "golden", "retinanet", "losses.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var f lossFixture
-	if err := json.Unmarshal(b, &f); err != nil {
-		t.Fatal(err)
-	}
+	readFixture(t, "losses.json", &f)
 	return &f
 }
 
@@ -180,7 +167,7 @@ func TestLossGolden(t *testing.T) {
 				u := ulps(c.got, c.want)
 				worst = max(worst, u)
 				t.Logf("%s image %d %s: canopy %.9g torchvision %.9g (%.1f ulp)", name, i, c.what, c.got, c.want, u)
-				if u > lossULPs {
+				if approx.Far(u, lossULPs) {
 					t.Errorf("%s image %d %s: canopy %.9g, torchvision %.9g: %.1f ulp > %d", name, i, c.what, c.got, c.want, u, lossULPs)
 				}
 			}
@@ -189,7 +176,7 @@ func TestLossGolden(t *testing.T) {
 		}
 		n := float64(len(imgs))
 		for k, w := range []float64{want.Batch4.Classification, want.Batch4.BoxRegression} {
-			if u := ulps(float32(sum[k]/n), float32(w)); u > lossULPs {
+			if u := ulps(float32(sum[k]/n), float32(w)); approx.Far(u, lossULPs) {
 				t.Errorf("%s: mean of four %.9g, torchvision's batch of four %.9g: %.1f ulp", name, sum[k]/n, w, u)
 			}
 		}
@@ -293,7 +280,7 @@ func TestLossGPU(t *testing.T) {
 		for _, c := range [][2]float32{{ref[k].Classification, float32(w.Classification)}, {ref[k].BoxRegression, float32(w.BoxRegression)}} {
 			u := ulps(c[0], c[1])
 			t.Logf("image %d: GPU engine %.9g, torchvision %.9g: %.1f ulp", i, c[0], c[1], u)
-			if u > lossULPs {
+			if approx.Far(u, lossULPs) {
 				t.Errorf("image %d: GPU engine %.9g, torchvision %.9g: %.1f ulp > %d", i, c[0], c[1], u, lossULPs)
 			}
 		}

@@ -5,18 +5,21 @@ import "sort"
 // batchedNMS is torchvision's batched_nms: NMS per class, result in
 // descending score. Like torchvision's CPU path it uses the coordinate-offset
 // trick (boxes + label·(max+1)) for up to 1,000 boxes and the per-class loop
-// above, so float32 rounding follows the same route. Ties in score keep the
-// candidates' order (torch's sort is not stable: the order of exact ties is
-// unspecified there).
+// above, so float32 rounding follows the same route. The order of exact
+// score ties is torchvision's too (testdata/golden/retinanet/nms_ties.json,
+// tools/retinanet/nms_ties.py): its nms kernel sorts with a stable sort, so
+// tied candidates keep their order; the per-class loop orders its
+// survivors, taken in index order, with torch's sort, which is not stable
+// (torchSortDesc).
 func batchedNMS(c []cand, thr float64) []int {
 	if len(c) == 0 {
 		return nil
 	}
-	order := make([]int, len(c))
-	for i := range order {
-		order[i] = i
+	scores := make([]float32, len(c))
+	for i := range c {
+		scores[i] = c[i].score
 	}
-	sort.SliceStable(order, func(i, j int) bool { return c[order[i]].score > c[order[j]].score })
+	order := scoreOrder(scores)
 	boxes := make([][4]float32, len(c))
 	if len(c)*4 <= 4000 {
 		var mx float32
@@ -39,7 +42,30 @@ func batchedNMS(c []cand, thr float64) []int {
 	for i := range c {
 		labels[i] = c[i].label
 	}
-	return nms(boxes, order, thr, labels)
+	keep := nms(boxes, order, thr, labels)
+	// keep_indices = where(keep_mask): the survivors in index order, then
+	// keep_indices[scores[keep_indices].sort(descending=True)[1]].
+	sort.Ints(keep)
+	ks := make([]float32, len(keep))
+	for i, k := range keep {
+		ks[i] = scores[k]
+	}
+	out := make([]int, len(keep))
+	for i, j := range torchSortDesc(ks) {
+		out[i] = keep[j]
+	}
+	return out
+}
+
+// scoreOrder is the order in which torchvision's nms kernel visits the
+// boxes: descending score, ties in index order (a stable sort).
+func scoreOrder(scores []float32) []int {
+	order := make([]int, len(scores))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(i, j int) bool { return scores[order[i]] > scores[order[j]] })
+	return order
 }
 
 // nms is torchvision's CPU nms kernel over boxes in the given score order;

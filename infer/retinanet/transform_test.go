@@ -113,14 +113,8 @@ type blendFixture struct {
 
 func readBlendFixture(t *testing.T) *blendFixture {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "golden", "retinanet", "blend.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var g blendFixture
-	if err := json.Unmarshal(b, &g); err != nil {
-		t.Fatal(err)
-	}
+	readFixture(t, "blend.json", &g)
 	if len(g.Images) != 3 {
 		t.Fatalf("blend.json has %d images, want 3", len(g.Images))
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -11,10 +12,18 @@ import (
 )
 
 // ParseTruthFile parses the truth file by its extension: a COCO dataset
-// (.json: images, annotations, categories) or a DeepForest CSV.
+// (.json: images, annotations, categories), a Pascal VOC annotation (.xml),
+// or a DeepForest CSV (also what ReadVOCFolder makes of a folder).
 func ParseTruthFile(name string, data []byte) (*Truth, error) {
 	if strings.EqualFold(filepath.Ext(name), ".json") {
 		return ParseCOCOTruth(name, data)
+	}
+	if strings.EqualFold(filepath.Ext(name), ".xml") {
+		rows, err := ParseVOC(name, data)
+		if err != nil {
+			return nil, err
+		}
+		return truthFromRows(name, rows)
 	}
 	return ParseTruth(name, data)
 }
@@ -74,12 +83,16 @@ func ParseCOCOTruth(name string, data []byte) (*Truth, error) {
 	if len(ids) > 0 {
 		emptyLabel = cats[ids[0]]
 	}
-	byImage := map[int64][]COCOAnnotation{}
-	for _, a := range d.Annotations {
+	bounds, err := segmentationBounds(name, data, len(d.Annotations))
+	if err != nil {
+		return nil, err
+	}
+	byImage := map[int64][]int{}
+	for i, a := range d.Annotations {
 		if _, ok := cats[a.CategoryID]; !ok {
 			return nil, fmt.Errorf("dataset: %s: annotation %d: unknown category_id %d: %w", name, a.ID, a.CategoryID, ErrInput)
 		}
-		byImage[a.ImageID] = append(byImage[a.ImageID], a)
+		byImage[a.ImageID] = append(byImage[a.ImageID], i)
 	}
 	seen := map[int64]bool{}
 	var b bytes.Buffer
@@ -95,8 +108,13 @@ func ParseCOCOTruth(name string, data []byte) (*Truth, error) {
 		if len(anns) == 0 {
 			fmt.Fprintf(&b, "%s,0,0,0,0,%s\n", p, csvQuote(emptyLabel))
 		}
-		for _, a := range anns {
+		for _, i := range anns {
+			a := d.Annotations[i]
 			x, y, w, h := a.BBox[0], a.BBox[1], a.BBox[2], a.BBox[3]
+			if bd, ok := bounds[i]; ok { // no bbox: the polygons' bounds
+				fmt.Fprintf(&b, "%s,%s,%s,%s,%s,%s\n", p, f(bd[0]), f(bd[1]), f(bd[2]), f(bd[3]), csvQuote(cats[a.CategoryID]))
+				continue
+			}
 			fmt.Fprintf(&b, "%s,%s,%s,%s,%s,%s\n", p, f(x), f(y), f(x+w), f(y+h), csvQuote(cats[a.CategoryID]))
 		}
 	}
@@ -113,4 +131,51 @@ func csvQuote(s string) string {
 		return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 	}
 	return s
+}
+
+// segmentationBounds finds the annotations without a bbox (absent or
+// null) and gives each the bounds of its polygon segmentation, as
+// DeepForest's read_coco and BoxDataset do (polygons of at least 3 points;
+// all of them, as their union's bounds). One with neither is an error.
+func segmentationBounds(name string, data []byte, n int) (map[int][4]float64, error) {
+	var raw struct {
+		Annotations []struct {
+			ID   json.RawMessage `json:"id"`
+			BBox json.RawMessage `json:"bbox"`
+			Seg  json.RawMessage `json:"segmentation"`
+		} `json:"annotations"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil || len(raw.Annotations) != n {
+		return nil, fmt.Errorf("dataset: %s: not a COCO dataset: %w", name, ErrInput)
+	}
+	out := map[int][4]float64{}
+	for i, a := range raw.Annotations {
+		if len(a.BBox) > 0 && string(a.BBox) != "null" {
+			continue
+		}
+		var polys [][]float64
+		if err := json.Unmarshal(a.Seg, &polys); err != nil || len(a.Seg) == 0 {
+			return nil, fmt.Errorf("dataset: %s: annotation %s has no bbox and no polygon segmentation (a list of [x1, y1, x2, y2, ...]): %w", name, a.ID, ErrInput)
+		}
+		bd := [4]float64{math.Inf(1), math.Inf(1), math.Inf(-1), math.Inf(-1)}
+		used := 0
+		for _, p := range polys {
+			if len(p)%2 != 0 {
+				return nil, fmt.Errorf("dataset: %s: annotation %s: a segmentation polygon of %d numbers, want x, y pairs: %w", name, a.ID, len(p), ErrInput)
+			}
+			if len(p) < 6 {
+				continue // DeepForest skips polygons of fewer than 3 points
+			}
+			for k := 0; k < len(p); k += 2 {
+				bd[0], bd[2] = math.Min(bd[0], p[k]), math.Max(bd[2], p[k])
+				bd[1], bd[3] = math.Min(bd[1], p[k+1]), math.Max(bd[3], p[k+1])
+			}
+			used++
+		}
+		if used == 0 {
+			return nil, fmt.Errorf("dataset: %s: annotation %s has no bbox and no polygon of at least 3 points: %w", name, a.ID, ErrInput)
+		}
+		out[i] = bd
+	}
+	return out, nil
 }

@@ -64,6 +64,11 @@ func ParseTruth(name string, data []byte) (*Truth, error) {
 	if err != nil {
 		return nil, err
 	}
+	return truthFromRows(name, rows)
+}
+
+// truthFromRows groups parsed rows by image.
+func truthFromRows(name string, rows []Row) (*Truth, error) {
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("dataset: %s: no rows after the header, nothing to score: %w", name, ErrInput)
 	}
@@ -211,11 +216,16 @@ func parse(name string, data []byte, scored bool, opt Options) ([]Row, error) {
 			}
 		}
 	}
+	// A truth CSV with a WKT geometry column (DeepForest's read_file
+	// takes one) gives each row its geometry's bounds, as DeepForest's
+	// BoxDataset does, box columns or not.
+	geo, hasGeo := col["geometry"]
+	hasGeo = hasGeo && !scored
 	idx := make([]int, len(want))
 	var missing []string
 	for k, c := range want {
 		i, ok := col[c]
-		if !ok {
+		if !ok && !(hasGeo && k >= 1 && k <= 4) {
 			missing = append(missing, c)
 		}
 		idx[k] = i
@@ -243,7 +253,12 @@ func parse(name string, data []byte, scored bool, opt Options) ([]Row, error) {
 			return nil, fmt.Errorf("dataset: %s:%d: empty image_path: %w", name, line, ErrInput)
 		}
 		var v [5]float64
-		for k := 1; k <= 4; k++ {
+		if hasGeo {
+			if v[1], v[2], v[3], v[4], err = wktBounds(rec[geo]); err != nil {
+				return nil, fmt.Errorf("dataset: %s:%d: column geometry: %v: %w", name, line, err, ErrInput)
+			}
+		}
+		for k := 1; k <= 4 && !hasGeo; k++ {
 			v[k], err = number(rec[idx[k]])
 			if err != nil {
 				return nil, fmt.Errorf("dataset: %s:%d: column %s: %v: %w", name, line, want[k], err, ErrInput)

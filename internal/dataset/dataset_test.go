@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/testsupport/shareddata"
 )
 
 func TestBadRowsNameFileAndLine(t *testing.T) {
@@ -90,9 +92,10 @@ func TestLabelDict(t *testing.T) {
 // DeepForest's own SJER truth file has its columns as xmin,xmax,ymin,ymax.
 func TestSJERTruth(t *testing.T) {
 	const f = "../../../shared/data/deepforest/2018_SJER_3_252000_4107000_image_477_truth.csv"
+	shareddata.Need(t, f, "DeepForest's SJER truth file")
 	b, err := os.ReadFile(f)
 	if err != nil {
-		t.Skipf("DeepForest sample data absent (%v)", err)
+		t.Fatal(err)
 	}
 	tr, err := ParseTruth(f, b)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/wire"
@@ -20,6 +21,27 @@ func record(t testing.TB, images []wire.Image) []byte {
 	return b
 }
 
+// identRecord frames images with their identities as Writer.Append does.
+func identRecord(t testing.TB, images []wire.Image, ids []Identity) []byte {
+	dir := t.TempDir()
+	if err := Prepare(dir, "f"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Create(dir, "f", 0, 0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append(images, ids); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	files, err := ReadAll(dir)
+	if err != nil || len(files) != 1 {
+		t.Fatal(files, err)
+	}
+	return files[0].Data
+}
+
 // FuzzDecode: any bytes as a part file decode without panic; every image
 // found is in range, with finite, non-inverted boxes; and the images found,
 // framed again one record each, decode to the same images with nothing
@@ -30,6 +52,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(good, 3)
 	f.Add(good[:len(good)-3], 3) // a record cut short by a kill
 	f.Add([]byte{}, 1)
+	f.Add(identRecord(f, []wire.Image{{Index: 1, Dets: dets}}, []Identity{{Size: 9, MtimeNS: 1}}), 2)
 	f.Add(record(f, []wire.Image{{Index: 0, Dets: []box.Detection{{Box: box.Box{Xmin: 3, Xmax: 1}}}}}), 1) // inverted: refused
 	f.Fuzz(func(t *testing.T, b []byte, n int) {
 		n = max(0, min(n, 1<<16))
@@ -54,7 +77,7 @@ func FuzzDecode(f *testing.F) {
 					t.Fatalf("image %d: invalid box %+v", i, d.Box)
 				}
 			}
-			again = append(again, record(t, []wire.Image{im})...)
+			again = append(again, record(t, []wire.Image{im.Image})...)
 		}
 		back, st2, err := Decode([]File{{Name: "again", Data: again}}, n)
 		if err != nil || st2.Dropped != 0 || len(back) != len(done) {

@@ -5,12 +5,27 @@
 // resumed run reads every part file and skips the images found there; a
 // record cut short by a crash is detected and dropped, so at most the
 // records in flight are lost.
+//
+// A record is a u64 length and a payload. Two payload kinds exist:
+//
+//	"CNPY…"  a wire-format buffer alone (canopy before identities; no
+//	         identity for its images)
+//	"CNPI"   | u16 version (1) | u16 flags (0) | u32 n |
+//	         n × (u32 image index | i64 size | i64 mtime ns | 32-byte sha256)
+//	         | u32 CRC-32C of the identity section | the wire-format buffer
+//
+// n is 0 (the images were not read: a replay) or the wire buffer's image
+// count, the identities in the buffer's image order. A resumed model run
+// compares every image it takes from the part files with its recorded
+// identity, so a different --root-dir or an image edited in place is
+// refused rather than mixed into the result.
 package parts
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"os"
@@ -102,11 +117,45 @@ func readAt(dfd int, name string) (string, error) {
 	return string(b), err
 }
 
-// Append writes one record holding images and syncs when the interval has
-// passed.
-func (w *Writer) Append(images []wire.Image) error {
+// Identity is what a part record keeps of the image file a detection was
+// computed from: its size, modification time and content hash.
+type Identity struct {
+	Size    int64
+	MtimeNS int64
+	SHA256  [32]byte
+}
+
+const (
+	identMagic   = "CNPI"
+	identVersion = 1
+	identHeader  = 4 + 2 + 2 + 4
+	identEntry   = 4 + 8 + 8 + 32
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Append writes one record holding images, with ids (nil when the images
+// were not read, else one per image, in order), and syncs when the
+// interval has passed.
+func (w *Writer) Append(images []wire.Image, ids []Identity) error {
+	if ids != nil && len(ids) != len(images) {
+		return fmt.Errorf("parts: %d identities for %d images", len(ids), len(images))
+	}
+	le := binary.LittleEndian
+	b := append(w.buf[:0], make([]byte, 8)...)
+	b = append(b, identMagic...)
+	b = le.AppendUint16(b, identVersion)
+	b = le.AppendUint16(b, 0)
+	b = le.AppendUint32(b, uint32(len(ids)))
+	for k, id := range ids {
+		b = le.AppendUint32(b, uint32(images[k].Index))
+		b = le.AppendUint64(b, uint64(id.Size))
+		b = le.AppendUint64(b, uint64(id.MtimeNS))
+		b = append(b, id.SHA256[:]...)
+	}
+	b = le.AppendUint32(b, crc32.Checksum(b[8:], castagnoli))
 	var err error
-	w.buf, err = wire.Encode(append(w.buf[:0], make([]byte, 8)...), images)
+	w.buf, err = wire.Encode(b, images)
 	if err != nil {
 		return fmt.Errorf("parts: %w", err)
 	}
@@ -169,11 +218,56 @@ type Stats struct {
 	Dropped int
 }
 
+// Done is one finished image of the part files: its detections, and the
+// identity of the file they were computed from (nil when the record holds
+// none: a replay, or a part file of a canopy before identities).
+type Done struct {
+	wire.Image
+	Ident *Identity
+}
+
+// splitIdent separates a record's identity section from its wire buffer.
+// A payload without one (the first kind) gives no identities.
+func splitIdent(p []byte) ([]int, []Identity, []byte, error) {
+	if len(p) < 4 || string(p[:4]) != identMagic {
+		return nil, nil, p, nil
+	}
+	le := binary.LittleEndian
+	if len(p) < identHeader+4 {
+		return nil, nil, nil, fmt.Errorf("%w: identity section cut short", wire.ErrCorrupt)
+	}
+	n := uint64(le.Uint32(p[8:]))
+	if n > uint64(len(p)-identHeader-4)/identEntry {
+		return nil, nil, nil, fmt.Errorf("%w: identity section claims %d images in %d bytes", wire.ErrCorrupt, n, len(p))
+	}
+	end := identHeader + int(n)*identEntry
+	if crc32.Checksum(p[:end], castagnoli) != le.Uint32(p[end:]) {
+		return nil, nil, nil, fmt.Errorf("%w: identity section checksum", wire.ErrCorrupt)
+	}
+	if v := le.Uint16(p[4:]); v != identVersion {
+		return nil, nil, nil, fmt.Errorf("parts: identity section version %d, this canopy reads version %d", v, identVersion)
+	}
+	if f := le.Uint16(p[6:]); f != 0 {
+		return nil, nil, nil, fmt.Errorf("parts: identity section flags %#x unknown", f)
+	}
+	idx := make([]int, n)
+	ids := make([]Identity, n)
+	for k := range ids {
+		e := p[identHeader+k*identEntry:]
+		idx[k] = int(le.Uint32(e))
+		ids[k].Size = int64(le.Uint64(e[4:]))
+		ids[k].MtimeNS = int64(le.Uint64(e[12:]))
+		copy(ids[k].SHA256[:], e[20:52])
+	}
+	return idx, ids, p[end+4:], nil
+}
+
 // Decode returns, for every image found in the files (first valid record
-// wins), its detections, keyed by global image index; images at or above
-// nImages are an error (the manifest check makes them impossible).
-func Decode(files []File, nImages int) (map[int]wire.Image, Stats, error) {
-	done := map[int]wire.Image{}
+// wins), its detections and recorded identity, keyed by global image
+// index; images at or above nImages are an error (the manifest check makes
+// them impossible).
+func Decode(files []File, nImages int) (map[int]Done, Stats, error) {
+	done := map[int]Done{}
 	var st Stats
 	for _, f := range files {
 		b := f.Data
@@ -187,7 +281,14 @@ func Decode(files []File, nImages int) (map[int]wire.Image, Stats, error) {
 				st.Dropped++
 				break
 			}
-			imgs, err := wire.Decode(b[8 : 8+n])
+			idx, ids, wb, err := splitIdent(b[8 : 8+n])
+			var imgs []wire.Image
+			if err == nil {
+				imgs, err = wire.Decode(wb)
+			}
+			if err == nil && len(ids) > 0 && len(ids) != len(imgs) {
+				err = fmt.Errorf("parts: %s: a record with %d identities for %d images", f.Name, len(ids), len(imgs))
+			}
 			if err != nil {
 				if errors.Is(err, wire.ErrCorrupt) {
 					st.Dropped++
@@ -196,7 +297,7 @@ func Decode(files []File, nImages int) (map[int]wire.Image, Stats, error) {
 				return nil, st, err
 			}
 			st.Records++
-			for _, im := range imgs {
+			for k, im := range imgs {
 				if im.Index < 0 || im.Index >= nImages {
 					return nil, st, fmt.Errorf("parts: %s holds image %d of %d", f.Name, im.Index, nImages)
 				}
@@ -207,7 +308,14 @@ func Decode(files []File, nImages int) (map[int]wire.Image, Stats, error) {
 					st.Duplicates++
 					continue
 				}
-				done[im.Index] = im
+				d := Done{Image: im}
+				if len(ids) > 0 {
+					if idx[k] != im.Index {
+						return nil, st, fmt.Errorf("parts: %s: identity of image %d recorded for image %d", f.Name, idx[k], im.Index)
+					}
+					d.Ident = &ids[k]
+				}
+				done[im.Index] = d
 			}
 			b = b[8+n:]
 		}

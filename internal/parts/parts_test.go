@@ -21,7 +21,7 @@ func TestRoundTripAndTornTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 5; i++ {
-		if err := w.Append([]wire.Image{{Index: i, Dets: []box.Detection{{Score: float64(i)}}, Loss: &box.Loss{Classification: float32(i) + 0.5, BoxRegression: 0.25}}}); err != nil {
+		if err := w.Append([]wire.Image{{Index: i, Dets: []box.Detection{{Score: float64(i)}}, Loss: &box.Loss{Classification: float32(i) + 0.5, BoxRegression: 0.25}}}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -86,7 +86,7 @@ func TestCreateOnlyInOwnRunsFolder(t *testing.T) {
 	if err := Prepare(out, "newer"); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Append([]wire.Image{{Index: 0}}); err != nil {
+	if err := w.Append([]wire.Image{{Index: 0}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()
@@ -95,5 +95,73 @@ func TestCreateOnlyInOwnRunsFolder(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(out, "aside", "part-000-00000.part")); err != nil || st.Size() == 0 {
 		t.Fatalf("the record is not in the folder Create opened: %v", err)
+	}
+}
+
+// TestDecodeStats: the counts Decode reports. A tail shorter than a length
+// prefix is a dropped tail; an image found again (a retried attempt) keeps
+// the first record's detections and counts as a duplicate.
+func TestDecodeStats(t *testing.T) {
+	img := func(i int, s float64) wire.Image {
+		return wire.Image{Index: i, Dets: []box.Detection{{Box: box.Box{Xmax: 1, Ymax: 1}, Score: s}}}
+	}
+	a := append(record(t, []wire.Image{img(0, 0.5), img(1, 0.5)}), record(t, []wire.Image{img(2, 0.5)})...)
+	a = append(a, 1, 2, 3) // a crash after three bytes of the next length
+	b := record(t, []wire.Image{img(1, 0.25), img(3, 0.25)})
+	done, st, err := Decode([]File{{Name: "part-000-00000.part", Data: a}, {Name: "part-001-00000.part", Data: b}}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Stats{Records: 3, Images: 4, Duplicates: 1, Dropped: 1}); st != want {
+		t.Errorf("stats %+v, want %+v", st, want)
+	}
+	if len(done) != 4 || done[1].Dets[0].Score != 0.5 || done[3].Dets[0].Score != 0.25 {
+		t.Errorf("images %v: image 1 must keep the first record's score 0.5", done)
+	}
+	if _, st, _ := Decode([]File{{Name: "x.part", Data: []byte{1, 2, 3, 4, 5, 6, 7}}}, 4); st != (Stats{Dropped: 1}) {
+		t.Errorf("a 7-byte file: %+v, want one dropped tail", st)
+	}
+}
+
+// A record keeps each image's identity beside its detections; a record of
+// the first kind (a wire buffer alone, as canopy wrote before identities)
+// still decodes, with no identity; a flipped identity byte drops the
+// record; identities that do not match the images are refused.
+func TestIdentities(t *testing.T) {
+	out := t.TempDir()
+	if err := Prepare(out, "r"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Create(out, "r", 0, 0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := Identity{Size: 412520, MtimeNS: -7, SHA256: [32]byte{1, 2, 3, 31: 9}}
+	if err := w.Append([]wire.Image{{Index: 1}, {Index: 0, Dets: []box.Detection{{Score: 1}}}}, []Identity{{Size: 5}, id}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append([]wire.Image{{Index: 2}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append([]wire.Image{{Index: 3}}, []Identity{}); err == nil {
+		t.Fatal("0 identities for 1 image accepted")
+	}
+	w.Close()
+	files, _ := ReadAll(out)
+	old := record(t, []wire.Image{{Index: 3}})
+	done, st, err := Decode(append(files, File{Name: "old.part", Data: old}), 4)
+	if err != nil || st.Dropped != 0 || len(done) != 4 {
+		t.Fatalf("%v %+v %v", done, st, err)
+	}
+	if done[0].Ident == nil || *done[0].Ident != id || done[1].Ident == nil || done[1].Ident.Size != 5 || done[0].Dets[0].Score != 1 {
+		t.Fatalf("identities: %+v %+v", done[0], done[1])
+	}
+	if done[2].Ident != nil || done[3].Ident != nil {
+		t.Fatalf("a record without identities gave one: %+v %+v", done[2].Ident, done[3].Ident)
+	}
+	b := append([]byte(nil), files[0].Data...)
+	b[8+identHeader+20] ^= 1 // inside the first identity's size
+	if done, st, _ := Decode([]File{{Name: "x", Data: b}}, 4); len(done) != 0 || st.Dropped != 1 {
+		t.Fatalf("a corrupt identity: %d images %+v", len(done), st)
 	}
 }

@@ -88,3 +88,27 @@ func BalanceBatches(todo []int, n, ranks int) (Plan, error) {
 	}
 	return p, nil
 }
+
+// Blocks deals n equal-cost items (a raster's windows, in DeepForest's
+// order) to ranks in contiguous blocks: rank r gets [r·n/ranks,
+// (r+1)·n/ranks), so block sizes differ by at most one, every item goes to
+// exactly one rank, and each rank reads neighbouring windows (GDAL's block
+// cache serves the overlap). Load[r] is the block size.
+func Blocks(n, ranks int) (Plan, error) {
+	if ranks < 1 {
+		return Plan{}, fmt.Errorf("plan: %d ranks", ranks)
+	}
+	if n < 0 {
+		return Plan{}, fmt.Errorf("plan: %d items", n)
+	}
+	p := Plan{Shards: make([][]int, ranks), Load: make([]int64, ranks)}
+	for r := range ranks {
+		lo, hi := int(int64(r)*int64(n)/int64(ranks)), int(int64(r+1)*int64(n)/int64(ranks))
+		s := make([]int, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			s = append(s, i)
+		}
+		p.Shards[r], p.Load[r] = s, int64(hi-lo)
+	}
+	return p, nil
+}

@@ -133,3 +133,36 @@ func TestBalanceBatches(t *testing.T) {
 		t.Error("decreasing indices accepted")
 	}
 }
+
+// TestBlocks: every item exactly once, in order, contiguous, sizes within
+// one of each other, for many (n, ranks).
+func TestBlocks(t *testing.T) {
+	for n := 0; n < 60; n++ {
+		for ranks := 1; ranks < 9; ranks++ {
+			p, err := Blocks(n, ranks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := 0
+			lo, hi := int64(n), int64(0)
+			for r, s := range p.Shards {
+				for _, i := range s {
+					if i != next {
+						t.Fatalf("n=%d ranks=%d: rank %d has %d, want %d", n, ranks, r, i, next)
+					}
+					next++
+				}
+				if p.Load[r] != int64(len(s)) {
+					t.Fatalf("load %d for %d items", p.Load[r], len(s))
+				}
+				lo, hi = min(lo, p.Load[r]), max(hi, p.Load[r])
+			}
+			if next != n || hi-lo > 1 {
+				t.Fatalf("n=%d ranks=%d: %d items dealt, loads %d..%d", n, ranks, next, lo, hi)
+			}
+		}
+	}
+	if _, err := Blocks(3, 0); err == nil {
+		t.Fatal("0 ranks accepted")
+	}
+}

@@ -25,6 +25,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from peer_meta import peer_command  # noqa: E402
+
 SETTINGS = [
     ("avx2-2t", {}, 2),
     ("avx2-1t", {}, 1),
@@ -84,7 +87,7 @@ def main():
             infos[name] = json.load(open(os.path.join(d, "info.json")))
             tensors[name] = [np.load(os.path.join(d, "%d.npy" % i)) for i in range(len(args.images))]
     out = {
-        "command": "%s tools/retinanet/blend.py %s" % (sys.executable, " ".join(sys.argv[1:])),
+        "command": peer_command(),
         "min_size": args.min_size,
         "max_size": args.max_size,
         "settings": {name: {k: v for k, v in infos[name].items() if k != "images"} for name, _, _ in SETTINGS},

@@ -45,6 +45,9 @@ from torchvision.ops.misc import FrozenBatchNorm2d
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weights  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from peer_meta import peer_command  # noqa: E402
+
 THRESH = dict(score_thresh=0.1, nms_thresh=0.05, detections_per_img=300, topk_candidates=1000)
 SAMPLES = 16  # feature values sampled per level
 TOP = 5  # highest scores per level, decoded whatever the threshold
@@ -192,7 +195,7 @@ def main():
         "torchvision": torchvision.__version__,
         "cpu_capability": cpu_capability(),
         "threads": torch.get_num_threads(),
-        "command": "%s tools/retinanet/golden.py %s" % (sys.executable, " ".join(sys.argv[1:])),
+        "command": peer_command(),
         "model": args.model or args.checkpoint,
         "seed": args.seed,
         "config": dict(THRESH, num_classes=model.head.classification_head.num_classes, **cfg),

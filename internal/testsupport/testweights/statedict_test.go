@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/testsupport/shareddata"
 )
 
 // The names, shapes and order match torchvision's own state dict as listed
@@ -13,10 +15,11 @@ import (
 // (retinanet_resnet50_fpn(weights=None, weights_backbone=None,
 // num_classes=1).state_dict(), BatchNorm2d so with num_batches_tracked).
 func TestStateDictMatchesTorchvision(t *testing.T) {
-	const f = "../../../shared/spec/retinanet_state_dict_keys.txt"
+	const f = "../../../../shared/spec/retinanet_state_dict_keys.txt"
+	shareddata.Need(t, f, "torchvision's state-dict key list")
 	fh, err := os.Open(f)
 	if err != nil {
-		t.Skipf("torchvision key list absent (%v)", err)
+		t.Fatal(err)
 	}
 	defer fh.Close()
 	var want []string
