@@ -123,7 +123,7 @@ test-mpi:
 .PHONY: fuzz fuzz-seeds
 FUZZTIME ?= 30s
 FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict internal/dataset:FuzzParseVOC \
-	infer/safetensors:FuzzParse infer/torchfile:FuzzRead internal/config:FuzzLoad infer/retinanet:FuzzParseConfig infer/retinanet:FuzzParseRepo infer/imagefile:FuzzRead \
+	infer/safetensors:FuzzParse infer/cuda/cudnn:FuzzParsePlanFile infer/torchfile:FuzzRead internal/config:FuzzLoad infer/retinanet:FuzzParseConfig infer/retinanet:FuzzParseRepo infer/imagefile:FuzzRead \
 	internal/parts:FuzzDecode internal/wire:FuzzDecode jobs:FuzzInputPacket jobs:FuzzManifest report:FuzzCompareReport report:FuzzTolerances
 fuzz: deps
 	@for t in $(FUZZ_TARGETS); do echo "fuzz: $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
