@@ -93,7 +93,7 @@ check-fmt:
 
 # Unit tests, including the end-to-end mpirun tests of package main.
 test-unit: test-deps fake-cudnn
-	$(GO) test -tags '$(TAGS)' -count=1 -timeout 600s ./...
+	$(GO) test -tags '$(TAGS)' -count=1 -timeout 1800s ./...
 
 # The fake libcudnn.so.9 (infer/cuda/cudnn/fake): cuDNN 9's graph API over
 # host memory, for canopy --cudnn bin/fake-cudnn on machines without a GPU

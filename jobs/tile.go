@@ -21,6 +21,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/internal/wire"
+	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -67,7 +68,15 @@ func tileSources(cfg TileConfig) (paths, files []string, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("jobs: %w", err)
 	}
-	if paths, err = dataset.ImagePaths(cfg.CSV, data); err != nil {
+	if cfg.Eval != nil { // eval --tile: the truth's images are the rasters
+		truth, err := dataset.ParseTruthFile(cfg.CSV, data)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, im := range truth.Images {
+			paths = append(paths, im.Path)
+		}
+	} else if paths, err = dataset.ImagePaths(cfg.CSV, data); err != nil {
 		return nil, nil, err
 	}
 	root := cfg.RootDir
@@ -142,10 +151,19 @@ func packTile(cfg TileConfig) ([]byte, *outRun) {
 		out.finish(err)
 		return fail(ExitInternal, err)
 	}
-	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb), out
+	var truth []byte
+	if cfg.Eval != nil {
+		if truth, err = os.ReadFile(cfg.CSV); err != nil {
+			out.finish(err)
+			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+		}
+	}
+	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth), out
 }
 
 type tileReport struct {
+	// Metrics: eval --tile's, as eval's report.json "metrics".
+	Metrics json.RawMessage `json:"metrics,omitempty"`
 	predictReport
 	Tile struct {
 		PatchSize    int          `json:"patch_size"`
@@ -216,7 +234,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		return &Error{Code: int(pkt[0]), Collective: true, Err: errors.New(string(pkt[1:]))}
 	}
 	f, err := unpackFields(pkt[1:])
-	if err != nil || len(f) != 4 {
+	if err != nil || len(f) != 5 {
 		return collective(ExitInternal, "jobs: malformed input broadcast")
 	}
 	var rasters []tileRaster
@@ -228,6 +246,23 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		return err
 	}
 	labels := model.labels()
+	var truthImages []box.Image // eval --tile: each raster's truth
+	if cfg.Eval != nil {
+		truth, err := dataset.ParseTruthFile(cfg.CSV, f[4])
+		if err != nil {
+			return &Error{Code: ExitInput, Collective: true, Err: err}
+		}
+		var names []string
+		for _, im := range truth.Images {
+			names = append(names, im.Labels...)
+		}
+		if err := checkModelLabels(labels, nil, names, cfg.CSV); err != nil {
+			return &Error{Code: ExitModel, Collective: true, Err: err}
+		}
+		if truthImages, err = truth.Resolve(cfg.CSV, labels); err != nil || len(truthImages) != len(rasters) {
+			return collective(ExitInput, "jobs: %s: truth for %d rasters of %d: %v", cfg.CSV, len(truthImages), len(rasters), err)
+		}
+	}
 
 	// The global window list: raster by raster, each in DeepForest's order.
 	type globalWin struct {
@@ -315,6 +350,25 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		rasters[i].Detections = len(merged[i])
 	}
 	stats.Seconds["merge"] = since(t2)
+	var res metrics.Result
+	var metricJSON []byte
+	if cfg.Eval != nil {
+		for i := range images {
+			images[i] = truthImages[i]
+		}
+		fam := cfg.Eval.Families
+		if fam == 0 {
+			fam = metrics.All
+		}
+		if res, err = metrics.Compute(metrics.Input{Images: images, Dets: merged, Labels: labels},
+			metrics.Options{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics}, fam, cfg.Eval.ClassMetrics); err != nil {
+			return collective(ExitInternal, "jobs: %w", err)
+		}
+		metricJSON = MetricsJSON(res.Values)
+		if err := agree(c, metricJSON); err != nil {
+			return err
+		}
+	}
 	return writeReport(c, stats, "predictions", func(allStats []rankStats) error {
 		var rep tileReport
 		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
@@ -335,6 +389,16 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 			extra = append(extra, *gpkg)
 			rep.Tile.GPKG = gpkgFile
 		}
+		if cfg.Eval != nil {
+			rep.Metrics = json.RawMessage(metricJSON)
+			results, err := stage(cfg.Out, "results.csv", func(w io.Writer) error {
+				return writeResults(w, images, merged, labels, res.Matches)
+			})
+			if err != nil {
+				return err
+			}
+			extra = append(extra, results)
+		}
 		if note != "" && cfg.Progress != nil {
 			fmt.Fprintf(cfg.Progress, "canopy: note: %s\n", note)
 		}
@@ -347,6 +411,9 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		}
 		if err := out.commit(); err != nil {
 			return err
+		}
+		if cfg.Stdout != nil && cfg.Eval != nil {
+			printTable(cfg.Stdout, res.Values)
 		}
 		if cfg.Stdout != nil {
 			fmt.Fprintf(cfg.Stdout, "%d detections on %d rasters (%d windows, %d window detections): %s\n",

@@ -263,3 +263,77 @@ func TestTileGPKG(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalTile: eval --tile scores the merged rows: its metrics equal, byte
+// for byte, eval's replay of predict --tile's predictions.csv against the
+// same truth, for 1 and 3 ranks; the truth is forestgen's, in the raster's
+// pixel frame.
+func TestEvalTile(t *testing.T) {
+	if !gdal.Available {
+		t.Skip("built with -tags nogdal: no raster reads")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("go", "run", "./cmd/forestgen", "-out", dir, "-n", "1", "-sizes", "640x560", "-seed", "11")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("forestgen: %v\n%s", err, out)
+	}
+	truth := filepath.Join(dir, "annotations.csv")
+	one := func(c mpi.Comm) func() (mpi.Comm, func() error, error) {
+		return func() (mpi.Comm, func() error, error) { return c, func() error { return nil }, nil }
+	}
+	run := func(n int, args ...string) []byte {
+		out := filepath.Join(t.TempDir(), "out")
+		var stderr bytes.Buffer
+		lw := &lockedWriter{w: &stderr}
+		codes := make([]int, n)
+		local.Run(n, func(c mpi.Comm) error {
+			codes[c.Rank()] = MainWith(context.Background(), append(append([]string{"canopy"}, args...), "--out", out), &bytes.Buffer{}, lw, one(c))
+			return nil
+		})
+		for r, code := range codes {
+			if code != 0 {
+				t.Fatalf("%v: rank %d exit %d\n%s", args, r, code, stderr.String())
+			}
+		}
+		return []byte(out)
+	}
+	tileArgs := []string{"--tile", "--model", demoModelDir, "--threads", "1", "--patch-size", "300", "--patch-overlap", "0.15"}
+	var ref []byte
+	for _, n := range []int{1, 3} {
+		out := string(run(n, append([]string{"eval", "--csv", truth, "--html=false"}, tileArgs...)...))
+		var rep struct{ Metrics json.RawMessage }
+		b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+		if err := json.Unmarshal(b, &rep); err != nil || len(rep.Metrics) < 10 {
+			t.Fatalf("report.json: %v %s", err, b)
+		}
+		if _, err := os.Stat(filepath.Join(out, "results.csv")); err != nil {
+			t.Fatal(err)
+		}
+		if ref == nil {
+			ref = rep.Metrics
+			var m map[string]any
+			json.Unmarshal(rep.Metrics, &m)
+			if r, _ := m["box_recall"].(float64); r < 0.3 {
+				t.Fatalf("box_recall %v on the demo forest", m["box_recall"])
+			}
+		} else if !bytes.Equal(rep.Metrics, ref) {
+			t.Fatalf("%d ranks: metrics differ:\n%s\n%s", n, rep.Metrics, ref)
+		}
+	}
+	pout := string(run(2, append([]string{"predict", "--raster", filepath.Join(dir, "img_0000.png")}, tileArgs...)...))
+	dict := filepath.Join(dir, "classes.csv") // the model's label ids, as eval --model uses them
+	os.WriteFile(dict, []byte("label,id\nTree,0\nDead,1\n"), 0o644)
+	eout := string(run(1, "eval", "--csv", truth, "--predictions", filepath.Join(pout, "predictions.csv"), "--html=false", "--label-dict", dict))
+	b, _ := os.ReadFile(filepath.Join(eout, "report.json"))
+	var rep struct{ Metrics json.RawMessage }
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var a, b2 bytes.Buffer
+	json.Compact(&a, rep.Metrics)
+	json.Compact(&b2, ref)
+	if a.Len() < 10 || !bytes.Equal(a.Bytes(), b2.Bytes()) {
+		t.Fatalf("eval --tile's metrics differ from eval's replay of predict --tile:\n%s\n%s", b2.Bytes(), a.Bytes())
+	}
+}
