@@ -69,9 +69,12 @@ check-cuda: deps
 # What the GPU check carries (tools/gpu/check.sh): the cuda,nompi,noblas
 # binary and the retinanet test binary, both needing only libc and
 # libcuda.so.1 (cuDNN is dlopened there from PyTorch's environment), the
-# parity images and the demo set.
+# model and image generators of its e2e section, the parity images and the
+# demo set.
 gpu-bundle: check-cuda
 	$(RETINANET_IMAGES)
+	CGO_ENABLED=0 $(GO) build -o bin/testmodel ./cmd/testmodel
+	CGO_ENABLED=0 $(GO) build -o bin/forestgen ./cmd/forestgen
 	$(GO) run ./cmd/forestgen -out bin/gpu-demo -n 40 -seed 3
 
 # xmllint validates canopy compare's JUnit output against its schema.

@@ -50,9 +50,15 @@ type result struct {
 // mpirun runs canopy on np ranks with a hard timeout.
 func mpirun(t *testing.T, np int, env []string, args ...string) result {
 	t.Helper()
+	return mpirunBin(t, canopyBin, np, env, args...)
+}
+
+// mpirunBin is mpirun of the binary bin.
+func mpirunBin(t *testing.T, bin string, np int, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", append([]string{"-np", fmt.Sprint(np), canopyBin}, args...)...)
+	cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", append([]string{"-np", fmt.Sprint(np), bin}, args...)...)
 	cmd.Env = append(append(os.Environ(), "CANOPY_MPIRUN_TIMEOUT=60"), env...)
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
@@ -521,6 +527,73 @@ func TestMPIModelRankCountsBitIdentical(t *testing.T) {
 			json.Unmarshal(m, &v)
 			if rec, _ := v["box_recall"].(float64); !(rec >= 0.5) {
 				t.Fatalf("the demo model's box_recall is %v on its demo images", v["box_recall"])
+			}
+			refMetrics, refPreds = m, p
+			continue
+		}
+		if !bytes.Equal(m, refMetrics) || !bytes.Equal(p, refPreds) {
+			t.Fatalf("np%d: metrics or predictions differ from np1:\n%s\n%s", np, m, refMetrics)
+		}
+	}
+}
+
+// The GPU engine under the real mpirun: a binary built with -tags
+// hostkerngpu sees fake GPUs that are host shims (jobs/hostkerngpu.go), one
+// per rank; eval --model (the device transform, postprocess and losses,
+// CUDA graphs) gives byte-identical metrics and predictions for -np 1, 2
+// and 3 at batch 2. The model is a small generated ResNet-18-FPN32 at
+// min_size 128, so the shim runs it in seconds.
+func TestMPIGPUEngineRankCountsBitIdentical(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "canopy-hostkerngpu")
+	if out, err := exec.Command("go", "build", "-tags", "hostkerngpu", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	model := filepath.Join(dir, "model")
+	if out, err := exec.Command("go", "run", "./cmd/testmodel", "-arch", "resnet18", "-classes", "2", "-fpn", "32",
+		"-min-size", "128", "-max-size", "128", "-out", model).CombinedOutput(); err != nil {
+		t.Fatalf("testmodel: %v\n%s", err, out)
+	}
+	cfgPath := filepath.Join(model, "config.json")
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["label_dict"] = map[string]int{"Tree": 0, "Dead": 1} // forestgen's labels
+	if b, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	csv := demoImages(t, 6)
+	env := []string{"CANOPY_TEST_HOSTKERN_GPUS=3"}
+	var refMetrics, refPreds []byte
+	for np := 1; np <= 3; np++ {
+		out := t.TempDir()
+		r := mpirunBin(t, bin, np, env, "eval", "--model", model, "--csv", csv, "--out", out, "--batch-size", "2", "--device", "cuda")
+		if r.code != 0 {
+			t.Fatalf("np%d: exit %d\n%s", np, r.code, r.stderr)
+		}
+		rep, err := os.ReadFile(filepath.Join(out, "report.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(rep, []byte("retinanet-hostkern")) || !bytes.Contains(rep, []byte(fmt.Sprintf("GPU-hostkern-%d", np-1))) {
+			t.Fatalf("np%d: the report names no host-shim GPU for every rank:\n%s", np, rep)
+		}
+		m := metricsOf(t, out)
+		p, err := os.ReadFile(filepath.Join(out, "predictions.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if refMetrics == nil {
+			if n := bytes.Count(p, []byte("\n")) - 1; n < 10 {
+				t.Fatalf("only %d detections: the comparison would be thin", n)
 			}
 			refMetrics, refPreds = m, p
 			continue

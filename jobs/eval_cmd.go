@@ -49,6 +49,9 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			if c.Bool("tile") {
 				return evalTileAction(c, code, newComm, stdout, stderr)
 			}
+			if err := tileFlagsNeedTile(c, "eval"); err != nil {
+				return err
+			}
 			cfg, err := evalConfig(c, stdout)
 			if err != nil {
 				return usageError(err)

@@ -102,17 +102,18 @@ func gpuCfg(t *testing.T, out string) EvalConfig {
 	return cfg
 }
 
-// Under mpirun -np 2 on a 2-GPU node each rank has its own GPU, and the
-// metrics and predictions are byte-identical to one rank's: exact and
-// kernel-tf32 at batch 1 or 4; the cuDNN modes (the fake cuDNN, whose
-// tensor-core engine's bits depend on an image's slot and the batch size)
-// at --batch-size 4, with 1, 2 and 3 ranks (bf16: 1 and 3; global batches; the second
-// batch mixes two resized sizes; the third rank shares a GPU).
+// Under mpirun -np 2 or 3 on a node with as many GPUs each rank has its
+// own GPU, and the metrics and predictions are byte-identical to one
+// rank's: exact and kernel-tf32 at batch 1, 4 or 2 (the device transform,
+// postprocess and CUDA-graph replays of the GPU engine); the cuDNN modes
+// (the fake cuDNN, whose tensor-core engine's bits depend on an image's
+// slot and the batch size) at --batch-size 4, with 1, 2 and 3 ranks (bf16:
+// 1 and 3; global batches; the second batch mixes two resized sizes).
 func TestGPUEvalIdenticalAcrossRanks(t *testing.T) {
-	withFakeGPUs(t, 2)
+	withFakeGPUs(t, 3)
 	for _, prec := range gpuEvalPrecisions {
 		var refMetrics, refPreds []byte
-		variants := []struct{ ranks, batch int }{{1, 1}, {2, 4}}
+		variants := []struct{ ranks, batch int }{{1, 1}, {2, 4}, {3, 2}}
 		if prec == "tf32" {
 			variants = []struct{ ranks, batch int }{{1, 4}, {2, 4}, {3, 4}}
 		} else if precision(prec).Cudnn() {
@@ -151,7 +152,7 @@ func TestGPUEvalIdenticalAcrossRanks(t *testing.T) {
 				t.Errorf("%s: report's batching %+v", prec, b)
 			}
 			for r, d := range run.Model.Devices {
-				if d.Rank != r || d.Device != fmt.Sprintf("cuda:%d", r%2) || d.UUID != fmt.Sprintf("GPU-fake-%d", r%2) {
+				if d.Rank != r || d.Device != fmt.Sprintf("cuda:%d", r) || d.UUID != fmt.Sprintf("GPU-fake-%d", r) || d.Shared != 1 {
 					t.Errorf("%s %+v: rank %d ran on %+v", prec, v, r, d)
 				}
 			}

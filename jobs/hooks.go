@@ -12,7 +12,8 @@ import (
 
 // The test hooks of jobs, all in this file: environment variables a test
 // sets (CANOPY_TEST_*) and seams a test of package jobs replaces. Each is
-// inert when unset. infer/replay has its own (FailEnv, SlowEnv).
+// inert when unset. infer/replay has its own (FailEnv, SlowEnv); the
+// host-shim GPUs of a -tags hostkerngpu test build are in hostkerngpu.go.
 
 // perturbForTest reports whether rank is the one PerturbEnv names.
 func perturbForTest(rank int) bool {

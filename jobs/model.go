@@ -166,6 +166,7 @@ type loadedModel struct {
 	planPath   string // --plan
 	batch      int    // --batch-size: the global batch N of the cuDNN path
 	threads    int    // compute threads of the detector, resolved once (info.Threads records it)
+	decoders   int    // a GPU rank's image-decoding goroutines: its core budget
 }
 
 // loadModel loads the folder rank 0 resolved on every rank and checks that
@@ -221,7 +222,8 @@ func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) err
 	lm.info.Device = lm.place.Kind
 	if lm.place.Kind == "cuda" {
 		lm.info.Device = fmt.Sprintf("cuda:%d", lm.place.Index)
-		lm.threads = 1 // the host side: decode, transform, postprocess
+		lm.decoders = lm.threads // the rank's cores decode ahead
+		lm.threads = 1           // the host side
 	}
 	lm.info.Threads = lm.threads
 	lm.info.Precision = lm.precision.String()
@@ -404,6 +406,7 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 		if lm.layerTimes {
 			g.EnableLayerTimes()
 		}
+		g.SetDecodeWorkers(lm.decoders)
 		return g, nil
 	}
 	d, err := retinanet.NewDetector(lm.m, lm.threads, ids)

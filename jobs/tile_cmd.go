@@ -91,12 +91,7 @@ func tileConfig(c *cli.Context, stdout io.Writer) (TileConfig, error) {
 // tileAction is predict's action under --tile.
 func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr io.Writer) error {
 	if !c.Bool("tile") {
-		for _, f := range []string{"raster", "patch-size", "patch-overlap", "tile-iou", "gdal-cache"} {
-			if c.IsSet(f) {
-				return usageError(fmt.Errorf("predict: --%s needs --tile", f))
-			}
-		}
-		return nil
+		return tileFlagsNeedTile(c, "predict")
 	}
 	if c.NArg() > 0 {
 		return usageError(fmt.Errorf("predict --tile takes no arguments, got %q", c.Args().Slice()))
@@ -124,6 +119,16 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 		cfg.CollectiveTimeout = timeout
 		return PredictTile(c.Context, comm, cfg)
 	})
+}
+
+// tileFlagsNeedTile refuses a tile flag given without --tile.
+func tileFlagsNeedTile(c *cli.Context, cmd string) error {
+	for _, f := range []string{"raster", "patch-size", "patch-overlap", "tile-iou", "gdal-cache"} {
+		if c.IsSet(f) {
+			return usageError(fmt.Errorf("%s: --%s needs --tile", cmd, f))
+		}
+	}
+	return nil
 }
 
 // evalTileAction is eval's action under --tile: the truth CSV names the
@@ -160,6 +165,12 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 			cfg.Stdout = nil
 		} else {
 			cfg.Progress = stderr
+			if ec.HTML != nil && c.IsSet("html") {
+				fmt.Fprintln(stderr, "canopy: note: eval --tile writes no report.html yet")
+			}
+			if ec.HTML != nil && c.IsSet("html") {
+				fmt.Fprintln(stderr, "canopy: note: eval --tile writes no report.html yet")
+			}
 		}
 		cfg.CollectiveTimeout = timeout
 		return PredictTile(c.Context, comm, cfg)

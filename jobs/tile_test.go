@@ -212,6 +212,12 @@ func TestTileBadInput(t *testing.T) {
 	if code != ExitUsage || !strings.Contains(se.String(), "--patch-size needs --tile") {
 		t.Errorf("--patch-size without --tile: exit %d: %s", code, se.String())
 	}
+	se.Reset()
+	code = MainWith(context.Background(), []string{"canopy", "eval", "--csv", pngFile, "--model", demoModelDir, "--tile-iou", "0.2"}, &so, &se,
+		func() (mpi.Comm, func() error, error) { return local.New(1)[0], func() error { return nil }, nil })
+	if code != ExitUsage || !strings.Contains(se.String(), "eval: --tile-iou needs --tile") {
+		t.Errorf("eval --tile-iou without --tile: exit %d: %s", code, se.String())
+	}
 }
 
 // TestTileGPKG: a raster with a CRS gets predictions.gpkg (one polygon per

@@ -12,6 +12,8 @@ package cuda
 import (
 	"errors"
 	"strconv"
+
+	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
 )
 
 // Ptr is a device address (on the host shim, a host address).
@@ -132,6 +134,14 @@ type Device interface {
 	// CUstream; 0 on the host shim) and its context current: where a
 	// library such as cuDNN is called. f must only queue work.
 	WithStream(f func(stream uintptr) error) error
+	// UploadBytes copies src to dst, an allocation of at least
+	// ceil(len(src)/4) floats (8-bit images; double-buffered pinned staging
+	// on a GPU, so the next upload's copy overlaps this one's transfer).
+	UploadBytes(dst Ptr, src []byte) error
+	// Launch queues kernel name (one of kernels.Names) over grid d with
+	// args, each a Ptr, int (C int), int64 (C long long), float32 (C float)
+	// or float64 (C double), in the kernel's parameter order (Slots).
+	Launch(name string, d kernels.Dim, args ...any) error
 	Sync() error
 	Info() Info
 	Close() error

@@ -302,8 +302,10 @@ func levelTop(lo levelOut, K int, cells *[NumAnchors][4]float32, ph, pw, rh, rw 
 	return top
 }
 
+// sigmoid is 1/(1+e^−v) in float64 (expd: the device postprocess computes
+// the same bits), rounded to float32.
 func sigmoid(v float32) float32 {
-	return float32(1 / (1 + math.Exp(-float64(v))))
+	return float32(1 / (1 + expd(-float64(v))))
 }
 
 // decode is BoxCoder.decode_single with weights (1,1,1,1) in float32,
@@ -316,8 +318,8 @@ func decode(a [4]float32, d [4]float32, h, w int) [4]float32 {
 	dw, dh := min(d[2], bboxClip), min(d[3], bboxClip)
 	pcx := float32(d[0]*aw) + cx
 	pcy := float32(d[1]*ah) + cy
-	pw := float32(float32(math.Exp(float64(dw))) * aw)
-	ph := float32(float32(math.Exp(float64(dh))) * ah)
+	pw := float32(float32(expd(float64(dw))) * aw)
+	ph := float32(float32(expd(float64(dh))) * ah)
 	hw, hh := float32(0.5*pw), float32(0.5*ph)
 	b := [4]float32{pcx - hw, pcy - hh, pcx + hw, pcy + hh}
 	W, H := float32(w), float32(h)

@@ -37,6 +37,10 @@ type gpuEngine struct {
 	wts   map[*conv][2]cuda.Ptr // weights and bias, uploaded on first use
 	free  map[int][]cuda.Ptr    // dead buffers by float count
 	shape [3]int                // the batch shape the free list was filled for
+	// During a graph capture (gpugraph.go): owned collects every new
+	// allocation, and put leaves the buffers in keep alone.
+	owned *[]cuda.Ptr
+	keep  map[cuda.Ptr]bool
 	err   error
 	times *layerTimes
 	dnn   *dnn // the cuDNN path (fp32, tf32, bf16); nil for canopy's kernels
@@ -73,12 +77,15 @@ func (g *gpuEngine) allocMap(d dmap) dmap {
 	p, err := g.dev.Alloc(sz)
 	g.fail(err)
 	d.p = p
+	if err == nil && g.owned != nil {
+		*g.owned = append(*g.owned, p)
+	}
 	return d
 }
 
 func (g *gpuEngine) put(xs ...dmap) {
 	for _, x := range xs {
-		if x.p != 0 {
+		if x.p != 0 && !g.keep[x.p] {
 			g.free[x.words()] = append(g.free[x.words()], x.p)
 		}
 	}
@@ -220,17 +227,21 @@ func (g *gpuEngine) download(x dmap) []float32 {
 // follow each other in a DetectBatch call go through the network as one
 // batch; every output element is reduced by one thread in a fixed order, so
 // an image's detections do not depend on the batch (tested on the host
-// shim). Not safe for concurrent use.
+// shim). The transform (normalize, resize, pad) runs on the device too
+// (gputransform.go). Not safe for concurrent use.
 type GPURunner struct {
-	m   *Model
-	g   *gpuEngine
-	cpu *engine // the transform (resize, normalize, pad), as on the CPU
+	m     *Model
+	g     *gpuEngine
+	cells cuda.Ptr // the levels' cell anchors (postprocess, losses), uploaded once
+	graphState
 }
 
 // NewGPURunner runs m on dev at precision p. The weights are uploaded on
 // the first image.
 func NewGPURunner(m *Model, dev cuda.Device, p cuda.Precision) *GPURunner {
-	return &GPURunner{m: m, g: newGPUEngine(dev, p), cpu: newEngine(1)}
+	r := &GPURunner{m: m, g: newGPUEngine(dev, p)}
+	r.graphState.init(dev)
+	return r
 }
 
 // Model is the runner's model.
@@ -244,6 +255,7 @@ func (r *GPURunner) Precision() cuda.Precision { return r.g.prec }
 
 // Close frees the device memory the runner holds (not the device).
 func (r *GPURunner) Close() error {
+	r.dropGraphs()
 	r.g.release()
 	for _, w := range r.g.wts {
 		r.g.dev.Free(w[0])
@@ -255,35 +267,11 @@ func (r *GPURunner) Close() error {
 		g.fail(g.dnn.close(g.dev))
 		g.dnn = nil
 	}
-	return r.g.err
-}
-
-// prepared is a group of images transformed on the host, ready to upload.
-type prepared struct {
-	imgs   []Image
-	x      []float32 // [n, 3, ph, pw]
-	ph, pw int
-	rh, rw []int
-	// targets, when not nil, are the images' loss targets.
-	targets [][]Target
-}
-
-func (r *GPURunner) prepare(imgs []Image, targets [][]Target) prepared {
-	t0 := time.Now()
-	defer r.g.times.add("transform", t0)
-	p := prepared{imgs: imgs, targets: targets}
-	for i, img := range imgs {
-		r.cpu.reuseFor(img.H, img.W)
-		x, rh, rw := normalizeResizePad(r.cpu, img, r.m.Opt)
-		if i == 0 {
-			p.ph, p.pw = x.h, x.w
-			p.x = make([]float32, 0, len(imgs)*len(x.d))
-		}
-		p.x = append(p.x, x.d...)
-		p.rh, p.rw = append(p.rh, rh), append(p.rw, rw)
-		r.cpu.put(x)
+	if r.cells != 0 {
+		r.g.dev.Free(r.cells)
+		r.cells = 0
 	}
-	return p
+	return r.g.err
 }
 
 // launched is a group whose forward is queued on the device.
@@ -291,17 +279,29 @@ type launched struct {
 	prepared
 	p        [5]dmap
 	cls, reg [5]dmap
+	// graph, when not nil, is the replayed graph whose buffers hold the
+	// group's head outputs and detections.
+	graph *fwdGraph
 }
 
+// launch queues a group's transform and forward: by replaying the graph
+// captured for its batch shape (gpugraph.go), or launch by launch.
 func (r *GPURunner) launch(p prepared) launched {
 	n := len(p.imgs)
 	g := r.g
 	g.reuseFor(n, p.ph, p.pw)
-	x := g.alloc(n, 3, p.ph, p.pw)
-	if g.err == nil {
-		g.fail(g.dev.Upload(x.p, p.x))
+	if fg := r.graphFor(p); fg != nil {
+		return r.replay(p, fg)
 	}
-	if g.dnn != nil {
+	return r.launchEager(p)
+}
+
+// launchEager queues a group's transform and forward launch by launch.
+func (r *GPURunner) launchEager(p prepared) launched {
+	g := r.g
+	g.reuseFor(len(p.imgs), p.ph, p.pw)
+	x := r.transform(p)
+	if g.dnn != nil { // the cuDNN path: NHWC (and BF16) from here on
 		x = g.toNHWC(x)
 	}
 	l := launched{prepared: p}
@@ -315,9 +315,30 @@ func (r *GPURunner) launch(p prepared) launched {
 	return l
 }
 
-// collect downloads a launched group's head outputs and postprocesses each
-// image on the host, computing the losses when the group has targets.
+// collect postprocesses a launched group and computes its losses (when it
+// has targets) on the device (gpupost.go, gpuloss.go); with a trace, on the
+// host (collectHost), which needs the head outputs.
 func (r *GPURunner) collect(l launched, tr *Trace) ([][]Detection, []box.Loss) {
+	if tr != nil {
+		return r.collectHost(l, tr)
+	}
+	var losses []box.Loss
+	if l.targets != nil {
+		losses = r.losses(l)
+	}
+	if l.graph != nil {
+		return r.postDownload(l.graph.out, len(l.imgs)), losses
+	}
+	dets := r.postprocess(l)
+	for _, ds := range [][5]dmap{l.cls, l.reg, l.p} {
+		r.g.put(ds[:]...)
+	}
+	return dets, losses
+}
+
+// collectHost downloads a launched group's head outputs and postprocesses
+// each image on the host, computing the losses when the group has targets.
+func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Loss) {
 	g := r.g
 	n := len(l.imgs)
 	all := make([][]cand, n)
@@ -393,7 +414,7 @@ func (r *GPURunner) groups(imgs []Image, maxBatch int) [][]Image {
 // maxBatch images). While the device computes a group, the host transforms
 // the next one.
 func (r *GPURunner) DetectBatch(imgs []Image, maxBatch int) ([][]Detection, error) {
-	out, _, err := r.detectBatch(imgs, nil, maxBatch)
+	out, _, err := r.detectBatch(imgs, nil, nil, maxBatch)
 	return out, err
 }
 
@@ -404,33 +425,40 @@ func (r *GPURunner) DetectBatchLoss(imgs []Image, targets [][]Target, maxBatch i
 	if targets == nil {
 		targets = make([][]Target, len(imgs))
 	}
-	return r.detectBatch(imgs, targets, maxBatch)
+	return r.detectBatch(imgs, nil, targets, maxBatch)
 }
 
-func (r *GPURunner) detectBatch(imgs []Image, targets [][]Target, maxBatch int) ([][]Detection, []box.Loss, error) {
+// detectBatch runs imgs; u8, when not nil, holds their 8-bit samples as
+// the decoders made them (nil for one to make here).
+func (r *GPURunner) detectBatch(imgs []Image, u8 [][]byte, targets [][]Target, maxBatch int) ([][]Detection, []box.Loss, error) {
 	if maxBatch < 1 {
 		maxBatch = 1
 	}
 	gs := r.groups(imgs, maxBatch)
 	out := make([][]Detection, 0, len(imgs))
 	var losses []box.Loss
-	// tg is the targets of the group starting at image `at`.
+	// prep prepares the group starting at image `at`.
 	at := 0
-	tg := func(n int) [][]Target {
-		if targets == nil {
-			return nil
+	prep := func(grp []Image) prepared {
+		var tg [][]Target
+		var b [][]byte
+		if targets != nil {
+			tg = targets[at : at+len(grp)]
 		}
-		at += n
-		return targets[at-n : at]
+		if u8 != nil {
+			b = u8[at : at+len(grp)]
+		}
+		at += len(grp)
+		return r.prepare(grp, b, tg)
 	}
 	var next prepared
 	if len(gs) > 0 {
-		next = r.prepare(gs[0], tg(len(gs[0])))
+		next = prep(gs[0])
 	}
 	for i := range gs {
 		l := r.launch(next)
 		if i+1 < len(gs) {
-			next = r.prepare(gs[i+1], tg(len(gs[i+1])))
+			next = prep(gs[i+1])
 		}
 		dets, ls := r.collect(l, nil)
 		if r.g.err != nil {
@@ -446,7 +474,7 @@ func (r *GPURunner) detectBatch(imgs []Image, targets [][]Target, maxBatch int) 
 // levels and the per-level top scores, as Runner.DetectTrace.
 func (r *GPURunner) DetectTrace(img Image) ([]Detection, *Trace, error) {
 	tr := &Trace{}
-	l := r.launch(r.prepare([]Image{img}, nil))
+	l := r.launchEager(r.prepare([]Image{img}, nil, nil)) // collectHost reads and frees the head outputs
 	dets, _ := r.collect(l, tr)
 	if r.g.err != nil {
 		return nil, nil, fmt.Errorf("retinanet: %s: %w", r.g.dev.Info().Backend, r.g.err)

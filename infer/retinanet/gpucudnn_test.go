@@ -332,7 +332,7 @@ func slotLayerName(k int) string {
 func slotLayers(t *testing.T, gr *GPURunner, batch []Image, slot int) [][]byte {
 	t.Helper()
 	g := gr.g
-	l := gr.launch(gr.prepare(batch, nil))
+	l := gr.launch(gr.prepare(batch, nil, nil))
 	var out [][]byte
 	for _, set := range [][5]dmap{l.p, l.cls, l.reg} {
 		for L := 0; L < 5; L++ {

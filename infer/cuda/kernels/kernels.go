@@ -37,10 +37,38 @@ const (
 	MaxPool3s2  = "maxpool3s2"
 	UpsampleAdd = "upsample_add"
 	ReluCopy    = "relu_copy"
+	// TransformImg is one image's normalize, resize and pad
+	// (retinanet's transform on the device).
+	TransformImg = "transform_img"
+	// The postprocess: scores and keys per level, the segmented bitonic
+	// sort, box decoding, the merge of the levels, batched NMS.
+	PostKeys    = "post_keys"
+	BitonicStep = "bitonic_step"
+	PostDecode  = "post_decode"
+	PostMerge   = "post_merge"
+	PostNMSPrep = "post_nms_prep"
+	PostNMSMask = "post_nms_mask"
+	PostNMSScan = "post_nms_scan"
+	// The validation losses: matching, the low-quality rule, per-channel
+	// sums, the per-image result; fill_u32 clears their counters.
+	FillU32   = "fill_u32"
+	LossMatch = "loss_match"
+	LossLowQ  = "loss_lowq"
+	LossSums  = "loss_sums"
+	LossFinal = "loss_final"
+)
+
+// PostCand is the floats per candidate and per detection of the
+// postprocess (box[4], score, label); PostLevels the pyramid levels.
+const (
+	PostCand   = 6
+	PostLevels = 5
 )
 
 // Names lists every kernel the module must export.
-var Names = []string{ConvF32, ConvTF32, MaxPool3s2, UpsampleAdd, ReluCopy}
+var Names = []string{ConvF32, ConvTF32, MaxPool3s2, UpsampleAdd, ReluCopy, TransformImg,
+	PostKeys, BitonicStep, PostDecode, PostMerge, PostNMSPrep, PostNMSMask, PostNMSScan,
+	FillU32, LossMatch, LossLowQ, LossSums, LossFinal}
 
 // Dim is a launch's grid and block size (x only for blocks).
 type Dim struct {

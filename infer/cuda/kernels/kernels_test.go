@@ -19,6 +19,7 @@ func TestDefinesAgree(t *testing.T) {
 	want := map[string]int{
 		"CONV_BM": ConvBM, "CONV_BN": ConvBN, "CONV_BK": ConvBK, "CONV_THREADS": ConvThreads,
 		"TC_BM": TCBM, "TC_BN": TCBN, "TC_BK": TCBK, "TC_THREADS": TCThreads, "ELEM_THREADS": ElemThreads,
+		"POST_CAND": PostCand, "POST_LEVELS": PostLevels,
 	}
 	re := regexp.MustCompile(`(?m)^#define (\w+) (\d+)$`)
 	got := map[string]int{}
