@@ -199,13 +199,20 @@ bench-infer: deps
 		--out bin/predict-np$$np --force --threads 1 || exit 1; \
 		grep -o '"detect": [0-9.]*' bin/predict-np$$np/report.json; done
 
-# The same CPU comparison against current torch/torchvision (PEER_PY, the
-# peers' venv: current releases, as DeepForest 2.x installs them).
+# canopy against current torch/torchvision (PEER_PY, the peers' venv: current
+# releases, as DeepForest 2.x installs them) as a paired comparison: for each
+# image (800×800 and the non-square 1333×799) and thread count, canopy's
+# BenchmarkDetect and tools/retinanet/bench.py run one after the other in
+# alternating order, PAIRED_ROUNDS rounds, each a fresh process; the median
+# of the rounds' ratios, in wall and CPU time, with the CPU model, the load
+# and torch's CPU capability (bin/bench-paired.json).
+PAIRED_ROUNDS ?= 5
 bench-infer-peer:
 	$(RETINANET_IMAGES)
-	$(GO) test -run '^$$' -bench '^BenchmarkDetect$$/r50' -benchtime 3x -count 6 ./infer/retinanet/ | tee bin/bench-infer-peer.txt
-	for t in 1 2; do $(PEER_PY) tools/retinanet/bench.py --model r50 --threads $$t --repeat 3 --go bin/bench-infer-peer.txt \
-		--out bin/bench-torch-$$t.json bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png || exit 1; done
+	$(GO) test -c -o bin/retinanet.test ./infer/retinanet/
+	$(PEER_PY) tools/retinanet/paired.py --test-bin bin/retinanet.test --rounds $(PAIRED_ROUNDS) --threads 1,2 \
+		--out bin/bench-paired.json bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png \
+		| tee bin/bench-paired.txt
 
 # predict --tile at scale (scripts/bench-tile.sh: a 20000x20000 tiled,
 # deflated raster on 2 ranks with the demo model, peak RSS per rank;

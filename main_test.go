@@ -688,6 +688,49 @@ func TestMPISecondRunIntoOneOutRefused(t *testing.T) {
 	}
 }
 
+// A run killed (kill -9) while rank 0 wrote report.html published nothing
+// of its set: canopy doctor --out calls it resumable (exit 8), not
+// complete, and --resume then writes the whole set.
+func TestKilledWhileWritingHTMLIsResumable(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command(canopyBin, "eval", "--csv", set("three", "truth.csv"), "--predictions", set("three", "predictions.csv"), "--out", out, "--html")
+	cmd.Env = append(os.Environ(), jobs.StopEnv+"=0:html")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	for i := 0; i < 600 && !stopped; i++ { // SIGSTOP inside stageHTML
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+		f := strings.Fields(string(b))
+		stopped = len(f) > 2 && f[2] == "T"
+		time.Sleep(50 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if !stopped {
+		t.Fatal("the run never reached report.html")
+	}
+	r := run1(t, "doctor", "--out", out)
+	if r.code != jobs.ExitResumable || !strings.Contains(r.stdout, "resumable") {
+		t.Fatalf("doctor after the kill: exit %d %s", r.code, r.stdout)
+	}
+	if _, err := os.Stat(filepath.Join(out, "report.json")); err == nil {
+		t.Fatal("report.json published before report.html was written")
+	}
+	r = run1(t, "eval", "--csv", set("three", "truth.csv"), "--predictions", set("three", "predictions.csv"), "--out", out, "--html", "--resume")
+	if r.code != 0 {
+		t.Fatalf("--resume: exit %d %s", r.code, r.stderr)
+	}
+	for _, f := range []string{"report.json", "report.html", "predictions.csv", "results.csv"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("after --resume: %v", err)
+		}
+	}
+	if r := run1(t, "doctor", "--out", out); r.code != 0 {
+		t.Errorf("doctor after --resume: %d %s", r.code, r.stdout)
+	}
+}
+
 // predict --tile under the real mpirun: one forestgen raster as a tiled,
 // compressed GeoTIFF, its windows shared out among the ranks; the merged
 // predictions.csv is the same bytes for -np 1, 2, 3 and 4.

@@ -252,7 +252,7 @@ func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err 
 	}
 	if code != ExitResumable {
 		if marker != "" {
-			os.WriteFile(marker, []byte(err.Error()), 0o644)
+			os.WriteFile(marker, fmt.Appendf(nil, "%d %v", code, err), 0o644) // canopy doctor --out reads the code
 		}
 		printErr(stderr, comm, err)
 		return

@@ -279,7 +279,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if fam == 0 {
 		fam = metrics.All
 	}
-	res, err := metrics.Compute(metrics.Input{Images: images, Dets: dets, Labels: labels},
+	metricIn := metrics.Input{Images: images, Dets: dets, Labels: labels}
+	if err := checkMetricsMemory(c, metricIn, fam, cfg.Model); err != nil {
+		return err
+	}
+	res, err := metrics.Compute(metricIn,
 		metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, fam, cfg.ClassMetrics)
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
@@ -304,13 +308,15 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		tw := time.Now()
 		rep.run.Warnings = warnings
 		rep.run.AllowOutsideRoot = cfg.AllowOutsideRoot && (model != nil || cfg.HTML != nil)
-		if err := writeOutputs(cfg, rep, images, dets, labels, res); err != nil {
-			return err
+		more := func(rj []byte) ([]staged, error) {
+			set, err := stageCOCO(cfg, images, dets, labels)
+			if err != nil {
+				return set, err
+			}
+			h, err := stageHTML(cfg, rj, images, dets, labels, res, since(tw))
+			return append(set, h...), err
 		}
-		if err := writeCOCO(cfg, images, dets, labels); err != nil {
-			return err
-		}
-		if err := writeHTML(cfg, images, dets, labels, res, since(tw)); err != nil {
+		if err := writeOutputs(cfg, rep, images, dets, labels, res, more); err != nil {
 			return err
 		}
 		if cfg.Stdout != nil {
@@ -364,7 +370,7 @@ func packInputs(cfg EvalConfig) ([]byte, *outRun) {
 			*dst[i] = data
 			continue
 		}
-		data, err := os.ReadFile(f)
+		data, err := readNamedInput(f)
 		if err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}

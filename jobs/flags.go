@@ -61,9 +61,9 @@ func modelFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "exclusive-gpu", Usage: "fail (exit 5) when two ranks of a node would share a GPU, instead of warning"},
 		&cli.StringFlag{Name: "resize", Value: "torchvision", Usage: "the transform's resize size rule: torchvision (torchvision >= 0.16 in eager mode, as DeepForest 2.x runs it: scale min(min_size/short side, max_size/long side) in float64) or torchvision-0.15 (torchvision <= 0.15, or a model under torch.jit.script/ONNX: the scale in float32; about half of all image sizes resize one pixel smaller in one dimension)"},
 		&cli.StringFlag{Name: "blend", Value: "fma", Usage: "the bilinear resize's rounding, each bit for bit torch's on the CPU: fma (torch's AVX2 kernel with more than one thread, as the x86-64 wheels run it: fused multiply-adds), no-fma (torch with ATEN_CPU_CAPABILITY=default) or fma-1t (torch's AVX2 kernel on one thread); fma and no-fma differ by at most 2.4e-7 on a normalized pixel, fma-1t by up to 8.4e-5 where its source index moves a tap"},
-		&cli.BoolFlag{Name: "layer-times", Usage: "print, on rank 0, where the model's time went, by layer group (stem, layer1-4, fpn, heads, transform, postprocess)"},
+		&cli.BoolFlag{Name: "layer-times", Usage: "print, on rank 0, where the model's time went, by layer group (stem, layer1-4, fpn, heads, transform, postprocess): wall seconds, the process's CPU seconds, and the convolutions' direct-equivalent GFLOP and GFLOP/s"},
 		&cli.Int64Flag{Name: "max-image-pixels", Value: DefaultMaxImagePixels, Usage: "refuse (exit 3, at pre-flight, from the image header) an image of more pixels than this; the default is where PIL refuses one (2 x Image.MAX_IMAGE_PIXELS); 0: no limit"},
-		&cli.StringFlag{Name: "rank-memory", Usage: "memory one rank may use, such as 6G (default: the node's memory, or its cgroup limit, divided by the ranks on the node); before inference each rank estimates what its largest image needs and refuses (exit 3) when it exceeds this"},
+		&cli.StringFlag{Name: "rank-memory", Usage: "memory one rank may use, such as 6G (default: the node's memory, or its cgroup limit, divided by the ranks on the node); before inference each rank estimates what its largest image needs, and before the COCO metrics what they need, and refuses (exit 3) when it exceeds this"},
 		&cli.BoolFlag{Name: "allow-outside-root", Usage: "let image paths leave --root-dir: absolute paths, \"..\" elements and symlinks to files outside it (refused by default; the report records this flag)"},
 	}
 }
@@ -80,8 +80,15 @@ func concatFlags(fs ...[]cli.Flag) []cli.Flag {
 func modelConfig(c *cli.Context) (ModelConfig, error) {
 	mc := ModelConfig{Spec: c.String("model"), Threads: c.Int("threads"), ScoreThresh: c.Float64("score-thresh"),
 		NMSThresh: c.Float64("nms-thresh"), LayerTimes: c.Bool("layer-times"), ExclusiveGPU: c.Bool("exclusive-gpu")}
+	if v := c.String("rank-memory"); v != "" {
+		n, err := parseBytes(v)
+		if err != nil || n == 0 {
+			return mc, fmt.Errorf("--rank-memory: %q is not a positive size such as 512M or 4GiB", v)
+		}
+		mc.RankMemory = n
+	}
 	if mc.Spec == "" {
-		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "cudnn", "plan", "exclusive-gpu", "layer-times", "max-image-pixels", "rank-memory", "resize", "blend"} {
+		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "cudnn", "plan", "exclusive-gpu", "layer-times", "max-image-pixels", "resize", "blend"} {
 			if c.IsSet(f) {
 				return mc, fmt.Errorf("--%s needs --model", f)
 			}
@@ -106,13 +113,6 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 	}
 	if mc.MaxImagePixels = c.Int64("max-image-pixels"); mc.MaxImagePixels < 0 {
 		return mc, fmt.Errorf("--max-image-pixels %d must be at least 0 (0: no limit)", mc.MaxImagePixels)
-	}
-	if v := c.String("rank-memory"); v != "" {
-		n, err := parseBytes(v)
-		if err != nil || n == 0 {
-			return mc, fmt.Errorf("--rank-memory: %q is not a positive size such as 512M or 4GiB", v)
-		}
-		mc.RankMemory = n
 	}
 	dev := c.String("device")
 	req, err := cuda.ParseDevice(dev)

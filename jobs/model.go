@@ -436,7 +436,13 @@ func printLayerTimes(w io.Writer, d infer.Detector) {
 	}
 	fmt.Fprintf(w, "canopy: rank 0: model time by layer group (%.2f s in all):\n", total)
 	for _, r := range rows {
-		fmt.Fprintf(w, "canopy: rank 0:   %-12s %8.3f s %5.1f%% %6d calls\n", r.Group, r.Seconds, 100*r.Seconds/total, r.Calls)
+		line := fmt.Sprintf("canopy: rank 0:   %-12s %8.3f s %5.1f%% %6d calls %8.3f cpu-s", r.Group, r.Seconds, 100*r.Seconds/total, r.Calls, r.CPUSeconds)
+		if r.GFLOP > 0 && r.Seconds > 0 && r.CPUSeconds > 0 {
+			// direct-convolution FLOPs (Winograd layers multiply less), per
+			// wall second and per CPU second
+			line += fmt.Sprintf(" %8.1f GFLOP %6.1f GFLOP/s %6.1f GFLOP/cpu-s", r.GFLOP, r.GFLOP/r.Seconds, r.GFLOP/r.CPUSeconds)
+		}
+		fmt.Fprintln(w, line)
 	}
 }
 

@@ -74,7 +74,7 @@ func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 	var err error
 	if cfg.CSV != "" {
 		var data []byte
-		if data, err = os.ReadFile(cfg.CSV); err != nil {
+		if data, err = readNamedInput(cfg.CSV); err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 		paths, err = dataset.ImagePaths(cfg.CSV, data)
@@ -88,7 +88,7 @@ func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 	if cfg.LabelDictData != nil {
 		labels = cfg.LabelDictData
 	} else if cfg.LabelDict != "" {
-		if labels, err = os.ReadFile(cfg.LabelDict); err != nil {
+		if labels, err = readNamedInput(cfg.LabelDict); err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}

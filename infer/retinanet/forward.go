@@ -3,7 +3,6 @@ package retinanet
 import (
 	"math"
 	"sort"
-	"time"
 
 	"github.com/canopy-hpc/canopy/box"
 )
@@ -154,26 +153,26 @@ type cand struct {
 func (m *Model) detect(e *engine, img Image, tr *Trace, targets []Target, want bool) ([]Detection, box.Loss) {
 	e.reuseFor(img.H, img.W)
 	e.keep = tr != nil
-	t0 := time.Now()
+	t0 := e.times.now()
 	x, rh, rw := normalizeResizePad(e, img, m.Opt)
 	e.times.add("transform", t0)
 	ph, pw := x.h, x.w
 	p := features[fmap](m, e, x)
 	var acc *lossAcc
 	if want {
-		t1 := time.Now()
+		t1 := e.times.now()
 		acc = m.newLossAcc(targets, img.H, img.W, rh, rw, ph, pw, grids(p, func(f fmap) (int, int) { return f.h, f.w }))
 		e.times.add("loss", t1)
 	}
 	var all []cand
 	for L := 0; L < 5; L++ {
 		cls, reg := head[fmap](m, e, p[L])
-		t1 := time.Now()
+		t1 := e.times.now()
 		lo := levelOut{gh: p[L].h, gw: p[L].w, cls: cls, reg: reg}
 		if acc != nil {
 			acc.addLevel(lo, L)
 			e.times.add("loss", t1)
-			t1 = time.Now()
+			t1 = e.times.now()
 		}
 		all = append(all, m.levelCandidates(lo, L, ph, pw, rh, rw, tr)...)
 		if tr != nil {
@@ -182,7 +181,7 @@ func (m *Model) detect(e *engine, img Image, tr *Trace, targets []Target, want b
 		e.put(cls, reg, p[L])
 		e.times.add("postprocess", t1)
 	}
-	t2 := time.Now()
+	t2 := e.times.now()
 	defer e.times.add("postprocess", t2)
 	var loss box.Loss
 	if acc != nil {

@@ -2,7 +2,6 @@ package retinanet
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/cuda"
@@ -120,7 +119,7 @@ func (g *gpuEngine) timed(group string) func() {
 		return func() {}
 	}
 	g.fail(g.dev.Sync())
-	t := time.Now()
+	t := g.times.now()
 	return func() {
 		g.fail(g.dev.Sync())
 		g.times.add(group, t)
@@ -344,7 +343,7 @@ func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Los
 	all := make([][]cand, n)
 	var accs []*lossAcc
 	if l.targets != nil {
-		t0 := time.Now()
+		t0 := g.times.now()
 		gr := grids(l.p, func(d dmap) (int, int) { return d.h, d.w })
 		for i, img := range l.imgs {
 			accs = append(accs, r.m.newLossAcc(l.targets[i], img.H, img.W, l.rh[i], l.rw[i], l.ph, l.pw, gr))
@@ -364,7 +363,7 @@ func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Los
 			}
 			return nil, nil
 		}
-		t1 := time.Now()
+		t1 := g.times.now()
 		gh, gw := l.p[L].h, l.p[L].w
 		cs, rs := len(cls)/n, len(reg)/n
 		for i := 0; i < n; i++ {
@@ -381,7 +380,7 @@ func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Los
 		}
 		g.times.add("postprocess", t1)
 	}
-	t2 := time.Now()
+	t2 := g.times.now()
 	defer g.times.add("postprocess", t2)
 	out := make([][]Detection, n)
 	for i, img := range l.imgs {
@@ -485,7 +484,7 @@ func (r *GPURunner) DetectTrace(img Image) ([]Detection, *Trace, error) {
 // EnableLayerTimes makes the runner time every layer group, waiting for
 // the device around each (slower; for profiles).
 func (r *GPURunner) EnableLayerTimes() {
-	r.g.times = &layerTimes{d: map[string]time.Duration{}, n: map[string]int{}}
+	r.g.times = newLayerTimes()
 }
 
 // LayerTimes returns the time per layer group so far, slowest first.

@@ -123,7 +123,12 @@ func TestKernelsMatchCPU(t *testing.T) {
 				if g.err != nil {
 					t.Fatal(g.err)
 				}
-				tol := 1e-5 // the CPU runs 3×3 convs as Winograd: other rounding
+				tol := 1e-5
+				if useWinograd(cv) {
+					// the CPU runs it as Winograd F(4×4,3×3), whose transforms
+					// multiply by up to 5 and 8: measured 1.4–1.8e-5 here
+					tol = 5e-5
+				}
 				if prec == cuda.KernelTF32 {
 					tol = 2e-2
 				}

@@ -2,7 +2,6 @@ package retinanet
 
 import (
 	"math"
-	"time"
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
@@ -51,7 +50,7 @@ type prepared struct {
 // u8, when not nil, holds samples the decoders already made (nil entries
 // are made here).
 func (r *GPURunner) prepare(imgs []Image, u8 [][]byte, targets [][]Target) prepared {
-	t0 := time.Now()
+	t0 := r.g.times.now()
 	defer r.g.times.add("prepare", t0)
 	p := prepared{imgs: imgs, targets: targets, u8: make([][]byte, len(imgs))}
 	for i, img := range imgs {

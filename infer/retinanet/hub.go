@@ -291,7 +291,9 @@ func parseConfig(file string, b []byte) (Config, error) {
 		var err error
 		switch k {
 		case "num_classes":
-			c.NumClasses, err = posInt(k, v)
+			if c.NumClasses, err = posInt(k, v); err != nil {
+				return c, err
+			}
 			continue // not an option
 		case "label_dict":
 			if e := json.Unmarshal(v, &c.LabelDict); e != nil {

@@ -47,7 +47,7 @@ func Merge(wins []Window, dets [][]box.Detection, iou float64) []box.Detection {
 		boxes[i] = [4]float32{float32(r.Box.Xmin), float32(r.Box.Ymin), float32(r.Box.Xmax), float32(r.Box.Ymax)}
 		scores[i] = float32(r.Score)
 	}
-	keep := retinanet.NMS(boxes, scores, iou)
+	keep := retinanet.NMSSparse(boxes, scores, iou)
 	out := make([]box.Detection, len(keep))
 	for i, k := range keep {
 		out[i] = rows[k]

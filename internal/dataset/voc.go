@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/xml"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path"
@@ -16,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // MaxVOCFile is the largest VOC XML file read.
@@ -159,16 +161,9 @@ func ReadVOCFolder(dir string) ([]byte, error) {
 	b.WriteString("image_path,xmin,ymin,xmax,ymax,label\n")
 	for _, n := range names {
 		p := filepath.Join(dir, n)
-		fi, err := os.Stat(p)
+		data, err := readFolderFile(p)
 		if err != nil {
-			return nil, fmt.Errorf("dataset: %w", err)
-		}
-		if fi.Size() > MaxVOCFile {
-			return nil, fmt.Errorf("dataset: %s: %d bytes, over the %d-byte limit of a VOC file: %w", p, fi.Size(), MaxVOCFile, ErrInput)
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return nil, fmt.Errorf("dataset: %w", err)
+			return nil, err
 		}
 		rows, err := ParseVOC(p, data)
 		if err != nil {
@@ -179,6 +174,36 @@ func ReadVOCFolder(dir string) ([]byte, error) {
 		}
 	}
 	return b.Bytes(), nil
+}
+
+// readFolderFile reads one file a folder listing gave (not a path the
+// user named): opened without blocking (a FIFO would block the open until
+// a writer comes, deaf to SIGTERM), only a regular file, its size checked
+// on the open file before reading, the read bounded.
+func readFolderFile(p string) ([]byte, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dataset: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("dataset: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("dataset: %s: not a regular file (%v): %w", p, fi.Mode().Type(), ErrInput)
+	}
+	if fi.Size() > MaxVOCFile {
+		return nil, fmt.Errorf("dataset: %s: %d bytes, over the %d-byte limit of a VOC file: %w", p, fi.Size(), MaxVOCFile, ErrInput)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxVOCFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("dataset: %w", err)
+	}
+	if int64(len(data)) > MaxVOCFile {
+		return nil, fmt.Errorf("dataset: %s: over the %d-byte limit of a VOC file: %w", p, MaxVOCFile, ErrInput)
+	}
+	return data, nil
 }
 
 func g(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
