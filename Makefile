@@ -68,11 +68,14 @@ check-cuda: deps
 
 # What the GPU check carries (tools/gpu/check.sh): the cuda,nompi,noblas
 # binary and the retinanet test binary, both needing only libc and
-# libcuda.so.1, and the model and image generators of its e2e section.
+# libcuda.so.1 (cuDNN is dlopened there from PyTorch's environment), the
+# model and image generators of its e2e section, the parity images and the
+# demo set.
 gpu-bundle: check-cuda
 	$(RETINANET_IMAGES)
 	CGO_ENABLED=0 $(GO) build -o bin/testmodel ./cmd/testmodel
 	CGO_ENABLED=0 $(GO) build -o bin/forestgen ./cmd/forestgen
+	$(GO) run ./cmd/forestgen -out bin/gpu-demo -n 40 -seed 3
 
 # xmllint validates canopy compare's JUnit output against its schema.
 test-deps:
@@ -102,7 +105,7 @@ test-unit: test-deps fake-cudnn
 fake-cudnn: bin/fake-cudnn/libcudnn.so.9
 bin/fake-cudnn/libcudnn.so.9: infer/cuda/cudnn/fake/csrc/fakecudnn.c
 	mkdir -p bin/fake-cudnn
-	$(CC) -shared -fPIC -O2 -fvisibility=hidden -o $@ $< -lm
+	$(CC) -shared -fPIC -O3 -fno-math-errno -fvisibility=hidden -o $@ $< -lm
 	cp $@ bin/fake-cudnn/libcudnn_graph.so.9
 
 # The MPI conformance suite against the real binding on 1..4 ranks (the
@@ -123,7 +126,7 @@ test-mpi:
 .PHONY: fuzz fuzz-seeds
 FUZZTIME ?= 30s
 FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict internal/dataset:FuzzParseVOC \
-	infer/safetensors:FuzzParse infer/torchfile:FuzzRead internal/config:FuzzLoad infer/retinanet:FuzzParseConfig infer/retinanet:FuzzParseRepo infer/imagefile:FuzzRead \
+	infer/safetensors:FuzzParse infer/cuda/cudnn:FuzzParsePlanFile infer/torchfile:FuzzRead internal/config:FuzzLoad infer/retinanet:FuzzParseConfig infer/retinanet:FuzzParseRepo infer/imagefile:FuzzRead \
 	internal/parts:FuzzDecode internal/wire:FuzzDecode jobs:FuzzInputPacket jobs:FuzzManifest report:FuzzCompareReport report:FuzzTolerances
 fuzz: deps
 	@for t in $(FUZZ_TARGETS); do echo "fuzz: $${t%%:*} $${t##*:} for $(FUZZTIME)"; \

@@ -575,7 +575,7 @@ func TestMPIGPUEngineRankCountsBitIdentical(t *testing.T) {
 	var refMetrics, refPreds []byte
 	for np := 1; np <= 3; np++ {
 		out := t.TempDir()
-		r := mpirunBin(t, bin, np, env, "eval", "--model", model, "--csv", csv, "--out", out, "--batch-size", "2", "--device", "cuda")
+		r := mpirunBin(t, bin, np, env, "eval", "--model", model, "--csv", csv, "--out", out, "--batch-size", "2", "--device", "cuda", "--precision", "exact")
 		if r.code != 0 {
 			t.Fatalf("np%d: exit %d\n%s", np, r.code, r.stderr)
 		}

@@ -19,7 +19,6 @@ import (
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/parts"
-	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -195,7 +194,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			costs = append(costs, 1+int64(len(truth.Images[i].Rows))+int64(len(byPath[im.Path])))
 		}
 	}
-	p, err := plan.Balance(costs, c.Size())
+	p, err := model.plan(todo, costs, cfg.BatchSize, c.Size())
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
 	}
@@ -242,7 +241,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		}
 		return nil
 	}
-	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, losses: model != nil, identify: model != nil},
+	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, losses: model != nil, identify: model != nil, global: model.globalBatching()},
 		images, shard, c.Rank(), record)
 	if err := pw.Close(); err != nil && derr == nil {
 		derr = &Error{Code: ExitInternal, Err: err}
@@ -260,6 +259,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	stats.Seconds["detect"] = since(t1)
 	printLayerTimes(cfg.Progress, det)
+	model.noteCUDNN(det)
 
 	// 4-5. Encode, gather, merge (with the images the part files hold).
 	stopForTest(c.Rank(), "gather")

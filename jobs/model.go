@@ -13,6 +13,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -30,8 +31,13 @@ type ModelConfig struct {
 	// Device is --device, parsed (cuda.ParseDevice); the zero Request is
 	// auto.
 	Device cuda.Request
-	// Precision is the GPU convolutions' precision (cuda.ParsePrecision).
-	Precision cuda.Precision
+	// Precision is --precision (cuda.ParsePrecision); unless PrecisionSet,
+	// the default: tf32 on a GPU, exact on the CPU.
+	Precision    cuda.Precision
+	PrecisionSet bool
+	// CUDNN is --cudnn (a library or its folder; "" searches) and Plan
+	// --plan (a gpu-plan file; "" the heuristic).
+	CUDNN, Plan string
 	// ExclusiveGPU makes two ranks on one GPU an error.
 	ExclusiveGPU bool
 	// LayerTimes prints, on rank 0, the model's time per layer group.
@@ -91,6 +97,11 @@ type modelInfo struct {
 	// LossBatchNorm says which batch-norm statistics the validation losses
 	// use (eval only).
 	LossBatchNorm string `json:"loss_batchnorm,omitempty"`
+	// CUDNN is the cuDNN path's record (fp32, tf32, bf16): the library,
+	// the plan (sha256 or "heuristic"), each layer's engine.
+	CUDNN *retinanet.CUDNNReport `json:"cudnn,omitempty"`
+	// Batching is the global batching of the cuDNN path.
+	Batching *batching `json:"batching,omitempty"`
 	// Detector is rank 0's detector name (backend, precision, arch, GPU).
 	Detector string `json:"-"`
 }
@@ -101,6 +112,7 @@ var (
 	haveCUDA     = cuda.HaveCUDA
 	countDevices = cuda.Count
 	openDevice   = cuda.Open
+	findCUDNN    = cudnn.Find // the cuDNN path's library (tests: the fake)
 )
 
 // rankDevice is one rank's device, for the report.
@@ -150,8 +162,11 @@ type loadedModel struct {
 	layerTimes bool
 	place      cuda.Placement
 	precision  cuda.Precision
-	threads    int // compute threads of the detector, resolved once (info.Threads records it)
-	decoders   int // a GPU rank's image-decoding goroutines: its core budget
+	cudnnPath  string // --cudnn
+	planPath   string // --plan
+	batch      int    // --batch-size: the global batch N of the cuDNN path
+	threads    int    // compute threads of the detector, resolved once (info.Threads records it)
+	decoders   int    // a GPU rank's image-decoding goroutines: its core budget
 }
 
 // loadModel loads the folder rank 0 resolved on every rank and checks that
@@ -166,13 +181,24 @@ func loadModel(c mpi.Comm, mc ModelConfig, dir, digest, config string) (*loadedM
 	if err := agreeErr(c, ExitMPI, err); err != nil {
 		return nil, err
 	}
+	// The plan (global batches or not) must be every rank's: the ranks
+	// must resolve one precision on one kind of device.
+	all, err := mpi.AllgatherBytes(c, []byte(lm.precision.String()+" on "+lm.place.Kind))
+	if err != nil {
+		return nil, localErr(ExitMPI, "jobs: %w", err)
+	}
+	for r, b := range all {
+		if string(b) != string(all[0]) {
+			return nil, collective(ExitMPI, "jobs: the ranks run different precisions: rank 0 %s, rank %d %s (give --precision and --device)", all[0], r, b)
+		}
+	}
 	return lm, nil
 }
 
 // placeDevice chooses this rank's device (cuda.Place): node-local rank mod
 // the visible GPUs, or the CPU.
 func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) error {
-	lm.precision = mc.Precision
+	lm.precision, lm.cudnnPath, lm.planPath = mc.Precision, mc.CUDNN, mc.Plan
 	req := mc.Device
 	visible := 0
 	var err error
@@ -184,8 +210,11 @@ func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) err
 	if lm.place, err = cuda.Place(req, localRank, localSize, visible, haveCUDA); err != nil {
 		return err
 	}
-	if lm.place.Kind == "cpu" && lm.precision == cuda.TF32 {
-		return &Error{Code: ExitUsage, Err: fmt.Errorf("jobs: --precision tf32 needs a GPU; this rank runs on the CPU (%s), which computes FP32", lm.place.Reason)}
+	if !mc.PrecisionSet && lm.place.Kind == "cuda" {
+		lm.precision = cuda.DefaultGPUPrecision
+	}
+	if lm.place.Kind == "cpu" && lm.precision != cuda.Exact {
+		return &Error{Code: ExitUsage, Err: fmt.Errorf("jobs: --precision %s needs a GPU; this rank runs on the CPU (%s), which computes exact FP32", lm.precision, lm.place.Reason)}
 	}
 	if lm.place.Kind == "cuda" && lm.place.Sharing > 1 && mc.ExclusiveGPU {
 		return fmt.Errorf("jobs: --exclusive-gpu: %d ranks of this node would share GPU %d (%s); start at most one rank per GPU", lm.place.Sharing, lm.place.Index, lm.place.Reason)
@@ -360,7 +389,16 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 		if err != nil {
 			return nil, &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: %w", err)}
 		}
-		g, err := retinanet.NewGPUDetector(lm.m, dev, lm.precision, ids)
+		opts, err := lm.gpuOptions(dev.Info())
+		if err != nil {
+			dev.Close()
+			return nil, err
+		}
+		slots := 0
+		if lm.globalBatching() {
+			slots = lm.batch
+		}
+		g, err := retinanet.NewGPUDetectorWith(lm.m, dev, opts, ids, slots)
 		if err != nil {
 			dev.Close()
 			return nil, err

@@ -16,7 +16,6 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/parts"
-	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -218,7 +217,11 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		images[i] = box.Image{Path: p}
 		costs[i] = 1
 	}
-	p, err := plan.Balance(costs, c.Size())
+	todo := make([]int, len(paths))
+	for i := range todo {
+		todo[i] = i
+	}
+	p, err := model.plan(todo, costs, cfg.BatchSize, c.Size())
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
 	}
@@ -239,7 +242,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		return err
 	}
 	defer det.Close()
-	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress},
+	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, global: model.globalBatching()},
 		images, shard, c.Rank(), func([]wire.Image, []parts.Identity) error { return nil })
 	if err := detectErr(derr, "predict keeps no part files, run it again: "); err != nil {
 		return err
@@ -249,6 +252,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	}
 	stats.Seconds["detect"] = since(t1)
 	printLayerTimes(cfg.Progress, det)
+	model.noteCUDNN(det)
 
 	dets, _, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, nil, len(images), &stats)
 	if err != nil {

@@ -6,7 +6,7 @@
 #     predict --tile with the demo model, each rank under /usr/bin/time (peak
 #     RSS per rank) and --gdal-cache 64; rank 0's progress lines give windows
 #     done and ETA. BENCH_TILE_SIZES="4000 8000" shows RSS against size in
-#     minutes rather than hours.
+#     minutes rather than hours; BENCH_TILE_SIZES="" runs none.
 #  2. BENCH_TILE_PEER=1: canopy against DeepForest's predict_tile on a
 #     760x760 forestgen raster (4 windows of 400), one process each, the
 #     same threads (BENCH_TILE_THREADS, default 2) and the same R50 test
@@ -42,7 +42,7 @@ raster() { # SIZE -> path of the tiled, deflated GeoTIFF
 	echo "$f"
 }
 
-for n in ${BENCH_TILE_SIZES:-20000}; do
+for n in ${BENCH_TILE_SIZES-20000}; do
 	f=$(raster "$n")
 	echo "bench-tile: ${n}x${n} ($(du -h "$f" | cut -f1) on disk), load $(cut -d' ' -f1-3 /proc/loadavg)"
 	rm -rf "$W/out-$n"

@@ -19,15 +19,17 @@ scripts/install-cuda.sh
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cp infer/cuda/kernels/kernels.cu infer/cuda/kernels/shim.h infer/cuda/kernels/gen.sh "$tmp/"
+cp infer/cuda/kernels/kernels.cu infer/cuda/kernels/nhwc.cu infer/cuda/kernels/shim.h infer/cuda/kernels/gen.sh "$tmp/"
 sh "$tmp/gen.sh"
-if ! cmp -s "$tmp/kernels.fatbin" infer/cuda/kernels/kernels.fatbin; then
-	echo "check-cuda: infer/cuda/kernels/kernels.fatbin is stale: run make generate-kernels and commit it" >&2
-	exit 1
-fi
-list=$(cuobjdump --list-ptx --list-elf infer/cuda/kernels/kernels.fatbin)
-for want in 'sm_80.ptx' 'sm_90.cubin'; do
-	grep -q "$want" <<<"$list" || { echo "check-cuda: kernels.fatbin lacks $want:"; echo "$list"; exit 1; } >&2
+for fb in kernels nhwc; do
+	if ! cmp -s "$tmp/$fb.fatbin" infer/cuda/kernels/$fb.fatbin; then
+		echo "check-cuda: infer/cuda/kernels/$fb.fatbin is stale: run make generate-kernels and commit it" >&2
+		exit 1
+	fi
+	list=$(cuobjdump --list-ptx --list-elf infer/cuda/kernels/$fb.fatbin)
+	for want in 'sm_80.ptx' 'sm_90.cubin'; do
+		grep -q "$want" <<<"$list" || { echo "check-cuda: $fb.fatbin lacks $want:"; echo "$list"; exit 1; } >&2
+	done
 done
 
 $GO vet -tags cuda ./...

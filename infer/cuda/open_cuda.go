@@ -34,6 +34,7 @@ type gpu struct {
 	dev     cu.Device
 	ctx     cu.CUContext
 	mod     cu.Module
+	nhwc    cu.Module // kernels.NHWCFatbin: the cuDNN path's data movement
 	fn      map[string]cu.Function
 	stream  cu.Stream
 	pinned  unsafe.Pointer // page-locked staging for uploads and downloads
@@ -210,6 +211,9 @@ func (g *gpu) release() error {
 	if g.mod != (cu.Module{}) {
 		g.mod.Unload()
 	}
+	if g.nhwc != (cu.Module{}) {
+		g.nhwc.Unload()
+	}
 	if g.ctx != (cu.CUContext{}) {
 		if rerr := g.dev.ReleasePrimaryCtx(); err == nil {
 			err = rerr
@@ -239,6 +243,16 @@ func (g *gpu) init(index int) error {
 		}
 		g.fn[name] = f
 	}
+	if g.nhwc, err = cu.LoadFatBinary(string(kernels.NHWCFatbin)); err != nil {
+		return fmt.Errorf("cuda: loading the NHWC kernels on device %d: %w", index, err)
+	}
+	for _, name := range kernels.NHWCNames {
+		f, err := g.nhwc.Function(name)
+		if err != nil {
+			return fmt.Errorf("cuda: kernel %s: %w", name, err)
+		}
+		g.fn[name] = f
+	}
 	if g.stream, err = cu.MakeStream(cu.NonBlocking); err != nil {
 		return fmt.Errorf("cuda: stream: %w", err)
 	}
@@ -246,7 +260,8 @@ func (g *gpu) init(index int) error {
 	name, _ := g.dev.Name()
 	id, _ := g.dev.UUID()
 	major, minor, _ := g.dev.ComputeCapability()
-	g.info = Info{Index: index, Name: name, UUID: "GPU-" + id.String(), SM: fmt.Sprintf("%d.%d", major, minor), Backend: "cuda"}
+	sms, _ := g.dev.Attribute(cu.MultiprocessorCount)
+	g.info = Info{Index: index, Name: name, UUID: "GPU-" + id.String(), SM: fmt.Sprintf("%d.%d", major, minor), SMs: sms, Backend: "cuda"}
 	return nil
 }
 
@@ -416,11 +431,14 @@ func b2i(b bool) int {
 }
 
 func (g *gpu) Conv(a ConvArgs, p Precision) error {
+	if p.Cudnn() {
+		return fmt.Errorf("cuda: Conv runs canopy's kernels (exact, kernel-tf32), not %s (cuDNN)", p)
+	}
 	name := kernels.ConvF32
-	if p == TF32 {
+	if p == KernelTF32 {
 		name = kernels.ConvTF32
 	}
-	return g.launch(name, kernels.Conv(a.M, a.N*a.OH*a.OW, p == TF32), a.X, a.W, a.B, a.Res, a.Y,
+	return g.launch(name, kernels.Conv(a.M, a.N*a.OH*a.OW, p == KernelTF32), a.X, a.W, a.B, a.Res, a.Y,
 		a.N, a.C, a.H, a.Wd, a.M, a.KH, a.KW, a.S, a.P, a.OH, a.OW, b2i(a.Relu))
 }
 
@@ -434,6 +452,29 @@ func (g *gpu) UpsampleAdd(lat, top Ptr, n, c, h, w, th, tw int) error {
 
 func (g *gpu) ReluCopy(x, y Ptr, n int) error {
 	return g.launch(kernels.ReluCopy, kernels.Elem(n), x, y, int64(n))
+}
+
+func (g *gpu) NHWC(a NHWCArgs) error {
+	name := kernels.NHWCNames[a.Op]
+	bf := b2i(a.BF16)
+	switch a.Op {
+	case ToNHWC, ToNCHW:
+		return g.launch(name, kernels.Elem(a.N*a.C*a.H*a.W), a.X, a.Y, a.N, a.C, a.H, a.W, bf)
+	case MaxPool3s2NHWC:
+		return g.launch(name, kernels.Elem(a.N*a.C*a.OH*a.OW), a.X, a.Y, a.N, a.C, a.H, a.W, a.OH, a.OW, bf)
+	case UpsampleAddNHWC:
+		return g.launch(name, kernels.Elem(a.N*a.C*a.H*a.W), a.X, a.Y, a.N, a.C, a.H, a.W, a.OH, a.OW, bf)
+	case ReluAny:
+		n := a.N * a.C * a.H * a.W
+		return g.launch(name, kernels.Elem(n), a.X, a.Y, int64(n), bf)
+	}
+	return fmt.Errorf("cuda: NHWC op %d", a.Op)
+}
+
+// WithStream runs f on the device's thread (the primary context current)
+// with the stream's CUstream.
+func (g *gpu) WithStream(f func(stream uintptr) error) error {
+	return g.do(func() error { return f(uintptr(unsafe.Pointer(g.stream.C()))) })
 }
 
 func (g *gpu) Sync() error {

@@ -7,13 +7,23 @@ import (
 	"github.com/canopy-hpc/canopy/infer/cuda"
 )
 
-// dmap is a batch of feature maps on a cuda.Device: [n, c, h, w] float32.
+// dmap is a batch of feature maps on a cuda.Device: [n, c, h, w] float32,
+// or on the cuDNN path (gpucudnn.go) [n, h, w, c] (nhwc), in BF16 (half).
 type dmap struct {
 	n, c, h, w int
 	p          cuda.Ptr
+	nhwc, half bool
 }
 
 func (d dmap) size() int { return d.n * d.c * d.h * d.w }
+
+// words is the allocation's size in float32 words.
+func (d dmap) words() int {
+	if d.half {
+		return (d.size() + 1) / 2
+	}
+	return d.size()
+}
 
 // gpuEngine runs the network on a cuda.Device: every layer is one kernel
 // launch over the whole batch, queued in order; only the head outputs (and,
@@ -32,6 +42,7 @@ type gpuEngine struct {
 	keep  map[cuda.Ptr]bool
 	err   error
 	times *layerTimes
+	dnn   *dnn // the cuDNN path (fp32, tf32, bf16); nil for canopy's kernels
 }
 
 var _ backend[dmap] = (*gpuEngine)(nil)
@@ -47,24 +58,34 @@ func (g *gpuEngine) fail(err error) {
 }
 
 func (g *gpuEngine) alloc(n, c, h, w int) dmap {
-	sz := n * c * h * w
+	return g.allocMap(dmap{n: n, c: c, h: h, w: w})
+}
+
+// allocAs allocates an NHWC map of the cuDNN path, BF16 when half.
+func (g *gpuEngine) allocAs(n, c, h, w int, half bool) dmap {
+	return g.allocMap(dmap{n: n, c: c, h: h, w: w, nhwc: true, half: half})
+}
+
+func (g *gpuEngine) allocMap(d dmap) dmap {
+	sz := d.words()
 	if l := g.free[sz]; len(l) > 0 {
-		p := l[len(l)-1]
+		d.p = l[len(l)-1]
 		g.free[sz] = l[:len(l)-1]
-		return dmap{n, c, h, w, p}
+		return d
 	}
 	p, err := g.dev.Alloc(sz)
 	g.fail(err)
+	d.p = p
 	if err == nil && g.owned != nil {
 		*g.owned = append(*g.owned, p)
 	}
-	return dmap{n, c, h, w, p}
+	return d
 }
 
 func (g *gpuEngine) put(xs ...dmap) {
 	for _, x := range xs {
 		if x.p != 0 && !g.keep[x.p] {
-			g.free[x.size()] = append(g.free[x.size()], x.p)
+			g.free[x.words()] = append(g.free[x.words()], x.p)
 		}
 	}
 }
@@ -124,6 +145,9 @@ func (g *gpuEngine) weights(c *conv) [2]cuda.Ptr {
 
 func (g *gpuEngine) conv(c *conv, x dmap, relu bool, res *dmap) dmap {
 	defer g.timed(groupOf(c.name))()
+	if g.dnn != nil {
+		return g.dnnConv(c, x, relu, res)
+	}
 	oh := (x.h+2*c.pad-c.kh)/c.stride + 1
 	ow := (x.w+2*c.pad-c.kw)/c.stride + 1
 	y := g.alloc(x.n, c.out, oh, ow)
@@ -143,6 +167,13 @@ func (g *gpuEngine) conv(c *conv, x dmap, relu bool, res *dmap) dmap {
 func (g *gpuEngine) maxpool3s2(x dmap) dmap {
 	defer g.timed("maxpool")()
 	oh, ow := (x.h+2-3)/2+1, (x.w+2-3)/2+1
+	if x.nhwc {
+		y := g.allocAs(x.n, x.c, oh, ow, x.half)
+		if g.err == nil {
+			g.fail(g.dev.NHWC(cuda.NHWCArgs{Op: cuda.MaxPool3s2NHWC, X: x.p, Y: y.p, N: x.n, C: x.c, H: x.h, W: x.w, OH: oh, OW: ow, BF16: x.half}))
+		}
+		return y
+	}
 	y := g.alloc(x.n, x.c, oh, ow)
 	if g.err == nil {
 		g.fail(g.dev.MaxPool3s2(x.p, y.p, x.n, x.c, x.h, x.w, oh, ow))
@@ -152,6 +183,12 @@ func (g *gpuEngine) maxpool3s2(x dmap) dmap {
 
 func (g *gpuEngine) upsampleAdd(lat, top dmap) {
 	defer g.timed("fpn")()
+	if lat.nhwc {
+		if g.err == nil {
+			g.fail(g.dev.NHWC(cuda.NHWCArgs{Op: cuda.UpsampleAddNHWC, X: lat.p, Y: top.p, N: lat.n, C: lat.c, H: lat.h, W: lat.w, OH: top.h, OW: top.w, BF16: lat.half}))
+		}
+		return
+	}
 	if g.err == nil {
 		g.fail(g.dev.UpsampleAdd(lat.p, top.p, lat.n, lat.c, lat.h, lat.w, top.h, top.w))
 	}
@@ -159,6 +196,13 @@ func (g *gpuEngine) upsampleAdd(lat, top dmap) {
 
 func (g *gpuEngine) reluCopy(x dmap) dmap {
 	defer g.timed("fpn")()
+	if x.nhwc {
+		y := g.allocAs(x.n, x.c, x.h, x.w, x.half)
+		if g.err == nil {
+			g.fail(g.dev.NHWC(cuda.NHWCArgs{Op: cuda.ReluAny, X: x.p, Y: y.p, N: x.n, C: x.c, H: x.h, W: x.w, BF16: x.half}))
+		}
+		return y
+	}
 	y := g.alloc(x.n, x.c, x.h, x.w)
 	if g.err == nil {
 		g.fail(g.dev.ReluCopy(x.p, y.p, x.size()))
@@ -167,6 +211,10 @@ func (g *gpuEngine) reluCopy(x dmap) dmap {
 }
 
 func (g *gpuEngine) download(x dmap) []float32 {
+	if x.nhwc { // a level of a trace on the cuDNN path: NCHW FP32 first
+		x.p, x.nhwc, x.half = g.nchwCopy(x), false, false
+		defer g.put(x)
+	}
 	out := make([]float32, x.size())
 	if g.err == nil {
 		g.fail(g.dev.Download(out, x.p))
@@ -213,6 +261,11 @@ func (r *GPURunner) Close() error {
 		r.g.dev.Free(w[1])
 	}
 	r.g.wts = map[*conv][2]cuda.Ptr{}
+	if r.g.dnn != nil {
+		g := r.g
+		g.fail(g.dnn.close(g.dev))
+		g.dnn = nil
+	}
 	if r.cells != 0 {
 		r.g.dev.Free(r.cells)
 		r.cells = 0
@@ -247,10 +300,16 @@ func (r *GPURunner) launchEager(p prepared) launched {
 	g := r.g
 	g.reuseFor(len(p.imgs), p.ph, p.pw)
 	x := r.transform(p)
+	if g.dnn != nil { // the cuDNN path: NHWC (and BF16) from here on
+		x = g.toNHWC(x)
+	}
 	l := launched{prepared: p}
 	l.p = features[dmap](r.m, g, x)
 	for L := 0; L < 5; L++ {
 		l.cls[L], l.reg[L] = head[dmap](r.m, g, l.p[L])
+		if g.dnn != nil {
+			l.cls[L], l.reg[L] = g.toNCHW(l.cls[L]), g.toNCHW(l.reg[L])
+		}
 	}
 	return l
 }

@@ -17,6 +17,7 @@ import (
 // padded size and transforms the next group while the device computes.
 type GPUDetector struct {
 	r       *GPURunner
+	slots   int // the global batch N (cuDNN path), 0: batches as they come
 	labels  []int32
 	name    string
 	pending []*reading // batches Prefetch started, oldest first
@@ -108,6 +109,26 @@ func NewGPUDetector(m *Model, dev cuda.Device, p cuda.Precision, labels []int32)
 		name: fmt.Sprintf("retinanet-%s %s %s on %s", info.Backend, p, m.Arch, info.Name)}, nil
 }
 
+// NewGPUDetectorWith is NewGPUDetector with the runner's options (the
+// cuDNN path). slots > 0 batches by global position: every Detect call
+// holds images of one global batch k (Input.Index in [kN, kN+N)), each run
+// in slot Index mod N of a batch of N (DetectSlots).
+func NewGPUDetectorWith(m *Model, dev cuda.Device, o GPUOptions, labels []int32, slots int) (*GPUDetector, error) {
+	if len(labels) != m.Classes {
+		return nil, fmt.Errorf("retinanet: %d label ids for a %d-class model: %w", len(labels), m.Classes, infer.ErrModel)
+	}
+	r, err := NewGPURunnerWith(m, dev, o)
+	if err != nil {
+		return nil, err
+	}
+	info := dev.Info()
+	return &GPUDetector{r: r, labels: labels, slots: slots,
+		name: fmt.Sprintf("retinanet-%s %s %s on %s", info.Backend, o.Precision, m.Arch, info.Name)}, nil
+}
+
+// CUDNN reports the detector's cuDNN use (nil off the cuDNN path).
+func (d *GPUDetector) CUDNN() *CUDNNReport { return d.r.CUDNN() }
+
 // Name implements infer.Detector.
 func (d *GPUDetector) Name() string { return d.name }
 
@@ -147,7 +168,18 @@ func (d *GPUDetector) detect(ctx context.Context, batch []infer.Input, truth [][
 			targets[i] = Targets(truth[i], img.W, img.H, func(id int32) (int, bool) { return modelClass(d.labels, id) })
 		}
 	}
-	dets, losses, err := d.r.detectBatch(imgs, r.u8, targets, len(imgs))
+	var dets [][]Detection
+	var losses []box.Loss
+	var err error
+	if d.slots > 0 {
+		idx := make([]int, len(batch))
+		for i, in := range batch {
+			idx[i] = in.Index
+		}
+		dets, losses, err = d.r.DetectSlots(imgs, idx, targets, d.slots)
+	} else {
+		dets, losses, err = d.r.detectBatch(imgs, r.u8, targets, len(imgs))
+	}
 	if err != nil {
 		return nil, nil, err
 	}

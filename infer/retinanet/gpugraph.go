@@ -63,7 +63,8 @@ func (r *GPURunner) GraphError() error { return r.err }
 // graphFor is the graph for p's batch shape: captured now if this is the
 // shape's second batch, nil for the launch-by-launch path.
 func (r *GPURunner) graphFor(p prepared) *fwdGraph {
-	if r.cap == nil || r.off || r.g.times != nil || r.g.err != nil {
+	// The cuDNN path runs launch by launch (its plans are not captured).
+	if r.cap == nil || r.off || r.g.times != nil || r.g.err != nil || r.g.dnn != nil {
 		return nil
 	}
 	key := [3]int{len(p.imgs), p.ph, p.pw}

@@ -371,7 +371,7 @@ func TestGPUStageTimes(t *testing.T) {
 		}
 		files = append(files, f)
 	}
-	for _, prec := range []cuda.Precision{cuda.FP32, cuda.TF32} {
+	for _, prec := range []cuda.Precision{cuda.Exact, cuda.KernelTF32} {
 		for _, bs := range batches {
 			gr := NewGPURunner(m, newTestDevice(t), prec)
 			batch := make([]Image, bs)

@@ -51,6 +51,44 @@ func Balance(costs []int64, ranks int) (Plan, error) {
 	return p, nil
 }
 
+// BalanceBatches is Balance over whole global batches: todo lists the
+// global image indices to run, in increasing order; batch k is the indices
+// in [kN, kN+N). Each batch goes to one rank (cost: its image count, by
+// the same greedy rule), so a batch's images always run together, in the
+// same slots, whatever the rank count. Shards list positions in todo, as
+// Balance's do.
+func BalanceBatches(todo []int, n, ranks int) (Plan, error) {
+	if n < 1 {
+		return Plan{}, fmt.Errorf("plan: batch size %d", n)
+	}
+	var groups [][]int // positions in todo, by batch
+	for pos, i := range todo {
+		if i < 0 || (pos > 0 && i <= todo[pos-1]) {
+			return Plan{}, fmt.Errorf("plan: image indices not increasing at %d", pos)
+		}
+		if pos == 0 || i/n != todo[pos-1]/n {
+			groups = append(groups, nil)
+		}
+		groups[len(groups)-1] = append(groups[len(groups)-1], pos)
+	}
+	costs := make([]int64, len(groups))
+	for g, ps := range groups {
+		costs[g] = int64(len(ps))
+	}
+	bp, err := Balance(costs, ranks)
+	if err != nil {
+		return Plan{}, err
+	}
+	p := Plan{Shards: make([][]int, ranks), Load: bp.Load}
+	for r, gs := range bp.Shards {
+		for _, g := range gs {
+			p.Shards[r] = append(p.Shards[r], groups[g]...)
+		}
+		sort.Ints(p.Shards[r])
+	}
+	return p, nil
+}
+
 // Blocks deals n equal-cost items (a raster's windows, in DeepForest's
 // order) to ranks in contiguous blocks: rank r gets [r·n/ranks,
 // (r+1)·n/ranks), so block sizes differ by at most one, every item goes to

@@ -8,10 +8,12 @@ package hostkern
 
 /*
 #cgo CXXFLAGS: -I${SRCDIR}/../kernels -O2 -std=c++17
+#cgo CFLAGS: -I${SRCDIR}/../kernels
 #cgo LDFLAGS: -lstdc++ -lm
 #include <stdlib.h>
 #include <string.h>
 #include "launch.h"
+#include "nhwc.h"
 */
 import "C"
 
@@ -189,7 +191,10 @@ func (d *Device) Replay(g cuda.Graph) error {
 func (d *Device) DropGraph(g cuda.Graph) { delete(d.graphs, g) }
 
 func (d *Device) Conv(a cuda.ConvArgs, p cuda.Precision) error {
-	tf := p == cuda.TF32
+	if p.Cudnn() {
+		return fmt.Errorf("hostkern: Conv runs canopy's kernels (exact, kernel-tf32), not %s (cuDNN)", p)
+	}
+	tf := p == cuda.KernelTF32
 	g := kernels.Conv(a.M, a.N*a.OH*a.OW, tf)
 	x, w, b, res, y := d.fp(a.X), d.fp(a.W), d.fp(a.B), d.fp(a.Res), d.fp(a.Y)
 	d.run(func() {
@@ -271,6 +276,26 @@ func (d *Device) Launch(name string, g kernels.Dim, args ...any) error {
 		C.free(unsafe.Pointer(n))
 	})
 	return nil
+}
+
+// NHWC runs one of the cuDNN path's data-movement kernels (nhwc.cc).
+func (d *Device) NHWC(a cuda.NHWCArgs) error {
+	x, y := unsafe.Pointer(d.fp(a.X)), unsafe.Pointer(d.fp(a.Y))
+	if x == nil || y == nil {
+		return fmt.Errorf("hostkern: NHWC op %d on an address that is not an allocation", a.Op)
+	}
+	launchMu.Lock()
+	defer launchMu.Unlock()
+	C.hk_nhwc(C.int(a.Op), x, y, C.int(a.N), C.int(a.C), C.int(a.H), C.int(a.W), C.int(a.OH), C.int(a.OW), cbool(a.BF16))
+	return nil
+}
+
+// WithStream runs f with stream 0 (the shim has none; a library called
+// there, the fake cuDNN, computes on the host at once).
+func (d *Device) WithStream(f func(stream uintptr) error) error {
+	launchMu.Lock()
+	defer launchMu.Unlock()
+	return f(0)
 }
 
 func (d *Device) Sync() error { return nil }

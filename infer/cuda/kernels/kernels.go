@@ -14,6 +14,15 @@ import _ "embed"
 //go:embed kernels.fatbin
 var Fatbin []byte
 
+// NHWCFatbin is the module of nhwc.cu, the cuDNN path's data-movement
+// kernels (loaded beside Fatbin).
+//
+//go:embed nhwc.fatbin
+var NHWCFatbin []byte
+
+// NHWCNames are nhwc.cu's kernels, in cuda.NHWCOp order.
+var NHWCNames = []string{"to_nhwc", "to_nchw", "maxpool3s2_nhwc", "upsample_add_nhwc", "relu_copy_any"}
+
 // Tile sizes, as kernels.cu #defines them (TestDefinesAgree).
 const (
 	ConvBM, ConvBN, ConvBK, ConvThreads = 64, 64, 16, 256

@@ -110,3 +110,22 @@ func TestGeometry(t *testing.T) {
 		t.Errorf("Elem: %+v", d)
 	}
 }
+
+// TestNHWCAgrees: nhwc.cu indexes with NHWC_THREADS per block and the
+// launchers use Elem's geometry; every name the Go side launches is an
+// extern "C" kernel there.
+func TestNHWCAgrees(t *testing.T) {
+	src, err := os.ReadFile("nhwc.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^#define NHWC_THREADS (\d+)$`).FindStringSubmatch(string(src))
+	if m == nil || m[1] != strconv.Itoa(ElemThreads) {
+		t.Errorf("nhwc.cu NHWC_THREADS %v, Elem's block %d", m, ElemThreads)
+	}
+	for _, n := range NHWCNames {
+		if !regexp.MustCompile(`extern "C" __global__ void ` + n + `\(`).Match(src) {
+			t.Errorf("nhwc.cu has no kernel %s", n)
+		}
+	}
+}
