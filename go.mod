@@ -9,6 +9,7 @@ require (
 	golang.org/x/sys v0.50.0
 	gonum.org/v1/gonum v0.9.1
 	gonum.org/v1/plot v0.9.0
+	gopkg.in/yaml.v3 v3.0.1
 	gorgonia.org/cu v0.9.6
 )
 

@@ -50,9 +50,15 @@ type result struct {
 // mpirun runs canopy on np ranks with a hard timeout.
 func mpirun(t *testing.T, np int, env []string, args ...string) result {
 	t.Helper()
+	return mpirunBin(t, canopyBin, np, env, args...)
+}
+
+// mpirunBin is mpirun of the binary bin.
+func mpirunBin(t *testing.T, bin string, np int, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", append([]string{"-np", fmt.Sprint(np), canopyBin}, args...)...)
+	cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", append([]string{"-np", fmt.Sprint(np), bin}, args...)...)
 	cmd.Env = append(append(os.Environ(), "CANOPY_MPIRUN_TIMEOUT=60"), env...)
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
@@ -531,6 +537,73 @@ func TestMPIModelRankCountsBitIdentical(t *testing.T) {
 	}
 }
 
+// The GPU engine under the real mpirun: a binary built with -tags
+// hostkerngpu sees fake GPUs that are host shims (jobs/hostkerngpu.go), one
+// per rank; eval --model (the device transform, postprocess and losses,
+// CUDA graphs) gives byte-identical metrics and predictions for -np 1, 2
+// and 3 at batch 2. The model is a small generated ResNet-18-FPN32 at
+// min_size 128, so the shim runs it in seconds.
+func TestMPIGPUEngineRankCountsBitIdentical(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "canopy-hostkerngpu")
+	if out, err := exec.Command("go", "build", "-tags", "hostkerngpu", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	model := filepath.Join(dir, "model")
+	if out, err := exec.Command("go", "run", "./cmd/testmodel", "-arch", "resnet18", "-classes", "2", "-fpn", "32",
+		"-min-size", "128", "-max-size", "128", "-out", model).CombinedOutput(); err != nil {
+		t.Fatalf("testmodel: %v\n%s", err, out)
+	}
+	cfgPath := filepath.Join(model, "config.json")
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["label_dict"] = map[string]int{"Tree": 0, "Dead": 1} // forestgen's labels
+	if b, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	csv := demoImages(t, 6)
+	env := []string{"CANOPY_TEST_HOSTKERN_GPUS=3"}
+	var refMetrics, refPreds []byte
+	for np := 1; np <= 3; np++ {
+		out := t.TempDir()
+		r := mpirunBin(t, bin, np, env, "eval", "--model", model, "--csv", csv, "--out", out, "--batch-size", "2", "--device", "cuda", "--precision", "exact")
+		if r.code != 0 {
+			t.Fatalf("np%d: exit %d\n%s", np, r.code, r.stderr)
+		}
+		rep, err := os.ReadFile(filepath.Join(out, "report.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(rep, []byte("retinanet-hostkern")) || !bytes.Contains(rep, []byte(fmt.Sprintf("GPU-hostkern-%d", np-1))) {
+			t.Fatalf("np%d: the report names no host-shim GPU for every rank:\n%s", np, rep)
+		}
+		m := metricsOf(t, out)
+		p, err := os.ReadFile(filepath.Join(out, "predictions.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if refMetrics == nil {
+			if n := bytes.Count(p, []byte("\n")) - 1; n < 10 {
+				t.Fatalf("only %d detections: the comparison would be thin", n)
+			}
+			refMetrics, refPreds = m, p
+			continue
+		}
+		if !bytes.Equal(m, refMetrics) || !bytes.Equal(p, refPreds) {
+			t.Fatalf("np%d: metrics or predictions differ from np1:\n%s\n%s", np, m, refMetrics)
+		}
+	}
+}
+
 // A fault on one rank while the others are detecting: the launcher stops
 // the others (SIGTERM), and they stay silent; the job prints one line.
 // --verbose lets every rank speak.
@@ -612,5 +685,85 @@ func TestMPISecondRunIntoOneOutRefused(t *testing.T) {
 	}
 	if got := metricsOf(t, out); !bytes.Equal(got, ref) {
 		t.Fatalf("the first run's metrics changed:\n%s", got)
+	}
+}
+
+// A run killed (kill -9) while rank 0 wrote report.html published nothing
+// of its set: canopy doctor --out calls it resumable (exit 8), not
+// complete, and --resume then writes the whole set.
+func TestKilledWhileWritingHTMLIsResumable(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command(canopyBin, "eval", "--csv", set("three", "truth.csv"), "--predictions", set("three", "predictions.csv"), "--out", out, "--html")
+	cmd.Env = append(os.Environ(), jobs.StopEnv+"=0:html")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	for i := 0; i < 600 && !stopped; i++ { // SIGSTOP inside stageHTML
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+		f := strings.Fields(string(b))
+		stopped = len(f) > 2 && f[2] == "T"
+		time.Sleep(50 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if !stopped {
+		t.Fatal("the run never reached report.html")
+	}
+	r := run1(t, "doctor", "--out", out)
+	if r.code != jobs.ExitResumable || !strings.Contains(r.stdout, "resumable") {
+		t.Fatalf("doctor after the kill: exit %d %s", r.code, r.stdout)
+	}
+	if _, err := os.Stat(filepath.Join(out, "report.json")); err == nil {
+		t.Fatal("report.json published before report.html was written")
+	}
+	r = run1(t, "eval", "--csv", set("three", "truth.csv"), "--predictions", set("three", "predictions.csv"), "--out", out, "--html", "--resume")
+	if r.code != 0 {
+		t.Fatalf("--resume: exit %d %s", r.code, r.stderr)
+	}
+	for _, f := range []string{"report.json", "report.html", "predictions.csv", "results.csv"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("after --resume: %v", err)
+		}
+	}
+	if r := run1(t, "doctor", "--out", out); r.code != 0 {
+		t.Errorf("doctor after --resume: %d %s", r.code, r.stdout)
+	}
+}
+
+// predict --tile under the real mpirun: one forestgen raster as a tiled,
+// compressed GeoTIFF, its windows shared out among the ranks; the merged
+// predictions.csv is the same bytes for -np 1, 2, 3 and 4.
+func TestMPITileRankCountsBitIdentical(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("go", "run", "./cmd/forestgen", "-out", dir, "-n", "1", "-sizes", "760x610", "-seed", "9").CombinedOutput(); err != nil {
+		t.Fatalf("forestgen: %v\n%s", err, out)
+	}
+	tif := filepath.Join(dir, "forest.tif")
+	if out, err := exec.Command("gdal_translate", "-q", "-co", "TILED=YES", "-co", "COMPRESS=DEFLATE", filepath.Join(dir, "img_0000.png"), tif).CombinedOutput(); err != nil {
+		t.Fatalf("gdal_translate: %v\n%s", err, out)
+	}
+	var ref []byte
+	for np := 1; np <= 4; np++ {
+		out := t.TempDir()
+		r := mpirun(t, np, nil, "predict", "--tile", "--raster", tif, "--model", demoModel, "--patch-size", "300", "--patch-overlap", "0.1",
+			"--out", out, "--batch-size", fmt.Sprint(5-np))
+		if r.code != 0 {
+			t.Fatalf("np%d: exit %d\n%s", np, r.code, r.stderr)
+		}
+		p, err := os.ReadFile(filepath.Join(out, "predictions.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ref == nil {
+			if n := bytes.Count(p, []byte("\n")); n < 20 {
+				t.Fatalf("np1: %d rows", n-1)
+			}
+			ref = p
+			continue
+		}
+		if !bytes.Equal(p, ref) {
+			t.Fatalf("np%d: predictions.csv differs from np1", np)
+		}
 	}
 }

@@ -19,10 +19,14 @@ func (b Box) Area() float64 { return (b.Xmax - b.Xmin) * (b.Ymax - b.Ymin) }
 // IsZero reports the 0,0,0,0 box DeepForest uses to mark an empty frame.
 func (b Box) IsZero() bool { return b.Xmin == 0 && b.Ymin == 0 && b.Xmax == 0 && b.Ymax == 0 }
 
-// Truth is one ground-truth box with its label id.
+// Truth is one ground-truth box with its label id. Crowd marks a COCO
+// crowd region (iscrowd 1): the COCO family ignores it as pycocotools
+// does; DeepForest's recall/precision and torchmetrics' IoU, which have no
+// such notion, count it as an ordinary box.
 type Truth struct {
 	Box   Box
 	Label int32
+	Crowd bool
 }
 
 // Detection is one predicted box with its label id and score. Replayed CSV

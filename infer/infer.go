@@ -12,6 +12,7 @@ import (
 	"errors"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/imagefile"
 )
 
 // Input is one image handed to a detector.
@@ -22,6 +23,18 @@ type Input struct {
 	Path string
 	// File is Path resolved against the root directory.
 	File string
+	// Pixels, when set, supplies the image instead of File (a window of a
+	// raster, read through infer/gdal); File then only names it.
+	Pixels func() (imagefile.Image, error)
+}
+
+// Read returns the input's image: Pixels' when set, else File's as
+// imagefile.Read decodes it.
+func (in Input) Read() (imagefile.Image, error) {
+	if in.Pixels != nil {
+		return in.Pixels()
+	}
+	return imagefile.Read(in.File)
 }
 
 // Detector turns a batch of images into per-image detections, in the order

@@ -62,6 +62,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 			evalCommand(&code, stdout, errw, stderr, newComm),
 			predictCommand(&code, stdout, stderr, newComm),
 			doctorCommand(&code, stdout, stderr, newComm),
+			gpuPlanCommand(&code, stdout, stderr),
 			CompareCommand(&code, stdout, stderr),
 			{
 				Name:  "version",
@@ -251,7 +252,7 @@ func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err 
 	}
 	if code != ExitResumable {
 		if marker != "" {
-			os.WriteFile(marker, []byte(err.Error()), 0o644)
+			os.WriteFile(marker, fmt.Appendf(nil, "%d %v", code, err), 0o644) // canopy doctor --out reads the code
 		}
 		printErr(stderr, comm, err)
 		return

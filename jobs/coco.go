@@ -23,12 +23,13 @@ type cocoResult struct {
 	Score      float64    `json:"score"`
 }
 
-// writeCOCO writes both files: image ids are 1.. in the truth's order,
-// annotation ids 1.. (pycocotools counts id 0 as unmatched), category ids
-// the label map's ids; bbox is [xmin, ymin, xmax-xmin, ymax-ymin].
-func writeCOCO(cfg EvalConfig, images []box.Image, dets [][]box.Detection, labels box.LabelMap) error {
+// stageCOCO stages both files (writeOutputs publishes them): image ids
+// are 1.. in the truth's order, annotation ids 1.. (pycocotools counts id
+// 0 as unmatched), category ids the label map's ids; bbox is [xmin, ymin,
+// xmax-xmin, ymax-ymin].
+func stageCOCO(cfg EvalConfig, images []box.Image, dets [][]box.Detection, labels box.LabelMap) ([]staged, error) {
 	if !cfg.COCOOut {
-		return nil
+		return nil, nil
 	}
 	var ds dataset.COCODataset
 	for id, n := range labels.Names() {
@@ -43,14 +44,26 @@ func writeCOCO(cfg EvalConfig, images []box.Image, dets [][]box.Detection, label
 		ds.Images = append(ds.Images, dataset.COCOImage{ID: imgID, FileName: im.Path})
 		for _, t := range im.Truth {
 			ds.Annotations = append(ds.Annotations, dataset.COCOAnnotation{ID: int64(len(ds.Annotations) + 1), ImageID: imgID,
-				CategoryID: int64(t.Label), BBox: xywh(t.Box), Area: t.Box.Area()})
+				CategoryID: int64(t.Label), BBox: xywh(t.Box), Area: t.Box.Area(), IsCrowd: crowd(t)})
 		}
 		for _, d := range dets[i] {
 			res = append(res, cocoResult{ImageID: imgID, CategoryID: int64(d.Label), BBox: xywh(d.Box), Score: d.Score})
 		}
 	}
-	if err := writeAtomic(cfg.Out, cocoTruthFile, func(w io.Writer) error { return json.NewEncoder(w).Encode(ds) }); err != nil {
-		return err
+	t, err := stage(cfg.Out, cocoTruthFile, func(w io.Writer) error { return json.NewEncoder(w).Encode(ds) })
+	if err != nil {
+		return nil, err
 	}
-	return writeAtomic(cfg.Out, cocoPredFile, func(w io.Writer) error { return json.NewEncoder(w).Encode(res) })
+	p, err := stage(cfg.Out, cocoPredFile, func(w io.Writer) error { return json.NewEncoder(w).Encode(res) })
+	if err != nil {
+		return []staged{t}, err
+	}
+	return []staged{t, p}, nil
+}
+
+func crowd(t box.Truth) int {
+	if t.Crowd {
+		return 1
+	}
+	return 0
 }

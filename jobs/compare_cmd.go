@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +39,9 @@ type CompareOptions struct {
 	Markdown            string // GitHub markdown file to write, "-" for stdout instead of the text table
 	HTML                string // self-contained HTML page to write, "" for none
 	Stderr              io.Writer
+	// Ctx ends the reads of --html's recorded files (SIGTERM, SIGINT);
+	// nil: never.
+	Ctx context.Context
 }
 
 // CompareCommand is the `canopy compare BASELINE CURRENT` command: it sets
@@ -88,6 +92,7 @@ func CompareCommand(code *int, stdout, stderr io.Writer) *cli.Command {
 				Markdown:            c.String("markdown"),
 				HTML:                c.String("html"),
 				Stderr:              stderr,
+				Ctx:                 c.Context,
 			}, stdout)
 			if err != nil {
 				return err
@@ -136,7 +141,9 @@ func runCompare(opts CompareOptions, stdout io.Writer) (int, error) {
 		}
 	}
 	if opts.HTML != "" {
-		if err := writeFileAtomic(opts.HTML, func(w io.Writer) error { return report.WriteHTML(w, res, drawnImage(false, DefaultMaxImagePixels)) }); err != nil {
+		if err := writeFileAtomic(opts.HTML, func(w io.Writer) error {
+			return report.WriteHTML(w, res, drawnImage(false, DefaultMaxImagePixels), recordedReader(opts.Ctx))
+		}); err != nil {
 			return ExitInternal, &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: compare: --html: %w", err)}
 		}
 	}
@@ -167,11 +174,11 @@ func compareReports(opts CompareOptions) (*report.Result, error) {
 	if err != nil {
 		return nil, &Error{Code: ExitUsage, Collective: true, Err: fmt.Errorf("jobs: compare: %w", err)}
 	}
-	base, err := report.Read(opts.Baseline)
+	base, err := report.ReadWith(opts.Baseline, readNamedInput)
 	if err != nil {
 		return nil, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("jobs: compare: baseline: %w", err)}
 	}
-	cur, err := report.Read(opts.Current)
+	cur, err := report.ReadWith(opts.Current, readNamedInput)
 	if err != nil {
 		return nil, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("jobs: compare: current: %w", err)}
 	}

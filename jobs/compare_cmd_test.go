@@ -10,8 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"encoding/json"
+	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/report"
 	"github.com/urfave/cli/v2"
+	"syscall"
+	"time"
 )
 
 // The fixtures in report/testdata/compare are hand-written reports, each
@@ -487,4 +491,146 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// hostileSides runs eval twice on the "three" set with report.html (its
+// root a copy of the set's folder) and returns the two --out folders and
+// the baseline's root.
+func hostileSides(t *testing.T) (base, cur, root string) {
+	t.Helper()
+	root = copyDir(t, filepath.Join("..", "testdata", "sets", "three"))
+	var outs [2]string
+	for k := range outs {
+		outs[k] = filepath.Join(t.TempDir(), "out")
+		cfg := EvalConfig{CSV: filepath.Join(root, "truth.csv"), Predictions: filepath.Join(root, "predictions.csv"), Out: outs[k],
+			IoUThreshold: 0.4, HTML: &htmlreport.Options{Worst: 2, Thumb: 32}}
+		if codes := runLocal(t, 1, cfg); codes[0] != 0 {
+			t.Fatal(codes)
+		}
+	}
+	return outs[0], outs[1], root
+}
+
+// recordTruth rewrites the truth path (and root) the baseline's
+// report.html records, as a hostile report would.
+func recordTruth(t *testing.T, out, csv, root string) {
+	t.Helper()
+	p := filepath.Join(out, "report.html")
+	b, _ := os.ReadFile(p)
+	d, err := htmlreport.ReadData(b)
+	if err != nil || d == nil {
+		t.Fatal(err)
+	}
+	old, _ := json.Marshal(map[string]string{"csv": d.CSV, "root_dir": d.RootDir})
+	now, _ := json.Marshal(map[string]string{"csv": csv, "root_dir": root})
+	old, now = old[1:len(old)-1], now[1:len(now)-1]
+	if !bytes.Contains(b, old) {
+		t.Fatalf("no %s in the data block", old)
+	}
+	os.WriteFile(p, bytes.Replace(b, old, now, 1), 0o644)
+}
+
+// compare --html reads the files a report records only as regular files
+// inside the root that report records, under size caps: /dev/zero, a
+// FIFO, /etc/passwd and a FIFO in place of report.html are each a note on
+// the page (never their content), and nothing blocks (the FIFO blocked in
+// open and ignored SIGTERM; /dev/zero grew RSS at 230 MB/s).
+func TestCompareHTMLReadsOnlyRecordedRegularFiles(t *testing.T) {
+	base, cur, root := hostileSides(t)
+	fifo := filepath.Join(root, "truth.fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ csv, root, note string }{
+		{"/etc/passwd", root, "outside the report&#39;s root folder"},
+		{"/dev/zero", "/dev", "not a regular file (a character device)"},
+		{fifo, root, "not a regular file (a named pipe)"},
+		{filepath.Join(root, "truth.csv"), "", "the report records no root folder"},
+	} {
+		b := base
+		src, _ := os.ReadFile(filepath.Join(b, "report.html")) // each case from the page eval wrote
+		recordTruth(t, b, c.csv, c.root)
+		page := filepath.Join(t.TempDir(), "c.html")
+		start := time.Now()
+		code, err := runCompare(CompareOptions{Baseline: b, Current: cur, HTML: page, Ctx: context.Background()}, &bytes.Buffer{})
+		if err != nil || code != ExitOK || time.Since(start) > 20*time.Second {
+			t.Fatalf("%s: exit %d %v after %v", c.csv, code, err, time.Since(start))
+		}
+		html, _ := os.ReadFile(page)
+		if !bytes.Contains(html, []byte("truth boxes not drawn")) || !bytes.Contains(html, []byte(c.note)) || bytes.Contains(html, []byte("root:x:0")) {
+			t.Errorf("%s: the page has no note %q, or has the file's content", c.csv, c.note)
+		}
+		os.WriteFile(filepath.Join(b, "report.html"), src, 0o644)
+	}
+	// report.html itself a FIFO
+	os.Remove(filepath.Join(base, "report.html"))
+	syscall.Mkfifo(filepath.Join(base, "report.html"), 0o644)
+	page := filepath.Join(t.TempDir(), "c.html")
+	if code, err := runCompare(CompareOptions{Baseline: base, Current: cur, HTML: page}, &bytes.Buffer{}); err != nil || code != ExitOK {
+		t.Fatalf("report.html a FIFO: %d %v", code, err)
+	}
+	if html, _ := os.ReadFile(page); !bytes.Contains(html, []byte("no report.html")) || !bytes.Contains(html, []byte("a named pipe")) {
+		t.Error("report.html a FIFO: no note")
+	}
+}
+
+// A read of a recorded file that blocks (a stalled filesystem, made here
+// by the test hook) ends at SIGTERM (the context) or at its timeout: the
+// page is written with a note, promptly.
+func TestCompareHTMLBlockedReadEnds(t *testing.T) {
+	base, cur, _ := hostileSides(t)
+	release := make(chan struct{})
+	defer close(release)
+	old := recordedReadHook
+	recordedReadHook = func(p string) {
+		if filepath.Base(p) == "truth.csv" {
+			<-release
+		}
+	}
+	defer func() { recordedReadHook = old }()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	page := filepath.Join(t.TempDir(), "c.html")
+	start := time.Now()
+	if code, err := runCompare(CompareOptions{Baseline: base, Current: cur, HTML: page, Ctx: ctx}, &bytes.Buffer{}); err != nil || code != ExitOK {
+		t.Fatalf("%d %v", code, err)
+	}
+	if html, _ := os.ReadFile(page); time.Since(start) > 10*time.Second || !bytes.Contains(html, []byte("not read: interrupted")) {
+		t.Fatalf("SIGTERM: %v, note missing", time.Since(start))
+	}
+	defer func(d time.Duration) { recordedFileTimeout = d }(recordedFileTimeout)
+	recordedFileTimeout = 200 * time.Millisecond
+	start = time.Now()
+	if code, err := runCompare(CompareOptions{Baseline: base, Current: cur, HTML: page, Ctx: context.Background()}, &bytes.Buffer{}); err != nil || code != ExitOK {
+		t.Fatalf("%d %v", code, err)
+	}
+	if html, _ := os.ReadFile(page); time.Since(start) > 10*time.Second || !bytes.Contains(html, []byte("not read within 200ms")) {
+		t.Fatalf("timeout: %v, note missing", time.Since(start))
+	}
+}
+
+// compare's two report paths are read without blocking: a FIFO nobody
+// writes to (or a run folder whose report.json is one) is exit 3 at once,
+// /dev/zero is refused.
+func TestCompareReportFIFO(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "report.json")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, dir, "/dev/zero"} {
+		done := make(chan int, 1)
+		go func() {
+			code, _ := runCompare(CompareOptions{Baseline: fixture("baseline.json"), Current: p}, &bytes.Buffer{})
+			done <- code
+		}()
+		select {
+		case code := <-done:
+			if code != ExitInput {
+				t.Errorf("%s: exit %d", p, code)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%s: compare blocked", p)
+		}
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -16,6 +18,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/report"
 )
 
 type rankInfo struct {
@@ -85,18 +88,38 @@ func doctor(c mpi.Comm, stdout io.Writer) error {
 	if haveCUDA {
 		build = "cuda (kernels: compute_80 PTX + sm_90, embedded; needs libcuda.so.1 only)"
 	}
-	fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nMPI: %s, %d rank(s)\nbuild: %s, SGEMM %s (%s kernels)\n\n",
-		Version, runtime.Version(), gitRevision(), c.Implementation(), c.Size(), build, gemm.Backend(), gemm.Core())
+	fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nMPI: %s, %d rank(s)\nbuild: %s, SGEMM %s (%s kernels), convolution kernels %s\n\n",
+		Version, runtime.Version(), gitRevision(), c.Implementation(), c.Size(), build, gemm.Backend(), gemm.Core(), gemm.Kernels())
 	fmt.Fprintf(stdout, "%-5s %-20s %-8s %-6s %-10s %-8s %-12s %-8s %s\n", "rank", "host", "local", "pid", "GOMAXPROCS", "cpus", "affinity", "device", "CUDA_VISIBLE_DEVICES / launcher")
 	for _, p := range parts {
 		var ri rankInfo
 		if err := json.Unmarshal(p, &ri); err != nil {
 			return &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: doctor: %w", err)}
 		}
-		fmt.Fprintf(stdout, "%-5d %-20s %-8s %-6s %-10d %-8d %-12s %-8s %s / %s\n", ri.Rank, ri.Host,
-			fmt.Sprintf("%d/%d", ri.LocalRank, ri.LocalSize), ri.PID, ri.GOMAXPROCS, ri.NumCPU, ri.Affinity, ri.Device, ri.VisibleGPUs, ri.Launcher)
+		p := report.Printable // the host name and the environment are printed, not obeyed
+		fmt.Fprintf(stdout, "%-5d %-20s %-8s %-6s %-10d %-8d %-12s %-8s %s / %s\n", ri.Rank, p(ri.Host),
+			fmt.Sprintf("%d/%d", ri.LocalRank, ri.LocalSize), p(ri.PID), ri.GOMAXPROCS, ri.NumCPU, p(ri.Affinity), p(ri.Device), p(ri.VisibleGPUs), p(ri.Launcher))
 	}
 	return nil
+}
+
+// faultOf reads the fault markers a failed run's ranks left (the lowest
+// rank's): its message and exit code; ok is false when there is none or
+// its code is not recorded.
+func faultOf(dir string) (msg string, code int, ok bool) {
+	m, _ := filepath.Glob(filepath.Join(dir, faultPrefix+"-*"))
+	sort.Strings(m)
+	for _, f := range m {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		c, rest, found := strings.Cut(string(b), " ")
+		if n, err := strconv.Atoi(c); found && err == nil {
+			return report.Printable(rest), n, true
+		}
+	}
+	return "", 0, false
 }
 
 // outState tells what an output folder holds (canopy doctor --out): the
@@ -127,6 +150,9 @@ func outState(dir string) (int, string) {
 	if !has(manifestFile) {
 		return ExitInternal, busy + "no canopy run (no manifest.json, no report.json)"
 	}
+	if b, err := os.ReadFile(filepath.Join(dir, manifestFile)); err != nil || json.Unmarshal(b, &manifest{}) != nil {
+		return ExitInternal, busy + "manifest.json is empty, truncated or unreadable (a run killed as it started, or a damaged folder): --resume refuses it (exit 2); start again with --force"
+	}
 	files, err := parts.ReadAll(dir)
 	if err != nil {
 		return ExitInternal, busy + err.Error()
@@ -134,6 +160,10 @@ func outState(dir string) (int, string) {
 	done, st, err := parts.Decode(files, math.MaxInt)
 	if err != nil {
 		return ExitInternal, busy + err.Error()
+	}
+	if fault, code, ok := faultOf(dir); ok && (code == ExitUsage || code == ExitInput || code == ExitModel) {
+		return ExitInternal, fmt.Sprintf("%sa run that failed (exit %d: %s), not an interruption: --resume with the same inputs fails the same way; fix the cause, then --resume continues from %d saved image(s) (or start again with --force)",
+			busy, code, fault, len(done))
 	}
 	if len(done) == 0 {
 		return ExitInternal, busy + "a run that stopped before it saved any image (a failed start); run it again, --resume has nothing to continue"

@@ -15,10 +15,10 @@ import (
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/replay"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/parts"
-	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -27,10 +27,15 @@ import (
 // EvalConfig is the configuration of one `canopy eval` run. Every rank
 // passes the same values.
 type EvalConfig struct {
-	CSV          string
-	RootDir      string // default: the CSV's folder
-	Predictions  string
-	LabelDict    string
+	CSV         string
+	RootDir     string // default: the CSV's folder
+	Predictions string
+	LabelDict   string
+	// LabelDictData, when set, is the label map's bytes (a --config's
+	// label_dict as label,id CSV) read instead of the file LabelDict.
+	LabelDictData []byte
+	// RunConfig is --config and its overrides (nil: none).
+	RunConfig    *runConfig
 	Out          string
 	Force        bool
 	Resume       bool
@@ -112,7 +117,16 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	var model *loadedModel
 	if cfg.Model.Spec != "" {
-		if model, err = loadModel(c, cfg.Model, in.modelDir, in.modelDigest, in.modelConfig); err != nil {
+		mc := cfg.Model
+		if in.labels != nil && retinanet.IsTorchFile(in.modelDir) {
+			// a bare .pt takes its labels from --label-dict
+			lm, err := dataset.ParseLabelDict(cfg.LabelDict, in.labels)
+			if err != nil {
+				return &Error{Code: ExitInput, Collective: true, Err: err}
+			}
+			mc.LabelDict = labelDictOf(lm)
+		}
+		if model, err = loadModel(c, mc, in.modelDir, in.modelDigest, in.modelConfig); err != nil {
 			return err
 		}
 	}
@@ -178,7 +192,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			costs = append(costs, 1+int64(len(truth.Images[i].Rows))+int64(len(byPath[im.Path])))
 		}
 	}
-	p, err := plan.Balance(costs, c.Size())
+	p, err := model.plan(todo, costs, cfg.BatchSize, c.Size())
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
 	}
@@ -225,7 +239,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		}
 		return nil
 	}
-	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, losses: model != nil, identify: model != nil},
+	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, losses: model != nil, identify: model != nil, global: model.globalBatching()},
 		images, shard, c.Rank(), record)
 	if err := pw.Close(); err != nil && derr == nil {
 		derr = &Error{Code: ExitInternal, Err: err}
@@ -243,6 +257,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	stats.Seconds["detect"] = since(t1)
 	printLayerTimes(cfg.Progress, det)
+	model.noteCUDNN(det)
 
 	// 4-5. Encode, gather, merge (with the images the part files hold).
 	stopForTest(c.Rank(), "gather")
@@ -264,7 +279,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if fam == 0 {
 		fam = metrics.All
 	}
-	res, err := metrics.Compute(metrics.Input{Images: images, Dets: dets, Labels: labels},
+	metricIn := metrics.Input{Images: images, Dets: dets, Labels: labels}
+	if err := checkMetricsMemory(c, metricIn, fam, cfg.Model); err != nil {
+		return err
+	}
+	res, err := metrics.Compute(metricIn,
 		metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, fam, cfg.ClassMetrics)
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
@@ -289,13 +308,15 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		tw := time.Now()
 		rep.run.Warnings = warnings
 		rep.run.AllowOutsideRoot = cfg.AllowOutsideRoot && (model != nil || cfg.HTML != nil)
-		if err := writeOutputs(cfg, rep, images, dets, labels, res); err != nil {
-			return err
+		more := func(rj []byte) ([]staged, error) {
+			set, err := stageCOCO(cfg, images, dets, labels)
+			if err != nil {
+				return set, err
+			}
+			h, err := stageHTML(cfg, rj, images, dets, labels, res, since(tw))
+			return append(set, h...), err
 		}
-		if err := writeCOCO(cfg, images, dets, labels); err != nil {
-			return err
-		}
-		if err := writeHTML(cfg, images, dets, labels, res, since(tw)); err != nil {
+		if err := writeOutputs(cfg, rep, images, dets, labels, res, more); err != nil {
 			return err
 		}
 		if cfg.Stdout != nil {
@@ -336,7 +357,20 @@ func packInputs(cfg EvalConfig) ([]byte, *outRun) {
 		if f == "" {
 			continue
 		}
-		data, err := os.ReadFile(f)
+		if i == 2 && cfg.LabelDictData != nil {
+			in.labels = cfg.LabelDictData
+			continue
+		}
+		if fi, err := os.Stat(f); i == 0 && err == nil && fi.IsDir() {
+			// a folder of Pascal VOC files: rank 0 makes them one CSV
+			data, err := dataset.ReadVOCFolder(f)
+			if err != nil {
+				return fail(ExitInput, err)
+			}
+			*dst[i] = data
+			continue
+		}
+		data, err := readNamedInput(f)
 		if err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}

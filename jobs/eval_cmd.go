@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/canopy-hpc/canopy/internal/config"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
@@ -18,7 +19,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 	return &cli.Command{
 		Name:      "eval",
 		Usage:     "score detections against DeepForest ground truth on every rank",
-		ArgsUsage: "[CSV]",
+		ArgsUsage: "[CSV] [key=value ...]",
 		Description: "Rank 0 reads the inputs and broadcasts them; each rank detects its shard of the\n" +
 			"images; an MPI_Allgatherv gives every rank every detection; every rank computes\n" +
 			"the same metrics; rank 0 writes report.json, predictions.csv and results.csv\n" +
@@ -27,7 +28,8 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			"val_bbox_regression and val_loss: torchvision's train-mode losses per image,\n" +
 			"averaged over the images (with the model's stored BatchNorm statistics).\n\n" + ExitTable,
 		Flags: concatFlags([]cli.Flag{
-			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name), or a COCO dataset (.json: file_name is the image_path, bbox x,y,w,h, category names are the labels)"},
+			configFlag(),
+			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name; or image_path,label with a WKT geometry column, whose POLYGON bounds are the boxes), a Pascal VOC annotation (.xml) or a folder of them, or a COCO dataset (.json: file_name is the image_path, bbox x,y,w,h, category names are the labels)"},
 			rootDirFlag(),
 			&cli.StringFlag{Name: "predictions", Usage: "replay detector: DeepForest prediction CSV (image_path,xmin,ymin,xmax,ymax,label,score); rows join the truth by exact image_path"},
 			&cli.BoolFlag{Name: "allow-any-score", Usage: "accept --predictions scores outside [0, 1] (they must still be finite numbers)"},
@@ -37,13 +39,19 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.StringFlag{Name: "semantics", Value: "validation", Usage: "DeepForest definition of box recall/precision: validation (trainer.validate's RecallPrecision) or evaluate_boxes"},
 			&cli.StringFlag{Name: "metrics", Value: "all", Usage: "metric families, comma-separated: recall (DeepForest box recall/precision), iou (torchmetrics IntersectionOverUnion), coco (COCO mAP/mAR), or all"},
 			&cli.BoolFlag{Name: "class-metrics", Usage: "report map_per_class and mar_100_per_class as arrays by label id, and the ids as \"classes\" (else -1, as DeepForest logs them)"},
-			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV (DeepForest classes.csv form); default: sorted unique labels of truth and joined predictions"},
+			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV (DeepForest classes.csv form); default: sorted unique labels of truth and joined predictions; with --model, the model's own labels, which this must equal, except for a bare .pt state dict, which holds none and takes these"},
 			&cli.StringFlag{Name: "out", Value: "canopy-out", Usage: "output folder, on a filesystem every rank sees (checked at start); each rank appends finished images to OUT/parts/ so an interrupted run (exit 8) can --resume; refused if it holds a previous run unless --force or --resume, and (exit 2, naming the holder) while another run holds its lock"},
 			&cli.BoolFlag{Name: "force", Usage: "replace a previous run in --out: it is set aside and removed only once the new run has passed every check and saved its first images; a new run that fails before that puts it back"},
 			&cli.BoolFlag{Name: "resume", Usage: "continue the interrupted run in --out: images found in its part files are not recomputed; refused unless the inputs, detector and canopy version match its manifest"},
 		}, shardJobFlags("longest wait for every rank to reach a collective (after detection: this plus twice the rank's own detection time, as the shards are equal work); then rank 0 names the ranks it waits for and the job aborts with exit 5 (ranks other than 0 wait twice this, so rank 0 reports first; 0 disables)"),
-			reportFlags()),
+			reportFlags(), tileWindowFlags("cut each raster of the truth (its image_path values, boxes in the raster's pixels) into windows, predict and merge them as predict --tile (DeepForest's predict_tile), and score the merged rows as eval does (needs --model)")),
 		Action: func(c *cli.Context) error {
+			if c.Bool("tile") {
+				return evalTileAction(c, code, newComm, stdout, stderr)
+			}
+			if err := tileFlagsNeedTile(c, "eval"); err != nil {
+				return err
+			}
 			cfg, err := evalConfig(c, stdout)
 			if err != nil {
 				return usageError(err)
@@ -80,16 +88,43 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 		Command:          os.Args,
 		Stdout:           stdout,
 	}
+	rc, pos, err := loadRunConfig(c, "eval", c.Args().Slice())
+	if err != nil {
+		return cfg, fmt.Errorf("eval: %w", err)
+	}
 	switch {
-	case c.NArg() > 1:
-		return cfg, fmt.Errorf("eval takes at most one argument (the CSV), got %q", c.Args().Slice())
-	case c.NArg() == 1 && cfg.CSV != "":
+	case len(pos) > 1:
+		return cfg, fmt.Errorf("eval takes at most one argument (the CSV) besides key=value overrides, got %q", pos)
+	case len(pos) == 1 && cfg.CSV != "":
 		return cfg, errors.New("eval: the CSV is given twice (--csv and an argument)")
-	case c.NArg() == 1:
-		cfg.CSV = c.Args().First()
+	case len(pos) == 1:
+		cfg.CSV = pos[0]
+	}
+	if rc != nil {
+		cfg.RunConfig = rc
+		csv := config.Str{V: cfg.CSV}
+		if cfg.CSV != "" {
+			csv.Src = config.Flag
+		} else if rc.C.ValidationCSV.Src != "" {
+			csv = rc.C.ValidationCSV
+			cfg.CSV = csv.V
+		}
+		if csv.Src != "" {
+			rc.Settings["validation.csv_file"] = setting{csv.V, csv.Src}
+		}
+		if c.IsSet("root-dir") {
+			rc.Settings["validation.root_dir"] = setting{cfg.RootDir, config.Flag}
+		} else if v := rc.C.ValidationRoot; v.Src != "" {
+			cfg.RootDir = v.V
+			rc.Settings["validation.root_dir"] = setting{v.V, v.Src}
+		}
+		rc.resolveFloat(c, "iou-threshold", "validation.iou_threshold", rc.C.IoUThreshold, &cfg.IoUThreshold, fstr(cfg.IoUThreshold))
 	}
 	if cfg.CSV == "" {
 		return cfg, errors.New("eval: --csv is required")
+	}
+	if fi, err := os.Stat(cfg.CSV); err == nil && fi.IsDir() && cfg.RootDir == "" {
+		cfg.RootDir = cfg.CSV // a folder of VOC files: the images beside them
 	}
 	if cfg.Force && cfg.Resume {
 		return cfg, errors.New("eval: --force and --resume exclude each other")
@@ -97,6 +132,14 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	mc, err := modelConfig(c)
 	if err != nil {
 		return cfg, fmt.Errorf("eval: %w", err)
+	}
+	if rc != nil && cfg.Predictions != "" {
+		rc.ignoreModelKeys() // replay: no model to apply them to
+	} else if rc != nil {
+		rc.applyModel(c, &mc, false)
+		if cfg.LabelDictData = rc.labelCSV(c); cfg.LabelDictData != nil {
+			cfg.LabelDict = rc.File + ": label_dict"
+		}
 	}
 	cfg.Model = mc
 	switch {
@@ -112,6 +155,9 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	}
 	if cfg.BatchSize, err = batchSize(c); err != nil {
 		return cfg, fmt.Errorf("eval: %w", err)
+	}
+	if rc != nil {
+		rc.resolveInt(c, "batch-size", "batch_size", rc.C.BatchSize, &cfg.BatchSize)
 	}
 	fam, err := metrics.ParseFamilies(c.String("metrics"))
 	if err != nil {

@@ -32,7 +32,8 @@ const ExitTable = `EXIT CODES:
       cap or too large for the rank's memory)
    4  model error
    5  MPI, launcher, topology or GPU error (no usable GPU in the cuda build,
-      --device cuda with none visible, --exclusive-gpu refused a shared GPU)
+      --device cuda with none visible, --exclusive-gpu refused a shared GPU,
+      no usable cuDNN 9, a --plan file of another stack)
    6  ranks disagree on the metrics
    7  regression detected (canopy compare)
    8  interrupted, resumable`

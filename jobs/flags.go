@@ -50,18 +50,20 @@ func shardJobFlags(timeoutUsage string) []cli.Flag {
 // modelFlags are the detector flags of eval and predict.
 func modelFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "model", Usage: "run the native RetinaNet: a DeepForest model folder (model.safetensors + config.json) or owner/name[@revision] in the local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub; no network), e.g. weecology/deepforest-tree"},
+		&cli.StringFlag{Name: "model", Usage: "run the native RetinaNet: a DeepForest model folder (model.safetensors + config.json), a Lightning checkpoint (.ckpt, from deepforest train or save_model(): labels and thresholds from its stored config), a torch.save state dict (.pt or .pth: labels from --label-dict), or owner/name[@revision] in the local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub; no network), e.g. weecology/deepforest-tree"},
 		&cli.IntFlag{Name: "threads", Usage: "compute threads per rank (default: the cores this rank may use, which follows mpirun's --bind-to, but at most the node's cores divided by its ranks)"},
 		&cli.Float64Flag{Name: "score-thresh", Value: -1, Usage: "keep detections scoring strictly above this (default: DeepForest's 0.1, which, as in DeepForest, beats the model's config.json)"},
 		&cli.Float64Flag{Name: "nms-thresh", Value: -1, Usage: "per-class NMS IoU threshold (default: DeepForest's 0.05, which beats config.json likewise)"},
 		&cli.StringFlag{Name: "device", Value: "auto", Usage: "where each rank runs the model: auto (a GPU when this is the cuda build and one is visible, else the CPU), cpu, cuda (node-local rank mod the visible GPUs: mpirun -np 4 on a 4-GPU node gives each rank its own; under srun --gpus-per-task=1 each rank sees its one GPU as 0) or cuda:N (every rank on visible device N)"},
-		&cli.StringFlag{Name: "precision", Value: "fp32", Usage: "GPU convolution precision: fp32 (strict float32, as the CPU) or tf32 (tensor cores, operands rounded to TF32 as PyTorch's convolutions by default; detections differ from fp32 in the last digits)"},
+		&cli.StringFlag{Name: "precision", Usage: "GPU convolutions: exact (canopy's own strict-FP32 kernels: the same bits for any rank count, --batch-size and --threads; the reference, and what CI runs), fp32 (cuDNN without tensor cores, as torchvision with allow_tf32 off), tf32 (cuDNN with TF32 tensor cores, PyTorch's default for convolutions; the default on a GPU) or bf16 (cuDNN, BF16 activations and weights, FP32 accumulation; heads' outputs and after in FP32); fp32/tf32/bf16 give the same bytes for any rank count at one --batch-size on one GPU model and cuDNN version (images are batched by global position); on the CPU only exact"},
+		&cli.StringFlag{Name: "cudnn", Usage: "the cuDNN 9 library for --precision fp32/tf32/bf16: libcudnn.so.9 or its folder (default: $CANOPY_CUDNN, else the loader path, then nvidia/cudnn/lib under the site-packages of $VIRTUAL_ENV, $CONDA_PREFIX and the user's site, then $CUDA_HOME; none found: exit 5 naming every place)"},
+		&cli.StringFlag{Name: "plan", Usage: "a plan file from canopy gpu-plan: the cuDNN engine of every layer shape, timed on this GPU model and cuDNN version (another key: exit 5); without it each layer takes the first deterministic engine of cuDNN's heuristic"},
 		&cli.BoolFlag{Name: "exclusive-gpu", Usage: "fail (exit 5) when two ranks of a node would share a GPU, instead of warning"},
 		&cli.StringFlag{Name: "resize", Value: "torchvision", Usage: "the transform's resize size rule: torchvision (torchvision >= 0.16 in eager mode, as DeepForest 2.x runs it: scale min(min_size/short side, max_size/long side) in float64) or torchvision-0.15 (torchvision <= 0.15, or a model under torch.jit.script/ONNX: the scale in float32; about half of all image sizes resize one pixel smaller in one dimension)"},
 		&cli.StringFlag{Name: "blend", Value: "fma", Usage: "the bilinear resize's rounding, each bit for bit torch's on the CPU: fma (torch's AVX2 kernel with more than one thread, as the x86-64 wheels run it: fused multiply-adds), no-fma (torch with ATEN_CPU_CAPABILITY=default) or fma-1t (torch's AVX2 kernel on one thread); fma and no-fma differ by at most 2.4e-7 on a normalized pixel, fma-1t by up to 8.4e-5 where its source index moves a tap"},
-		&cli.BoolFlag{Name: "layer-times", Usage: "print, on rank 0, where the model's time went, by layer group (stem, layer1-4, fpn, heads, transform, postprocess)"},
+		&cli.BoolFlag{Name: "layer-times", Usage: "print, on rank 0, where the model's time went, by layer group (stem, layer1-4, fpn, heads, transform, postprocess): wall seconds, the process's CPU seconds, and the convolutions' direct-equivalent GFLOP and GFLOP/s"},
 		&cli.Int64Flag{Name: "max-image-pixels", Value: DefaultMaxImagePixels, Usage: "refuse (exit 3, at pre-flight, from the image header) an image of more pixels than this; the default is where PIL refuses one (2 x Image.MAX_IMAGE_PIXELS); 0: no limit"},
-		&cli.StringFlag{Name: "rank-memory", Usage: "memory one rank may use, such as 6G (default: the node's memory, or its cgroup limit, divided by the ranks on the node); before inference each rank estimates what its largest image needs and refuses (exit 3) when it exceeds this"},
+		&cli.StringFlag{Name: "rank-memory", Usage: "memory one rank may use, such as 6G (default: the node's memory, or its cgroup limit, divided by the ranks on the node); before inference each rank estimates what its largest image needs, and before the COCO metrics what they need, and refuses (exit 3) when it exceeds this"},
 		&cli.BoolFlag{Name: "allow-outside-root", Usage: "let image paths leave --root-dir: absolute paths, \"..\" elements and symlinks to files outside it (refused by default; the report records this flag)"},
 	}
 }
@@ -78,8 +80,15 @@ func concatFlags(fs ...[]cli.Flag) []cli.Flag {
 func modelConfig(c *cli.Context) (ModelConfig, error) {
 	mc := ModelConfig{Spec: c.String("model"), Threads: c.Int("threads"), ScoreThresh: c.Float64("score-thresh"),
 		NMSThresh: c.Float64("nms-thresh"), LayerTimes: c.Bool("layer-times"), ExclusiveGPU: c.Bool("exclusive-gpu")}
+	if v := c.String("rank-memory"); v != "" {
+		n, err := parseBytes(v)
+		if err != nil || n == 0 {
+			return mc, fmt.Errorf("--rank-memory: %q is not a positive size such as 512M or 4GiB", v)
+		}
+		mc.RankMemory = n
+	}
 	if mc.Spec == "" {
-		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "exclusive-gpu", "layer-times", "max-image-pixels", "rank-memory", "resize", "blend"} {
+		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "cudnn", "plan", "exclusive-gpu", "layer-times", "max-image-pixels", "resize", "blend"} {
 			if c.IsSet(f) {
 				return mc, fmt.Errorf("--%s needs --model", f)
 			}
@@ -105,13 +114,6 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 	if mc.MaxImagePixels = c.Int64("max-image-pixels"); mc.MaxImagePixels < 0 {
 		return mc, fmt.Errorf("--max-image-pixels %d must be at least 0 (0: no limit)", mc.MaxImagePixels)
 	}
-	if v := c.String("rank-memory"); v != "" {
-		n, err := parseBytes(v)
-		if err != nil || n == 0 {
-			return mc, fmt.Errorf("--rank-memory: %q is not a positive size such as 512M or 4GiB", v)
-		}
-		mc.RankMemory = n
-	}
 	dev := c.String("device")
 	req, err := cuda.ParseDevice(dev)
 	if err != nil {
@@ -121,9 +123,13 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 		return mc, fmt.Errorf("--device %s: %w", dev, cuda.ErrNoCUDA)
 	}
 	mc.Device = req
-	if mc.Precision, err = cuda.ParsePrecision(c.String("precision")); err != nil {
-		return mc, err
+	if c.IsSet("precision") {
+		if mc.Precision, err = cuda.ParsePrecision(c.String("precision")); err != nil {
+			return mc, err
+		}
+		mc.PrecisionSet = true
 	}
+	mc.CUDNN, mc.Plan = c.String("cudnn"), c.String("plan")
 	return mc, nil
 }
 

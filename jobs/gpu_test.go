@@ -12,8 +12,32 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
+	"github.com/canopy-hpc/canopy/infer/cuda/cudnn/fake"
 	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
 )
+
+var fakeLib struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// fakeCUDNN builds the fake libcudnn.so.9 once per test binary.
+func fakeCUDNN(t *testing.T) string {
+	t.Helper()
+	fakeLib.once.Do(func() {
+		dir, err := os.MkdirTemp("", "canopy-fakecudnn-")
+		if err == nil {
+			fakeLib.path, err = fake.Build(dir)
+		}
+		fakeLib.err = err
+	})
+	if fakeLib.err != nil {
+		t.Fatal(fakeLib.err)
+	}
+	return fakeLib.path
+}
 
 // The GPU path of eval, end to end in process: device placement, the GPU
 // detector, the report's devices, on fake GPUs that are the host shim
@@ -24,8 +48,17 @@ import (
 // GPUs (UUIDs GPU-fake-0…), seen through CUDA_VISIBLE_DEVICES as the
 // driver does.
 func withFakeGPUs(t *testing.T, n int) {
-	h, c, o := haveCUDA, countDevices, openDevice
+	h, c, o, f := haveCUDA, countDevices, openDevice, findCUDNN
 	haveCUDA = true
+	lib := fakeCUDNN(t)
+	// The fake cuDNN stands in for the library's search: --cudnn (the
+	// tests of the search itself are infer/cuda/cudnn's) or else the fake.
+	findCUDNN = func(s cudnn.Search) (*cudnn.Lib, error) {
+		if s.Flag == "" {
+			s.Flag = lib
+		}
+		return cudnn.Find(s)
+	}
 	visible := func() []string {
 		v, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
 		return cuda.Visible(v, set, n)
@@ -38,7 +71,7 @@ func withFakeGPUs(t *testing.T, n int) {
 		}
 		return hostkern.NewAs(cuda.Info{Index: i, Name: "Fake GPU", UUID: "GPU-fake-" + vis[i], SM: "9.0"}), nil
 	}
-	t.Cleanup(func() { haveCUDA, countDevices, openDevice = h, c, o })
+	t.Cleanup(func() { haveCUDA, countDevices, openDevice, findCUDNN = h, c, o, f })
 }
 
 var smallModel struct {
@@ -69,17 +102,27 @@ func gpuCfg(t *testing.T, out string) EvalConfig {
 	return cfg
 }
 
-// Under mpirun -np 2 on a 2-GPU node each rank has its own GPU, and the
-// metrics and predictions are byte-identical to one rank's, batch 1 or 4,
-// FP32 and TF32.
+// Under mpirun -np 2 or 3 on a node with as many GPUs each rank has its
+// own GPU, and the metrics and predictions are byte-identical to one
+// rank's: exact and kernel-tf32 at batch 1, 4 or 2 (the device transform,
+// postprocess and CUDA-graph replays of the GPU engine); the cuDNN modes
+// (the fake cuDNN, whose tensor-core engine's bits depend on an image's
+// slot and the batch size) at --batch-size 4, with 1, 2 and 3 ranks (bf16:
+// 1 and 3; global batches; the second batch mixes two resized sizes).
 func TestGPUEvalIdenticalAcrossRanks(t *testing.T) {
-	withFakeGPUs(t, 2)
-	for _, prec := range []string{"fp32", "tf32"} {
+	withFakeGPUs(t, 3)
+	for _, prec := range gpuEvalPrecisions {
 		var refMetrics, refPreds []byte
-		for _, v := range []struct{ ranks, batch int }{{1, 1}, {2, 4}} {
+		variants := []struct{ ranks, batch int }{{1, 1}, {2, 4}, {3, 2}}
+		if prec == "tf32" {
+			variants = []struct{ ranks, batch int }{{1, 4}, {2, 4}, {3, 4}}
+		} else if precision(prec).Cudnn() {
+			variants = []struct{ ranks, batch int }{{1, 4}, {3, 4}}
+		}
+		for _, v := range variants {
 			out := t.TempDir()
 			cfg := gpuCfg(t, out)
-			cfg.BatchSize, cfg.Model.Precision = v.batch, precision(prec)
+			cfg.BatchSize, cfg.Model.Precision, cfg.Model.PrecisionSet = v.batch, precision(prec), true
 			if codes := runLocal(t, v.ranks, cfg); codes[0] != 0 {
 				t.Fatalf("%s %+v: exit codes %v", prec, v, codes)
 			}
@@ -101,6 +144,12 @@ func TestGPUEvalIdenticalAcrossRanks(t *testing.T) {
 			run := rep.Run
 			if !strings.HasPrefix(run.Detector, "retinanet-hostkern "+prec) || run.Model.Precision != prec || len(run.Model.Devices) != v.ranks {
 				t.Fatalf("%s %+v: detector %q, precision %q, devices %+v", prec, v, run.Detector, run.Model.Precision, run.Model.Devices)
+			}
+			if c := run.Model.CUDNN; precision(prec).Cudnn() != (c != nil) || c != nil && (c.Plan != "heuristic" || c.Version != 91900 || len(c.Layers) == 0) {
+				t.Errorf("%s: report's cudnn %+v", prec, c)
+			}
+			if b := run.Model.Batching; precision(prec).Cudnn() != (b != nil) || b != nil && b.N != v.batch {
+				t.Errorf("%s: report's batching %+v", prec, b)
 			}
 			for r, d := range run.Model.Devices {
 				if d.Rank != r || d.Device != fmt.Sprintf("cuda:%d", r) || d.UUID != fmt.Sprintf("GPU-fake-%d", r) || d.Shared != 1 {
@@ -171,7 +220,13 @@ func TestGPUPlacementErrors(t *testing.T) {
 	}{
 		{"exclusive", func(c *EvalConfig) { c.Model.ExclusiveGPU = true }, ExitMPI, "--exclusive-gpu: 2 ranks"},
 		{"index", func(c *EvalConfig) { c.Model.Device = device("cuda:1") }, ExitMPI, "sees 1 device"},
-		{"tf32 on cpu", func(c *EvalConfig) { c.Model.Device, c.Model.Precision = device("cpu"), precision("tf32") }, ExitUsage, "tf32 needs a GPU"},
+		{"tf32 on cpu", func(c *EvalConfig) {
+			c.Model.Device, c.Model.Precision, c.Model.PrecisionSet = device("cpu"), precision("tf32"), true
+		}, ExitUsage, "tf32 needs a GPU"},
+		{"no cudnn", func(c *EvalConfig) { c.Model.CUDNN = "/nonexistent/cudnn" }, ExitMPI, "--cudnn: /nonexistent/cudnn: no such file"},
+		{"plan on exact", func(c *EvalConfig) {
+			c.Model.Precision, c.Model.PrecisionSet, c.Model.Plan = precision("exact"), true, "x.json"
+		}, ExitUsage, "--plan is for --precision fp32, tf32 or bf16"},
 	} {
 		cfg := gpuCfg(t, t.TempDir())
 		c.edit(&cfg)
@@ -199,3 +254,8 @@ func TestDoctorDevice(t *testing.T) {
 		}
 	}
 }
+
+// gpuEvalPrecisions are TestGPUEvalIdenticalAcrossRanks' modes: canopy's
+// kernels on the host shim, and cuDNN's TF32 and BF16 through the fake
+// (fp32 differs from them only in the engine filter: infer/cuda/cudnn).
+var gpuEvalPrecisions = []string{"exact", "kernel-tf32", "tf32", "bf16"}

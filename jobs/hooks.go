@@ -12,7 +12,8 @@ import (
 
 // The test hooks of jobs, all in this file: environment variables a test
 // sets (CANOPY_TEST_*) and seams a test of package jobs replaces. Each is
-// inert when unset. infer/replay has its own (FailEnv, SlowEnv).
+// inert when unset. infer/replay has its own (FailEnv, SlowEnv); the
+// host-shim GPUs of a -tags hostkerngpu test build are in hostkerngpu.go.
 
 // perturbForTest reports whether rank is the one PerturbEnv names.
 func perturbForTest(rank int) bool {
@@ -27,7 +28,8 @@ const PerturbEnv = "CANOPY_TEST_PERTURB_RANK"
 // StopEnv is a test hook: the rank it names freezes itself with SIGSTOP
 // before the gather ("R"), or before the job's first collective, the
 // broadcast of the inputs ("R:start"), so the collective watchdog must fire
-// on the others.
+// on the others; "0:html" freezes rank 0 while it writes report.html (a
+// kill there must leave no report.json).
 const StopEnv = "CANOPY_TEST_STOP_RANK"
 
 func stopForTest(rank int, at string) {
@@ -70,3 +72,7 @@ func interruptAfter(rank int) int {
 
 // createParts opens a rank's part file (a seam for the full-disk test).
 var createParts = parts.Create
+
+// recordedReadHook runs before compare --html reads a file a report
+// records; tests make it block, as a stalled filesystem would.
+var recordedReadHook = func(path string) {}

@@ -287,3 +287,66 @@ func TestNaNWeightsExit4(t *testing.T) {
 		t.Fatalf("codes %v, stderr %q", codes, stderr.String())
 	}
 }
+
+// A label holding terminal controls (retitle, clear screen) is printed
+// escaped in eval's metrics table on stdout; report.json keeps it as is.
+func TestMetricsTableEscapesControls(t *testing.T) {
+	dir := t.TempDir()
+	label := "\x1b]0;pwned\x07\x1b[2JTree"
+	truth, preds := filepath.Join(dir, "t.csv"), filepath.Join(dir, "p.csv")
+	os.WriteFile(truth, []byte("image_path,xmin,ymin,xmax,ymax,label\na.png,0,0,10,10,"+label+"\na.png,20,20,30,30,Dead\n"), 0o644)
+	os.WriteFile(preds, []byte("image_path,xmin,ymin,xmax,ymax,label,score\na.png,0,0,10,10,"+label+",0.9\na.png,20,20,30,30,Dead,0.8\n"), 0o644)
+	var stdout bytes.Buffer
+	cfg := EvalConfig{CSV: truth, Predictions: preds, Out: filepath.Join(dir, "out"), IoUThreshold: 0.4, Stdout: &stdout}
+	if codes := runLocal(t, 1, cfg); codes[0] != 0 {
+		t.Fatal(codes)
+	}
+	if bytes.ContainsAny(stdout.Bytes(), "\x1b\x07") || !strings.Contains(stdout.String(), `\x1b]0;pwned\x07\x1b[2JTree_Recall`) {
+		t.Fatalf("%q", stdout.String())
+	}
+	if _, m := reportMetrics(t, cfg.Out); m[label+"_Recall"] == nil {
+		t.Fatalf("report.json lost the label: %v", m)
+	}
+}
+
+// A FIFO named as --csv that nobody writes to reads as empty (exit 3 at
+// once; the open blocked, deaf to SIGTERM); one with a writer (process
+// substitution) is read; a device is refused.
+func TestCommandLineFIFOAndDevice(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "truth.csv")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	preds := filepath.Join("..", "testdata", "sets", "three", "predictions.csv")
+	done := make(chan []int, 1)
+	go func() {
+		done <- runLocal(t, 1, EvalConfig{CSV: fifo, Predictions: preds, Out: filepath.Join(dir, "o1"), IoUThreshold: 0.4})
+	}()
+	select {
+	case codes := <-done:
+		if codes[0] != ExitInput {
+			t.Fatalf("a FIFO without a writer: exit %v", codes)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("a FIFO without a writer blocked the run")
+	}
+	truth, _ := os.ReadFile(filepath.Join("..", "testdata", "sets", "three", "truth.csv"))
+	go func() {
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err == nil {
+			w.Write(truth)
+			w.Close()
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // the writer opens first, as a shell's process substitution does
+	if codes := runLocal(t, 1, EvalConfig{CSV: fifo, Predictions: preds, Out: filepath.Join(dir, "o2"), IoUThreshold: 0.4}); codes[0] != 0 {
+		t.Fatalf("a FIFO with a writer: exit %v", codes)
+	}
+	var stderr bytes.Buffer
+	codes := runLocalCtx(t, 1, EvalConfig{CSV: "/dev/zero", Predictions: preds, Out: filepath.Join(dir, "o3"), IoUThreshold: 0.4},
+		func(int) context.Context { return context.Background() }, &stderr)
+	if codes[0] != ExitInput || !strings.Contains(stderr.String(), "not a regular file or a pipe") {
+		t.Fatalf("/dev/zero: exit %v %s", codes, stderr.String())
+	}
+}

@@ -1,10 +1,8 @@
 package jobs
 
 import (
-	"fmt"
 	"image"
 	"io"
-	"os"
 	"path/filepath"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -13,15 +11,12 @@ import (
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
-// writeHTML writes OUT/report.html from the report.json just written (rank
-// 0, after the metrics; writeSeconds is its time writing the other files).
-func writeHTML(cfg EvalConfig, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result, writeSeconds float64) error {
+// stageHTML stages OUT/report.html from report.json's bytes (rank 0,
+// after the metrics; writeSeconds is its time writing the other files);
+// writeOutputs publishes it with the rest.
+func stageHTML(cfg EvalConfig, rj []byte, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result, writeSeconds float64) ([]staged, error) {
 	if cfg.HTML == nil {
-		return nil
-	}
-	rj, err := os.ReadFile(filepath.Join(cfg.Out, "report.json"))
-	if err != nil {
-		return fmt.Errorf("jobs: %w", err)
+		return nil, nil
 	}
 	csv, _ := filepath.Abs(cfg.CSV)
 	root, _ := filepath.Abs(cfg.RootDir)
@@ -31,10 +26,15 @@ func writeHTML(cfg EvalConfig, images []box.Image, dets [][]box.Detection, label
 		maxPixels = cfg.Model.MaxImagePixels
 	}
 	opt.Open = drawnImage(cfg.AllowOutsideRoot, maxPixels)
-	return writeAtomic(cfg.Out, "report.html", func(w io.Writer) error {
+	stopForTest(0, "html") // rank 0 alone writes the outputs
+	s, err := stage(cfg.Out, "report.html", func(w io.Writer) error {
 		return htmlreport.WriteEval(w, htmlreport.Eval{ReportJSON: rj, Images: images, Dets: dets, Labels: labels,
 			Matches: res.Matches, PR: res.PR, RootDir: root, CSV: csv, WriteSeconds: writeSeconds}, opt)
 	})
+	if err != nil {
+		return nil, err
+	}
+	return []staged{s}, nil
 }
 
 // drawnImage opens an image for the page under the pre-flight's rules, so

@@ -501,3 +501,44 @@ func TestReportHTMLOpensOnlyAdmittedImages(t *testing.T) {
 		}
 	}
 }
+
+// report.html does not grow with the class count: the same boxes labelled
+// with 10 and with 4,000 classes give pages within 1 MB of each other
+// (4,000 classes drew a 16 MB page before), the data block carries at most
+// MaxCurveClasses classes' curves, and notes say what report.json holds
+// instead.
+func TestReportHTMLBoundedInClassCount(t *testing.T) {
+	size := map[int]int64{}
+	for _, k := range []int{10, 4000} {
+		truth, preds := writeManyClasses(t, 200, 20, k)
+		out := t.TempDir()
+		cfg := EvalConfig{CSV: truth, Predictions: preds, Out: out, IoUThreshold: 0.4, BatchSize: 50,
+			HTML: &htmlreport.Options{Worst: 2, Thumb: 64}}
+		if codes := runLocal(t, 1, cfg); codes[0] != 0 {
+			t.Fatalf("%d classes: %v", k, codes)
+		}
+		b, err := os.ReadFile(filepath.Join(out, "report.html"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		size[k] = int64(len(b))
+		d, err := htmlreport.ReadData(b)
+		if err != nil || d == nil {
+			t.Fatalf("%d classes: data block %v", k, err)
+		}
+		labels := map[int32]bool{}
+		for _, c := range d.PR {
+			labels[c.LabelID] = true
+		}
+		if len(labels) != min(k, htmlreport.MaxCurveClasses) {
+			t.Errorf("%d classes: curves of %d classes on the page", k, len(labels))
+		}
+		if k > htmlreport.MaxCurveClasses && (!bytes.Contains(b, []byte("the curves of the other 3990 classes are left out")) ||
+			!bytes.Contains(b, []byte("(per-class values) are in report.json"))) {
+			t.Errorf("%d classes: no note on what was left out", k)
+		}
+	}
+	if size[4000] > size[10]+1<<20 || size[4000] > 10<<20 {
+		t.Fatalf("report.html: %d bytes at 10 classes, %d at 4000", size[10], size[4000])
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -87,27 +89,59 @@ func preflight(c mpi.Comm, root string, paths []string, outside bool, lm *loaded
 // checkMemory compares the estimate for the rank's largest image with the
 // rank's share of the node's memory.
 func checkMemory(file string, w, h int, lm *loadedModel, mc ModelConfig, batch, localRanks int) error {
-	budget, from := mc.RankMemory, "--rank-memory"
-	if budget <= 0 {
-		node, src, err := nodeMemory()
-		if err != nil {
-			return nil // unknown: no check rather than a false refusal
-		}
-		budget = node / int64(max(localRanks, 1))
-		from = fmt.Sprintf("%s over %d rank(s) of this node", src, max(localRanks, 1))
+	budget, from, ok := rankBudget(mc, localRanks)
+	if !ok {
+		return nil // unknown: no check rather than a false refusal
 	}
 	copies := 2
 	if lm.place.Kind == "cuda" {
 		copies = 2 * batch
 	}
 	pw, ph := lm.m.PaddedSize(w, h)
-	need := memoryEstimate(residentBytes(), w, h, pw, ph, copies)
+	resident := residentBytes()
+	if lm.place.Kind != "cuda" {
+		resident += lm.m.CPUFilterBytes() // made by the detector, after this check
+	}
+	need := memoryEstimate(resident, w, h, pw, ph, copies)
 	if need <= budget {
 		return nil
 	}
 	return &Error{Code: ExitInput, Err: fmt.Errorf("jobs: pre-flight: %s: a %dx%d image (network input %dx%d) needs about %s on this rank, which may use %s (%s); "+
 		"run fewer ranks per node, lower --batch-size on a GPU, shrink the image, or set --rank-memory: %w",
 		file, w, h, pw, ph, gib(need), gib(budget), from, imagefile.ErrImage)}
+}
+
+// rankBudget is the memory one rank may use: --rank-memory, else the
+// node's memory (or its cgroup limit) over the ranks of the node; ok is
+// false when it cannot be known. from says where it came from.
+func rankBudget(mc ModelConfig, localRanks int) (budget int64, from string, ok bool) {
+	if mc.RankMemory > 0 {
+		return mc.RankMemory, "--rank-memory", true
+	}
+	node, src, err := nodeMemory()
+	if err != nil {
+		return 0, "", false
+	}
+	return node / int64(max(localRanks, 1)), fmt.Sprintf("%s over %d rank(s) of this node", src, max(localRanks, 1)), true
+}
+
+// checkMetricsMemory is a collective, before the metrics allocate: every
+// rank computes every metric, so each needs what the COCO stage will hold
+// (estimated from the class, image and box counts) on top of what it holds
+// now. Over the rank's budget: exit 3 with the estimate and what to do.
+func checkMetricsMemory(c mpi.Comm, in metrics.Input, fam metrics.Family, mc ModelConfig) error {
+	var err error
+	if fam&metrics.COCOmAP != 0 {
+		cost := metrics.COCOMemory(in)
+		if budget, from, ok := rankBudget(mc, c.LocalSize()); ok {
+			if need := residentBytes() + cost.Bytes; need > budget {
+				err = &Error{Code: ExitInput, Err: fmt.Errorf("jobs: the COCO metrics of %d classes over %d images and %d boxes need about %s on this rank, which may use %s (%s); "+
+					"leave them out with --metrics recall,iou (and --class-metrics off), run fewer ranks per node, or set --rank-memory: %w",
+					cost.Classes, cost.Images, cost.Boxes, gib(need), gib(budget), from, dataset.ErrInput)}
+			}
+		}
+	}
+	return agreeErr(c, ExitInput, err)
 }
 
 func gib(b int64) string {

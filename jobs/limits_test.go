@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"image"
 	"image/png"
@@ -11,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/metrics"
 )
 
 // pngHeader is a PNG of only its signature, IHDR (8-bit RGB, w×h) and
@@ -199,6 +202,74 @@ func TestCgroupMemoryLimitFollowsOwnCgroup(t *testing.T) {
 		n, from := cgroupMemoryLimit(sys, []byte(c.cgroup))
 		if want := filepath.Join(sys, c.file); n != c.want || (c.file != "" && from != want) {
 			t.Errorf("%q: %d from %s, want %d from %s", c.cgroup, n, from, c.want, want)
+		}
+	}
+}
+
+// writeManyClasses writes a truth and a prediction CSV of n images with
+// per boxes each, labels cycling over k names.
+func writeManyClasses(t *testing.T, n, per, k int) (truth, preds string) {
+	t.Helper()
+	dir := t.TempDir()
+	var tb, pb strings.Builder
+	tb.WriteString("image_path,xmin,ymin,xmax,ymax,label\n")
+	pb.WriteString("image_path,xmin,ymin,xmax,ymax,label,score\n")
+	row := 0
+	for i := 0; i < n; i++ {
+		for j := 0; j < per; j++ {
+			x, y := j*7%300, j*13%300
+			fmt.Fprintf(&tb, "img%d.png,%d,%d,%d,%d,c%05d\n", i, x, y, x+20, y+30, row%k)
+			fmt.Fprintf(&pb, "img%d.png,%d,%d,%d,%d,c%05d,0.%d\n", i, x+1, y, x+21, y+30, row%k, j%10)
+			row++
+		}
+	}
+	truth, preds = filepath.Join(dir, "truth.csv"), filepath.Join(dir, "preds.csv")
+	os.WriteFile(truth, []byte(tb.String()), 0o644)
+	os.WriteFile(preds, []byte(pb.String()), 0o644)
+	return truth, preds
+}
+
+// The COCO stage's memory is estimated from the class, image and box
+// counts and checked against the rank's budget before it allocates: over
+// it, exit 3 on every rank with the estimate and the way out, and nothing
+// published; the same budget suffices without the COCO family.
+func TestMetricsMemoryRefusedBeforeAllocating(t *testing.T) {
+	truth, preds := writeManyClasses(t, 200, 20, 4000)
+	out := t.TempDir()
+	cfg := EvalConfig{CSV: truth, Predictions: preds, Out: out, IoUThreshold: 0.4, BatchSize: 50}
+	cfg.Model.RankMemory = residentBytes() + 32<<20 // the estimate is about 140 MiB
+	var stderr bytes.Buffer
+	codes := runLocalCtx(t, 2, cfg, func(int) context.Context { return context.Background() }, &stderr)
+	msg := stderr.String()
+	if codes[0] != ExitInput || codes[1] != ExitInput || !strings.Contains(msg, "COCO metrics of 4000 classes over 200 images and 8000 boxes need about") ||
+		!strings.Contains(msg, "--metrics recall,iou") || !strings.Contains(msg, "--rank-memory") {
+		t.Fatalf("codes %v\n%s", codes, msg)
+	}
+	if _, err := os.Stat(filepath.Join(out, "report.json")); err == nil {
+		t.Fatal("a refused run published a report")
+	}
+	cfg.Out = t.TempDir()
+	cfg.Families = metrics.Recall | metrics.IoUMean
+	if codes := runLocal(t, 2, cfg); codes[0] != 0 || codes[1] != 0 {
+		t.Fatalf("without COCO: %v", codes)
+	}
+}
+
+// config.json's num_classes must be a positive integer: -1, 0, 1.5 or a
+// string is a model error (exit 4) naming the key (-1 was accepted).
+func TestConfigNumClassesRefused(t *testing.T) {
+	model, _, _ := testModelSet(t)
+	for _, v := range []string{"-1", "0", "1.5", `"2"`} {
+		dir := filepath.Join(t.TempDir(), "m")
+		os.MkdirAll(dir, 0o755)
+		os.Symlink(filepath.Join(model, "model.safetensors"), filepath.Join(dir, "model.safetensors"))
+		os.WriteFile(filepath.Join(dir, "config.json"), []byte(strings.Replace(testModelConfig, `"num_classes": 2`, `"num_classes": `+v, 1)), 0o644)
+		cfg := modelCfg(t, t.TempDir())
+		cfg.Model.Spec = dir
+		var stderr bytes.Buffer
+		codes := runLocalCtx(t, 1, cfg, func(int) context.Context { return context.Background() }, &stderr)
+		if codes[0] != ExitModel || !strings.Contains(stderr.String(), `"num_classes" is `+v) {
+			t.Errorf("num_classes %s: exit %v\n%s", v, codes, stderr.String())
 		}
 	}
 }

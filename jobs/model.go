@@ -13,6 +13,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -30,8 +31,13 @@ type ModelConfig struct {
 	// Device is --device, parsed (cuda.ParseDevice); the zero Request is
 	// auto.
 	Device cuda.Request
-	// Precision is the GPU convolutions' precision (cuda.ParsePrecision).
-	Precision cuda.Precision
+	// Precision is --precision (cuda.ParsePrecision); unless PrecisionSet,
+	// the default: tf32 on a GPU, exact on the CPU.
+	Precision    cuda.Precision
+	PrecisionSet bool
+	// CUDNN is --cudnn (a library or its folder; "" searches) and Plan
+	// --plan (a gpu-plan file; "" the heuristic).
+	CUDNN, Plan string
 	// ExclusiveGPU makes two ranks on one GPU an error.
 	ExclusiveGPU bool
 	// LayerTimes prints, on rank 0, the model's time per layer group.
@@ -46,6 +52,22 @@ type ModelConfig struct {
 	Resize retinanet.ResizeRule
 	// Blend is --blend: the bilinear resize's rounding.
 	Blend retinanet.BlendRule
+	// LabelDict is the label map the run gives (--label-dict), by name:
+	// the labels of a bare .pt state dict, which holds none (nil: none
+	// given). Set on every rank from the broadcast bytes.
+	LabelDict map[string]int
+	// DetectionsPerImg, TopkCandidates and NumClasses come from --config
+	// (0: not given); NumClasses must equal the model's class count.
+	DetectionsPerImg, TopkCandidates, NumClasses int
+}
+
+// labelDictOf is a label map as LabelDict.
+func labelDictOf(m box.LabelMap) map[string]int {
+	out := make(map[string]int, m.Len())
+	for i, n := range m.Names() {
+		out[n] = i
+	}
+	return out
 }
 
 // modelInfo is what the report records about the model.
@@ -63,12 +85,23 @@ type modelInfo struct {
 	Resize string `json:"resize"`
 	// Blend is the bilinear resize's rounding (--blend).
 	Blend string `json:"blend"`
+	// Format is the torch file's kind (lightning-checkpoint or
+	// state-dict; absent for a model folder), LabelsFrom where its labels
+	// came from and ConfigSet the options its stored config set.
+	Format     string   `json:"format,omitempty"`
+	LabelsFrom string   `json:"labels_from,omitempty"`
+	ConfigSet  []string `json:"checkpoint_config,omitempty"`
 	// Devices is where each rank ran, in rank order.
 	Devices []rankDevice `json:"devices,omitempty"`
 	Ignored []string     `json:"config_keys_ignored,omitempty"`
 	// LossBatchNorm says which batch-norm statistics the validation losses
 	// use (eval only).
 	LossBatchNorm string `json:"loss_batchnorm,omitempty"`
+	// CUDNN is the cuDNN path's record (fp32, tf32, bf16): the library,
+	// the plan (sha256 or "heuristic"), each layer's engine.
+	CUDNN *retinanet.CUDNNReport `json:"cudnn,omitempty"`
+	// Batching is the global batching of the cuDNN path.
+	Batching *batching `json:"batching,omitempty"`
 	// Detector is rank 0's detector name (backend, precision, arch, GPU).
 	Detector string `json:"-"`
 }
@@ -79,6 +112,7 @@ var (
 	haveCUDA     = cuda.HaveCUDA
 	countDevices = cuda.Count
 	openDevice   = cuda.Open
+	findCUDNN    = cudnn.Find // the cuDNN path's library (tests: the fake)
 )
 
 // rankDevice is one rank's device, for the report.
@@ -104,6 +138,12 @@ func resolveModel(spec string) (dir, digest, config string, err error) {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs // other ranks may start elsewhere
 	}
+	if retinanet.IsTorchFile(dir) {
+		if digest, err = hashFile(dir); err != nil {
+			return "", "", "", fmt.Errorf("jobs: model %s: %w: %w", spec, err, infer.ErrModel)
+		}
+		return dir, digest, "", nil
+	}
 	if digest, err = hashFile(filepath.Join(dir, "model.safetensors")); err != nil {
 		return "", "", "", fmt.Errorf("jobs: model %s: %w: %w", spec, err, infer.ErrModel)
 	}
@@ -122,7 +162,11 @@ type loadedModel struct {
 	layerTimes bool
 	place      cuda.Placement
 	precision  cuda.Precision
-	threads    int // compute threads of the detector, resolved once (info.Threads records it)
+	cudnnPath  string // --cudnn
+	planPath   string // --plan
+	batch      int    // --batch-size: the global batch N of the cuDNN path
+	threads    int    // compute threads of the detector, resolved once (info.Threads records it)
+	decoders   int    // a GPU rank's image-decoding goroutines: its core budget
 }
 
 // loadModel loads the folder rank 0 resolved on every rank and checks that
@@ -137,13 +181,24 @@ func loadModel(c mpi.Comm, mc ModelConfig, dir, digest, config string) (*loadedM
 	if err := agreeErr(c, ExitMPI, err); err != nil {
 		return nil, err
 	}
+	// The plan (global batches or not) must be every rank's: the ranks
+	// must resolve one precision on one kind of device.
+	all, err := mpi.AllgatherBytes(c, []byte(lm.precision.String()+" on "+lm.place.Kind))
+	if err != nil {
+		return nil, localErr(ExitMPI, "jobs: %w", err)
+	}
+	for r, b := range all {
+		if string(b) != string(all[0]) {
+			return nil, collective(ExitMPI, "jobs: the ranks run different precisions: rank 0 %s, rank %d %s (give --precision and --device)", all[0], r, b)
+		}
+	}
 	return lm, nil
 }
 
 // placeDevice chooses this rank's device (cuda.Place): node-local rank mod
 // the visible GPUs, or the CPU.
 func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) error {
-	lm.precision = mc.Precision
+	lm.precision, lm.cudnnPath, lm.planPath = mc.Precision, mc.CUDNN, mc.Plan
 	req := mc.Device
 	visible := 0
 	var err error
@@ -155,8 +210,11 @@ func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) err
 	if lm.place, err = cuda.Place(req, localRank, localSize, visible, haveCUDA); err != nil {
 		return err
 	}
-	if lm.place.Kind == "cpu" && lm.precision == cuda.TF32 {
-		return &Error{Code: ExitUsage, Err: fmt.Errorf("jobs: --precision tf32 needs a GPU; this rank runs on the CPU (%s), which computes FP32", lm.place.Reason)}
+	if !mc.PrecisionSet && lm.place.Kind == "cuda" {
+		lm.precision = cuda.DefaultGPUPrecision
+	}
+	if lm.place.Kind == "cpu" && lm.precision != cuda.Exact {
+		return &Error{Code: ExitUsage, Err: fmt.Errorf("jobs: --precision %s needs a GPU; this rank runs on the CPU (%s), which computes exact FP32", lm.precision, lm.place.Reason)}
 	}
 	if lm.place.Kind == "cuda" && lm.place.Sharing > 1 && mc.ExclusiveGPU {
 		return fmt.Errorf("jobs: --exclusive-gpu: %d ranks of this node would share GPU %d (%s); start at most one rank per GPU", lm.place.Sharing, lm.place.Index, lm.place.Reason)
@@ -164,7 +222,8 @@ func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) err
 	lm.info.Device = lm.place.Kind
 	if lm.place.Kind == "cuda" {
 		lm.info.Device = fmt.Sprintf("cuda:%d", lm.place.Index)
-		lm.threads = 1 // the host side: decode, transform, postprocess
+		lm.decoders = lm.threads // the rank's cores decode ahead
+		lm.threads = 1           // the host side
 	}
 	lm.info.Threads = lm.threads
 	lm.info.Precision = lm.precision.String()
@@ -172,36 +231,53 @@ func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) err
 }
 
 func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) (*loadedModel, error) {
-	m, cfg, sum, err := retinanet.LoadFolder(dir)
+	m, cfg, tm, sum, err := retinanet.Load(dir, mc.LabelDict)
 	if err != nil {
 		return nil, err
 	}
 	if sum != digest {
-		return nil, fmt.Errorf("jobs: %s/model.safetensors has sha256 %s here but %s on rank 0: the ranks see different files: %w", dir, sum[:12], digest[:12], infer.ErrModel)
-	}
-	if got := fileSHA(filepath.Join(dir, "config.json")); got != config {
-		return nil, fmt.Errorf("jobs: %s/config.json differs from rank 0's (sha256 %q here, %q there): the ranks see different files: %w", dir, shortSHA(got), shortSHA(config), infer.ErrModel)
-	}
-	// DeepForest passes its own score_thresh, nms_thresh,
-	// detections_per_img and topk_candidates to the constructor, and
-	// explicit arguments beat config.json's (semantics §1.0): only the
-	// flags change them. config.json's other constructor keys (min_size,
-	// max_size, image_mean, image_std) do apply.
-	def := retinanet.DefaultOptions()
-	var ignored []string
-	for _, k := range cfg.Set {
-		switch k {
-		case "score_thresh", "nms_thresh", "detections_per_img", "topk_candidates":
-			ignored = append(ignored, k+" (DeepForest's own value wins)")
+		what := dir + "/model.safetensors"
+		if tm != nil {
+			what = dir
 		}
+		return nil, fmt.Errorf("jobs: %s has sha256 %s here but %s on rank 0: the ranks see different files: %w", what, sum[:12], digest[:12], infer.ErrModel)
 	}
-	m.Opt.ScoreThresh, m.Opt.NMSThresh = def.ScoreThresh, def.NMSThresh
-	m.Opt.DetectionsPerImg, m.Opt.TopkCandidates = def.DetectionsPerImg, def.TopkCandidates
+	var ignored []string
+	if tm == nil {
+		if got := fileSHA(filepath.Join(dir, "config.json")); got != config {
+			return nil, fmt.Errorf("jobs: %s/config.json differs from rank 0's (sha256 %q here, %q there): the ranks see different files: %w", dir, shortSHA(got), shortSHA(config), infer.ErrModel)
+		}
+		// DeepForest passes its own score_thresh, nms_thresh,
+		// detections_per_img and topk_candidates to the constructor, and
+		// explicit arguments beat config.json's (semantics §1.0): only the
+		// flags change them. config.json's other constructor keys (min_size,
+		// max_size, image_mean, image_std) do apply. A Lightning
+		// checkpoint's stored config is DeepForest's own: its values stay
+		// (retinanet.LoadTorch).
+		def := retinanet.DefaultOptions()
+		for _, k := range cfg.Set {
+			switch k {
+			case "score_thresh", "nms_thresh", "detections_per_img", "topk_candidates":
+				ignored = append(ignored, k+" (DeepForest's own value wins)")
+			}
+		}
+		m.Opt.ScoreThresh, m.Opt.NMSThresh = def.ScoreThresh, def.NMSThresh
+		m.Opt.DetectionsPerImg, m.Opt.TopkCandidates = def.DetectionsPerImg, def.TopkCandidates
+	}
 	if mc.ScoreThresh >= 0 {
 		m.Opt.ScoreThresh = float32(mc.ScoreThresh)
 	}
 	if mc.NMSThresh >= 0 {
 		m.Opt.NMSThresh = mc.NMSThresh
+	}
+	if mc.DetectionsPerImg > 0 {
+		m.Opt.DetectionsPerImg = mc.DetectionsPerImg
+	}
+	if mc.TopkCandidates > 0 {
+		m.Opt.TopkCandidates = mc.TopkCandidates
+	}
+	if mc.NumClasses > 0 && mc.NumClasses != m.Classes {
+		return nil, fmt.Errorf("jobs: the config's num_classes is %d, but the model %s has %d classes (canopy evaluates a model as it is; DeepForest would replace its heads to fine-tune): %w", mc.NumClasses, dir, m.Classes, infer.ErrModel)
 	}
 	m.Opt.Resize, m.Opt.Blend = mc.Resize, mc.Blend
 	threads := mc.Threads
@@ -216,6 +292,9 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 		Spec: mc.Spec, Dir: dir, SHA256: sum, Arch: m.Arch, LabelDict: labelMapJSON(labels),
 		Thresholds: modelSettings(m.Opt), Threads: threads, Device: "cpu", Ignored: append(ignored, cfg.Extra...),
 		Resize: m.Opt.Resize.String(), Blend: m.Opt.Blend.String(),
+	}
+	if tm != nil {
+		info.Format, info.LabelsFrom, info.ConfigSet = string(tm.Kind), tm.LabelsFrom, tm.Set
 	}
 	return &loadedModel{m: m, cfg: cfg, labelMap: labels, info: info, layerTimes: mc.LayerTimes, threads: threads}, nil
 }
@@ -310,7 +389,16 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 		if err != nil {
 			return nil, &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: %w", err)}
 		}
-		g, err := retinanet.NewGPUDetector(lm.m, dev, lm.precision, ids)
+		opts, err := lm.gpuOptions(dev.Info())
+		if err != nil {
+			dev.Close()
+			return nil, err
+		}
+		slots := 0
+		if lm.globalBatching() {
+			slots = lm.batch
+		}
+		g, err := retinanet.NewGPUDetectorWith(lm.m, dev, opts, ids, slots)
 		if err != nil {
 			dev.Close()
 			return nil, err
@@ -318,6 +406,7 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 		if lm.layerTimes {
 			g.EnableLayerTimes()
 		}
+		g.SetDecodeWorkers(lm.decoders)
 		return g, nil
 	}
 	d, err := retinanet.NewDetector(lm.m, lm.threads, ids)
@@ -347,7 +436,13 @@ func printLayerTimes(w io.Writer, d infer.Detector) {
 	}
 	fmt.Fprintf(w, "canopy: rank 0: model time by layer group (%.2f s in all):\n", total)
 	for _, r := range rows {
-		fmt.Fprintf(w, "canopy: rank 0:   %-12s %8.3f s %5.1f%% %6d calls\n", r.Group, r.Seconds, 100*r.Seconds/total, r.Calls)
+		line := fmt.Sprintf("canopy: rank 0:   %-12s %8.3f s %5.1f%% %6d calls %8.3f cpu-s", r.Group, r.Seconds, 100*r.Seconds/total, r.Calls, r.CPUSeconds)
+		if r.GFLOP > 0 && r.Seconds > 0 && r.CPUSeconds > 0 {
+			// direct-convolution FLOPs (Winograd layers multiply less), per
+			// wall second and per CPU second
+			line += fmt.Sprintf(" %8.1f GFLOP %6.1f GFLOP/s %6.1f GFLOP/cpu-s", r.GFLOP, r.GFLOP/r.Seconds, r.GFLOP/r.CPUSeconds)
+		}
+		fmt.Fprintln(w, line)
 	}
 }
 

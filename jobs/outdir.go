@@ -76,7 +76,19 @@ type outLock struct {
 // the filesystem has no flock, a non-empty lock file is held unless it
 // names a process of this host that no longer runs.
 func lockOut(dir string) (*outLock, error) {
+	// --out naming a file (or a path through one) is a usage error, not
+	// an I/O failure of canopy's own files
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		kind := "a file"
+		if !st.Mode().IsRegular() {
+			kind = "a " + st.Mode().Type().String() + " entry"
+		}
+		return nil, usageErr("jobs: --out %s is %s, not a folder; choose a folder", dir, kind)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		if errors.Is(err, syscall.ENOTDIR) {
+			return nil, usageErr("jobs: --out %s: a part of the path is a file, not a folder: %w", dir, err)
+		}
 		return nil, ioErr("jobs: output folder: %w", err)
 	}
 	path := filepath.Join(dir, lockName)
@@ -144,7 +156,7 @@ func (l *outLock) release() {
 
 // reportFiles are the files a run writes; any of them in --out marks a
 // previous run.
-var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cocoTruthFile, cocoPredFile}
+var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cocoTruthFile, cocoPredFile, gpkgFile}
 
 const manifestFile = "manifest.json"
 

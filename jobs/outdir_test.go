@@ -562,3 +562,84 @@ func TestRestoreAbandonsFailedPublication(t *testing.T) {
 	}
 	sameTree(t, "after the restore and the next start", before, snapshot(t, dir))
 }
+
+// --out naming an existing file, or a path through one, is a usage error
+// (exit 2, it was 1), for eval and predict alike; the file is untouched.
+func TestOutNamingAFileIsUsage(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "notes.txt")
+	os.WriteFile(file, []byte("mine"), 0o644)
+	for _, out := range []string{file, filepath.Join(file, "sub")} {
+		var stderr bytes.Buffer
+		codes := runLocalCtx(t, 2, setCfg("three", out), func(int) context.Context { return context.Background() }, &stderr)
+		if codes[0] != ExitUsage || codes[1] != ExitUsage || !strings.Contains(stderr.String(), "not a folder") {
+			t.Errorf("eval --out %s: codes %v\n%s", out, codes, stderr.String())
+		}
+		if _, err := openOut(out); Code(err) != ExitUsage {
+			t.Errorf("openOut(%s): %v", out, err)
+		}
+	}
+	if b, _ := os.ReadFile(file); string(b) != "mine" {
+		t.Fatalf("the file became %q", b)
+	}
+}
+
+// canopy doctor --out says what --resume will do, and --resume does it:
+// an empty or truncated manifest.json is not "resumable" (--resume exits
+// 2); a run whose rank failed on bad input (its fault marker records exit
+// 3) is not "interrupted" (--resume fails the same way, exit 3), so a job
+// script does not resubmit it.
+func TestDoctorTellsWhatResumeDoes(t *testing.T) {
+	for _, m := range []string{"", `{"canopy": "`} {
+		out := t.TempDir()
+		if codes := runLocal(t, 1, setCfg("three", out)); codes[0] != 0 {
+			t.Fatal(codes)
+		}
+		os.Remove(filepath.Join(out, "report.json"))
+		os.WriteFile(filepath.Join(out, manifestFile), []byte(m), 0o644)
+		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "--resume refuses it (exit 2)") {
+			t.Errorf("manifest %q: doctor %d %s", m, code, msg)
+		}
+		cfg := setCfg("three", out)
+		cfg.Resume = true
+		if codes := runLocal(t, 1, cfg); codes[0] != ExitUsage {
+			t.Errorf("manifest %q: --resume exit %v", m, codes)
+		}
+	}
+
+	// a model run whose image f4.png is cut short (its header passes the
+	// pre-flight, its pixels do not decode): 4 images saved, then exit 3
+	_, _, setDir := testModelSet(t)
+	root := copyDir(t, setDir)
+	b, _ := os.ReadFile(filepath.Join(root, "f4.png"))
+	os.WriteFile(filepath.Join(root, "f4.png"), b[:200], 0o644)
+	out := t.TempDir()
+	cfg := modelCfg(t, out)
+	cfg.CSV, cfg.BatchSize = filepath.Join(root, "annotations.csv"), 1
+	run := func(cfg EvalConfig) int {
+		var code int
+		errs := local.Run(1, func(c mpi.Comm) error {
+			code = runJob(context.Background(), func() (mpi.Comm, func() error, error) { return c, func() error { return nil }, nil },
+				&bytes.Buffer{}, jobOptions{out: cfg.Out}, func(c mpi.Comm) error { return Eval(context.Background(), c, cfg) })
+			return nil
+		})
+		if ac, ok := local.AbortCode(errs[0]); ok {
+			code = ac
+		}
+		return code
+	}
+	if code := run(cfg); code != ExitInput {
+		t.Fatalf("the cut image: exit %d", code)
+	}
+	code, msg := outState(out)
+	if code != ExitInternal || !strings.Contains(msg, "a run that failed (exit 3: ") || !strings.Contains(msg, "f4.png") || !strings.Contains(msg, "fails the same way") {
+		t.Fatalf("after a failure on bad input: doctor %d %s", code, msg)
+	}
+	cfg.Resume = true
+	if code := run(cfg); code != ExitInput {
+		t.Fatalf("--resume after the failure: exit %d, doctor promised it fails the same way", code)
+	}
+	os.WriteFile(filepath.Join(root, "f4.png"), b, 0o644) // the cause fixed
+	if code := run(cfg); code != 0 {
+		t.Fatalf("--resume after the fix: exit %d", code)
+	}
+}

@@ -32,9 +32,36 @@ type shardOptions struct {
 	batchSize int       // images per detector call, at least 1
 	progress  io.Writer // progress lines, nil for none
 	losses    bool      // a model run: each image's validation losses too
+	// global: batches are global batches (the cuDNN path): images
+	// kN…kN+N−1 of the input order, N = batchSize, never mixed in one
+	// detector call (a rank takes whole batches: plan.BalanceBatches).
+	global bool
+	// input, when set, makes item i's detector input (predict --tile: a
+	// raster window read through GDAL) instead of the image file; unit
+	// names the items in the progress line (default "images").
+	input func(i int) infer.Input
+	unit  string
 	// identify: record each image file's identity (size, mtime, sha256)
 	// beside its detections, so --resume can check the file is the same.
 	identify bool
+}
+
+// batchBounds cuts a shard into detector calls: batchSize images at a
+// time, or, global, the runs of one global batch (index / batchSize).
+func batchBounds(shard []int, batchSize int, global bool) [][2]int {
+	var out [][2]int
+	for start := 0; start < len(shard); {
+		end := min(start+batchSize, len(shard))
+		if global {
+			end = start + 1
+			for end < len(shard) && shard[end]/batchSize == shard[start]/batchSize {
+				end++
+			}
+		}
+		out = append(out, [2]int{start, end})
+		start = end
+	}
+	return out
 }
 
 // gatherMerge encodes this rank's detections, gathers every rank's (plus
@@ -140,17 +167,25 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 	}
 	stopAfter := interruptAfter(rank)
 	prog := newProgress(o.progress, len(shard))
-	batchAt := func(start int) []infer.Input {
-		end := min(start+o.batchSize, len(shard))
+	if prog != nil && o.unit != "" {
+		prog.unit = o.unit
+	}
+	bounds := batchBounds(shard, o.batchSize, o.global)
+	batchAt := func(b int) []infer.Input {
+		start, end := bounds[b][0], bounds[b][1]
 		batch := make([]infer.Input, 0, end-start)
 		for _, i := range shard[start:end] {
+			if o.input != nil {
+				batch = append(batch, o.input(i))
+				continue
+			}
 			batch = append(batch, infer.Input{Index: i, Path: images[i].Path, File: imageFile(o.rootDir, images[i].Path)})
 		}
 		return batch
 	}
 	pf, _ := d.(infer.Prefetcher)
 	var next []infer.Input
-	for start, batches := 0, 0; start < len(shard); start, batches = start+o.batchSize, batches+1 {
+	for batches := 0; batches < len(bounds); batches++ {
 		if batches == stopAfter {
 			interruptSelf(rank)
 		}
@@ -159,7 +194,7 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 		}
 		batch := next
 		if batch == nil {
-			batch = batchAt(start)
+			batch = batchAt(batches)
 		}
 		var ids []parts.Identity
 		if o.identify {
@@ -172,7 +207,7 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 			}
 		}
 		next = nil
-		if n := start + o.batchSize; pf != nil && n < len(shard) {
+		if n := batches + 1; pf != nil && n < len(bounds) {
 			next = batchAt(n)
 			pf.Prefetch(next)
 		}

@@ -16,7 +16,6 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/parts"
-	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -33,9 +32,14 @@ type PredictConfig struct {
 	// symlinks out).
 	AllowOutsideRoot bool
 	Model            ModelConfig
-	Command          []string
-	Stdout           io.Writer
-	Progress         io.Writer // rank 0's progress lines (nil: none)
+	// LabelDict is --label-dict: the labels of a bare .pt state dict.
+	LabelDict string
+	// LabelDictData and RunConfig: as EvalConfig's.
+	LabelDictData []byte
+	RunConfig     *runConfig
+	Command       []string
+	Stdout        io.Writer
+	Progress      io.Writer // rank 0's progress lines (nil: none)
 	// CollectiveTimeout: as EvalConfig's.
 	CollectiveTimeout time.Duration
 }
@@ -70,7 +74,7 @@ func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 	var err error
 	if cfg.CSV != "" {
 		var data []byte
-		if data, err = os.ReadFile(cfg.CSV); err != nil {
+		if data, err = readNamedInput(cfg.CSV); err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 		paths, err = dataset.ImagePaths(cfg.CSV, data)
@@ -80,6 +84,14 @@ func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 	if err != nil {
 		return fail(ExitInput, err)
 	}
+	var labels []byte
+	if cfg.LabelDictData != nil {
+		labels = cfg.LabelDictData
+	} else if cfg.LabelDict != "" {
+		if labels, err = readNamedInput(cfg.LabelDict); err != nil {
+			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+		}
+	}
 	dir, digest, config, err := resolveModel(cfg.Model.Spec)
 	if err != nil {
 		return fail(ExitModel, err)
@@ -88,7 +100,7 @@ func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 	if err != nil {
 		return fail(Code(err), err)
 	}
-	fields := [][]byte{[]byte(dir), []byte(digest), []byte(config)}
+	fields := [][]byte{[]byte(dir), []byte(digest), []byte(config), labels}
 	for _, p := range paths {
 		fields = append(fields, []byte(p))
 	}
@@ -137,6 +149,10 @@ type predictReport struct {
 	Outputs map[string]string `json:"outputs,omitempty"`
 	// AllowOutsideRoot records --allow-outside-root.
 	AllowOutsideRoot bool `json:"allow_outside_root,omitempty"`
+	// Config, Settings, ConfigIgnored: as eval's run.
+	Config        string             `json:"config,omitempty"`
+	Settings      map[string]setting `json:"settings,omitempty"`
+	ConfigIgnored []string           `json:"config_ignored,omitempty"`
 }
 
 // Predict runs the predict job on this rank: every rank detects its shard,
@@ -170,16 +186,29 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		return &Error{Code: int(pkt[0]), Collective: true, Err: errors.New(string(pkt[1:]))}
 	}
 	f, err := unpackFields(pkt[1:])
-	if err != nil || len(f) < 4 {
+	if err != nil || len(f) < 5 {
 		return collective(ExitInternal, "jobs: malformed input broadcast")
 	}
-	paths := make([]string, len(f)-3)
-	for i, b := range f[3:] {
+	paths := make([]string, len(f)-4)
+	for i, b := range f[4:] {
 		paths[i] = string(b)
 	}
-	model, err := loadModel(c, cfg.Model, string(f[0]), string(f[1]), string(f[2]))
+	mc := cfg.Model
+	var given box.LabelMap
+	if cfg.LabelDict != "" {
+		if given, err = dataset.ParseLabelDict(cfg.LabelDict, f[3]); err != nil {
+			return &Error{Code: ExitInput, Collective: true, Err: err}
+		}
+		mc.LabelDict = labelDictOf(given)
+	}
+	model, err := loadModel(c, mc, string(f[0]), string(f[1]), string(f[2]))
 	if err != nil {
 		return err
+	}
+	if cfg.LabelDict != "" {
+		if err := checkModelLabels(model.labels(), &given, nil, ""); err != nil {
+			return &Error{Code: ExitModel, Collective: true, Err: err}
+		}
 	}
 	labels := model.labels()
 	images := make([]box.Image, len(paths))
@@ -188,7 +217,11 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		images[i] = box.Image{Path: p}
 		costs[i] = 1
 	}
-	p, err := plan.Balance(costs, c.Size())
+	todo := make([]int, len(paths))
+	for i := range todo {
+		todo[i] = i
+	}
+	p, err := model.plan(todo, costs, cfg.BatchSize, c.Size())
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
 	}
@@ -209,7 +242,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		return err
 	}
 	defer det.Close()
-	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress},
+	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, global: model.globalBatching()},
 		images, shard, c.Rank(), func([]wire.Image, []parts.Identity) error { return nil })
 	if err := detectErr(derr, "predict keeps no part files, run it again: "); err != nil {
 		return err
@@ -219,6 +252,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	}
 	stats.Seconds["detect"] = since(t1)
 	printLayerTimes(cfg.Progress, det)
+	model.noteCUDNN(det)
 
 	dets, _, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, nil, len(images), &stats)
 	if err != nil {
@@ -230,6 +264,10 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 			PerRank: allStats}
 		for _, d := range dets {
 			rep.Boxes += len(d)
+		}
+		if rc := cfg.RunConfig; rc != nil {
+			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
+			rep.Settings = rc.finishSettings(rep.Model)
 		}
 		if err := writePredictOutputs(cfg.Out, rep, images, dets, labels); err != nil {
 			return err
@@ -247,21 +285,39 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 // writePredictOutputs stages predictions.csv and report.json (which
 // records the predictions' sha256) and publishes them as one set.
 func writePredictOutputs(dir string, rep predictReport, images []box.Image, dets [][]box.Detection, labels box.LabelMap) error {
+	return publishPredictions(dir, images, dets, labels, nil, func(outputs map[string]string) any {
+		rep.Outputs = outputs
+		return rep
+	})
+}
+
+// publishPredictions stages predictions.csv, then report.json as report
+// makes it from the sha256 of every output (predictions.csv and the
+// already staged extra files), and publishes them as one set.
+func publishPredictions(dir string, images []box.Image, dets [][]box.Detection, labels box.LabelMap,
+	extra []staged, report func(outputs map[string]string) any) error {
 	preds, err := stage(dir, "predictions.csv", func(w io.Writer) error {
 		return writePredictions(w, images, dets, labels)
 	})
 	if err != nil {
 		return err
 	}
-	rep.Outputs = map[string]string{preds.Name: preds.SHA256}
+	set := append([]staged{preds}, extra...)
+	outputs := map[string]string{}
+	for _, s := range set {
+		outputs[s.Name] = s.SHA256
+	}
+	rep := report(outputs)
 	rj, err := stage(dir, "report.json", func(w io.Writer) error {
 		e := json.NewEncoder(w)
 		e.SetIndent("", "  ")
 		return e.Encode(rep)
 	})
 	if err != nil {
-		os.Remove(filepath.Join(dir, preds.Tmp))
+		for _, s := range set {
+			os.Remove(filepath.Join(dir, s.Tmp))
+		}
 		return err
 	}
-	return publish(dir, []staged{preds, rj})
+	return publish(dir, append(set, rj))
 }

@@ -20,28 +20,46 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 		Usage: "run the detector on unlabelled images on every rank and write their predictions",
 		Description: "Each rank detects its shard of the images; the detections are gathered and rank 0\n" +
 			"writes OUT/predictions.csv (image_path,xmin,ymin,xmax,ymax,label,score, image_path as\n" +
-			"given in the CSV or relative to --images) and OUT/report.json. Whole images, no tiling.\n\n" + ExitTable,
+			"given in the CSV or relative to --images) and OUT/report.json. Whole images; --tile cuts\n" +
+			"large rasters into windows and merges them as DeepForest's predict_tile.\n\n" + ExitTable,
 		Flags: concatFlags([]cli.Flag{
+			configFlag(),
 			&cli.StringFlag{Name: "csv", Usage: "CSV whose image_path column lists the images (other columns ignored; each path once, in order of first appearance)"},
 			&cli.StringFlag{Name: "images", Usage: "or: a folder whose .png .jpg .jpeg .tif .tiff files (any case, not recursive, sorted by name) are the images"},
 			rootDirFlag(),
 			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder; refused if it holds a previous run (predict's or eval's) unless --force, and (exit 2, naming the holder) while another run holds its lock"},
 			&cli.BoolFlag{Name: "force", Usage: "replace the previous run in --out, predict's or eval's: it is set aside until the new predictions are written, and put back if the run fails before that"},
+			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV naming the model's classes: needed for a bare .pt state dict, which holds no labels (a .ckpt or a model folder carries its own, which this must then equal)"},
 		}, shardJobFlags("longest wait for every rank to reach a collective, then exit 5 (ranks other than 0 wait twice this, so rank 0 reports first; 0 disables)"),
-			modelFlags()),
+			modelFlags(), tileFlags()),
 		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return usageError(fmt.Errorf("predict takes no arguments, got %q", c.Args().Slice()))
+			if err := tileAction(c, code, newComm, stdout, stderr); err != nil || c.Bool("tile") {
+				return err
+			}
+			rc, pos, err := loadRunConfig(c, "predict", c.Args().Slice())
+			if err != nil {
+				return usageError(fmt.Errorf("predict: %w", err))
+			}
+			if len(pos) > 0 {
+				return usageError(fmt.Errorf("predict takes no arguments but key=value overrides, got %q", pos))
 			}
 			cfg := PredictConfig{CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
 				Out: c.String("out"), Force: c.Bool("force"), Command: os.Args, Stdout: stdout,
-				AllowOutsideRoot: c.Bool("allow-outside-root")}
+				AllowOutsideRoot: c.Bool("allow-outside-root"), LabelDict: c.String("label-dict")}
 			mc, err := modelConfig(c)
 			if err != nil {
 				return usageError(fmt.Errorf("predict: %w", err))
 			}
 			var bserr error
 			cfg.BatchSize, bserr = batchSize(c)
+			if rc != nil {
+				cfg.RunConfig = rc
+				rc.applyModel(c, &mc, false)
+				rc.resolveInt(c, "batch-size", "batch_size", rc.C.BatchSize, &cfg.BatchSize)
+				if cfg.LabelDictData = rc.labelCSV(c); cfg.LabelDictData != nil {
+					cfg.LabelDict = rc.File + ": label_dict"
+				}
+			}
 			cfg.Model = mc
 			switch {
 			case mc.Spec == "":

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -16,13 +17,14 @@ type progress struct {
 	total, done int
 	start, last time.Time
 	interval    time.Duration
+	unit        string // what is counted: "images" (the default) or "windows"
 }
 
 func newProgress(w io.Writer, total int) *progress {
 	if w == nil || total == 0 {
 		return nil
 	}
-	p := &progress{w: w, total: total, start: time.Now(), interval: 10 * time.Second}
+	p := &progress{w: w, total: total, start: time.Now(), interval: 10 * time.Second, unit: "images"}
 	if f, ok := w.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 			p.tty = true
@@ -43,10 +45,10 @@ func (p *progress) add(n int) {
 	}
 	p.last = now
 	el := now.Sub(p.start)
-	line := fmt.Sprintf("canopy: rank 0: %d/%d images, %.1f s", p.done, p.total, el.Seconds())
+	line := fmt.Sprintf("canopy: rank 0: %d/%d %s, %.1f s", p.done, p.total, p.unit, el.Seconds())
 	if p.done > 0 && p.done < p.total {
 		eta := time.Duration(float64(el) / float64(p.done) * float64(p.total-p.done))
-		line += fmt.Sprintf(", %.2f s/image, ETA %s", el.Seconds()/float64(p.done), eta.Round(time.Second))
+		line += fmt.Sprintf(", %.2f s/%s, ETA %s", el.Seconds()/float64(p.done), strings.TrimSuffix(p.unit, "s"), eta.Round(time.Second))
 	}
 	if p.tty {
 		end := ""

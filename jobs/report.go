@@ -55,6 +55,12 @@ type runInfo struct {
 	// AllowOutsideRoot records --allow-outside-root when it opened images:
 	// with --model, or for report.html.
 	AllowOutsideRoot bool `json:"allow_outside_root,omitempty"`
+	// Config is --config's file, Settings the resolved settings with
+	// their sources, ConfigIgnored the config keys canopy did not use
+	// (with --config or key=value overrides only).
+	Config        string             `json:"config,omitempty"`
+	Settings      map[string]setting `json:"settings,omitempty"`
+	ConfigIgnored []string           `json:"config_ignored,omitempty"`
 }
 
 // resumeInfo tells how much of the run came from part files of earlier
@@ -175,6 +181,10 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 	if cfg.LabelDict != "" {
 		r.Inputs["label_dict"] = report.File{Path: cfg.LabelDict, SHA256: sha256Hex(in.labels)}
 	}
+	if rc := cfg.RunConfig; rc != nil {
+		r.Config, r.ConfigIgnored = rc.File, rc.C.Ignored
+		r.Settings = rc.finishSettings(r.Model)
+	}
 	seen := map[string]bool{}
 	for _, s := range allStats {
 		r.PerRank = append(r.PerRank, s)
@@ -189,37 +199,55 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 	return r
 }
 
-// writeOutputs stages predictions.csv, results.csv and report.json (which
-// records the other two's sha256) and publishes them as one set.
-func writeOutputs(cfg EvalConfig, rep reportRecord, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result) error {
+// writeOutputs stages predictions.csv, results.csv, report.json (which
+// records the other two's sha256) and what more stages from report.json's
+// bytes (the COCO files, report.html; nil: nothing), and publishes them as
+// one set, report.json last: a failure in any of them publishes nothing,
+// and a kill before the publication leaves no new report.json.
+func writeOutputs(cfg EvalConfig, rep reportRecord, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result,
+	more func(reportJSON []byte) ([]staged, error)) error {
+	var set []staged
+	fail := func(err error) error {
+		for _, s := range set {
+			os.Remove(filepath.Join(cfg.Out, s.Tmp))
+		}
+		return err
+	}
 	preds, err := stage(cfg.Out, "predictions.csv", func(w io.Writer) error {
 		return writePredictions(w, images, dets, labels)
 	})
 	if err != nil {
 		return err
 	}
+	set = append(set, preds)
 	results, err := stage(cfg.Out, "results.csv", func(w io.Writer) error {
 		return writeResults(w, images, dets, labels, res.Matches)
 	})
 	if err != nil {
-		os.Remove(filepath.Join(cfg.Out, preds.Tmp))
-		return err
+		return fail(err)
 	}
+	set = append(set, results)
 	rep.run.Outputs = map[string]string{preds.Name: preds.SHA256, results.Name: results.SHA256}
-	rj, err := stage(cfg.Out, "report.json", func(w io.Writer) error {
-		run, err := json.MarshalIndent(rep.run, " ", " ")
+	run, err := json.MarshalIndent(rep.run, " ", " ")
+	if err != nil {
+		return fail(fmt.Errorf("jobs: write report.json: %w", err))
+	}
+	body := fmt.Appendf(nil, "{\"metrics\": %s,\n \"run\": %s}\n", rep.metrics, run)
+	if more != nil {
+		extra, err := more(body)
+		set = append(set, extra...)
 		if err != nil {
-			return err
+			return fail(err)
 		}
-		_, err = fmt.Fprintf(w, "{\"metrics\": %s,\n \"run\": %s}\n", rep.metrics, run)
+	}
+	rj, err := stage(cfg.Out, "report.json", func(w io.Writer) error {
+		_, err := w.Write(body)
 		return err
 	})
 	if err != nil {
-		os.Remove(filepath.Join(cfg.Out, preds.Tmp))
-		os.Remove(filepath.Join(cfg.Out, results.Tmp))
-		return err
+		return fail(err)
 	}
-	return publish(cfg.Out, []staged{preds, results, rj})
+	return publish(cfg.Out, append(set, rj))
 }
 
 func csvField(s string) string {
@@ -308,9 +336,11 @@ func writeResults(w io.Writer, images []box.Image, dets [][]box.Detection, label
 func printTable(w io.Writer, vals []metrics.Value) {
 	kw, vw := len("Validate metric"), len("DataLoader 0")
 	cells := make([]string, len(vals))
+	keys := make([]string, len(vals))
 	for i, v := range vals {
 		cells[i] = formatValue(v)
-		kw = max(kw, utf8.RuneCountInString(v.Key))
+		keys[i] = report.Printable(v.Key) // a label may hold terminal escapes
+		kw = max(kw, utf8.RuneCountInString(keys[i]))
 		vw = max(vw, len(cells[i]))
 	}
 	kw, vw = kw+6, vw+6
@@ -325,8 +355,8 @@ func printTable(w io.Writer, vals []metrics.Value) {
 	line("┏", "┳", "┓", "━")
 	fmt.Fprintln(w, "┃"+center("Validate metric", kw)+"┃"+center("DataLoader 0", vw)+"┃")
 	line("┡", "╇", "┩", "━")
-	for i, v := range vals {
-		fmt.Fprintln(w, "│"+center(v.Key, kw)+"│"+center(cells[i], vw)+"│")
+	for i := range vals {
+		fmt.Fprintln(w, "│"+center(keys[i], kw)+"│"+center(cells[i], vw)+"│")
 	}
 	line("└", "┴", "┘", "─")
 }

@@ -78,12 +78,12 @@ func (e *cocoEval) curves() []PRCurve {
 	var out []PRCurve
 	for _, t := range [2]int{0, 5} {
 		for k, c := range e.cats {
-			if e.precision[e.pIdx(t, 0, k, 0, nM-1)] == -1 {
+			if e.slot[0][k] < 0 {
 				continue // no ground truth of the class: undefined
 			}
 			p := make([]float64, nR)
 			for r := range p {
-				p[r] = e.precision[e.pIdx(t, r, k, 0, nM-1)]
+				p[r] = e.precisionAt(t, r, k, 0)
 			}
 			out = append(out, PRCurve{Label: c, IoU: cocoIoUThresholds[t], Precision: p})
 		}
@@ -145,6 +145,7 @@ type cocoBox struct {
 	area       float64
 	score      float64
 	label      int32
+	crowd      bool // ground truth only: iscrowd 1
 }
 
 type cocoImage struct {
@@ -171,7 +172,9 @@ func cocoImages(in Input) []cocoImage {
 		}
 		ci := cocoImage{}
 		for _, t := range im.Truth {
-			ci.gt = append(ci.gt, toCOCO(t.Box, t.Label, 0))
+			g := toCOCO(t.Box, t.Label, 0)
+			g.crowd = t.Crowd
+			ci.gt = append(ci.gt, g)
 		}
 		for _, d := range in.Dets[i] {
 			ci.dt = append(ci.dt, toCOCO(d.Box, d.Label, d.Score))
@@ -192,16 +195,32 @@ type catImg struct {
 
 type cocoEval struct {
 	cats []int32
-	// precision[t][r][k][a][m], recall[t][k][a][m]; -1 when undefined
-	precision []float64
-	recall    []float64
+	// COCOeval's precision[t][r][k][a][m] is kept only where it is read
+	// (maxDets 100) and defined (the category has ground truth in the
+	// area; elsewhere it is -1): prec[a][(t*nR+r)*len(def[a])+slot[a][k]],
+	// slot -1 for an undefined (k, a). Each area's values are then, in
+	// order, exactly numpy's C-order selection of the entries > -1, so a
+	// mean is one pass over a contiguous slice. recall[t][k][a][m] is kept
+	// whole (-1 when undefined).
+	prec   [nA][]float64
+	slot   [nA][]int32
+	nDef   [nA]int
+	recall []float64
+	// scratch holds one class's precision values for meanPrecision.
+	scratch []float64
 }
 
 const nT, nR, nA, nM = 10, 101, 4, 3
 
-func (e *cocoEval) pIdx(t, r, k, a, m int) int {
-	return (((t*nR+r)*len(e.cats)+k)*nA+a)*nM + m
+// precisionAt is precision[t][r][k][a][maxDets 100], -1 when undefined.
+func (e *cocoEval) precisionAt(t, r, k, a int) float64 {
+	j := e.slot[a][k]
+	if j < 0 {
+		return -1
+	}
+	return e.prec[a][(t*nR+r)*e.nDef[a]+int(j)]
 }
+
 func (e *cocoEval) rIdx(t, k, a, m int) int { return ((t*len(e.cats)+k)*nA+a)*nM + m }
 
 // byScore orders detection indices by descending score, ties by position:
@@ -234,34 +253,53 @@ func newCOCOEval(images []cocoImage) *cocoEval {
 	}
 	slices.Sort(e.cats)
 	K := len(e.cats)
-	e.precision = make([]float64, nT*nR*K*nA*nM)
 	e.recall = make([]float64, nT*K*nA*nM)
-	for i := range e.precision {
-		e.precision[i] = -1
-	}
 	for i := range e.recall {
 		e.recall[i] = -1
-	}
-	if len(images) == 0 {
-		return e
 	}
 	catIdx := make(map[int32]int, K)
 	for k, c := range e.cats {
 		catIdx[c] = k
 	}
+	// Each category's (category, image) pairs, only for the images holding
+	// a box of it, in image order: an image without one adds nothing to
+	// the category's evaluation, so the pairs cost O(boxes), not
+	// O(categories × images).
 	per := make([][]catImg, K)
-	for k := range per {
-		per[k] = make([]catImg, len(images))
+	last := make([]int, K)
+	for k := range last {
+		last[k] = -1
+	}
+	at := func(k, i int) *catImg {
+		if last[k] != i {
+			per[k] = append(per[k], catImg{})
+			last[k] = i
+		}
+		return &per[k][len(per[k])-1]
 	}
 	for i, im := range images {
 		for _, b := range im.gt {
-			c := &per[catIdx[b.label]][i]
+			c := at(catIdx[b.label], i)
 			c.gts = append(c.gts, b)
 		}
 		for _, b := range im.dt {
-			c := &per[catIdx[b.label]][i]
+			c := at(catIdx[b.label], i)
 			c.dts = append(c.dts, b)
 		}
+	}
+	for a := range nA {
+		e.slot[a] = make([]int32, K)
+		for k := range K {
+			e.slot[a][k] = -1
+			for _, c := range per[k] {
+				if regularCount(c.gts, cocoAreas[a]) > 0 {
+					e.slot[a][k] = int32(e.nDef[a])
+					e.nDef[a]++
+					break
+				}
+			}
+		}
+		e.prec[a] = make([]float64, nT*nR*e.nDef[a])
 	}
 	// Categories are independent: evaluate them in parallel, each writing
 	// only its own slots, so the result does not depend on scheduling.
@@ -383,6 +421,9 @@ func (e *cocoEval) evalCategory(k int, imgs []catImg) {
 						pr[j-1] = pr[j]
 					}
 				}
+				if m != nM-1 || e.slot[a][k] < 0 {
+					continue // precision is read only at maxDets 100
+				}
 				for r, thr := range cocoRecallThresholds {
 					// first index with recall >= thr (numpy searchsorted, left)
 					j := sort.Search(nd, func(j int) bool { return rc(j) >= thr })
@@ -390,7 +431,7 @@ func (e *cocoEval) evalCategory(k int, imgs []catImg) {
 					if j < nd {
 						q = pr[j]
 					}
-					e.precision[e.pIdx(t, r, k, a, m)] = q
+					e.prec[a][(t*nR+r)*e.nDef[a]+int(e.slot[a][k])] = q
 				}
 			}
 		}
@@ -404,6 +445,8 @@ const (
 	flagIgnored uint8 = 2
 )
 
+// bbIoU is maskUtils.iou of two boxes: intersection over union, or over
+// the detection's area alone when g is a crowd region.
 func bbIoU(d, g cocoBox) float64 {
 	iw := math.Min(d.x+d.w, g.x+g.w) - math.Max(d.x, g.x)
 	if iw <= 0 {
@@ -414,6 +457,9 @@ func bbIoU(d, g cocoBox) float64 {
 		return 0
 	}
 	inter := float64(iw * ih)
+	if g.crowd {
+		return inter / float64(d.w*d.h)
+	}
 	return inter / (float64(d.w*d.h) + float64(g.w*g.h) - inter)
 }
 
@@ -427,13 +473,8 @@ func bbIoU(d, g cocoBox) float64 {
 // flags[t*n+off+d] and returns the number of non-ignored ground truths.
 func evaluateImg(c *catImg, area [2]float64, flags []uint8, n, off int) int {
 	nd, ng := len(c.dts), len(c.gts)
-	ign := func(b cocoBox) bool { return b.area < area[0] || b.area > area[1] }
-	npig := 0
-	for _, g := range c.gts {
-		if !ign(g) {
-			npig++
-		}
-	}
+	ign := func(b cocoBox) bool { return b.crowd || b.area < area[0] || b.area > area[1] }
+	npig := regularCount(c.gts, area)
 	if nd == 0 {
 		return npig
 	}
@@ -476,8 +517,8 @@ func evaluateImg(c *catImg, area [2]float64, flags []uint8, n, off int) int {
 			best := math.Min(thr, 1-1e-10)
 			m := -1
 			for _, x := range cands[d] {
-				if gtm[x.j] {
-					continue
+				if gtm[x.j] && !c.gts[order[x.j]].crowd {
+					continue // a crowd region takes any number of detections
 				}
 				if m > -1 && m < npig && x.j >= npig {
 					break
@@ -503,24 +544,41 @@ func evaluateImg(c *catImg, area [2]float64, flags []uint8, n, off int) int {
 	return npig
 }
 
+// regularCount is the number of ground truths inside the area range that
+// are not crowd regions (COCOeval's non-ignored ones).
+func regularCount(gts []cocoBox, area [2]float64) int {
+	n := 0
+	for _, g := range gts {
+		if !g.crowd && !(g.area < area[0] || g.area > area[1]) {
+			n++
+		}
+	}
+	return n
+}
+
 // meanPrecision averages precision[t?, :, k?, a, maxDet=100] over entries
 // > -1 in C order (t, r, k), as numpy does; t < 0 means all thresholds,
-// k < 0 all categories. -1 when nothing is defined.
+// k < 0 all categories. -1 when nothing is defined. Over all categories
+// the entries are a contiguous run of prec[a]: no copy.
 func (e *cocoEval) meanPrecision(t, a, k int) float64 {
-	var s []float64
+	if k < 0 {
+		p := e.prec[a]
+		if t >= 0 {
+			p = p[t*nR*e.nDef[a] : (t+1)*nR*e.nDef[a]]
+		}
+		return meanOrMinus1(p)
+	}
+	if e.slot[a][k] < 0 {
+		return -1
+	}
+	s := e.scratch[:0] // one class's values, reused from class to class
+	defer func() { e.scratch = s }()
 	for ti := 0; ti < nT; ti++ {
 		if t >= 0 && ti != t {
 			continue
 		}
 		for r := 0; r < nR; r++ {
-			for ki := range e.cats {
-				if k >= 0 && ki != k {
-					continue
-				}
-				if v := e.precision[e.pIdx(ti, r, ki, a, nM-1)]; v > -1 {
-					s = append(s, v)
-				}
-			}
+			s = append(s, e.precisionAt(ti, r, k, a))
 		}
 	}
 	return meanOrMinus1(s)
@@ -531,11 +589,14 @@ func (e *cocoEval) meanRecall(a, m, k int) float64 {
 	var s []float64
 	for t := 0; t < nT; t++ {
 		for ki := range e.cats {
-			if k >= 0 && ki != k {
-				continue
+			if k >= 0 {
+				ki = k
 			}
 			if v := e.recall[e.rIdx(t, ki, a, m)]; v > -1 {
 				s = append(s, v)
+			}
+			if k >= 0 {
+				break
 			}
 		}
 	}
@@ -567,3 +628,53 @@ func (e *cocoEval) summary() []Value {
 
 var cocoKeys = []string{"map", "map_50", "map_75", "map_small", "map_medium", "map_large",
 	"mar_1", "mar_10", "mar_100", "mar_small", "mar_medium", "mar_large"}
+
+// COCOCost is what the COCO stage will hold, counted before it allocates.
+type COCOCost struct {
+	Classes, Images, Boxes int
+	// Bytes is the estimated peak of the stage's own allocations.
+	Bytes int64
+}
+
+// Bytes per unit of the COCO stage's estimate (measured with /usr/bin/time
+// -v at 10 to 100,000 classes, docs/benchmarks.md, and rounded up):
+// per class, the precision kept at maxDets 100 for 4 areas × 10 IoU × 101
+// recall thresholds, the recall array, two PR curves and the bookkeeping;
+// per box, its COCO copies, its (category, image) pair share and the
+// matching's per-detection arrays (flags, orders, candidates); per
+// IoU-matrix entry, one float64.
+const (
+	cocoBytesPerClass = nA*nT*nR*8 + nT*nA*nM*8 + 2*(nR*8+64) + 256
+	cocoBytesPerBox   = 768
+	cocoBytesPerIoU   = 8
+)
+
+// COCOMemory estimates the COCO stage's memory from the class, image and
+// box counts, without allocating: what a caller compares with its budget
+// before calling Compute with the COCO family.
+func COCOMemory(in Input) COCOCost {
+	var c COCOCost
+	seen := map[int32]struct{}{}
+	var ious int64
+	for i, im := range in.Images {
+		if im.Empty || len(im.Truth) == 0 {
+			continue // validationTruth only removes more
+		}
+		c.Images++
+		for _, t := range im.Truth {
+			seen[t.Label] = struct{}{}
+		}
+		var dets []box.Detection
+		if i < len(in.Dets) {
+			dets = in.Dets[i]
+		}
+		for _, d := range dets {
+			seen[d.Label] = struct{}{}
+		}
+		c.Boxes += len(im.Truth) + len(dets)
+		ious += int64(len(dets)) * int64(len(im.Truth)) // an upper bound of the pairs of equal labels
+	}
+	c.Classes = len(seen)
+	c.Bytes = int64(c.Classes)*cocoBytesPerClass + int64(c.Boxes)*cocoBytesPerBox + ious*cocoBytesPerIoU
+	return c
+}

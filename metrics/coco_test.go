@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -51,5 +52,55 @@ func TestIoUSemantics(t *testing.T) {
 	// entries: 1, 1 (both predictions on the one truth), then 0, 0
 	if v[0].Key != "iou" || v[0].V != 0.5 {
 		t.Fatalf("%v, want iou 0.5", v)
+	}
+}
+
+// manyClasses: n images, each with per truth boxes and a detection on
+// each, labels cycling over k classes (so most classes own one or two
+// boxes, as a label column of free text gives).
+func manyClasses(n, per, k int) Input {
+	var in Input
+	row := 0
+	for i := 0; i < n; i++ {
+		var im box.Image
+		var ds []box.Detection
+		for j := 0; j < per; j++ {
+			x, y := float64(j*7%300), float64(j*13%300)
+			im.Truth = append(im.Truth, box.Truth{Box: box.Box{Xmin: x, Ymin: y, Xmax: x + 20, Ymax: y + 30}, Label: int32(row % k)})
+			ds = append(ds, box.Detection{Box: box.Box{Xmin: x + 1, Ymin: y, Xmax: x + 21, Ymax: y + 30}, Label: int32(row % k), Score: float64(j%10) / 10})
+			row++
+		}
+		in.Images = append(in.Images, im)
+		in.Dets = append(in.Dets, ds)
+	}
+	return in
+}
+
+// The COCO stage allocates no more than COCOMemory estimates, counted
+// before the stage, with many classes: the (category, image) pairs exist
+// only where a box is, and precision is kept only where it is read and
+// defined (a dense [K × images] table and the full precision array took
+// 20 GB at 100,000 classes). Checked by the bytes the stage allocates in
+// all (runtime.MemStats.TotalAlloc), an upper bound of its peak.
+func TestCOCOMemoryBoundedByEstimate(t *testing.T) {
+	for _, k := range []int{10, 5000} {
+		in := manyClasses(500, 20, k)
+		est := COCOMemory(in)
+		if est.Classes != k || est.Images != 500 || est.Boxes != 20000 {
+			t.Fatalf("%d classes: estimate counted %+v", k, est)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		vals := COCO(in, true)
+		runtime.ReadMemStats(&after)
+		used := int64(after.TotalAlloc - before.TotalAlloc)
+		if used > est.Bytes {
+			t.Errorf("%d classes: the COCO stage allocated %d bytes, over its estimate of %d", k, used, est.Bytes)
+		}
+		if len(vals) == 0 || vals[0].Key != "map" || !(vals[0].V > 0) {
+			t.Fatalf("%d classes: %+v", k, vals[:1])
+		}
+		t.Logf("%d classes: allocated %.1f MiB, estimated %.1f MiB", k, float64(used)/(1<<20), float64(est.Bytes)/(1<<20))
 	}
 }

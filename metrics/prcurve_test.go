@@ -60,7 +60,7 @@ func TestPRCurvesAreTheMAPArrays(t *testing.T) {
 			t.Fatalf("curve has %d points", len(c.Precision))
 		}
 		for r, p := range c.Precision {
-			if want := ev.precision[ev.pIdx(ti, r, k, 0, nM-1)]; p != want {
+			if want := ev.precisionAt(ti, r, k, 0); p != want {
 				t.Fatalf("label %d IoU %v point %d: %v, precision array %v", c.Label, c.IoU, r, p, want)
 			}
 		}

@@ -31,15 +31,15 @@ func (r Row) deltaSigned() string {
 // WriteText prints the header block, the table and the summary.
 func WriteText(w io.Writer, res *Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "baseline\t%s\n", res.Base.Path)
-	fmt.Fprintf(tw, "current\t%s\n", res.Cur.Path)
+	fmt.Fprintf(tw, "baseline\t%s\n", Printable(res.Base.Path))
+	fmt.Fprintf(tw, "current\t%s\n", Printable(res.Cur.Path))
 	truth := DescribeInput(res.Base.Inputs["csv"]) + " (same)"
 	if res.TruthDiffers {
 		truth = DescribeInput(res.Base.Inputs["csv"]) + " → " + DescribeInput(res.Cur.Inputs["csv"]) + " (differs, allowed by --allow-different-truth)"
 	}
-	fmt.Fprintf(tw, "truth\t%s\n", truth)
+	fmt.Fprintf(tw, "truth\t%s\n", Printable(truth))
 	for _, d := range res.Diffs {
-		fmt.Fprintf(tw, "%s\t%s → %s (differs)\n", d.Field, d.Base, d.Cur)
+		fmt.Fprintf(tw, "%s\t%s → %s (differs)\n", Printable(d.Field), Printable(d.Base), Printable(d.Cur))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -52,12 +52,12 @@ func WriteText(w io.Writer, res *Result) error {
 		if r.Regression {
 			v += " !"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Key, r.Base, r.Cur, r.deltaSigned(), v)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", Printable(r.Key), r.Base, r.Cur, r.deltaSigned(), v)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\n%s\n", res.Summary())
+	_, err := fmt.Fprintf(w, "\n%s\n", Printable(res.Summary()))
 	return err
 }
 
@@ -147,9 +147,9 @@ func WriteJUnit(w io.Writer, res *Result) error {
 
 // WriteHTML renders `canopy compare --html`; open, when set, opens the
 // images drawn (htmlreport.Options.Open).
-func WriteHTML(w io.Writer, res *Result, open func(root, path string) (image.Image, error)) error {
+func WriteHTML(w io.Writer, res *Result, open func(root, path string) (image.Image, error), read func(root, path string, limit int64) ([]byte, error)) error {
 	c := htmlreport.Compare{Summary: res.Summary(), Options: htmlreport.DefaultOptions}
-	c.Options.Open = open
+	c.Options.Open, c.Options.Read = open, read
 	for _, r := range res.Rows {
 		c.Rows = append(c.Rows, htmlreport.CompareRow{Metric: r.Key, Baseline: r.Base.String(), Current: r.Cur.String(),
 			Delta: r.deltaSigned(), Verdict: r.Verdict, Regression: r.Regression})

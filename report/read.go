@@ -54,11 +54,15 @@ type Report struct {
 }
 
 // Read reads path, a report.json or a folder holding one.
-func Read(path string) (*Report, error) {
+func Read(path string) (*Report, error) { return ReadWith(path, os.ReadFile) }
+
+// ReadWith is Read with the file read by read (canopy compare passes one
+// that does not block on a FIFO nor read a device).
+func ReadWith(path string, read func(string) ([]byte, error)) (*Report, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		path = filepath.Join(path, "report.json")
 	}
-	b, err := os.ReadFile(path)
+	b, err := read(path)
 	if err != nil {
 		return nil, err
 	}

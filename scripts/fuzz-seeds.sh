@@ -22,6 +22,8 @@ seed -dir $d/FuzzParseTruth testdata/sets/{three,edge,coco}/truth.csv "$tmp/head
 seed -dir $d/FuzzParsePredictions -then 'bool(false)' testdata/sets/{three,edge}/predictions.csv "$tmp/scores.csv"
 seed -dir $d/FuzzParsePredictions -then 'bool(true)' testdata/sets/coco/predictions.csv "$tmp/scores.csv"
 seed -dir $d/FuzzParseLabelDict testdata/sets/multi/label_dict.csv "$tmp/labels.csv" "$tmp/labels-dup.csv"
+seed -dir $d/FuzzParseVOC internal/dataset/testdata/readfile/three-voc/{a,b,c}.xml internal/dataset/testdata/readfile/missing-field.xml
+seed -dir $d/FuzzParseTruth internal/dataset/testdata/readfile/three-wkt.csv
 
 d=infer/safetensors/testdata/fuzz
 rm -rf $d
@@ -30,6 +32,10 @@ seed -dir $d/FuzzParse infer/safetensors/testdata/small_{f32,f16,bf16}.safetenso
 d=infer/torchfile/testdata/fuzz
 rm -rf $d
 seed -dir $d/FuzzRead infer/torchfile/testdata/{state_f16,state_proto4,param,overlap,noncontig,forbidden}.pt
+
+d=internal/config/testdata/fuzz
+rm -rf $d
+seed -dir $d/FuzzLoad -then 'string("validation.iou_threshold=0.5")' internal/config/testdata/{full,eval}.yaml
 
 d=infer/retinanet/testdata/fuzz
 rm -rf $d

@@ -4,6 +4,7 @@
 #   - Open MPI (openmpi-bin, libopenmpi-dev) and pkg-config: the cgo MPI binding
 #     and mpirun. On a cluster with a module-loaded MPI nothing is installed:
 #     the binding finds MPI through pkg-config (PKG_CONFIG_PATH).
+#   - GDAL (libgdal-dev, gdal-bin): predict --tile's raster reads.
 #   - Go >= 1.26 must already be on PATH (it is not installed here).
 # Uses sudo when not root. Set CANOPY_NO_INSTALL=1 to only check.
 set -euo pipefail
@@ -16,6 +17,10 @@ command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 # OpenBLAS: the SGEMM under the CPU RetinaNet (infer/gemm; -tags noblas does without).
 pkg-config --exists openblas 2>/dev/null || need+=(libopenblas-dev)
+# GDAL: windowed raster reads of predict --tile (infer/gdal; -tags nogdal does
+# without); gdal_translate writes infer/gdal's test rasters.
+pkg-config --exists gdal 2>/dev/null || need+=(libgdal-dev)
+command -v gdal_translate >/dev/null 2>&1 || need+=(gdal-bin)
 for p in "$@"; do extra_ok "$p" || need+=("$p"); done
 
 if ! command -v go >/dev/null 2>&1; then

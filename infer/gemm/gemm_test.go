@@ -121,43 +121,78 @@ func TestCoreUsesTheCPU(t *testing.T) {
 	t.Logf("OpenBLAS kernels: %s", Core())
 }
 
-// The compiled-in Winograd transforms give the same bits as the Go ones
-// (the noblas build's), on shapes with odd edges, a residual and ReLU.
+// forEachClone runs f under every clone of the C kernels this CPU runs
+// (generic, AVX2, AVX-512), each chosen by SetSIMD, and restores the
+// detected one. The noblas build has only its Go kernels.
+func forEachClone(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	defer SetSIMD(Kernels())
+	ran := 0
+	for s := Generic; s <= AVX512; s++ {
+		if err := SetSIMD(s); err != nil {
+			t.Logf("%s: %v", s, err)
+			continue
+		}
+		if Kernels() != s {
+			t.Fatalf("SetSIMD(%s) left %s", s, Kernels())
+		}
+		ran++
+		t.Run(s.String(), f)
+	}
+	if ran == 0 {
+		t.Fatal("no clone ran")
+	}
+}
+
+// Every clone of the Winograd transforms, F(2×2,3×3) and F(4×4,3×3), gives
+// the same bits as the Go ones (the noblas build's), on shapes with odd
+// edges, a residual and ReLU: the bound is 0 ulp.
 func TestWinoMatchesGo(t *testing.T) {
-	r := rand.New(rand.NewPCG(9, 10))
-	for _, s := range [][4]int{{3, 5, 7, 4}, {16, 13, 13, 30}, {8, 20, 9, 17}} {
-		c, h, w, nb := s[0], s[1], s[2], s[3]
-		tw, th := (w+1)/2, (h+1)/2
-		x := fill(r, c*h*w)
-		for t0 := 0; t0 < tw*th; t0 += nb {
-			n := min(nb, tw*th-t0)
-			vs := c*n + 5
-			a, b := make([]float32, 16*vs), make([]float32, 16*vs)
-			WinoIn(x, c, h, w, tw, t0, n, a, vs)
-			winoInGo(x, c, h, w, tw, t0, n, b, vs)
-			for i := range a {
-				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-					t.Fatalf("%v: WinoIn[%d] = %v, Go %v", s, i, a[i], b[i])
-				}
+	forEachClone(t, func(t *testing.T) {
+		for _, tile := range []int{2, 4} {
+			comps := (tile + 2) * (tile + 2)
+			in, out, in_, out_ := WinoIn, WinoOut, winoInGo, winoOutGo
+			if tile == 4 {
+				in, out, in_, out_ = WinoIn4, WinoOut4, wino4InGo, wino4OutGo
 			}
-			ms := c*n + 3
-			m := fill(r, 16*ms)
-			bias, res := fill(r, c), fill(r, c*h*w)
-			for _, relu := range []bool{false, true} {
-				y1, y2 := make([]float32, c*h*w), make([]float32, c*h*w)
-				WinoOut(m, ms, n, c, tw, t0, h, w, bias, res, relu, y1)
-				winoOutGo(m, ms, n, c, tw, t0, h, w, bias, res, relu, y2)
-				for i := range y1 {
-					if math.Float32bits(y1[i]) != math.Float32bits(y2[i]) {
-						t.Fatalf("%v relu=%v: WinoOut[%d] = %v, Go %v", s, relu, i, y1[i], y2[i])
+			r := rand.New(rand.NewPCG(9, 10))
+			for _, s := range [][4]int{{3, 5, 7, 4}, {16, 13, 13, 30}, {8, 20, 9, 17}, {5, 8, 12, 3}} {
+				c, h, w, nb := s[0], s[1], s[2], s[3]
+				tw, th := (w+tile-1)/tile, (h+tile-1)/tile
+				x := fill(r, c*h*w)
+				for t0 := 0; t0 < tw*th; t0 += nb {
+					n := min(nb, tw*th-t0)
+					vs := c*n + 5
+					a, b := make([]float32, comps*vs), make([]float32, comps*vs)
+					in(x, c, h, w, tw, t0, n, a, vs)
+					in_(x, c, h, w, tw, t0, n, b, vs)
+					for i := range a {
+						if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+							t.Fatalf("F(%d) %v: WinoIn[%d] = %v, Go %v", tile, s, i, a[i], b[i])
+						}
+					}
+					ms := c*n + 3
+					m := fill(r, comps*ms)
+					bias, res := fill(r, c), fill(r, c*h*w)
+					for _, relu := range []bool{false, true} {
+						y1, y2 := make([]float32, c*h*w), make([]float32, c*h*w)
+						out(m, ms, n, c, tw, t0, h, w, bias, res, relu, y1)
+						out_(m, ms, n, c, tw, t0, h, w, bias, res, relu, y2)
+						for i := range y1 {
+							if math.Float32bits(y1[i]) != math.Float32bits(y2[i]) {
+								t.Fatalf("F(%d) %v relu=%v: WinoOut[%d] = %v, Go %v", tile, s, relu, i, y1[i], y2[i])
+							}
+						}
 					}
 				}
 			}
 		}
-	}
+	})
 }
 
-func TestEpilogueMatchesGo(t *testing.T) {
+func TestEpilogueMatchesGo(t *testing.T) { forEachClone(t, testEpilogueMatchesGo) }
+
+func testEpilogueMatchesGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	rows, cols, ld := 7, 19, 23
 	bias := fill(r, rows)
@@ -182,7 +217,9 @@ func TestEpilogueMatchesGo(t *testing.T) {
 
 // The compiled-in im2col copies what the Go one copies, for 1×1, 3×3 and
 // 7×7 kernels, strides 1 and 2, blocks that start and end mid-row.
-func TestIm2colMatchesGo(t *testing.T) {
+func TestIm2colMatchesGo(t *testing.T) { forEachClone(t, testIm2colMatchesGo) }
+
+func testIm2colMatchesGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, s := range [][6]int{{3, 11, 9, 7, 2, 3}, {4, 8, 8, 3, 1, 1}, {5, 9, 13, 3, 2, 1}, {2, 6, 5, 1, 1, 0}} {
 		cin, h, w, k, stride, pad := s[0], s[1], s[2], s[3], s[4], s[5]
@@ -203,6 +240,72 @@ func TestIm2colMatchesGo(t *testing.T) {
 						t.Fatalf("%v block %d+%d: [%d] %v, Go %v", s, j0, nb, i, a[i], b[i])
 					}
 				}
+			}
+		}
+	}
+}
+
+// The clone chosen at start-up is the widest the CPU runs, and one it
+// cannot run is refused.
+func TestSIMDChoice(t *testing.T) {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	flags := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+			for _, f := range strings.Fields(v) {
+				flags[f] = true
+			}
+			break
+		}
+	}
+	want := Generic
+	switch {
+	case Backend() == "gonum":
+	case flags["avx512f"] && flags["avx512bw"] && flags["avx512dq"] && flags["avx512vl"]:
+		want = AVX512
+	case flags["avx2"] && flags["fma"]:
+		want = AVX2
+	}
+	if BestKernels() != want {
+		t.Fatalf("best clone %s, want %s for this CPU (%s build)", BestKernels(), want, Backend())
+	}
+	if os.Getenv(SIMDEnv) == "" && Kernels() != want {
+		t.Fatalf("clone in use %s, want %s", Kernels(), want)
+	}
+	if want < AVX512 {
+		if err := SetSIMD(want + 1); err == nil {
+			t.Fatalf("SetSIMD(%s) accepted on a CPU that runs up to %s", want+1, want)
+		}
+	}
+	if _, err := ParseSIMD("avx1024"); err == nil {
+		t.Fatal("ParseSIMD accepted avx1024")
+	}
+	t.Logf("clone %s (best %s)", Kernels(), BestKernels())
+}
+
+// Every clone of the max-pool gives the Go version's bits, on odd and even
+// sizes down to 1×1, with NaNs (one of them in a window's first place).
+func TestMaxPoolMatchesGo(t *testing.T) { forEachClone(t, testMaxPoolMatchesGo) }
+
+func testMaxPoolMatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, s := range [][2]int{{1, 1}, {1, 6}, {5, 1}, {2, 2}, {7, 9}, {10, 10}, {13, 40}, {40, 35}} {
+		h, w := s[0], s[1]
+		oh, ow := (h+1)/2, (w+1)/2
+		x := fill(r, h*w)
+		if h*w > 4 {
+			x[h*w/2] = float32(math.NaN())
+			x[min(w+1, h*w-1)] = float32(math.Inf(-1))
+		}
+		if h*w > 20 {
+			x[2*w+3] = float32(math.NaN()) // the first of a row window
+		}
+		a, b := make([]float32, oh*ow), make([]float32, oh*ow)
+		MaxPool3s2(x, h, w, make([]float32, h*ow), a)
+		maxpoolGo(x, h, w, make([]float32, h*ow), b)
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Fatalf("%v: [%d] %v, Go %v", s, i, a[i], b[i])
 			}
 		}
 	}

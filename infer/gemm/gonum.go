@@ -25,6 +25,16 @@ func winoIn(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
 	winoInGo(x, c, h, w, tw, t0, nb, v, vs)
 }
 
+func detectSIMD() SIMD { return Generic }
+
+func wino4In(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
+	wino4InGo(x, c, h, w, tw, t0, nb, v, vs)
+}
+
+func wino4Out(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
+	wino4OutGo(m, ms, nb, o, tw, t0, h, w, bias, res, relu, y)
+}
+
 func winoOut(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
 	winoOutGo(m, ms, nb, o, tw, t0, h, w, bias, res, relu, y)
 }
@@ -32,6 +42,8 @@ func winoOut(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu
 func epilogue(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, relu bool) {
 	epilogueGo(y, ldy, rows, cols, bias, res, ldr, relu)
 }
+
+func maxpool(src []float32, h, w int, tmp, dst []float32) { maxpoolGo(src, h, w, tmp, dst) }
 
 func im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
 	im2colGo(x, cin, h, w, kh, kw, stride, pad, ow, j0, nb, col)

@@ -108,27 +108,48 @@ func mul(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, l
 		fptr(a), C.int(lda), fptr(b), C.int(ldb), fptr(c), C.int(ldc))
 }
 
+func detectSIMD() SIMD { return SIMD(C.canopy_simd_detect()) }
+
 func winoIn(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
 	if c == 0 || nb == 0 {
 		return
 	}
-	C.canopy_wino_in(fptr(x), C.int(c), C.int(h), C.int(w), C.int(tw), C.int(t0), C.int(nb), fptr(v), C.long(vs))
+	C.canopy_wino_in(C.int(simd), fptr(x), C.int(c), C.int(h), C.int(w), C.int(tw), C.int(t0), C.int(nb), fptr(v), C.long(vs))
 }
 
 func winoOut(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
 	if o == 0 || nb == 0 {
 		return
 	}
-	C.canopy_wino_out(fptr(m), C.long(ms), C.int(nb), C.int(o), C.int(tw), C.int(t0), C.int(h), C.int(w),
+	C.canopy_wino_out(C.int(simd), fptr(m), C.long(ms), C.int(nb), C.int(o), C.int(tw), C.int(t0), C.int(h), C.int(w),
+		fptr(bias), fptr(res), cbool(relu), fptr(y))
+}
+
+func wino4In(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
+	if c == 0 || nb == 0 {
+		return
+	}
+	C.canopy_wino4_in(C.int(simd), fptr(x), C.int(c), C.int(h), C.int(w), C.int(tw), C.int(t0), C.int(nb), fptr(v), C.long(vs))
+}
+
+func wino4Out(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
+	if o == 0 || nb == 0 {
+		return
+	}
+	C.canopy_wino4_out(C.int(simd), fptr(m), C.long(ms), C.int(nb), C.int(o), C.int(tw), C.int(t0), C.int(h), C.int(w),
 		fptr(bias), fptr(res), cbool(relu), fptr(y))
 }
 
 func epilogue(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, relu bool) {
-	C.canopy_epilogue(fptr(y), C.long(ldy), C.int(rows), C.int(cols), fptr(bias), fptr(res), C.long(ldr), cbool(relu))
+	C.canopy_epilogue(C.int(simd), fptr(y), C.long(ldy), C.int(rows), C.int(cols), fptr(bias), fptr(res), C.long(ldr), cbool(relu))
+}
+
+func maxpool(src []float32, h, w int, tmp, dst []float32) {
+	C.canopy_maxpool(C.int(simd), fptr(src), C.int(h), C.int(w), fptr(tmp), fptr(dst))
 }
 
 func im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
-	C.canopy_im2col(fptr(x), C.int(cin), C.int(h), C.int(w), C.int(kh), C.int(kw),
+	C.canopy_im2col(C.int(simd), fptr(x), C.int(cin), C.int(h), C.int(w), C.int(kh), C.int(kw),
 		C.int(stride), C.int(pad), C.int(ow), C.int(j0), C.int(nb), fptr(col))
 }
 

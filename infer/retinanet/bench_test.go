@@ -26,17 +26,21 @@ func BenchmarkDetect(b *testing.B) {
 					r := NewRunner(m, threads)
 					r.Detect(img) // warm the buffers
 					b.ResetTimer()
+					c0 := cpuTime()
 					for b.Loop() {
 						r.Detect(img)
 					}
 					b.ReportMetric(float64(b.Elapsed().Seconds())/float64(b.N), "s/image")
+					b.ReportMetric((cpuTime()-c0).Seconds()/float64(b.N), "cpu-s/image")
 				})
 			}
 		}
 	}
 }
 
-// BenchmarkConv3x3 times one 3×3 stride-1 convolution both ways, at the
+// BenchmarkConv3x3 times one 3×3 stride-1 convolution three ways (im2col,
+// Winograd F(2×2,3×3) and F(4×4,3×3)), with the process's CPU time per op
+// (steadier than wall time on a shared machine), at the
 // shapes RetinaNet runs them: the heads and FPN (256→256 on P3 of an
 // 800×800 input) and a ResNet-18 layer1 conv (64→64 at 200×200).
 func BenchmarkConv3x3(b *testing.B) {
@@ -50,19 +54,19 @@ func BenchmarkConv3x3(b *testing.B) {
 		for i := range x.d {
 			x.d[i] = float32(i%5) * 0.1
 		}
-		for _, direct := range []bool{true, false} {
-			name := "winograd"
-			if direct {
-				name = "im2col"
-			}
-			b.Run(fmt.Sprintf("%s/%dch/%dx%d", name, ch, h, w), func(b *testing.B) {
+		for _, algo := range []string{"im2col", "F2x2", "F4x4"} {
+			b.Run(fmt.Sprintf("%s/%dch/%dx%d", algo, ch, h, w), func(b *testing.B) {
 				e := newEngine(1)
-				e.direct = direct
+				e.direct = algo == "im2col"
+				defer func(old bool) { wino2Only = old }(wino2Only)
+				wino2Only = algo == "F2x2"
 				e.conv(c, x, true, nil)
+				c0 := cpuTime()
 				for b.Loop() {
 					e.conv(c, x, true, nil)
 				}
 				b.ReportMetric(2*float64(ch*ch*9*h*w)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s(direct-equivalent)")
+				b.ReportMetric((cpuTime()-c0).Seconds()*1e3/float64(b.N), "cpu-ms/op")
 			})
 		}
 	}

@@ -65,7 +65,7 @@ func (d *Detector) detect(ctx context.Context, batch []infer.Input, truth [][]bo
 	}
 	next := make(chan decoded, 1)
 	read := func(i int) {
-		im, err := imagefile.Read(batch[i].File)
+		im, err := batch[i].Read()
 		next <- decoded{Image(im), err}
 	}
 	if len(batch) > 0 {

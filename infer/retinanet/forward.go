@@ -3,7 +3,6 @@ package retinanet
 import (
 	"math"
 	"sort"
-	"time"
 
 	"github.com/canopy-hpc/canopy/box"
 )
@@ -154,26 +153,26 @@ type cand struct {
 func (m *Model) detect(e *engine, img Image, tr *Trace, targets []Target, want bool) ([]Detection, box.Loss) {
 	e.reuseFor(img.H, img.W)
 	e.keep = tr != nil
-	t0 := time.Now()
+	t0 := e.times.now()
 	x, rh, rw := normalizeResizePad(e, img, m.Opt)
 	e.times.add("transform", t0)
 	ph, pw := x.h, x.w
 	p := features[fmap](m, e, x)
 	var acc *lossAcc
 	if want {
-		t1 := time.Now()
+		t1 := e.times.now()
 		acc = m.newLossAcc(targets, img.H, img.W, rh, rw, ph, pw, grids(p, func(f fmap) (int, int) { return f.h, f.w }))
 		e.times.add("loss", t1)
 	}
 	var all []cand
 	for L := 0; L < 5; L++ {
 		cls, reg := head[fmap](m, e, p[L])
-		t1 := time.Now()
+		t1 := e.times.now()
 		lo := levelOut{gh: p[L].h, gw: p[L].w, cls: cls, reg: reg}
 		if acc != nil {
 			acc.addLevel(lo, L)
 			e.times.add("loss", t1)
-			t1 = time.Now()
+			t1 = e.times.now()
 		}
 		all = append(all, m.levelCandidates(lo, L, ph, pw, rh, rw, tr)...)
 		if tr != nil {
@@ -182,7 +181,7 @@ func (m *Model) detect(e *engine, img Image, tr *Trace, targets []Target, want b
 		e.put(cls, reg, p[L])
 		e.times.add("postprocess", t1)
 	}
-	t2 := time.Now()
+	t2 := e.times.now()
 	defer e.times.add("postprocess", t2)
 	var loss box.Loss
 	if acc != nil {
@@ -302,8 +301,10 @@ func levelTop(lo levelOut, K int, cells *[NumAnchors][4]float32, ph, pw, rh, rw 
 	return top
 }
 
+// sigmoid is 1/(1+e^−v) in float64 (expd: the device postprocess computes
+// the same bits), rounded to float32.
 func sigmoid(v float32) float32 {
-	return float32(1 / (1 + math.Exp(-float64(v))))
+	return float32(1 / (1 + expd(-float64(v))))
 }
 
 // decode is BoxCoder.decode_single with weights (1,1,1,1) in float32,
@@ -316,8 +317,8 @@ func decode(a [4]float32, d [4]float32, h, w int) [4]float32 {
 	dw, dh := min(d[2], bboxClip), min(d[3], bboxClip)
 	pcx := float32(d[0]*aw) + cx
 	pcy := float32(d[1]*ah) + cy
-	pw := float32(float32(math.Exp(float64(dw))) * aw)
-	ph := float32(float32(math.Exp(float64(dh))) * ah)
+	pw := float32(float32(expd(float64(dw))) * aw)
+	ph := float32(float32(expd(float64(dh))) * ah)
 	hw, hh := float32(0.5*pw), float32(0.5*ph)
 	b := [4]float32{pcx - hw, pcy - hh, pcx + hw, pcy + hh}
 	W, H := float32(w), float32(h)

@@ -207,6 +207,12 @@ func goldenImages(t testing.TB) ([]Image, []string) {
 	return imgs, sums
 }
 
+// imageAt is image i of the set.
+func (s imageSet) imageAt(t testing.TB, i int) Image {
+	img, _ := s.image(t, i)
+	return img
+}
+
 var fixtureIndex = regexp.MustCompile(`_(\d+)\.png$`)
 
 // pathIndex is the index in the set of a fixture's image: the number in

@@ -2,19 +2,28 @@ package retinanet
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 )
 
-// dmap is a batch of feature maps on a cuda.Device: [n, c, h, w] float32.
+// dmap is a batch of feature maps on a cuda.Device: [n, c, h, w] float32,
+// or on the cuDNN path (gpucudnn.go) [n, h, w, c] (nhwc), in BF16 (half).
 type dmap struct {
 	n, c, h, w int
 	p          cuda.Ptr
+	nhwc, half bool
 }
 
 func (d dmap) size() int { return d.n * d.c * d.h * d.w }
+
+// words is the allocation's size in float32 words.
+func (d dmap) words() int {
+	if d.half {
+		return (d.size() + 1) / 2
+	}
+	return d.size()
+}
 
 // gpuEngine runs the network on a cuda.Device: every layer is one kernel
 // launch over the whole batch, queued in order; only the head outputs (and,
@@ -27,8 +36,13 @@ type gpuEngine struct {
 	wts   map[*conv][2]cuda.Ptr // weights and bias, uploaded on first use
 	free  map[int][]cuda.Ptr    // dead buffers by float count
 	shape [3]int                // the batch shape the free list was filled for
+	// During a graph capture (gpugraph.go): owned collects every new
+	// allocation, and put leaves the buffers in keep alone.
+	owned *[]cuda.Ptr
+	keep  map[cuda.Ptr]bool
 	err   error
 	times *layerTimes
+	dnn   *dnn // the cuDNN path (fp32, tf32, bf16); nil for canopy's kernels
 }
 
 var _ backend[dmap] = (*gpuEngine)(nil)
@@ -44,21 +58,34 @@ func (g *gpuEngine) fail(err error) {
 }
 
 func (g *gpuEngine) alloc(n, c, h, w int) dmap {
-	sz := n * c * h * w
+	return g.allocMap(dmap{n: n, c: c, h: h, w: w})
+}
+
+// allocAs allocates an NHWC map of the cuDNN path, BF16 when half.
+func (g *gpuEngine) allocAs(n, c, h, w int, half bool) dmap {
+	return g.allocMap(dmap{n: n, c: c, h: h, w: w, nhwc: true, half: half})
+}
+
+func (g *gpuEngine) allocMap(d dmap) dmap {
+	sz := d.words()
 	if l := g.free[sz]; len(l) > 0 {
-		p := l[len(l)-1]
+		d.p = l[len(l)-1]
 		g.free[sz] = l[:len(l)-1]
-		return dmap{n, c, h, w, p}
+		return d
 	}
 	p, err := g.dev.Alloc(sz)
 	g.fail(err)
-	return dmap{n, c, h, w, p}
+	d.p = p
+	if err == nil && g.owned != nil {
+		*g.owned = append(*g.owned, p)
+	}
+	return d
 }
 
 func (g *gpuEngine) put(xs ...dmap) {
 	for _, x := range xs {
-		if x.p != 0 {
-			g.free[x.size()] = append(g.free[x.size()], x.p)
+		if x.p != 0 && !g.keep[x.p] {
+			g.free[x.words()] = append(g.free[x.words()], x.p)
 		}
 	}
 }
@@ -92,7 +119,7 @@ func (g *gpuEngine) timed(group string) func() {
 		return func() {}
 	}
 	g.fail(g.dev.Sync())
-	t := time.Now()
+	t := g.times.now()
 	return func() {
 		g.fail(g.dev.Sync())
 		g.times.add(group, t)
@@ -118,6 +145,9 @@ func (g *gpuEngine) weights(c *conv) [2]cuda.Ptr {
 
 func (g *gpuEngine) conv(c *conv, x dmap, relu bool, res *dmap) dmap {
 	defer g.timed(groupOf(c.name))()
+	if g.dnn != nil {
+		return g.dnnConv(c, x, relu, res)
+	}
 	oh := (x.h+2*c.pad-c.kh)/c.stride + 1
 	ow := (x.w+2*c.pad-c.kw)/c.stride + 1
 	y := g.alloc(x.n, c.out, oh, ow)
@@ -137,6 +167,13 @@ func (g *gpuEngine) conv(c *conv, x dmap, relu bool, res *dmap) dmap {
 func (g *gpuEngine) maxpool3s2(x dmap) dmap {
 	defer g.timed("maxpool")()
 	oh, ow := (x.h+2-3)/2+1, (x.w+2-3)/2+1
+	if x.nhwc {
+		y := g.allocAs(x.n, x.c, oh, ow, x.half)
+		if g.err == nil {
+			g.fail(g.dev.NHWC(cuda.NHWCArgs{Op: cuda.MaxPool3s2NHWC, X: x.p, Y: y.p, N: x.n, C: x.c, H: x.h, W: x.w, OH: oh, OW: ow, BF16: x.half}))
+		}
+		return y
+	}
 	y := g.alloc(x.n, x.c, oh, ow)
 	if g.err == nil {
 		g.fail(g.dev.MaxPool3s2(x.p, y.p, x.n, x.c, x.h, x.w, oh, ow))
@@ -146,6 +183,12 @@ func (g *gpuEngine) maxpool3s2(x dmap) dmap {
 
 func (g *gpuEngine) upsampleAdd(lat, top dmap) {
 	defer g.timed("fpn")()
+	if lat.nhwc {
+		if g.err == nil {
+			g.fail(g.dev.NHWC(cuda.NHWCArgs{Op: cuda.UpsampleAddNHWC, X: lat.p, Y: top.p, N: lat.n, C: lat.c, H: lat.h, W: lat.w, OH: top.h, OW: top.w, BF16: lat.half}))
+		}
+		return
+	}
 	if g.err == nil {
 		g.fail(g.dev.UpsampleAdd(lat.p, top.p, lat.n, lat.c, lat.h, lat.w, top.h, top.w))
 	}
@@ -153,6 +196,13 @@ func (g *gpuEngine) upsampleAdd(lat, top dmap) {
 
 func (g *gpuEngine) reluCopy(x dmap) dmap {
 	defer g.timed("fpn")()
+	if x.nhwc {
+		y := g.allocAs(x.n, x.c, x.h, x.w, x.half)
+		if g.err == nil {
+			g.fail(g.dev.NHWC(cuda.NHWCArgs{Op: cuda.ReluAny, X: x.p, Y: y.p, N: x.n, C: x.c, H: x.h, W: x.w, BF16: x.half}))
+		}
+		return y
+	}
 	y := g.alloc(x.n, x.c, x.h, x.w)
 	if g.err == nil {
 		g.fail(g.dev.ReluCopy(x.p, y.p, x.size()))
@@ -161,6 +211,10 @@ func (g *gpuEngine) reluCopy(x dmap) dmap {
 }
 
 func (g *gpuEngine) download(x dmap) []float32 {
+	if x.nhwc { // a level of a trace on the cuDNN path: NCHW FP32 first
+		x.p, x.nhwc, x.half = g.nchwCopy(x), false, false
+		defer g.put(x)
+	}
 	out := make([]float32, x.size())
 	if g.err == nil {
 		g.fail(g.dev.Download(out, x.p))
@@ -172,17 +226,21 @@ func (g *gpuEngine) download(x dmap) []float32 {
 // follow each other in a DetectBatch call go through the network as one
 // batch; every output element is reduced by one thread in a fixed order, so
 // an image's detections do not depend on the batch (tested on the host
-// shim). Not safe for concurrent use.
+// shim). The transform (normalize, resize, pad) runs on the device too
+// (gputransform.go). Not safe for concurrent use.
 type GPURunner struct {
-	m   *Model
-	g   *gpuEngine
-	cpu *engine // the transform (resize, normalize, pad), as on the CPU
+	m     *Model
+	g     *gpuEngine
+	cells cuda.Ptr // the levels' cell anchors (postprocess, losses), uploaded once
+	graphState
 }
 
 // NewGPURunner runs m on dev at precision p. The weights are uploaded on
 // the first image.
 func NewGPURunner(m *Model, dev cuda.Device, p cuda.Precision) *GPURunner {
-	return &GPURunner{m: m, g: newGPUEngine(dev, p), cpu: newEngine(1)}
+	r := &GPURunner{m: m, g: newGPUEngine(dev, p)}
+	r.graphState.init(dev)
+	return r
 }
 
 // Model is the runner's model.
@@ -196,41 +254,23 @@ func (r *GPURunner) Precision() cuda.Precision { return r.g.prec }
 
 // Close frees the device memory the runner holds (not the device).
 func (r *GPURunner) Close() error {
+	r.dropGraphs()
 	r.g.release()
 	for _, w := range r.g.wts {
 		r.g.dev.Free(w[0])
 		r.g.dev.Free(w[1])
 	}
 	r.g.wts = map[*conv][2]cuda.Ptr{}
-	return r.g.err
-}
-
-// prepared is a group of images transformed on the host, ready to upload.
-type prepared struct {
-	imgs   []Image
-	x      []float32 // [n, 3, ph, pw]
-	ph, pw int
-	rh, rw []int
-	// targets, when not nil, are the images' loss targets.
-	targets [][]Target
-}
-
-func (r *GPURunner) prepare(imgs []Image, targets [][]Target) prepared {
-	t0 := time.Now()
-	defer r.g.times.add("transform", t0)
-	p := prepared{imgs: imgs, targets: targets}
-	for i, img := range imgs {
-		r.cpu.reuseFor(img.H, img.W)
-		x, rh, rw := normalizeResizePad(r.cpu, img, r.m.Opt)
-		if i == 0 {
-			p.ph, p.pw = x.h, x.w
-			p.x = make([]float32, 0, len(imgs)*len(x.d))
-		}
-		p.x = append(p.x, x.d...)
-		p.rh, p.rw = append(p.rh, rh), append(p.rw, rw)
-		r.cpu.put(x)
+	if r.g.dnn != nil {
+		g := r.g
+		g.fail(g.dnn.close(g.dev))
+		g.dnn = nil
 	}
-	return p
+	if r.cells != 0 {
+		r.g.dev.Free(r.cells)
+		r.cells = 0
+	}
+	return r.g.err
 }
 
 // launched is a group whose forward is queued on the device.
@@ -238,33 +278,72 @@ type launched struct {
 	prepared
 	p        [5]dmap
 	cls, reg [5]dmap
+	// graph, when not nil, is the replayed graph whose buffers hold the
+	// group's head outputs and detections.
+	graph *fwdGraph
 }
 
+// launch queues a group's transform and forward: by replaying the graph
+// captured for its batch shape (gpugraph.go), or launch by launch.
 func (r *GPURunner) launch(p prepared) launched {
 	n := len(p.imgs)
 	g := r.g
 	g.reuseFor(n, p.ph, p.pw)
-	x := g.alloc(n, 3, p.ph, p.pw)
-	if g.err == nil {
-		g.fail(g.dev.Upload(x.p, p.x))
+	if fg := r.graphFor(p); fg != nil {
+		return r.replay(p, fg)
+	}
+	return r.launchEager(p)
+}
+
+// launchEager queues a group's transform and forward launch by launch.
+func (r *GPURunner) launchEager(p prepared) launched {
+	g := r.g
+	g.reuseFor(len(p.imgs), p.ph, p.pw)
+	x := r.transform(p)
+	if g.dnn != nil { // the cuDNN path: NHWC (and BF16) from here on
+		x = g.toNHWC(x)
 	}
 	l := launched{prepared: p}
 	l.p = features[dmap](r.m, g, x)
 	for L := 0; L < 5; L++ {
 		l.cls[L], l.reg[L] = head[dmap](r.m, g, l.p[L])
+		if g.dnn != nil {
+			l.cls[L], l.reg[L] = g.toNCHW(l.cls[L]), g.toNCHW(l.reg[L])
+		}
 	}
 	return l
 }
 
-// collect downloads a launched group's head outputs and postprocesses each
-// image on the host, computing the losses when the group has targets.
+// collect postprocesses a launched group and computes its losses (when it
+// has targets) on the device (gpupost.go, gpuloss.go); with a trace, on the
+// host (collectHost), which needs the head outputs.
 func (r *GPURunner) collect(l launched, tr *Trace) ([][]Detection, []box.Loss) {
+	if tr != nil {
+		return r.collectHost(l, tr)
+	}
+	var losses []box.Loss
+	if l.targets != nil {
+		losses = r.losses(l)
+	}
+	if l.graph != nil {
+		return r.postDownload(l.graph.out, len(l.imgs)), losses
+	}
+	dets := r.postprocess(l)
+	for _, ds := range [][5]dmap{l.cls, l.reg, l.p} {
+		r.g.put(ds[:]...)
+	}
+	return dets, losses
+}
+
+// collectHost downloads a launched group's head outputs and postprocesses
+// each image on the host, computing the losses when the group has targets.
+func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Loss) {
 	g := r.g
 	n := len(l.imgs)
 	all := make([][]cand, n)
 	var accs []*lossAcc
 	if l.targets != nil {
-		t0 := time.Now()
+		t0 := g.times.now()
 		gr := grids(l.p, func(d dmap) (int, int) { return d.h, d.w })
 		for i, img := range l.imgs {
 			accs = append(accs, r.m.newLossAcc(l.targets[i], img.H, img.W, l.rh[i], l.rw[i], l.ph, l.pw, gr))
@@ -284,7 +363,7 @@ func (r *GPURunner) collect(l launched, tr *Trace) ([][]Detection, []box.Loss) {
 			}
 			return nil, nil
 		}
-		t1 := time.Now()
+		t1 := g.times.now()
 		gh, gw := l.p[L].h, l.p[L].w
 		cs, rs := len(cls)/n, len(reg)/n
 		for i := 0; i < n; i++ {
@@ -301,7 +380,7 @@ func (r *GPURunner) collect(l launched, tr *Trace) ([][]Detection, []box.Loss) {
 		}
 		g.times.add("postprocess", t1)
 	}
-	t2 := time.Now()
+	t2 := g.times.now()
 	defer g.times.add("postprocess", t2)
 	out := make([][]Detection, n)
 	for i, img := range l.imgs {
@@ -334,7 +413,7 @@ func (r *GPURunner) groups(imgs []Image, maxBatch int) [][]Image {
 // maxBatch images). While the device computes a group, the host transforms
 // the next one.
 func (r *GPURunner) DetectBatch(imgs []Image, maxBatch int) ([][]Detection, error) {
-	out, _, err := r.detectBatch(imgs, nil, maxBatch)
+	out, _, err := r.detectBatch(imgs, nil, nil, maxBatch)
 	return out, err
 }
 
@@ -345,33 +424,40 @@ func (r *GPURunner) DetectBatchLoss(imgs []Image, targets [][]Target, maxBatch i
 	if targets == nil {
 		targets = make([][]Target, len(imgs))
 	}
-	return r.detectBatch(imgs, targets, maxBatch)
+	return r.detectBatch(imgs, nil, targets, maxBatch)
 }
 
-func (r *GPURunner) detectBatch(imgs []Image, targets [][]Target, maxBatch int) ([][]Detection, []box.Loss, error) {
+// detectBatch runs imgs; u8, when not nil, holds their 8-bit samples as
+// the decoders made them (nil for one to make here).
+func (r *GPURunner) detectBatch(imgs []Image, u8 [][]byte, targets [][]Target, maxBatch int) ([][]Detection, []box.Loss, error) {
 	if maxBatch < 1 {
 		maxBatch = 1
 	}
 	gs := r.groups(imgs, maxBatch)
 	out := make([][]Detection, 0, len(imgs))
 	var losses []box.Loss
-	// tg is the targets of the group starting at image `at`.
+	// prep prepares the group starting at image `at`.
 	at := 0
-	tg := func(n int) [][]Target {
-		if targets == nil {
-			return nil
+	prep := func(grp []Image) prepared {
+		var tg [][]Target
+		var b [][]byte
+		if targets != nil {
+			tg = targets[at : at+len(grp)]
 		}
-		at += n
-		return targets[at-n : at]
+		if u8 != nil {
+			b = u8[at : at+len(grp)]
+		}
+		at += len(grp)
+		return r.prepare(grp, b, tg)
 	}
 	var next prepared
 	if len(gs) > 0 {
-		next = r.prepare(gs[0], tg(len(gs[0])))
+		next = prep(gs[0])
 	}
 	for i := range gs {
 		l := r.launch(next)
 		if i+1 < len(gs) {
-			next = r.prepare(gs[i+1], tg(len(gs[i+1])))
+			next = prep(gs[i+1])
 		}
 		dets, ls := r.collect(l, nil)
 		if r.g.err != nil {
@@ -387,7 +473,7 @@ func (r *GPURunner) detectBatch(imgs []Image, targets [][]Target, maxBatch int) 
 // levels and the per-level top scores, as Runner.DetectTrace.
 func (r *GPURunner) DetectTrace(img Image) ([]Detection, *Trace, error) {
 	tr := &Trace{}
-	l := r.launch(r.prepare([]Image{img}, nil))
+	l := r.launchEager(r.prepare([]Image{img}, nil, nil)) // collectHost reads and frees the head outputs
 	dets, _ := r.collect(l, tr)
 	if r.g.err != nil {
 		return nil, nil, fmt.Errorf("retinanet: %s: %w", r.g.dev.Info().Backend, r.g.err)
@@ -398,7 +484,7 @@ func (r *GPURunner) DetectTrace(img Image) ([]Detection, *Trace, error) {
 // EnableLayerTimes makes the runner time every layer group, waiting for
 // the device around each (slower; for profiles).
 func (r *GPURunner) EnableLayerTimes() {
-	r.g.times = &layerTimes{d: map[string]time.Duration{}, n: map[string]int{}}
+	r.g.times = newLayerTimes()
 }
 
 // LayerTimes returns the time per layer group so far, slowest first.

@@ -8,7 +8,6 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/cuda"
-	"github.com/canopy-hpc/canopy/infer/imagefile"
 )
 
 // GPUDetector is the infer.Detector of a Model on a cuda.Device: it reads a
@@ -18,9 +17,11 @@ import (
 // padded size and transforms the next group while the device computes.
 type GPUDetector struct {
 	r       *GPURunner
+	slots   int // the global batch N (cuDNN path), 0: batches as they come
 	labels  []int32
 	name    string
 	pending []*reading // batches Prefetch started, oldest first
+	workers int        // decoding goroutines per batch (the rank's cores)
 }
 
 var (
@@ -28,35 +29,50 @@ var (
 	_ infer.Prefetcher   = (*GPUDetector)(nil)
 )
 
-// reading is a batch being decoded in the background.
+// reading is a batch being decoded in the background: each image and its
+// 8-bit samples (the device transform's input; nil when not 8-bit).
 type reading struct {
 	files []string
 	done  chan struct{}
 	imgs  []Image
+	u8    [][]byte
 	errs  []error
 }
 
-// read decodes files concurrently; done closes when all are read.
-func read(batch []infer.Input) *reading {
-	r := &reading{done: make(chan struct{}), imgs: make([]Image, len(batch)), errs: make([]error, len(batch))}
+// read decodes files on at most workers goroutines (the rank's core
+// budget); done closes when all are read.
+func read(batch []infer.Input, workers int) *reading {
+	r := &reading{done: make(chan struct{}), imgs: make([]Image, len(batch)), u8: make([][]byte, len(batch)), errs: make([]error, len(batch))}
 	for _, in := range batch {
 		r.files = append(r.files, in.File)
 	}
+	slots := make(chan struct{}, max(workers, 1))
 	go func() {
 		defer close(r.done)
 		var wg sync.WaitGroup
 		for i := range batch {
 			wg.Add(1)
+			slots <- struct{}{}
 			go func() {
-				defer wg.Done()
-				im, err := imagefile.Read(batch[i].File)
+				defer func() { <-slots; wg.Done() }()
+				im, err := batch[i].Read()
 				r.imgs[i], r.errs[i] = Image(im), err
+				if err == nil {
+					b := make([]byte, len(im.Pix))
+					if pixBytes(im.Pix, b) {
+						r.u8[i] = b
+					}
+				}
 			}()
 		}
 		wg.Wait()
 	}()
 	return r
 }
+
+// SetDecodeWorkers sets how many goroutines decode a batch (the rank's
+// cores; at least 1, the default).
+func (d *GPUDetector) SetDecodeWorkers(n int) { d.workers = max(n, 1) }
 
 // Prefetch implements infer.Prefetcher: it starts decoding batch. At most
 // two batches wait (the job announces one ahead); an older one is dropped.
@@ -65,7 +81,7 @@ func (d *GPUDetector) Prefetch(batch []infer.Input) {
 		<-d.pending[0].done
 		d.pending = d.pending[1:]
 	}
-	d.pending = append(d.pending, read(batch))
+	d.pending = append(d.pending, read(batch, d.workers))
 }
 
 // take returns the prefetched reading of batch, dropping older ones, or
@@ -80,7 +96,7 @@ func (d *GPUDetector) take(batch []infer.Input) *reading {
 			return r
 		}
 	}
-	return read(batch)
+	return read(batch, d.workers)
 }
 
 // NewGPUDetector runs m on dev at precision p; labels as NewDetector.
@@ -89,9 +105,29 @@ func NewGPUDetector(m *Model, dev cuda.Device, p cuda.Precision, labels []int32)
 		return nil, fmt.Errorf("retinanet: %d label ids for a %d-class model: %w", len(labels), m.Classes, infer.ErrModel)
 	}
 	info := dev.Info()
-	return &GPUDetector{r: NewGPURunner(m, dev, p), labels: labels,
+	return &GPUDetector{r: NewGPURunner(m, dev, p), labels: labels, workers: 1,
 		name: fmt.Sprintf("retinanet-%s %s %s on %s", info.Backend, p, m.Arch, info.Name)}, nil
 }
+
+// NewGPUDetectorWith is NewGPUDetector with the runner's options (the
+// cuDNN path). slots > 0 batches by global position: every Detect call
+// holds images of one global batch k (Input.Index in [kN, kN+N)), each run
+// in slot Index mod N of a batch of N (DetectSlots).
+func NewGPUDetectorWith(m *Model, dev cuda.Device, o GPUOptions, labels []int32, slots int) (*GPUDetector, error) {
+	if len(labels) != m.Classes {
+		return nil, fmt.Errorf("retinanet: %d label ids for a %d-class model: %w", len(labels), m.Classes, infer.ErrModel)
+	}
+	r, err := NewGPURunnerWith(m, dev, o)
+	if err != nil {
+		return nil, err
+	}
+	info := dev.Info()
+	return &GPUDetector{r: r, labels: labels, slots: slots,
+		name: fmt.Sprintf("retinanet-%s %s %s on %s", info.Backend, o.Precision, m.Arch, info.Name)}, nil
+}
+
+// CUDNN reports the detector's cuDNN use (nil off the cuDNN path).
+func (d *GPUDetector) CUDNN() *CUDNNReport { return d.r.CUDNN() }
 
 // Name implements infer.Detector.
 func (d *GPUDetector) Name() string { return d.name }
@@ -132,7 +168,18 @@ func (d *GPUDetector) detect(ctx context.Context, batch []infer.Input, truth [][
 			targets[i] = Targets(truth[i], img.W, img.H, func(id int32) (int, bool) { return modelClass(d.labels, id) })
 		}
 	}
-	dets, losses, err := d.r.detectBatch(imgs, targets, len(imgs))
+	var dets [][]Detection
+	var losses []box.Loss
+	var err error
+	if d.slots > 0 {
+		idx := make([]int, len(batch))
+		for i, in := range batch {
+			idx[i] = in.Index
+		}
+		dets, losses, err = d.r.DetectSlots(imgs, idx, targets, d.slots)
+	} else {
+		dets, losses, err = d.r.detectBatch(imgs, r.u8, targets, len(imgs))
+	}
 	if err != nil {
 		return nil, nil, err
 	}

@@ -100,7 +100,8 @@ func HubCache() (dir, from string, err error) {
 	return filepath.Join(h, ".cache", "huggingface", "hub"), "~/.cache/huggingface/hub (neither HF_HUB_CACHE nor HF_HOME is set)", nil
 }
 
-// Resolve finds a model folder. spec is a local folder, or a Hugging Face
+// Resolve finds a model folder or file. spec is a local folder, a torch
+// file (.ckpt, .pt, .pth: returned as given), or a Hugging Face
 // repo id "owner/name[@revision]" (revision: a branch or tag such as main,
 // a ref such as refs/pr/5, or a 40-hex commit) looked up in the hub cache
 // (HubCache): models--{owner}--{name}/refs/{revision} holds the commit,
@@ -114,6 +115,12 @@ func Resolve(spec string) (string, error) {
 	fi, statErr := os.Stat(spec)
 	if statErr == nil && fi.IsDir() {
 		return spec, nil
+	}
+	if statErr == nil && fi.Mode().IsRegular() && IsTorchFile(spec) {
+		return spec, nil // a .ckpt or .pt (LoadTorch)
+	}
+	if IsTorchFile(spec) {
+		return "", modelErrf("retinanet: model %q: %s (a .ckpt, .pt or .pth file is read from the local filesystem)", spec, why(statErr, fi))
 	}
 	local := fmt.Sprintf("%s (local folder: %s)", spec, why(statErr, fi))
 	owner, name, rev, ok := parseRepo(spec)
@@ -284,7 +291,9 @@ func parseConfig(file string, b []byte) (Config, error) {
 		var err error
 		switch k {
 		case "num_classes":
-			c.NumClasses, err = posInt(k, v)
+			if c.NumClasses, err = posInt(k, v); err != nil {
+				return c, err
+			}
 			continue // not an option
 		case "label_dict":
 			if e := json.Unmarshal(v, &c.LabelDict); e != nil {

@@ -3,6 +3,7 @@ package retinanet
 import (
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -11,19 +12,68 @@ type LayerTime struct {
 	Group   string
 	Seconds float64
 	Calls   int
+	// CPUSeconds is the process's CPU time (user + system) while the
+	// group ran: on a machine shared with other jobs it counts only this
+	// process's work, and CPUSeconds/Seconds is the cores it kept busy.
+	CPUSeconds float64
+	// GFLOP is the group's convolution work, in the multiply-adds of a
+	// direct convolution (2·out·in·kh·kw per output pixel, whichever
+	// algorithm ran), so GFLOP/Seconds compares groups and engines; 0 for
+	// groups with no convolution (transform, maxpool, postprocess).
+	GFLOP float64
 }
 
 // layerTimes accumulates time per group when a Runner is asked to.
 type layerTimes struct {
-	d map[string]time.Duration
-	n map[string]int
+	d, cpu map[string]time.Duration
+	n      map[string]int
+	flops  map[string]float64
 }
 
-func (l *layerTimes) add(group string, since time.Time) {
+func newLayerTimes() *layerTimes {
+	return &layerTimes{d: map[string]time.Duration{}, cpu: map[string]time.Duration{}, n: map[string]int{}, flops: map[string]float64{}}
+}
+
+// stamp is a start time: wall clock and the process's CPU time.
+type stamp struct {
+	wall time.Time
+	cpu  time.Duration
+}
+
+// now is the current stamp (zero when times are off: no system call).
+func (l *layerTimes) now() stamp {
+	if l == nil {
+		return stamp{}
+	}
+	return stamp{time.Now(), processCPU()}
+}
+
+// processCPU is the process's user + system CPU time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// addConv is add for a convolution of c with an oh×ow output: it also
+// counts the convolution's direct-equivalent FLOPs.
+func (l *layerTimes) addConv(c *conv, oh, ow int, since stamp) {
 	if l == nil {
 		return
 	}
-	l.d[group] += time.Since(since)
+	g := groupOf(c.name)
+	l.add(g, since)
+	l.flops[g] += 2 * float64(c.out) * float64(c.in*c.kh*c.kw) * float64(oh*ow)
+}
+
+func (l *layerTimes) add(group string, since stamp) {
+	if l == nil {
+		return
+	}
+	l.d[group] += time.Since(since.wall)
+	l.cpu[group] += processCPU() - since.cpu
 	l.n[group]++
 }
 
@@ -48,7 +98,7 @@ func groupOf(name string) string {
 // EnableLayerTimes makes the Runner time every layer group (a little
 // overhead per layer; off by default).
 func (r *Runner) EnableLayerTimes() {
-	r.e.times = &layerTimes{d: map[string]time.Duration{}, n: map[string]int{}}
+	r.e.times = newLayerTimes()
 }
 
 // LayerTimes returns the times so far, slowest first (nil when not
@@ -62,7 +112,7 @@ func (l *layerTimes) list() []LayerTime {
 	}
 	var out []LayerTime
 	for g, d := range l.d {
-		out = append(out, LayerTime{Group: g, Seconds: d.Seconds(), Calls: l.n[g]})
+		out = append(out, LayerTime{Group: g, Seconds: d.Seconds(), Calls: l.n[g], CPUSeconds: l.cpu[g].Seconds(), GFLOP: l.flops[g] / 1e9})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Seconds > out[j].Seconds })
 	return out

@@ -257,7 +257,7 @@ func TestLossGPU(t *testing.T) {
 	tg = append(tg, []Target{{Box: [4]float32{20, 30, 90, 120}, Label: 1}})
 	var ref []box.Loss
 	for _, bs := range []int{1, 2} {
-		gr := NewGPURunner(m, newTestDevice(t), cuda.FP32)
+		gr := NewGPURunner(m, newTestDevice(t), cuda.Exact)
 		_, losses, err := gr.DetectBatchLoss(run, tg, bs)
 		if cerr := gr.Close(); err == nil {
 			err = cerr

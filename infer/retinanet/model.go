@@ -6,16 +6,21 @@
 // order, so they are byte-identical for any rank count, thread count or batch
 // size.
 //
-// Layout: feature maps are CHW float32; a convolution is im2col + SGEMM
-// (infer/gemm) over fixed 256-column blocks handed to a worker pool, with
-// bias, residual add and ReLU fused into the block's epilogue. Frozen batch
+// Layout: feature maps are CHW float32; a 3×3 stride-1 convolution is
+// Winograd F(4×4,3×3) (F(2×2,3×3) on maps under 8×8), any other im2col +
+// SGEMM (infer/gemm), over blocks of a width fixed by the layer's shape
+// handed to a worker pool, with bias, residual add and ReLU fused into the
+// block's epilogue or output transform. Frozen batch
 // norm (eps 1e-5) is folded into the preceding convolution at load.
 package retinanet
 
 import (
 	"fmt"
 	"math"
+	"runtime/debug"
 	"strconv"
+	"sync"
+	"sync/atomic"
 )
 
 // NumAnchors is A, the anchors per location of the default generator
@@ -83,6 +88,73 @@ type Model struct {
 	regT   [4]*conv
 	cls    *conv
 	reg    *conv
+
+	cpuReady sync.Once   // the CPU engine's transformed filters are made
+	cpuDone  atomic.Bool // and cpuReady has run
+}
+
+// CPUFilterBytes is the memory the first CPU runner of the model will add
+// for its transformed Winograd filters (0 once they are made): a job's
+// memory estimate adds it to the process's resident memory, measured
+// before any runner exists.
+func (m *Model) CPUFilterBytes() int64 {
+	if m.cpuDone.Load() {
+		return 0
+	}
+	var n int64
+	for _, c := range m.convs() {
+		if c != nil && useWinograd(c) {
+			comps := int64(36)
+			if winoTile(c) == 2 {
+				comps = 16
+			}
+			n += comps * int64(c.out*c.in) * 4
+		}
+	}
+	return n
+}
+
+// convs lists every convolution of the network.
+func (m *Model) convs() []*conv {
+	cs := []*conv{m.stem}
+	for L := range m.layers {
+		for _, b := range m.layers[L] {
+			for _, c := range []*conv{b.c1, b.c2, b.c3, b.down} {
+				if c != nil {
+					cs = append(cs, c)
+				}
+			}
+		}
+	}
+	cs = append(cs, m.inner[:]...)
+	cs = append(cs, m.layer[:]...)
+	cs = append(cs, m.p6, m.p7)
+	cs = append(cs, m.clsT[:]...)
+	cs = append(cs, m.regT[:]...)
+	return append(cs, m.cls, m.reg)
+}
+
+// prepareCPU makes, once per model, the Winograd filters of every 3×3
+// stride-1 convolution (which tile each uses depends on its shape alone),
+// then collects the garbage of loading and gives its pages back: the
+// filters (4× the 3×3 weights for F(4×4,3×3)) are then the only growth
+// before the first image's feature maps, and the process's peak memory
+// stays that of the weights, the filters and one image's maps.
+func (m *Model) prepareCPU() {
+	m.cpuReady.Do(func() {
+		for _, c := range m.convs() {
+			if c == nil || !useWinograd(c) {
+				continue
+			}
+			if winoTile(c) == 4 {
+				c.winogradU4()
+			} else {
+				c.winogradU()
+			}
+		}
+		debug.FreeOSMemory()
+		m.cpuDone.Store(true)
+	})
 }
 
 // loadConv takes a conv weight (and its BN, or its bias) from t.

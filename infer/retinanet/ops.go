@@ -3,7 +3,6 @@ package retinanet
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/canopy-hpc/canopy/infer/gemm"
 )
@@ -20,12 +19,23 @@ func newFmap(c, h, w int) fmap { return fmap{c, h, w, make([]float32, c*h*w)} }
 // every user writes all of it); put returns maps that are dead. The network
 // puts every intermediate as soon as its last reader is done, so the live
 // set is a few maps (not every activation of the image), and an image in
-// steady state allocates nothing.
+// steady state allocates nothing. A map takes the smallest free buffer
+// that holds it, whatever size that buffer was made for, so layer2's maps
+// reuse layer1's buffers instead of adding their own.
 func (e *engine) fmap(c, h, w int) fmap {
 	n := c * h * w
+	best := -1
+	for i, b := range e.free {
+		if cap(b) >= n && (best < 0 || cap(b) < cap(e.free[best])) {
+			best = i
+		}
+	}
 	var d []float32
-	if l := e.free[n]; len(l) > 0 {
-		d, e.free[n] = l[len(l)-1], l[:len(l)-1]
+	if best >= 0 {
+		d = e.free[best][:n]
+		last := len(e.free) - 1
+		e.free[best], e.free[last] = e.free[last], nil
+		e.free = e.free[:last]
 	} else {
 		d = make([]float32, n)
 	}
@@ -39,8 +49,8 @@ func (e *engine) put(fs ...fmap) {
 		return
 	}
 	for _, f := range fs {
-		if len(f.d) > 0 {
-			e.free[len(f.d)] = append(e.free[len(f.d)], f.d)
+		if cap(f.d) > 0 {
+			e.free = append(e.free, f.d[:cap(f.d)])
 		}
 	}
 }
@@ -49,16 +59,34 @@ func (e *engine) put(fs ...fmap) {
 // of mixed sizes does not pile up buffers of every size.
 func (e *engine) reuseFor(h, w int) {
 	if e.shape != [2]int{h, w} {
-		e.free = map[int][][]float32{}
+		e.free = nil
 		e.shape = [2]int{h, w}
 	}
 }
 
-// colBlock is the fixed width of the column blocks a convolution is cut
+// colBlock is the width of the column blocks a convolution is cut
 // into. It never depends on the thread count: each output element is computed
 // by the same SGEMM call whichever worker runs it, which is what makes the
 // result independent of --threads.
 const colBlock = 256
+
+// minBlocks is the number of blocks a small layer is cut into at least
+// (when its blocks may be that narrow), so that two or four workers share
+// the small pyramid levels and layer4 instead of one or two doing all.
+const minBlocks = 4
+
+// splitBlock is the block width for n columns (or tiles) of full width
+// full: full, or for a layer of fewer than minBlocks full blocks, n/minBlocks
+// rounded up to a multiple of 8 (at least least). It depends on the shape
+// only, never on the thread count.
+func splitBlock(n, full, least int) int {
+	if n >= minBlocks*full {
+		return full
+	}
+	b := (n + minBlocks - 1) / minBlocks
+	b = (b + 7) / 8 * 8
+	return min(full, max(b, least))
+}
 
 // engine runs the layers with a fixed number of workers; each worker owns its
 // im2col buffer, reused across layers and images.
@@ -68,9 +96,9 @@ type engine struct {
 	wino    []winoBufs
 	// direct turns Winograd off (tests compare the two paths).
 	direct bool
-	free   map[int][][]float32
-	shape  [2]int // the image size the free list was filled for
-	keep   bool   // tracing: put keeps everything
+	free   [][]float32 // dead buffers, each at its full capacity
+	shape  [2]int      // the image size the free list was filled for
+	keep   bool        // tracing: put keeps everything
 	times  *layerTimes
 }
 
@@ -78,7 +106,7 @@ func newEngine(threads int) *engine {
 	if threads < 1 {
 		threads = 1
 	}
-	return &engine{threads: threads, bufs: make([][]float32, threads), wino: make([]winoBufs, threads), free: map[int][][]float32{}}
+	return &engine{threads: threads, bufs: make([][]float32, threads), wino: make([]winoBufs, threads)}
 }
 
 // parallel runs f(worker, job) for job in [0, n) on the engine's workers.
@@ -110,22 +138,23 @@ func (e *engine) parallel(n int, f func(worker, job int)) {
 
 // conv computes relu?(conv(x) + b [+ res]).
 func (e *engine) conv(c *conv, x fmap, relu bool, res *fmap) fmap {
+	oh := (x.h+2*c.pad-c.kh)/c.stride + 1
+	ow := (x.w+2*c.pad-c.kw)/c.stride + 1
 	if e.times != nil {
-		defer e.times.add(groupOf(c.name), time.Now())
+		defer e.times.addConv(c, oh, ow, e.times.now())
 	}
 	if !e.direct && useWinograd(c) {
 		return e.convWinograd(c, x, relu, res)
 	}
-	oh := (x.h+2*c.pad-c.kh)/c.stride + 1
-	ow := (x.w+2*c.pad-c.kw)/c.stride + 1
 	y := e.fmap(c.out, oh, ow)
 	n := oh * ow
 	k := c.in * c.kh * c.kw
 	direct := c.kh == 1 && c.kw == 1 && c.stride == 1 && c.pad == 0
-	blocks := (n + colBlock - 1) / colBlock
+	cb := splitBlock(n, colBlock, 64)
+	blocks := (n + cb - 1) / cb
 	e.parallel(blocks, func(w, j int) {
-		j0 := j * colBlock
-		nb := min(colBlock, n-j0)
+		j0 := j * cb
+		nb := min(cb, n-j0)
 		if direct {
 			gemm.Mul(c.out, nb, k, c.w, k, x.d[j0:], n, y.d[j0:], n)
 		} else {
@@ -149,84 +178,20 @@ func (e *engine) conv(c *conv, x fmap, relu bool, res *fmap) fmap {
 // (padding never wins: it is −inf).
 func (e *engine) maxpool3s2(x fmap) fmap {
 	if e.times != nil {
-		defer e.times.add("maxpool", time.Now())
+		defer e.times.add("maxpool", e.times.now())
 	}
 	oh, ow := (x.h+2-3)/2+1, (x.w+2-3)/2+1
 	y := e.fmap(x.c, oh, ow)
-	// Separable: the max over each row's 3-wide windows, then over 3 rows.
-	// max is exact, so the order does not change a bit; NaN propagates as
-	// in torch.
+	// Separable (infer/gemm's C clones): the max over each row's 3-wide
+	// windows, then over 3 rows. max is exact, so the order does not
+	// change a bit; NaN propagates as in torch.
 	e.parallel(x.c, func(w, c int) {
-		src := x.d[c*x.h*x.w : (c+1)*x.h*x.w]
-		dst := y.d[c*oh*ow : (c+1)*oh*ow]
 		if cap(e.bufs[w]) < x.h*ow {
 			e.bufs[w] = make([]float32, x.h*ow)
 		}
-		tmp := e.bufs[w][:x.h*ow]
-		for iy := 0; iy < x.h; iy++ {
-			row := src[iy*x.w : (iy+1)*x.w]
-			out := tmp[iy*ow : (iy+1)*ow]
-			out[0] = row[0]
-			if x.w > 1 {
-				out[0] = max3(row[0], row[1], row[0])
-			}
-			for ox := 1; ox < ow; ox++ {
-				i := 2*ox - 1
-				if i+2 < x.w {
-					out[ox] = max3(row[i], row[i+1], row[i+2])
-				} else if i+1 < x.w {
-					out[ox] = max3(row[i], row[i+1], row[i])
-				} else {
-					out[ox] = row[i]
-				}
-			}
-		}
-		for oy := 0; oy < oh; oy++ {
-			i := 2*oy - 1
-			d := dst[oy*ow : (oy+1)*ow]
-			switch {
-			case i < 0:
-				r0 := tmp[0:ow]
-				if x.h > 1 {
-					r1 := tmp[ow : 2*ow]
-					for k := range d {
-						d[k] = max3(r0[k], r1[k], r0[k])
-					}
-				} else {
-					copy(d, r0)
-				}
-			case i+2 < x.h:
-				r0, r1, r2 := tmp[i*ow:(i+1)*ow], tmp[(i+1)*ow:(i+2)*ow], tmp[(i+2)*ow:(i+3)*ow]
-				for k := range d {
-					d[k] = max3(r0[k], r1[k], r2[k])
-				}
-			case i+1 < x.h:
-				r0, r1 := tmp[i*ow:(i+1)*ow], tmp[(i+1)*ow:(i+2)*ow]
-				for k := range d {
-					d[k] = max3(r0[k], r1[k], r0[k])
-				}
-			default:
-				copy(d, tmp[i*ow:(i+1)*ow])
-			}
-		}
+		gemm.MaxPool3s2(x.d[c*x.h*x.w:(c+1)*x.h*x.w], x.h, x.w, e.bufs[w][:x.h*ow], y.d[c*oh*ow:(c+1)*oh*ow])
 	})
 	return y
-}
-
-// max3 is the largest of three values, NaN if any is NaN (torch's max
-// pooling propagates NaN).
-func max3(a, b, c float32) float32 {
-	m := a
-	if b > m || b != b {
-		m = b
-	}
-	if c > m || c != c {
-		m = c
-	}
-	if a != a {
-		return a
-	}
-	return m
 }
 
 // addUpsampled sets lat += nearest(top, lat's size) with torch's legacy

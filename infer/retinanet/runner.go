@@ -10,8 +10,12 @@ type Runner struct {
 	e *engine
 }
 
-// NewRunner returns a Runner with threads workers (at least 1).
-func NewRunner(m *Model, threads int) *Runner { return &Runner{m: m, e: newEngine(threads)} }
+// NewRunner returns a Runner with threads workers (at least 1). The first
+// Runner of a model transforms its Winograd filters (prepareCPU).
+func NewRunner(m *Model, threads int) *Runner {
+	m.prepareCPU()
+	return &Runner{m: m, e: newEngine(threads)}
+}
 
 // Model is the runner's model.
 func (r *Runner) Model() *Model { return r.m }

@@ -23,22 +23,50 @@ import (
 // fixtures hold to the same tolerances). Tiles are cut into fixed blocks of
 // winoBlock whatever the thread count, so results stay independent of it.
 
-// winoBlock is the number of tiles per block (the SGEMMs' N).
-const winoBlock = 96
+// winoBlock is the number of tiles per block (the SGEMMs' N) of F(2×2,3×3);
+// wino4Block that of F(4×4,3×3), whose 36 matrices per block are 2.25×
+// larger per tile.
+const (
+	winoBlock  = 96
+	wino4Block = 48
+)
 
 // winoPad separates the 16 matrices of a block buffer (16 floats: one
 // cache line).
 const winoPad = 16
 
-// winograd holds a filter transformed to U: 16 matrices of [out × in].
+// winograd holds a filter transformed to U: 16 matrices of [out × in] for
+// F(2×2,3×3), 36 for F(4×4,3×3).
 type winograd struct {
-	once sync.Once
-	u    []float32 // [16][out][in]
+	once, once4 sync.Once
+	u           []float32 // [16][out][in]
+	u4          []float32 // [36][out][in]
 }
 
 func useWinograd(c *conv) bool {
 	return c.kh == 3 && c.kw == 3 && c.stride == 1 && c.pad == 1 && c.in >= 32 && c.out >= 32
 }
+
+// winoTile is the output tile of a useWinograd layer: 4, F(4×4,3×3), with
+// 4× fewer multiplications than a direct convolution against F(2×2,3×3)'s
+// 2.25×, on every map (a map smaller than its tiles, P7's 7×7 at 800×800,
+// still costs fewer multiplications than F(2×2,3×3) would), so that each
+// filter keeps one transformed copy; 2 for the convolutions of more than
+// 256×256 channels (ResNet-50's layer4, on a 25×25 map at 800×800), whose
+// F(4×4,3×3) filters would cost 42 MB more memory for 2% of the work. It
+// depends on the layer's shape alone. F(4×4,3×3)'s transforms multiply by
+// up to 5 and 8, so its rounding error is larger (TestWinogradMatchesDirect
+// states both bounds; the golden tests hold torchvision's tolerances with
+// it).
+func winoTile(c *conv) int {
+	if wino2Only || c.in*c.out > 256*256 {
+		return 2
+	}
+	return 4
+}
+
+// wino2Only turns F(4×4,3×3) off (tests compare the two).
+var wino2Only = false
 
 // transform computes U = G g Gᵀ for every (out, in) filter.
 func (c *conv) winogradU() []float32 {
@@ -71,6 +99,38 @@ func (c *conv) winogradU() []float32 {
 	return c.wino.u
 }
 
+// winogradU4 computes U = G g Gᵀ of F(4×4,3×3) for every (out, in) filter,
+// in float64, rounded once to float32:
+//
+//	G = [¼ 0 0; -⅙ -⅙ -⅙; -⅙ ⅙ -⅙; 1/24 1/12 ⅙; 1/24 -1/12 ⅙; 0 0 1]
+func (c *conv) winogradU4() []float32 {
+	c.wino.once4.Do(func() {
+		G := [6][3]float64{{0.25, 0, 0}, {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+			{1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}}
+		n := c.out * c.in
+		u := make([]float32, 36*n)
+		for o := 0; o < c.out; o++ {
+			for i := 0; i < c.in; i++ {
+				g := c.w[(o*c.in+i)*9 : (o*c.in+i)*9+9]
+				var t [6][3]float64 // G g
+				for r := 0; r < 6; r++ {
+					for k := 0; k < 3; k++ {
+						t[r][k] = G[r][0]*float64(g[k]) + G[r][1]*float64(g[3+k]) + G[r][2]*float64(g[6+k])
+					}
+				}
+				for r := 0; r < 6; r++ {
+					for s := 0; s < 6; s++ {
+						v := t[r][0]*G[s][0] + t[r][1]*G[s][1] + t[r][2]*G[s][2]
+						u[(r*6+s)*n+o*c.in+i] = float32(v)
+					}
+				}
+			}
+		}
+		c.wino.u4 = u
+	})
+	return c.wino.u4
+}
+
 // winoBufs are one worker's block buffers.
 type winoBufs struct {
 	v, m []float32
@@ -78,32 +138,39 @@ type winoBufs struct {
 
 // convWinograd is conv for useWinograd layers.
 func (e *engine) convWinograd(c *conv, x fmap, relu bool, res *fmap) fmap {
-	u := c.winogradU()
 	H, W := x.h, x.w
 	y := e.fmap(c.out, H, W)
-	th, tw := (H+1)/2, (W+1)/2
+	tile := winoTile(c)
+	u, comps, block := c.winogradU(), 16, winoBlock
+	winoIn, winoOut := gemm.WinoIn, gemm.WinoOut
+	if tile == 4 {
+		u, comps, block = c.winogradU4(), 36, wino4Block
+		winoIn, winoOut = gemm.WinoIn4, gemm.WinoOut4
+	}
+	th, tw := (H+tile-1)/tile, (W+tile-1)/tile
 	tiles := th * tw
-	blocks := (tiles + winoBlock - 1) / winoBlock
+	block = splitBlock(tiles, block, 8)
+	blocks := (tiles + block - 1) / block
 	e.parallel(blocks, func(w, j int) {
-		t0 := j * winoBlock
-		nb := min(winoBlock, tiles-t0)
+		t0 := j * block
+		nb := min(block, tiles-t0)
 		b := &e.wino[w]
-		// The 16 matrices of a buffer sit winoPad floats further apart than
+		// The matrices of a buffer sit winoPad floats further apart than
 		// their size: at a power-of-two multiple of 4 KiB (256·96·4 bytes
-		// is 24·4096) the 16 rows a tile touches would share one L1 set.
+		// is 24·4096) the rows a tile touches would share one L1 set.
 		vs, ms := c.in*nb+winoPad, c.out*nb+winoPad
-		if cap(b.v) < 16*(c.in*winoBlock+winoPad) {
-			b.v = make([]float32, 16*(c.in*winoBlock+winoPad))
+		if n := comps * (c.in*block + winoPad); cap(b.v) < n {
+			b.v = make([]float32, n)
 		}
-		if cap(b.m) < 16*(c.out*winoBlock+winoPad) {
-			b.m = make([]float32, 16*(c.out*winoBlock+winoPad))
+		if n := comps * (c.out*block + winoPad); cap(b.m) < n {
+			b.m = make([]float32, n)
 		}
-		v := b.v[:16*vs]
-		m := b.m[:16*ms]
+		v := b.v[:comps*vs]
+		m := b.m[:comps*ms]
 		// Input transform: V[ξ][ci][t].
-		gemm.WinoIn(x.d, c.in, H, W, tw, t0, nb, v, vs)
-		// 16 SGEMMs: M[ξ] (out × nb) = U[ξ] (out × in) · V[ξ] (in × nb).
-		for xi := 0; xi < 16; xi++ {
+		winoIn(x.d, c.in, H, W, tw, t0, nb, v, vs)
+		// One SGEMM per component: M[ξ] (out × nb) = U[ξ] (out × in) · V[ξ] (in × nb).
+		for xi := 0; xi < comps; xi++ {
 			gemm.Mul(c.out, nb, c.in, u[xi*c.out*c.in:], c.in, v[xi*vs:], nb, m[xi*ms:], nb)
 		}
 		// Output transform, bias, residual, ReLU.
@@ -111,7 +178,7 @@ func (e *engine) convWinograd(c *conv, x fmap, relu bool, res *fmap) fmap {
 		if res != nil {
 			rd = res.d
 		}
-		gemm.WinoOut(m, ms, nb, c.out, tw, t0, H, W, c.b, rd, relu, y.d)
+		winoOut(m, ms, nb, c.out, tw, t0, H, W, c.b, rd, relu, y.d)
 	})
 	return y
 }

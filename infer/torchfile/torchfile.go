@@ -141,8 +141,9 @@ type File struct {
 	Root    any
 
 	closer  io.Closer
-	stored  int64 // elements in all storages the pickle named
-	handed  int64 // elements Float32 has converted
+	scratch []byte // Float32's read buffer, reused
+	stored  int64  // elements in all storages the pickle named
+	handed  int64  // elements Float32 has converted
 	entries int
 }
 
@@ -276,9 +277,53 @@ func Read(name string, r io.ReaderAt, size int64) (*File, error) {
 	if err != nil {
 		return nil, f.wrap(err)
 	}
+	u := &unpickler{b: data, persistent: f.storageLoader(byName)}
+	u.rebuild = rebuildTensor
+	root, err := u.load()
+	if err != nil {
+		return nil, f.wrap(err)
+	}
+	f.Root = root
+	return f, nil
+}
+
+// ReadPickle unpickles a data.pkl on its own, under the same rules, for
+// tools and tests that inspect a checkpoint's structure: its storages have
+// no data (Float32 refuses them), and Storages lists them in the order the
+// pickle names them.
+func ReadPickle(name string, data []byte) (*File, []*Storage, error) {
+	f := &File{Name: name}
+	var list []*Storage
+	load := f.storageLoader(nil)
+	u := &unpickler{b: data, rebuild: rebuildTensor, persistent: func(t Tuple) (any, error) {
+		v, err := load(t)
+		if s, ok := v.(*Storage); ok && err == nil && s.entry == nil && !contains(list, s) {
+			list = append(list, s)
+		}
+		return v, err
+	}}
+	root, err := u.load()
+	if err != nil {
+		return nil, nil, f.wrap(err)
+	}
+	f.Root = root
+	return f, list, nil
+}
+
+func contains(l []*Storage, s *Storage) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// storageLoader resolves persistent ids to the storages of byName (nil:
+// storages without data, for ReadPickle).
+func (f *File) storageLoader(byName map[string]*zip.File) func(Tuple) (any, error) {
 	storages := map[string]*Storage{}
-	u := &unpickler{b: data}
-	u.persistent = func(t Tuple) (any, error) {
+	return func(t Tuple) (any, error) {
 		if len(t) != 5 {
 			return nil, fmt.Errorf("persistent id of %d items, want ('storage', type, key, location, numel)", len(t))
 		}
@@ -305,25 +350,21 @@ func Read(name string, r io.ReaderAt, size int64) (*File, error) {
 			}
 			return s, nil
 		}
-		e, ok := byName[f.Archive+"/data/"+key]
-		if !ok {
-			return nil, fmt.Errorf("storage %s has no entry %s/data/%s", key, f.Archive, key)
+		s := &Storage{Key: key, DType: dt, Numel: numel}
+		if byName != nil {
+			e, ok := byName[f.Archive+"/data/"+key]
+			if !ok {
+				return nil, fmt.Errorf("storage %s has no entry %s/data/%s", key, f.Archive, key)
+			}
+			if uint64(numel) > e.UncompressedSize64/uint64(dt.Size()) || uint64(numel)*uint64(dt.Size()) != e.UncompressedSize64 {
+				return nil, fmt.Errorf("storage %s claims %d %s elements (%s bytes), but its entry holds %d bytes", key, numel, dt, mulString(numel, dt.Size()), e.UncompressedSize64)
+			}
+			s.entry = e
+			f.stored += numel
 		}
-		if uint64(numel) > e.UncompressedSize64/uint64(dt.Size()) || uint64(numel)*uint64(dt.Size()) != e.UncompressedSize64 {
-			return nil, fmt.Errorf("storage %s claims %d %s elements (%s bytes), but its entry holds %d bytes", key, numel, dt, mulString(numel, dt.Size()), e.UncompressedSize64)
-		}
-		s := &Storage{Key: key, DType: dt, Numel: numel, entry: e}
 		storages[key] = s
-		f.stored += numel
 		return s, nil
 	}
-	u.rebuild = rebuildTensor
-	root, err := u.load()
-	if err != nil {
-		return nil, f.wrap(err)
-	}
-	f.Root = root
-	return f, nil
 }
 
 func mulString(n int64, k int) string {
@@ -335,13 +376,20 @@ func mulString(n int64, k int) string {
 
 // readEntry reads a whole stored entry (its size already checked against
 // the file's), verifying its CRC-32.
-func readEntry(e *zip.File) ([]byte, error) {
+func readEntry(e *zip.File) ([]byte, error) { return readEntryInto(e, nil) }
+
+// readEntryInto is readEntry into buf when it is large enough.
+func readEntryInto(e *zip.File, buf []byte) ([]byte, error) {
 	rc, err := e.Open()
 	if err != nil {
 		return nil, bad("entry %s: %v", e.Name, err)
 	}
 	defer rc.Close()
-	b := make([]byte, e.UncompressedSize64)
+	b := buf
+	if uint64(cap(b)) < e.UncompressedSize64 {
+		b = make([]byte, e.UncompressedSize64)
+	}
+	b = b[:e.UncompressedSize64]
 	if _, err := io.ReadFull(rc, b); err != nil {
 		return nil, bad("entry %s: %v (truncated file?)", e.Name, err)
 	}
@@ -434,15 +482,19 @@ func (f *File) Float32(t *Tensor) ([]float32, error) {
 	if !t.DType.Float() {
 		return nil, f.wrap(bad("a tensor of dtype %s, want a floating-point one", t.DType))
 	}
+	if t.Storage.entry == nil {
+		return nil, f.wrap(bad("storage %s has no data (read with ReadPickle)", t.Storage.Key))
+	}
 	n := t.Numel()
 	if n > f.stored-f.handed {
 		return nil, f.wrap(bad("tensors overlap: converting %d more elements would exceed the %d the storages hold", n, f.stored))
 	}
 	f.handed += n
-	raw, err := readEntry(t.Storage.entry)
+	raw, err := readEntryInto(t.Storage.entry, f.scratch)
 	if err != nil {
 		return nil, f.wrap(err)
 	}
+	f.scratch = raw
 	k := int64(t.DType.Size())
 	b := raw[t.Offset*k : (t.Offset+n)*k]
 	out := make([]float32, n)

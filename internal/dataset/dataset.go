@@ -28,6 +28,9 @@ type Row struct {
 	Label string
 	Score float64
 	Line  int
+	// Crowd: the truth row's optional iscrowd column is 1 (a COCO crowd
+	// region); predictions have none.
+	Crowd bool
 }
 
 // Truth is a parsed annotation CSV: images in order of first appearance.
@@ -64,6 +67,11 @@ func ParseTruth(name string, data []byte) (*Truth, error) {
 	if err != nil {
 		return nil, err
 	}
+	return truthFromRows(name, rows)
+}
+
+// truthFromRows groups parsed rows by image.
+func truthFromRows(name string, rows []Row) (*Truth, error) {
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("dataset: %s: no rows after the header, nothing to score: %w", name, ErrInput)
 	}
@@ -211,11 +219,16 @@ func parse(name string, data []byte, scored bool, opt Options) ([]Row, error) {
 			}
 		}
 	}
+	// A truth CSV with a WKT geometry column (DeepForest's read_file
+	// takes one) gives each row its geometry's bounds, as DeepForest's
+	// BoxDataset does, box columns or not.
+	geo, hasGeo := col["geometry"]
+	hasGeo = hasGeo && !scored
 	idx := make([]int, len(want))
 	var missing []string
 	for k, c := range want {
 		i, ok := col[c]
-		if !ok {
+		if !ok && !(hasGeo && k >= 1 && k <= 4) {
 			missing = append(missing, c)
 		}
 		idx[k] = i
@@ -243,7 +256,12 @@ func parse(name string, data []byte, scored bool, opt Options) ([]Row, error) {
 			return nil, fmt.Errorf("dataset: %s:%d: empty image_path: %w", name, line, ErrInput)
 		}
 		var v [5]float64
-		for k := 1; k <= 4; k++ {
+		if hasGeo {
+			if v[1], v[2], v[3], v[4], err = wktBounds(rec[geo]); err != nil {
+				return nil, fmt.Errorf("dataset: %s:%d: column geometry: %v: %w", name, line, err, ErrInput)
+			}
+		}
+		for k := 1; k <= 4 && !hasGeo; k++ {
 			v[k], err = number(rec[idx[k]])
 			if err != nil {
 				return nil, fmt.Errorf("dataset: %s:%d: column %s: %v: %w", name, line, want[k], err, ErrInput)
@@ -255,6 +273,18 @@ func parse(name string, data []byte, scored bool, opt Options) ([]Row, error) {
 		}
 		if row.Box.Ymax < row.Box.Ymin {
 			return nil, fmt.Errorf("dataset: %s:%d: ymax %v < ymin %v: %w", name, line, row.Box.Ymax, row.Box.Ymin, ErrInput)
+		}
+		if why := outOfRange(row.Box); why != "" {
+			return nil, fmt.Errorf("dataset: %s:%d: %s: %w", name, line, why, ErrInput)
+		}
+		if ci, ok := col["iscrowd"]; ok && !scored {
+			switch strings.TrimSpace(rec[ci]) {
+			case "0", "":
+			case "1":
+				row.Crowd = true
+			default:
+				return nil, fmt.Errorf("dataset: %s:%d: iscrowd %q, want 0 or 1: %w", name, line, rec[ci], ErrInput)
+			}
 		}
 		row.Label = rec[idx[5]]
 		if row.Label == "" {
@@ -406,8 +436,25 @@ func (t *Truth) Resolve(name string, m box.LabelMap) ([]box.Image, error) {
 			if !ok {
 				return nil, fmt.Errorf("dataset: %s:%d: label %q is not in the label map: %w", name, r.Line, r.Label, ErrInput)
 			}
-			out[i].Truth[k] = box.Truth{Box: r.Box, Label: id}
+			out[i].Truth[k] = box.Truth{Box: r.Box, Label: id, Crowd: r.Crowd}
 		}
 	}
 	return out, nil
+}
+
+// outOfRange says why a box's numbers, each finite, still cannot be
+// scored: a coordinate beyond float32's range (DeepForest's and
+// torchmetrics' tensors hold float32, where it becomes infinite), or a
+// width, height or area that is not a finite number. "" when none.
+func outOfRange(b box.Box) string {
+	for _, v := range [4]float64{b.Xmin, b.Ymin, b.Xmax, b.Ymax} {
+		if math.Abs(v) > math.MaxFloat32 {
+			return fmt.Sprintf("coordinate %v is beyond float32's range (%g), where the metrics' tensors hold it", v, math.MaxFloat32)
+		}
+	}
+	w, h := b.Xmax-b.Xmin, b.Ymax-b.Ymin
+	if math.IsInf(w, 0) || math.IsInf(h, 0) || math.IsInf(w*h, 0) {
+		return fmt.Sprintf("box %v,%v,%v,%v: its width, height or area is not a finite number", b.Xmin, b.Ymin, b.Xmax, b.Ymax)
+	}
+	return ""
 }

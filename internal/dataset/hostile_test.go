@@ -7,9 +7,14 @@ import (
 	"errors"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/canopy-hpc/canopy/box"
 )
 
 // Every number spelling pandas was asked about (tools/pandas/csv_numbers.py,
@@ -238,4 +243,88 @@ func FuzzParseLabelDict(f *testing.F) {
 			t.Fatalf("round trip: %v then %v (%v)", names, back.Names(), err)
 		}
 	})
+}
+
+// A COCO annotation's bbox is checked before it becomes a box: missing,
+// short, long, with infinite corners or area, beyond float32's range, or a
+// negative size, and iscrowd other than 0 or 1, are each an input error
+// naming the file and the annotation id (a missing or short bbox silently
+// became an empty frame). A CSV box whose area overflows, or a coordinate
+// beyond float32, is refused the same way, naming the line.
+func TestCOCOAnnotationChecked(t *testing.T) {
+	doc := func(ann string) []byte {
+		return []byte(`{"images": [{"id": 1, "file_name": "a.png"}], "categories": [{"id": 1, "name": "Tree"}],
+ "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 5, 5]}, ` + ann + `]}`)
+	}
+	for ann, want := range map[string]string{
+		`{"id": 77, "image_id": 1, "category_id": 1}`:                                     "no bbox",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": null}`:                       "no bbox",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [10, 10, 40]}`:               "has 3 numbers",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [10, 10, 40, 4, 5]}`:         "has 5 numbers",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [1e308, 0, 1e308, 10]}`:      "not finite",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, 1e308, 1e308]}`:       "beyond float32",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, 1e200, 1e200]}`:       "beyond float32",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, -3, 4]}`:              "negative width",
+		`{"id": 77, "image_id": 1, "category_id": 1, "bbox": [0, 0, 3, 4], "iscrowd": 2}`: "iscrowd 2",
+	} {
+		_, err := ParseCOCOTruth("t.json", doc(ann))
+		if err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "t.json: annotation 77") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", ann, err, want)
+		}
+	}
+	if tr, err := ParseCOCOTruth("t.json", doc(`{"id": 2, "image_id": 1, "category_id": 1, "bbox": [0, 0, 3, 4], "iscrowd": 1}`)); err != nil || len(tr.Images) != 1 {
+		t.Fatalf("a good file: %v", err)
+	}
+	for _, row := range []string{"a.png,0,0,1e308,1e308,Tree", "a.png,-1e308,0,1e308,5,Tree", "a.png,0,0,4e38,5,Tree"} {
+		_, err := ParseTruth("t.csv", []byte("image_path,xmin,ymin,xmax,ymax,label\n"+row+"\n"))
+		if err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "t.csv:2") {
+			t.Errorf("%s: %v", row, err)
+		}
+	}
+}
+
+// A truth CSV's optional iscrowd column (0, 1 or empty) marks crowd
+// regions, which Resolve carries to the boxes; anything else is refused
+// naming the line. Predictions have none.
+func TestIsCrowdColumn(t *testing.T) {
+	tr, err := ParseTruth("t.csv", []byte("image_path,xmin,ymin,xmax,ymax,label,iscrowd\na.png,0,0,5,5,Tree,1\na.png,1,1,6,6,Tree,0\na.png,2,2,7,7,Tree,\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ims, err := tr.Resolve("t.csv", box.SortedLabelMap([]string{"Tree"}))
+	if err != nil || len(ims) != 1 || !ims[0].Truth[0].Crowd || ims[0].Truth[1].Crowd || ims[0].Truth[2].Crowd {
+		t.Fatalf("%+v %v", ims, err)
+	}
+	if _, err := ParseTruth("t.csv", []byte("image_path,xmin,ymin,xmax,ymax,label,iscrowd\na.png,0,0,5,5,Tree,2\n")); err == nil || !strings.Contains(err.Error(), "t.csv:2: iscrowd") {
+		t.Fatalf("iscrowd 2: %v", err)
+	}
+	rows, err := ParsePredictions("p.csv", []byte("image_path,xmin,ymin,xmax,ymax,label,score,iscrowd\na.png,0,0,5,5,Tree,0.5,1\n"), Options{})
+	if err != nil || rows[0].Crowd {
+		t.Fatalf("predictions: %+v %v", rows, err)
+	}
+}
+
+// A folder of VOC files holding a FIFO (or a device link) named .xml: the
+// file is refused as not regular, at once; the open never blocks.
+func TestVOCFolderRefusesFIFO(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.xml"), []byte(`<annotation><filename>a.png</filename><object><name>Tree</name><bndbox><xmin>1</xmin><ymin>1</ymin><xmax>5</xmax><ymax>5</ymax></bndbox></object></annotation>`), 0o644)
+	if err := syscall.Mkfifo(filepath.Join(dir, "b.xml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := ReadVOCFolder(dir); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "b.xml: not a regular file") {
+			t.Fatalf("%v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ReadVOCFolder blocked on a FIFO")
+	}
+	os.Remove(filepath.Join(dir, "b.xml"))
+	os.Symlink("/dev/zero", filepath.Join(dir, "c.xml"))
+	if _, err := ReadVOCFolder(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("/dev/zero: %v", err)
+	}
 }

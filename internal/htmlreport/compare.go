@@ -60,7 +60,7 @@ func WriteCompare(w io.Writer, c Compare) error {
 	}
 	sides := [2]*sideData{}
 	for k, s := range [2]Side{c.Baseline, c.Current} {
-		sd, notes := readSide(s)
+		sd, notes := readSide(s, c.Options.Read)
 		sides[k] = sd
 		for _, n := range notes {
 			pg.Notes = append(pg.Notes, pg.Sides[k]+" ("+s.Name+"): "+n)
@@ -69,8 +69,19 @@ func WriteCompare(w io.Writer, c Compare) error {
 	data := Data{Kind: "compare"}
 	if sides[0].data != nil && sides[1].data != nil && len(sides[0].data.PR) > 0 && len(sides[1].data.PR) > 0 {
 		data.Recall = sides[1].data.Recall
+		// the classes of the current side's first curves (a page canopy
+		// wrote carries at most MaxCurveClasses)
+		keep := map[int32]bool{}
+		for _, cv := range sides[1].data.PR {
+			if len(keep) < MaxCurveClasses {
+				keep[cv.LabelID] = true
+			}
+		}
 		for k, side := range pg.Sides {
 			for _, cv := range sides[k].data.PR {
+				if !keep[cv.LabelID] {
+					continue
+				}
 				cv.Side = side
 				data.PR = append(data.PR, cv)
 			}
@@ -111,27 +122,38 @@ func WriteCompare(w io.Writer, c Compare) error {
 	return render(w, pg, data)
 }
 
-// readSide reads a run folder; notes say what it lacks.
-func readSide(s Side) (*sideData, []string) {
+// readSide reads a run folder; notes say what it lacks. Every file goes
+// through read (Options.Read): the folder's own files inside the folder,
+// the truth CSV its report.html names inside the root that page records.
+// A file that is refused, or does not parse, is named in a note; its
+// content never reaches the page.
+func readSide(s Side, read func(root, path string, limit int64) ([]byte, error)) (*sideData, []string) {
+	if read == nil {
+		read = readPlain
+	}
 	sd := &sideData{}
 	if s.Dir == "" {
 		return sd, []string{"a report.json was given, not its --out folder: no curves or images"}
 	}
 	var notes []string
-	if b, err := os.ReadFile(filepath.Join(s.Dir, "report.html")); err != nil {
-		notes = append(notes, "no report.html (run with --html): no PR curves, images drawn on grey")
+	if b, err := read(s.Dir, filepath.Join(s.Dir, "report.html"), MaxPageBytes); err != nil {
+		notes = append(notes, "no report.html (run with --html): no PR curves, images drawn on grey ("+err.Error()+")")
 	} else if sd.data, err = ReadData(b); err != nil || sd.data == nil {
-		notes = append(notes, fmt.Sprintf("report.html has no canopy data block (%v)", err))
+		notes = append(notes, "report.html has no canopy data block")
 	}
-	st, err := readResults(filepath.Join(s.Dir, "results.csv"))
+	b, err := read(s.Dir, filepath.Join(s.Dir, "results.csv"), MaxCSVBytes)
 	if err != nil {
 		return sd, append(notes, "no per-image recall: "+err.Error())
 	}
+	st, err := readResults("results.csv", b)
+	if err != nil {
+		return sd, append(notes, "no per-image recall: results.csv does not parse")
+	}
 	sd.recall = st
-	if b, err := os.ReadFile(filepath.Join(s.Dir, "predictions.csv")); err != nil {
-		notes = append(notes, "no predictions.csv: predictions not drawn")
+	if b, err := read(s.Dir, filepath.Join(s.Dir, "predictions.csv"), MaxCSVBytes); err != nil {
+		notes = append(notes, "no predictions.csv: predictions not drawn ("+err.Error()+")")
 	} else if rows, err := dataset.ParsePredictions("predictions.csv", b, dataset.Options{AllowAnyScore: true}); err != nil {
-		notes = append(notes, err.Error())
+		notes = append(notes, "predictions not drawn: predictions.csv does not parse")
 	} else {
 		sd.preds = map[string][]box.Detection{}
 		for _, r := range rows {
@@ -145,10 +167,10 @@ func readSide(s Side) (*sideData, []string) {
 		}
 	}
 	if sd.data != nil && sd.data.CSV != "" {
-		if b, err := os.ReadFile(sd.data.CSV); err != nil {
+		if b, err := read(sd.data.RootDir, sd.data.CSV, MaxCSVBytes); err != nil {
 			notes = append(notes, "truth boxes not drawn: "+err.Error())
 		} else if t, err := dataset.ParseTruthFile(sd.data.CSV, b); err != nil {
-			notes = append(notes, err.Error())
+			notes = append(notes, fmt.Sprintf("truth boxes not drawn: %q does not parse as a truth file", sd.data.CSV))
 		} else {
 			sd.truth = map[string][]box.Truth{}
 			for _, im := range t.Images {
@@ -161,12 +183,23 @@ func readSide(s Side) (*sideData, []string) {
 	return sd, notes
 }
 
-// readResults counts each image's truth boxes and matches in results.csv.
-func readResults(path string) (map[string]imageStat, error) {
-	b, err := os.ReadFile(path)
+// readPlain reads path as it is, up to limit bytes (no Options.Read).
+func readPlain(_, path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		err = fmt.Errorf("%s is over %d bytes", path, limit)
+	}
+	return b, err
+}
+
+// readResults counts each image's truth boxes and matches in results.csv
+// (its bytes b).
+func readResults(path string, b []byte) (map[string]imageStat, error) {
 	r := csv.NewReader(bytes.NewReader(b))
 	head, err := r.Read()
 	if err != nil {

@@ -36,7 +36,21 @@ type Options struct {
 	// file that is not a regular one, an image over the pixel cap. Unset,
 	// the file at root/path is decoded as it is.
 	Open func(root, path string) (image.Image, error)
+	// Read, when set, reads a file a report records (compare's side
+	// files, the truth CSV a report.html names): only inside root, at most
+	// limit bytes, never blocking past its timeout. A file it refuses is
+	// a note on the page, never its content. Unset, files are read as
+	// they are (up to limit).
+	Read func(root, path string, limit int64) ([]byte, error)
 }
+
+// Caps of the files compare --html reads from a report's folder: a page
+// canopy writes stays under 10 MB (MaxMetricRows, MaxCurveClasses), and a
+// CSV is bounded by what one run may hold.
+const (
+	MaxPageBytes int64 = 64 << 20
+	MaxCSVBytes  int64 = 4 << 30
+)
 
 // DefaultOptions are the flags' defaults.
 var DefaultOptions = Options{Worst: 12, Thumb: 320}
@@ -88,8 +102,18 @@ func WriteEval(w io.Writer, e Eval, opt Options) error {
 	st := scoreImages(e.Images, e.Dets, e.Matches)
 	pg := page{Title: "canopy eval report", Metrics: rep.metrics, Run: runView(rep), Notes: nil}
 	data := Data{Kind: "eval", CSV: e.CSV, RootDir: e.RootDir, Recall: metrics.RecallThresholds()}
-	for _, c := range e.PR {
+	truthCount := map[int32]int{}
+	for _, im := range e.Images {
+		for _, t := range im.Truth {
+			truthCount[t.Label]++
+		}
+	}
+	pr, left := topCurves(e.PR, truthCount, MaxCurveClasses)
+	for _, c := range pr {
 		data.PR = append(data.PR, Curve{Label: e.Labels.Name(c.Label), LabelID: c.Label, IoU: c.IoU, Precision: c.Precision})
+	}
+	if left > 0 {
+		pg.Notes = append(pg.Notes, fmt.Sprintf("PR curves are drawn for the %d classes with the most truth boxes; the curves of the other %d classes are left out (their values are in report.json).", MaxCurveClasses, left))
 	}
 	if len(data.PR) > 0 {
 		for _, iou := range []float64{0.5, 0.75} {
@@ -547,7 +571,71 @@ func timeline(per []struct {
 	return out
 }
 
+// The page's size does not grow with the class count: at most
+// MaxCurveClasses classes' PR curves are drawn and carried in the data
+// block, and at most MaxMetricRows rows of the metrics table are written
+// (report.json holds them all; a note says what was left out).
+const (
+	MaxCurveClasses = 10
+	MaxMetricRows   = 300
+)
+
+// topCurves keeps the curves of the n classes with the most truth boxes
+// (ties: the lower label id) and says how many classes were left out.
+func topCurves(curves []metrics.PRCurve, truth map[int32]int, n int) ([]metrics.PRCurve, int) {
+	var labels []int32
+	seen := map[int32]bool{}
+	for _, c := range curves {
+		if !seen[c.Label] {
+			seen[c.Label] = true
+			labels = append(labels, c.Label)
+		}
+	}
+	if len(labels) <= n {
+		return curves, 0
+	}
+	sort.Slice(labels, func(a, b int) bool {
+		if ca, cb := truth[labels[a]], truth[labels[b]]; ca != cb {
+			return ca > cb
+		}
+		return labels[a] < labels[b]
+	})
+	keep := map[int32]bool{}
+	for _, l := range labels[:n] {
+		keep[l] = true
+	}
+	var out []metrics.PRCurve
+	for _, c := range curves {
+		if keep[c.Label] {
+			out = append(out, c)
+		}
+	}
+	return out, len(labels) - n
+}
+
+// capRows bounds the metrics tables (MaxMetricRows): the compare table
+// keeps the rows that changed first, in their order, then the others.
+func capRows(pg *page) {
+	if n := len(pg.Metrics); n > MaxMetricRows {
+		pg.Metrics = pg.Metrics[:MaxMetricRows]
+		pg.Notes = append(pg.Notes, fmt.Sprintf("The metrics table shows the first %d of %d values; the other %d (per-class values) are in report.json.", MaxMetricRows, n, n-MaxMetricRows))
+	}
+	if n := len(pg.Compare); n > MaxMetricRows {
+		var kept []CompareRow
+		for pass := 0; pass < 2 && len(kept) < MaxMetricRows; pass++ {
+			for _, r := range pg.Compare {
+				if changed := r.Regression || r.Verdict != "same"; changed == (pass == 0) && len(kept) < MaxMetricRows {
+					kept = append(kept, r)
+				}
+			}
+		}
+		pg.Compare = kept
+		pg.Notes = append(pg.Notes, fmt.Sprintf("The comparison table shows %d of %d metrics (those that changed first); canopy compare's text, markdown and JUnit outputs hold them all.", MaxMetricRows, n))
+	}
+}
+
 func render(w io.Writer, pg page, data Data) error {
+	capRows(&pg)
 	dj, err := json.Marshal(data)
 	if err != nil {
 		return fmt.Errorf("htmlreport: %w", err)

@@ -94,3 +94,75 @@ func TestBadInput(t *testing.T) {
 		t.Fatal("negative cost accepted")
 	}
 }
+
+func TestBalanceBatches(t *testing.T) {
+	// 11 images, batch 4, image 5 already done: batches {0..3}, {4,6,7}, {8..10}.
+	todo := []int{0, 1, 2, 3, 4, 6, 7, 8, 9, 10}
+	for ranks := 1; ranks <= 4; ranks++ {
+		p, err := BalanceBatches(todo, 4, ranks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[int]int{}
+		for r, s := range p.Shards {
+			for _, pos := range s {
+				seen[pos]++
+				// every image of a batch is on one rank
+				for r2, s2 := range p.Shards {
+					for _, q := range s2 {
+						if todo[q]/4 == todo[pos]/4 && r2 != r {
+							t.Fatalf("ranks %d: batch %d split over ranks %d and %d", ranks, todo[pos]/4, r, r2)
+						}
+					}
+				}
+			}
+			if !slices.IsSorted(s) {
+				t.Errorf("ranks %d: shard %d unsorted: %v", ranks, r, s)
+			}
+		}
+		if len(seen) != len(todo) {
+			t.Errorf("ranks %d: %d of %d images placed", ranks, len(seen), len(todo))
+		}
+		for pos, c := range seen {
+			if c != 1 {
+				t.Errorf("ranks %d: position %d placed %d times", ranks, pos, c)
+			}
+		}
+	}
+	if _, err := BalanceBatches([]int{3, 2}, 4, 2); err == nil {
+		t.Error("decreasing indices accepted")
+	}
+}
+
+// TestBlocks: every item exactly once, in order, contiguous, sizes within
+// one of each other, for many (n, ranks).
+func TestBlocks(t *testing.T) {
+	for n := 0; n < 60; n++ {
+		for ranks := 1; ranks < 9; ranks++ {
+			p, err := Blocks(n, ranks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := 0
+			lo, hi := int64(n), int64(0)
+			for r, s := range p.Shards {
+				for _, i := range s {
+					if i != next {
+						t.Fatalf("n=%d ranks=%d: rank %d has %d, want %d", n, ranks, r, i, next)
+					}
+					next++
+				}
+				if p.Load[r] != int64(len(s)) {
+					t.Fatalf("load %d for %d items", p.Load[r], len(s))
+				}
+				lo, hi = min(lo, p.Load[r]), max(hi, p.Load[r])
+			}
+			if next != n || hi-lo > 1 {
+				t.Fatalf("n=%d ranks=%d: %d items dealt, loads %d..%d", n, ranks, next, lo, hi)
+			}
+		}
+	}
+	if _, err := Blocks(3, 0); err == nil {
+		t.Fatal("0 ranks accepted")
+	}
+}

@@ -62,14 +62,16 @@ def main():
         x = golden.load(p)
         with torch.no_grad():
             model([x])
-            secs = []
+            secs, cpu = [], []
             for _ in range(a.repeat):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 model([x])
                 secs.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
         h, w = x.shape[1], x.shape[2]
         med = statistics.median(secs)
-        row = {"path": p, "width": w, "height": h, "seconds": secs, "median_s": med}
+        row = {"path": p, "width": w, "height": h, "seconds": secs, "median_s": med,
+               "cpu_seconds": cpu, "median_cpu_s": statistics.median(cpu)}
         line = "%s %dx%d, %d threads: torchvision %.3f s/image" % (a.model, w, h, a.threads, med)
         g = go.get((w, h, a.threads))
         if g:

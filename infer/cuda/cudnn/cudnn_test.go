@@ -1,6 +1,7 @@
 package cudnn
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -521,4 +522,27 @@ func TestPlanFileRoundTrip(t *testing.T) {
 			t.Errorf("accepted %s", bad)
 		}
 	}
+}
+
+// FuzzParsePlanFile: a plan file comes from a stranger's disk; whatever
+// the bytes, ParsePlanFile returns an error or a file that marshals and
+// parses back to the same bytes, never panics.
+func FuzzParsePlanFile(f *testing.F) {
+	pf := &PlanFile{Format: PlanFormat, Key: PlanKey{CUDNN: 91900, GPU: "NVIDIA H200", CC: "9.0", SMs: 132}, Model: "m", Batch: 8, Precision: "tf32",
+		Plans: map[string]LayerPlan{"n8 c3": {Layer: "stem", Engine: Engine{Index: 2, Knobs: []Knob{{KnobSplitKSlc, 1}}}, Millis: 0.5, Tried: 3}}}
+	f.Add(pf.Marshal())
+	f.Add([]byte(`{"format":"canopy-cudnn-plans/1","batch_size":1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := ParsePlanFile(b)
+		if err != nil {
+			return
+		}
+		q, err := ParsePlanFile(p.Marshal())
+		if err != nil {
+			t.Fatalf("a parsed plan file does not parse back: %v", err)
+		}
+		if !bytes.Equal(q.Marshal(), p.Marshal()) {
+			t.Fatal("round trip changed the plan file")
+		}
+	})
 }

@@ -16,6 +16,10 @@
 #include <setjmp.h>
 #include <stdlib.h>
 #include <vector>
+#include <stdint.h>
+#include <string.h>
+#include <type_traits>
+#include <utility>
 
 #include "shim.h"
 
@@ -112,10 +116,96 @@ void __syncthreads(void)
 		_longjmp(sched, 1);
 }
 
-#include "kernels.cu"
+#include "kernels_cu.h" // kernels.cu (a link, so that go build sees it change)
+
+namespace {
+// from_slot converts an 8-byte argument slot (cuda.Slots) to the kernel's
+// parameter type.
+template <class T> T from_slot(uint64_t v)
+{
+	if constexpr (std::is_pointer_v<T>) {
+		return reinterpret_cast<T>((uintptr_t)v);
+	} else if constexpr (std::is_same_v<T, float>) {
+		uint32_t u = (uint32_t)v;
+		float f;
+		memcpy(&f, &u, 4);
+		return f;
+	} else if constexpr (std::is_same_v<T, double>) {
+		double f;
+		memcpy(&f, &v, 8);
+		return f;
+	} else {
+		return (T)v; // int: the low 4 bytes; long long: all 8
+	}
+}
+
+template <class... A, size_t... I>
+void call_slots(void (*k)(A...), const uint64_t *s, std::index_sequence<I...>)
+{
+	k(from_slot<A>(s[I])...);
+}
+
+template <class... A> constexpr int arity(void (*)(A...)) { return sizeof...(A); }
+
+template <class... A> void call_all(void (*k)(A...), const uint64_t *s)
+{
+	call_slots(k, s, std::index_sequence_for<A...>{});
+}
+
+// run_kernel launches K over the grid; Coop: the kernel uses __syncthreads.
+template <auto K, bool Coop> void run_kernel(unsigned gx, unsigned gy, unsigned bx, const uint64_t *s)
+{
+	launch(gx, gy, bx, [&] { call_all(K, s); }, Coop);
+}
+
+struct entry {
+	const char *name;
+	int nargs;
+	void (*run)(unsigned, unsigned, unsigned, const uint64_t *);
+};
+
+// kernels_by_name: the kernels Launch reaches (cuda.Device.Launch).
+#define CANOPY_ENTRY(k, coop) {#k, arity(k), run_kernel<k, coop>}
+const entry kernels_by_name[] = {
+	CANOPY_ENTRY(transform_img, false),
+	CANOPY_ENTRY(post_keys, false),
+	CANOPY_ENTRY(bitonic_step, false),
+	CANOPY_ENTRY(post_decode, false),
+	CANOPY_ENTRY(post_merge, false),
+	CANOPY_ENTRY(post_nms_prep, false),
+	CANOPY_ENTRY(post_nms_mask, false),
+	CANOPY_ENTRY(post_nms_scan, false),
+	CANOPY_ENTRY(fill_u32, false),
+	CANOPY_ENTRY(loss_match, false),
+	CANOPY_ENTRY(loss_lowq, false),
+	CANOPY_ENTRY(loss_sums, false),
+	CANOPY_ENTRY(loss_final, false),
+};
+#undef CANOPY_ENTRY
+} // namespace
 
 extern "C" {
 #include "launch.h"
+
+int hk_check(const char *name, int nargs)
+{
+	for (const entry &e : kernels_by_name)
+		if (strcmp(e.name, name) == 0)
+			return e.nargs == nargs ? 0 : -2;
+	return -1;
+}
+
+int hk_launch(const char *name, int gx, int gy, int bx, const unsigned long long *args, int nargs)
+{
+	for (const entry &e : kernels_by_name)
+		if (strcmp(e.name, name) == 0) {
+			if (e.nargs != nargs)
+				return -2;
+			e.run((unsigned)gx, (unsigned)gy, (unsigned)bx, (const uint64_t *)args);
+			return 0;
+		}
+	return -1;
+}
 
 void hk_conv(int tf32, int gx, int gy, int bx, const float *x, const float *w, const float *b,
              const float *res, float *y, int N, int C, int H, int W, int M, int KH, int KW, int S,

@@ -274,3 +274,678 @@ extern "C" __global__ void relu_copy(const float *__restrict__ x, float *__restr
 	float v = x[i];
 	y[i] = (v > 0.f || v != v) ? v : 0.f;
 }
+
+// ---------------------------------------------------------------------------
+// The stages around the network (infer/retinanet/gpupost.go drives them):
+// the transform, the postprocess and the losses. Each reproduces the CPU
+// code's float32 and float64 operations one for one (transform.go,
+// forward.go, nms.go, loss.go); neither compiler contracts a·b+c (gen.sh's
+// --fmad=false, launch.cc's fp-contract=off), fmaf is the one rounding of
+// the FMA instruction on both, and canopy_exp is the CPU code's exp
+// (expd in infer/retinanet/expd.go), so the bits agree.
+
+// go_max and go_min are Go's max and min on float32: NaN wins, and
+// max(−0, +0) is +0, min(−0, +0) is −0.
+CANOPY_INLINE float go_max(float a, float b)
+{
+	if (a != a || b != b)
+		return a != a ? a : b;
+	if (a == b)
+		return copysignf(1.f, a) < 0.f ? b : a;
+	return a > b ? a : b;
+}
+CANOPY_INLINE float go_min(float a, float b)
+{
+	if (a != a || b != b)
+		return a != a ? a : b;
+	if (a == b)
+		return copysignf(1.f, a) < 0.f ? a : b;
+	return a < b ? a : b;
+}
+
+// canopy_exp is e^x in float64, fdlibm's algorithm (argument reduction by
+// k·ln 2 in two parts, a degree-5 Remez polynomial), operation for
+// operation as expd in infer/retinanet/expd.go.
+CANOPY_INLINE double canopy_exp(double x)
+{
+	const double ln2hi = 6.93147180369123816490e-01, ln2lo = 1.90821492927058770002e-10,
+	             log2e = 1.44269504088896338700e+00;
+	const double p1 = 1.66666666666666657415e-01, p2 = -2.77777777770155933842e-03,
+	             p3 = 6.61375632143793436117e-05, p4 = -1.65339022054652515390e-06,
+	             p5 = 4.13813679705723846039e-08;
+	const double near0 = 1.0 / 268435456.0; // 2^−28
+	if (x != x)
+		return x;
+	if (x > 7.09782712893383973096e+02)
+		return x * 1e308 * 1e308; // +Inf
+	if (x < -7.45133219101941108420e+02)
+		return 0.0;
+	if (-near0 < x && x < near0)
+		return 1.0 + x;
+	int k = 0;
+	if (x < 0)
+		k = (int)(log2e * x - 0.5);
+	else if (x > 0)
+		k = (int)(log2e * x + 0.5);
+	double kd = (double)k;
+	double hi = x - kd * ln2hi;
+	double lo = kd * ln2lo;
+	double r = hi - lo;
+	double t = r * r;
+	double c = r - t * (p1 + t * (p2 + t * (p3 + t * (p4 + t * p5))));
+	double y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi);
+	return ldexp(y, k);
+}
+
+// canopy_sigmoid is forward.go's sigmoid: 1/(1+e^−v) in float64, rounded
+// to float32.
+CANOPY_INLINE float canopy_sigmoid(float v) { return (float)(1.0 / (1.0 + canopy_exp(-(double)v))); }
+
+// lin_t is one output coordinate's two source taps and their weights
+// (transform.go's lin).
+struct lin_t {
+	int i0, i1;
+	float l0, l1;
+};
+
+// lin_weight is transform.go's linearWeights for output coordinate d.
+CANOPY_INLINE lin_t lin_weight(int d, int in, int out, int fma_index)
+{
+	float ratio = (float)in / (float)out;
+	float src;
+	if (fma_index) {
+		src = fmaf(ratio, (float)d + 0.5f, -0.5f);
+	} else {
+		float t = ratio * ((float)d + 0.5f);
+		src = t - 0.5f;
+	}
+	if (src < 0.f)
+		src = 0.f;
+	lin_t w;
+	w.i0 = (int)src;
+	w.i1 = w.i0 < in - 1 ? w.i0 + 1 : w.i0;
+	w.l1 = go_min(go_max(src - (float)w.i0, 0.f), 1.f);
+	w.l0 = 1.f - w.l1;
+	return w;
+}
+
+// blend_px is BlendRule.blend: p00 = r0[i0], p01 = r0[i1], p10 = r1[i0],
+// p11 = r1[i1]. rule: 0 fma, 1 no-fma, 2 fma-1t (retinanet.BlendRule).
+CANOPY_INLINE float blend_px(int rule, float p00, float p01, float p10, float p11, lin_t a,
+                             float h0, float h1)
+{
+	if (rule == 1) {
+		float a00 = p00 * a.l0, a01 = p01 * a.l1, a10 = p10 * a.l0, a11 = p11 * a.l1;
+		float t0 = a00 + a01, t1 = a10 + a11;
+		float u0 = t0 * h0, u1 = t1 * h1;
+		return u0 + u1;
+	}
+	if (rule == 2) {
+		float w01 = h0 * a.l1, w00 = h0 * a.l0, w10 = h1 * a.l0, w11 = h1 * a.l1;
+		float acc = p01 * w01;
+		acc = fmaf(p00, w00, acc);
+		acc = fmaf(p10, w10, acc);
+		return fmaf(p11, w11, acc);
+	}
+	float b01 = p01 * a.l1, b11 = p11 * a.l1;
+	float t0 = fmaf(p00, a.l0, b01);
+	float t1 = fmaf(p10, a.l0, b11);
+	float u1 = t1 * h1;
+	return fmaf(t0, h0, u1);
+}
+
+// unit8 is imagefile's sample conversion: float32(float64(k)/255).
+CANOPY_INLINE float unit8(unsigned char k) { return (float)((double)k / 255.0); }
+
+// transform_img: one image's normalize, bilinear resize and zero padding
+// (transform.go's normalizeResizePad) into dst + dst_off, a [3, PH, PW]
+// slot of the batch. The source is CHW, 8-bit (src8, imagefile's samples)
+// or float32 (src32, when src8 is null). Grid: ceil(3·PH·PW / ELEM_THREADS).
+extern "C" __global__ void transform_img(const unsigned char *__restrict__ src8,
+                                         const float *__restrict__ src32, float *__restrict__ dst,
+                                         long long dst_off, int H, int W, int OH, int OW, int PH,
+                                         int PW, float m0, float m1, float m2, float s0, float s1,
+                                         float s2, int rule)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	long long plane = (long long)PH * PW;
+	if (i >= 3 * plane)
+		return;
+	int c = (int)(i / plane);
+	int y = (int)((i - c * plane) / PW), x = (int)(i % PW);
+	float *out = dst + dst_off;
+	if (y >= OH || x >= OW) {
+		out[i] = 0.f;
+		return;
+	}
+	float m = c == 0 ? m0 : (c == 1 ? m1 : m2);
+	float s = c == 0 ? s0 : (c == 1 ? s1 : s2);
+	long long base = (long long)c * H * W;
+#define CANOPY_PX(j) ((src8 ? unit8(src8[base + (j)]) : src32[base + (j)]) - m) / s
+	if (OH == H && OW == W) {
+		out[i] = CANOPY_PX((long long)y * W + x);
+		return;
+	}
+	lin_t wy = lin_weight(y, H, OH, rule == 2), wx = lin_weight(x, W, OW, rule == 2);
+	long long r0 = (long long)wy.i0 * W, r1 = (long long)wy.i1 * W;
+	float p00 = CANOPY_PX(r0 + wx.i0), p01 = CANOPY_PX(r0 + wx.i1);
+	float p10 = CANOPY_PX(r1 + wx.i0), p11 = CANOPY_PX(r1 + wx.i1);
+#undef CANOPY_PX
+	out[i] = blend_px(rule, p00, p01, p10, p11, wx, wy.l0, wy.l1);
+}
+
+// The postprocess (forward.go's levelCandidates and finish, nms.go's
+// batchedNMS) for a batch of images. A level's candidates are sorted by a
+// 64-bit key, (0x7fffffff − score bits) << 32 | index: ascending keys are
+// descending scores, ties by index, as levelCandidates sorts them (scores
+// are ≥ 0, so their bits order as the values). Keys live in segments of S
+// (a power of two ≥ every level's A·K·gh·gw), one per (image, level).
+// POST_CAND: floats per candidate (box[4], score, label).
+#define POST_LEVELS 5
+#define POST_CAND 6
+#define POST_NO_KEY 0xffffffffffffffffull
+
+// post_keys: level L's keys (sigmoid above thresh) or POST_NO_KEY, for
+// every slot of the n segments (n·S threads). cls is the level's
+// [n, A·K, hw] head output.
+extern "C" __global__ void post_keys(const float *__restrict__ cls,
+                                     unsigned long long *__restrict__ keys, int n, int AK, int K,
+                                     int hw, int S, int L, float thresh)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i >= (long long)n * S)
+		return;
+	int img = (int)(i / S), e = (int)(i % S);
+	unsigned long long key = POST_NO_KEY;
+	if (e < AK * hw) {
+		int loc = e / AK, ak = e % AK; // e = (loc·A + a)·K + k; ak = a·K + k
+		float s = canopy_sigmoid(cls[((long long)img * AK + ak) * hw + loc]);
+		if (s > thresh) {
+			unsigned int bits;
+			memcpy(&bits, &s, 4);
+			key = ((unsigned long long)(0x7fffffffu - bits) << 32) | (unsigned int)e;
+		}
+	}
+	keys[((long long)img * POST_LEVELS + L) * S + e] = key;
+}
+
+// bitonic_step is one compare-exchange step (stage k, distance j) of a
+// bitonic sort of every S-long segment of keys, ascending. total threads.
+extern "C" __global__ void bitonic_step(unsigned long long *__restrict__ keys, long long total,
+                                        int S, int j, int k)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i >= total)
+		return;
+	long long l = i ^ j;
+	if (l <= i)
+		return;
+	int up = ((int)(i & (S - 1)) & k) == 0;
+	unsigned long long a = keys[i], b = keys[l];
+	if ((a > b) == (up != 0)) {
+		keys[i] = b;
+		keys[l] = a;
+	}
+}
+
+// post_decode: the first topk keys of level L's segments decoded into
+// candidates cand[img][L·topk + r] (POST_CAND floats; score −Inf for none):
+// the anchor (cells: the 5 levels' 9 cell anchors, 4 floats each; shift
+// x·(pw/gw), y·(ph/gh)), BoxCoder's decoding with dw, dh clamped to clip,
+// the box clipped to the resized size (imgp[img] = H, W, rh, rw).
+// n·topk threads.
+extern "C" __global__ void post_decode(const unsigned long long *__restrict__ keys,
+                                       const float *__restrict__ reg, const float *__restrict__ cells,
+                                       const float *__restrict__ imgp, float *__restrict__ cand,
+                                       int n, int topk, int S, int L, int K, int gh, int gw, int ph,
+                                       int pw, float clip)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i >= (long long)n * topk)
+		return;
+	int img = (int)(i / topk), r = (int)(i % topk);
+	float *c = cand + ((long long)img * POST_LEVELS * topk + (long long)L * topk + r) * POST_CAND;
+	unsigned long long key = r < S ? keys[((long long)img * POST_LEVELS + L) * S + r] : POST_NO_KEY;
+	if (key == POST_NO_KEY) {
+		c[0] = c[1] = c[2] = c[3] = 0.f;
+		c[4] = -INFINITY;
+		c[5] = 0.f;
+		return;
+	}
+	unsigned int bits = 0x7fffffffu - (unsigned int)(key >> 32);
+	int idx = (int)(key & 0xffffffffu);
+	float score;
+	memcpy(&score, &bits, 4);
+	int ai = idx / K, label = idx % K;
+	int loc = ai / 9, a = ai % 9;
+	int y = loc / gw, x = loc % gw, hw = gh * gw;
+	float sy = (float)(y * (ph / gh)), sx = (float)(x * (pw / gw));
+	const float *cc = cells + (L * 9 + a) * 4;
+	float an0 = sx + cc[0], an1 = sy + cc[1], an2 = sx + cc[2], an3 = sy + cc[3];
+	const float *d = reg + (long long)img * 9 * 4 * hw;
+	float d0 = d[(a * 4 + 0) * hw + loc], d1 = d[(a * 4 + 1) * hw + loc];
+	float d2 = d[(a * 4 + 2) * hw + loc], d3 = d[(a * 4 + 3) * hw + loc];
+	float aw = an2 - an0, ah = an3 - an1;
+	float haw = 0.5f * aw, hah = 0.5f * ah;
+	float cx = an0 + haw, cy = an1 + hah;
+	float dw = go_min(d2, clip), dh = go_min(d3, clip);
+	float ox = d0 * aw, oy = d1 * ah;
+	float pcx = ox + cx, pcy = oy + cy;
+	float ew = (float)canopy_exp((double)dw), eh = (float)canopy_exp((double)dh);
+	float pwid = ew * aw, phei = eh * ah;
+	float hw2 = 0.5f * pwid, hh2 = 0.5f * phei;
+	float Wd = (float)(int)imgp[img * 4 + 3], Hd = (float)(int)imgp[img * 4 + 2];
+	c[0] = go_min(go_max(pcx - hw2, 0.f), Wd);
+	c[1] = go_min(go_max(pcy - hh2, 0.f), Hd);
+	c[2] = go_min(go_max(pcx + hw2, 0.f), Wd);
+	c[3] = go_min(go_max(pcy + hh2, 0.f), Hd);
+	c[4] = score;
+	c[5] = (float)label;
+}
+
+// post_count is the number of level L's candidates (of topk, sorted by
+// descending score, the missing last) whose score is above s (or, with
+// ge, at least s).
+CANOPY_INLINE int post_count(const float *cl, int topk, float s, int ge)
+{
+	int lo = 0, hi = topk;
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		float v = cl[(long long)mid * POST_CAND + 4];
+		if (ge ? v >= s : v > s)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+// post_merge: the levels' candidates merged into one list per image,
+// sorted[img][pos], in batchedNMS's order: descending score, ties by level
+// and then by the level's order (a stable sort of the concatenation).
+// n·5·topk threads.
+extern "C" __global__ void post_merge(const float *__restrict__ cand, float *__restrict__ sorted,
+                                      int n, int topk)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i >= (long long)n * POST_LEVELS * topk)
+		return;
+	int img = (int)(i / ((long long)POST_LEVELS * topk));
+	int q = (int)(i % ((long long)POST_LEVELS * topk));
+	int L = q / topk, r = q % topk;
+	const float *base = cand + (long long)img * POST_LEVELS * topk * POST_CAND;
+	const float *c = base + (long long)q * POST_CAND;
+	float s = c[4];
+	if (s == -INFINITY)
+		return;
+	int pos = r;
+	for (int M = 0; M < POST_LEVELS; M++)
+		if (M != L)
+			pos += post_count(base + (long long)M * topk * POST_CAND, topk, s, M < L);
+	float *o = sorted + ((long long)img * POST_LEVELS * topk + pos) * POST_CAND;
+	for (int j = 0; j < POST_CAND; j++)
+		o[j] = c[j];
+}
+
+// post_nms_prep: per image (n threads), meta[img] = {count, mx, offset}:
+// the candidates' count, and, when batchedNMS uses the coordinate offset
+// (count·4 ≤ 4000), the largest coordinate mx (from 0).
+extern "C" __global__ void post_nms_prep(const float *__restrict__ cand, float *__restrict__ meta,
+                                         int n, int topk)
+{
+	long long img = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (img >= n)
+		return;
+	const float *base = cand + img * POST_LEVELS * topk * POST_CAND;
+	int cnt = 0;
+	for (int L = 0; L < POST_LEVELS; L++)
+		cnt += post_count(base + (long long)L * topk * POST_CAND, topk, -INFINITY, 0);
+	float mx = 0.f;
+	int offset = cnt * 4 <= 4000;
+	if (offset) {
+		for (int L = 0; L < POST_LEVELS; L++)
+			for (int r = 0; r < topk; r++) {
+				const float *c = base + ((long long)L * topk + r) * POST_CAND;
+				if (c[4] == -INFINITY)
+					break;
+				for (int j = 0; j < 4; j++)
+					mx = go_max(mx, c[j]);
+			}
+	}
+	meta[img * 3 + 0] = (float)cnt;
+	meta[img * 3 + 1] = mx;
+	meta[img * 3 + 2] = (float)offset;
+}
+
+// nms_box is candidate c's box as batchedNMS compares it: shifted by
+// label·(mx+1) in the offset mode.
+CANOPY_INLINE void nms_box(const float *c, int offset, float mx, float *b)
+{
+	float off = 0.f;
+	if (offset) {
+		float m1 = mx + 1.f;
+		off = c[5] * m1;
+	}
+	for (int j = 0; j < 4; j++)
+		b[j] = offset ? c[j] + off : c[j];
+}
+
+// post_nms_mask: bit j%64 of mask[img][i][j/64] is set when the sorted
+// candidate j > i would be suppressed by i (nms.go: IoU in float32 above
+// thr; in the per-label mode only within a label). n·N·W threads (N =
+// 5·topk candidates, W = ceil(N/64) words).
+extern "C" __global__ void post_nms_mask(const float *__restrict__ sorted,
+                                         const float *__restrict__ meta,
+                                         unsigned long long *__restrict__ mask, int n, int N, int W,
+                                         double thr)
+{
+	long long t = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (t >= (long long)n * N * W)
+		return;
+	int img = (int)(t / ((long long)N * W));
+	int i = (int)((t / W) % N), w = (int)(t % W);
+	int cnt = (int)meta[img * 3], offset = meta[img * 3 + 2] != 0.f;
+	float mx = meta[img * 3 + 1];
+	unsigned long long bits = 0;
+	const float *base = sorted + (long long)img * N * POST_CAND;
+	if (i < cnt) {
+		float bi[4];
+		nms_box(base + (long long)i * POST_CAND, offset, mx, bi);
+		float ai = (bi[2] - bi[0]) * (bi[3] - bi[1]);
+		float li = base[(long long)i * POST_CAND + 5];
+		for (int b = 0; b < 64; b++) {
+			int j = w * 64 + b;
+			if (j <= i || j >= cnt)
+				continue;
+			const float *cj = base + (long long)j * POST_CAND;
+			if (!offset && cj[5] != li)
+				continue;
+			float bj[4];
+			nms_box(cj, offset, mx, bj);
+			float aj = (bj[2] - bj[0]) * (bj[3] - bj[1]);
+			float iw = go_max(0.f, go_min(bi[2], bj[2]) - go_max(bi[0], bj[0]));
+			float ih = go_max(0.f, go_min(bi[3], bj[3]) - go_max(bi[1], bj[1]));
+			float inter = iw * ih;
+			float uni = ai + aj;
+			uni = uni - inter;
+			float iou = inter / uni;
+			if ((double)iou > thr)
+				bits |= 1ull << b;
+		}
+	}
+	mask[t] = bits;
+}
+
+// post_nms_scan: per image (n threads), the greedy NMS over the mask in
+// score order, stopping at dets kept; out[img] = count, then dets
+// detections of POST_CAND floats, the boxes scaled back to the original
+// image (imgp: H, W, rh, rw). removed: n·W words of scratch.
+extern "C" __global__ void post_nms_scan(const float *__restrict__ sorted,
+                                         const float *__restrict__ meta,
+                                         const unsigned long long *__restrict__ mask,
+                                         unsigned long long *__restrict__ removed,
+                                         const float *__restrict__ imgp, float *__restrict__ out,
+                                         int n, int N, int W, int dets)
+{
+	long long img = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (img >= n)
+		return;
+	int cnt = (int)meta[img * 3];
+	unsigned long long *rm = removed + img * W;
+	for (int w = 0; w < W; w++)
+		rm[w] = 0;
+	const float *base = sorted + img * N * POST_CAND;
+	const unsigned long long *mk = mask + img * N * W;
+	float *o = out + img * (1 + (long long)dets * POST_CAND);
+	float H = (float)(int)imgp[img * 4], Wd = (float)(int)imgp[img * 4 + 1];
+	float rh = (float)(int)imgp[img * 4 + 2], rw = (float)(int)imgp[img * 4 + 3];
+	float ry = H / rh, rx = Wd / rw;
+	int kept = 0;
+	for (int i = 0; i < cnt && kept < dets; i++) {
+		if (rm[i / 64] >> (i % 64) & 1)
+			continue;
+		const float *c = base + (long long)i * POST_CAND;
+		float *d = o + 1 + (long long)kept * POST_CAND;
+		d[0] = c[0] * rx;
+		d[1] = c[1] * ry;
+		d[2] = c[2] * rx;
+		d[3] = c[3] * ry;
+		d[4] = c[4];
+		d[5] = c[5];
+		kept++;
+		for (int w = i / 64; w < W; w++)
+			rm[w] |= mk[(long long)i * W + w];
+	}
+	o[0] = (float)kept;
+}
+
+// ---------------------------------------------------------------------------
+// The validation losses (loss.go's lossAcc) for a batch: the anchors of all
+// levels concatenated (level, location, cell anchor), lv[L] = {gh, gw,
+// first anchor}, the truth boxes on the resized image gt[img][g] = {box,
+// label} (gtn[img] of them). match holds a truth index, LOSS_BG or
+// LOSS_SKIP per anchor.
+#define LOSS_BG -1
+#define LOSS_SKIP -2
+
+// fill_u32: p[0..n) = v.
+extern "C" __global__ void fill_u32(unsigned int *__restrict__ p, long long n, unsigned int v)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i < n)
+		p[i] = v;
+}
+
+// loss_anchor is anchor i of the concatenation (loss.go's anchorAt).
+CANOPY_INLINE void loss_anchor(const float *cells, const float *lv, int i, int ph, int pw, float *an)
+{
+	int L = 0;
+	while (L < 4 && i >= (int)lv[(L + 1) * 3 + 2])
+		L++;
+	int gh = (int)lv[L * 3], gw = (int)lv[L * 3 + 1];
+	int local = i - (int)lv[L * 3 + 2];
+	int loc = local / 9, a = local % 9;
+	int y = loc / gw, x = loc % gw;
+	float sy = (float)(y * (ph / gh)), sx = (float)(x * (pw / gw));
+	const float *cc = cells + (L * 9 + a) * 4;
+	an[0] = sx + cc[0];
+	an[1] = sy + cc[1];
+	an[2] = sx + cc[2];
+	an[3] = sy + cc[3];
+}
+
+// loss_iou is loss.go's iou: box_iou of one pair in float32.
+CANOPY_INLINE float loss_iou(const float *b, const float *an)
+{
+	float w = go_max(go_min(b[2], an[2]) - go_max(b[0], an[0]), 0.f);
+	float h = go_max(go_min(b[3], an[3]) - go_max(b[1], an[1]), 0.f);
+	float inter = w * h;
+	float a1 = (b[2] - b[0]) * (b[3] - b[1]);
+	float a2 = (an[2] - an[0]) * (an[3] - an[1]);
+	float u = a1 + a2;
+	u = u - inter;
+	return inter / u;
+}
+
+// loss_match: per anchor (n·NA threads), its best truth (the first on a
+// tie; 0 when it overlaps none) in arg, the thresholds' match, and each
+// truth's best IoU in gtbest (float bits; IoUs are ≥ 0, so the bits order
+// as the values and the maximum does not depend on the order).
+extern "C" __global__ void loss_match(const float *__restrict__ gt, const float *__restrict__ gtn,
+                                      const float *__restrict__ cells, const float *__restrict__ lv,
+                                      int *__restrict__ match, int *__restrict__ arg,
+                                      unsigned int *__restrict__ gtbest, int n, int NA, int G,
+                                      int ph, int pw)
+{
+	long long t = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (t >= (long long)n * NA)
+		return;
+	int img = (int)(t / NA), i = (int)(t % NA);
+	float an[4];
+	loss_anchor(cells, lv, i, ph, pw, an);
+	int cnt = (int)gtn[img], best_g = 0;
+	float best = 0.f;
+	for (int g = 0; g < cnt; g++) {
+		const float *b = gt + ((long long)img * G + g) * 5;
+		float v = loss_iou(b, an);
+		if (v > best) {
+			best = v;
+			best_g = g;
+		}
+		if (v > 0.f) {
+			unsigned int bits;
+			memcpy(&bits, &v, 4);
+			atomicMax(gtbest + (long long)img * G + g, bits);
+		}
+	}
+	arg[t] = best_g;
+	match[t] = best < 0.4f ? LOSS_BG : (best < 0.5f ? LOSS_SKIP : best_g);
+}
+
+// loss_lowq: the low-quality rule (n·NA threads): an anchor at a truth's
+// best IoU (or at 0 when that truth overlaps no anchor) gets its own best
+// truth back; fg[img] counts the foreground anchors.
+extern "C" __global__ void loss_lowq(const float *__restrict__ gt, const float *__restrict__ gtn,
+                                     const float *__restrict__ cells, const float *__restrict__ lv,
+                                     int *__restrict__ match, const int *__restrict__ arg,
+                                     const unsigned int *__restrict__ gtbest,
+                                     unsigned int *__restrict__ fg, int n, int NA, int G, int ph,
+                                     int pw)
+{
+	long long t = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (t >= (long long)n * NA)
+		return;
+	int img = (int)(t / NA), i = (int)(t % NA);
+	float an[4];
+	loss_anchor(cells, lv, i, ph, pw, an);
+	int cnt = (int)gtn[img];
+	int m = match[t];
+	for (int g = 0; g < cnt; g++) {
+		unsigned int bits = gtbest[(long long)img * G + g];
+		float top;
+		memcpy(&top, &bits, 4);
+		float v = loss_iou(gt + ((long long)img * G + g) * 5, an);
+		if (v == top)
+			m = arg[t];
+	}
+	match[t] = m;
+	if (m >= 0)
+		atomicAdd(fg + img, 1u);
+}
+
+// go_maxd is Go's max on float64 (NaN wins).
+CANOPY_INLINE double go_maxd(double a, double b)
+{
+	if (a != a || b != b)
+		return a != a ? a : b;
+	return a > b ? a : b;
+}
+
+// focal_term is loss.go's focal: sigmoid_focal_loss of one logit in
+// float64 (α 0.25, γ 2).
+CANOPY_INLINE double focal_term(float x32, int pos)
+{
+	double x = (double)x32;
+	double e = canopy_exp(-fabs(x));
+	double l = log1p(e);
+	double p = 1.0 / (1.0 + e), q = e / (1.0 + e);
+	if (x < 0) {
+		double s = p;
+		p = q;
+		q = s;
+	}
+	if (pos) {
+		double ce = go_maxd(-x, 0.0) + l;
+		return 0.25 * ce * q * q;
+	}
+	double ce = go_maxd(x, 0.0) + l;
+	return 0.75 * ce * p * p;
+}
+
+// loss_sums: level L's per-channel sums (n·(A·K + A·4) threads): channel
+// ch < A·K is the classification channel a·K+k (focal terms over the
+// locations in order, ignored anchors left out), then the regression
+// channel a·4+j (|delta − encoded target| of the foreground anchors).
+// sums[img][L][ch], float64, with CH = A·K + A·4 channels per level.
+extern "C" __global__ void loss_sums(const float *__restrict__ cls, const float *__restrict__ reg,
+                                     const float *__restrict__ gt, const float *__restrict__ cells,
+                                     const float *__restrict__ lv, const int *__restrict__ match,
+                                     double *__restrict__ sums, int n, int NA, int G, int K, int L,
+                                     int ph, int pw)
+{
+	int AK = 9 * K, CH = AK + 36;
+	long long t = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (t >= (long long)n * CH)
+		return;
+	int img = (int)(t / CH), ch = (int)(t % CH);
+	int gh = (int)lv[L * 3], gw = (int)lv[L * 3 + 1], start = (int)lv[L * 3 + 2];
+	int hw = gh * gw;
+	const int *mt = match + (long long)img * NA + start;
+	double s = 0.0;
+	if (ch < AK) {
+		int a = ch / K, k = ch % K;
+		const float *x = cls + ((long long)img * AK + ch) * hw;
+		for (int loc = 0; loc < hw; loc++) {
+			int m = mt[loc * 9 + a];
+			if (m == LOSS_SKIP)
+				continue;
+			int pos = m >= 0 && (int)gt[((long long)img * G + m) * 5 + 4] == k;
+			s += focal_term(x[loc], pos);
+		}
+	} else {
+		int c = ch - AK, a = c / 4, j = c % 4;
+		const float *d = reg + ((long long)img * 36 + c) * hw;
+		for (int loc = 0; loc < hw; loc++) {
+			int m = mt[loc * 9 + a];
+			if (m < 0)
+				continue;
+			float an[4];
+			loss_anchor(cells, lv, start + loc * 9 + a, ph, pw, an);
+			const float *g = gt + ((long long)img * G + m) * 5;
+			float ew = an[2] - an[0], eh = an[3] - an[1];
+			float hew = 0.5f * ew, heh = 0.5f * eh;
+			float ecx = an[0] + hew, ecy = an[1] + heh;
+			float gw2 = g[2] - g[0], gh2 = g[3] - g[1];
+			float hgw = 0.5f * gw2, hgh = 0.5f * gh2;
+			float gcx = g[0] + hgw, gcy = g[1] + hgh;
+			float tj;
+			if (j == 0)
+				tj = (gcx - ecx) / ew;
+			else if (j == 1)
+				tj = (gcy - ecy) / eh;
+			else if (j == 2)
+				tj = (float)log((double)(gw2 / ew));
+			else
+				tj = (float)log((double)(gh2 / eh));
+			s += (double)fabsf(d[loc] - tj);
+		}
+	}
+	sums[((long long)img * 5 + L) * CH + ch] = s;
+}
+
+// loss_final: per image (n threads), the sums added in loss.go's order
+// (level by level, classification channels then regression channels) and
+// divided by max(1, foreground) in float32: out[img] = {classification,
+// box regression, foreground}.
+extern "C" __global__ void loss_final(const double *__restrict__ sums,
+                                      const unsigned int *__restrict__ fg, float *__restrict__ out,
+                                      int n, int K)
+{
+	long long img = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (img >= n)
+		return;
+	int AK = 9 * K, CH = AK + 36;
+	double c = 0.0, r = 0.0;
+	for (int L = 0; L < 5; L++) {
+		const double *s = sums + (img * 5 + L) * CH;
+		for (int ch = 0; ch < AK; ch++)
+			c += s[ch];
+		for (int ch = AK; ch < CH; ch++)
+			r += s[ch];
+	}
+	unsigned int f = fg[img];
+	float d = (float)(f > 1u ? f : 1u);
+	out[img * 3] = (float)c / d;
+	out[img * 3 + 1] = (float)r / d;
+	out[img * 3 + 2] = (float)f;
+}

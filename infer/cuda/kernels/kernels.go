@@ -14,6 +14,15 @@ import _ "embed"
 //go:embed kernels.fatbin
 var Fatbin []byte
 
+// NHWCFatbin is the module of nhwc.cu, the cuDNN path's data-movement
+// kernels (loaded beside Fatbin).
+//
+//go:embed nhwc.fatbin
+var NHWCFatbin []byte
+
+// NHWCNames are nhwc.cu's kernels, in cuda.NHWCOp order.
+var NHWCNames = []string{"to_nhwc", "to_nchw", "maxpool3s2_nhwc", "upsample_add_nhwc", "relu_copy_any"}
+
 // Tile sizes, as kernels.cu #defines them (TestDefinesAgree).
 const (
 	ConvBM, ConvBN, ConvBK, ConvThreads = 64, 64, 16, 256
@@ -28,10 +37,38 @@ const (
 	MaxPool3s2  = "maxpool3s2"
 	UpsampleAdd = "upsample_add"
 	ReluCopy    = "relu_copy"
+	// TransformImg is one image's normalize, resize and pad
+	// (retinanet's transform on the device).
+	TransformImg = "transform_img"
+	// The postprocess: scores and keys per level, the segmented bitonic
+	// sort, box decoding, the merge of the levels, batched NMS.
+	PostKeys    = "post_keys"
+	BitonicStep = "bitonic_step"
+	PostDecode  = "post_decode"
+	PostMerge   = "post_merge"
+	PostNMSPrep = "post_nms_prep"
+	PostNMSMask = "post_nms_mask"
+	PostNMSScan = "post_nms_scan"
+	// The validation losses: matching, the low-quality rule, per-channel
+	// sums, the per-image result; fill_u32 clears their counters.
+	FillU32   = "fill_u32"
+	LossMatch = "loss_match"
+	LossLowQ  = "loss_lowq"
+	LossSums  = "loss_sums"
+	LossFinal = "loss_final"
+)
+
+// PostCand is the floats per candidate and per detection of the
+// postprocess (box[4], score, label); PostLevels the pyramid levels.
+const (
+	PostCand   = 6
+	PostLevels = 5
 )
 
 // Names lists every kernel the module must export.
-var Names = []string{ConvF32, ConvTF32, MaxPool3s2, UpsampleAdd, ReluCopy}
+var Names = []string{ConvF32, ConvTF32, MaxPool3s2, UpsampleAdd, ReluCopy, TransformImg,
+	PostKeys, BitonicStep, PostDecode, PostMerge, PostNMSPrep, PostNMSMask, PostNMSScan,
+	FillU32, LossMatch, LossLowQ, LossSums, LossFinal}
 
 // Dim is a launch's grid and block size (x only for blocks).
 type Dim struct {

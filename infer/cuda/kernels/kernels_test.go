@@ -19,6 +19,7 @@ func TestDefinesAgree(t *testing.T) {
 	want := map[string]int{
 		"CONV_BM": ConvBM, "CONV_BN": ConvBN, "CONV_BK": ConvBK, "CONV_THREADS": ConvThreads,
 		"TC_BM": TCBM, "TC_BN": TCBN, "TC_BK": TCBK, "TC_THREADS": TCThreads, "ELEM_THREADS": ElemThreads,
+		"POST_CAND": PostCand, "POST_LEVELS": PostLevels,
 	}
 	re := regexp.MustCompile(`(?m)^#define (\w+) (\d+)$`)
 	got := map[string]int{}
@@ -107,5 +108,24 @@ func TestGeometry(t *testing.T) {
 	}
 	if d := Elem(257); d != (Dim{2, 1, 256}) {
 		t.Errorf("Elem: %+v", d)
+	}
+}
+
+// TestNHWCAgrees: nhwc.cu indexes with NHWC_THREADS per block and the
+// launchers use Elem's geometry; every name the Go side launches is an
+// extern "C" kernel there.
+func TestNHWCAgrees(t *testing.T) {
+	src, err := os.ReadFile("nhwc.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^#define NHWC_THREADS (\d+)$`).FindStringSubmatch(string(src))
+	if m == nil || m[1] != strconv.Itoa(ElemThreads) {
+		t.Errorf("nhwc.cu NHWC_THREADS %v, Elem's block %d", m, ElemThreads)
+	}
+	for _, n := range NHWCNames {
+		if !regexp.MustCompile(`extern "C" __global__ void ` + n + `\(`).Match(src) {
+			t.Errorf("nhwc.cu has no kernel %s", n)
+		}
 	}
 }

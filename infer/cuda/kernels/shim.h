@@ -27,6 +27,21 @@ struct shim_dim3 {
 extern shim_dim3 blockIdx, threadIdx, blockDim, gridDim;
 void __syncthreads(void);
 
+// Atomics: the shim runs one thread at a time, so a plain update is atomic.
+inline unsigned atomicMax(unsigned *p, unsigned v)
+{
+	unsigned o = *p;
+	if (v > o)
+		*p = v;
+	return o;
+}
+inline unsigned atomicAdd(unsigned *p, unsigned v)
+{
+	unsigned o = *p;
+	*p = o + v;
+	return o;
+}
+
 namespace nvcuda {
 namespace wmma {
 struct matrix_a {};

@@ -31,7 +31,7 @@ func Build(dir string, defines ...string) (string, error) {
 	if cc == "" {
 		cc = "cc"
 	}
-	args := []string{"-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-o", out, src, "-lm"}
+	args := []string{"-shared", "-fPIC", "-O3", "-fno-math-errno", "-fvisibility=hidden", "-o", out, src, "-lm"}
 	for _, d := range defines {
 		args = append(args, "-D"+d)
 	}

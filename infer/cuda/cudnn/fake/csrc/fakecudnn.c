@@ -24,13 +24,20 @@
 //   2: TENSOR_CORE with knob SPLIT_K_SLC (1..4, the heuristic offers 2): the
 //      reduction in that many slices, summed at the end;
 //   1: TENSOR_CORE, knob TILE_SIZE (0..1, no effect on the bits): FP32 data
-//      rounded to TF32 (cvt.rna), BF16 data as is, FP32 accumulation;
+//      rounded to TF32 (cvt.rna), BF16 data as is, FP32 accumulation; its
+//      k order descends for image n of a batch of N where n + N is odd, so
+//      an image's bits depend on its slot and the batch size, as a real
+//      engine's may (what global batching must make harmless);
 //   0: FP32 only, no tensor cores: exact FP32 fused multiply-adds.
-// Accumulation order in all: for each output, k = (kh, kw, c) ascending.
+// Accumulation order otherwise: for each output, k = (kh, kw, c) ascending.
 //
 // Build: cc -shared -fPIC -O2 -o libcudnn.so.9 fakecudnn.c
 // -DFAKE_VERSION=N changes cudnnGetVersion (tests build a wrong one);
 // -DFAKE_OMIT_EXECUTE leaves cudnnBackendExecute out.
+#pragma GCC optimize("fp-contract=off")
+#if defined(__x86_64__)
+#pragma GCC target("fma")
+#endif
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -966,29 +973,54 @@ int cudnnBackendExecute(void *hp, void *planp, void *packp)
 	int64_t M = W->dims[0], KH = W->dims[2], KW = W->dims[3], OH = Y->dims[2], OW = Y->dims[3];
 	const void *x = ptr_of(pack, X->uid), *w = ptr_of(pack, W->uid);
 	int64_t K = KH * KW * Cc, per = (K + slc - 1) / slc;
+	// The operands as the engine reads them (FP32, TF32-rounded or BF16),
+	// W transposed to [k][m] so that the M accumulators of one output
+	// pixel advance together (each still sums its own k in order).
+	float *xf = malloc(sizeof(float) * N * H * Wd * Cc), *wf = malloc(sizeof(float) * K * M);
+	float *acc = malloc(sizeof(float) * M), *total = malloc(sizeof(float) * M);
+	if (!xf || !wf || !acc || !total) {
+		free(xf), free(wf), free(acc), free(total);
+		return fail(ST_EXEC, "execute: out of host memory%s", NULL);
+	}
+	for (int64_t i = 0; i < N * H * Wd * Cc; i++) {
+		float a = load(x, X->dtype, i);
+		xf[i] = round ? tf32(a) : a;
+	}
+	for (int64_t m = 0; m < M; m++)
+		for (int64_t k = 0; k < K; k++) {
+			float b = load(w, W->dtype, m * K + k);
+			wf[k * M + m] = round ? tf32(b) : b;
+		}
 	for (int64_t n = 0; n < N; n++)
 		for (int64_t oy = 0; oy < OH; oy++)
-			for (int64_t ox = 0; ox < OW; ox++)
-				for (int64_t m = 0; m < M; m++) {
-					float total = 0;
-					for (int64_t s = 0; s < slc; s++) {
-						float acc = 0;
-						for (int64_t k = s * per; k < (s + 1) * per && k < K; k++) {
-							int64_t kh = k / (KW * Cc), kw = k / Cc % KW, c = k % Cc;
-							int64_t iy = oy * C->stride[0] - C->pad[0] + kh;
-							int64_t ix = ox * C->stride[1] - C->pad[1] + kw;
-							if (iy < 0 || iy >= H || ix < 0 || ix >= Wd)
-								continue;
-							float a = load(x, X->dtype, ((n * H + iy) * Wd + ix) * Cc + c);
-							float b = load(w, W->dtype, ((m * KH + kh) * KW + kw) * Cc + c);
-							if (round)
-								a = tf32(a), b = tf32(b);
-							acc = fmaf(a, b, acc);
-						}
-						total = s == 0 ? acc : total + acc;
+			for (int64_t ox = 0; ox < OW; ox++) {
+				// k = (kh, kw, c) ascending; slice s holds k in
+				// [s·per, (s+1)·per), summed alone, the slices then
+				// added in order.
+				int64_t s = 0;
+				for (int64_t m = 0; m < M; m++)
+					acc[m] = 0, total[m] = 0;
+				// Engine 1 is slot- and batch-size-dependent, as
+				// real engines can be: k descends where n + N is odd.
+				bool rev = eng == 1 && ((n + N) & 1);
+				for (int64_t j = 0; j < K; j++) {
+					if (j == (s + 1) * per) {
+						for (int64_t m = 0; m < M; m++)
+							total[m] = s == 0 ? acc[m] : total[m] + acc[m], acc[m] = 0;
+						s++;
 					}
+					int64_t k = rev ? K - 1 - j : j;
+					int64_t kh = k / (KW * Cc), kw = k / Cc % KW, c = k % Cc;
+					int64_t iy = oy * C->stride[0] - C->pad[0] + kh, ix = ox * C->stride[1] - C->pad[1] + kw;
+					if (iy < 0 || iy >= H || ix < 0 || ix >= Wd)
+						continue;
+					const float a = xf[((n * H + iy) * Wd + ix) * Cc + c], *wp = wf + k * M;
+					for (int64_t m = 0; m < M; m++)
+						acc[m] = fmaf(a, wp[m], acc[m]);
+				}
+				for (int64_t m = 0; m < M; m++) {
+					float v = s == 0 ? acc[m] : total[m] + acc[m];
 					int64_t yi = ((n * OH + oy) * OW + ox) * M + m;
-					float v = total;
 					desc *out = Y;
 					for (int i = 1; i < g->nops; i++) {
 						desc *op = g->ops[i];
@@ -1010,6 +1042,8 @@ int cudnnBackendExecute(void *hp, void *planp, void *packp)
 					else
 						((float *)yp)[yi] = v;
 				}
+			}
+	free(xf), free(wf), free(acc), free(total);
 	return ST_OK;
 }
 

@@ -1,0 +1,204 @@
+//go:build !nogdal
+
+package gdal
+
+/*
+#cgo pkg-config: gdal
+#include <stdio.h>
+#include <stdlib.h>
+#include <gdal.h>
+#include <cpl_error.h>
+#include <cpl_conv.h>
+
+// Every call and the read of its error message happen in one C function:
+// GDAL's last error is per thread, and a goroutine may change threads
+// between two cgo calls.
+static void canopy_err(char *err, int n) {
+	const char *m = CPLGetLastErrorMsg();
+	snprintf(err, n, "%s", (m && *m) ? m : "no message from GDAL");
+}
+
+static void canopy_init(void) {
+	GDALAllRegister();
+	CPLSetErrorHandler(CPLQuietErrorHandler); // errors are returned, not printed
+}
+
+static GDALDatasetH canopy_open(const char *path, char *err, int n) {
+	static const char *const drivers[] = {"GTiff", "JPEG", "PNG", NULL};
+	CPLErrorReset();
+	GDALDatasetH h = GDALOpenEx(path, GDAL_OF_RASTER | GDAL_OF_READONLY, drivers, NULL, NULL);
+	if (!h) canopy_err(err, n);
+	return h;
+}
+
+// canopy_info fills what Info needs; type of each of the first 4 bands.
+static void canopy_info(GDALDatasetH h, int *w, int *hh, int *bands, int *types, int *alpha, double *gt, int *hasgt) {
+	*w = GDALGetRasterXSize(h);
+	*hh = GDALGetRasterYSize(h);
+	*bands = GDALGetRasterCount(h);
+	for (int b = 0; b < 4 && b < *bands; b++) types[b] = (int)GDALGetRasterDataType(GDALGetRasterBand(h, b + 1));
+	*alpha = 0;
+	if (*bands == 4) *alpha = GDALGetRasterColorInterpretation(GDALGetRasterBand(h, 4)) == GCI_AlphaBand;
+	*hasgt = GDALGetGeoTransform(h, gt) == CE_None;
+}
+
+// canopy_read reads bands 1-3 of a window, band after band, as type t.
+static int canopy_read(GDALDatasetH h, int x, int y, int w, int hh, void *buf, int t, char *err, int n) {
+	int map[3] = {1, 2, 3};
+	CPLErrorReset();
+	CPLErr e = GDALDatasetRasterIO(h, GF_Read, x, y, w, hh, buf, w, hh, (GDALDataType)t, 3, map, 0, 0, 0);
+	if (e != CE_None || CPLGetLastErrorType() >= CE_Failure) {
+		canopy_err(err, n);
+		return 1;
+	}
+	return 0;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"unsafe"
+)
+
+// Available reports whether this build reads rasters.
+const Available = true
+
+var initOnce sync.Once
+
+func initGDAL() { initOnce.Do(func() { C.canopy_init() }) }
+
+// SetCacheMax bounds GDAL's block cache (bytes, for the whole process).
+func SetCacheMax(bytes int64) {
+	initGDAL()
+	C.GDALSetCacheMax64(C.GIntBig(bytes))
+}
+
+// Raster is an open raster. Its methods may be called from any goroutine;
+// reads are serialised (a GDAL dataset is not safe for concurrent use).
+type Raster struct {
+	mu   sync.Mutex
+	h    C.GDALDatasetH
+	path string
+	info Info
+}
+
+const errLen = 512
+
+// Open opens path read-only. It must be a regular file that GDAL's GTiff,
+// JPEG or PNG driver reads, with 3 or 4 bands (the fourth an unassociated
+// alpha band) of 8- or 16-bit samples; its first and last pixels are read,
+// so that a file cut short is refused here rather than halfway through a
+// job.
+func Open(path string) (*Raster, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("gdal: %w: %w", err, ErrRaster)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("gdal: %s is not a regular file: %w", path, ErrRaster)
+	}
+	initGDAL()
+	cp := C.CString(path)
+	defer C.free(unsafe.Pointer(cp))
+	var ebuf [errLen]C.char
+	h := C.canopy_open(cp, &ebuf[0], errLen)
+	if h == nil {
+		return nil, fmt.Errorf("gdal: %s is not a raster canopy reads (GeoTIFF, JPEG, PNG): %s: %w", path, C.GoString(&ebuf[0]), ErrRaster)
+	}
+	r := &Raster{h: h, path: path}
+	var w, hh, bands, alpha, hasgt C.int
+	var types [4]C.int
+	var gt [6]C.double
+	C.canopy_info(h, &w, &hh, &bands, &types[0], &alpha, &gt[0], &hasgt)
+	in := Info{Width: int(w), Height: int(hh), Bands: int(bands), HasTransform: hasgt != 0,
+		Driver: C.GoString(C.GDALGetDriverShortName(C.GDALGetDatasetDriver(h)))}
+	for i := range gt {
+		in.GeoTransform[i] = float64(gt[i])
+	}
+	in.CRS = C.GoString(C.GDALGetProjectionRef(h))
+	typeName := ""
+	if in.Bands >= 3 {
+		in.Bits = bitsOf(types[0])
+		typeName = C.GoString(C.GDALGetDataTypeName(C.GDALDataType(types[0])))
+		for b := 1; b < min(in.Bands, 4); b++ {
+			if types[b] != types[0] {
+				in.Bits = 0
+				typeName = "mixed " + typeName + "/" + C.GoString(C.GDALGetDataTypeName(C.GDALDataType(types[b])))
+			}
+		}
+	}
+	err = in.check(path, typeName)
+	if err == nil && in.Bands == 4 && alpha == 0 {
+		err = fmt.Errorf("gdal: %s has 4 bands and the fourth is not alpha: canopy reads RGB or RGBA: %w", path, ErrRaster)
+	}
+	r.info = in
+	if err == nil {
+		_, err = r.Read(0, 0, 1, 1)
+	}
+	if err == nil {
+		_, err = r.Read(in.Width-1, in.Height-1, 1, 1)
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func bitsOf(t C.int) int {
+	switch C.GDALDataType(t) {
+	case C.GDT_Byte:
+		return 8
+	case C.GDT_UInt16:
+		return 16
+	}
+	return 0
+}
+
+// Info describes the raster.
+func (r *Raster) Info() Info { return r.info }
+
+// Read reads the window of w×h pixels at (x, y), which must lie inside
+// the raster, as 8-bit R, G and B planes.
+func (r *Raster) Read(x, y, w, h int) (RGB8, error) {
+	in := r.info
+	if x < 0 || y < 0 || w < 1 || h < 1 || x > in.Width-w || y > in.Height-h {
+		return RGB8{}, fmt.Errorf("gdal: %s: window %dx%d at (%d,%d) outside the %dx%d raster: %w", r.path, w, h, x, y, in.Width, in.Height, ErrRaster)
+	}
+	n := 3 * w * h
+	out := RGB8{W: w, H: h, Pix: make([]uint8, n)}
+	var ebuf [errLen]C.char
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.h == nil {
+		return RGB8{}, fmt.Errorf("gdal: %s: read after close: %w", r.path, ErrRaster)
+	}
+	var rc C.int
+	if in.Bits == 16 {
+		buf := make([]uint16, n)
+		rc = C.canopy_read(r.h, C.int(x), C.int(y), C.int(w), C.int(h), unsafe.Pointer(&buf[0]), C.GDT_UInt16, &ebuf[0], errLen)
+		for i, v := range buf {
+			out.Pix[i] = uint8(v >> 8)
+		}
+	} else {
+		rc = C.canopy_read(r.h, C.int(x), C.int(y), C.int(w), C.int(h), unsafe.Pointer(&out.Pix[0]), C.GDT_Byte, &ebuf[0], errLen)
+	}
+	if rc != 0 {
+		return RGB8{}, fmt.Errorf("gdal: %s: reading window %dx%d at (%d,%d): %s (truncated or corrupt?): %w", r.path, w, h, x, y, C.GoString(&ebuf[0]), ErrRaster)
+	}
+	return out, nil
+}
+
+// Close closes the raster; later reads fail.
+func (r *Raster) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.h != nil {
+		C.GDALClose(r.h)
+		r.h = nil
+	}
+	return nil
+}

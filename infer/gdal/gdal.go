@@ -1,0 +1,113 @@
+// Package gdal is canopy's thin binding of the few GDAL calls that read a
+// window of a large raster (and write the box polygons of a georeferenced
+// one): open a file read-only, learn its size, bands, sample type and
+// georeferencing, and read one window through GDAL's block cache, whose
+// size is bounded (SetCacheMax), so a rank never holds the whole raster.
+//
+// The default build links the system's libgdal (Debian's libgdal-dev,
+// found by pkg-config module gdal). With -tags nogdal the package is a stub
+// whose Open fails with ErrUnavailable, so that a binary built with
+// -tags nompi,noblas,nogdal needs only libc.
+//
+// What is read, as DeepForest's PIL convert("RGB") reads it and as
+// infer/imagefile reads small images:
+//   - GeoTIFF (tiled, striped, BigTIFF, compressed; a COG is a GeoTIFF),
+//     JPEG and PNG, found from the content by GDAL's drivers GTiff, JPEG
+//     and PNG only;
+//   - 3 bands (RGB) or 4 (RGBA: the fourth band, colour-interpreted as
+//     alpha, is dropped as PIL's convert drops unassociated alpha). GDAL does
+//     not say whether a TIFF's alpha is associated (premultiplied), so such a
+//     TIFF is read as stored, where PIL (and infer/imagefile) would
+//     un-premultiply it first;
+//   - 8-bit samples as they are; 16-bit samples keep their high byte
+//     (v>>8), Pillow's rule for 16-bit RGB and RGBA;
+//   - nodata areas are read as the values they hold.
+//
+// Anything else (another band count, another sample type, a missing file,
+// a file that is not a raster or is truncated) is an error wrapping
+// ErrRaster.
+package gdal
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrRaster marks a raster canopy cannot read: missing, not a raster,
+// truncated, or of a band count or sample type it does not take.
+var ErrRaster = errors.New("bad raster")
+
+// ErrUnavailable is Open's error in a build without GDAL (-tags nogdal).
+var ErrUnavailable = errors.New("this canopy was built without GDAL (-tags nogdal): rasters cannot be read")
+
+// DefaultCacheMax is the block cache canopy gives GDAL per process.
+const DefaultCacheMax = 256 << 20
+
+// Info describes an open raster.
+type Info struct {
+	Width, Height int
+	Bands         int // 3 or 4 (the fourth is alpha, dropped)
+	Bits          int // bits per sample: 8 or 16
+	Driver        string
+	// CRS is the raster's coordinate reference system as WKT, "" when it
+	// has none.
+	CRS string
+	// GeoTransform is GDAL's affine transform (x = gt[0] + col·gt[1] +
+	// row·gt[2], y = gt[3] + col·gt[4] + row·gt[5]); HasTransform says
+	// whether the raster has one (else it is the identity GDAL reports).
+	GeoTransform [6]float64
+	HasTransform bool
+}
+
+// check applies the band and sample rules to what GDAL reported.
+func (in Info) check(path string, alpha string) error {
+	if in.Width < 1 || in.Height < 1 {
+		return fmt.Errorf("gdal: %s: a %dx%d raster has no pixels: %w", path, in.Width, in.Height, ErrRaster)
+	}
+	if in.Bands != 3 && in.Bands != 4 {
+		return fmt.Errorf("gdal: %s has %d bands: canopy reads RGB (3 bands) or RGBA (4): %w", path, in.Bands, ErrRaster)
+	}
+	if in.Bits != 8 && in.Bits != 16 {
+		return fmt.Errorf("gdal: %s has samples of type %s: canopy reads 8-bit (Byte) or 16-bit (UInt16): %w", path, alpha, ErrRaster)
+	}
+	return nil
+}
+
+// RGB8 is a window's pixels as 8-bit planes: R (W·H bytes, rows top
+// first), then G, then B.
+type RGB8 struct {
+	W, H int
+	Pix  []uint8
+}
+
+// Feature is one box of predictions.gpkg: its polygon in the raster's CRS
+// (a closed ring of 5 points) and the columns of predictions.csv.
+type Feature struct {
+	Ring                          [5][2]float64
+	ImagePath, Label              string
+	Xmin, Ymin, Xmax, Ymax, Score float64
+}
+
+// Layer is one polygon layer of a GeoPackage: a raster's boxes in its CRS
+// (WKT).
+type Layer struct {
+	Name, CRS string
+	Features  []Feature
+}
+
+// BoxRing is DeepForest's utilities.image_to_geo_coordinates for one box:
+// the pixel corners (xmin, ymin) and (xmax, ymax) mapped by the raster's
+// transform at the pixel centre (rasterio's transform.xy, offset
+// "center": x = gt0 + (col+0.5)·gt1 + (row+0.5)·gt2, y = gt3 +
+// (col+0.5)·gt4 + (row+0.5)·gt5), then shapely's box(left, bottom, right,
+// top): the ring (right,bottom) (right,top) (left,top) (left,bottom),
+// closed.
+func BoxRing(gt [6]float64, xmin, ymin, xmax, ymax float64) [5][2]float64 {
+	at := func(col, row float64) (float64, float64) {
+		c, r := col+0.5, row+0.5
+		return gt[0] + c*gt[1] + r*gt[2], gt[3] + c*gt[4] + r*gt[5]
+	}
+	left, bottom := at(xmin, ymin)
+	right, top := at(xmax, ymax)
+	return [5][2]float64{{right, bottom}, {right, top}, {left, top}, {left, bottom}, {right, bottom}}
+}

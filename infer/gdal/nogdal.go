@@ -1,0 +1,27 @@
+//go:build nogdal
+
+package gdal
+
+// Available reports whether this build reads rasters.
+const Available = false
+
+// SetCacheMax does nothing without GDAL.
+func SetCacheMax(int64) {}
+
+// Raster is an open raster; without GDAL there is none.
+type Raster struct{}
+
+// Open fails: this build has no GDAL.
+func Open(path string) (*Raster, error) { return nil, ErrUnavailable }
+
+// Info is never reached without GDAL.
+func (r *Raster) Info() Info { return Info{} }
+
+// Read is never reached without GDAL.
+func (r *Raster) Read(x, y, w, h int) (RGB8, error) { return RGB8{}, ErrUnavailable }
+
+// Close does nothing.
+func (r *Raster) Close() error { return nil }
+
+// WriteGPKG fails: this build has no GDAL.
+func WriteGPKG(path string, layers []Layer) error { return ErrUnavailable }

@@ -1,0 +1,134 @@
+//go:build !nogdal
+
+package gdal
+
+/*
+#include <stdio.h>
+#include <stdlib.h>
+#include <gdal.h>
+#include <ogr_api.h>
+#include <ogr_srs_api.h>
+#include <cpl_error.h>
+
+static void canopy_verr(char *err, int n) {
+	const char *m = CPLGetLastErrorMsg();
+	snprintf(err, n, "%s", (m && *m) ? m : "no message from GDAL");
+}
+
+static GDALDatasetH canopy_gpkg_create(const char *path, char *err, int n) {
+	CPLErrorReset();
+	GDALDriverH d = GDALGetDriverByName("GPKG");
+	if (!d) { snprintf(err, n, "GDAL has no GPKG driver"); return NULL; }
+	GDALDatasetH h = GDALCreate(d, path, 0, 0, 0, GDT_Unknown, NULL);
+	if (!h) canopy_verr(err, n);
+	return h;
+}
+
+// canopy_layer makes a polygon layer in the CRS given as WKT, with the
+// columns of predictions.csv.
+static OGRLayerH canopy_layer(GDALDatasetH h, const char *name, const char *wkt, char *err, int n) {
+	CPLErrorReset();
+	OGRSpatialReferenceH srs = OSRNewSpatialReference(wkt);
+	if (!srs) { canopy_verr(err, n); return NULL; }
+	OSRSetAxisMappingStrategy(srs, OAMS_TRADITIONAL_GIS_ORDER);
+	OGRLayerH l = GDALDatasetCreateLayer(h, name, srs, wkbPolygon, NULL);
+	OSRRelease(srs);
+	if (!l) { canopy_verr(err, n); return NULL; }
+	const char *names[] = {"image_path", "xmin", "ymin", "xmax", "ymax", "label", "score"};
+	const OGRFieldType types[] = {OFTString, OFTReal, OFTReal, OFTReal, OFTReal, OFTString, OFTReal};
+	for (int i = 0; i < 7; i++) {
+		OGRFieldDefnH f = OGR_Fld_Create(names[i], types[i]);
+		OGRErr e = OGR_L_CreateField(l, f, 1);
+		OGR_Fld_Destroy(f);
+		if (e != OGRERR_NONE) { canopy_verr(err, n); return NULL; }
+	}
+	return l;
+}
+
+// canopy_feature adds one polygon (5 points, closed) with its values.
+static int canopy_feature(OGRLayerH l, const double *ring, const char *path, const double *v, const char *label, char *err, int n) {
+	CPLErrorReset();
+	OGRFeatureH f = OGR_F_Create(OGR_L_GetLayerDefn(l));
+	OGR_F_SetFieldString(f, 0, path);
+	for (int i = 0; i < 4; i++) OGR_F_SetFieldDouble(f, 1 + i, v[i]);
+	OGR_F_SetFieldString(f, 5, label);
+	OGR_F_SetFieldDouble(f, 6, v[4]);
+	OGRGeometryH r = OGR_G_CreateGeometry(wkbLinearRing);
+	for (int i = 0; i < 5; i++) OGR_G_AddPoint_2D(r, ring[2 * i], ring[2 * i + 1]);
+	OGRGeometryH p = OGR_G_CreateGeometry(wkbPolygon);
+	OGR_G_AddGeometryDirectly(p, r);
+	OGR_F_SetGeometryDirectly(f, p);
+	OGRErr e = OGR_L_CreateFeature(l, f);
+	OGR_F_Destroy(f);
+	if (e != OGRERR_NONE) { canopy_verr(err, n); return 1; }
+	return 0;
+}
+
+static int canopy_close(GDALDatasetH h, char *err, int n) {
+	CPLErrorReset();
+	GDALClose(h);
+	if (CPLGetLastErrorType() >= CE_Failure) { canopy_verr(err, n); return 1; }
+	return 0;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"unsafe"
+)
+
+// WriteGPKG writes a GeoPackage at path (which must not exist) with one
+// polygon layer per entry of layers, each in its CRS.
+func WriteGPKG(path string, layers []Layer) error {
+	initGDAL()
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("gdal: %s exists", path)
+	}
+	cp := C.CString(path)
+	defer C.free(unsafe.Pointer(cp))
+	var ebuf [errLen]C.char
+	h := C.canopy_gpkg_create(cp, &ebuf[0], errLen)
+	if h == nil {
+		return fmt.Errorf("gdal: create %s: %s", path, C.GoString(&ebuf[0]))
+	}
+	fail := func(what string) error {
+		msg := C.GoString(&ebuf[0])
+		C.GDALClose(h)
+		return fmt.Errorf("gdal: %s: %s: %s", path, what, msg)
+	}
+	if C.GDALDatasetStartTransaction(h, 0) != C.OGRERR_NONE {
+		return fail("start transaction")
+	}
+	for _, ly := range layers {
+		name, wkt := C.CString(ly.Name), C.CString(ly.CRS)
+		l := C.canopy_layer(h, name, wkt, &ebuf[0], errLen)
+		C.free(unsafe.Pointer(name))
+		C.free(unsafe.Pointer(wkt))
+		if l == nil {
+			return fail("layer " + ly.Name)
+		}
+		for _, f := range ly.Features {
+			var ring [10]C.double
+			for i, p := range f.Ring {
+				ring[2*i], ring[2*i+1] = C.double(p[0]), C.double(p[1])
+			}
+			v := [5]C.double{C.double(f.Xmin), C.double(f.Ymin), C.double(f.Xmax), C.double(f.Ymax), C.double(f.Score)}
+			ip, lb := C.CString(f.ImagePath), C.CString(f.Label)
+			rc := C.canopy_feature(l, &ring[0], ip, &v[0], lb, &ebuf[0], errLen)
+			C.free(unsafe.Pointer(ip))
+			C.free(unsafe.Pointer(lb))
+			if rc != 0 {
+				return fail("feature")
+			}
+		}
+	}
+	if C.GDALDatasetCommitTransaction(h) != C.OGRERR_NONE {
+		return fail("commit")
+	}
+	if C.canopy_close(h, &ebuf[0], errLen) != 0 {
+		return fmt.Errorf("gdal: %s: close: %s", path, C.GoString(&ebuf[0]))
+	}
+	return nil
+}

@@ -1,0 +1,91 @@
+//go:build !noblas
+
+// canopy's C kernels (Winograd transforms, im2col, the convolution
+// epilogue), each compiled three times from kernels_body.h: generic x86-64,
+// AVX2+FMA and AVX-512 (F, BW, DQ, VL). canopy_simd_detect picks the widest
+// clone the CPU runs; CANOPY_SIMD (wino.go) or SetSIMD forces one. All
+// clones give the same bits (kernels_body.h), so the choice changes speed
+// only.
+#include "wino.h"
+
+// No clone may fuse a product into an add (cgo does not pass
+// -ffp-contract=off, so the pragma says it).
+#pragma GCC optimize("fp-contract=off")
+
+#define K_(name, sfx) name##_##sfx
+#define K2(name, sfx) K_(name, sfx)
+#define K(name) K2(name, CANOPY_SFX)
+
+#define CANOPY_SFX generic
+#include "kernels_body.h"
+#undef CANOPY_SFX
+
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define CANOPY_SFX avx2
+#include "kernels_body.h"
+#undef CANOPY_SFX
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,prefer-vector-width=512")
+#define CANOPY_SFX avx512
+#include "kernels_body.h"
+#undef CANOPY_SFX
+#pragma GCC pop_options
+#endif
+
+int canopy_simd_detect(void) {
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+			__builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+		return CANOPY_SIMD_AVX512;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return CANOPY_SIMD_AVX2;
+#endif
+	return CANOPY_SIMD_GENERIC;
+}
+
+#if defined(__x86_64__)
+#define CANOPY_DISPATCH(lvl, name, ...) do { \
+	switch (lvl) { \
+	case CANOPY_SIMD_AVX512: name##_avx512(__VA_ARGS__); return; \
+	case CANOPY_SIMD_AVX2: name##_avx2(__VA_ARGS__); return; \
+	default: name##_generic(__VA_ARGS__); return; \
+	} \
+} while (0)
+#else
+#define CANOPY_DISPATCH(lvl, name, ...) name##_generic(__VA_ARGS__)
+#endif
+
+void canopy_wino_in(int lvl, const float *x, int c, int h, int w, int tw, int t0, int nb, float *v, long vs) {
+	CANOPY_DISPATCH(lvl, wino_in, x, c, h, w, tw, t0, nb, v, vs);
+}
+
+void canopy_wino_out(int lvl, const float *m, long ms, int nb, int oc, int tw, int t0, int h, int w,
+		const float *bias, const float *res, int relu, float *y) {
+	CANOPY_DISPATCH(lvl, wino_out, m, ms, nb, oc, tw, t0, h, w, bias, res, relu, y);
+}
+
+void canopy_wino4_in(int lvl, const float *x, int c, int h, int w, int tw, int t0, int nb, float *v, long vs) {
+	CANOPY_DISPATCH(lvl, wino4_in, x, c, h, w, tw, t0, nb, v, vs);
+}
+
+void canopy_wino4_out(int lvl, const float *m, long ms, int nb, int oc, int tw, int t0, int h, int w,
+		const float *bias, const float *res, int relu, float *y) {
+	CANOPY_DISPATCH(lvl, wino4_out, m, ms, nb, oc, tw, t0, h, w, bias, res, relu, y);
+}
+
+void canopy_epilogue(int lvl, float *y, long ldy, int rows, int cols, const float *bias, const float *res, long ldr, int relu) {
+	CANOPY_DISPATCH(lvl, epilogue, y, ldy, rows, cols, bias, res, ldr, relu);
+}
+
+void canopy_im2col(int lvl, const float *x, int cin, int h, int w, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col) {
+	CANOPY_DISPATCH(lvl, im2col, x, cin, h, w, kh, kw, stride, pad, ow, j0, nb, col);
+}
+
+void canopy_maxpool(int lvl, const float *src, int h, int w, float *tmp, float *dst) {
+	CANOPY_DISPATCH(lvl, maxpool, src, h, w, tmp, dst);
+}

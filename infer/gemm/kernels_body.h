@@ -1,0 +1,347 @@
+// The bodies of canopy's C kernels, compiled once per instruction set by
+// kernels.c (#include with K(name) naming each clone). Every value is
+// computed with the same operations in the same order in every clone (and in
+// the Go versions of wino.go), and kernels.c is compiled with
+// -ffp-contract=off, so no clone fuses a multiply into an add: the clones
+// give the same bits; only their speed differs.
+static void K(wino_in)(const float *x, int c, int h, int w, int tw, int t0, int nb, float *v, long vs) {
+	for (int ci = 0; ci < c; ci++) {
+		const float *plane = x + (long)ci * h * w;
+		for (int k = 0; k < nb; k++) {
+			int t = t0 + k;
+			int y0 = 2 * (t / tw) - 1, x0 = 2 * (t % tw) - 1;
+			float d[4][4];
+			if (y0 >= 0 && x0 >= 0 && y0 + 3 < h && x0 + 3 < w) {
+				for (int r = 0; r < 4; r++)
+					for (int s = 0; s < 4; s++)
+						d[r][s] = plane[(long)(y0 + r) * w + x0 + s];
+			} else {
+				for (int r = 0; r < 4; r++)
+					for (int s = 0; s < 4; s++) {
+						int yy = y0 + r, xx = x0 + s;
+						d[r][s] = (yy >= 0 && yy < h && xx >= 0 && xx < w) ? plane[(long)yy * w + xx] : 0.0f;
+					}
+			}
+			float q[4][4];
+			for (int s = 0; s < 4; s++) {
+				q[0][s] = d[0][s] - d[2][s];
+				q[1][s] = d[1][s] + d[2][s];
+				q[2][s] = d[2][s] - d[1][s];
+				q[3][s] = d[1][s] - d[3][s];
+			}
+			long base = (long)ci * nb + k;
+			for (int r = 0; r < 4; r++) {
+				v[(r * 4 + 0) * vs + base] = q[r][0] - q[r][2];
+				v[(r * 4 + 1) * vs + base] = q[r][1] + q[r][2];
+				v[(r * 4 + 2) * vs + base] = q[r][2] - q[r][1];
+				v[(r * 4 + 3) * vs + base] = q[r][1] - q[r][3];
+			}
+		}
+	}
+}
+
+static void K(wino_out)(const float *m, long ms, int nb, int oc, int tw, int t0, int h, int w,
+		const float *bias, const float *res, int relu, float *y) {
+	for (int o = 0; o < oc; o++) {
+		float b = bias[o];
+		float *out = y + (long)o * h * w;
+		const float *rp = res ? res + (long)o * h * w : 0;
+		for (int k = 0; k < nb; k++) {
+			int t = t0 + k;
+			int ty = t / tw, tx = t % tw;
+			long idx = (long)o * nb + k;
+			float mm[16];
+			for (int xi = 0; xi < 16; xi++)
+				mm[xi] = m[xi * ms + idx];
+			float s[2][4];
+			for (int col = 0; col < 4; col++) {
+				s[0][col] = (mm[col] + mm[4 + col]) + mm[8 + col];
+				s[1][col] = (mm[4 + col] - mm[8 + col]) - mm[12 + col];
+			}
+			for (int r = 0; r < 2; r++) {
+				int yy = 2 * ty + r;
+				if (yy >= h)
+					break;
+				float vals[2] = {(s[r][0] + s[r][1]) + s[r][2], (s[r][1] - s[r][2]) - s[r][3]};
+				for (int q = 0; q < 2; q++) {
+					int xx = 2 * tx + q;
+					if (xx >= w)
+						break;
+					long p = (long)yy * w + xx;
+					float val = vals[q] + b;
+					if (rp)
+						val += rp[p];
+					if (relu && val < 0)
+						val = 0;
+					out[p] = val;
+				}
+			}
+		}
+	}
+}
+
+// canopy_epilogue: y[r][j] = relu?((y[r][j] + bias[r]) + res[r][j]) for a
+// block of rows × cols (row strides ldy, ldr); res may be null. The same
+// order of additions as epilogueGo.
+static void K(epilogue)(float *y, long ldy, int rows, int cols, const float *bias, const float *res, long ldr, int relu) {
+	for (int r = 0; r < rows; r++) {
+		float *row = y + r * ldy;
+		float b = bias[r];
+		if (res) {
+			const float *rr = res + r * ldr;
+			for (int j = 0; j < cols; j++)
+				row[j] = (row[j] + b) + rr[j];
+		} else {
+			for (int j = 0; j < cols; j++)
+				row[j] = row[j] + b;
+		}
+		if (relu)
+			for (int j = 0; j < cols; j++)
+				row[j] = row[j] < 0 ? 0 : row[j];
+	}
+}
+
+// canopy_im2col: the patch matrix of output columns [j0, j0+nb), as
+// im2colGo (wino.go); copies only.
+static void K(im2col)(const float *x, int cin, int h, int w, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col) {
+	long r = 0;
+	for (int ci = 0; ci < cin; ci++) {
+		const float *plane = x + (long)ci * h * w;
+		for (int ky = 0; ky < kh; ky++) {
+			for (int kx = 0; kx < kw; kx++) {
+				float *dst = col + r * nb;
+				r++;
+				int oy = j0 / ow, ox = j0 % ow;
+				for (int i = 0; i < nb;) {
+					int iy = oy * stride - pad + ky;
+					int run = ow - ox < nb - i ? ow - ox : nb - i;
+					if (iy < 0 || iy >= h) {
+						for (int q = 0; q < run; q++)
+							dst[i + q] = 0;
+					} else {
+						const float *src = plane + (long)iy * w;
+						int ix = ox * stride - pad + kx;
+						if (stride == 1 && ix >= 0 && ix + run <= w) {
+							for (int q = 0; q < run; q++)
+								dst[i + q] = src[ix + q];
+						} else {
+							for (int q = 0; q < run; q++, ix += stride)
+								dst[i + q] = (ix >= 0 && ix < w) ? src[ix] : 0;
+						}
+					}
+					i += run;
+					ox = 0;
+					oy++;
+				}
+			}
+		}
+	}
+}
+
+// Winograd F(4×4, 3×3): 6×6 input tiles at rows 4·(t/tw)-1.., columns
+// 4·(t%tw)-1.., V = Bᵀ d B with
+//   Bᵀ = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0;
+//         0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1]
+// (points 0, ±1, ±2, ∞). Component ξ = 6·i + j of channel ci, tile k goes to
+// v[ξ·vs + ci·nb + k]. The products by 2 and 4 are exact; by 5 rounds.
+
+// Tiles of one tile row are done W4_KC at a time, vectorised across the
+// tiles: the six input rows of the run are copied into a zero-padded
+// buffer, Bᵀ combines them column by column (contiguous), then Bᵀ combines
+// each tile's six columns (stride 4) and writes V contiguously along the
+// tiles. The order of every operation is wino4InGo's.
+#ifndef W4_KC
+#define W4_KC 16
+#endif
+
+static void K(wino4_in)(const float *x, int c, int h, int w, int tw, int t0, int nb, float *v, long vs) {
+	float D[6][4 * W4_KC + 4];
+	float R[6][4 * W4_KC + 4];
+	for (int ci = 0; ci < c; ci++) {
+		const float *plane = x + (long)ci * h * w;
+		for (int k = 0; k < nb;) {
+			int t = t0 + k;
+			int ty = t / tw, tx0 = t % tw;
+			int run = tw - tx0;
+			if (run > nb - k)
+				run = nb - k;
+			if (run > W4_KC)
+				run = W4_KC;
+			int y0 = 4 * ty - 1, xa = 4 * tx0 - 1;
+			int span = 4 * run + 2;
+			for (int r = 0; r < 6; r++) {
+				int yy = y0 + r;
+				float *dr = D[r];
+				if (yy < 0 || yy >= h) {
+					for (int xx = 0; xx < span; xx++)
+						dr[xx] = 0.0f;
+					continue;
+				}
+				const float *src = plane + (long)yy * w;
+				if (xa >= 0 && xa + span <= w) {
+					for (int xx = 0; xx < span; xx++)
+						dr[xx] = src[xa + xx];
+				} else {
+					for (int xx = 0; xx < span; xx++) {
+						int col = xa + xx;
+						dr[xx] = (col >= 0 && col < w) ? src[col] : 0.0f;
+					}
+				}
+			}
+			for (int xx = 0; xx < span; xx++) {
+				float d0 = D[0][xx], d1 = D[1][xx], d2 = D[2][xx], d3 = D[3][xx], d4 = D[4][xx], d5 = D[5][xx];
+				R[0][xx] = (d0 * 4.0f - d2 * 5.0f) + d4;
+				R[1][xx] = (d3 + d4) - (d1 + d2) * 4.0f;
+				R[2][xx] = (d4 - d3) + (d1 - d2) * 4.0f;
+				R[3][xx] = (d4 - d2) + (d3 - d1) * 2.0f;
+				R[4][xx] = (d4 - d2) - (d3 - d1) * 2.0f;
+				R[5][xx] = (d1 * 4.0f - d3 * 5.0f) + d5;
+			}
+			float *base = v + (long)ci * nb + k;
+			for (int i = 0; i < 6; i++) {
+				const float *ri = R[i];
+				float *o0 = base + (long)(i * 6 + 0) * vs, *o1 = base + (long)(i * 6 + 1) * vs;
+				float *o2 = base + (long)(i * 6 + 2) * vs, *o3 = base + (long)(i * 6 + 3) * vs;
+				float *o4 = base + (long)(i * 6 + 4) * vs, *o5 = base + (long)(i * 6 + 5) * vs;
+				for (int kk = 0; kk < run; kk++) {
+					float d0 = ri[4 * kk], d1 = ri[4 * kk + 1], d2 = ri[4 * kk + 2];
+					float d3 = ri[4 * kk + 3], d4 = ri[4 * kk + 4], d5 = ri[4 * kk + 5];
+					o0[kk] = (d0 * 4.0f - d2 * 5.0f) + d4;
+					o1[kk] = (d3 + d4) - (d1 + d2) * 4.0f;
+					o2[kk] = (d4 - d3) + (d1 - d2) * 4.0f;
+					o3[kk] = (d4 - d2) + (d3 - d1) * 2.0f;
+					o4[kk] = (d4 - d2) - (d3 - d1) * 2.0f;
+					o5[kk] = (d1 * 4.0f - d3 * 5.0f) + d5;
+				}
+			}
+			k += run;
+		}
+	}
+}
+
+// Y = Aᵀ M A with Aᵀ = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0;
+// 0 1 -1 8 -8 1] (products by powers of two: exact), then bias, residual,
+// ReLU, as wino_out.
+
+// The output transform, W4_KC tiles of a tile row at a time: Aᵀ down the
+// six rows of M (contiguous along the tiles), then Aᵀ across each tile's
+// six columns into a row buffer, then bias, residual and ReLU along the
+// output row. The order of every operation is wino4OutGo's.
+static void K(wino4_out)(const float *m, long ms, int nb, int oc, int tw, int t0, int h, int w,
+		const float *bias, const float *res, int relu, float *y) {
+	float S[4][6][W4_KC];
+	float Y[4 * W4_KC];
+	for (int o = 0; o < oc; o++) {
+		float b = bias[o];
+		float *out = y + (long)o * h * w;
+		const float *rp = res ? res + (long)o * h * w : 0;
+		for (int k = 0; k < nb;) {
+			int t = t0 + k;
+			int ty = t / tw, tx0 = t % tw;
+			int run = tw - tx0;
+			if (run > nb - k)
+				run = nb - k;
+			if (run > W4_KC)
+				run = W4_KC;
+			const float *mk = m + (long)o * nb + k;
+			for (int j = 0; j < 6; j++) {
+				const float *m0 = mk + (long)(0 * 6 + j) * ms, *m1 = mk + (long)(1 * 6 + j) * ms;
+				const float *m2 = mk + (long)(2 * 6 + j) * ms, *m3 = mk + (long)(3 * 6 + j) * ms;
+				const float *m4 = mk + (long)(4 * 6 + j) * ms, *m5 = mk + (long)(5 * 6 + j) * ms;
+				for (int kk = 0; kk < run; kk++) {
+					float a_ = m1[kk] + m2[kk], b_ = m1[kk] - m2[kk], c_ = m3[kk] + m4[kk], d_ = m3[kk] - m4[kk];
+					S[0][j][kk] = (m0[kk] + a_) + c_;
+					S[1][j][kk] = b_ + d_ * 2.0f;
+					S[2][j][kk] = a_ + c_ * 4.0f;
+					S[3][j][kk] = (b_ + d_ * 8.0f) + m5[kk];
+				}
+			}
+			int x0 = 4 * tx0;
+			int n = w - x0 < 4 * run ? w - x0 : 4 * run;
+			for (int r = 0; r < 4; r++) {
+				int yy = 4 * ty + r;
+				if (yy >= h)
+					break;
+				for (int kk = 0; kk < run; kk++) {
+					float s0 = S[r][0][kk], s1 = S[r][1][kk], s2 = S[r][2][kk];
+					float s3 = S[r][3][kk], s4 = S[r][4][kk], s5 = S[r][5][kk];
+					float a_ = s1 + s2, b_ = s1 - s2, c_ = s3 + s4, d_ = s3 - s4;
+					Y[4 * kk] = (s0 + a_) + c_;
+					Y[4 * kk + 1] = b_ + d_ * 2.0f;
+					Y[4 * kk + 2] = a_ + c_ * 4.0f;
+					Y[4 * kk + 3] = (b_ + d_ * 8.0f) + s5;
+				}
+				float *dst = out + (long)yy * w + x0;
+				if (rp) {
+					const float *rr = rp + (long)yy * w + x0;
+					for (int xx = 0; xx < n; xx++)
+						dst[xx] = (Y[xx] + b) + rr[xx];
+				} else {
+					for (int xx = 0; xx < n; xx++)
+						dst[xx] = Y[xx] + b;
+				}
+				if (relu)
+					for (int xx = 0; xx < n; xx++)
+						dst[xx] = dst[xx] < 0 ? 0 : dst[xx];
+			}
+			k += run;
+		}
+	}
+}
+
+// The stem's max-pool (3×3, stride 2, padding 1: padding never wins) on one
+// h×w plane into oh×ow, separably: the max over each row's 3-wide windows
+// into tmp (h×ow), then over 3 rows. max3 is exact and takes NaN from any
+// operand (torch propagates NaN) as max3Go does, so every clone gives the
+// same bits.
+static inline float K(max3)(float a, float b, float c) {
+	float m = a;
+	if (b > m || b != b)
+		m = b;
+	if (c > m || c != c)
+		m = c;
+	return a != a ? a : m;
+}
+
+static void K(maxpool)(const float *src, int h, int w, float *tmp, float *dst) {
+	int oh = (h + 2 - 3) / 2 + 1, ow = (w + 2 - 3) / 2 + 1;
+	for (int iy = 0; iy < h; iy++) {
+		const float *row = src + (long)iy * w;
+		float *out = tmp + (long)iy * ow;
+		out[0] = w > 1 ? K(max3)(row[0], row[1], row[0]) : row[0];
+		int full = (w - 2) / 2; // ox in [1, full]: 2·ox+1 < w
+		for (int ox = 1; ox <= full; ox++)
+			out[ox] = K(max3)(row[2 * ox - 1], row[2 * ox], row[2 * ox + 1]);
+		for (int ox = full + 1 > 1 ? full + 1 : 1; ox < ow; ox++) {
+			int i = 2 * ox - 1;
+			out[ox] = i + 1 < w ? K(max3)(row[i], row[i + 1], row[i]) : row[i];
+		}
+	}
+	for (int oy = 0; oy < oh; oy++) {
+		int i = 2 * oy - 1;
+		float *d = dst + (long)oy * ow;
+		if (i < 0) {
+			const float *r0 = tmp;
+			if (h > 1) {
+				const float *r1 = tmp + ow;
+				for (int k = 0; k < ow; k++)
+					d[k] = K(max3)(r0[k], r1[k], r0[k]);
+			} else {
+				for (int k = 0; k < ow; k++)
+					d[k] = r0[k];
+			}
+		} else if (i + 2 < h) {
+			const float *r0 = tmp + (long)i * ow, *r1 = r0 + ow, *r2 = r1 + ow;
+			for (int k = 0; k < ow; k++)
+				d[k] = K(max3)(r0[k], r1[k], r2[k]);
+		} else if (i + 1 < h) {
+			const float *r0 = tmp + (long)i * ow, *r1 = r0 + ow;
+			for (int k = 0; k < ow; k++)
+				d[k] = K(max3)(r0[k], r1[k], r0[k]);
+		} else {
+			const float *r0 = tmp + (long)i * ow;
+			for (int k = 0; k < ow; k++)
+				d[k] = r0[k];
+		}
+	}
+}

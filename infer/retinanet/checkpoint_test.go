@@ -1,0 +1,189 @@
+package retinanet
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
+)
+
+// rebuildDF rebuilds one of tools/deepforest/checkpoints.py's files from
+// its committed data.pkl (testdata/deepforest/NAME.data.pkl).
+func rebuildDF(t *testing.T, dir, name string) string {
+	t.Helper()
+	out := filepath.Join(dir, name)
+	if err := torchckpt.RebuildFile(filepath.Join("testdata", "deepforest"), name, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// hubFolder writes the R50 test weights as a model folder (safetensors in
+// dtype, the config.json DeepForest's save_pretrained wrote).
+func hubFolder(t *testing.T, dir, dtype string) string {
+	t.Helper()
+	out := filepath.Join(dir, "hub-"+dtype)
+	if err := torchckpt.HubFolder(filepath.Join("testdata", "deepforest"), out, dtype); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// modelDigest hashes every folded weight and bias of the network.
+func modelDigest(m *Model) string {
+	h := sha256.New()
+	put := func(c *conv) {
+		if c == nil {
+			return
+		}
+		for _, v := range c.w {
+			binary.Write(h, binary.LittleEndian, math.Float32bits(v))
+		}
+		for _, v := range c.b {
+			binary.Write(h, binary.LittleEndian, math.Float32bits(v))
+		}
+	}
+	put(m.stem)
+	for _, l := range m.layers {
+		for _, b := range l {
+			put(b.c1)
+			put(b.c2)
+			put(b.c3)
+			put(b.down)
+		}
+	}
+	for i := range m.inner {
+		put(m.inner[i])
+		put(m.layer[i])
+	}
+	put(m.p6)
+	put(m.p7)
+	for i := range m.clsT {
+		put(m.clsT[i])
+		put(m.regT[i])
+	}
+	put(m.cls)
+	put(m.reg)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestDeepForestCheckpoints: DeepForest's save_model() .ckpt, its
+// torch.save(state_dict) .pt and its save_pretrained folder give the same
+// network, labels and options; the bfloat16 .ckpt and .pt give the network
+// of a BF16 safetensors folder. With CANOPY_DF_CHECKPOINTS (make
+// df-checkpoints) the real files the tool wrote are read too and must give
+// the same networks as the rebuilt ones.
+func TestDeepForestCheckpoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads six R50 networks")
+	}
+	dir := t.TempDir()
+	folder, _, _, err := LoadFolder(hubFolder(t, dir, "F32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	folderBF, _, _, err := LoadFolder(hubFolder(t, dir, "BF16"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, wantBF := modelDigest(folder), modelDigest(folderBF)
+	if want == wantBF {
+		t.Fatal("the BF16 folder gives the F32 network: the comparison cannot tell them apart")
+	}
+	real := os.Getenv("CANOPY_DF_CHECKPOINTS")
+	for _, c := range []struct {
+		name   string
+		want   string
+		kind   TorchKind
+		labels string
+	}{
+		{"model.ckpt", want, KindCheckpoint, "checkpoint label_dict"},
+		{"model.pt", want, KindStateDict, "--label-dict"},
+		{"model-bf16.ckpt", wantBF, KindCheckpoint, "checkpoint label_dict"},
+		{"model-bf16.pt", wantBF, KindStateDict, "--label-dict"},
+	} {
+		paths := []string{rebuildDF(t, dir, c.name)}
+		if real != "" {
+			paths = append(paths, filepath.Join(real, c.name))
+		}
+		for _, p := range paths {
+			m, cfg, tm, _, err := LoadTorch(p, map[string]int{"Tree": 0})
+			if err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			if got := modelDigest(m); got != c.want {
+				t.Errorf("%s: network %s, the folder's %s", p, got[:12], c.want[:12])
+			}
+			if tm.Kind != c.kind || tm.LabelsFrom != c.labels || len(cfg.Labels) != 1 || cfg.Labels[0] != "Tree" {
+				t.Errorf("%s: kind %s, labels %v from %q", p, tm.Kind, cfg.Labels, tm.LabelsFrom)
+			}
+			if m.Opt != folder.Opt {
+				t.Errorf("%s: options %+v, the folder's %+v", p, m.Opt, folder.Opt)
+			}
+		}
+	}
+	if real == "" {
+		t.Log("CANOPY_DF_CHECKPOINTS unset: the real DeepForest files were not read (make df-checkpoints reads them)")
+	}
+}
+
+// TestLoadTorchErrors: a .pt without labels, a .ckpt without state_dict,
+// a forbidden global, a truncated file: each an infer.ErrModel naming the
+// file.
+func TestLoadTorchErrors(t *testing.T) {
+	dir := t.TempDir()
+	pt := rebuildDF(t, dir, "model.pt")
+	_, _, _, _, err := LoadTorch(pt, nil)
+	wantModelErr(t, err, pt, "holds no labels", "--label-dict")
+
+	b, err := os.ReadFile(pt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(dir, "cut.pt")
+	if err := os.WriteFile(cut, b[:len(b)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, _, err = LoadTorch(cut, map[string]int{"Tree": 0})
+	wantModelErr(t, err, cut, "not a torch.save zip")
+
+	for _, c := range []struct{ src, name, want string }{
+		{"../torchfile/testdata/forbidden.pt", "forbidden.pt", "argparse.Namespace"},
+		{"../torchfile/testdata/hparams.pt", "nostate.ckpt", ""},
+	} {
+		b, err := os.ReadFile(c.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, c.name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _, _, _, err = LoadTorch(p, nil)
+		if c.want != "" {
+			wantModelErr(t, err, p, c.want)
+		} else if err == nil {
+			t.Fatalf("%s loaded", p)
+		}
+	}
+}
+
+func wantModelErr(t *testing.T, err error, parts ...string) {
+	t.Helper()
+	if err == nil || !errors.Is(err, infer.ErrModel) {
+		t.Fatalf("error %v, want an infer.ErrModel", err)
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Fatalf("error %q does not contain %q", err, p)
+		}
+	}
+}

@@ -1,0 +1,515 @@
+package retinanet
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
+)
+
+// The cuDNN half of the GPU engine (--precision fp32, tf32, bf16): every
+// convolution is one fused cuDNN graph (conv + folded-BN bias [+ the
+// block's residual] [+ ReLU]) in NHWC, its engine pinned by a plan file or
+// by the first eligible engine of cuDNN's heuristic (cudnn.Eligible: no
+// NONDETERMINISTIC engine, no split reduction); max-pool, the FPN's
+// top-down add and ReLU run as NHWC kernels (kernels/nhwc.cu). The input
+// goes to NHWC on the device, and the heads' outputs come back to NCHW
+// FP32, so what follows (postprocess, losses) is the exact engine's.
+// Activations are FP32 (fp32, tf32) or BF16 (bf16; the heads' last
+// convolutions write FP32).
+
+// GPUOptions configures a GPURunner.
+type GPUOptions struct {
+	Precision cuda.Precision
+	// CUDNN is the library (needed for fp32, tf32 and bf16).
+	CUDNN *cudnn.Lib
+	// Plans pins engines per layer shape (canopy gpu-plan); nil: the
+	// heuristic's first eligible engine.
+	Plans *cudnn.PlanFile
+	// PlanSHA is the plan file's sha256, for the report.
+	PlanSHA string
+	// Timing makes the runner time every eligible engine of each new
+	// layer shape, Repeat times each, and keep the fastest (gpu-plan only:
+	// never at run time).
+	Timing bool
+	Repeat int
+}
+
+// dnn is the engine's cuDNN state: one handle on the device's stream, the
+// weights in the graph's layout, a plan per layer shape, one workspace
+// sized to the largest plan.
+type dnn struct {
+	o       GPUOptions
+	math    cudnn.Math
+	h       *cudnn.Handle
+	wts     map[*conv][2]cuda.Ptr
+	plans   map[string]*cudnn.Plan
+	from    map[string]string // plan key → "plan file", "heuristic" or "timed"
+	outF32  map[*conv]bool    // the heads' last convolutions (BF16: FP32 out)
+	ws      cuda.Ptr
+	wsBytes int64
+	// layers records, by layer name, its plan key and engine (report).
+	layers map[string]LayerEngine
+	timed  map[string]cudnn.LayerPlan // gpu-plan: what the timing chose
+}
+
+// LayerEngine is one layer's cuDNN engine, for the report.
+type LayerEngine struct {
+	Shape  string `json:"shape"`
+	Engine string `json:"engine"`
+	From   string `json:"from"` // "plan file", "heuristic" or "timed"
+}
+
+func mathOf(p cuda.Precision) cudnn.Math {
+	switch p {
+	case cuda.FP32:
+		return cudnn.FP32
+	case cuda.BF16:
+		return cudnn.BF16
+	}
+	return cudnn.TF32
+}
+
+func newDNN(dev cuda.Device, m *Model, o GPUOptions) (*dnn, error) {
+	if o.CUDNN == nil {
+		return nil, fmt.Errorf("retinanet: --precision %s runs on cuDNN, and no library was given", o.Precision)
+	}
+	d := &dnn{o: o, math: mathOf(o.Precision), wts: map[*conv][2]cuda.Ptr{}, plans: map[string]*cudnn.Plan{}, from: map[string]string{},
+		outF32: map[*conv]bool{m.cls: true, m.reg: true}, layers: map[string]LayerEngine{}, timed: map[string]cudnn.LayerPlan{}}
+	err := dev.WithStream(func(s uintptr) error {
+		var err error
+		d.h, err = o.CUDNN.NewHandle(s)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("retinanet: %w", err)
+	}
+	return d, nil
+}
+
+func (d *dnn) bf16() bool { return d.math == cudnn.BF16 }
+
+// release frees the device memory and the plans (the handle stays).
+func (d *dnn) release(dev cuda.Device) {
+	for _, w := range d.wts {
+		dev.Free(w[0])
+		dev.Free(w[1])
+	}
+	d.wts = map[*conv][2]cuda.Ptr{}
+	for _, p := range d.plans {
+		p.Close()
+	}
+	d.plans = map[string]*cudnn.Plan{}
+	if d.ws != 0 {
+		dev.Free(d.ws)
+		d.ws, d.wsBytes = 0, 0
+	}
+}
+
+func (d *dnn) close(dev cuda.Device) error {
+	d.release(dev)
+	var err error
+	if d.h != nil {
+		err = dev.WithStream(func(uintptr) error { return d.h.Close() })
+		d.h = nil
+	}
+	return err
+}
+
+// BF16Bits rounds v to bfloat16 (nearest even, NaN kept), as the engine
+// stores BF16.
+func BF16Bits(v float32) uint16 {
+	u := math.Float32bits(v)
+	if u&0x7fffffff > 0x7f800000 {
+		return uint16(u>>16) | 0x40
+	}
+	u += 0x7fff + (u>>16)&1
+	return uint16(u >> 16)
+}
+
+// packBF16 packs values as BF16, two to a float32 word (little-endian),
+// the device buffer's bytes.
+func packBF16(v []float32) []float32 {
+	out := make([]float32, (len(v)+1)/2)
+	for i, f := range v {
+		b := uint32(BF16Bits(f))
+		w := math.Float32bits(out[i/2])
+		if i%2 == 0 {
+			w = w&0xffff0000 | b
+		} else {
+			w = w&0xffff | b<<16
+		}
+		out[i/2] = math.Float32frombits(w)
+	}
+	return out
+}
+
+// weights uploads c's filter in KRSC ([M, KH, KW, C], BF16 when the
+// activations are) and its bias (FP32), once.
+func (g *gpuEngine) dnnWeights(c *conv) [2]cuda.Ptr {
+	d := g.dnn
+	if w, ok := d.wts[c]; ok {
+		return w
+	}
+	krsc := make([]float32, len(c.w))
+	for m := 0; m < c.out; m++ {
+		for ci := 0; ci < c.in; ci++ {
+			for kh := 0; kh < c.kh; kh++ {
+				for kw := 0; kw < c.kw; kw++ {
+					krsc[((m*c.kh+kh)*c.kw+kw)*c.in+ci] = c.w[((m*c.in+ci)*c.kh+kh)*c.kw+kw]
+				}
+			}
+		}
+	}
+	if d.bf16() {
+		krsc = packBF16(krsc)
+	}
+	var w [2]cuda.Ptr
+	for i, src := range [][]float32{krsc, c.b} {
+		p, err := g.dev.Alloc(len(src))
+		g.fail(err)
+		if err == nil {
+			g.fail(g.dev.Upload(p, src))
+		}
+		w[i] = p
+	}
+	d.wts[c] = w
+	return w
+}
+
+// plan returns the plan of spec for layer c: from the plan file when it
+// has the shape, else timed (gpu-plan) or the heuristic's.
+func (g *gpuEngine) dnnPlan(c *conv, spec cudnn.Conv) *cudnn.Plan {
+	d := g.dnn
+	key := spec.Key()
+	if p, ok := d.plans[key]; ok {
+		d.layers[c.name] = LayerEngine{Shape: key, Engine: p.Engine.String(), From: d.from[key]}
+		return p
+	}
+	var pin *cudnn.Engine
+	from := "heuristic"
+	if d.o.Plans != nil {
+		if lp, ok := d.o.Plans.Plans[key]; ok {
+			e := lp.Engine
+			pin, from = &e, "plan file"
+		}
+	}
+	if pin == nil && d.o.Timing {
+		e, lp, err := g.timeEngines(spec)
+		if err != nil {
+			g.fail(err)
+			return nil
+		}
+		lp.Layer = c.name
+		d.timed[key] = lp
+		pin, from = &e, "timed"
+	}
+	var p *cudnn.Plan
+	err := g.dev.WithStream(func(uintptr) error {
+		var err error
+		p, err = d.h.NewPlan(spec, pin)
+		return err
+	})
+	if err != nil {
+		g.fail(fmt.Errorf("retinanet: layer %s: %w", c.name, err))
+		return nil
+	}
+	d.plans[key], d.from[key] = p, from
+	d.layers[c.name] = LayerEngine{Shape: key, Engine: p.Engine.String(), From: from}
+	return p
+}
+
+// workspace makes the rank's one workspace hold n bytes (it grows to the
+// largest plan's need, after the queued work that may use it).
+func (g *gpuEngine) workspace(n int64) cuda.Ptr {
+	d := g.dnn
+	if n <= d.wsBytes && d.ws != 0 {
+		return d.ws
+	}
+	if d.ws != 0 {
+		g.fail(g.dev.Sync())
+		g.dev.Free(d.ws)
+	}
+	p, err := g.dev.Alloc(int((n + 3) / 4))
+	g.fail(err)
+	d.ws, d.wsBytes = p, max(n, 4)
+	return p
+}
+
+// timeEngines runs every eligible engine cuDNN's heuristic offers for
+// spec on scratch buffers and returns the fastest (gpu-plan).
+func (g *gpuEngine) timeEngines(spec cudnn.Conv) (cudnn.Engine, cudnn.LayerPlan, error) {
+	d := g.dnn
+	var cands []cudnn.Candidate
+	err := g.dev.WithStream(func(uintptr) error {
+		var err error
+		cands, err = d.h.Candidates(spec)
+		return err
+	})
+	if err != nil {
+		return cudnn.Engine{}, cudnn.LayerPlan{}, err
+	}
+	oh, ow := spec.Out()
+	half := 1
+	if d.bf16() {
+		half = 2
+	}
+	words := func(n int) int { return (n + half - 1) / half }
+	var bufs [5]cuda.Ptr
+	sizes := [5]int{words(spec.N * spec.C * spec.H * spec.W), words(spec.M * spec.C * spec.KH * spec.KW), spec.M, words(spec.N * spec.M * oh * ow), spec.N * spec.M * oh * ow}
+	for i, n := range sizes {
+		p, err := g.dev.Alloc(n)
+		if err != nil {
+			return cudnn.Engine{}, cudnn.LayerPlan{}, err
+		}
+		g.fail(g.dev.Upload(p, make([]float32, n)))
+		bufs[i] = p
+		defer g.dev.Free(p)
+	}
+	best, bestT, tried := cudnn.Engine{}, time.Duration(math.MaxInt64), 0
+	for _, cd := range cands {
+		if !cd.Eligible {
+			continue
+		}
+		var p *cudnn.Plan
+		if err := g.dev.WithStream(func(uintptr) error {
+			var err error
+			p, err = d.h.NewPlan(spec, &cd.Engine)
+			return err
+		}); err != nil {
+			continue // an engine that cannot take this graph
+		}
+		ws := g.workspace(p.Workspace)
+		run := func() error {
+			return g.dev.WithStream(func(uintptr) error {
+				return p.Execute(uintptr(bufs[0]), uintptr(bufs[1]), uintptr(bufs[2]), uintptr(bufs[3]), uintptr(bufs[4]), uintptr(ws))
+			})
+		}
+		if err := run(); err != nil { // warm-up
+			p.Close()
+			continue
+		}
+		g.fail(g.dev.Sync())
+		t0 := time.Now()
+		for i := 0; i < max(d.o.Repeat, 1); i++ {
+			g.fail(run())
+		}
+		g.fail(g.dev.Sync())
+		t := time.Since(t0) / time.Duration(max(d.o.Repeat, 1))
+		p.Close()
+		tried++
+		if t < bestT {
+			best, bestT = cd.Engine, t
+		}
+	}
+	if tried == 0 {
+		return cudnn.Engine{}, cudnn.LayerPlan{}, fmt.Errorf("retinanet: %s: no eligible engine ran (%d offered)", spec.Key(), len(cands))
+	}
+	return best, cudnn.LayerPlan{Engine: best, Millis: float64(bestT.Microseconds()) / 1000, Tried: tried}, nil
+}
+
+// dnnConv is conv on cuDNN: y = relu?(conv(x) + b [+ res]) in NHWC.
+func (g *gpuEngine) dnnConv(c *conv, x dmap, relu bool, res *dmap) dmap {
+	d := g.dnn
+	oh := (x.h+2*c.pad-c.kh)/c.stride + 1
+	ow := (x.w+2*c.pad-c.kw)/c.stride + 1
+	outF32 := !d.bf16() || d.outF32[c]
+	y := g.allocAs(x.n, c.out, oh, ow, !outF32)
+	spec := cudnn.Conv{N: x.n, C: x.c, H: x.h, W: x.w, M: c.out, KH: c.kh, KW: c.kw, Stride: c.stride, Pad: c.pad,
+		Relu: relu, Residual: res != nil, Math: d.math, OutFP32: d.bf16() && outF32}
+	w := g.dnnWeights(c)
+	if g.err != nil {
+		return y
+	}
+	p := g.dnnPlan(c, spec)
+	if g.err != nil {
+		return y
+	}
+	ws := g.workspace(p.Workspace)
+	var r cuda.Ptr
+	if res != nil {
+		r = res.p
+	}
+	if g.err == nil {
+		g.fail(g.dev.WithStream(func(uintptr) error {
+			return p.Execute(uintptr(x.p), uintptr(w[0]), uintptr(w[1]), uintptr(r), uintptr(y.p), uintptr(ws))
+		}))
+	}
+	return y
+}
+
+// toNHWC turns the uploaded NCHW FP32 batch into the cuDNN path's layout
+// and type.
+func (g *gpuEngine) toNHWC(x dmap) dmap {
+	y := g.allocAs(x.n, x.c, x.h, x.w, g.dnn.bf16())
+	if g.err == nil {
+		g.fail(g.dev.NHWC(cuda.NHWCArgs{Op: cuda.ToNHWC, X: x.p, Y: y.p, N: x.n, C: x.c, H: x.h, W: x.w, BF16: y.half}))
+	}
+	g.put(x)
+	return y
+}
+
+// toNCHW turns an NHWC map into NCHW FP32 (the heads' outputs, and the
+// levels of a trace).
+func (g *gpuEngine) toNCHW(x dmap) dmap {
+	if !x.nhwc {
+		return x
+	}
+	y := dmap{n: x.n, c: x.c, h: x.h, w: x.w, p: g.nchwCopy(x)}
+	g.put(x)
+	return y
+}
+
+// CUDNNReport is what the report records of the cuDNN path.
+type CUDNNReport struct {
+	Library   string `json:"library"`
+	Version   int    `json:"version"`
+	FoundBy   string `json:"found_by"`
+	Plan      string `json:"plan"` // the plan file's sha256, or "heuristic"
+	Workspace int64  `json:"workspace_bytes"`
+	// Layers is each convolution's engine (the last shape it ran).
+	Layers map[string]LayerEngine `json:"layers"`
+}
+
+// CUDNN reports the runner's cuDNN use (nil for exact and kernel-tf32).
+func (r *GPURunner) CUDNN() *CUDNNReport {
+	d := r.g.dnn
+	if d == nil {
+		return nil
+	}
+	plan := "heuristic"
+	if d.o.PlanSHA != "" {
+		plan = d.o.PlanSHA
+	}
+	out := &CUDNNReport{Library: d.o.CUDNN.Path, Version: d.o.CUDNN.Version, FoundBy: d.o.CUDNN.Where, Plan: plan, Workspace: d.wsBytes, Layers: map[string]LayerEngine{}}
+	for k, v := range d.layers {
+		out.Layers[k] = v
+	}
+	return out
+}
+
+// TimedPlans returns what Timing chose per layer shape (gpu-plan), in
+// key order.
+func (r *GPURunner) TimedPlans() map[string]cudnn.LayerPlan {
+	if r.g.dnn == nil {
+		return nil
+	}
+	out := map[string]cudnn.LayerPlan{}
+	keys := make([]string, 0, len(r.g.dnn.timed))
+	for k := range r.g.dnn.timed {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out[k] = r.g.dnn.timed[k]
+	}
+	return out
+}
+
+// NewGPURunnerWith runs m on dev as o says: canopy's kernels (exact,
+// kernel-tf32) or cuDNN (fp32, tf32, bf16; o.CUDNN must be loaded).
+func NewGPURunnerWith(m *Model, dev cuda.Device, o GPUOptions) (*GPURunner, error) {
+	r := NewGPURunner(m, dev, o.Precision)
+	if o.Precision.Cudnn() {
+		d, err := newDNN(dev, m, o)
+		if err != nil {
+			return nil, err
+		}
+		r.g.dnn = d
+	}
+	return r, nil
+}
+
+// nchwCopy returns a new NCHW FP32 allocation holding x (NHWC); x stays.
+func (g *gpuEngine) nchwCopy(x dmap) cuda.Ptr {
+	y := g.alloc(x.n, x.c, x.h, x.w)
+	if g.err == nil {
+		g.fail(g.dev.NHWC(cuda.NHWCArgs{Op: cuda.ToNCHW, X: x.p, Y: y.p, N: x.n, C: x.c, H: x.h, W: x.w, BF16: x.half}))
+	}
+	return y.p
+}
+
+// DetectSlots runs the images of one global batch k of size n: idx[i] is
+// image i's global position (all in [kN, kN+N)), and it runs in slot
+// idx[i] mod n of a batch of exactly n, the other slots black images of
+// the same size. Images of different padded sizes run as separate
+// sub-batches (in order of first appearance), each padded to n, each image
+// in its own slot. So an image's batch-mates are fixed by the input order
+// and n alone: the same for any rank count, whatever cuDNN's engine does
+// with its batch. targets as DetectBatchLoss (nil: no losses).
+func (r *GPURunner) DetectSlots(imgs []Image, idx []int, targets [][]Target, n int) ([][]Detection, []box.Loss, error) {
+	if len(imgs) != len(idx) || n < 1 {
+		return nil, nil, fmt.Errorf("retinanet: %d images, %d positions, batch %d", len(imgs), len(idx), n)
+	}
+	if len(imgs) == 0 {
+		return nil, nil, nil
+	}
+	k := idx[0] / n
+	used := map[int]bool{}
+	for _, i := range idx {
+		if i/n != k || used[i%n] {
+			return nil, nil, fmt.Errorf("retinanet: positions %v are not one global batch of %d", idx, n)
+		}
+		used[i%n] = true
+	}
+	var keys [][2]int
+	byKey := map[[2]int][]int{}
+	for i, img := range imgs {
+		oh, ow := resizeSize(img.H, img.W, r.m.Opt)
+		key := [2]int{(oh + 31) / 32 * 32, (ow + 31) / 32 * 32}
+		if _, ok := byKey[key]; !ok {
+			keys = append(keys, key)
+		}
+		byKey[key] = append(byKey[key], i)
+	}
+	dets := make([][]Detection, len(imgs))
+	var losses []box.Loss
+	if targets != nil {
+		losses = make([]box.Loss, len(imgs))
+	}
+	for _, key := range keys {
+		members := byKey[key]
+		first := imgs[members[0]]
+		pad := Image{W: first.W, H: first.H, Pix: make([]float32, len(first.Pix))}
+		batch := make([]Image, n)
+		var tg [][]Target
+		if targets != nil {
+			tg = make([][]Target, n)
+		}
+		at := make([]int, n) // slot → image, -1 for a pad
+		for s := range batch {
+			batch[s], at[s] = pad, -1
+		}
+		for _, i := range members {
+			s := idx[i] % n
+			batch[s], at[s] = imgs[i], i
+			if tg != nil {
+				tg[s] = targets[i]
+			}
+		}
+		var out [][]Detection
+		var ls []box.Loss
+		var err error
+		if tg != nil {
+			out, ls, err = r.DetectBatchLoss(batch, tg, n)
+		} else {
+			out, err = r.DetectBatch(batch, n)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		for s, i := range at {
+			if i >= 0 {
+				dets[i] = out[s]
+				if losses != nil {
+					losses[i] = ls[s]
+				}
+			}
+		}
+	}
+	return dets, losses, nil
+}

@@ -1,0 +1,410 @@
+package retinanet
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
+	"github.com/canopy-hpc/canopy/infer/cuda/cudnn/fake"
+	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
+)
+
+// The cuDNN path of the GPU engine (gpucudnn.go) against the CPU engine:
+// on the host shim with the fake libcudnn.so.9 (built here with cc), or on
+// a GPU with the real library named by CANOPY_CUDNN (tools/gpu/check.sh).
+
+var testLib struct {
+	once sync.Once
+	lib  *cudnn.Lib
+	err  error
+}
+
+func testCUDNN(t testing.TB, dev cuda.Device) *cudnn.Lib {
+	t.Helper()
+	_, shim := dev.(*hostkern.Device)
+	if !shim && os.Getenv("CANOPY_CUDNN") == "" {
+		t.Skip("on a GPU these tests need the real cuDNN: set CANOPY_CUDNN (the fake computes on host memory)")
+	}
+	testLib.once.Do(func() {
+		path := os.Getenv("CANOPY_CUDNN")
+		if shim {
+			dir, err := os.MkdirTemp("", "fakecudnn")
+			if err != nil {
+				testLib.err = err
+				return
+			}
+			if path, err = fake.Build(dir); err != nil {
+				testLib.err = err
+				return
+			}
+		}
+		testLib.lib, testLib.err = cudnn.Find(cudnn.Search{Flag: path})
+	})
+	if testLib.err != nil {
+		t.Fatal(testLib.err)
+	}
+	return testLib.lib
+}
+
+var cudnnModes = []cuda.Precision{cuda.FP32, cuda.TF32, cuda.BF16}
+
+func newCUDNNEngine(t testing.TB, m *Model, p cuda.Precision) *gpuEngine {
+	dev := newTestDevice(t)
+	r, err := NewGPURunnerWith(m, dev, GPUOptions{Precision: p, CUDNN: testCUDNN(t, dev)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r.g
+}
+
+// nhwcIn uploads an NCHW batch and turns it into the cuDNN path's layout.
+func nhwcIn(t *testing.T, g *gpuEngine, n, c, h, w int, data []float32) dmap {
+	return g.toNHWC(upload(t, g, n, c, h, w, data))
+}
+
+// TestCUDNNLayersMatchCPU: every convolution shape RetinaNet uses, fused
+// with residual and ReLU, and the NHWC max-pool, top-down add and ReLU, on
+// a batch of two through the fake cuDNN, against the CPU engine image by
+// image: FP32 to float32 rounding, TF32 and BF16 to their rounding. A
+// layout mistake (NCHW read as NHWC, OIHW weights as KRSC) is far outside.
+func TestCUDNNLayersMatchCPU(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	cpu := newEngine(1)
+	m := smallModel(t)
+	tols := map[cuda.Precision]float64{cuda.FP32: 1e-5, cuda.TF32: 2e-2, cuda.BF16: 6e-2}
+	for _, c := range []struct{ out, in, k, s, p, h, w int }{
+		{16, 3, 7, 2, 3, 37, 30},
+		{24, 16, 3, 1, 1, 19, 13},
+		{24, 16, 3, 2, 1, 19, 13},
+		{40, 24, 1, 1, 0, 9, 11},
+		{40, 24, 1, 2, 0, 9, 11},
+	} {
+		cv := randConv(r, c.out, c.in, c.k, c.s, c.p)
+		x0, x1 := randMap(r, c.in, c.h, c.w), randMap(r, c.in, c.h, c.w)
+		y0 := cpu.conv(cv, x0, false, nil)
+		res0, res1 := randMap(r, y0.c, y0.h, y0.w), randMap(r, y0.c, y0.h, y0.w)
+		for _, withRes := range []bool{false, true} {
+			var rp0, rp1 *fmap
+			if withRes {
+				rp0, rp1 = &res0, &res1
+			}
+			want := batchOf(cpu.conv(cv, x0, withRes, rp0), cpu.conv(cv, x1, withRes, rp1))
+			for _, prec := range cudnnModes {
+				g := newCUDNNEngine(t, m, prec)
+				x := nhwcIn(t, g, 2, c.in, c.h, c.w, batchOf(x0, x1))
+				var rd *dmap
+				if withRes {
+					d := nhwcIn(t, g, 2, y0.c, y0.h, y0.w, batchOf(res0, res1))
+					rd = &d
+				}
+				got := g.download(g.conv(cv, x, withRes, rd))
+				if g.err != nil {
+					t.Fatal(g.err)
+				}
+				name := fmt.Sprintf("conv %dx%d/%d %d->%d res=%v %s", c.k, c.k, c.s, c.in, c.out, withRes, prec)
+				d := maxRel(got, want)
+				if !(d <= tols[prec]) {
+					t.Errorf("%s: max error %.3g of the mean |y| (tolerance %g)", name, d, tols[prec])
+				}
+				if prec != cuda.FP32 && d < 1e-5 {
+					t.Errorf("%s: max error %.3g: the operands were not rounded", name, d)
+				}
+				t.Logf("%s: max error %.3g, engine %s", name, d, g.dnn.layers[cv.name].Engine)
+			}
+		}
+	}
+	// Max-pool, the FPN's top-down add and ReLU, NHWC.
+	x0, x1 := randMap(r, 5, 13, 10), randMap(r, 5, 13, 10)
+	top0, top1 := randMap(r, 5, 7, 5), randMap(r, 5, 7, 5)
+	lat0, lat1 := randMap(r, 5, 14, 10), randMap(r, 5, 14, 10)
+	for _, prec := range cudnnModes {
+		g := newCUDNNEngine(t, m, prec)
+		tol := 0.0
+		if prec == cuda.BF16 { // the inputs rounded to BF16: 2^-8 of |x|
+			tol = 3e-2
+		}
+		x := nhwcIn(t, g, 2, 5, 13, 10, batchOf(x0, x1))
+		if d := maxRel(g.download(g.maxpool3s2(x)), batchOf(cpu.maxpool3s2(x0), cpu.maxpool3s2(x1))); !(d <= tol) {
+			t.Errorf("maxpool %s: %.3g", prec, d)
+		}
+		if d := maxRel(g.download(g.reluCopy(x)), batchOf(cpu.reluCopy(x0), cpu.reluCopy(x1))); !(d <= tol) {
+			t.Errorf("relu %s: %.3g", prec, d)
+		}
+		lat, top := nhwcIn(t, g, 2, 5, 14, 10, batchOf(lat0, lat1)), nhwcIn(t, g, 2, 5, 7, 5, batchOf(top0, top1))
+		g.upsampleAdd(lat, top)
+		l0, l1 := newFmap(5, 14, 10), newFmap(5, 14, 10)
+		copy(l0.d, lat0.d)
+		copy(l1.d, lat1.d)
+		cpu.upsampleAdd(l0, top0)
+		cpu.upsampleAdd(l1, top1)
+		if d := maxRel(g.download(lat), batchOf(l0, l1)); !(d <= 2*tol) {
+			t.Errorf("upsample-add %s: %.3g", prec, d)
+		}
+		if g.err != nil {
+			t.Fatal(g.err)
+		}
+	}
+}
+
+// TestCUDNNEngineMatchesCPU: the whole network on the cuDNN path against
+// the CPU runner: pyramid levels, top scores and detections within each
+// mode's rounding.
+func TestCUDNNEngineMatchesCPU(t *testing.T) {
+	m := smallModel(t)
+	imgs := smallImages(2, 90, 70, 1)
+	cpu := NewRunner(m, 2)
+	for _, prec := range cudnnModes {
+		dev := newTestDevice(t)
+		gr, err := NewGPURunnerWith(m, dev, GPUOptions{Precision: prec, CUDNN: testCUDNN(t, dev)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		featTol, scoreTol, boxTol := 1e-5, 1e-5, 1e-3
+		switch prec {
+		case cuda.TF32:
+			featTol, scoreTol, boxTol = 3e-2, 1e-2, 0.5
+		case cuda.BF16:
+			featTol, scoreTol, boxTol = 1.5e-1, 0.1, 4
+		}
+		for i, img := range imgs {
+			want, wtr := cpu.DetectTrace(img)
+			got, gtr, err := gr.DetectTrace(img)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for L := 0; L < 5; L++ {
+				if d := maxRel(gtr.Levels[L].d, wtr.Levels[L].d); !(d <= featTol) {
+					t.Errorf("%s image %d level %d: max error %.3g of the mean |x|", prec, i, L, d)
+				}
+			}
+			matched := 0
+			for _, d := range want {
+				for _, e := range got {
+					if e.Label == d.Label && math.Abs(float64(e.Score-d.Score)) <= scoreTol && boxClose(e.Box, d.Box, boxTol) {
+						matched++
+						break
+					}
+				}
+			}
+			if len(want) == 0 || (prec == cuda.FP32 && matched != len(want)) || matched < len(want)*7/10 {
+				t.Errorf("%s image %d: %d of the CPU's %d detections matched", prec, i, matched, len(want))
+			}
+			t.Logf("%s image %d: %d detections, %d match the CPU's %d", prec, i, len(got), matched, len(want))
+		}
+		rep := gr.CUDNN()
+		if rep == nil || rep.Plan != "heuristic" || len(rep.Layers) == 0 || rep.Version/10000 != 9 {
+			t.Errorf("%s: report %+v", prec, rep)
+		}
+		if err := gr.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCUDNNPlanRoundTrip: gpu-plan's timing picks an eligible engine for
+// every layer shape; a runner given those plans rebuilds exactly them
+// (every layer "plan file", the same engines) and computes the same bytes.
+func TestCUDNNPlanRoundTrip(t *testing.T) {
+	m := smallModel(t)
+	imgs := smallImages(2, 64, 48, 5)
+	dev := newTestDevice(t)
+	lib := testCUDNN(t, dev)
+	timer, err := NewGPURunnerWith(m, dev, GPUOptions{Precision: cuda.TF32, CUDNN: lib, Timing: true, Repeat: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := timer.DetectBatch(imgs, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timed := timer.TimedPlans()
+	if len(timed) == 0 {
+		t.Fatal("no layer timed")
+	}
+	pf := &cudnn.PlanFile{Format: cudnn.PlanFormat, Batch: 2, Precision: "tf32", Plans: timed}
+	for k, lp := range timed {
+		if ok, why := cudnn.Eligible(cudnn.TF32, nil, lp.Engine.Knobs); !ok || lp.Tried < 1 {
+			t.Errorf("%s: timed %s (%s), %d engines", k, lp.Engine, why, lp.Tried)
+		}
+	}
+	back, err := cudnn.ParsePlanFile(pf.Marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	timer.Close()
+	r, err := NewGPURunnerWith(m, newTestDevice(t), GPUOptions{Precision: cuda.TF32, CUDNN: lib, Plans: back, PlanSHA: "abc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, err := r.DetectBatch(imgs, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(detBytesAll(got), detBytesAll(ref)) {
+		t.Error("the plan file's engines give other detections than the timed ones")
+	}
+	rep := r.CUDNN()
+	if rep.Plan != "abc" {
+		t.Errorf("plan %q", rep.Plan)
+	}
+	for name, le := range rep.Layers {
+		if le.From != "plan file" || le.Engine != timed[le.Shape].Engine.String() {
+			t.Errorf("layer %s: %+v, timed %s", name, le, timed[le.Shape].Engine)
+		}
+	}
+}
+
+// TestCUDNNSlotInvariance: each image in every slot of a batch of N with
+// random batch-mates, its bits compared per pyramid level and head output.
+// On a GPU (tools/gpu/check.sh, N = 8) it reports, per mode, whether
+// cuDNN's chosen engines keep an image's bits whatever its slot: global
+// batching does not need it, identity across --batch-size values would;
+// only exact must be invariant there. On the host shim (N = 3) it must
+// find what is known: exact and the fake's FP32 engine invariant, its
+// tensor-core engine (tf32, bf16) not (its order depends on the slot), so
+// the test can see a slot dependence.
+func TestCUDNNSlotInvariance(t *testing.T) {
+	m := smallModel(t)
+	n := 3
+	_, shim := newTestDevice(t).(*hostkern.Device)
+	if !shim {
+		n = 8
+	}
+	imgs := smallImages(2, 90, 70, 11)
+	mates := smallImages(n, 90, 70, 12)
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, prec := range append([]cuda.Precision{cuda.Exact}, cudnnModes...) {
+		dev := newTestDevice(t)
+		o := GPUOptions{Precision: prec}
+		if prec.Cudnn() {
+			o.CUDNN = testCUDNN(t, dev)
+		}
+		gr, err := NewGPURunnerWith(m, dev, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var changed []string
+		for i, img := range imgs {
+			var ref [][]byte
+			for slot := 0; slot < n; slot++ {
+				batch := make([]Image, n)
+				for j := range batch {
+					batch[j] = mates[r.IntN(n)]
+				}
+				batch[slot] = img
+				layers := slotLayers(t, gr, batch, slot)
+				if ref == nil {
+					ref = layers
+					continue
+				}
+				for k := range layers {
+					if !bytes.Equal(layers[k], ref[k]) {
+						changed = append(changed, fmt.Sprintf("image %d slot %d: %s", i, slot, slotLayerName(k)))
+						break
+					}
+				}
+			}
+		}
+		gr.Close()
+		invariant := len(changed) == 0
+		t.Logf("%s, batch %d: slot-invariant %v %v", prec, n, invariant, changed)
+		want := prec == cuda.Exact || prec == cuda.FP32
+		if prec == cuda.Exact && !invariant || shim && invariant != want {
+			t.Errorf("%s: slot-invariant %v, want %v (changed: %v)", prec, invariant, want, changed)
+		}
+	}
+}
+
+func slotLayerName(k int) string {
+	return [...]string{"P3", "P4", "P5", "P6", "P7"}[k%5] + [...]string{" (FPN)", " cls", " reg"}[k/5]
+}
+
+// slotLayers runs batch and returns slot's bytes of the five levels and
+// the heads' outputs, NCHW FP32 (levels, then cls, then reg).
+func slotLayers(t *testing.T, gr *GPURunner, batch []Image, slot int) [][]byte {
+	t.Helper()
+	g := gr.g
+	l := gr.launch(gr.prepare(batch, nil, nil))
+	var out [][]byte
+	for _, set := range [][5]dmap{l.p, l.cls, l.reg} {
+		for L := 0; L < 5; L++ {
+			all := g.download(set[L])
+			per := len(all) / len(batch)
+			var b bytes.Buffer
+			for _, v := range all[slot*per : (slot+1)*per] {
+				fmt.Fprintf(&b, "%08x", math.Float32bits(v))
+			}
+			out = append(out, b.Bytes())
+		}
+	}
+	for _, set := range [][5]dmap{l.p, l.cls, l.reg} {
+		g.put(set[:]...)
+	}
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	return out
+}
+
+// TestCUDNNDetectSlots: global batching keeps an image's bytes whatever
+// else its detector call holds: with its whole batch, alone (a resumed or
+// split batch), or beside an image of another resized size (a sub-batch of
+// its own). The fake's TF32 engine changes an image's bits with its slot
+// and the batch size, so a slot not taken from the global position, or a
+// batch not padded to N, shows.
+func TestCUDNNDetectSlots(t *testing.T) {
+	m := smallModel(t)
+	const n = 4
+	imgs := smallImages(n, 90, 70, 21)
+	odd := smallImages(1, 64, 100, 22)[0]
+	dev := newTestDevice(t)
+	gr, err := NewGPURunnerWith(m, dev, GPUOptions{Precision: cuda.TF32, CUDNN: testCUDNN(t, dev)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gr.Close()
+	// global batch 5: positions 20..23
+	pos := []int{20, 21, 22, 23}
+	ref, _, err := gr.DetectSlots(imgs, pos, nil, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, d := range ref {
+		total += len(d)
+	}
+	if total == 0 {
+		t.Fatal("no detections: the comparison would be empty")
+	}
+	for i := range imgs {
+		alone, _, err := gr.DetectSlots(imgs[i:i+1], pos[i:i+1], nil, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(detBytesAll(alone), detBytesAll(ref[i:i+1])) {
+			t.Errorf("image at position %d alone: other detections than in its whole batch", pos[i])
+		}
+	}
+	mixed := []Image{imgs[0], odd, imgs[2], imgs[3]}
+	got, _, err := gr.DetectSlots(mixed, pos, nil, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 2, 3} {
+		if !bytes.Equal(detBytesAll(got[i:i+1]), detBytesAll(ref[i:i+1])) {
+			t.Errorf("image at position %d beside another size: other detections", pos[i])
+		}
+	}
+	if _, _, err := gr.DetectSlots(imgs[:2], []int{19, 20}, nil, n); err == nil {
+		t.Error("positions of two global batches accepted")
+	}
+
+}

@@ -1,0 +1,114 @@
+package retinanet
+
+import (
+	"math"
+
+	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
+)
+
+// The transform on the device: each image goes up as its 8-bit samples
+// (a quarter of the float32 bytes; float32 when its values are not 8-bit
+// samples), and kernels.cu's transform_img normalizes, resizes and pads it
+// into its slot of the batch with the float32 operations of
+// normalizeResizePad, for every --blend rule (TestDeviceTransformBits).
+
+// unit8 is imagefile's conversion of the 8-bit sample k: float32(k/255).
+var unit8 = func() (u [256]float32) {
+	for k := range u {
+		u[k] = float32(float64(k) / 255)
+	}
+	return u
+}()
+
+// pixBytes writes the 8-bit sample of every value of pix to dst and
+// reports whether every value is one (bit for bit).
+func pixBytes(pix []float32, dst []byte) bool {
+	for i, v := range pix {
+		k := int(v*255 + 0.5)
+		if k < 0 || k > 255 || math.Float32bits(unit8[k]) != math.Float32bits(v) {
+			return false
+		}
+		dst[i] = byte(k)
+	}
+	return true
+}
+
+// prepared is a group of images ready to upload: their samples (8-bit, or
+// float32 for an image whose values are not 8-bit samples) and sizes.
+type prepared struct {
+	imgs   []Image
+	u8     [][]byte // nil for an image that goes up as float32
+	ph, pw int
+	rh, rw []int
+	// targets, when not nil, are the images' loss targets.
+	targets [][]Target
+}
+
+// prepare is the host's part of the transform: the sizes, and the samples
+// as bytes (run ahead of the device, while it computes the previous group);
+// u8, when not nil, holds samples the decoders already made (nil entries
+// are made here).
+func (r *GPURunner) prepare(imgs []Image, u8 [][]byte, targets [][]Target) prepared {
+	t0 := r.g.times.now()
+	defer r.g.times.add("prepare", t0)
+	p := prepared{imgs: imgs, targets: targets, u8: make([][]byte, len(imgs))}
+	for i, img := range imgs {
+		rh, rw := resizeSize(img.H, img.W, r.m.Opt)
+		if i == 0 {
+			p.ph, p.pw = (rh+31)/32*32, (rw+31)/32*32
+		}
+		p.rh, p.rw = append(p.rh, rh), append(p.rw, rw)
+		if u8 != nil && u8[i] != nil {
+			p.u8[i] = u8[i]
+			continue
+		}
+		b := make([]byte, len(img.Pix))
+		if pixBytes(img.Pix, b) {
+			p.u8[i] = b
+		}
+	}
+	return p
+}
+
+// transform uploads a prepared group and queues transform_img for each
+// image: the batch [n, 3, ph, pw] the network reads.
+func (r *GPURunner) transform(p prepared) dmap {
+	x := r.g.alloc(len(p.imgs), 3, p.ph, p.pw)
+	r.transformInto(p, x)
+	return x
+}
+
+// transformInto is transform into the batch buffer x.
+func (r *GPURunner) transformInto(p prepared, x dmap) {
+	g := r.g
+	o := r.m.Opt
+	for i, img := range p.imgs {
+		if g.err != nil {
+			break
+		}
+		done := g.timed("upload")
+		var src dmap
+		var s8, s32 cuda.Ptr
+		if p.u8[i] != nil {
+			src = g.alloc(1, 1, 1, (len(p.u8[i])+3)/4)
+			g.fail(g.dev.UploadBytes(src.p, p.u8[i]))
+			s8 = src.p
+		} else {
+			src = g.alloc(1, 1, 1, len(img.Pix))
+			g.uploadAsync(src.p, img.Pix)
+			s32 = src.p
+		}
+		done()
+		done = g.timed("transform")
+		if g.err == nil {
+			g.fail(g.dev.Launch(kernels.TransformImg, kernels.Elem(3*p.ph*p.pw),
+				s8, s32, x.p, int64(i*3*p.ph*p.pw), img.H, img.W, p.rh[i], p.rw[i], p.ph, p.pw,
+				o.ImageMean[0], o.ImageMean[1], o.ImageMean[2], o.ImageStd[0], o.ImageStd[1], o.ImageStd[2],
+				int(o.Blend)))
+		}
+		done()
+		// Reused only by later work in the same stream, after this kernel.
+		g.put(src)
+	}
+}

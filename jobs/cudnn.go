@@ -1,0 +1,92 @@
+package jobs
+
+import (
+	"fmt"
+
+	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
+	"github.com/canopy-hpc/canopy/internal/plan"
+)
+
+// The cuDNN path's settings (--precision fp32/tf32/bf16, --cudnn, --plan)
+// and its global batching.
+
+// gpuOptions loads this rank's cuDNN and plan file for the GPU detector.
+// A missing or wrong library, or a plan file for another stack, is a GPU
+// error (exit 5) that names what was searched or what differs.
+func (lm *loadedModel) gpuOptions(info cuda.Info) (retinanet.GPUOptions, error) {
+	o := retinanet.GPUOptions{Precision: lm.precision}
+	if !lm.precision.Cudnn() {
+		if lm.planPath != "" {
+			return o, &Error{Code: ExitUsage, Err: fmt.Errorf("jobs: --plan is for --precision fp32, tf32 or bf16 (cuDNN), not %s", lm.precision)}
+		}
+		return o, nil
+	}
+	lib, err := findCUDNN(cudnn.Search{Flag: lm.cudnnPath})
+	if err != nil {
+		return o, &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: --precision %s: %w (or run --precision exact, canopy's own kernels)", lm.precision, err)}
+	}
+	o.CUDNN = lib
+	if lm.planPath == "" {
+		return o, nil
+	}
+	pf, sum, err := cudnn.ReadPlanFile(lm.planPath)
+	if err != nil {
+		return o, &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: --plan: %w", err)}
+	}
+	here := cudnn.PlanKey{CUDNN: lib.Version, GPU: info.Name, CC: info.SM, SMs: info.SMs}
+	var diff []string
+	if d := pf.Key.Mismatch(here); d != "" {
+		diff = append(diff, d)
+	}
+	if pf.Precision != lm.precision.String() {
+		diff = append(diff, fmt.Sprintf("precision %s in the file, %s here", pf.Precision, lm.precision))
+	}
+	if lm.batch > 0 && pf.Batch != lm.batch {
+		diff = append(diff, fmt.Sprintf("batch size %d in the file, %d here", pf.Batch, lm.batch))
+	}
+	if len(diff) > 0 {
+		return o, &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: --plan %s was made for another stack: %v (make one here: canopy gpu-plan)", lm.planPath, diff)}
+	}
+	o.Plans, o.PlanSHA = pf, sum
+	return o, nil
+}
+
+// noteCUDNN records, after detection, the cuDNN path's library, plan and
+// engines in the report's model section (rank 0's detector).
+func (lm *loadedModel) noteCUDNN(det any) {
+	if d, ok := det.(interface{ CUDNN() *retinanet.CUDNNReport }); ok {
+		lm.info.CUDNN = d.CUDNN()
+	}
+}
+
+// batching is the report's record of the global batching: batch k is
+// images kN…kN+N−1 (in the input's order), each in slot i mod N, padded
+// to N; images of different resized sizes in one batch run as separate
+// sub-batches, each padded to N.
+type batching struct {
+	N        int    `json:"n"`
+	Grouping string `json:"grouping"`
+}
+
+// globalBatching says whether the ranks run the cuDNN path, whose bytes
+// hold only for a fixed batch and slot.
+func (lm *loadedModel) globalBatching() bool {
+	return lm != nil && lm.place.Kind == "cuda" && lm.precision.Cudnn()
+}
+
+// plan assigns the images to the ranks: todo (global indices, increasing)
+// with their costs by plan.Balance; on the cuDNN path whole global batches
+// of batchSize by plan.BalanceBatches (and the report records the
+// batching). lm may be nil (replayed predictions).
+func (lm *loadedModel) plan(todo []int, costs []int64, batchSize, ranks int) (plan.Plan, error) {
+	if !lm.globalBatching() {
+		return plan.Balance(costs, ranks)
+	}
+	n := batchOrOne(batchSize)
+	lm.batch = n
+	lm.info.Batching = &batching{N: n, Grouping: fmt.Sprintf("global batches of %d by input position (batch k = images %d·k…%d·k+%d, image i in slot i mod %d, padded to %d with black images); "+
+		"a batch's images of different resized sizes run as separate sub-batches, each padded to %d; a rank runs whole batches", n, n, n, n-1, n, n, n)}
+	return plan.BalanceBatches(todo, n, ranks)
+}

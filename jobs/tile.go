@@ -1,0 +1,491 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/gdal"
+	"github.com/canopy-hpc/canopy/infer/gemm"
+	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/plan"
+	"github.com/canopy-hpc/canopy/internal/wire"
+	"github.com/canopy-hpc/canopy/metrics"
+	"github.com/canopy-hpc/canopy/mpi"
+)
+
+// canopy predict --tile: DeepForest's predict_tile over many rasters on
+// many ranks. Rank 0 lists and opens the rasters (size, bands,
+// georeferencing) and broadcasts them; every rank cuts the same global
+// window list (raster by raster, each in DeepForest's order), takes its
+// contiguous block of it (plan.Blocks), reads only those windows through
+// GDAL and detects them; the detections are gathered in window order and
+// every rank merges each raster's windows (tile.Merge), so the merged rows
+// do not depend on the rank count, --threads or --batch-size.
+
+// tileRaster is one raster of the job, as rank 0 found it.
+type tileRaster struct {
+	Path         string        `json:"image_path"` // as predictions.csv names it
+	File         string        `json:"file"`       // where every rank opens it
+	Width        int           `json:"width"`
+	Height       int           `json:"height"`
+	Bands        int           `json:"bands"`
+	Bits         int           `json:"bits"`
+	Driver       string        `json:"driver"`
+	CRS          string        `json:"crs,omitempty"`
+	GeoTransform *[6]float64   `json:"geotransform,omitempty"`
+	Windows      int           `json:"windows"`
+	Detections   int           `json:"detections"`
+	wins         []tile.Window // not reported
+}
+
+// tileSources lists the rasters: (image_path, file) pairs.
+func tileSources(cfg TileConfig) (paths, files []string, err error) {
+	switch {
+	case cfg.Raster != "":
+		return []string{filepath.Base(cfg.Raster)}, []string{cfg.Raster}, nil
+	case cfg.Images != "":
+		if paths, err = listImages(cfg.Images); err != nil {
+			return nil, nil, err
+		}
+		for _, p := range paths {
+			files = append(files, filepath.Join(cfg.Images, p))
+		}
+		return paths, files, nil
+	}
+	data, err := os.ReadFile(cfg.CSV)
+	if err != nil {
+		return nil, nil, fmt.Errorf("jobs: %w", err)
+	}
+	if cfg.Eval != nil { // eval --tile: the truth's images are the rasters
+		truth, err := dataset.ParseTruthFile(cfg.CSV, data)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, im := range truth.Images {
+			paths = append(paths, im.Path)
+		}
+	} else if paths, err = dataset.ImagePaths(cfg.CSV, data); err != nil {
+		return nil, nil, err
+	}
+	root := cfg.RootDir
+	if root == "" {
+		root = filepath.Dir(cfg.CSV)
+	}
+	conf := newConfiner(root)
+	for _, p := range paths {
+		if !cfg.AllowOutsideRoot {
+			if err := conf.check(p); err != nil {
+				return nil, nil, err
+			}
+		}
+		files = append(files, imageFile(root, p))
+	}
+	return paths, files, nil
+}
+
+// openRasters opens every raster once on rank 0 (gdal.Open reads its
+// first and last pixels) and counts its windows.
+func openRasters(cfg TileConfig) ([]tileRaster, error) {
+	paths, files, err := tileSources(cfg)
+	if err != nil {
+		return nil, err
+	}
+	total := 0
+	out := make([]tileRaster, len(paths))
+	for i := range paths {
+		r, err := gdal.Open(files[i])
+		if err != nil {
+			return nil, fmt.Errorf("jobs: %w", err)
+		}
+		in := r.Info()
+		r.Close()
+		t := tileRaster{Path: paths[i], File: files[i], Width: in.Width, Height: in.Height, Bands: in.Bands, Bits: in.Bits,
+			Driver: in.Driver, CRS: in.CRS}
+		if in.HasTransform {
+			gt := in.GeoTransform
+			t.GeoTransform = &gt
+		}
+		if t.Windows, err = tile.Count(in.Width, in.Height, cfg.Settings); err != nil {
+			return nil, fmt.Errorf("jobs: %s: %w", files[i], err)
+		}
+		if total += t.Windows; total > tile.MaxWindows {
+			return nil, fmt.Errorf("jobs: the rasters give more than %d windows: %w", tile.MaxWindows, tile.ErrSettings)
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// packTile is rank 0's packet: the model and the rasters.
+func packTile(cfg TileConfig) ([]byte, *outRun) {
+	fail := func(code int, err error) ([]byte, *outRun) { return append([]byte{byte(code)}, err.Error()...), nil }
+	rasters, err := openRasters(cfg)
+	if err != nil {
+		if errors.Is(err, gdal.ErrUnavailable) {
+			return fail(ExitUsage, err)
+		}
+		return fail(ExitInput, err)
+	}
+	dir, digest, config, err := resolveModel(cfg.Model.Spec)
+	if err != nil {
+		return fail(ExitModel, err)
+	}
+	out, err := preparePredictOut(cfg.Out, cfg.Force)
+	if err != nil {
+		return fail(Code(err), err)
+	}
+	rb, err := json.Marshal(rasters)
+	if err != nil {
+		out.finish(err)
+		return fail(ExitInternal, err)
+	}
+	var truth []byte
+	if cfg.Eval != nil {
+		if truth, err = os.ReadFile(cfg.CSV); err != nil {
+			out.finish(err)
+			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+		}
+	}
+	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth), out
+}
+
+type tileReport struct {
+	// Metrics: eval --tile's, as eval's report.json "metrics".
+	Metrics json.RawMessage `json:"metrics,omitempty"`
+	predictReport
+	Tile struct {
+		PatchSize    int          `json:"patch_size"`
+		PatchOverlap float64      `json:"patch_overlap"`
+		IoU          float64      `json:"iou_threshold"`
+		Windows      int          `json:"windows"`
+		WindowDets   int          `json:"window_detections"`
+		Order        string       `json:"window_order"`
+		Rasters      []tileRaster `json:"rasters"`
+		GPKG         string       `json:"gpkg,omitempty"`
+	} `json:"tile"`
+}
+
+// rasterSet opens this rank's rasters when first needed and reads windows.
+type rasterSet struct {
+	mu    sync.Mutex
+	files []string
+	open  map[int]*gdal.Raster
+}
+
+func (s *rasterSet) read(r int, w tile.Window) (imagefile.Image, error) {
+	s.mu.Lock()
+	ras, ok := s.open[r]
+	if !ok {
+		var err error
+		if ras, err = gdal.Open(s.files[r]); err != nil {
+			s.mu.Unlock()
+			return imagefile.Image{}, err
+		}
+		s.open[r] = ras
+	}
+	s.mu.Unlock()
+	px, err := ras.Read(w.X, w.Y, w.W, w.H)
+	if err != nil {
+		return imagefile.Image{}, err
+	}
+	return imagefile.FromPlanes(px.W, px.H, px.Pix)
+}
+
+func (s *rasterSet) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.open {
+		r.Close()
+	}
+}
+
+// PredictTile runs predict --tile on this rank.
+func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
+	cfg.BatchSize = batchOrOne(cfg.BatchSize)
+	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
+	t0 := time.Now()
+	gdal.SetCacheMax(int64(cfg.CacheMiB) << 20)
+	var pkt []byte
+	var out *outRun
+	if c.Rank() == 0 {
+		pkt, out = packTile(cfg)
+	}
+	defer func() { out.finish(err) }()
+	pkt, err = c.Bcast(pkt, 0)
+	if err != nil {
+		return localErr(ExitMPI, "jobs: broadcast inputs: %w", err)
+	}
+	if len(pkt) == 0 {
+		return collective(ExitInternal, "jobs: empty input broadcast")
+	}
+	if pkt[0] != 0 {
+		return &Error{Code: int(pkt[0]), Collective: true, Err: errors.New(string(pkt[1:]))}
+	}
+	f, err := unpackFields(pkt[1:])
+	if err != nil || len(f) != 5 {
+		return collective(ExitInternal, "jobs: malformed input broadcast")
+	}
+	var rasters []tileRaster
+	if err := json.Unmarshal(f[3], &rasters); err != nil {
+		return collective(ExitInternal, "jobs: malformed raster list: %v", err)
+	}
+	model, err := loadModel(c, cfg.Model, string(f[0]), string(f[1]), string(f[2]))
+	if err != nil {
+		return err
+	}
+	labels := model.labels()
+	var truthImages []box.Image // eval --tile: each raster's truth
+	if cfg.Eval != nil {
+		truth, err := dataset.ParseTruthFile(cfg.CSV, f[4])
+		if err != nil {
+			return &Error{Code: ExitInput, Collective: true, Err: err}
+		}
+		var names []string
+		for _, im := range truth.Images {
+			names = append(names, im.Labels...)
+		}
+		if err := checkModelLabels(labels, nil, names, cfg.CSV); err != nil {
+			return &Error{Code: ExitModel, Collective: true, Err: err}
+		}
+		if truthImages, err = truth.Resolve(cfg.CSV, labels); err != nil || len(truthImages) != len(rasters) {
+			return collective(ExitInput, "jobs: %s: truth for %d rasters of %d: %v", cfg.CSV, len(truthImages), len(rasters), err)
+		}
+	}
+
+	// The global window list: raster by raster, each in DeepForest's order.
+	type globalWin struct {
+		r int
+		w tile.Window
+	}
+	var all []globalWin
+	offset := make([]int, len(rasters)+1)
+	largest, lw, lh, lfile := 0, 0, 0, ""
+	for i := range rasters {
+		ws, err := tile.Windows(rasters[i].Width, rasters[i].Height, cfg.Settings)
+		if err != nil {
+			return collective(ExitInput, "jobs: %s: %w", rasters[i].File, err)
+		}
+		rasters[i].wins = ws
+		for _, w := range ws {
+			all = append(all, globalWin{i, w})
+		}
+		offset[i+1] = len(all)
+		if px := ws[0].W * ws[0].H; px > largest {
+			largest, lw, lh, lfile = px, ws[0].W, ws[0].H, rasters[i].File
+		}
+	}
+	p, err := plan.Blocks(len(all), c.Size())
+	if err != nil {
+		return collective(ExitInternal, "jobs: %w", err)
+	}
+	shard := p.Shards[c.Rank()]
+	stats.Images = len(shard)
+	var merr error
+	if lfile != "" {
+		merr = checkMemory(lfile, lw, lh, model, cfg.Model, cfg.BatchSize, c.LocalSize())
+	}
+	if err := agreeErr(c, ExitInput, merr); err != nil {
+		return err
+	}
+	stats.Seconds["load"] = since(t0)
+
+	t1 := time.Now()
+	det, err := model.openDetector(c, labels, cfg.Progress)
+	if err != nil {
+		return err
+	}
+	defer det.Close()
+	files := make([]string, len(rasters))
+	for i := range rasters {
+		files[i] = rasters[i].File
+	}
+	rs := &rasterSet{files: files, open: map[int]*gdal.Raster{}}
+	defer rs.close()
+	names := make([]box.Image, len(all)) // detectShard's item names (unused with input)
+	input := func(i int) infer.Input {
+		g := all[i]
+		name := fmt.Sprintf("%s window %d (%d,%d %dx%d)", rasters[g.r].Path, i-offset[g.r], g.w.X, g.w.Y, g.w.W, g.w.H)
+		return infer.Input{Index: i, Path: name, File: name, Pixels: func() (imagefile.Image, error) { return rs.read(g.r, g.w) }}
+	}
+	mine, derr := detectShard(ctx, det, shardOptions{batchSize: cfg.BatchSize, progress: cfg.Progress, input: input, unit: "windows"},
+		names, shard, c.Rank(), func([]wire.Image, []parts.Identity) error { return nil })
+	if errors.Is(derr, gdal.ErrRaster) {
+		derr = &Error{Code: ExitInput, Err: derr}
+	}
+	if err := detectErr(derr, "predict keeps no part files, run it again: "); err != nil {
+		return err
+	}
+	for _, im := range mine {
+		stats.Detections += len(im.Dets)
+	}
+	stats.Seconds["detect"] = since(t1)
+	printLayerTimes(cfg.Progress, det)
+
+	dets, _, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, nil, len(all), &stats)
+	if err != nil {
+		return err
+	}
+	t2 := time.Now()
+	images := make([]box.Image, len(rasters))
+	merged := make([][]box.Detection, len(rasters))
+	windowDets := 0
+	for i := range rasters {
+		images[i] = box.Image{Path: rasters[i].Path}
+		for _, d := range dets[offset[i]:offset[i+1]] {
+			windowDets += len(d)
+		}
+		merged[i] = tile.Merge(rasters[i].wins, dets[offset[i]:offset[i+1]], cfg.IoU)
+		rasters[i].Detections = len(merged[i])
+	}
+	stats.Seconds["merge"] = since(t2)
+	var res metrics.Result
+	var metricJSON []byte
+	if cfg.Eval != nil {
+		for i := range images {
+			images[i] = truthImages[i]
+		}
+		fam := cfg.Eval.Families
+		if fam == 0 {
+			fam = metrics.All
+		}
+		if res, err = metrics.Compute(metrics.Input{Images: images, Dets: merged, Labels: labels},
+			metrics.Options{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics}, fam, cfg.Eval.ClassMetrics); err != nil {
+			return collective(ExitInternal, "jobs: %w", err)
+		}
+		metricJSON = MetricsJSON(res.Values)
+		if err := agree(c, metricJSON); err != nil {
+			return err
+		}
+	}
+	return writeReport(c, stats, "predictions", func(allStats []rankStats) error {
+		var rep tileReport
+		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
+			Ranks: c.Size(), Images: len(rasters), Model: &model.info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot,
+			PerRank: allStats}
+		for _, d := range merged {
+			rep.Boxes += len(d)
+		}
+		rep.Tile.PatchSize, rep.Tile.PatchOverlap, rep.Tile.IoU = cfg.Settings.Patch, cfg.Settings.Overlap, cfg.IoU
+		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters = len(all), windowDets, rasters
+		rep.Tile.Order = "rasters in input order; each raster's windows x outer, y inner (DeepForest's compute_windows)"
+		var extra []staged
+		gpkg, note, err := stageGPKG(cfg.Out, rasters, merged, labels)
+		if err != nil {
+			return err
+		}
+		if gpkg != nil {
+			extra = append(extra, *gpkg)
+			rep.Tile.GPKG = gpkgFile
+		}
+		if cfg.Eval != nil {
+			rep.Metrics = json.RawMessage(metricJSON)
+			results, err := stage(cfg.Out, "results.csv", func(w io.Writer) error {
+				return writeResults(w, images, merged, labels, res.Matches)
+			})
+			if err != nil {
+				return err
+			}
+			extra = append(extra, results)
+		}
+		if note != "" && cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "canopy: note: %s\n", note)
+		}
+		err = publishPredictions(cfg.Out, images, merged, labels, extra, func(outputs map[string]string) any {
+			rep.Outputs = outputs
+			return rep
+		})
+		if err != nil {
+			return err
+		}
+		if err := out.commit(); err != nil {
+			return err
+		}
+		if cfg.Stdout != nil && cfg.Eval != nil {
+			printTable(cfg.Stdout, res.Values)
+		}
+		if cfg.Stdout != nil {
+			fmt.Fprintf(cfg.Stdout, "%d detections on %d rasters (%d windows, %d window detections): %s\n",
+				rep.Boxes, len(rasters), len(all), windowDets, filepath.Join(cfg.Out, "predictions.csv"))
+		}
+		return nil
+	})
+}
+
+// gpkgFile holds the boxes of georeferenced rasters as polygons.
+const gpkgFile = "predictions.gpkg"
+
+// stageGPKG writes predictions.gpkg when a raster has a CRS and a
+// geotransform: one polygon layer per such raster (named by its
+// image_path), each box mapped as DeepForest's image_to_geo_coordinates
+// maps it (gdal.BoxRing). note says, once, which rasters it leaves out.
+func stageGPKG(dir string, rasters []tileRaster, merged [][]box.Detection, labels box.LabelMap) (*staged, string, error) {
+	var layers []gdal.Layer
+	var without []string
+	names := labels.Names()
+	for i, r := range rasters {
+		if r.CRS == "" || r.GeoTransform == nil {
+			without = append(without, r.Path)
+			continue
+		}
+		ly := gdal.Layer{Name: r.Path, CRS: r.CRS}
+		for _, d := range merged[i] {
+			label := ""
+			if int(d.Label) < len(names) {
+				label = names[d.Label]
+			}
+			ring := gdal.BoxRing(*r.GeoTransform, d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax)
+			// As image_to_geo_coordinates: the columns become the polygon's bounds.
+			f := gdal.Feature{Ring: ring, ImagePath: r.Path, Label: label, Score: d.Score,
+				Xmin: ring[0][0], Ymin: ring[0][1], Xmax: ring[0][0], Ymax: ring[0][1]}
+			for _, p := range ring {
+				f.Xmin, f.Xmax = min(f.Xmin, p[0]), max(f.Xmax, p[0])
+				f.Ymin, f.Ymax = min(f.Ymin, p[1]), max(f.Ymax, p[1])
+			}
+			ly.Features = append(ly.Features, f)
+		}
+		layers = append(layers, ly)
+	}
+	note := ""
+	switch {
+	case len(layers) == 0:
+		return nil, fmt.Sprintf("no raster has a CRS: no %s is written (pixel coordinates are in predictions.csv)", gpkgFile), nil
+	case len(without) > 0:
+		note = fmt.Sprintf("%d of %d rasters have no CRS (the first: %s): %s leaves them out", len(without), len(rasters), without[0], gpkgFile)
+	}
+	f, err := os.CreateTemp(dir, "."+gpkgFile+".tmp-gdal*")
+	if err != nil {
+		return nil, "", fmt.Errorf("jobs: %w", err)
+	}
+	tmp := f.Name()
+	f.Close()
+	os.Remove(tmp) // GDAL creates it
+	defer os.Remove(tmp)
+	if err := gdal.WriteGPKG(tmp, layers); err != nil {
+		return nil, "", fmt.Errorf("jobs: %w", err)
+	}
+	src, err := os.Open(tmp)
+	if err != nil {
+		return nil, "", fmt.Errorf("jobs: %w", err)
+	}
+	defer src.Close()
+	s, err := stage(dir, gpkgFile, func(w io.Writer) error {
+		_, err := io.Copy(w, src)
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return &s, note, nil
+}

@@ -1,0 +1,178 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/urfave/cli/v2"
+)
+
+// canopy predict --tile: its flags and how they become a TileConfig (the
+// job is tile.go). predict_cmd.go adds tileFlags and hands over to
+// tileAction when --tile is given.
+
+func tileFlags() []cli.Flag {
+	return append(tileWindowFlags("cut each raster into overlapping windows and merge their detections, as DeepForest's predict_tile (dataloader_strategy \"single\"/\"window\"): the windows of all rasters are shared out among the ranks, each rank reads only its windows (GDAL), and every rank merges the gathered detections; the rasters come from --raster, --images (a folder) or --csv (an image_path list)"),
+		&cli.StringFlag{Name: "raster", Usage: "with --tile: one raster (GeoTIFF, COG, JPEG or PNG; RGB or RGBA, 8- or 16-bit); its image_path is its file name, as predict_tile writes it"})
+}
+
+// tileWindowFlags are the flags predict --tile and eval --tile share.
+func tileWindowFlags(tileUsage string) []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "tile", Usage: tileUsage},
+		&cli.IntFlag{Name: "patch-size", Value: 400, Usage: "with --tile: window side in pixels, min(patch, raster side) on each axis (DeepForest's predict_tile patch_size; CLI: patch_size)"},
+		&cli.Float64Flag{Name: "patch-overlap", Value: 0.05, Usage: "with --tile: fraction of a window shared with its neighbour, in [0, 1) (predict_tile's patch_overlap; CLI: patch_overlap)"},
+		&cli.Float64Flag{Name: "tile-iou", Value: tile.DefaultIoU, Usage: "with --tile: IoU above which the merge (one class-agnostic NMS over the raster's shifted, integer boxes) drops the lower-scoring box (predict_tile's iou_threshold; DeepForest's CLI --mode tile passes nms_thresh, 0.05, here)"},
+		&cli.IntFlag{Name: "gdal-cache", Value: 256, Usage: "with --tile: GDAL's block cache per rank, in MiB (bounds what a rank holds of a raster)"},
+	}
+}
+
+// TileConfig is the configuration of one `canopy predict --tile` run.
+type TileConfig struct {
+	Raster, CSV, Images, RootDir string
+	Out                          string
+	Force                        bool
+	BatchSize                    int
+	Settings                     tile.Settings
+	IoU                          float64
+	CacheMiB                     int
+	AllowOutsideRoot             bool
+	Model                        ModelConfig
+	Command                      []string
+	Stdout                       io.Writer
+	Progress                     io.Writer
+	CollectiveTimeout            time.Duration
+	// Eval, for eval --tile: the truth (CSV is its file, the rasters are its
+	// image_path values, in the rasters' pixel frame) and the metric
+	// settings; the metrics are computed on the merged predictions.
+	Eval *EvalConfig
+}
+
+// tileConfig parses the flags of predict --tile once.
+func tileConfig(c *cli.Context, stdout io.Writer) (TileConfig, error) {
+	cfg := TileConfig{Raster: c.String("raster"), CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
+		Out: c.String("out"), Force: c.Bool("force"), Command: os.Args, Stdout: stdout, AllowOutsideRoot: c.Bool("allow-outside-root"),
+		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
+		CacheMiB: c.Int("gdal-cache")}
+	mc, err := modelConfig(c)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Model = mc
+	if cfg.BatchSize, err = batchSize(c); err != nil {
+		return cfg, err
+	}
+	given := 0
+	for _, s := range []string{cfg.Raster, cfg.CSV, cfg.Images} {
+		if s != "" {
+			given++
+		}
+	}
+	switch {
+	case mc.Spec == "":
+		return cfg, errors.New("--model is required")
+	case given != 1:
+		return cfg, errors.New("--tile: give exactly one of --raster, --images and --csv")
+	case cfg.RootDir != "" && cfg.CSV == "":
+		return cfg, errors.New("--root-dir goes with --csv")
+	case !(cfg.IoU >= 0 && cfg.IoU <= 1):
+		return cfg, fmt.Errorf("--tile-iou %v is not in [0, 1]", cfg.IoU)
+	case cfg.CacheMiB < 1:
+		return cfg, fmt.Errorf("--gdal-cache %d must be at least 1 (MiB)", cfg.CacheMiB)
+	}
+	return cfg, nil
+}
+
+// tileAction is predict's action under --tile.
+func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr io.Writer) error {
+	if !c.Bool("tile") {
+		return tileFlagsNeedTile(c, "predict")
+	}
+	if c.NArg() > 0 {
+		return usageError(fmt.Errorf("predict --tile takes no arguments, got %q", c.Args().Slice()))
+	}
+	for _, f := range []string{"config", "label-dict"} {
+		if c.IsSet(f) {
+			return usageError(fmt.Errorf("predict: --%s does not go with --tile (the model folder carries its labels and thresholds)", f))
+		}
+	}
+	cfg, err := tileConfig(c, stdout)
+	if err != nil {
+		return usageError(fmt.Errorf("predict: %w", err))
+	}
+	// Window settings that cut no windows are bad input (exit 3), as the
+	// issue's table has them, not a usage error.
+	if err := cfg.Settings.Check(); err != nil {
+		return &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("predict: --patch-size/--patch-overlap: %w", err)}
+	}
+	return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
+		if !rank0 {
+			cfg.Stdout = nil
+		} else {
+			cfg.Progress = stderr
+		}
+		cfg.CollectiveTimeout = timeout
+		return PredictTile(c.Context, comm, cfg)
+	})
+}
+
+// tileFlagsNeedTile refuses a tile flag given without --tile.
+func tileFlagsNeedTile(c *cli.Context, cmd string) error {
+	for _, f := range []string{"raster", "patch-size", "patch-overlap", "tile-iou", "gdal-cache"} {
+		if c.IsSet(f) {
+			return usageError(fmt.Errorf("%s: --%s needs --tile", cmd, f))
+		}
+	}
+	return nil
+}
+
+// evalTileAction is eval's action under --tile: the truth CSV names the
+// rasters (image_path) and holds their boxes in pixels; the metrics are
+// those of eval, on predict_tile's merged rows.
+func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr io.Writer) error {
+	ec, err := evalConfig(c, stdout)
+	if err != nil {
+		return usageError(err)
+	}
+	switch {
+	case ec.Predictions != "":
+		return usageError(errors.New("eval: --tile runs the model (--model), not --predictions"))
+	case ec.Resume:
+		return usageError(errors.New("eval: --tile keeps no part files: --resume does not go with it"))
+	case ec.RunConfig != nil || ec.LabelDict != "":
+		return usageError(errors.New("eval: --config and --label-dict do not go with --tile yet"))
+	}
+	cfg := TileConfig{CSV: ec.CSV, RootDir: ec.RootDir, Out: ec.Out, Force: ec.Force, BatchSize: ec.BatchSize, Model: ec.Model,
+		AllowOutsideRoot: ec.AllowOutsideRoot, Command: os.Args, Stdout: stdout, Eval: &ec,
+		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
+		CacheMiB: c.Int("gdal-cache")}
+	switch {
+	case !(cfg.IoU >= 0 && cfg.IoU <= 1):
+		return usageError(fmt.Errorf("eval: --tile-iou %v is not in [0, 1]", cfg.IoU))
+	case cfg.CacheMiB < 1:
+		return usageError(fmt.Errorf("eval: --gdal-cache %d must be at least 1 (MiB)", cfg.CacheMiB))
+	}
+	if err := cfg.Settings.Check(); err != nil {
+		return &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("eval: --patch-size/--patch-overlap: %w", err)}
+	}
+	return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
+		if !rank0 {
+			cfg.Stdout = nil
+		} else {
+			cfg.Progress = stderr
+			if ec.HTML != nil && c.IsSet("html") {
+				fmt.Fprintln(stderr, "canopy: note: eval --tile writes no report.html yet")
+			}
+			if ec.HTML != nil && c.IsSet("html") {
+				fmt.Fprintln(stderr, "canopy: note: eval --tile writes no report.html yet")
+			}
+		}
+		cfg.CollectiveTimeout = timeout
+		return PredictTile(c.Context, comm, cfg)
+	})
+}

@@ -1,0 +1,145 @@
+"""canopy against torchvision on the CPU as a paired comparison: the two
+sides run one after the other, in alternating order, for each (image,
+threads) case and each round, so that a load that drifts on a shared
+machine hits both alike; the result is the median over rounds of each
+round's ratio torch/canopy (time per image), in wall time and in process
+CPU time (which other jobs on the machine do not inflate).
+
+canopy: the Go benchmark binary (`go test -c ./infer/retinanet`),
+BenchmarkDetect/r50/<W>x<H>/threads=<T>, -benchtime <repeat>x after its
+warm-up call: s/image and cpu-s/image. torchvision: tools/retinanet/bench.py
+(same weights, same image, one warm-up call, median of <repeat>). Each side
+is a fresh process per run. The CPU model, load average before each run,
+torch's version and CPU capability (ATEN_CPU_CAPABILITY) are recorded.
+
+With --baseline-bin (another build's test binary) the peer is that build
+instead of torch: old against new canopy, paired the same way.
+
+Usage (make bench-infer-peer):
+  /opt/canopy-peers/venv/bin/python tools/retinanet/paired.py --test-bin bin/retinanet.test \\
+      --rounds 5 --threads 1,2 --out bin/bench-paired.json \\
+      bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+from PIL import Image
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def run_canopy(test_bin, w, h, threads, repeat):
+    pat = "^BenchmarkDetect$/^r50$/^%dx%d$/^threads=%d$" % (w, h, threads)
+    cmd = [test_bin, "-test.run", "^$", "-test.bench", pat, "-test.benchtime", "%dx" % repeat]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True,
+                         cwd=os.path.join(HERE, "..", "..", "infer", "retinanet")).stdout
+    wall = re.search(r"([\d.]+) s/image", out)
+    cpu = re.search(r"([\d.]+) cpu-s/image", out)
+    if not wall or not cpu:
+        raise SystemExit("canopy: no s/image or cpu-s/image in:\n" + out)
+    return float(wall.group(1)), float(cpu.group(1)), " ".join(cmd)
+
+
+def run_torch(py, image, threads, repeat, out_json):
+    cmd = [py, os.path.join(HERE, "bench.py"), "--model", "r50", "--threads", str(threads),
+           "--repeat", str(repeat), "--out", out_json, image]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    with open(out_json) as f:
+        r = json.load(f)
+    row = r["images"][0]
+    return row["median_s"], row["median_cpu_s"], r, " ".join(cmd)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--test-bin", required=True, help="go test -c -o THIS ./infer/retinanet")
+    ap.add_argument("--torch-python", default=sys.executable)
+    ap.add_argument("--baseline-bin", help="compare with this canopy test binary instead of torch")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("images", nargs="+")
+    a = ap.parse_args()
+    test_bin = os.path.abspath(a.test_bin)
+    res = {"cpu": cpu_model(), "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "command": " ".join([sys.executable] + sys.argv), "rounds": a.rounds, "repeat": a.repeat, "cases": []}
+    tmp = a.out + ".torch.json"
+    for image in a.images:
+        w, h = Image.open(image).size
+        for threads in [int(t) for t in a.threads.split(",")]:
+            case = {"image": image, "width": w, "height": h, "threads": threads, "rounds": []}
+            for rnd in range(a.rounds):
+                row = {}
+                order = ["canopy", "torch"] if rnd % 2 == 0 else ["torch", "canopy"]
+                for side in order:
+                    load = loadavg()
+                    if side == "canopy":
+                        wall, cpu, cmd = run_canopy(test_bin, w, h, threads, a.repeat)
+                        case["canopy_command"] = cmd
+                    elif a.baseline_bin:
+                        wall, cpu, cmd = run_canopy(os.path.abspath(a.baseline_bin), w, h, threads, a.repeat)
+                        case["torch_command"] = cmd
+                        res["torch"] = "baseline " + a.baseline_bin
+                        res["torch_cpu_capability"] = "-"
+                    else:
+                        wall, cpu, info, cmd = run_torch(a.torch_python, image, threads, a.repeat, tmp)
+                        case["torch_command"] = cmd
+                        res["torch"] = info["peer"]
+                        res["torch_cpu_capability"] = info["cpu_capability"]
+                    row[side] = {"s_per_image": wall, "cpu_s_per_image": cpu, "load_before": load}
+                    if side == "torch" and not a.baseline_bin:
+                        row[side]["max_rss_mib"] = info.get("max_rss_mib")
+                row["first"] = order[0]
+                row["ratio_wall"] = row["torch"]["s_per_image"] / row["canopy"]["s_per_image"]
+                row["ratio_cpu"] = row["torch"]["cpu_s_per_image"] / row["canopy"]["cpu_s_per_image"]
+                case["rounds"].append(row)
+                print("%dx%d threads=%d round %d (%s first): canopy %.3f s (%.3f cpu-s), torch %.3f s (%.3f cpu-s), "
+                      "torch/canopy %.2fx wall, %.2fx cpu; load %.1f/%.1f" % (
+                          w, h, threads, rnd + 1, order[0], row["canopy"]["s_per_image"], row["canopy"]["cpu_s_per_image"],
+                          row["torch"]["s_per_image"], row["torch"]["cpu_s_per_image"], row["ratio_wall"], row["ratio_cpu"],
+                          row["canopy"]["load_before"], row["torch"]["load_before"]), flush=True)
+            for k in ["ratio_wall", "ratio_cpu"]:
+                case["median_" + k] = statistics.median(r[k] for r in case["rounds"])
+            for side in ["canopy", "torch"]:
+                case["median_%s_s" % side] = statistics.median(r[side]["s_per_image"] for r in case["rounds"])
+                case["median_%s_cpu_s" % side] = statistics.median(r[side]["cpu_s_per_image"] for r in case["rounds"])
+            res["cases"].append(case)
+    if os.path.exists(tmp):
+        os.remove(tmp)
+    print("\n%s, %d cores; %s, CPU capability %s; %d rounds, alternating, median of %d calls per run"
+          % (res["cpu"], res["cores"], res.get("torch"), res.get("torch_cpu_capability"), a.rounds, a.repeat))
+    print("| image | threads | canopy s/image | torch s/image | torch/canopy (median of rounds) | canopy cpu-s | torch cpu-s | torch/canopy cpu | load |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for c in res["cases"]:
+        loads = [r[s]["load_before"] for r in c["rounds"] for s in ("canopy", "torch")]
+        print("| %dx%d | %d | %.3f | %.3f | **%.2fx** | %.3f | %.3f | %.2fx | %.1f–%.1f |" % (
+            c["width"], c["height"], c["threads"], c["median_canopy_s"], c["median_torch_s"], c["median_ratio_wall"],
+            c["median_canopy_cpu_s"], c["median_torch_cpu_s"], c["median_ratio_cpu"], min(loads), max(loads)))
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
