@@ -77,6 +77,14 @@ func Open(path, where string) (*Lib, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		path = filepath.Join(path, Soname)
 	}
+	// A path (not a bare soname for the loader) must be a regular file:
+	// dlopen of a FIFO blocks in open() forever, and a device is no
+	// library.
+	if strings.Contains(path, "/") {
+		if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("not a regular file (%s)", st.Mode().Type())
+		}
+	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	var buf [1024]C.char

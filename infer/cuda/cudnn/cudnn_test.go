@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
@@ -545,4 +547,66 @@ func FuzzParsePlanFile(f *testing.F) {
 			t.Fatal("round trip changed the plan file")
 		}
 	})
+}
+
+// TestNotARegularFile: --cudnn naming a FIFO, a device or a link to one is
+// refused at once with the reason (dlopen of a FIFO would block in open()
+// forever), and the search reports it like any other unusable place.
+func TestNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "libcudnn.so.9")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "lib.so")
+	if err := os.Symlink(fifo, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, dir, link, "/dev/zero"} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := Find(Search{Flag: p, Getenv: func(string) string { return "" }})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			var nf *NotFoundError
+			if !errors.As(err, &nf) || !strings.Contains(err.Error(), "not a regular file") {
+				t.Errorf("--cudnn %s: %v, want a NotFoundError saying not a regular file", p, err)
+			}
+		case <-time.After(10 * time.Second):
+			// Unblock the reader (a writer opens and closes the FIFO) so the
+			// test binary can end.
+			if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				f.Close()
+			}
+			<-done
+			t.Fatalf("--cudnn %s: still loading after 10 s (dlopen blocked)", p)
+		}
+	}
+}
+
+// TestPlanFileNotRegular: --plan naming a FIFO or a device is refused at
+// once, never waited on (a FIFO without a writer blocks a plain open).
+func TestPlanFileNotRegular(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "plans.json")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, "/dev/zero", t.TempDir()} {
+		done := make(chan error, 1)
+		go func() { _, _, err := ReadPlanFile(p); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+				t.Errorf("--plan %s: %v, want not a regular file", p, err)
+			}
+		case <-time.After(10 * time.Second):
+			if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				f.Close()
+			}
+			<-done
+			t.Fatalf("--plan %s: still reading after 10 s", p)
+		}
+	}
 }

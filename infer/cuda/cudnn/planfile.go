@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // PlanKey is what a plan file's timings hold for: the same cuDNN, the same
@@ -75,11 +76,16 @@ const maxPlanFile = 4 << 20
 // ReadPlanFile reads and checks a plan file; it returns it with the sha256
 // of its bytes.
 func ReadPlanFile(path string) (*PlanFile, string, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK and fstat: a FIFO or a device is refused at once, never
+	// waited on.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, "", fmt.Errorf("cudnn: plan file: %w", err)
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil, "", fmt.Errorf("cudnn: plan file %s: not a regular file", path)
+	}
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(&limited{f, maxPlanFile + 1}); err != nil {
 		return nil, "", fmt.Errorf("cudnn: plan file %s: %w", path, err)
