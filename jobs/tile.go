@@ -286,7 +286,20 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 			largest, lw, lh, lfile = px, ws[0].W, ws[0].H, rasters[i].File
 		}
 	}
-	p, err := plan.Blocks(len(all), c.Size())
+	// Contiguous blocks of windows (GDAL's block cache serves the overlap);
+	// on the cuDNN path whole global batches instead, as eval and predict
+	// take them, so each window keeps its batch and slot whatever the
+	// rank count (model.plan records the batching in the report).
+	var p plan.Plan
+	if model.globalBatching() {
+		todo := make([]int, len(all))
+		for i := range todo {
+			todo[i] = i
+		}
+		p, err = model.plan(todo, nil, cfg.BatchSize, c.Size())
+	} else {
+		p, err = plan.Blocks(len(all), c.Size())
+	}
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
 	}
@@ -319,7 +332,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		name := fmt.Sprintf("%s window %d (%d,%d %dx%d)", rasters[g.r].Path, i-offset[g.r], g.w.X, g.w.Y, g.w.W, g.w.H)
 		return infer.Input{Index: i, Path: name, File: name, Pixels: func() (imagefile.Image, error) { return rs.read(g.r, g.w) }}
 	}
-	mine, derr := detectShard(ctx, det, shardOptions{batchSize: cfg.BatchSize, progress: cfg.Progress, input: input, unit: "windows"},
+	mine, derr := detectShard(ctx, det, shardOptions{batchSize: cfg.BatchSize, progress: cfg.Progress, input: input, unit: "windows", global: model.globalBatching()},
 		names, shard, c.Rank(), func([]wire.Image, []parts.Identity) error { return nil })
 	if errors.Is(derr, gdal.ErrRaster) {
 		derr = &Error{Code: ExitInput, Err: derr}

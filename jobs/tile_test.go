@@ -343,3 +343,40 @@ func TestEvalTile(t *testing.T) {
 		t.Fatalf("eval --tile's metrics differ from eval's replay of predict --tile:\n%s\n%s", b2.Bytes(), a.Bytes())
 	}
 }
+
+// TestTileCUDNNIdenticalAcrossRanks: on the cuDNN path (fake cuDNN on host
+// shim GPUs, whose tensor-core engine's bits depend on an image's slot and
+// the batch size) predict --tile takes whole global batches of windows, so
+// predictions.csv is the same bytes for 1, 2 and 3 ranks at --batch-size 4
+// and the report records the batching.
+func TestTileCUDNNIdenticalAcrossRanks(t *testing.T) {
+	_, tif := tileRasterFile(t, 700, 520, 27)
+	withFakeGPUs(t, 3)
+	var ref []byte
+	for _, ranks := range []int{1, 2, 3} {
+		out := t.TempDir()
+		cfg := tileCfg(out, tif)
+		cfg.Model = gpuCfg(t, out).Model
+		cfg.Model.Precision, cfg.Model.PrecisionSet = precision("tf32"), true
+		cfg.BatchSize = 4
+		got := runTile(t, ranks, cfg)
+		var rep struct{ Model modelInfo }
+		b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		if bt := rep.Model.Batching; bt == nil || bt.N != 4 {
+			t.Fatalf("%d ranks: report's batching %+v\n%.1500s", ranks, bt, b)
+		}
+		if ref == nil {
+			if n := bytes.Count(got, []byte("\n")) - 1; n < 1 {
+				t.Fatalf("no detections: the comparison would say nothing")
+			}
+			ref = got
+			continue
+		}
+		if !bytes.Equal(got, ref) {
+			t.Fatalf("%d ranks: predictions.csv differs from 1 rank's", ranks)
+		}
+	}
+}

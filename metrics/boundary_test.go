@@ -220,3 +220,64 @@ func TestEmptyFrames(t *testing.T) {
 		checkValues(t, c.name+" (evaluate_boxes)", deepForest(t, in, 0.4, EvaluateBoxes).Values, c.evaluate)
 	}
 }
+
+// TestCOCOAreaRanges: in an area range, a detection matched to ground
+// truth outside the range, and an unmatched detection outside it, are
+// ignored (neither true nor false positives); a range without ground truth
+// is -1.
+func TestCOCOAreaRanges(t *testing.T) {
+	small := box.Box{Xmin: 0, Ymin: 0, Xmax: 20, Ymax: 20}        // 400 px²
+	large := box.Box{Xmin: 100, Ymin: 100, Xmax: 200, Ymax: 200}  // 10,000 px²
+	medium := box.Box{Xmin: 300, Ymin: 300, Xmax: 350, Ymax: 350} // 2,500 px², matches nothing
+	in := Input{
+		Images: []box.Image{{Path: "a", Truth: []box.Truth{{Box: small}, {Box: large}}}},
+		Dets:   [][]box.Detection{{{Box: medium, Score: 0.95}, {Box: large, Score: 0.9}, {Box: small, Score: 0.8}}},
+		Labels: oneClass(),
+	}
+	g := valueMap(COCO(in, false))
+	for k, w := range map[string]string{"map_small": "1", "mar_small": "1", "map_large": "1", "mar_large": "1", "map_medium": "-1", "mar_medium": "-1"} {
+		if g[k] != w {
+			t.Errorf("%s = %s, want %s (all: %v)", k, g[k], w, g)
+		}
+	}
+}
+
+// TestCOCOClassMetrics: with class metrics, map_per_class is each class's
+// mean over the ten IoU thresholds and mar_100_per_class its recall at 100
+// detections, in class order.
+func TestCOCOClassMetrics(t *testing.T) {
+	sq := box.Box{Xmin: 0, Ymin: 0, Xmax: 10, Ymax: 10}
+	in := Input{
+		Images: []box.Image{{Path: "a", Truth: []box.Truth{{Box: sq, Label: 0}, {Box: sq, Label: 1}}}},
+		// class 1's detection has IoU 0.64: a match at 0.5, 0.55 and 0.6 only
+		Dets:   [][]box.Detection{{{Box: sq, Score: 0.9, Label: 0}, {Box: box.Box{Xmin: 0, Ymin: 0, Xmax: 10, Ymax: 6.4}, Score: 0.9, Label: 1}}},
+		Labels: box.SortedLabelMap([]string{"Dead", "Tree"}),
+	}
+	got := map[string]string{}
+	for _, v := range COCO(in, true) {
+		got[v.Key] = fmt.Sprint(v.Array, v.Ints)
+	}
+	p3 := float64(float32(0.3))
+	for k, w := range map[string]string{
+		"map_per_class": fmt.Sprint([]float64{1, p3}, []int(nil)), "mar_100_per_class": fmt.Sprint([]float64{1, p3}, []int(nil)),
+		"classes": fmt.Sprint([]float64(nil), []int{0, 1}),
+	} {
+		if got[k] != w {
+			t.Errorf("%s = %s, want %s", k, got[k], w)
+		}
+	}
+}
+
+// TestParseFamilies: the --metrics values, and an empty selection refused.
+func TestParseFamilies(t *testing.T) {
+	for s, want := range map[string]Family{"recall": Recall, "coco,iou": COCOmAP | IoUMean, " all ": All, "recall,,iou": Recall | IoUMean} {
+		if f, err := ParseFamilies(s); err != nil || f != want {
+			t.Errorf("%q: %v %v, want %v", s, f, err, want)
+		}
+	}
+	for _, s := range []string{"", ",", "map"} {
+		if f, err := ParseFamilies(s); err == nil {
+			t.Errorf("%q accepted as %v", s, f)
+		}
+	}
+}

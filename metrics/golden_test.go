@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"testing"
 )
@@ -49,7 +50,8 @@ func TestAssignScipyGolden(t *testing.T) {
 }
 
 // TestPairwiseSumNumpyGolden checks the np.mean reproduction bit for bit
-// (testdata/golden/numpy/mean.json, made by tools/scipy/lsap_golden.py).
+// (testdata/golden/numpy/mean.json, made by tools/scipy/lsap_golden.py, and
+// mean_edges.json, by tools/scipy/mean_edges.py).
 func TestPairwiseSumNumpyGolden(t *testing.T) {
 	var g struct {
 		Version string
@@ -59,8 +61,13 @@ func TestPairwiseSumNumpyGolden(t *testing.T) {
 		}
 	}
 	readJSON(t, "../testdata/golden/numpy/mean.json", &g)
+	cases := g.Cases
+	// mean_edges.json: n = 7, 8, 9, … 128, 129, …: each edge of numpy's
+	// pairwise blocks (tools/scipy/mean_edges.py).
+	readJSON(t, "../testdata/golden/numpy/mean_edges.json", &g)
+	cases = append(cases, g.Cases...)
 	naiveDiffers := 0
-	for i, c := range g.Cases {
+	for i, c := range cases {
 		if c.Mean == nil {
 			continue
 		}
@@ -101,5 +108,45 @@ func TestRecallThresholdsFromTorch(t *testing.T) {
 		if cocoIoUThresholds[i] != v {
 			t.Errorf("IoU threshold %d: %v, torch %v", i, cocoIoUThresholds[i], v)
 		}
+	}
+}
+
+// TestTorchSum32Golden: torchSum32 is torch.sum of a contiguous float32
+// tensor bit for bit, from 1 element to 32767 (every level of the cascade),
+// against testdata/golden/torch/sum.json (tools/metrics/torchsum.py, torch
+// with its AVX2 kernel). The vectors are regenerated from the fixture's
+// formula; a naive float32 loop must differ somewhere, or the fixture
+// could not tell the orders apart.
+func TestTorchSum32Golden(t *testing.T) {
+	var g struct {
+		Peer  map[string]any
+		Cases []struct {
+			N, V    int
+			Scale   float64
+			SumBits uint32 `json:"sum_bits"`
+		}
+	}
+	readJSON(t, "../testdata/golden/torch/sum.json", &g)
+	if len(g.Cases) == 0 {
+		t.Fatal("no cases")
+	}
+	naiveDiffers := 0
+	for _, c := range g.Cases {
+		x := make([]float32, c.N)
+		var naive float32
+		for i := range x {
+			u := float64((uint64(i)*2654435761+uint64(c.V)*40503)%(1<<32)) / (1 << 32)
+			x[i] = float32((u - 0.25) * c.Scale)
+			naive += x[i]
+		}
+		if got := torchSum32(x); math.Float32bits(got) != c.SumBits {
+			t.Errorf("n=%d: %v, torch %v (peer %v)", c.N, got, math.Float32frombits(c.SumBits), g.Peer)
+		}
+		if math.Float32bits(naive) != c.SumBits {
+			naiveDiffers++
+		}
+	}
+	if naiveDiffers == 0 {
+		t.Error("no case tells torch's order from a plain loop")
 	}
 }

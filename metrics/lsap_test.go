@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -104,6 +105,12 @@ func TestAssignRejectsNaN(t *testing.T) {
 	}
 	if _, err := Assign([]float64{1, math.Inf(1)}, 1, 2, true); err == nil {
 		t.Fatal("+Inf accepted when maximizing (it is -Inf after the sign flip)")
+	}
+	// a row that can only be assigned at +Inf cost: scipy raises "cost
+	// matrix is infeasible"
+	inf := math.Inf(1)
+	if col, err := Assign([]float64{1, 2, inf, inf}, 2, 2, false); !errors.Is(err, ErrInfeasible) {
+		t.Fatalf("an all-+Inf row: %v %v, want ErrInfeasible", col, err)
 	}
 }
 
