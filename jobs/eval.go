@@ -80,6 +80,8 @@ type inputs struct {
 	// modelDir and modelDigest: the model folder rank 0 resolved and the
 	// sha256 of its weights (empty for replay).
 	modelDir, modelDigest, modelConfig string
+	// truthFolder: --csv named a folder of VOC files (labels stay text).
+	truthFolder bool
 }
 
 // Eval runs the eval job on this rank. It returns an *Error whose
@@ -279,7 +281,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if fam == 0 {
 		fam = metrics.All
 	}
-	metricIn := metrics.Input{Images: images, Dets: dets, Labels: labels}
+	metricIn := metrics.Input{Images: images, Dets: dets, Labels: labels,
+		LabelValues: pandasLabelValues(in, truth, predRows, labels)}
 	if err := checkMetricsMemory(c, metricIn, fam, cfg.Model); err != nil {
 		return err
 	}
@@ -368,6 +371,7 @@ func packInputs(cfg EvalConfig) ([]byte, *outRun) {
 				return fail(ExitInput, err)
 			}
 			*dst[i] = data
+			in.truthFolder = true
 			continue
 		}
 		data, err := readNamedInput(f)
@@ -388,7 +392,7 @@ func packInputs(cfg EvalConfig) ([]byte, *outRun) {
 		return fail(Code(err), err)
 	}
 	fields := [][]byte{in.csv, in.preds, in.labels, []byte(in.probe), binary.LittleEndian.AppendUint64(nil, uint64(in.attempt)),
-		[]byte(in.modelDir), []byte(in.modelDigest), []byte(in.modelConfig)}
+		[]byte(in.modelDir), []byte(in.modelDigest), []byte(in.modelConfig), boolByte(in.truthFolder)}
 	for _, f := range in.parts {
 		fields = append(fields, f.Data)
 	}
@@ -403,18 +407,38 @@ func unpackInputs(pkt []byte) (inputs, error) {
 		return inputs{}, &Error{Code: int(pkt[0]), Collective: true, Err: errors.New(string(pkt[1:]))}
 	}
 	f, err := unpackFields(pkt[1:])
-	if err != nil || len(f) < 8 || len(f[4]) != 8 {
+	if err != nil || len(f) < 9 || len(f[4]) != 8 || len(f[8]) != 1 {
 		return inputs{}, collective(ExitInternal, "jobs: malformed input broadcast")
 	}
 	in := inputs{csv: f[0], preds: f[1], probe: string(f[3]), attempt: int(binary.LittleEndian.Uint64(f[4])),
-		modelDir: string(f[5]), modelDigest: string(f[6]), modelConfig: string(f[7])}
+		modelDir: string(f[5]), modelDigest: string(f[6]), modelConfig: string(f[7]), truthFolder: f[8][0] == 1}
 	if len(f[2]) > 0 {
 		in.labels = f[2]
 	}
-	for k, d := range f[8:] {
+	for k, d := range f[9:] {
 		in.parts = append(in.parts, parts.File{Name: fmt.Sprintf("part %d", k), Data: d})
 	}
 	return in, nil
+}
+
+// pandasLabelValues is each label's number when DeepForest, reading the
+// files itself (read_file: pandas' type inference), would get numeric label
+// columns in both the truth CSV and the predictions CSV; nil otherwise (a
+// VOC folder, COCO or VOC truth, a model's text labels, or any label that
+// is not a number). Parsed once here and handed to metrics as a typed fact.
+func pandasLabelValues(in inputs, truth *dataset.Truth, preds []dataset.Row, labels box.LabelMap) []float64 {
+	if in.truthFolder || !truth.NumericLabels || preds == nil || !dataset.NumericLabels(preds) {
+		return nil
+	}
+	vals := make([]float64, labels.Len())
+	for id := range vals {
+		v, ok := dataset.PandasNumber(labels.Name(int32(id)))
+		if !ok {
+			return nil
+		}
+		vals[id] = v
+	}
+	return vals
 }
 
 // chooseLabels: --label-dict when given, else the sorted unique labels of
@@ -487,4 +511,11 @@ func inputWarnings(cfg EvalConfig, truth *dataset.Truth, preds []dataset.Row, ig
 		w = append(w, fmt.Sprintf("%d of the %d predictions of %s (%.1f%%) name no image of %s and are ignored%s", ignored, n, cfg.Predictions, 100*float64(ignored)/float64(n), cfg.CSV, unmatched()))
 	}
 	return w
+}
+
+func boolByte(b bool) []byte {
+	if b {
+		return []byte{1}
+	}
+	return []byte{0}
 }

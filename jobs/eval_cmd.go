@@ -88,7 +88,11 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 		Command:          os.Args,
 		Stdout:           stdout,
 	}
-	rc, pos, err := loadRunConfig(c, "eval", c.Args().Slice())
+	command := "eval"
+	if c.Bool("tile") {
+		command = "eval --tile"
+	}
+	rc, pos, err := loadRunConfig(c, command, c.Args().Slice())
 	if err != nil {
 		return cfg, fmt.Errorf("eval: %w", err)
 	}

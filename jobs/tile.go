@@ -391,6 +391,10 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 			rep.Boxes += len(d)
 		}
 		rep.Tile.PatchSize, rep.Tile.PatchOverlap, rep.Tile.IoU = cfg.Settings.Patch, cfg.Settings.Overlap, cfg.IoU
+		if rc := cfg.RunConfig; rc != nil {
+			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
+			rep.Settings = rc.finishSettings(rep.Model)
+		}
 		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters = len(all), windowDets, rasters
 		rep.Tile.Order = "rasters in input order; each raster's windows x outer, y inner (DeepForest's compute_windows)"
 		var extra []staged

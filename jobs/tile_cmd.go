@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/config"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
 )
@@ -47,6 +49,9 @@ type TileConfig struct {
 	Stdout                       io.Writer
 	Progress                     io.Writer
 	CollectiveTimeout            time.Duration
+	// RunConfig: --config and overrides (nil without them); their
+	// patch_size, patch_overlap and nms_thresh are applied (applyTile).
+	RunConfig *runConfig
 	// Eval, for eval --tile: the truth (CSV is its file, the rasters are its
 	// image_path values, in the rasters' pixel frame) and the metric
 	// settings; the metrics are computed on the merged predictions.
@@ -93,17 +98,24 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 	if !c.Bool("tile") {
 		return tileFlagsNeedTile(c, "predict")
 	}
-	if c.NArg() > 0 {
-		return usageError(fmt.Errorf("predict --tile takes no arguments, got %q", c.Args().Slice()))
+	if c.IsSet("label-dict") {
+		return usageError(errors.New("predict: --label-dict does not go with --tile yet (a model folder or .ckpt carries its labels)"))
 	}
-	for _, f := range []string{"config", "label-dict"} {
-		if c.IsSet(f) {
-			return usageError(fmt.Errorf("predict: --%s does not go with --tile (the model folder carries its labels and thresholds)", f))
-		}
+	rc, pos, err := loadRunConfig(c, "predict --tile", c.Args().Slice())
+	if err != nil {
+		return usageError(fmt.Errorf("predict: %w", err))
+	}
+	if len(pos) > 0 {
+		return usageError(fmt.Errorf("predict --tile takes no arguments but key=value overrides, got %q", pos))
 	}
 	cfg, err := tileConfig(c, stdout)
 	if err != nil {
 		return usageError(fmt.Errorf("predict: %w", err))
+	}
+	if cfg.RunConfig = rc; rc != nil {
+		rc.applyModel(c, &cfg.Model, false)
+		rc.resolveInt(c, "batch-size", "batch_size", rc.C.BatchSize, &cfg.BatchSize)
+		rc.applyTile(c, &cfg)
 	}
 	// Window settings that cut no windows are bad input (exit 3), as the
 	// issue's table has them, not a usage error.
@@ -144,13 +156,16 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 		return usageError(errors.New("eval: --tile runs the model (--model), not --predictions"))
 	case ec.Resume:
 		return usageError(errors.New("eval: --tile keeps no part files: --resume does not go with it"))
-	case ec.RunConfig != nil || ec.LabelDict != "":
-		return usageError(errors.New("eval: --config and --label-dict do not go with --tile yet"))
+	case ec.LabelDict != "":
+		return usageError(errors.New("eval: --label-dict does not go with --tile yet"))
 	}
 	cfg := TileConfig{CSV: ec.CSV, RootDir: ec.RootDir, Out: ec.Out, Force: ec.Force, BatchSize: ec.BatchSize, Model: ec.Model,
 		AllowOutsideRoot: ec.AllowOutsideRoot, Command: os.Args, Stdout: stdout, Eval: &ec,
 		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
-		CacheMiB: c.Int("gdal-cache")}
+		CacheMiB: c.Int("gdal-cache"), RunConfig: ec.RunConfig}
+	if cfg.RunConfig != nil {
+		cfg.RunConfig.applyTile(c, &cfg)
+	}
 	switch {
 	case !(cfg.IoU >= 0 && cfg.IoU <= 1):
 		return usageError(fmt.Errorf("eval: --tile-iou %v is not in [0, 1]", cfg.IoU))
@@ -175,4 +190,25 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 		cfg.CollectiveTimeout = timeout
 		return PredictTile(c.Context, comm, cfg)
 	})
+}
+
+// applyTile applies the config's window settings as DeepForest's CLI
+// --mode tile does (scripts/predict.py: predict_tile(patch_size=
+// config.patch_size, patch_overlap=config.patch_overlap, iou_threshold=
+// config.nms_thresh)): flag > override > config > canopy's default, each
+// recorded with its source (report.json run settings: patch_size,
+// patch_overlap, and tile_iou for the merge IoU).
+func (rc *runConfig) applyTile(c *cli.Context, cfg *TileConfig) {
+	cf := rc.C
+	switch {
+	case c.IsSet("patch-size"):
+		rc.Settings["patch_size"] = setting{strconv.Itoa(cfg.Settings.Patch), config.Flag}
+	case cf.PatchSize.Src != "":
+		cfg.Settings.Patch = cf.PatchSize.V
+		rc.Settings["patch_size"] = setting{strconv.Itoa(cf.PatchSize.V), cf.PatchSize.Src}
+	default:
+		rc.Settings["patch_size"] = setting{strconv.Itoa(cfg.Settings.Patch), config.Default}
+	}
+	rc.resolveFloat(c, "patch-overlap", "patch_overlap", cf.PatchOverlap, &cfg.Settings.Overlap, fstr(cfg.Settings.Overlap))
+	rc.resolveFloat(c, "tile-iou", "tile_iou", cf.NMSThresh, &cfg.IoU, fstr(cfg.IoU))
 }

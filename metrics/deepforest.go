@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/canopy-hpc/canopy/box"
 )
@@ -46,6 +48,13 @@ type Input struct {
 	Images []box.Image
 	Dets   [][]box.Detection
 	Labels box.LabelMap
+	// LabelValues, when not nil, holds each label id's number as pandas
+	// typed the label columns of the CSVs DeepForest read (both truth and
+	// predictions all numbers): evaluate_boxes then names and orders its
+	// classes by value, as float reprs ("0.0_Recall"), and labels of equal
+	// value are one class. nil: labels are text (the validation path always
+	// names classes by the label_dict's names).
+	LabelValues []float64
 }
 
 // Options are the metric settings.
@@ -207,6 +216,9 @@ func evaluateBoxes(in Input, per []imageScore, matches []Match) []Value {
 		precisions = append(precisions, float64(s.tp)/float64(s.nPred))
 	}
 	vals := []Value{npMean("box_precision", precisions), npMean("box_recall", recalls)}
+	if in.LabelValues != nil {
+		return append(vals, numericClassValues(in.LabelValues, matches)...)
+	}
 	return append(vals, classValues(in.Labels, matches)...)
 }
 
@@ -261,6 +273,71 @@ func classValues(labels box.LabelMap, matches []Match) []Value {
 		vals = append(vals, Value{Key: name + "_Recall", V: r}, Value{Key: name + "_Precision", V: p})
 	}
 	return vals
+}
+
+// numericClassValues is compute_class_recall on numeric label columns, as
+// scripts/evaluate.py names its rows: labels compared by value (0 and 0.0
+// are one class), rows in ascending value (sort_values on a numeric
+// column), each named f"{row['label']}" of an iterrows() row, where the
+// label is upcast to float64 beside the float recall: Python's float repr.
+func numericClassValues(values []float64, matches []Match) []Value {
+	type count struct{ truth, pred, correct int }
+	counts := map[float64]*count{}
+	get := func(id int32) *count {
+		v := values[id] + 0 // -0 and 0 are one class
+		c := counts[v]
+		if c == nil {
+			c = &count{}
+			counts[v] = c
+		}
+		return c
+	}
+	for _, m := range matches {
+		if !m.Match || m.PredID < 0 {
+			continue
+		}
+		get(m.TrueLabel).truth++
+		get(m.PredLabel).pred++
+		if values[m.TrueLabel] == values[m.PredLabel] {
+			get(m.TrueLabel).correct++
+		}
+	}
+	keys := make([]float64, 0, len(counts))
+	for v := range counts {
+		keys = append(keys, v)
+	}
+	sort.Float64s(keys)
+	vals := make([]Value, 0, 2*len(keys))
+	for _, v := range keys {
+		c := counts[v]
+		r, p := 0.0, 0.0
+		if c.truth > 0 {
+			r = float64(c.correct) / float64(c.truth)
+		}
+		if c.pred > 0 {
+			p = float64(c.correct) / float64(c.pred)
+		}
+		name := PyFloatRepr(v)
+		vals = append(vals, Value{Key: name + "_Recall", V: r}, Value{Key: name + "_Precision", V: p})
+	}
+	return vals
+}
+
+// PyFloatRepr is Python's repr of a finite float: the shortest digits that
+// read back, in fixed notation with ".0" when the decimal exponent is in
+// [-4, 16), else in exponent notation ("1e+16", "1.5e-05").
+func PyFloatRepr(v float64) string {
+	e := strconv.FormatFloat(v, 'e', -1, 64)
+	i := strings.IndexByte(e, 'e')
+	exp, _ := strconv.Atoi(e[i+1:])
+	if exp < -4 || exp >= 16 {
+		return e
+	}
+	f := strconv.FormatFloat(v, 'f', -1, 64)
+	if !strings.Contains(f, ".") {
+		f += ".0"
+	}
+	return f
 }
 
 // matchImage is DeepForest's match_polygons for one image: the assignment

@@ -73,6 +73,9 @@ type Config struct {
 	LabelDict                            Labels
 	ModelName, ModelRevision             Str
 	ValidationCSV, ValidationRoot        Str
+	// PatchSize and PatchOverlap: predict_tile's window (--tile only).
+	PatchSize    Int
+	PatchOverlap Float
 	// Ignored lists the known keys given (in the file or an override)
 	// that this command does not use, sorted, each once.
 	Ignored []string
@@ -158,6 +161,14 @@ var Used = map[string]map[string]bool{
 		"label_dict", "model.name", "model.revision", "validation.csv_file", "validation.root_dir", "validation.iou_threshold"),
 	"predict": set("score_thresh", "nms_thresh", "detections_per_img", "topk_candidates", "batch_size", "num_classes",
 		"label_dict", "model.name", "model.revision"),
+	// --tile: DeepForest's CLI --mode tile also passes patch_size,
+	// patch_overlap and (as predict_tile's iou_threshold) nms_thresh.
+	// label_dict is not (yet) applied with --tile.
+	"predict --tile": set("score_thresh", "nms_thresh", "detections_per_img", "topk_candidates", "batch_size", "num_classes",
+		"model.name", "model.revision", "patch_size", "patch_overlap"),
+	"eval --tile": set("score_thresh", "nms_thresh", "detections_per_img", "topk_candidates", "batch_size", "num_classes",
+		"model.name", "model.revision", "validation.csv_file", "validation.root_dir", "validation.iou_threshold",
+		"patch_size", "patch_overlap"),
 }
 
 func set(keys ...string) map[string]bool {
@@ -262,7 +273,11 @@ func Load(name string, data []byte, overrides []string, command string) (*Config
 			default:
 				c.IoUThreshold = fv
 			}
-		case "detections_per_img", "topk_candidates", "batch_size", "num_classes":
+		case "patch_overlap": // range checked with the windows (exit 3), as --patch-overlap
+			var f float64
+			err = n.Decode(&f)
+			c.PatchOverlap = Float{V: f, Src: s}
+		case "detections_per_img", "topk_candidates", "batch_size", "num_classes", "patch_size":
 			var v int
 			if err = n.Decode(&v); err == nil && (v < 1 || v > 1<<30) {
 				err = fmt.Errorf("a positive integer")
@@ -275,6 +290,8 @@ func Load(name string, data []byte, overrides []string, command string) (*Config
 				c.TopkCandidates = iv
 			case "batch_size":
 				c.BatchSize = iv
+			case "patch_size":
+				c.PatchSize = iv
 			default:
 				c.NumClasses = iv
 			}

@@ -132,7 +132,12 @@ func ParseCOCOTruth(name string, data []byte) (*Truth, error) {
 			return nil, fmt.Errorf("dataset: %s: annotations of image_id %d, which is not in images: %w", name, id, ErrInput)
 		}
 	}
-	return ParseTruth(name, b.Bytes())
+	t, err := ParseTruth(name, b.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	t.NumericLabels = false // read_coco keeps category names as text
+	return t, nil
 }
 
 // cocoInput is a COCO dataset as read: an annotation's bbox is checked

@@ -40,7 +40,11 @@ type Truth struct {
 	Dropped int
 	// Duplicates counts rows equal to an earlier row (Duplicates).
 	Duplicates int
-	index      map[string]int
+	// NumericLabels: a CSV whose every label (0,0,0,0 rows included) pandas
+	// types as a number (PandasNumber), as DeepForest's read_file reads it.
+	// Never set for VOC or COCO truth, whose labels DeepForest keeps as text.
+	NumericLabels bool
+	index         map[string]int
 }
 
 // TruthImage is one image's rows, zero rows removed; Empty when all of its
@@ -67,7 +71,12 @@ func ParseTruth(name string, data []byte) (*Truth, error) {
 	if err != nil {
 		return nil, err
 	}
-	return truthFromRows(name, rows)
+	t, err := truthFromRows(name, rows)
+	if err != nil {
+		return nil, err
+	}
+	t.NumericLabels = NumericLabels(rows)
+	return t, nil
 }
 
 // truthFromRows groups parsed rows by image.

@@ -8,7 +8,9 @@ For one dataset (truth CSV, predictions CSV, label map) this runs
     image, in the order of the dataset, i.e. first appearance in the truth CSV),
     then compute();
   * "evaluate_boxes": deepforest.evaluate.evaluate_boxes(predictions, ground_df,
-    iou_threshold) on DataFrames with string labels;
+    iou_threshold) on DataFrames whose label columns pandas typed as
+    utilities.read_file does (a column of numbers is numeric: SJER's 0 names
+    its class "0.0_Recall");
 
 and writes one JSON file. See tools/deepforest/README.md.
 
@@ -149,13 +151,22 @@ def results_records(df: pd.DataFrame | None, label_of=None) -> list[dict] | None
 
 
 def class_recall_records(cr: pd.DataFrame | None) -> list[dict] | None:
+    """class_recall rows, the label as DeepForest's scripts/evaluate.py names
+    it: f"{row['label']}" over iterrows(), which upcasts a numeric label to
+    float beside the float recall (0 -> "0.0")."""
     if cr is None:
         return None
     return [
-        {"label": str(r.label), "recall": num(r.recall), "precision": num(r.precision),
-         "size": int(r.size)}
-        for r in cr.itertuples(index=False)
+        {"label": f"{row['label']}", "recall": num(row["recall"]), "precision": num(row["precision"]),
+         "size": int(row["size"])}
+        for _, row in cr.iterrows()
     ]
+
+
+def typed_labels(path: str) -> pd.Series:
+    """The label column as utilities.read_file gets it from a CSV: pandas'
+    own type inference (all numbers -> int64/float64, else text)."""
+    return pd.read_csv(path, usecols=["label"])["label"]
 
 
 # ------------------------------------------------------------------- semantics
@@ -234,15 +245,27 @@ def run_validation(truth, preds, label_map, iou_threshold, dtype, with_results, 
     return res, meta
 
 
-def run_evaluate_boxes(truth, preds, iou_threshold, with_results):
-    ev = evaluate_boxes(predictions=preds.copy(), ground_df=truth.copy(), iou_threshold=iou_threshold)
+def run_evaluate_boxes(truth, preds, iou_threshold, with_results, truth_labels, pred_labels):
+    """evaluate_boxes twice: on the frames with their label columns typed as
+    read_file types them (truth_labels, pred_labels: typed_labels of each
+    CSV, row for row), which gives the metrics and the class names; and on
+    the text labels, which gives the results table with the CSV's label text
+    (the match itself does not look at labels: both runs must agree)."""
+    t, p = truth.copy(), preds.copy()
+    t["label"], p["label"] = truth_labels.to_numpy(), pred_labels.to_numpy()
+    ev = evaluate_boxes(predictions=p, ground_df=t, iou_threshold=iou_threshold)
+    ev_text = evaluate_boxes(predictions=preds.copy(), ground_df=truth.copy(), iou_threshold=iou_threshold)
+    for k in ("box_recall", "box_precision"):
+        if num(ev[k]) != num(ev_text[k]):
+            raise SystemExit(f"{k}: typed labels {ev[k]} != text labels {ev_text[k]}")
     out = {
+        "label_dtypes": {"truth": str(t.label.dtype), "predictions": str(p.label.dtype)},
         "box_recall": num(ev["box_recall"]),
         "box_precision": num(ev["box_precision"]),
         "class_recall": class_recall_records(ev["class_recall"]),
     }
     if with_results:
-        out["results"] = results_records(ev["results"])
+        out["results"] = results_records(ev_text["results"])
     return out
 
 
@@ -328,7 +351,8 @@ def make_golden(name, truth_path, preds_path, iou_threshold, out_path, command,
         vu, vu_meta = run_validation(truth, preds, label_map, iou_threshold, torch.float64,
                                      with_results, min_size=None)
         extra = {"validation_unfiltered": vu, "validation_unfiltered_meta": vu_meta}
-    ev = run_evaluate_boxes(truth, preds, iou_threshold, with_results)
+    ev = run_evaluate_boxes(truth, preds, iou_threshold, with_results,
+                            typed_labels(truth_path), typed_labels(preds_path))
 
     golden = {
         "peer": "DeepForest",

@@ -1,11 +1,15 @@
 """DeepForest's per-class key names for numeric labels, on the SJER sample
 (../shared/data/deepforest): the truth and prediction CSVs with their label
-column replaced by 0 (one class), and by 0/1 by row parity (two classes),
+column replaced by 0 (one class), by 0/1 by row parity (two classes), and
+by 10/2 by row parity (numeric, not text, order),
 read with utilities.read_file and scored by evaluate.evaluate_boxes(iou 0.4).
 The class rows become f"{row['label']}_Recall" as DeepForest's scripts and
 RecallPrecision name them.
 
-    /opt/canopy-peers/venv/bin/python tools/deepforest/numeric_labels.py
+    PYTHONPATH=<DeepForest 1bad4419>/src /opt/canopy-peers/venv/bin/python \
+        tools/deepforest/numeric_labels.py > testdata/golden/numeric/sjer_numeric_labels.json
+
+jobs.TestNumericLabelNamesSJER compares canopy with it.
 """
 import json
 import os
@@ -45,8 +49,11 @@ def case(relabel):
 
 def main():
     res = {"deepforest": deepforest.__version__, "pandas": pd.__version__,
-           "command": "python tools/deepforest/numeric_labels.py",
-           "one_class": case(lambda i: 0), "two_classes": case(lambda i: i % 2)}
+           "deepforest_source": os.path.dirname(deepforest.__file__),
+           "command": "PYTHONPATH=<DeepForest 1bad4419>/src /opt/canopy-peers/venv/bin/python "
+                      "tools/deepforest/numeric_labels.py > testdata/golden/numeric/sjer_numeric_labels.json",
+           "one_class": case(lambda i: 0), "two_classes": case(lambda i: i % 2),
+           "ten_and_two": case(lambda i: [10, 2][i % 2])}
     json.dump(res, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")
 
