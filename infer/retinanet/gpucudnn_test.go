@@ -248,7 +248,7 @@ func TestCUDNNPlanRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(detBytesAll(got), detBytesAll(ref)) {
+	if !bytes.Equal(detBytes(got), detBytes(ref)) {
 		t.Error("the plan file's engines give other detections than the timed ones")
 	}
 	rep := r.CUDNN()
@@ -389,7 +389,7 @@ func TestCUDNNDetectSlots(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(detBytesAll(alone), detBytesAll(ref[i:i+1])) {
+		if !bytes.Equal(detBytes(alone), detBytes(ref[i:i+1])) {
 			t.Errorf("image at position %d alone: other detections than in its whole batch", pos[i])
 		}
 	}
@@ -399,7 +399,7 @@ func TestCUDNNDetectSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, i := range []int{0, 2, 3} {
-		if !bytes.Equal(detBytesAll(got[i:i+1]), detBytesAll(ref[i:i+1])) {
+		if !bytes.Equal(detBytes(got[i:i+1]), detBytes(ref[i:i+1])) {
 			t.Errorf("image at position %d beside another size: other detections", pos[i])
 		}
 	}

@@ -11,7 +11,9 @@ import (
 // levelCandidates and finish for a whole batch (sigmoid and threshold,
 // each level's best TopkCandidates by score and then index, the boxes
 // decoded and clipped, the levels merged in batchedNMS's stable order, the
-// NMS, the best DetectionsPerImg scaled back to the image) with the CPU
+// NMS, in the per-label mode the survivors put in batchedNMS's final order
+// (index order, then torch's unstable sort: torchSortDesc), the best
+// DetectionsPerImg scaled back to the image) with the CPU
 // code's float32 operations, so the detections and their order are the
 // CPU postprocess's, bit for bit (TestDevicePostprocessBits). Only the
 // final detections come back.
@@ -135,8 +137,10 @@ func (r *GPURunner) postLaunch(l launched, ip dmap) dmap {
 	g.launchN(kernels.PostNMSMask, n*N*W, sorted.p, meta.p, mask.p, n, N, W, o.NMSThresh)
 	removed := g.scratch(2 * n * W)
 	out := g.scratch(n * (1 + dets*kernels.PostCand))
-	g.launchN(kernels.PostNMSScan, n, sorted.p, meta.p, mask.p, removed.p, ip.p, out.p, n, N, W, dets)
-	g.put(keys, cand, sorted, meta, mask, removed)
+	ord := g.scratch(n * N) // int32 each
+	g.launchN(kernels.PostNMSScan, n, sorted.p, meta.p, mask.p, removed.p, ip.p, out.p, n, N, W, dets,
+		cand.p, ord.p, topk)
+	g.put(keys, cand, sorted, meta, mask, removed, ord)
 	return out
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
+	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 )
 
@@ -204,6 +205,63 @@ func TestDevicePostprocessBits(t *testing.T) {
 			}
 			t.Logf("%d and %d detections, %d tied scores", len(h[0]), len(h[1]), ties)
 		})
+	}
+}
+
+// TestDeviceTorchSort: the per-label mode's final sort in post_nms_scan
+// (torch_sort_desc) orders the survivors as torchSortDesc, that is as
+// torch's unstable sort in the peer's fixture (nms_ties.json's sorts, one
+// of which reaches the heap-sort fallback: TestTorchSortDesc). The kernel
+// is fed directly: one level of distinct descending candidate scores, so
+// that the survivors' index order is their sorted position, nothing
+// suppressed, and the sorted list holding the fixture's values with each
+// position in its box.
+func TestDeviceTorchSort(t *testing.T) {
+	dev := newTestDevice(t)
+	r := NewGPURunner(&Model{Classes: 1, Opt: DefaultOptions()}, dev, 0)
+	defer r.Close()
+	g := r.g
+	f := readNMSTies(t)
+	for i, s := range f.Sorts {
+		m := len(s.Values)
+		W := (m + 63) / 64
+		cand := make([]float32, kernels.PostLevels*m*kernels.PostCand)
+		for j := range cand {
+			cand[j] = float32(math.Inf(-1))
+		}
+		sorted := make([]float32, m*kernels.PostCand)
+		for j := 0; j < m; j++ {
+			cand[j*kernels.PostCand+4] = float32(m - j)
+			sorted[j*kernels.PostCand] = float32(j)
+			sorted[j*kernels.PostCand+4] = s.Values[j]
+		}
+		bufs := []dmap{
+			upload(t, g, 1, 1, 1, len(sorted), sorted),
+			upload(t, g, 1, 1, 1, 3, []float32{float32(m), 0, 0}),
+			upload(t, g, 1, 1, 1, 2*m*W, make([]float32, 2*m*W)),
+			g.scratch(2 * W),
+			upload(t, g, 1, 1, 1, 4, []float32{1, 1, 1, 1}),
+			g.scratch(1 + m*kernels.PostCand),
+			upload(t, g, 1, 1, 1, len(cand), cand),
+			g.scratch(m),
+		}
+		g.launchN(kernels.PostNMSScan, 1, bufs[0].p, bufs[1].p, bufs[2].p, bufs[3].p, bufs[4].p, bufs[5].p,
+			1, m, W, m, bufs[6].p, bufs[7].p, m)
+		out := make([]float32, 1+m*kernels.PostCand)
+		if g.err == nil {
+			g.fail(g.dev.Download(out, bufs[5].p))
+		}
+		if g.err != nil {
+			t.Fatal(g.err)
+		}
+		got := make([]int, int(out[0]))
+		for j := range got {
+			got[j] = int(out[1+j*kernels.PostCand])
+		}
+		if fmt.Sprint(got) != fmt.Sprint(s.Indices) {
+			t.Errorf("sort %d (n=%d): %v, torch %v", i, m, first20(got), first20(s.Indices))
+		}
+		g.put(bufs...)
 	}
 }
 

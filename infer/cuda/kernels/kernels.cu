@@ -560,6 +560,17 @@ CANOPY_INLINE int post_count(const float *cl, int topk, float s, int ge)
 	return lo;
 }
 
+// post_pos is where post_merge puts level L's candidate r (score s) in
+// the sorted list.
+CANOPY_INLINE int post_pos(const float *base, int topk, int L, int r, float s)
+{
+	int pos = r;
+	for (int M = 0; M < POST_LEVELS; M++)
+		if (M != L)
+			pos += post_count(base + (long long)M * topk * POST_CAND, topk, s, M < L);
+	return pos;
+}
+
 // post_merge: the levels' candidates merged into one list per image,
 // sorted[img][pos], in batchedNMS's order: descending score, ties by level
 // and then by the level's order (a stable sort of the concatenation).
@@ -578,10 +589,7 @@ extern "C" __global__ void post_merge(const float *__restrict__ cand, float *__r
 	float s = c[4];
 	if (s == -INFINITY)
 		return;
-	int pos = r;
-	for (int M = 0; M < POST_LEVELS; M++)
-		if (M != L)
-			pos += post_count(base + (long long)M * topk * POST_CAND, topk, s, M < L);
+	int pos = post_pos(base, topk, L, r, s);
 	float *o = sorted + ((long long)img * POST_LEVELS * topk + pos) * POST_CAND;
 	for (int j = 0; j < POST_CAND; j++)
 		o[j] = c[j];
@@ -676,21 +684,185 @@ extern "C" __global__ void post_nms_mask(const float *__restrict__ sorted,
 	mask[t] = bits;
 }
 
+// The per-label mode's final order (nms.go's batchedNMS): the survivors
+// taken in index order (the concatenation of the levels), then ordered by
+// torch's unstable descending sort, which libstdc++'s std::sort makes: an
+// introsort whose ties come out as its comparisons leave them
+// (torchsort.go's torchSortDesc, step for step). The ranges are sorted
+// independently, so an explicit stack in place of the recursion changes
+// nothing; its depths strictly decrease upwards, so it holds at most
+// 2·⌊log₂ n⌋ + 1 ranges.
+#define TS_THRESHOLD 16
+
+// ts_less: a before b (torch's comparator: NaN first, then greater).
+CANOPY_INLINE int ts_less(const float *base, int a, int b)
+{
+	float x = base[(long long)a * POST_CAND + 4], y = base[(long long)b * POST_CAND + 4];
+	return (x != x && y == y) || x > y;
+}
+
+CANOPY_INLINE void ts_swap(int *idx, int i, int j)
+{
+	int t = idx[i];
+	idx[i] = idx[j];
+	idx[j] = t;
+}
+
+CANOPY_INLINE void ts_median_to_first(const float *base, int *idx, int result, int a, int b, int c)
+{
+	if (ts_less(base, idx[a], idx[b])) {
+		if (ts_less(base, idx[b], idx[c]))
+			ts_swap(idx, result, b);
+		else if (ts_less(base, idx[a], idx[c]))
+			ts_swap(idx, result, c);
+		else
+			ts_swap(idx, result, a);
+	} else if (ts_less(base, idx[a], idx[c]))
+		ts_swap(idx, result, a);
+	else if (ts_less(base, idx[b], idx[c]))
+		ts_swap(idx, result, c);
+	else
+		ts_swap(idx, result, b);
+}
+
+CANOPY_INLINE int ts_partition_pivot(const float *base, int *idx, int first, int last)
+{
+	int mid = first + (last - first) / 2;
+	ts_median_to_first(base, idx, first, first + 1, mid, last - 1);
+	int lo = first + 1, hi = last;
+	for (;;) {
+		while (ts_less(base, idx[lo], idx[first]))
+			lo++;
+		hi--;
+		while (ts_less(base, idx[first], idx[hi]))
+			hi--;
+		if (lo >= hi)
+			return lo;
+		ts_swap(idx, lo, hi);
+		lo++;
+	}
+}
+
+CANOPY_INLINE void ts_adjust_heap(const float *base, int *idx, int first, int hole, int n, int x)
+{
+	int top = hole, child = hole;
+	while (child < (n - 1) / 2) {
+		child = 2 * (child + 1);
+		if (ts_less(base, idx[first + child], idx[first + child - 1]))
+			child--;
+		idx[first + hole] = idx[first + child];
+		hole = child;
+	}
+	if ((n & 1) == 0 && child == (n - 2) / 2) {
+		child = 2 * (child + 1);
+		idx[first + hole] = idx[first + child - 1];
+		hole = child - 1;
+	}
+	int parent = (hole - 1) / 2;
+	while (hole > top && ts_less(base, idx[first + parent], x)) {
+		idx[first + hole] = idx[first + parent];
+		hole = parent;
+		parent = (hole - 1) / 2;
+	}
+	idx[first + hole] = x;
+}
+
+CANOPY_INLINE void ts_heap_sort(const float *base, int *idx, int first, int last)
+{
+	int n = last - first;
+	for (int parent = (n - 2) / 2; parent >= 0; parent--)
+		ts_adjust_heap(base, idx, first, parent, n, idx[first + parent]);
+	for (int end = last - 1; end - first > 0; end--) {
+		int x = idx[end];
+		idx[end] = idx[first];
+		ts_adjust_heap(base, idx, first, 0, end - first, x);
+	}
+}
+
+CANOPY_INLINE void ts_linear_insert(const float *base, int *idx, int last)
+{
+	int x = idx[last];
+	while (ts_less(base, x, idx[last - 1])) {
+		idx[last] = idx[last - 1];
+		last--;
+	}
+	idx[last] = x;
+}
+
+CANOPY_INLINE void ts_insertion(const float *base, int *idx, int first, int last)
+{
+	for (int i = first + 1; i < last; i++) {
+		if (ts_less(base, idx[i], idx[first])) {
+			int x = idx[i];
+			for (int k = i; k > first; k--)
+				idx[k] = idx[k - 1];
+			idx[first] = x;
+		} else
+			ts_linear_insert(base, idx, i);
+	}
+}
+
+// torch_sort_desc orders idx[0..n) (positions in base) as torchSortDesc.
+CANOPY_INLINE void torch_sort_desc(const float *base, int *idx, int n)
+{
+	if (n <= 1)
+		return;
+	int lg = 0;
+	while ((1u << (lg + 1)) <= (unsigned)n)
+		lg++;
+	int sf[66], sl[66], sd[66];
+	int top = 0;
+	sf[0] = 0;
+	sl[0] = n;
+	sd[0] = 2 * lg;
+	top = 1;
+	while (top > 0) {
+		top--;
+		int first = sf[top], last = sl[top], depth = sd[top];
+		while (last - first > TS_THRESHOLD) {
+			if (depth == 0) {
+				ts_heap_sort(base, idx, first, last);
+				break;
+			}
+			depth--;
+			int cut = ts_partition_pivot(base, idx, first, last);
+			sf[top] = cut;
+			sl[top] = last;
+			sd[top] = depth;
+			top++;
+			last = cut;
+		}
+	}
+	if (n <= TS_THRESHOLD) {
+		ts_insertion(base, idx, 0, n);
+		return;
+	}
+	ts_insertion(base, idx, 0, TS_THRESHOLD);
+	for (int i = TS_THRESHOLD; i < n; i++)
+		ts_linear_insert(base, idx, i);
+}
+
 // post_nms_scan: per image (n threads), the greedy NMS over the mask in
-// score order, stopping at dets kept; out[img] = count, then dets
-// detections of POST_CAND floats, the boxes scaled back to the original
-// image (imgp: H, W, rh, rw). removed: n·W words of scratch.
+// score order; out[img] = count, then dets detections of POST_CAND floats,
+// the boxes scaled back to the original image (imgp: H, W, rh, rw).
+// removed: n·W words of scratch. In the offset mode the survivors are in
+// score order and the scan stops at dets kept; in the per-label mode every
+// survivor is found, and then ordered as batchedNMS orders them (index
+// order, then torch_sort_desc) in ord (n·N ints of scratch) before the
+// first dets are taken. cand: the unmerged candidates (post_decode).
 extern "C" __global__ void post_nms_scan(const float *__restrict__ sorted,
                                          const float *__restrict__ meta,
                                          const unsigned long long *__restrict__ mask,
                                          unsigned long long *__restrict__ removed,
                                          const float *__restrict__ imgp, float *__restrict__ out,
-                                         int n, int N, int W, int dets)
+                                         int n, int N, int W, int dets,
+                                         const float *__restrict__ cand, int *__restrict__ ord,
+                                         int topk)
 {
 	long long img = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
 	if (img >= n)
 		return;
-	int cnt = (int)meta[img * 3];
+	int cnt = (int)meta[img * 3], offset = meta[img * 3 + 2] != 0.f;
 	unsigned long long *rm = removed + img * W;
 	for (int w = 0; w < W; w++)
 		rm[w] = 0;
@@ -700,21 +872,40 @@ extern "C" __global__ void post_nms_scan(const float *__restrict__ sorted,
 	float H = (float)(int)imgp[img * 4], Wd = (float)(int)imgp[img * 4 + 1];
 	float rh = (float)(int)imgp[img * 4 + 2], rw = (float)(int)imgp[img * 4 + 3];
 	float ry = H / rh, rx = Wd / rw;
+	int *od = ord + img * N;
 	int kept = 0;
-	for (int i = 0; i < cnt && kept < dets; i++) {
+	for (int i = 0; i < cnt && (!offset || kept < dets); i++) {
 		if (rm[i / 64] >> (i % 64) & 1)
 			continue;
-		const float *c = base + (long long)i * POST_CAND;
-		float *d = o + 1 + (long long)kept * POST_CAND;
+		od[kept++] = i;
+		for (int w = i / 64; w < W; w++)
+			rm[w] |= mk[(long long)i * W + w];
+	}
+	if (!offset) {
+		// the survivors in index order: level by level, each level's rank
+		const float *cb = cand + img * (long long)POST_LEVELS * topk * POST_CAND;
+		int m = 0;
+		for (int L = 0; L < POST_LEVELS; L++)
+			for (int r = 0; r < topk; r++) {
+				float s = cb[((long long)L * topk + r) * POST_CAND + 4];
+				if (s == -INFINITY)
+					break;
+				int pos = post_pos(cb, topk, L, r, s);
+				if (!(rm[pos / 64] >> (pos % 64) & 1))
+					od[m++] = pos;
+			}
+		torch_sort_desc(base, od, m);
+		kept = m < dets ? m : dets;
+	}
+	for (int k = 0; k < kept; k++) {
+		const float *c = base + (long long)od[k] * POST_CAND;
+		float *d = o + 1 + (long long)k * POST_CAND;
 		d[0] = c[0] * rx;
 		d[1] = c[1] * ry;
 		d[2] = c[2] * rx;
 		d[3] = c[3] * ry;
 		d[4] = c[4];
 		d[5] = c[5];
-		kept++;
-		for (int w = i / 64; w < W; w++)
-			rm[w] |= mk[(long long)i * W + w];
 	}
 	o[0] = (float)kept;
 }
