@@ -400,14 +400,11 @@ func packInputs(cfg EvalConfig) ([]byte, *outRun) {
 }
 
 func unpackInputs(pkt []byte) (inputs, error) {
-	if len(pkt) == 0 {
-		return inputs{}, collective(ExitInternal, "jobs: empty input broadcast")
+	f, err := unpackPacket(pkt, 9)
+	if err != nil {
+		return inputs{}, err
 	}
-	if pkt[0] != 0 {
-		return inputs{}, &Error{Code: int(pkt[0]), Collective: true, Err: errors.New(string(pkt[1:]))}
-	}
-	f, err := unpackFields(pkt[1:])
-	if err != nil || len(f) < 9 || len(f[4]) != 8 || len(f[8]) != 1 {
+	if len(f[4]) != 8 || len(f[8]) != 1 {
 		return inputs{}, collective(ExitInternal, "jobs: malformed input broadcast")
 	}
 	in := inputs{csv: f[0], preds: f[1], probe: string(f[3]), attempt: int(binary.LittleEndian.Uint64(f[4])),

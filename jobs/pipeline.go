@@ -293,3 +293,30 @@ func imageFile(root, p string) string {
 }
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }
+
+// bcastFields broadcasts rank 0's input packet (packFields after a zero
+// status byte, or a non-zero exit code and its error text) and returns its
+// fields on every rank: rank 0's error, the same on every rank, or at least
+// min fields. Eval, predict and predict --tile read their inputs this way.
+func bcastFields(c mpi.Comm, pkt []byte, min int) ([][]byte, error) {
+	pkt, err := c.Bcast(pkt, 0)
+	if err != nil {
+		return nil, localErr(ExitMPI, "jobs: broadcast inputs: %w", err)
+	}
+	return unpackPacket(pkt, min)
+}
+
+// unpackPacket is bcastFields' reading of the packet.
+func unpackPacket(pkt []byte, min int) ([][]byte, error) {
+	if len(pkt) == 0 {
+		return nil, collective(ExitInternal, "jobs: empty input broadcast")
+	}
+	if pkt[0] != 0 {
+		return nil, &Error{Code: int(pkt[0]), Collective: true, Err: errors.New(string(pkt[1:]))}
+	}
+	f, err := unpackFields(pkt[1:])
+	if err != nil || len(f) < min {
+		return nil, collective(ExitInternal, "jobs: malformed input broadcast")
+	}
+	return f, nil
+}

@@ -3,7 +3,6 @@ package jobs
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -175,19 +174,9 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		pkt, out = packPredict(cfg)
 	}
 	defer func() { out.finish(err) }() // rank 0 releases the folder
-	pkt, err = c.Bcast(pkt, 0)
+	f, err := bcastFields(c, pkt, 5)
 	if err != nil {
-		return localErr(ExitMPI, "jobs: broadcast inputs: %w", err)
-	}
-	if len(pkt) == 0 {
-		return collective(ExitInternal, "jobs: empty input broadcast")
-	}
-	if pkt[0] != 0 {
-		return &Error{Code: int(pkt[0]), Collective: true, Err: errors.New(string(pkt[1:]))}
-	}
-	f, err := unpackFields(pkt[1:])
-	if err != nil || len(f) < 5 {
-		return collective(ExitInternal, "jobs: malformed input broadcast")
+		return err
 	}
 	paths := make([]string, len(f)-4)
 	for i, b := range f[4:] {

@@ -223,18 +223,11 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		pkt, out = packTile(cfg)
 	}
 	defer func() { out.finish(err) }()
-	pkt, err = c.Bcast(pkt, 0)
+	f, err := bcastFields(c, pkt, 5)
 	if err != nil {
-		return localErr(ExitMPI, "jobs: broadcast inputs: %w", err)
+		return err
 	}
-	if len(pkt) == 0 {
-		return collective(ExitInternal, "jobs: empty input broadcast")
-	}
-	if pkt[0] != 0 {
-		return &Error{Code: int(pkt[0]), Collective: true, Err: errors.New(string(pkt[1:]))}
-	}
-	f, err := unpackFields(pkt[1:])
-	if err != nil || len(f) != 5 {
+	if len(f) != 5 {
 		return collective(ExitInternal, "jobs: malformed input broadcast")
 	}
 	var rasters []tileRaster
