@@ -64,7 +64,7 @@ func tileSources(cfg TileConfig) (paths, files []string, err error) {
 		}
 		return paths, files, nil
 	}
-	data, err := os.ReadFile(cfg.CSV)
+	data, err := readNamedInput(cfg.CSV) // a FIFO or device is never waited on
 	if err != nil {
 		return nil, nil, fmt.Errorf("jobs: %w", err)
 	}
@@ -153,7 +153,7 @@ func packTile(cfg TileConfig) ([]byte, *outRun) {
 	}
 	var truth []byte
 	if cfg.Eval != nil {
-		if truth, err = os.ReadFile(cfg.CSV); err != nil {
+		if truth, err = readNamedInput(cfg.CSV); err != nil {
 			out.finish(err)
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}

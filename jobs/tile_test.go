@@ -14,7 +14,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gdal"
@@ -377,6 +379,35 @@ func TestTileCUDNNIdenticalAcrossRanks(t *testing.T) {
 		}
 		if !bytes.Equal(got, ref) {
 			t.Fatalf("%d ranks: predictions.csv differs from 1 rank's", ranks)
+		}
+	}
+}
+
+// TestTileCSVFIFO: predict --tile --csv naming a FIFO nobody writes to, or
+// /dev/zero, ends at once with exit 3 (the raster list is read as eval's
+// inputs are: O_NONBLOCK, fstat), never a hang.
+func TestTileCSVFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "rasters.csv")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, "/dev/zero"} {
+		cfg := tileCfg(t.TempDir(), "")
+		cfg.CSV = p
+		done := make(chan []error, 1)
+		go func() {
+			done <- local.Run(1, func(c mpi.Comm) error { return PredictTile(context.Background(), c, cfg) })
+		}()
+		select {
+		case errs := <-done:
+			if Code(errs[0]) != ExitInput {
+				t.Errorf("--csv %s: %v (exit %d), want exit 3", p, errs[0], Code(errs[0]))
+			}
+		case <-time.After(15 * time.Second):
+			if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				f.Close()
+			}
+			t.Fatalf("--csv %s: the raster list blocked the run", p)
 		}
 	}
 }
