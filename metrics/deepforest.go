@@ -234,13 +234,21 @@ func npMean(key string, a []float64) Value {
 // predicted as L / matched rows of true label L, and precision likewise by
 // predicted label; a missing side is 0. Labels in sorted string order.
 func classValues(labels box.LabelMap, matches []Match) []Value {
+	return classRates(matches, func(l int32) int32 { return l },
+		func(a, b int32) bool { return labels.Name(a) < labels.Name(b) }, labels.Name)
+}
+
+// classRates counts, per class key, the matched rows' truths, predictions
+// and correct ones (truth and prediction of one key), and gives each
+// class's recall and precision in the order of less, named by name.
+func classRates[K comparable](matches []Match, key func(int32) K, less func(a, b K) bool, name func(K) string) []Value {
 	type count struct{ truth, pred, correct int }
-	counts := map[int32]*count{}
-	get := func(l int32) *count {
-		c := counts[l]
+	counts := map[K]*count{}
+	get := func(k K) *count {
+		c := counts[k]
 		if c == nil {
 			c = &count{}
-			counts[l] = c
+			counts[k] = c
 		}
 		return c
 	}
@@ -248,21 +256,21 @@ func classValues(labels box.LabelMap, matches []Match) []Value {
 		if !m.Match || m.PredID < 0 {
 			continue
 		}
-		get(m.TrueLabel).truth++
-		get(m.PredLabel).pred++
-		if m.TrueLabel == m.PredLabel {
-			get(m.TrueLabel).correct++
+		t, p := key(m.TrueLabel), key(m.PredLabel)
+		get(t).truth++
+		get(p).pred++
+		if t == p {
+			get(t).correct++
 		}
 	}
-	ids := make([]int32, 0, len(counts))
-	for id := range counts {
-		ids = append(ids, id)
+	keys := make([]K, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
 	}
-	sort.Slice(ids, func(a, b int) bool { return labels.Name(ids[a]) < labels.Name(ids[b]) })
-	var vals []Value
-	for _, id := range ids {
-		c := counts[id]
-		name := labels.Name(id)
+	sort.Slice(keys, func(i, j int) bool { return less(keys[i], keys[j]) })
+	vals := make([]Value, 0, 2*len(keys))
+	for _, k := range keys {
+		c := counts[k]
 		r, p := 0.0, 0.0
 		if c.truth > 0 {
 			r = float64(c.correct) / float64(c.truth)
@@ -270,7 +278,8 @@ func classValues(labels box.LabelMap, matches []Match) []Value {
 		if c.pred > 0 {
 			p = float64(c.correct) / float64(c.pred)
 		}
-		vals = append(vals, Value{Key: name + "_Recall", V: r}, Value{Key: name + "_Precision", V: p})
+		n := name(k)
+		vals = append(vals, Value{Key: n + "_Recall", V: r}, Value{Key: n + "_Precision", V: p})
 	}
 	return vals
 }
@@ -281,46 +290,8 @@ func classValues(labels box.LabelMap, matches []Match) []Value {
 // column), each named f"{row['label']}" of an iterrows() row, where the
 // label is upcast to float64 beside the float recall: Python's float repr.
 func numericClassValues(values []float64, matches []Match) []Value {
-	type count struct{ truth, pred, correct int }
-	counts := map[float64]*count{}
-	get := func(id int32) *count {
-		v := values[id] + 0 // -0 and 0 are one class
-		c := counts[v]
-		if c == nil {
-			c = &count{}
-			counts[v] = c
-		}
-		return c
-	}
-	for _, m := range matches {
-		if !m.Match || m.PredID < 0 {
-			continue
-		}
-		get(m.TrueLabel).truth++
-		get(m.PredLabel).pred++
-		if values[m.TrueLabel] == values[m.PredLabel] {
-			get(m.TrueLabel).correct++
-		}
-	}
-	keys := make([]float64, 0, len(counts))
-	for v := range counts {
-		keys = append(keys, v)
-	}
-	sort.Float64s(keys)
-	vals := make([]Value, 0, 2*len(keys))
-	for _, v := range keys {
-		c := counts[v]
-		r, p := 0.0, 0.0
-		if c.truth > 0 {
-			r = float64(c.correct) / float64(c.truth)
-		}
-		if c.pred > 0 {
-			p = float64(c.correct) / float64(c.pred)
-		}
-		name := PyFloatRepr(v)
-		vals = append(vals, Value{Key: name + "_Recall", V: r}, Value{Key: name + "_Precision", V: p})
-	}
-	return vals
+	return classRates(matches, func(l int32) float64 { return values[l] + 0 }, // -0 and 0 are one class
+		func(a, b float64) bool { return a < b }, PyFloatRepr)
 }
 
 // PyFloatRepr is Python's repr of a finite float: the shortest digits that
