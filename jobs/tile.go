@@ -23,6 +23,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/report"
 )
 
 // canopy predict --tile: DeepForest's predict_tile over many rasters on
@@ -158,12 +159,22 @@ func packTile(cfg TileConfig) ([]byte, *outRun) {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}
-	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth), out
+	labels := cfg.LabelDictData
+	if labels == nil && cfg.LabelDict != "" {
+		if labels, err = readNamedInput(cfg.LabelDict); err != nil {
+			out.finish(err)
+			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+		}
+	}
+	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth, labels), out
 }
 
 type tileReport struct {
 	// Metrics: eval --tile's, as eval's report.json "metrics".
 	Metrics json.RawMessage `json:"metrics,omitempty"`
+	// Inputs: the label map given (--label-dict or the config's
+	// label_dict), as eval's report.json "inputs" records it.
+	Inputs map[string]report.File `json:"inputs,omitempty"`
 	predictReport
 	Tile struct {
 		PatchSize    int          `json:"patch_size"`
@@ -185,22 +196,27 @@ type rasterSet struct {
 }
 
 func (s *rasterSet) read(r int, w tile.Window) (imagefile.Image, error) {
+	px, err := s.pixels(r, w)
+	if err != nil {
+		return imagefile.Image{}, err
+	}
+	return imagefile.FromPlanes(px.W, px.H, px.Pix)
+}
+
+// pixels reads window w of raster r as 8-bit R, G and B planes.
+func (s *rasterSet) pixels(r int, w tile.Window) (gdal.RGB8, error) {
 	s.mu.Lock()
 	ras, ok := s.open[r]
 	if !ok {
 		var err error
 		if ras, err = gdal.Open(s.files[r]); err != nil {
 			s.mu.Unlock()
-			return imagefile.Image{}, err
+			return gdal.RGB8{}, err
 		}
 		s.open[r] = ras
 	}
 	s.mu.Unlock()
-	px, err := ras.Read(w.X, w.Y, w.W, w.H)
-	if err != nil {
-		return imagefile.Image{}, err
-	}
-	return imagefile.FromPlanes(px.W, px.H, px.Pix)
+	return ras.Read(w.X, w.Y, w.W, w.H)
 }
 
 func (s *rasterSet) close() {
@@ -223,22 +239,38 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		pkt, out = packTile(cfg)
 	}
 	defer func() { out.finish(err) }()
-	f, err := bcastFields(c, pkt, 5)
+	f, err := bcastFields(c, pkt, 6)
 	if err != nil {
 		return err
 	}
-	if len(f) != 5 {
+	if len(f) != 6 {
 		return collective(ExitInternal, "jobs: malformed input broadcast")
 	}
 	var rasters []tileRaster
 	if err := json.Unmarshal(f[3], &rasters); err != nil {
 		return collective(ExitInternal, "jobs: malformed raster list: %v", err)
 	}
-	model, err := loadModel(c, cfg.Model, string(f[0]), string(f[1]), string(f[2]))
+	// --label-dict: every rank parses rank 0's bytes; a bare .pt takes its
+	// labels from it, a model folder's or .ckpt's own must equal it.
+	mc := cfg.Model
+	var given *box.LabelMap
+	if cfg.LabelDict != "" {
+		lm, err := dataset.ParseLabelDict(cfg.LabelDict, f[5])
+		if err != nil {
+			return &Error{Code: ExitInput, Collective: true, Err: err}
+		}
+		mc.LabelDict, given = labelDictOf(lm), &lm
+	}
+	model, err := loadModel(c, mc, string(f[0]), string(f[1]), string(f[2]))
 	if err != nil {
 		return err
 	}
 	labels := model.labels()
+	if given != nil && cfg.Eval == nil {
+		if err := checkModelLabels(labels, given, nil, ""); err != nil {
+			return &Error{Code: ExitModel, Collective: true, Err: err}
+		}
+	}
 	var truthImages []box.Image // eval --tile: each raster's truth
 	if cfg.Eval != nil {
 		truth, err := dataset.ParseTruthFile(cfg.CSV, f[4])
@@ -249,7 +281,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		for _, im := range truth.Images {
 			names = append(names, im.Labels...)
 		}
-		if err := checkModelLabels(labels, nil, names, cfg.CSV); err != nil {
+		if err := checkModelLabels(labels, given, names, cfg.CSV); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 		if truthImages, err = truth.Resolve(cfg.CSV, labels); err != nil || len(truthImages) != len(rasters) {
@@ -376,6 +408,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		}
 	}
 	return writeReport(c, stats, "predictions", func(allStats []rankStats) error {
+		tw := time.Now()
 		var rep tileReport
 		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
 			Ranks: c.Size(), Images: len(rasters), Model: &model.info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot,
@@ -387,6 +420,9 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		if rc := cfg.RunConfig; rc != nil {
 			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
 			rep.Settings = rc.finishSettings(rep.Model)
+		}
+		if cfg.LabelDict != "" {
+			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: sha256Hex(f[5])}}
 		}
 		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters = len(all), windowDets, rasters
 		rep.Tile.Order = "rasters in input order; each raster's windows x outer, y inner (DeepForest's compute_windows)"
@@ -408,6 +444,14 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 				return err
 			}
 			extra = append(extra, results)
+			h, err := stageTileHTML(cfg, &rep, f[4], rasters, rs, images, merged, labels, res, metricJSON, since(tw))
+			if err != nil {
+				for _, s := range extra {
+					os.Remove(filepath.Join(cfg.Out, s.Tmp))
+				}
+				return err
+			}
+			extra = append(extra, h...)
 		}
 		if note != "" && cfg.Progress != nil {
 			fmt.Fprintf(cfg.Progress, "canopy: note: %s\n", note)
@@ -424,6 +468,9 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		}
 		if cfg.Stdout != nil && cfg.Eval != nil {
 			printTable(cfg.Stdout, res.Values)
+			if cfg.Eval.HTML != nil {
+				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))
+			}
 		}
 		if cfg.Stdout != nil {
 			fmt.Fprintf(cfg.Stdout, "%d detections on %d rasters (%d windows, %d window detections): %s\n",
