@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
@@ -309,4 +310,134 @@ func testMaxPoolMatchesGo(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fmaChain is MulPacked's definition on the FMA clones: c = 0, then
+// c = fma(a, b, c) over k in order, each step rounded once (math.FMA in
+// float64 is exact before its one rounding to float64; the float32
+// rounding after it can differ from a float32 FMA only on a float32
+// midpoint, which fma32Exact settles).
+func fmaChain(m, n, k int, a []float32, lda int, b []float32, ldb int) []float32 {
+	c := make([]float32, m*n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s float32
+			for p := 0; p < k; p++ {
+				s = fma32Exact(a[i*lda+p], b[p*ldb+j], s)
+			}
+			c[i*n+j] = s
+		}
+	}
+	return c
+}
+
+// fma32Exact is a·b+c rounded once to float32 (a·b is exact in float64;
+// the float64 sum rounds to float32 like the exact sum unless it lies on
+// a float32 midpoint, where the sum's error decides).
+func fma32Exact(a, b, c float32) float32 {
+	p := float64(a) * float64(b)
+	s := p + float64(c)
+	r := float32(s)
+	if float64(r) == s || math.IsInf(s, 0) || math.IsNaN(s) {
+		return r
+	}
+	bv := s - p
+	e := (p - (s - bv)) + (float64(c) - bv)
+	other := math.Nextafter32(r, float32(math.Inf(1)))
+	if float64(r) > s {
+		other = math.Nextafter32(r, float32(math.Inf(-1)))
+	}
+	if e == 0 || (float64(r)+float64(other))/2 != s {
+		return r
+	}
+	if (e > 0) == (other > r) {
+		return other
+	}
+	return r
+}
+
+// MulPacked on every clone, on shapes with row and column tails (m not a
+// multiple of PackRows, n not of the tiles' 48 or 24) and strided B and C:
+// the AVX2 and AVX-512 clones give exactly the FMA chain's bits, the
+// generic clone exactly mulPackedGo's (separate multiply and add), and
+// both are within float32 rounding of the naive product.
+func TestMulPacked(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	shapes := [][3]int{{1, 1, 1}, {8, 48, 16}, {9, 47, 33}, {36, 192, 256}, {64, 50, 64}, {7, 100, 3}, {17, 24, 9}, {256, 160, 256}, {40, 73, 512}}
+	forEachClone(t, func(t *testing.T) {
+		for _, s := range shapes {
+			m, n, k := s[0], s[1], s[2]
+			lda, ldb, ldc := k+3, n+5, n+7
+			a, b := fill(r, m*lda), fill(r, k*ldb)
+			c := make([]float32, m*ldc)
+			for i := range c {
+				c[i] = float32(math.NaN()) // every element must be written
+			}
+			MulPacked(Pack(m, k, a, lda), n, b, ldb, c, ldc)
+			want := fmaChain(m, n, k, a, lda, b, ldb)
+			if Kernels() == Generic || Backend() != "openblas" {
+				want = make([]float32, m*n)
+				wc := make([]float32, m*ldc)
+				mulPackedGo(Pack(m, k, a, lda), n, b, ldb, wc, ldc)
+				for i := 0; i < m; i++ {
+					copy(want[i*n:(i+1)*n], wc[i*ldc:])
+				}
+			}
+			ref := make([]float32, m*n)
+			Naive(m, n, k, a, lda, b, ldb, ref, n)
+			for i := 0; i < m; i++ {
+				for j := 0; j < n; j++ {
+					got := c[i*ldc+j]
+					if math.Float32bits(got) != math.Float32bits(want[i*n+j]) {
+						t.Fatalf("%dx%dx%d: C[%d][%d] = %g, want %g", m, n, k, i, j, got, want[i*n+j])
+					}
+					if d := math.Abs(float64(got - ref[i*n+j])); !(d <= 1e-5*float64(k)) {
+						t.Fatalf("%dx%dx%d: C[%d][%d] = %g, naive %g", m, n, k, i, j, got, ref[i*n+j])
+					}
+				}
+				if j := n; j < ldc && i*ldc+j < len(c) && !math.IsNaN(float64(c[i*ldc+j])) {
+					t.Fatalf("%dx%dx%d: C[%d][%d], past n, was written", m, n, k, i, j)
+				}
+			}
+		}
+	})
+}
+
+// BenchmarkMulPacked against OpenBLAS at the Winograd GEMMs' shapes (36
+// distinct 256×256 weight matrices, as a layer's components, so the
+// weights come from L2/L3 as in the network), in GFLOP per CPU second.
+func BenchmarkMulPacked(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, s := range [][3]int{{256, 256, 48}, {256, 256, 96}, {256, 256, 192}, {64, 64, 48}, {128, 128, 48}, {256, 64, 256}, {64, 256, 256}} {
+		m, k, n := s[0], s[1], s[2]
+		const comps = 36
+		as, bs := make([][]float32, comps), make([][]float32, comps)
+		ps := make([]Packed, comps)
+		for i := range as {
+			as[i], bs[i] = fill(r, m*k), fill(r, k*n)
+			ps[i] = Pack(m, k, as[i], k)
+		}
+		c := make([]float32, m*n)
+		for _, kind := range []string{"packed", Backend()} {
+			b.Run(fmt.Sprintf("%s/%dx%dx%d", kind, m, k, n), func(b *testing.B) {
+				c0 := cpuSeconds()
+				for b.Loop() {
+					for i := range as {
+						if kind == "packed" {
+							MulPacked(ps[i], n, bs[i], n, c, n)
+						} else {
+							Mul(m, n, k, as[i], k, bs[i], n, c, n)
+						}
+					}
+				}
+				b.ReportMetric(2*float64(m*n*k*comps)*float64(b.N)/(cpuSeconds()-c0)/1e9, "GFLOP/cpu-s")
+			})
+		}
+	}
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }

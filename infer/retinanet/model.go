@@ -154,9 +154,9 @@ func (m *Model) prepareCPU(release bool) {
 				continue
 			}
 			if winoTile(c) == 4 {
-				made += int64(len(c.winogradU4())) * 4
+				made += c.winogradU4().bytes()
 			} else {
-				made += int64(len(c.winogradU())) * 4
+				made += c.winogradU().bytes()
 			}
 			if release {
 				c.w = nil
