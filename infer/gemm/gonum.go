@@ -48,7 +48,3 @@ func maxpool(src []float32, h, w int, tmp, dst []float32) { maxpoolGo(src, h, w,
 func im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
 	im2colGo(x, cin, h, w, kh, kw, stride, pad, ow, j0, nb, col)
 }
-
-func mulPacked(a Packed, n int, b []float32, ldb int, c []float32, ldc int) {
-	mulPackedGo(a, n, b, ldb, c, ldc)
-}

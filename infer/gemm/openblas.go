@@ -167,7 +167,3 @@ func cbool(b bool) C.int {
 	}
 	return 0
 }
-
-func mulPacked(a Packed, n int, b []float32, ldb int, c []float32, ldc int) {
-	C.canopy_sgemm_packed(C.int(simd), C.int(a.M), C.int(n), C.int(a.K), fptr(a.d), fptr(b), C.long(ldb), fptr(c), C.long(ldc))
-}

@@ -9,5 +9,3 @@ void canopy_wino4_out(int lvl, const float *m, long ms, int nb, int oc, int tw, 
 void canopy_epilogue(int lvl, float *y, long ldy, int rows, int cols, const float *bias, const float *res, long ldr, int relu);
 void canopy_im2col(int lvl, const float *x, int cin, int h, int w, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col);
 void canopy_maxpool(int lvl, const float *src, int h, int w, float *tmp, float *dst);
-#define CANOPY_PR 8
-void canopy_sgemm_packed(int lvl, int m, int n, int k, const float *ap, const float *b, long ldb, float *c, long ldc);

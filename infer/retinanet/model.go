@@ -154,9 +154,9 @@ func (m *Model) prepareCPU(release bool) {
 				continue
 			}
 			if winoTile(c) == 4 {
-				made += c.winogradU4().bytes()
+				made += int64(len(c.winogradU4())) * 4
 			} else {
-				made += c.winogradU().bytes()
+				made += int64(len(c.winogradU())) * 4
 			}
 			if release {
 				c.w = nil

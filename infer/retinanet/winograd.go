@@ -43,54 +43,8 @@ const winoPad = 16
 // F(2×2,3×3), 36 for F(4×4,3×3).
 type winograd struct {
 	once, once4 sync.Once
-	u, u4       winoMats
-}
-
-// winoMats are a layer's U matrices, [comps][out][in]: packed per
-// component for gemm.MulPacked when packedWino, else as they are for
-// OpenBLAS.
-type winoMats struct {
-	u []float32
-	p []gemm.Packed
-}
-
-// packedMinIn is the fewest input channels (the GEMMs' k) for which a
-// Winograd layer multiplies with packed filters: at 256 channels and 48
-// tiles gemm.MulPacked runs 135 GFLOP per CPU second against OpenBLAS's
-// 100 (BenchmarkMulPacked: OpenBLAS packs the 256×256 filter matrix again
-// for every 48 columns), at 64 and 128 channels no faster.
-const packedMinIn = 192
-
-func packedWino(c *conv) bool { return c.in >= packedMinIn }
-
-func newWinoMats(c *conv, u []float32, comps int) winoMats {
-	if !packedWino(c) {
-		return winoMats{u: u}
-	}
-	n := c.out * c.in
-	p := make([]gemm.Packed, comps)
-	for xi := range p {
-		p[xi] = gemm.Pack(c.out, c.in, u[xi*n:(xi+1)*n], c.in)
-	}
-	return winoMats{p: p}
-}
-
-// bytes is the matrices' memory.
-func (w winoMats) bytes() int64 {
-	n := int64(len(w.u)) * 4
-	for _, p := range w.p {
-		n += p.Bytes()
-	}
-	return n
-}
-
-// mul computes M[ξ] (out × nb) = U[ξ] (out × in) · V[ξ] (in × nb).
-func (w winoMats) mul(c *conv, xi, nb int, v, m []float32) {
-	if w.p != nil {
-		gemm.MulPacked(w.p[xi], nb, v, nb, m, nb)
-		return
-	}
-	gemm.Mul(c.out, nb, c.in, w.u[xi*c.out*c.in:], c.in, v, nb, m, nb)
+	u           []float32 // [16][out][in]
+	u4          []float32 // [36][out][in]
 }
 
 func useWinograd(c *conv) bool {
@@ -119,7 +73,7 @@ func winoTile(c *conv) int {
 var wino2Only = false
 
 // transform computes U = G g Gᵀ for every (out, in) filter.
-func (c *conv) winogradU() winoMats {
+func (c *conv) winogradU() []float32 {
 	c.wino.once.Do(func() {
 		n := c.out * c.in
 		u := make([]float32, 16*n)
@@ -144,7 +98,7 @@ func (c *conv) winogradU() winoMats {
 				}
 			}
 		}
-		c.wino.u = newWinoMats(c, u, 16)
+		c.wino.u = u
 	})
 	return c.wino.u
 }
@@ -153,7 +107,7 @@ func (c *conv) winogradU() winoMats {
 // in float64, rounded once to float32:
 //
 //	G = [¼ 0 0; -⅙ -⅙ -⅙; -⅙ ⅙ -⅙; 1/24 1/12 ⅙; 1/24 -1/12 ⅙; 0 0 1]
-func (c *conv) winogradU4() winoMats {
+func (c *conv) winogradU4() []float32 {
 	c.wino.once4.Do(func() {
 		G := [6][3]float64{{0.25, 0, 0}, {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
 			{1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}}
@@ -176,7 +130,7 @@ func (c *conv) winogradU4() winoMats {
 				}
 			}
 		}
-		c.wino.u4 = newWinoMats(c, u, 36)
+		c.wino.u4 = u
 	})
 	return c.wino.u4
 }
@@ -191,7 +145,7 @@ func (e *engine) convWinograd(c *conv, x fmap, relu bool, res *fmap) fmap {
 	H, W := x.h, x.w
 	y := e.fmap(c.out, H, W)
 	tile := winoTile(c)
-	var u winoMats
+	var u []float32
 	comps, block := 16, winoBlock
 	winoIn, winoOut := gemm.WinoIn, gemm.WinoOut
 	if tile == 4 {
@@ -224,7 +178,7 @@ func (e *engine) convWinograd(c *conv, x fmap, relu bool, res *fmap) fmap {
 		winoIn(x.d, c.in, H, W, tw, t0, nb, v, vs)
 		// One SGEMM per component: M[ξ] (out × nb) = U[ξ] (out × in) · V[ξ] (in × nb).
 		for xi := 0; xi < comps; xi++ {
-			u.mul(c, xi, nb, v[xi*vs:], m[xi*ms:])
+			gemm.Mul(c.out, nb, c.in, u[xi*c.out*c.in:], c.in, v[xi*vs:], nb, m[xi*ms:], nb)
 		}
 		// Output transform, bias, residual, ReLU.
 		var rd []float32

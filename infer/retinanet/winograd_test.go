@@ -136,8 +136,8 @@ func TestDetectorReleasesWeights(t *testing.T) {
 	// Only the filters of the tile in use exist (F(2×2,3×3)'s as well
 	// would cost 16 more floats per 3×3 filter).
 	for _, c := range rel.convs() {
-		if useWinograd(c) && (c.wino.u.bytes() > 0) != (winoTile(c) == 2) || (c.wino.u4.bytes() > 0) != (useWinograd(c) && winoTile(c) == 4) {
-			t.Fatalf("%s (tile %d): F(2×2) filters %d B, F(4×4) filters %d B", c.name, winoTile(c), c.wino.u.bytes(), c.wino.u4.bytes())
+		if useWinograd(c) && (len(c.wino.u) > 0) != (winoTile(c) == 2) || (len(c.wino.u4) > 0) != (useWinograd(c) && winoTile(c) == 4) {
+			t.Fatalf("%s (tile %d): F(2×2) filters %d, F(4×4) filters %d", c.name, winoTile(c), len(c.wino.u), len(c.wino.u4))
 		}
 	}
 	if _, err := NewGPURunnerWith(rel, hostkern.New(), GPUOptions{Precision: cuda.Exact}); !errors.Is(err, errReleased) {
