@@ -102,7 +102,8 @@ func TestTileConfig(t *testing.T) {
 	if erep.Tile.PatchSize != 300 || erep.Tile.PatchOverlap != 0.1 || erep.Tile.IoU != 0.4 {
 		t.Errorf("eval --tile settings %+v, want 300, 0.1 (config), 0.4 (flag)", erep.Tile)
 	}
-	for k, w := range map[string]setting{"patch_size": {"300", "config"}, "patch_overlap": {"0.1", "config"}, "tile_iou": {"0.4", "flag"}} {
+	for k, w := range map[string]setting{"patch_size": {"300", "config"}, "patch_overlap": {"0.1", "config"}, "tile_iou": {"0.4", "flag"},
+		"label_dict": {"label,id\nTree,0\nDead,1\n", "config"}} {
 		if erep.Settings[k] != w {
 			t.Errorf("eval settings[%s] = %+v, want %+v", k, erep.Settings[k], w)
 		}

@@ -22,11 +22,14 @@ import (
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 )
 
-// e2eRasterSHA256 is the sha256 of `go run ./cmd/forestgen -n 1 -sizes
-// 2000x2000 -seed 27`'s img_0000.png, the raster DeepForest's predict_tile
-// ran on for infer/tile/testdata/e2e2000.json (scripts/e2e-tile.sh checks
-// it too). If forestgen changes, the fixture must be made again.
-const e2eRasterSHA256 = "6421362e8623b1989bc09022bf4caa9de79d446a355580350b2b7a775c0f44af"
+// e2ePixelsSHA256 is the sha256 of the RGB pixels (rows top to bottom,
+// R, G, B per pixel: PIL's convert("RGB").tobytes(), what predict_tile
+// "single" reads) of `go run ./cmd/forestgen -n 1 -sizes 2000x2000 -seed
+// 27`'s img_0000.png, the raster DeepForest ran on for
+// infer/tile/testdata/e2e2000.json (the file's own sha256, which
+// scripts/e2e-tile.sh checks, is in that folder's README). If forestgen
+// changes, the fixture must be made again.
+const e2ePixelsSHA256 = "553b26b912415e9a2e5cbad9dd627f26b696c6413d55b98a0b78614672387b2f"
 
 // e2eFixture is the part of e2e2000.json the test reads.
 type e2eFixture struct {
@@ -45,10 +48,10 @@ type e2eFixture struct {
 // TestTileE2EDeepForest: canopy predict --tile against DeepForest's
 // predict_tile (dataloader_strategy "single", R50 test weights, patch 400,
 // overlap 0.05, iou 0.15) on the 2000×2000 forestgen raster of
-// infer/tile/testdata/e2e2000.json, regenerated here and checked by
-// sha256. The whole raster (36 windows) takes over a minute of CPU, so
-// make e2e-tile (scripts/e2e-tile.sh) compares all of it; this test runs
-// canopy on the raster's bottom-right 480×480 corner, whose 2×2 windows
+// infer/tile/testdata/e2e2000.json, regenerated here and checked by the
+// sha256 of its pixels. The whole raster (36 windows) takes over a minute
+// of CPU, so make e2e-tile (scripts/e2e-tile.sh) compares all of it; this
+// test runs canopy on the raster's bottom-right 480×480 corner, whose 2×2 windows
 // (offsets 1520 and the last window moved inward to 1600, overlapping by
 // 320 pixels) are DeepForest's own windows 28, 29, 34 and 35, pixel for
 // pixel. DeepForest's detections of those windows, merged by predict_tile's
@@ -83,12 +86,18 @@ func TestTileE2EDeepForest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != e2eRasterSHA256 {
-		t.Fatalf("forestgen's 2000×2000 seed-27 raster has sha256 %x, not the one DeepForest ran on (%s): make the fixture again (infer/tile/testdata/README.md)", sum, e2eRasterSHA256)
-	}
 	img, err := png.Decode(bytes.NewReader(raw))
 	if err != nil {
 		t.Fatal(err)
+	}
+	full := image.NewNRGBA(img.Bounds())
+	draw.Draw(full, full.Bounds(), img, image.Point{}, draw.Src)
+	rgb := make([]byte, 0, 3*len(full.Pix)/4)
+	for i := 0; i < len(full.Pix); i += 4 {
+		rgb = append(rgb, full.Pix[i:i+3]...)
+	}
+	if sum := sha256.Sum256(rgb); hex.EncodeToString(sum[:]) != e2ePixelsSHA256 {
+		t.Fatalf("forestgen's 2000×2000 seed-27 raster's pixels have sha256 %x, not those DeepForest ran on (%s): make the fixture again (infer/tile/testdata/README.md)", sum, e2ePixelsSHA256)
 	}
 	const x0, y0, side = 1520, 1520, 480
 	crop := image.NewNRGBA(image.Rect(0, 0, side, side))
