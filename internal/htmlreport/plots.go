@@ -22,10 +22,36 @@ var palette = []color.NRGBA{
 
 func colorAt(i int) color.NRGBA { return palette[i%len(palette)] }
 
-// svgOf renders p as an inline <svg> element (the XML prolog dropped).
+// svgOf renders p as an inline <svg> element (the XML prolog dropped),
+// w×h for the plot itself. The legend is drawn beside it, to the right of
+// the plotting area (top-aligned with it), never inside it, so it cannot
+// cover a curve or a bar whatever the data; the picture grows by the
+// legend's width, and in height when the legend is taller than the plot.
 func svgOf(p *plot.Plot, w, h vg.Length) (template.HTML, error) {
-	c := vgsvg.New(w, h)
-	p.Draw(draw.New(c))
+	leg := p.Legend
+	leg.Padding = vg.Points(3)
+	p.Legend = plot.NewLegend() // nothing drawn inside the plot
+	ext := leg.Rectangle(draw.Canvas{}).Size()
+	total, height := w, h
+	var dataTop vg.Length
+	if ext.X > 0 {
+		total = w + legendGap + ext.X
+		// the data area's top when the plot fills w×h from the origin
+		dataTop = p.DataCanvas(draw.Canvas{Rectangle: vg.Rectangle{Max: vg.Point{X: w, Y: h}}}).Max.Y
+		if ext.Y > dataTop {
+			height = h + ext.Y - dataTop
+		}
+	}
+	c := vgsvg.New(total, height)
+	dc := draw.New(c)
+	pc := draw.Canvas{Canvas: dc.Canvas, Rectangle: vg.Rectangle{Min: vg.Point{Y: height - h}, Max: vg.Point{X: w, Y: height}}}
+	p.Draw(pc)
+	if ext.X > 0 {
+		leg.Top, leg.Left, leg.XOffs, leg.YOffs = true, true, 0, 0
+		lc := draw.Canvas{Canvas: dc.Canvas, Rectangle: vg.Rectangle{
+			Min: vg.Point{X: w + legendGap}, Max: vg.Point{X: total, Y: dataTop + height - h}}}
+		leg.Draw(lc)
+	}
 	var b bytes.Buffer
 	if _, err := c.WriteTo(&b); err != nil {
 		return "", fmt.Errorf("htmlreport: svg: %w", err)
@@ -39,8 +65,20 @@ func svgOf(p *plot.Plot, w, h vg.Length) (template.HTML, error) {
 	return template.HTML(s), nil
 }
 
-// legendBelowTitle moves a top legend off the title.
-const legendBelowTitle = -20
+// legendGap is the space between the plotting area and its legend.
+const legendGap = 10
+
+// maxLegendName bounds a legend entry (a class name comes from the input):
+// longer names are cut, with an ellipsis (the page's data block and
+// report.json keep them whole).
+const maxLegendName = 40
+
+func legendName(s string) string {
+	if r := []rune(s); len(r) > maxLegendName {
+		return string(r[:maxLegendName-1]) + "…"
+	}
+	return s
+}
 
 func newPlot(title, x, y string) *plot.Plot {
 	p := plot.New()
@@ -60,8 +98,6 @@ func prPlot(recall []float64, curves []Curve, iou float64, mapText string) (temp
 	}
 	p := newPlot(title, "recall", "precision")
 	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, 1, 0, 1.02
-	p.Legend.Top, p.Legend.Left = false, true
-	p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), vg.Points(6)
 	n := 0
 	for _, c := range curves {
 		if c.IoU != iou {
@@ -77,7 +113,7 @@ func prPlot(recall []float64, curves []Curve, iou float64, mapText string) (temp
 		}
 		l.Color = colorAt(int(c.LabelID))
 		l.Width = vg.Points(1.6)
-		name := c.Label
+		name := legendName(c.Label)
 		if c.Side == "baseline" {
 			l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 			name += " (baseline)"
@@ -118,8 +154,6 @@ func histogramPlot(tp, fp []float64, thr float64) (template.HTML, error) {
 	}
 	title := fmt.Sprintf("Detection scores: %d true positives, %d false positives", len(tp), len(fp))
 	p := newPlot(title, "score", "detections")
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), legendBelowTitle
 	ymax := 1.0
 	for i, s := range []struct {
 		name string
@@ -177,9 +211,6 @@ func sizePlot(rows []sizeRow) (template.HTML, error) {
 		p.Add(b)
 		p.Legend.Add(s.name, b)
 	}
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), legendBelowTitle
-	p.Y.Max = 1.3 // room for the legend
 	p.NominalX(names...)
 	return svgOf(p, 5.2*vg.Inch, 3*vg.Inch)
 }
@@ -198,8 +229,6 @@ func timelinePlot(ranks []rankBars) (template.HTML, error) {
 		return "", nil
 	}
 	p := newPlot("Per-rank timeline", "seconds", "")
-	p.Legend.Top, p.Legend.Left = true, false
-	p.Legend.YOffs = legendBelowTitle
 	// rank 0 on top: nominal rows run bottom to top
 	n := len(ranks)
 	names := make([]string, n)
@@ -208,7 +237,7 @@ func timelinePlot(ranks []rankBars) (template.HTML, error) {
 		names[n-1-i] = fmt.Sprintf("rank %d (%s)", r.Rank, r.Host)
 		longest = math.Max(longest, r.Total)
 	}
-	p.X.Max = 1.25 * math.Max(longest, 1e-3) // room for the legend
+	p.X.Max = math.Max(longest, 1e-3)
 	w := vg.Points(14)
 	var prev *plotter.BarChart
 	for s := range ranks[0].Stages {
@@ -230,7 +259,7 @@ func timelinePlot(ranks []rankBars) (template.HTML, error) {
 		}
 		prev = b
 		p.Add(b)
-		p.Legend.Add(ranks[0].Stages[s].Name, b)
+		p.Legend.Add(legendName(ranks[0].Stages[s].Name), b)
 	}
 	p.NominalY(names...)
 	p.X.Min = 0
