@@ -144,6 +144,8 @@ def main():
     case("wgs84.shp", frame(wgs, "utm.tif", labels(5), "EPSG:4326"), "geographic (EPSG:4326): refused")
     px = pixel_polygons(rng, w, h, 6)
     case("pixels.shp", frame(px, "utm.tif", labels(len(px)), None), "no CRS: taken as pixel coordinates, not converted")
+    case("pixels_nocrs.shp", frame(px, "nocrs.tif", labels(len(px)), None),
+         "no CRS on either side: pixel coordinates, not converted")
     case("nocrs_raster.shp", frame(to_geo(tr, px), "nocrs.tif", labels(len(px)), crs),
          "a CRS, but the raster has none: DeepForest fails")
     pts = [shapely.Point(tr.c + 10 * i, tr.f - 10 * i) for i in range(1, 5)]
