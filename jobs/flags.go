@@ -137,8 +137,8 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 func reportFlags() []cli.Flag {
 	d := htmlreport.DefaultOptions
 	return []cli.Flag{
-		&cli.BoolFlag{Name: "html", Value: true, Usage: "rank 0 writes OUT/report.html after the metrics: one self-contained page (metrics, PR curves, score histograms, box sizes, per-rank timeline, worst images drawn, the run); --html=false turns it off"},
-		&cli.IntFlag{Name: "html-worst", Value: d.Worst, Usage: "images drawn in report.html: half with the lowest recall, the rest with the most false positives (0: none)"},
+		&cli.BoolFlag{Name: "html", Value: true, Usage: "rank 0 writes OUT/report.html after the metrics: one self-contained page (metrics, PR curves, score histograms, box sizes, per-rank timeline, worst images drawn, the run; with --tile the rasters' worst windows are drawn instead, read alone, never a whole raster); --html=false turns it off"},
+		&cli.IntFlag{Name: "html-worst", Value: d.Worst, Usage: "images drawn in report.html: half with the lowest recall, the rest with the most false positives; with --tile, the windows with the most errors (truth boxes centred in the window that no detection matched, plus detections centred in it that matched no truth box; ties: raster, then window order) (0: none)"},
 		&cli.IntFlag{Name: "html-thumb", Value: d.Thumb, Usage: "longest side, in pixels, of the images drawn in report.html"},
 		&cli.BoolFlag{Name: "coco-out", Usage: "also write OUT/coco_truth.json (the truth as a COCO dataset; image ids 1.. in truth order, category ids as label_map) and OUT/coco_predictions.json (COCO results format), for pycocotools"},
 	}

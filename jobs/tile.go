@@ -216,22 +216,27 @@ type rasterSet struct {
 }
 
 func (s *rasterSet) read(r int, w tile.Window) (imagefile.Image, error) {
+	px, err := s.pixels(r, w)
+	if err != nil {
+		return imagefile.Image{}, err
+	}
+	return imagefile.FromPlanes(px.W, px.H, px.Pix)
+}
+
+// pixels reads window w of raster r as 8-bit R, G and B planes.
+func (s *rasterSet) pixels(r int, w tile.Window) (gdal.RGB8, error) {
 	s.mu.Lock()
 	ras, ok := s.open[r]
 	if !ok {
 		var err error
 		if ras, err = gdal.Open(s.files[r]); err != nil {
 			s.mu.Unlock()
-			return imagefile.Image{}, err
+			return gdal.RGB8{}, err
 		}
 		s.open[r] = ras
 	}
 	s.mu.Unlock()
-	px, err := ras.Read(w.X, w.Y, w.W, w.H)
-	if err != nil {
-		return imagefile.Image{}, err
-	}
-	return imagefile.FromPlanes(px.W, px.H, px.Pix)
+	return ras.Read(w.X, w.Y, w.W, w.H)
 }
 
 func (s *rasterSet) close() {
@@ -412,6 +417,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		}
 	}
 	return writeReport(c, stats, "predictions", func(allStats []rankStats) error {
+		tw := time.Now()
 		var rep tileReport
 		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
 			Ranks: c.Size(), Images: len(rasters), Model: &model.info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot,
@@ -444,6 +450,14 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 				return err
 			}
 			extra = append(extra, results)
+			h, err := stageTileHTML(cfg, &rep, f[4], rasters, rs, images, merged, labels, res, metricJSON, since(tw))
+			if err != nil {
+				for _, s := range extra {
+					os.Remove(filepath.Join(cfg.Out, s.Tmp))
+				}
+				return err
+			}
+			extra = append(extra, h...)
 		}
 		if note != "" && cfg.Progress != nil {
 			fmt.Fprintf(cfg.Progress, "canopy: note: %s\n", note)
@@ -460,6 +474,9 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		}
 		if cfg.Stdout != nil && cfg.Eval != nil {
 			printTable(cfg.Stdout, res.Values)
+			if cfg.Eval.HTML != nil {
+				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))
+			}
 		}
 		if cfg.Stdout != nil {
 			fmt.Fprintf(cfg.Stdout, "%d detections on %d rasters (%d windows, %d window detections): %s\n",

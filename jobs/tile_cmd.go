@@ -183,12 +183,6 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 			cfg.Stdout = nil
 		} else {
 			cfg.Progress = stderr
-			if ec.HTML != nil && c.IsSet("html") {
-				fmt.Fprintln(stderr, "canopy: note: eval --tile writes no report.html yet")
-			}
-			if ec.HTML != nil && c.IsSet("html") {
-				fmt.Fprintln(stderr, "canopy: note: eval --tile writes no report.html yet")
-			}
 		}
 		cfg.CollectiveTimeout = timeout
 		return PredictTile(c.Context, comm, cfg)

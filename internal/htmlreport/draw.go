@@ -33,6 +33,7 @@ var (
 // thumb is one drawn image with its caption.
 type thumb struct {
 	Path    string
+	Alt     string // the img's alt text: the path, or the raster and window
 	Src     template.URL
 	W, H    int
 	Caption string
@@ -48,8 +49,7 @@ const maxScoresPrinted = 40
 // and returns it as a JPEG data URI. An image that opt.Open (or, unset,
 // openImage) does not give is drawn as its boxes on grey, and says so.
 func drawImage(root string, im box.Image, dets []box.Detection, st imageStat, opt Options) (thumb, error) {
-	size := opt.Thumb
-	t := thumb{Path: im.Path, Caption: caption(st)}
+	t := thumb{Path: im.Path, Alt: im.Path, Caption: caption(st)}
 	if st.firstRow > 0 {
 		t.Rows = fmt.Sprintf("results.csv lines %d–%d", st.firstRow, st.lastRow)
 	}
@@ -66,10 +66,16 @@ func drawImage(root string, im box.Image, dets []box.Detection, st imageStat, op
 		t.Note = "image not drawn (" + why + "): boxes drawn on grey"
 		src = blank(im, dets)
 	}
+	return drawBoxes(t, src, im.Truth, dets, opt.Thumb)
+}
+
+// drawBoxes draws src scaled so its longer side is at most size pixels,
+// with the truth boxes and detections (src's pixels) over it, into t.
+func drawBoxes(t thumb, src image.Image, truth []box.Truth, dets []box.Detection, size int) (thumb, error) {
 	dst := scaled(src, size)
 	sx := float64(dst.Bounds().Dx()) / float64(src.Bounds().Dx())
 	sy := float64(dst.Bounds().Dy()) / float64(src.Bounds().Dy())
-	for _, tr := range im.Truth {
+	for _, tr := range truth {
 		rect(dst, tr.Box, sx, sy, truthColor)
 	}
 	for _, d := range dets {
@@ -89,7 +95,7 @@ func drawImage(root string, im box.Image, dets []box.Detection, st imageStat, op
 	}
 	var b bytes.Buffer
 	if err := jpeg.Encode(&b, dst, &jpeg.Options{Quality: 82}); err != nil {
-		return t, fmt.Errorf("htmlreport: encode %s: %w", im.Path, err)
+		return t, fmt.Errorf("htmlreport: encode %s: %w", t.Alt, err)
 	}
 	t.Src = template.URL("data:image/jpeg;base64," + base64.StdEncoding.EncodeToString(b.Bytes()))
 	t.W, t.H = dst.Bounds().Dx(), dst.Bounds().Dy()
@@ -135,8 +141,11 @@ func blank(im box.Image, dets []box.Detection) image.Image {
 		w, h = math.Max(w, d.Box.Xmax), math.Max(h, d.Box.Ymax)
 	}
 	w, h = math.Min(w+8, 1<<14), math.Min(h+8, 1<<14)
-	return canvas{image.NewUniform(color.Gray{90}), image.Rect(0, 0, int(w), int(h))}
+	return canvas{greyUniform, image.Rect(0, 0, int(w), int(h))}
 }
+
+// greyUniform is the colour of an image that is not drawn.
+var greyUniform = image.NewUniform(color.Gray{90})
 
 // canvas is a uniform colour with bounds (never allocated at full size).
 type canvas struct {
@@ -175,6 +184,7 @@ func rect(dst *image.RGBA, b box.Box, sx, sy float64, c color.RGBA) {
 
 // label prints s in white on magenta just inside the box's top-left corner.
 func label(dst *image.RGBA, x, y int, s string) {
+	x, y = max(x, 0), max(y, 0) // a box that starts left of or above the picture
 	face := basicfont.Face7x13
 	w := font.MeasureString(face, s).Ceil()
 	bg := image.Rect(x, y, x+w+2, y+12).Intersect(dst.Bounds())

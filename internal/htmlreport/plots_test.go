@@ -307,3 +307,23 @@ func TestLegendsCoverNoCurve(t *testing.T) {
 	}
 	checkLegendClear(t, "timeline", svg, 5)
 }
+
+// TestEvalPageLegendsClear: every plot of an eval page (PR curves at both
+// IoUs, scores, box sizes, timeline) has its legend clear of its data.
+func TestEvalPageLegendsClear(t *testing.T) {
+	e, _ := benchSet(t)
+	e.ReportJSON = []byte(`{"metrics": {"box_recall": 0.5}, "run": {"ranks": 2, "model": {"thresholds": {"score_thresh": "0.3"}},
+ "per_rank": [{"rank": 0, "host": "a", "seconds": {"load": 1, "detect": 20}}, {"rank": 1, "host": "a", "seconds": {"load": 1, "detect": 25, "gather": 0.5}}]}}`)
+	var page strings.Builder
+	if err := WriteEval(&page, e, Options{Worst: 0, Thumb: 64}); err != nil {
+		t.Fatal(err)
+	}
+	svgs := regexp.MustCompile(`(?s)<svg class="plot".*?</svg>`).FindAllString(page.String(), -1)
+	want := []int{1, 1, 3, 2, 5} // PR 0.5, PR 0.75, scores (with the threshold), sizes, timeline stages
+	if len(svgs) != len(want) {
+		t.Fatalf("%d plots, want %d", len(svgs), len(want))
+	}
+	for i, s := range svgs {
+		checkLegendClear(t, fmt.Sprintf("plot %d", i), template.HTML(s), want[i])
+	}
+}

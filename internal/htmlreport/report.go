@@ -72,6 +72,9 @@ type Eval struct {
 	CSV string
 	// WriteSeconds is rank 0's time writing the CSVs and report.json.
 	WriteSeconds float64
+	// Tile, for eval --tile: the images are rasters, and their worst
+	// windows are drawn instead of whole images (nil: eval's page).
+	Tile *Tile
 }
 
 // Data is the JSON block every page carries.
@@ -140,12 +143,26 @@ func WriteEval(w io.Writer, e Eval, opt Options) error {
 		return err
 	}
 	pg.Stages = tl
-	for _, i := range worst(st, opt.Worst) {
-		th, err := drawImage(e.RootDir, e.Images[i], e.Dets[i], st[i], opt)
-		if err != nil {
-			return err
+	if e.Tile != nil {
+		for _, s := range e.Tile.Settings {
+			pg.Run = append(pg.Run, kv{s[0], s[1]})
 		}
-		pg.Worst = append(pg.Worst, th)
+		pg.WorstTitle, pg.WorstRule = "Worst windows", fmt.Sprintf(worstWindowsRule, rep.Run.IoU, opt.Worst)
+		for _, s := range worstWindows(e.Images, e.Dets, e.Matches, e.Tile.Windows, opt.Worst) {
+			th, err := drawWindow(e.Images[s.raster], e.Dets[s.raster], s, e.Tile, opt)
+			if err != nil {
+				return err
+			}
+			pg.Worst = append(pg.Worst, th)
+		}
+	} else {
+		for _, i := range worst(st, opt.Worst) {
+			th, err := drawImage(e.RootDir, e.Images[i], e.Dets[i], st[i], opt)
+			if err != nil {
+				return err
+			}
+			pg.Worst = append(pg.Worst, th)
+		}
 	}
 	data.Images = len(pg.Worst)
 	return render(w, pg, data)
@@ -176,6 +193,10 @@ type page struct {
 	RunJSON  string
 	Notes    []string
 	DataJSON template.JS
+
+	// WorstTitle and WorstRule head the drawn images when they are not
+	// eval's worst images (eval --tile's worst windows).
+	WorstTitle, WorstRule string
 }
 
 type kv struct{ K, V string }

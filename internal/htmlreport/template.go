@@ -27,6 +27,11 @@ const selfCheck = `(function () {
   });
 })();`
 
+// pageTmpl is the page. The two <section class="run-record"> blocks (the
+// per-rank timeline, the run table) describe the run itself: ranks,
+// hosts, seconds, the command. Everything else follows from the inputs and
+// the results alone, the same bytes for any rank count (tested on eval
+// --tile's page).
 var pageTmpl = template.Must(template.New("page").Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -87,25 +92,30 @@ pre { white-space: pre-wrap; word-break: break-all; font-size: 12px; background:
 <p style="max-width:560px">A truth box is found, and a detection matches, when DeepForest's one-to-one match gives IoU above the run's threshold (as in results.csv). Sizes are COCO's area ranges.</p></section>{{end}}
 </div>
 
+<section class="run-record">
 {{if .Timeline}}<h2 id="timeline">Per-rank timeline</h2>
 <div class="plots">{{.Timeline}}</div>
 <table><tr><th>rank</th><th>host</th>{{with index .Stages 0}}{{range .Stages}}<th>{{.Name}} (s)</th>{{end}}{{end}}<th>total (s)</th></tr>
 {{range .Stages}}<tr><td class="num">{{.Rank}}</td><td>{{.Host}}</td>{{range .Stages}}<td class="num">{{printf "%.3f" .Seconds}}</td>{{end}}<td class="num">{{printf "%.3f" .Total}}</td></tr>
 {{end}}</table>
 <p>Each rank's seconds from report.json, stages in the order a rank runs them (detect includes preflight; gather includes waiting for the slowest rank; write is rank 0's CSVs and report.json).</p>{{end}}
+</section>
 
-<h2 id="images">{{if .Pairs}}Images whose recall changed most{{else}}Worst images{{end}}</h2>
+<h2 id="images">{{if .Pairs}}Images whose recall changed most{{else if .WorstTitle}}{{.WorstTitle}}{{else}}Worst images{{end}}</h2>
+{{if .WorstRule}}<p style="max-width:900px">{{.WorstRule}}</p>{{end}}
 <p class="key">Boxes:<span style="background:#00e6ff"></span>truth<span style="background:#ff00c8"></span>predictions (score printed)</p>
 {{if .Pairs}}<div class="grid" style="grid-template-columns: repeat(auto-fill, minmax(520px, 1fr));">
-{{range .Pairs}}<div class="pair">{{range .}}<figure><img src="{{.Src}}" width="{{.W}}" height="{{.H}}" alt="{{.Path}}"><figcaption><b>{{.Path}}</b><br>{{.Caption}}{{if .Note}}<br><span class="note">{{.Note}}</span>{{end}}</figcaption></figure>{{end}}</div>
+{{range .Pairs}}<div class="pair">{{range .}}<figure><img src="{{.Src}}" width="{{.W}}" height="{{.H}}" alt="{{.Alt}}"><figcaption><b>{{.Path}}</b><br>{{.Caption}}{{if .Note}}<br><span class="note">{{.Note}}</span>{{end}}</figcaption></figure>{{end}}</div>
 {{end}}</div>
 {{else}}<div class="grid">
-{{range .Worst}}<figure><img src="{{.Src}}" width="{{.W}}" height="{{.H}}" alt="{{.Path}}"><figcaption><b>{{.Path}}</b><br>{{.Caption}}{{if .Rows}}<br><a href="results.csv">{{.Rows}}</a>{{end}}{{if .Note}}<br><span class="note">{{.Note}}</span>{{end}}</figcaption></figure>
+{{range .Worst}}<figure><img src="{{.Src}}" width="{{.W}}" height="{{.H}}" alt="{{.Alt}}"><figcaption><b>{{.Path}}</b><br>{{.Caption}}{{if .Rows}}<br><a href="results.csv">{{.Rows}}</a>{{end}}{{if .Note}}<br><span class="note">{{.Note}}</span>{{end}}</figcaption></figure>
 {{else}}<p>None drawn.</p>{{end}}</div>{{end}}
 
+<section class="run-record">
 <h2 id="run">Run</h2>
 <table>{{range .Run}}<tr><th>{{.K}}</th><td>{{.V}}</td></tr>
 {{end}}</table>
+</section>
 <script type="application/json" id="canopy-data">{{.DataJSON}}</script>
 </body>
 </html>
