@@ -398,3 +398,32 @@ func TestVectorTruthRefused(t *testing.T) {
 		t.Fatalf("real labels (%s): %q", vt.vec.LabelType, got)
 	}
 }
+
+// BenchmarkVectorTruth is what canopy does with a shapefile or GeoPackage
+// truth before detection: rank 0 reads it, opens its rasters and
+// converts it (readVectorTruth, openRasters, csv), and a rank parses the
+// CSV it becomes. CANOPY_BENCH_TRUTH names the file (tools/tile/readfile.py
+// bench-write makes one; docs/benchmarks.md).
+func BenchmarkVectorTruth(b *testing.B) {
+	file := os.Getenv("CANOPY_BENCH_TRUTH")
+	if file == "" || !gdal.Available {
+		b.Skip("CANOPY_BENCH_TRUTH names no file (or no GDAL)")
+	}
+	for i := 0; i < b.N; i++ {
+		vt, err := readVectorTruth(file)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rasters, err := openRasters(TileConfig{CSV: file, Eval: &EvalConfig{}, vector: vt, Settings: tile.Settings{Patch: 400, Overlap: 0.05}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		data, err := vt.csv(rasters)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := dataset.ParseTruth(file, data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -14,6 +14,12 @@ CPU capability (no torch arithmetic is involved: the numbers are shapely's
 float64 affine arithmetic).
 
     /opt/canopy-peers/venv/bin/python tools/tile/readfile.py jobs/testdata/readfile
+
+Timing (docs/benchmarks.md, "Shapefile/GeoPackage truth"):
+    readfile.py bench-write DIR N   DIR/crowns.gpkg: N crowns (5-10 vertices)
+                                    over DIR/utm.tif
+    readfile.py bench-time FILE     seconds of one read_file(FILE), after a
+                                    warm-up read
 """
 import importlib.metadata as md
 import json
@@ -172,5 +178,30 @@ def main():
         f.write("\n")
 
 
+def bench_write(out, n):
+    os.makedirs(out, exist_ok=True)
+    write_raster(out, "utm.tif")
+    crs, tr, w, h = RASTERS["utm.tif"]
+    geoms = to_geo(tr, pixel_polygons(np.random.default_rng(7), w, h, n))
+    write_vector(frame(geoms, "utm.tif", [("Tree", "Snag", "Dead")[i % 3] for i in range(n)], crs),
+                 os.path.join(out, "crowns.gpkg"))
+
+
+def bench_time(path):
+    import time
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        utilities.read_file(path)
+        t0 = time.perf_counter()
+        df = utilities.read_file(path)
+        dt = time.perf_counter() - t0
+    print(f"read_file {path}: {len(df)} rows in {dt:.3f} s")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "bench-write":
+        bench_write(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "bench-time":
+        bench_time(sys.argv[2])
+    else:
+        main()
