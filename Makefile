@@ -221,6 +221,12 @@ bench-infer-peer:
 bench-tile: deps
 	scripts/bench-tile.sh
 
+# issue 27's end-to-end parity on a 2000x2000 forestgen raster: canopy
+# predict --tile against DeepForest's predict_tile rows
+# (infer/tile/testdata/e2e2000.json; scripts/e2e-tile.sh, ~1-2 min of CPU).
+e2e-tile: deps
+	scripts/e2e-tile.sh
+
 # Allgatherv with one rank's part above 2 GiB (about 7 GiB of memory).
 bench-large: deps
 	$(GO) test -c -o bin/cmpi.test ./mpi/cmpi

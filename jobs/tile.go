@@ -23,6 +23,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/report"
 )
 
 // canopy predict --tile: DeepForest's predict_tile over many rasters on
@@ -183,17 +184,27 @@ func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}
+	labels := cfg.LabelDictData
+	if labels == nil && cfg.LabelDict != "" {
+		if labels, err = readNamedInput(cfg.LabelDict); err != nil {
+			out.finish(err)
+			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+		}
+	}
 	if vt != nil && cfg.Progress != nil {
 		for _, w := range vt.Warnings {
 			fmt.Fprintf(cfg.Progress, "canopy: warning: %s\n", w)
 		}
 	}
-	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth), out, vt
+	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth, labels), out, vt
 }
 
 type tileReport struct {
 	// Metrics: eval --tile's, as eval's report.json "metrics".
 	Metrics json.RawMessage `json:"metrics,omitempty"`
+	// Inputs: the label map given (--label-dict or the config's
+	// label_dict), as eval's report.json "inputs" records it.
+	Inputs map[string]report.File `json:"inputs,omitempty"`
 	predictReport
 	Tile struct {
 		PatchSize    int          `json:"patch_size"`
@@ -260,22 +271,38 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		pkt, out, vt = packTile(cfg)
 	}
 	defer func() { out.finish(err) }()
-	f, err := bcastFields(c, pkt, 5)
+	f, err := bcastFields(c, pkt, 6)
 	if err != nil {
 		return err
 	}
-	if len(f) != 5 {
+	if len(f) != 6 {
 		return collective(ExitInternal, "jobs: malformed input broadcast")
 	}
 	var rasters []tileRaster
 	if err := json.Unmarshal(f[3], &rasters); err != nil {
 		return collective(ExitInternal, "jobs: malformed raster list: %v", err)
 	}
-	model, err := loadModel(c, cfg.Model, string(f[0]), string(f[1]), string(f[2]))
+	// --label-dict: every rank parses rank 0's bytes; a bare .pt takes its
+	// labels from it, a model folder's or .ckpt's own must equal it.
+	mc := cfg.Model
+	var given *box.LabelMap
+	if cfg.LabelDict != "" {
+		lm, err := dataset.ParseLabelDict(cfg.LabelDict, f[5])
+		if err != nil {
+			return &Error{Code: ExitInput, Collective: true, Err: err}
+		}
+		mc.LabelDict, given = labelDictOf(lm), &lm
+	}
+	model, err := loadModel(c, mc, string(f[0]), string(f[1]), string(f[2]))
 	if err != nil {
 		return err
 	}
 	labels := model.labels()
+	if given != nil && cfg.Eval == nil {
+		if err := checkModelLabels(labels, given, nil, ""); err != nil {
+			return &Error{Code: ExitModel, Collective: true, Err: err}
+		}
+	}
 	var truthImages []box.Image // eval --tile: each raster's truth
 	if cfg.Eval != nil {
 		parse := dataset.ParseTruthFile
@@ -290,7 +317,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		for _, im := range truth.Images {
 			names = append(names, im.Labels...)
 		}
-		if err := checkModelLabels(labels, nil, names, cfg.CSV); err != nil {
+		if err := checkModelLabels(labels, given, names, cfg.CSV); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 		if truthImages, err = truth.Resolve(cfg.CSV, labels); err != nil || len(truthImages) != len(rasters) {
@@ -429,6 +456,9 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		if rc := cfg.RunConfig; rc != nil {
 			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
 			rep.Settings = rc.finishSettings(rep.Model)
+		}
+		if cfg.LabelDict != "" {
+			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: sha256Hex(f[5])}}
 		}
 		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters, rep.Tile.Truth = len(all), windowDets, rasters, vt
 		rep.Tile.Order = "rasters in input order; each raster's windows x outer, y inner (DeepForest's compute_windows)"

@@ -49,6 +49,13 @@ type TileConfig struct {
 	Stdout                       io.Writer
 	Progress                     io.Writer
 	CollectiveTimeout            time.Duration
+	// LabelDict is --label-dict (or "CONFIG: label_dict"): the labels of a
+	// bare .pt state dict, which a model folder's or .ckpt's own must
+	// equal; LabelDictData, when set, is the config's label_dict as
+	// label,id CSV, read instead of the file. Rank 0 reads it and
+	// broadcasts the bytes; every rank parses the same map.
+	LabelDict     string
+	LabelDictData []byte
 	// RunConfig: --config and overrides (nil without them); their
 	// patch_size, patch_overlap and nms_thresh are applied (applyTile).
 	RunConfig *runConfig
@@ -101,9 +108,6 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 	if !c.Bool("tile") {
 		return tileFlagsNeedTile(c, "predict")
 	}
-	if c.IsSet("label-dict") {
-		return usageError(errors.New("predict: --label-dict does not go with --tile yet (a model folder or .ckpt carries its labels)"))
-	}
 	rc, pos, err := loadRunConfig(c, "predict --tile", c.Args().Slice())
 	if err != nil {
 		return usageError(fmt.Errorf("predict: %w", err))
@@ -115,10 +119,14 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 	if err != nil {
 		return usageError(fmt.Errorf("predict: %w", err))
 	}
+	cfg.LabelDict = c.String("label-dict")
 	if cfg.RunConfig = rc; rc != nil {
 		rc.applyModel(c, &cfg.Model, false)
 		rc.resolveInt(c, "batch-size", "batch_size", rc.C.BatchSize, &cfg.BatchSize)
 		rc.applyTile(c, &cfg)
+		if cfg.LabelDictData = rc.labelCSV(c); cfg.LabelDictData != nil {
+			cfg.LabelDict = rc.File + ": label_dict"
+		}
 	}
 	// Window settings that cut no windows are bad input (exit 3), as the
 	// issue's table has them, not a usage error.
@@ -159,11 +167,9 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 		return usageError(errors.New("eval: --tile runs the model (--model), not --predictions"))
 	case ec.Resume:
 		return usageError(errors.New("eval: --tile keeps no part files: --resume does not go with it"))
-	case ec.LabelDict != "":
-		return usageError(errors.New("eval: --label-dict does not go with --tile yet"))
 	}
 	cfg := TileConfig{CSV: ec.CSV, RootDir: ec.RootDir, Out: ec.Out, Force: ec.Force, BatchSize: ec.BatchSize, Model: ec.Model,
-		AllowOutsideRoot: ec.AllowOutsideRoot, Command: os.Args, Stdout: stdout, Eval: &ec,
+		AllowOutsideRoot: ec.AllowOutsideRoot, Command: os.Args, Stdout: stdout, Eval: &ec, LabelDict: ec.LabelDict, LabelDictData: ec.LabelDictData,
 		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
 		CacheMiB: c.Int("gdal-cache"), RunConfig: ec.RunConfig}
 	if cfg.RunConfig != nil {

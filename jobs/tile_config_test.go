@@ -22,7 +22,7 @@ func TestTileConfig(t *testing.T) {
 	pngFile, _ := tileRasterFile(t, 520, 440, 7)
 	dir := t.TempDir()
 	yaml := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(yaml, []byte("patch_size: 300\npatch_overlap: 0.1\nnms_thresh: 0.3\nlabel_dict: {Tree: 0}\n"), 0o644); err != nil {
+	if err := os.WriteFile(yaml, []byte("patch_size: 300\npatch_overlap: 0.1\nnms_thresh: 0.3\nlabel_dict: {Tree: 0, Dead: 1}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	one := func(c mpi.Comm) func() (mpi.Comm, func() error, error) {
@@ -68,14 +68,14 @@ func TestTileConfig(t *testing.T) {
 		t.Errorf("tile settings %+v, want patch 250 (flag), overlap 0.2 (override), iou 0.3 (config nms_thresh)", rep.Tile)
 	}
 	want := map[string]setting{"patch_size": {"250", "flag"}, "patch_overlap": {"0.2", "override"},
-		"tile_iou": {"0.3", "config"}, "nms_thresh": {"0.3", "config"}}
+		"tile_iou": {"0.3", "config"}, "nms_thresh": {"0.3", "config"}, "label_dict": {"label,id\nTree,0\nDead,1\n", "config"}}
 	for k, w := range want {
 		if rep.Settings[k] != w {
 			t.Errorf("settings[%s] = %+v, want %+v (all: %+v)", k, rep.Settings[k], w, rep.Settings)
 		}
 	}
-	if rep.Config != yaml || len(rep.ConfigIgnored) != 1 || rep.ConfigIgnored[0] != "label_dict" {
-		t.Errorf("config %q, ignored %v; want %q, [label_dict]", rep.Config, rep.ConfigIgnored, yaml)
+	if rep.Config != yaml || len(rep.ConfigIgnored) != 0 {
+		t.Errorf("config %q, ignored %v; want %q, none (label_dict applies with --tile)", rep.Config, rep.ConfigIgnored, yaml)
 	}
 	fout, _ := run(append(append([]string{}, base...), "--patch-size", "250", "--patch-overlap", "0.2", "--tile-iou", "0.3", "--nms-thresh", "0.3")...)
 	a, _ := os.ReadFile(filepath.Join(cout, "predictions.csv"))
@@ -102,7 +102,8 @@ func TestTileConfig(t *testing.T) {
 	if erep.Tile.PatchSize != 300 || erep.Tile.PatchOverlap != 0.1 || erep.Tile.IoU != 0.4 {
 		t.Errorf("eval --tile settings %+v, want 300, 0.1 (config), 0.4 (flag)", erep.Tile)
 	}
-	for k, w := range map[string]setting{"patch_size": {"300", "config"}, "patch_overlap": {"0.1", "config"}, "tile_iou": {"0.4", "flag"}} {
+	for k, w := range map[string]setting{"patch_size": {"300", "config"}, "patch_overlap": {"0.1", "config"}, "tile_iou": {"0.4", "flag"},
+		"label_dict": {"label,id\nTree,0\nDead,1\n", "config"}} {
 		if erep.Settings[k] != w {
 			t.Errorf("eval settings[%s] = %+v, want %+v", k, erep.Settings[k], w)
 		}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -93,9 +94,17 @@ type mergeFixture struct {
 
 // TestMergeDeepForest feeds DeepForest's own per-window detections to Merge
 // (tools/tile/merge.py): the rows must equal predict_tile's (mosaic's)
-// exactly, in order, ties included.
+// exactly, in order, ties included; merge.json's 900×700 raster and tie
+// cases, and e2e2000.json's 2000×2000 raster at predict_tile's defaults
+// (36 windows of 400, overlap 0.05, iou 0.15).
 func TestMergeDeepForest(t *testing.T) {
-	b, err := os.ReadFile("testdata/merge.json")
+	for _, file := range []string{"testdata/merge.json", "testdata/e2e2000.json"} {
+		t.Run(filepath.Base(file), func(t *testing.T) { checkMergeFixture(t, file) })
+	}
+}
+
+func checkMergeFixture(t *testing.T, file string) {
+	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,11 +163,10 @@ var Used = map[string]map[string]bool{
 		"label_dict", "model.name", "model.revision"),
 	// --tile: DeepForest's CLI --mode tile also passes patch_size,
 	// patch_overlap and (as predict_tile's iou_threshold) nms_thresh.
-	// label_dict is not (yet) applied with --tile.
 	"predict --tile": set("score_thresh", "nms_thresh", "detections_per_img", "topk_candidates", "batch_size", "num_classes",
-		"model.name", "model.revision", "patch_size", "patch_overlap"),
+		"label_dict", "model.name", "model.revision", "patch_size", "patch_overlap"),
 	"eval --tile": set("score_thresh", "nms_thresh", "detections_per_img", "topk_candidates", "batch_size", "num_classes",
-		"model.name", "model.revision", "validation.csv_file", "validation.root_dir", "validation.iou_threshold",
+		"label_dict", "model.name", "model.revision", "validation.csv_file", "validation.root_dir", "validation.iou_threshold",
 		"patch_size", "patch_overlap"),
 }
 

@@ -5,7 +5,13 @@ DeepForest row to canopy's row of the highest IoU and prints the box
 counts, the share of matched boxes whose integer coordinates are equal,
 and the largest score difference.
 
+Exits 1 unless issue 27's acceptance holds: equal box counts, every
+DeepForest row matched, integer coordinates equal for at least 99% of the
+matched boxes, scores within 1e-5. Also prints the fixture's predict_tile
+wall time and load average when it recorded them.
+
 Usage: python3 tools/tile/e2e.py infer/tile/testdata/merge.json OUT/predictions.csv
+       python3 tools/tile/e2e.py infer/tile/testdata/e2e2000.json OUT/predictions.csv   (make e2e-tile)
 """
 import csv
 import json
@@ -22,7 +28,8 @@ def iou(a, b):
 
 
 def main():
-    df = json.load(open(sys.argv[1]))["cases"][0]["predict_tile"]
+    case = json.load(open(sys.argv[1]))["cases"][0]
+    df = case["predict_tile"]
     rows = [[float(r["xmin"]), float(r["ymin"]), float(r["xmax"]), float(r["ymax"]), float(r["score"])]
             for r in csv.DictReader(open(sys.argv[2]))]
     used = set()
@@ -39,8 +46,16 @@ def main():
         matched += 1
         equal += rows[k][:4] == d[:4]
         worst = max(worst, abs(rows[k][4] - d[5]))
-    print(json.dumps({"deepforest_rows": len(df), "canopy_rows": len(rows), "matched": matched,
-                      "integer_coordinates_equal": equal / max(matched, 1), "max_score_difference": worst}))
+    share = equal / max(matched, 1)
+    ok = len(df) == len(rows) == matched and share >= 0.99 and worst <= 1e-5
+    out = {"deepforest_rows": len(df), "canopy_rows": len(rows), "matched": matched,
+           "integer_coordinates_equal": share, "max_score_difference": worst, "acceptance": "pass" if ok else "FAIL"}
+    for k in ("predict_tile_seconds", "load_before", "load_after"):
+        if k in case:
+            out["fixture_" + k] = case[k]
+    print(json.dumps(out))
+    if not ok:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,12 @@ Two parts, both run by the real DeepForest:
          ties, equal boxes and boxes crossing window edges.
 
 Usage (the peers' venv):
-  go run ./cmd/forestgen -w 900 -h 700 -seed 27 -out /tmp/tile27.png   (see infer/tile/testdata/README)
-  /opt/canopy-peers/venv/bin/python tools/tile/merge.py --raster /tmp/tile27.png \
+  go run ./cmd/forestgen -n 1 -sizes 900x700 -seed 27 -out /tmp/tile27   (see infer/tile/testdata/README.md)
+  /opt/canopy-peers/venv/bin/python tools/tile/merge.py --raster /tmp/tile27/img_0000.png \
       --patch 300 --overlap 0.25 --iou 0.15 > infer/tile/testdata/merge.json
+  --no-ties leaves out the crafted cases (e2e2000.json: the raster's case
+  only, at predict_tile's defaults). The raster's case also records
+  predict_tile's wall time and the load average around it.
 """
 import argparse
 import importlib.metadata as md
@@ -25,6 +28,7 @@ import json
 import os
 import platform
 import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -88,14 +92,18 @@ def tile_part(args):
         return orig(self, batch, idx)
 
     prediction.SingleImage.postprocess = grab
+    load = os.getloadavg()
+    t = time.perf_counter()
     out = m.predict_tile(path=args.raster, patch_size=args.patch, patch_overlap=args.overlap,
                          iou_threshold=args.iou, dataloader_strategy="single")
+    secs = time.perf_counter() - t
     res = [] if out is None else [[float(r.xmin), float(r.ymin), float(r.xmax), float(r.ymax), str({"Tree": 0}.get(r.label, r.label)), float(r.score)]
                                   for r in out.itertuples()]
     from PIL import Image
     width, height = Image.open(args.raster).size
     return {"raster": os.path.basename(args.raster), "width": width, "height": height, "patch": args.patch, "overlap": args.overlap, "iou": args.iou,
-            "windows": wins, "predict_tile": res}
+            "windows": wins, "predict_tile": res,
+            "predict_tile_seconds": secs, "load_before": list(load), "load_after": list(os.getloadavg())}
 
 
 def ties_part(iou, seed):
@@ -134,6 +142,7 @@ def main_():
     ap.add_argument("--overlap", type=float, default=0.05)
     ap.add_argument("--iou", type=float, default=0.15)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-ties", action="store_true", help="only the raster's case (e2e fixtures)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     stdout = sys.stdout
@@ -141,7 +150,7 @@ def main_():
     fx = {
         "peer": dict({"deepforest": md.version("deepforest"), "python": platform.python_version()}, **torch_meta()),
         "command": "%s tools/tile/merge.py %s" % (sys.executable, " ".join(sys.argv[1:])),
-        "cases": [tile_part(args)] + [ties_part(t, s) for t, s in [(0.15, 1), (0.0, 2), (0.5, 3)]],
+        "cases": [tile_part(args)] + ([] if args.no_ties else [ties_part(t, s) for t, s in [(0.15, 1), (0.0, 2), (0.5, 3)]]),
     }
     sys.stdout = stdout
     json.dump(fx, sys.stdout, separators=(",", ":"))
