@@ -205,12 +205,14 @@ bench-infer: deps
 # BenchmarkDetect and tools/retinanet/bench.py run one after the other in
 # alternating order, PAIRED_ROUNDS rounds, each a fresh process; the median
 # of the rounds' ratios, in wall and CPU time, with the CPU model, the load
-# and torch's CPU capability (bin/bench-paired.json).
+# and torch's CPU capability (bin/bench-paired.json). PAIRED_ISA=avx2 runs
+# both sides' AVX2 code on an AVX-512 machine (tools/retinanet/paired.py).
 PAIRED_ROUNDS ?= 5
+PAIRED_ISA ?= native
 bench-infer-peer:
 	$(RETINANET_IMAGES)
 	$(GO) test -c -o bin/retinanet.test ./infer/retinanet/
-	$(PEER_PY) tools/retinanet/paired.py --test-bin bin/retinanet.test --rounds $(PAIRED_ROUNDS) --threads 1,2 \
+	$(PEER_PY) tools/retinanet/paired.py --test-bin bin/retinanet.test --rounds $(PAIRED_ROUNDS) --threads 1,2 --isa $(PAIRED_ISA) \
 		--out bin/bench-paired.json bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png \
 		| tee bin/bench-paired.txt
 

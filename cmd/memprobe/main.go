@@ -4,7 +4,8 @@
 //
 //	go run ./cmd/memprobe MODEL_DIR W H [MIN_SIZE MAX_SIZE]
 //
-// It loads the model folder, runs one synthetic W×H image and prints the
+// It loads the model folder, makes the CPU detector (which drops the 3×3
+// weights its Winograd filters replace), runs one synthetic W×H image and prints the
 // process's peak resident memory (ru_maxrss) before and after the run; the
 // difference is what the network needed at that input size.
 package main
@@ -41,7 +42,14 @@ func main() {
 		m.Opt.MinSize, _ = strconv.Atoi(os.Args[4])
 		m.Opt.MaxSize, _ = strconv.Atoi(os.Args[5])
 	}
-	r := retinanet.NewRunner(m, 2)
+	loaded := hwm()
+	d, err := retinanet.NewDetector(m, 2, make([]int32, m.Classes))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "memprobe:", err)
+		os.Exit(1)
+	}
+	r := d.Runner()
+	prepared := hwm()
 	img := retinanet.Image{W: w, H: h, Pix: make([]float32, 3*w*h)}
 	for i := range img.Pix {
 		img.Pix[i] = float32(i%251) / 251
@@ -50,6 +58,7 @@ func main() {
 	r.Detect(img)
 	pw, ph := m.PaddedSize(w, h)
 	peak := hwm()
+	fmt.Printf("peak %d MiB after loading, %d MiB after the runner's filters\n", loaded>>20, prepared>>20)
 	fmt.Printf("%s %dx%d (network input %dx%d): peak %d MiB before, %d MiB after: %d MiB, %.0f B per input pixel\n",
 		m.Arch, w, h, pw, ph, base>>20, peak>>20, (peak-base)>>20, float64(peak-base)/float64(pw*ph))
 }

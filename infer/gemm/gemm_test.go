@@ -83,7 +83,7 @@ func TestConcurrentDeterministic(t *testing.T) {
 }
 
 func BenchmarkSgemm(b *testing.B) {
-	for _, s := range [][3]int{{256, 2304, 10000}, {1024, 1024, 1024}} {
+	for _, s := range [][3]int{{256, 2304, 10000}, {1024, 1024, 1024}, {256, 256, 48}, {256, 256, 160}, {128, 128, 160}, {64, 64, 160}, {64, 256, 256}, {256, 64, 256}, {1024, 256, 256}, {256, 1024, 256}, {512, 2048, 160}} {
 		m, k, n := s[0], s[1], s[2]
 		b.Run(fmt.Sprintf("%s/%dx%dx%d", Backend(), m, k, n), func(b *testing.B) {
 			r := rand.New(rand.NewPCG(5, 6))

@@ -44,6 +44,7 @@ func BenchmarkDetect(b *testing.B) {
 // shapes RetinaNet runs them: the heads and FPN (256→256 on P3 of an
 // 800×800 input) and a ResNet-18 layer1 conv (64→64 at 200×200).
 func BenchmarkConv3x3(b *testing.B) {
+
 	for _, s := range [][3]int{{256, 100, 100}, {128, 100, 100}, {64, 200, 200}} {
 		ch, h, w := s[0], s[1], s[2]
 		c := &conv{name: "b", out: ch, in: ch, kh: 3, kw: 3, stride: 1, pad: 1, w: make([]float32, ch*ch*9), b: make([]float32, ch)}
@@ -69,6 +70,32 @@ func BenchmarkConv3x3(b *testing.B) {
 				b.ReportMetric((cpuTime()-c0).Seconds()*1e3/float64(b.N), "cpu-ms/op")
 			})
 		}
+	}
+}
+
+// BenchmarkConv1x1 times the 1×1 convolutions (one SGEMM per column
+// block, then the epilogue) at ResNet-50 shapes of an 800×800 input, in the
+// process's CPU time per op.
+func BenchmarkConv1x1(b *testing.B) {
+	for _, s := range [][4]int{{64, 256, 200, 200}, {256, 64, 200, 200}, {512, 128, 100, 100}, {256, 1024, 50, 50}, {1024, 256, 50, 50}} {
+		out, in, h, w := s[0], s[1], s[2], s[3]
+		c := &conv{name: "b", out: out, in: in, kh: 1, kw: 1, stride: 1, w: make([]float32, out*in), b: make([]float32, out)}
+		for i := range c.w {
+			c.w[i] = float32(i%7) * 0.01
+		}
+		x := newFmap(in, h, w)
+		for i := range x.d {
+			x.d[i] = float32(i%5) * 0.1
+		}
+		b.Run(fmt.Sprintf("%dx%d/%dx%d", out, in, h, w), func(b *testing.B) {
+			e := newEngine(1)
+			e.put(e.conv(c, x, true, nil))
+			c0 := cpuTime()
+			for b.Loop() {
+				e.put(e.conv(c, x, true, nil))
+			}
+			b.ReportMetric(2*float64(out*in*h*w)*float64(b.N)/(cpuTime()-c0).Seconds()/1e9, "GFLOP/cpu-s")
+		})
 	}
 }
 

@@ -23,13 +23,18 @@ type Detector struct {
 var _ infer.LossDetector = (*Detector)(nil)
 
 // NewDetector runs m with threads workers; labels[k] is the job's id for the
-// model's label k (len(labels) must equal m.Classes).
+// model's label k (len(labels) must equal m.Classes). The model is the CPU's
+// from then on: the 3×3 weights its Winograd filters replace are dropped
+// (Released), and a GPU runner refuses it.
 func NewDetector(m *Model, threads int, labels []int32) (*Detector, error) {
 	if len(labels) != m.Classes {
 		return nil, fmt.Errorf("retinanet: %d label ids for a %d-class model: %w", len(labels), m.Classes, infer.ErrModel)
 	}
-	return &Detector{r: NewRunner(m, threads), labels: labels, name: "retinanet-cpu " + m.Arch}, nil
+	return &Detector{r: newReleasingRunner(m, threads), labels: labels, name: "retinanet-cpu " + m.Arch}, nil
 }
+
+// Runner is the detector's runner (memprobe times and measures it).
+func (d *Detector) Runner() *Runner { return d.r }
 
 // Name implements infer.Detector.
 func (d *Detector) Name() string { return d.name }

@@ -1,6 +1,7 @@
 package retinanet
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -235,9 +236,16 @@ type GPURunner struct {
 	graphState
 }
 
+// errReleased refuses a model whose 3×3 weights the CPU detector dropped.
+var errReleased = errors.New("retinanet: the model's 3×3 weights were dropped for the CPU detector (NewDetector); load it again to run it on a GPU")
+
 // NewGPURunner runs m on dev at precision p. The weights are uploaded on
-// the first image.
+// the first image. It panics on a model a CPU detector released
+// (NewGPURunnerWith returns that error).
 func NewGPURunner(m *Model, dev cuda.Device, p cuda.Precision) *GPURunner {
+	if m.Released() {
+		panic(errReleased)
+	}
 	r := &GPURunner{m: m, g: newGPUEngine(dev, p)}
 	r.graphState.init(dev)
 	return r

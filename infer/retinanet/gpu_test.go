@@ -161,8 +161,8 @@ func TestKernelsMatchCPU(t *testing.T) {
 		lat := upload(t, g, 2, 3, sz[2], sz[3], batchOf(lat0, lat1))
 		top := upload(t, g, 2, 3, sz[0], sz[1], batchOf(top0, top1))
 		g.upsampleAdd(lat, top)
-		addUpsampled(lat0, top0)
-		addUpsampled(lat1, top1)
+		addUpsampled(lat0, top0, newEngine(1).parallel)
+		addUpsampled(lat1, top1, newEngine(3).parallel)
 		if !sameBits(g.download(lat), batchOf(lat0, lat1)) {
 			t.Errorf("upsample_add %dx%d -> %dx%d differs from the CPU engine", sz[0], sz[1], sz[2], sz[3])
 		}

@@ -413,6 +413,9 @@ func (r *GPURunner) TimedPlans() map[string]cudnn.LayerPlan {
 // NewGPURunnerWith runs m on dev as o says: canopy's kernels (exact,
 // kernel-tf32) or cuDNN (fp32, tf32, bf16; o.CUDNN must be loaded).
 func NewGPURunnerWith(m *Model, dev cuda.Device, o GPUOptions) (*GPURunner, error) {
+	if m.Released() {
+		return nil, errReleased
+	}
 	r := NewGPURunner(m, dev, o.Precision)
 	if o.Precision.Cudnn() {
 		d, err := newDNN(dev, m, o)

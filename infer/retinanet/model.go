@@ -17,6 +17,7 @@ package retinanet
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -91,12 +92,13 @@ type Model struct {
 
 	cpuReady sync.Once   // the CPU engine's transformed filters are made
 	cpuDone  atomic.Bool // and cpuReady has run
+	released atomic.Bool // prepareCPU dropped the Winograd layers' 3×3 weights
 }
 
-// CPUFilterBytes is the memory the first CPU runner of the model will add
-// for its transformed Winograd filters (0 once they are made): a job's
-// memory estimate adds it to the process's resident memory, measured
-// before any runner exists.
+// CPUFilterBytes is the memory the CPU detector (NewDetector) will add
+// for its transformed Winograd filters, net of the 3×3 weights it drops
+// (0 once they are made): a job's memory estimate adds it to the process's
+// resident memory, measured before any runner exists.
 func (m *Model) CPUFilterBytes() int64 {
 	if m.cpuDone.Load() {
 		return 0
@@ -108,7 +110,7 @@ func (m *Model) CPUFilterBytes() int64 {
 			if winoTile(c) == 2 {
 				comps = 16
 			}
-			n += comps * int64(c.out*c.in) * 4
+			n += (comps - 9) * int64(c.out*c.in) * 4
 		}
 	}
 	return n
@@ -135,27 +137,48 @@ func (m *Model) convs() []*conv {
 }
 
 // prepareCPU makes, once per model, the Winograd filters of every 3×3
-// stride-1 convolution (which tile each uses depends on its shape alone),
-// then collects the garbage of loading and gives its pages back: the
-// filters (4× the 3×3 weights for F(4×4,3×3)) are then the only growth
-// before the first image's feature maps, and the process's peak memory
-// stays that of the weights, the filters and one image's maps.
-func (m *Model) prepareCPU() {
+// stride-1 convolution (which tile each uses depends on its shape alone).
+// It first collects the garbage of loading and gives its pages back, and
+// collects again every winoGCBytes of filters: with release (the CPU
+// detector, which never uploads the model to a GPU) each convolution's 3×3
+// weights are dropped as soon as its filters exist, and the collections let
+// the next filters reuse their memory, so the process grows by the filters
+// less the weights they replace (CPUFilterBytes). The first runner decides:
+// a later NewDetector on a model a Runner prepared keeps the weights.
+func (m *Model) prepareCPU(release bool) {
 	m.cpuReady.Do(func() {
+		debug.FreeOSMemory()
+		var made int64
 		for _, c := range m.convs() {
 			if c == nil || !useWinograd(c) {
 				continue
 			}
 			if winoTile(c) == 4 {
-				c.winogradU4()
+				made += int64(len(c.winogradU4())) * 4
 			} else {
-				c.winogradU()
+				made += int64(len(c.winogradU())) * 4
+			}
+			if release {
+				c.w = nil
+				m.released.Store(true)
+			}
+			if made >= winoGCBytes {
+				runtime.GC()
+				made = 0
 			}
 		}
 		debug.FreeOSMemory()
 		m.cpuDone.Store(true)
 	})
 }
+
+// winoGCBytes is how many bytes of Winograd filters prepareCPU makes
+// between two collections.
+const winoGCBytes = 32 << 20
+
+// Released reports whether the CPU detector dropped the 3×3 weights that
+// its Winograd filters replace: the model then runs on the CPU only.
+func (m *Model) Released() bool { return m.released.Load() }
 
 // loadConv takes a conv weight (and its BN, or its bias) from t.
 func loadConv(t *take, name, bn string, out, in, k, stride, pad int) *conv {

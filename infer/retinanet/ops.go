@@ -196,11 +196,12 @@ func (e *engine) maxpool3s2(x fmap) fmap {
 
 // addUpsampled sets lat += nearest(top, lat's size) with torch's legacy
 // "nearest": src = floor(dst·(in/out)) in float32, capped at in−1; exactly
-// dst>>1 when out = 2·in.
-func addUpsampled(lat fmap, top fmap) {
+// dst>>1 when out = 2·in. par runs the channels (each alone: the bytes do
+// not depend on how they are shared).
+func addUpsampled(lat fmap, top fmap, par func(n int, f func(worker, job int))) {
 	iy := nearestIdx(top.h, lat.h)
 	ix := nearestIdx(top.w, lat.w)
-	for c := 0; c < lat.c; c++ {
+	par(lat.c, func(_, c int) {
 		l := lat.d[c*lat.h*lat.w:]
 		t := top.d[c*top.h*top.w:]
 		for y := 0; y < lat.h; y++ {
@@ -210,7 +211,7 @@ func addUpsampled(lat fmap, top fmap) {
 				lrow[x] += trow[ix[x]]
 			}
 		}
-	}
+	})
 }
 
 func nearestIdx(in, out int) []int {
@@ -226,7 +227,7 @@ func nearestIdx(in, out int) []int {
 	return idx
 }
 
-func (e *engine) upsampleAdd(lat, top fmap) { addUpsampled(lat, top) }
+func (e *engine) upsampleAdd(lat, top fmap) { addUpsampled(lat, top, e.parallel) }
 
 func (e *engine) same(a, b fmap) bool { return len(a.d) > 0 && len(b.d) > 0 && &a.d[0] == &b.d[0] }
 

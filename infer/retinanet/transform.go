@@ -118,6 +118,14 @@ func (r BlendRule) String() string { return ruleName(r, BlendRules) }
 func fma32(a, b, c float32) float32 {
 	p := float64(a) * float64(b)
 	s := p + float64(c)
+	// Fast path: rounding the float64 sum to float32 rounds the exact value
+	// the same way unless the sum fell exactly on a float32 midpoint (its
+	// 29 low mantissa bits 1000…0; float64 has 29 more bits than float32),
+	// for sums in float32's normal range (biased exponent 897 and up; Inf
+	// and NaN round to themselves).
+	if bits := math.Float64bits(s); bits&(1<<29-1) != 1<<28 && (bits>>52)&0x7ff >= 897 {
+		return float32(s)
+	}
 	r := float32(s)
 	if math.IsInf(s, 0) || math.IsNaN(s) || float64(r) == s {
 		return r // exact in float32, or not finite: one rounding is right
@@ -168,7 +176,7 @@ func normalizeResizePad(e *engine, img Image, opt Options) (fmap, int, int) {
 	out := e.fmap(3, ph, pw)
 	clear(out.d) // the padding is 0
 	n := img.W * img.H
-	nm := e.fmap(1, img.H, img.W)
+	nm := e.fmap(3, img.H, img.W)
 	defer e.put(nm)
 	norm := nm.d
 	wy := linearWeights(img.H, oh, opt.Blend == BlendFMA1T)
@@ -176,26 +184,33 @@ func normalizeResizePad(e *engine, img Image, opt Options) (fmap, int, int) {
 	for c := 0; c < 3; c++ {
 		src := img.Pix[c*n : (c+1)*n]
 		m, s := opt.ImageMean[c], opt.ImageStd[c]
+		nc := norm[c*n : (c+1)*n]
 		for i, v := range src {
-			norm[i] = (v - m) / s
+			nc[i] = (v - m) / s
 		}
+	}
+	// The resize, in blocks of rows on the engine's workers: every output
+	// pixel is computed alone, so the bytes do not depend on the threads.
+	const rowsPer = 16
+	rb := (oh + rowsPer - 1) / rowsPer
+	e.parallel(3*rb, func(_, j int) {
+		c, y0 := j/rb, j%rb*rowsPer
+		nc := norm[c*n : (c+1)*n]
 		dst := out.d[c*ph*pw:]
-		if oh == img.H && ow == img.W {
-			for y := 0; y < oh; y++ {
-				copy(dst[y*pw:y*pw+ow], norm[y*img.W:(y+1)*img.W])
-			}
-			continue
-		}
-		for y := 0; y < oh; y++ {
-			r0 := norm[wy[y].i0*img.W:]
-			r1 := norm[wy[y].i1*img.W:]
-			h0, h1 := wy[y].l0, wy[y].l1
+		for y := y0; y < min(y0+rowsPer, oh); y++ {
 			row := dst[y*pw : y*pw+ow]
+			if oh == img.H && ow == img.W {
+				copy(row, nc[y*img.W:(y+1)*img.W])
+				continue
+			}
+			r0 := nc[wy[y].i0*img.W:]
+			r1 := nc[wy[y].i1*img.W:]
+			h0, h1 := wy[y].l0, wy[y].l1
 			for x := range row {
 				row[x] = opt.Blend.blend(r0, r1, wx[x], h0, h1)
 			}
 		}
-	}
+	})
 	return out, oh, ow
 }
 

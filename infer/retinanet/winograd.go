@@ -23,12 +23,16 @@ import (
 // fixtures hold to the same tolerances). Tiles are cut into fixed blocks of
 // winoBlock whatever the thread count, so results stay independent of it.
 
-// winoBlock is the number of tiles per block (the SGEMMs' N) of F(2×2,3×3);
-// wino4Block that of F(4×4,3×3), whose 36 matrices per block are 2.25×
-// larger per tile.
+// winoBlock is the most tiles per block (the SGEMMs' N) of F(2×2,3×3);
+// wino4Block that of F(4×4,3×3). balancedBlock cuts a layer's tiles into
+// near-equal blocks of at most that. F(4×4,3×3)'s 192 (at 48, OpenBLAS
+// packs each 256×256 filter matrix for a GEMM of 48 columns: 43 cpu-ms per
+// 256-channel 100×100 convolution against 34 at 192, BenchmarkConv3x3)
+// costs 36·(in+out)·192 floats of block buffers per worker (11 MB at 256
+// channels).
 const (
 	winoBlock  = 96
-	wino4Block = 48
+	wino4Block = 192
 )
 
 // winoPad separates the 16 matrices of a block buffer (16 floats: one
@@ -141,15 +145,18 @@ func (e *engine) convWinograd(c *conv, x fmap, relu bool, res *fmap) fmap {
 	H, W := x.h, x.w
 	y := e.fmap(c.out, H, W)
 	tile := winoTile(c)
-	u, comps, block := c.winogradU(), 16, winoBlock
+	var u []float32
+	comps, block := 16, winoBlock
 	winoIn, winoOut := gemm.WinoIn, gemm.WinoOut
 	if tile == 4 {
 		u, comps, block = c.winogradU4(), 36, wino4Block
 		winoIn, winoOut = gemm.WinoIn4, gemm.WinoOut4
+	} else {
+		u = c.winogradU() // only the filters of the tile in use are ever made
 	}
 	th, tw := (H+tile-1)/tile, (W+tile-1)/tile
 	tiles := th * tw
-	block = splitBlock(tiles, block, 8)
+	block = balancedBlock(tiles, block)
 	blocks := (tiles + block - 1) / block
 	e.parallel(blocks, func(w, j int) {
 		t0 := j * block
@@ -181,4 +188,14 @@ func (e *engine) convWinograd(c *conv, x fmap, relu bool, res *fmap) fmap {
 		winoOut(m, ms, nb, c.out, tw, t0, H, W, c.b, rd, relu, y.d)
 	})
 	return y
+}
+
+// balancedBlock is the tile block of a Winograd layer of n tiles, at most
+// full: the tiles are cut into a multiple of minBlocks blocks (or one
+// block per tile) of near-equal width, so two or four workers finish
+// together. It depends on the shape only, never on the thread count.
+func balancedBlock(n, full int) int {
+	k := (n + full - 1) / full
+	k = (k + minBlocks - 1) / minBlocks * minBlocks
+	return max((n+k-1)/k, 1)
 }

@@ -1,10 +1,14 @@
 package retinanet
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 )
 
@@ -90,6 +94,75 @@ func TestMaxPoolMatchesDefinition(t *testing.T) {
 						t.Fatalf("%v c%d (%d,%d): %v, want %v (nan %v)", s, c, oy, ox, g, want, nan)
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestDetectorReleasesWeights: the CPU detector drops the 3×3 weights of
+// every Winograd convolution once its filters exist (and keeps the rest),
+// detects the same bytes as a Runner that keeps them, makes only the
+// filters of the tile each layer uses, and refuses a GPU runner afterwards.
+func TestDetectorReleasesWeights(t *testing.T) {
+	g := readGolden(t, "r18.json")
+	fresh := func() *Model {
+		m, err := New(goldenWeights(t, g), goldenOptions(t, g))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	keep, rel := fresh(), fresh()
+	d, err := NewDetector(rel, 2, make([]int32, rel.Classes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rel.Released() || keep.Released() {
+		t.Fatalf("Released: detector's model %v, runner's %v", rel.Released(), keep.Released())
+	}
+	for _, c := range rel.convs() {
+		if useWinograd(c) != (c.w == nil) {
+			t.Fatalf("%s: Winograd %v, weights kept %v", c.name, useWinograd(c), c.w != nil)
+		}
+	}
+	if rel.CPUFilterBytes() != 0 {
+		t.Fatalf("CPUFilterBytes after the filters = %d", rel.CPUFilterBytes())
+	}
+	img := forestSet.imageAt(t, 0)
+	want := fmt.Sprintf("%#v", NewRunner(keep, 1).Detect(img))
+	if got := fmt.Sprintf("%#v", d.r.Detect(img)); got != want || len(want) < 100 {
+		t.Fatalf("released model detects other bytes:\n%s\nwant\n%s", got, want)
+	}
+	// Only the filters of the tile in use exist (F(2×2,3×3)'s as well
+	// would cost 16 more floats per 3×3 filter).
+	for _, c := range rel.convs() {
+		if useWinograd(c) && (len(c.wino.u) > 0) != (winoTile(c) == 2) || (len(c.wino.u4) > 0) != (useWinograd(c) && winoTile(c) == 4) {
+			t.Fatalf("%s (tile %d): F(2×2) filters %d, F(4×4) filters %d", c.name, winoTile(c), len(c.wino.u), len(c.wino.u4))
+		}
+	}
+	if _, err := NewGPURunnerWith(rel, hostkern.New(), GPUOptions{Precision: cuda.Exact}); !errors.Is(err, errReleased) {
+		t.Fatalf("GPU runner on a released model: %v", err)
+	}
+}
+
+// TestBalancedBlock: a layer's tiles are cut into at most full-wide
+// blocks, no more of them than the fewest full-wide blocks
+// rounded up to minBlocks, the last not much narrower than the others (two
+// or four workers finish together; plain full-wide blocks, 1000 tiles as
+// 5×192 + 40, fail).
+func TestBalancedBlock(t *testing.T) {
+	for _, full := range []int{96, 192} {
+		for n := 1; n <= 5000; n++ {
+			b := balancedBlock(n, full)
+			k := (n + b - 1) / b
+			if b > full || b < 1 {
+				t.Fatalf("balancedBlock(%d, %d) = %d", n, full, b)
+			}
+			if want := (n + full - 1) / full; k < want || k > (want+minBlocks-1)/minBlocks*minBlocks {
+				t.Fatalf("balancedBlock(%d, %d) = %d: %d blocks", n, full, b, k)
+			}
+			if last := n - (k-1)*b; k > 1 && last < b-k {
+				t.Fatalf("balancedBlock(%d, %d) = %d: last block %d of %d", n, full, b, last, b)
 			}
 		}
 	}

@@ -15,6 +15,12 @@ torch's version and CPU capability (ATEN_CPU_CAPABILITY) are recorded.
 With --baseline-bin (another build's test binary) the peer is that build
 instead of torch: old against new canopy, paired the same way.
 
+With --isa avx2 both sides run their AVX2 code on an AVX-512 machine, as
+on an AVX2-only CPU: canopy with CANOPY_SIMD=avx2 and OpenBLAS's Haswell
+kernels (OPENBLAS_CORETYPE=Haswell), torch with ATEN_CPU_CAPABILITY=avx2
+and oneDNN capped at AVX2 (ONEDNN_MAX_CPU_ISA=AVX2). The cache sizes,
+clock and memory stay this machine's.
+
 Usage (make bench-infer-peer):
   /opt/canopy-peers/venv/bin/python tools/retinanet/paired.py --test-bin bin/retinanet.test \\
       --rounds 5 --threads 1,2 --out bin/bench-paired.json \\
@@ -48,10 +54,24 @@ def loadavg():
         return float(f.read().split()[0])
 
 
+ISA_ENV = {
+    "native": ({}, {}),
+    "avx2": ({"CANOPY_SIMD": "avx2", "OPENBLAS_CORETYPE": "Haswell"},
+             {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}),
+}
+ISA = "native"
+
+
+def side_env(side):
+    env = dict(os.environ)
+    env.update(ISA_ENV[ISA][0 if side == "canopy" else 1])
+    return env
+
+
 def run_canopy(test_bin, w, h, threads, repeat):
     pat = "^BenchmarkDetect$/^r50$/^%dx%d$/^threads=%d$" % (w, h, threads)
     cmd = [test_bin, "-test.run", "^$", "-test.bench", pat, "-test.benchtime", "%dx" % repeat]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True,
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=side_env("canopy"),
                          cwd=os.path.join(HERE, "..", "..", "infer", "retinanet")).stdout
     wall = re.search(r"([\d.]+) s/image", out)
     cpu = re.search(r"([\d.]+) cpu-s/image", out)
@@ -63,7 +83,7 @@ def run_canopy(test_bin, w, h, threads, repeat):
 def run_torch(py, image, threads, repeat, out_json):
     cmd = [py, os.path.join(HERE, "bench.py"), "--model", "r50", "--threads", str(threads),
            "--repeat", str(repeat), "--out", out_json, image]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    subprocess.run(cmd, check=True, capture_output=True, text=True, env=side_env("torch"))
     with open(out_json) as f:
         r = json.load(f)
     row = r["images"][0]
@@ -79,10 +99,14 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--isa", choices=sorted(ISA_ENV), default="native",
+                    help="avx2: both sides limited to their AVX2 code (see the module's doc)")
     ap.add_argument("images", nargs="+")
+    global ISA
     a = ap.parse_args()
+    ISA = a.isa
     test_bin = os.path.abspath(a.test_bin)
-    res = {"cpu": cpu_model(), "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    res = {"cpu": cpu_model(), "cores": os.cpu_count(), "isa": a.isa, "env": {"canopy": ISA_ENV[a.isa][0], "torch": ISA_ENV[a.isa][1]}, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
            "command": " ".join([sys.executable] + sys.argv), "rounds": a.rounds, "repeat": a.repeat, "cases": []}
     tmp = a.out + ".torch.json"
     for image in a.images:
@@ -127,8 +151,8 @@ def main():
             res["cases"].append(case)
     if os.path.exists(tmp):
         os.remove(tmp)
-    print("\n%s, %d cores; %s, CPU capability %s; %d rounds, alternating, median of %d calls per run"
-          % (res["cpu"], res["cores"], res.get("torch"), res.get("torch_cpu_capability"), a.rounds, a.repeat))
+    print("\n%s, %d cores, --isa %s; %s, CPU capability %s; %d rounds, alternating, median of %d calls per run"
+          % (res["cpu"], res["cores"], a.isa, res.get("torch"), res.get("torch_cpu_capability"), a.rounds, a.repeat))
     print("| image | threads | canopy s/image | torch s/image | torch/canopy (median of rounds) | canopy cpu-s | torch cpu-s | torch/canopy cpu | load |")
     print("|---|---|---|---|---|---|---|---|---|")
     for c in res["cases"]:
