@@ -29,7 +29,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			"averaged over the images (with the model's stored BatchNorm statistics).\n\n" + ExitTable,
 		Flags: concatFlags([]cli.Flag{
 			configFlag(),
-			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name; or image_path,label with a WKT geometry column, whose POLYGON bounds are the boxes), a Pascal VOC annotation (.xml) or a folder of them, or a COCO dataset (.json: file_name is the image_path, bbox x,y,w,h, category names are the labels)"},
+			&cli.StringFlag{Name: "csv", Usage: "DeepForest annotation CSV (image_path,xmin,ymin,xmax,ymax,label; columns by header name; or image_path,label with a WKT geometry column, whose POLYGON bounds are the boxes), a Pascal VOC annotation (.xml) or a folder of them, or a COCO dataset (.json: file_name is the image_path, bbox x,y,w,h, category names are the labels); with --tile also a shapefile (.shp) or GeoPackage (.gpkg) whose polygons' bounds are converted to pixels of the rasters its image_path column names, as DeepForest's read_file converts them (label column; first layer; no CRS: pixel coordinates; a geographic CRS is refused; a CRS other than the raster's is warned about, not reprojected)"},
 			rootDirFlag(),
 			&cli.StringFlag{Name: "predictions", Usage: "replay detector: DeepForest prediction CSV (image_path,xmin,ymin,xmax,ymax,label,score); rows join the truth by exact image_path"},
 			&cli.BoolFlag{Name: "allow-any-score", Usage: "accept --predictions scores outside [0, 1] (they must still be finite numbers)"},
@@ -55,6 +55,9 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			cfg, err := evalConfig(c, stdout)
 			if err != nil {
 				return usageError(err)
+			}
+			if isVectorTruth(cfg.CSV) {
+				return usageError(fmt.Errorf("eval: %s: a shapefile or GeoPackage truth goes with --tile (it is converted to the pixels of the rasters it names)", cfg.CSV))
 			}
 			return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
 				if !rank0 {

@@ -65,11 +65,16 @@ func tileSources(cfg TileConfig) (paths, files []string, err error) {
 		}
 		return paths, files, nil
 	}
-	data, err := readNamedInput(cfg.CSV) // a FIFO or device is never waited on
-	if err != nil {
-		return nil, nil, fmt.Errorf("jobs: %w", err)
+	var data []byte
+	if cfg.vector == nil {
+		if data, err = readNamedInput(cfg.CSV); err != nil { // a FIFO or device is never waited on
+			return nil, nil, fmt.Errorf("jobs: %w", err)
+		}
 	}
-	if cfg.Eval != nil { // eval --tile: the truth's images are the rasters
+	switch {
+	case cfg.vector != nil: // eval --tile, a shapefile or GeoPackage truth
+		paths = cfg.vector.paths
+	case cfg.Eval != nil: // eval --tile: the truth's images are the rasters
 		truth, err := dataset.ParseTruthFile(cfg.CSV, data)
 		if err != nil {
 			return nil, nil, err
@@ -77,8 +82,10 @@ func tileSources(cfg TileConfig) (paths, files []string, err error) {
 		for _, im := range truth.Images {
 			paths = append(paths, im.Path)
 		}
-	} else if paths, err = dataset.ImagePaths(cfg.CSV, data); err != nil {
-		return nil, nil, err
+	default:
+		if paths, err = dataset.ImagePaths(cfg.CSV, data); err != nil {
+			return nil, nil, err
+		}
 	}
 	root := cfg.RootDir
 	if root == "" {
@@ -129,9 +136,22 @@ func openRasters(cfg TileConfig) ([]tileRaster, error) {
 	return out, nil
 }
 
-// packTile is rank 0's packet: the model and the rasters.
-func packTile(cfg TileConfig) ([]byte, *outRun) {
-	fail := func(code int, err error) ([]byte, *outRun) { return append([]byte{byte(code)}, err.Error()...), nil }
+// packTile is rank 0's packet: the model and the rasters (and eval
+// --tile's truth, as CSV; vt records a shapefile or GeoPackage truth).
+func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
+	fail := func(code int, err error) ([]byte, *outRun, *tileTruth) {
+		return append([]byte{byte(code)}, err.Error()...), nil, nil
+	}
+	var err error
+	if cfg.Eval != nil && isVectorTruth(cfg.CSV) {
+		if vt, err = readVectorTruth(cfg.CSV); err != nil {
+			if errors.Is(err, gdal.ErrUnavailable) {
+				return fail(ExitUsage, err)
+			}
+			return fail(ExitInput, err)
+		}
+		cfg.vector = vt
+	}
 	rasters, err := openRasters(cfg)
 	if err != nil {
 		if errors.Is(err, gdal.ErrUnavailable) {
@@ -143,7 +163,13 @@ func packTile(cfg TileConfig) ([]byte, *outRun) {
 	if err != nil {
 		return fail(ExitModel, err)
 	}
-	out, err := preparePredictOut(cfg.Out, cfg.Force)
+	var truth []byte
+	if vt != nil {
+		if truth, err = vt.csv(rasters); err != nil {
+			return fail(ExitInput, err)
+		}
+	}
+	out, err = preparePredictOut(cfg.Out, cfg.Force)
 	if err != nil {
 		return fail(Code(err), err)
 	}
@@ -152,8 +178,7 @@ func packTile(cfg TileConfig) ([]byte, *outRun) {
 		out.finish(err)
 		return fail(ExitInternal, err)
 	}
-	var truth []byte
-	if cfg.Eval != nil {
+	if cfg.Eval != nil && vt == nil {
 		if truth, err = readNamedInput(cfg.CSV); err != nil {
 			out.finish(err)
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
@@ -166,7 +191,12 @@ func packTile(cfg TileConfig) ([]byte, *outRun) {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}
-	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth, labels), out
+	if vt != nil && cfg.Progress != nil {
+		for _, w := range vt.Warnings {
+			fmt.Fprintf(cfg.Progress, "canopy: warning: %s\n", w)
+		}
+	}
+	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth, labels), out, vt
 }
 
 type tileReport struct {
@@ -185,6 +215,7 @@ type tileReport struct {
 		Order        string       `json:"window_order"`
 		Rasters      []tileRaster `json:"rasters"`
 		GPKG         string       `json:"gpkg,omitempty"`
+		Truth        *tileTruth   `json:"truth,omitempty"` // a shapefile or GeoPackage truth
 	} `json:"tile"`
 }
 
@@ -235,8 +266,9 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	gdal.SetCacheMax(int64(cfg.CacheMiB) << 20)
 	var pkt []byte
 	var out *outRun
+	var vt *tileTruth // rank 0: a shapefile or GeoPackage truth
 	if c.Rank() == 0 {
-		pkt, out = packTile(cfg)
+		pkt, out, vt = packTile(cfg)
 	}
 	defer func() { out.finish(err) }()
 	f, err := bcastFields(c, pkt, 6)
@@ -273,7 +305,11 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	var truthImages []box.Image // eval --tile: each raster's truth
 	if cfg.Eval != nil {
-		truth, err := dataset.ParseTruthFile(cfg.CSV, f[4])
+		parse := dataset.ParseTruthFile
+		if isVectorTruth(cfg.CSV) { // rank 0 sent it as the CSV it equals
+			parse = dataset.ParseTruth
+		}
+		truth, err := parse(cfg.CSV, f[4])
 		if err != nil {
 			return &Error{Code: ExitInput, Collective: true, Err: err}
 		}
@@ -424,7 +460,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		if cfg.LabelDict != "" {
 			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: sha256Hex(f[5])}}
 		}
-		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters = len(all), windowDets, rasters
+		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters, rep.Tile.Truth = len(all), windowDets, rasters, vt
 		rep.Tile.Order = "rasters in input order; each raster's windows x outer, y inner (DeepForest's compute_windows)"
 		var extra []staged
 		gpkg, note, err := stageGPKG(cfg.Out, rasters, merged, labels)

@@ -63,6 +63,9 @@ type TileConfig struct {
 	// image_path values, in the rasters' pixel frame) and the metric
 	// settings; the metrics are computed on the merged predictions.
 	Eval *EvalConfig
+	// vector: eval --tile's shapefile or GeoPackage truth, read by rank 0
+	// (its image_path values are the rasters).
+	vector *tileTruth
 }
 
 // tileConfig parses the flags of predict --tile once.

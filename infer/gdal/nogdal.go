@@ -25,3 +25,12 @@ func (r *Raster) Close() error { return nil }
 
 // WriteGPKG fails: this build has no GDAL.
 func WriteGPKG(path string, layers []Layer) error { return ErrUnavailable }
+
+// ReadVector fails: this build has no GDAL.
+func ReadVector(path string) (*Vector, error) { return nil, ErrUnavailable }
+
+// SameCRS is never reached without GDAL.
+func SameCRS(a, b string) bool { return false }
+
+// CRSName is never reached without GDAL.
+func CRSName(wkt string) string { return "" }
