@@ -310,3 +310,46 @@ func testMaxPoolMatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// ResizeRowFMA gives the same bits on every clone (libm's fmaf on the
+// generic one, the FMA instruction on the others), on random rows and taps
+// with ties of the products, and refuses taps outside the row.
+func TestResizeRowFMAClones(t *testing.T) {
+	if Backend() != "openblas" {
+		t.Skip("no C kernels in the noblas build (ResizeRowFMA reports false)")
+	}
+	r := rand.New(rand.NewPCG(21, 22))
+	const srcW, n = 97, 300
+	i0, i1 := make([]int32, n), make([]int32, n)
+	l0, l1 := make([]float32, n), make([]float32, n)
+	for x := range i0 {
+		i0[x] = int32(r.IntN(srcW))
+		i1[x] = min(i0[x]+1, srcW-1)
+		l1[x] = float32(r.IntN(1<<12)) / (1 << 12)
+		l0[x] = 1 - l1[x]
+	}
+	taps, err := NewResizeTaps(i0, i1, l0, l1, srcW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r0, r1 := fill(r, srcW), fill(r, srcW)
+	var want []float32
+	forEachClone(t, func(t *testing.T) {
+		out := make([]float32, n)
+		if !ResizeRowFMA(taps, r0, r1, 0.375, 0.625, out) {
+			t.Fatal("ResizeRowFMA reported no C kernel")
+		}
+		if want == nil {
+			want = out
+			return
+		}
+		for x := range out {
+			if math.Float32bits(out[x]) != math.Float32bits(want[x]) {
+				t.Fatalf("x=%d: %g, the first clone %g", x, out[x], want[x])
+			}
+		}
+	})
+	if _, err := NewResizeTaps([]int32{0, srcW}, []int32{1, 1}, []float32{1, 1}, []float32{0, 0}, srcW); err == nil {
+		t.Fatal("a tap at the row's width was accepted")
+	}
+}

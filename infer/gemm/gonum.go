@@ -48,3 +48,7 @@ func maxpool(src []float32, h, w int, tmp, dst []float32) { maxpoolGo(src, h, w,
 func im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
 	im2colGo(x, cin, h, w, kh, kw, stride, pad, ow, j0, nb, col)
 }
+
+func resizeFMA(r0, r1 []float32, i0, i1 []int32, l0, l1 []float32, h0, h1 float32, out []float32) bool {
+	return false
+}

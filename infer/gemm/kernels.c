@@ -7,6 +7,7 @@
 // clones give the same bits (kernels_body.h), so the choice changes speed
 // only.
 #include "wino.h"
+#include <math.h>
 
 // No clone may fuse a product into an add (cgo does not pass
 // -ffp-contract=off, so the pragma says it).
@@ -88,4 +89,9 @@ void canopy_im2col(int lvl, const float *x, int cin, int h, int w, int kh, int k
 
 void canopy_maxpool(int lvl, const float *src, int h, int w, float *tmp, float *dst) {
 	CANOPY_DISPATCH(lvl, maxpool, src, h, w, tmp, dst);
+}
+
+void canopy_resize_fma(int lvl, const float *r0, const float *r1, const int *i0, const int *i1,
+		const float *l0, const float *l1, float h0, float h1, int n, float *out) {
+	CANOPY_DISPATCH(lvl, resize_fma, r0, r1, i0, i1, l0, l1, h0, h1, n, out);
 }

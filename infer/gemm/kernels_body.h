@@ -345,3 +345,22 @@ static void K(maxpool)(const float *src, int h, int w, float *tmp, float *dst) {
 		}
 	}
 }
+
+// resize_fma is one output row of torch's bilinear resize with the fused
+// rounding of its AVX2 kernel (retinanet's BlendFMA): per pixel x, with
+// taps i0/i1 and weights l0/l1 along the row and h0/h1 down the columns,
+// t0 = fma(r0[i0], l0, r0[i1]·l1), t1 = fma(r1[i0], l0, r1[i1]·l1),
+// out = fma(t0, h0, t1·h1). fmaf rounds once in every clone (an FMA
+// instruction, or libm's exact fmaf on a CPU without one), and the
+// products stay separate (fp-contract=off), so all clones give the bits of
+// retinanet's Go fma32.
+static void K(resize_fma)(const float *r0, const float *r1, const int *i0, const int *i1,
+		const float *l0, const float *l1, float h0, float h1, int n, float *out) {
+	for (int x = 0; x < n; x++) {
+		float p0 = r0[i1[x]] * l1[x], p1 = r1[i1[x]] * l1[x];
+		float t0 = __builtin_fmaf(r0[i0[x]], l0[x], p0);
+		float t1 = __builtin_fmaf(r1[i0[x]], l0[x], p1);
+		float q = t1 * h1;
+		out[x] = __builtin_fmaf(t0, h0, q);
+	}
+}

@@ -5,6 +5,7 @@ package gemm
 /*
 #cgo CFLAGS: -I/usr/include/x86_64-linux-gnu/openblas-pthread -O3
 #cgo pkg-config: openblas
+#cgo LDFLAGS: -lm
 #include <cblas.h>
 #include "wino.h"
 void openblas_set_num_threads(int);
@@ -166,4 +167,10 @@ func cbool(b bool) C.int {
 		return 1
 	}
 	return 0
+}
+
+func resizeFMA(r0, r1 []float32, i0, i1 []int32, l0, l1 []float32, h0, h1 float32, out []float32) bool {
+	C.canopy_resize_fma(C.int(simd), fptr(r0), fptr(r1), (*C.int)(unsafe.Pointer(&i0[0])), (*C.int)(unsafe.Pointer(&i1[0])),
+		fptr(l0), fptr(l1), C.float(h0), C.float(h1), C.int(len(out)), fptr(out))
+	return true
 }

@@ -1,5 +1,7 @@
 package gemm
 
+import "fmt"
+
 // Winograd F(2×2, 3×3) and F(4×4, 3×3) transforms, the memory-bound half of
 // a 3×3 convolution whose other half is SGEMM (infer/retinanet builds the
 // convolution; these are its inner loops). The default build runs them in C
@@ -381,4 +383,43 @@ func max3(a, b, c float32) float32 {
 		return a
 	}
 	return m
+}
+
+// ResizeTaps are one axis of a bilinear resize: output x blends source
+// columns I0[x], I1[x] (both below SrcW) with weights L0[x], L1[x].
+type ResizeTaps struct {
+	I0, I1 []int32
+	L0, L1 []float32
+	SrcW   int
+}
+
+// NewResizeTaps checks the taps once for ResizeRowFMA.
+func NewResizeTaps(i0, i1 []int32, l0, l1 []float32, srcW int) (*ResizeTaps, error) {
+	n := len(i0)
+	if len(i1) != n || len(l0) != n || len(l1) != n {
+		return nil, fmt.Errorf("gemm: resize taps of lengths %d, %d, %d, %d", n, len(i1), len(l0), len(l1))
+	}
+	for x := 0; x < n; x++ {
+		if i0[x] < 0 || i1[x] < 0 || int(i0[x]) >= srcW || int(i1[x]) >= srcW {
+			return nil, fmt.Errorf("gemm: resize tap %d (%d, %d) outside a row of %d", x, i0[x], i1[x], srcW)
+		}
+	}
+	return &ResizeTaps{I0: i0, I1: i1, L0: l0, L1: l1, SrcW: srcW}, nil
+}
+
+// ResizeRowFMA computes one output row of torch's bilinear resize with the
+// fused roundings of its AVX2 kernel (infer/retinanet's BlendFMA): for each
+// x, t0 = fma(r0[I0[x]], L0[x], r0[I1[x]]·L1[x]), t1 likewise on r1,
+// out[x] = fma(t0, h0, t1·h1), each fma rounded once; out has one value
+// per tap. It reports false, writing nothing, in the noblas build (no C
+// kernels): the caller computes the row itself. Every clone gives the same
+// bits.
+func ResizeRowFMA(t *ResizeTaps, r0, r1 []float32, h0, h1 float32, out []float32) bool {
+	if len(out) != len(t.I0) || len(r0) < t.SrcW || len(r1) < t.SrcW {
+		panic(fmt.Sprintf("gemm: ResizeRowFMA: %d outputs for %d taps, rows of %d and %d for %d", len(out), len(t.I0), len(r0), len(r1), t.SrcW))
+	}
+	if len(out) == 0 {
+		return true
+	}
+	return resizeFMA(r0, r1, t.I0, t.I1, t.L0, t.L1, h0, h1, out)
 }

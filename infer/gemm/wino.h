@@ -9,3 +9,5 @@ void canopy_wino4_out(int lvl, const float *m, long ms, int nb, int oc, int tw, 
 void canopy_epilogue(int lvl, float *y, long ldy, int rows, int cols, const float *bias, const float *res, long ldr, int relu);
 void canopy_im2col(int lvl, const float *x, int cin, int h, int w, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col);
 void canopy_maxpool(int lvl, const float *src, int h, int w, float *tmp, float *dst);
+void canopy_resize_fma(int lvl, const float *r0, const float *r1, const int *i0, const int *i1,
+		const float *l0, const float *l1, float h0, float h1, int n, float *out);

@@ -2,6 +2,7 @@ package retinanet
 
 import (
 	"fmt"
+	"github.com/canopy-hpc/canopy/infer/gemm"
 	"math"
 	"strings"
 )
@@ -189,6 +190,13 @@ func normalizeResizePad(e *engine, img Image, opt Options) (fmap, int, int) {
 			nc[i] = (v - m) / s
 		}
 	}
+	// The default blend runs in infer/gemm's C clones (hardware FMA: the
+	// same bits as fma32, several times faster); the others, and the noblas
+	// build, in Go.
+	var taps *gemm.ResizeTaps
+	if opt.Blend == BlendFMA {
+		taps = resizeTaps(wx, img.W)
+	}
 	// The resize, in blocks of rows on the engine's workers: every output
 	// pixel is computed alone, so the bytes do not depend on the threads.
 	const rowsPer = 16
@@ -206,12 +214,29 @@ func normalizeResizePad(e *engine, img Image, opt Options) (fmap, int, int) {
 			r0 := nc[wy[y].i0*img.W:]
 			r1 := nc[wy[y].i1*img.W:]
 			h0, h1 := wy[y].l0, wy[y].l1
+			if taps != nil && gemm.ResizeRowFMA(taps, r0[:img.W], r1[:img.W], h0, h1, row) {
+				continue
+			}
 			for x := range row {
 				row[x] = opt.Blend.blend(r0, r1, wx[x], h0, h1)
 			}
 		}
 	})
 	return out, oh, ow
+}
+
+// resizeTaps is one axis's taps for gemm.ResizeRowFMA.
+func resizeTaps(ws []lin, srcW int) *gemm.ResizeTaps {
+	i0, i1 := make([]int32, len(ws)), make([]int32, len(ws))
+	l0, l1 := make([]float32, len(ws)), make([]float32, len(ws))
+	for x, a := range ws {
+		i0[x], i1[x], l0[x], l1[x] = int32(a.i0), int32(a.i1), a.l0, a.l1
+	}
+	t, err := gemm.NewResizeTaps(i0, i1, l0, l1, srcW)
+	if err != nil {
+		panic(err) // linearWeights keeps every tap inside the row
+	}
+	return t
 }
 
 type lin struct {
