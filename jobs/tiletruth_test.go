@@ -371,7 +371,20 @@ func TestVectorTruthRefused(t *testing.T) {
 		}
 		os.WriteFile(filepath.Join(cut, "utm."+ext), b, 0o644)
 	}
+	// A layer that is a recursive view never ends: refused before reading.
+	view := gpkg("view", "WKT,image_path,label\n"+sq+",r.tif,Tree\n")
+	for _, q := range []string{
+		"CREATE VIEW aaa AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n) SELECT n.i AS fid, v.geom AS geom, v.label AS label, v.image_path AS image_path FROM n, view v",
+		"DELETE FROM gpkg_geometry_columns", "DELETE FROM gpkg_contents",
+		"INSERT INTO gpkg_contents (table_name, data_type, identifier, srs_id) VALUES ('aaa', 'features', 'aaa', 32617)",
+		"INSERT INTO gpkg_geometry_columns VALUES ('aaa', 'geom', 'POLYGON', 32617, 0, 0)",
+	} {
+		if out, err := exec.Command("ogrinfo", "-q", view, "-sql", q).CombinedOutput(); err != nil {
+			t.Fatalf("ogrinfo -sql %q: %v\n%s", q, err, out)
+		}
+	}
 	for _, c := range []struct{ file, msg string }{
+		{view, `layer "aaa" is an SQLite view`},
 		{filepath.Join(cut, "utm.shp"), "truncated or corrupt"},
 		{gpkg("nolabel", "WKT,image_path\n"+sq+",r.tif\n"), "no label column"},
 		{gpkg("nulllabel", "WKT,image_path,label\n"+sq+",r.tif,\n", "EMPTY_STRING_AS_NULL=YES"), "has no label"},
