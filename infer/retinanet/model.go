@@ -183,7 +183,9 @@ func (m *Model) Released() bool { return m.released.Load() }
 // loadConv takes a conv weight (and its BN, or its bias) from t.
 func loadConv(t *take, name, bn string, out, in, k, stride, pad int) *conv {
 	c := &conv{name: name, out: out, in: in, kh: k, kw: k, stride: stride, pad: pad}
-	c.w = append([]float32(nil), t.get(name+".weight", out, in, k, k)...)
+	w := t.get(name+".weight", out, in, k, k)
+	c.w = bigFloats(len(w))
+	copy(c.w, w)
 	c.b = make([]float32, out)
 	if bn == "" {
 		copy(c.b, t.get(name+".bias", out))

@@ -37,7 +37,7 @@ func (e *engine) fmap(c, h, w int) fmap {
 		e.free[best], e.free[last] = e.free[last], nil
 		e.free = e.free[:last]
 	} else {
-		d = make([]float32, n)
+		d = bigFloats(n)
 	}
 	return fmap{c, h, w, d}
 }
@@ -159,7 +159,7 @@ func (e *engine) conv(c *conv, x fmap, relu bool, res *fmap) fmap {
 			gemm.Mul(c.out, nb, k, c.w, k, x.d[j0:], n, y.d[j0:], n)
 		} else {
 			if cap(e.bufs[w]) < k*colBlock {
-				e.bufs[w] = make([]float32, k*colBlock)
+				e.bufs[w] = bigFloats(k * colBlock)
 			}
 			col := e.bufs[w][:k*nb]
 			gemm.Im2col(x.d, c.in, x.h, x.w, c.kh, c.kw, c.stride, c.pad, ow, j0, nb, col)

@@ -76,7 +76,7 @@ var wino2Only = false
 func (c *conv) winogradU() []float32 {
 	c.wino.once.Do(func() {
 		n := c.out * c.in
-		u := make([]float32, 16*n)
+		u := bigFloats(16 * n)
 		for o := 0; o < c.out; o++ {
 			for i := 0; i < c.in; i++ {
 				g := c.w[(o*c.in+i)*9 : (o*c.in+i)*9+9]
@@ -112,7 +112,7 @@ func (c *conv) winogradU4() []float32 {
 		G := [6][3]float64{{0.25, 0, 0}, {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
 			{1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}}
 		n := c.out * c.in
-		u := make([]float32, 36*n)
+		u := bigFloats(36 * n)
 		for o := 0; o < c.out; o++ {
 			for i := 0; i < c.in; i++ {
 				g := c.w[(o*c.in+i)*9 : (o*c.in+i)*9+9]
@@ -167,10 +167,10 @@ func (e *engine) convWinograd(c *conv, x fmap, relu bool, res *fmap) fmap {
 		// is 24·4096) the rows a tile touches would share one L1 set.
 		vs, ms := c.in*nb+winoPad, c.out*nb+winoPad
 		if n := comps * (c.in*block + winoPad); cap(b.v) < n {
-			b.v = make([]float32, n)
+			b.v = bigFloats(n)
 		}
 		if n := comps * (c.out*block + winoPad); cap(b.m) < n {
-			b.m = make([]float32, n)
+			b.m = bigFloats(n)
 		}
 		v := b.v[:comps*vs]
 		m := b.m[:comps*ms]

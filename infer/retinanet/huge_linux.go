@@ -1,0 +1,41 @@
+//go:build linux
+
+package retinanet
+
+import (
+	"syscall"
+	"unsafe"
+)
+
+// bigFloats is make([]float32, n) for a buffer that may be big: adviseHuge
+// asks for huge pages before it is first written.
+func bigFloats(n int) []float32 {
+	d := make([]float32, n)
+	adviseHuge(d)
+	return d
+}
+
+// hugePage is the size of a transparent huge page on x86-64 and arm64.
+const hugePage = 2 << 20
+
+// adviseHuge asks the kernel to back the 2 MiB-aligned part of d with
+// transparent huge pages (madvise MADV_HUGEPAGE; Linux's default mode,
+// "madvise", gives them only to memory that asks). canopy's big buffers,
+// the Winograd filters and block buffers and the feature maps, are read in
+// long strides, where 4 KiB pages cost a TLB miss per row. It is called
+// right after make, before the pages are first touched; a kernel that
+// refuses changes nothing but speed.
+func adviseHuge(d []float32) {
+	if len(d)*4 < 2*hugePage {
+		return
+	}
+	start := uintptr(unsafe.Pointer(&d[0]))
+	end := start + uintptr(len(d))*4
+	a := (start + hugePage - 1) &^ (hugePage - 1)
+	b := end &^ (hugePage - 1)
+	if b <= a {
+		return
+	}
+	bs := unsafe.Slice((*byte)(unsafe.Pointer(&d[0])), len(d)*4)
+	_ = syscall.Madvise(bs[a-start:b-start], syscall.MADV_HUGEPAGE)
+}
