@@ -44,7 +44,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.BoolFlag{Name: "force", Usage: "replace a previous run in --out: it is set aside and removed only once the new run has passed every check and saved its first images; a new run that fails before that puts it back"},
 			&cli.BoolFlag{Name: "resume", Usage: "continue the interrupted run in --out: images found in its part files are not recomputed; refused unless the inputs, detector and canopy version match its manifest"},
 		}, shardJobFlags("longest wait for every rank to reach a collective (after detection: this plus twice the rank's own detection time, as the shards are equal work); then rank 0 names the ranks it waits for and the job aborts with exit 5 (ranks other than 0 wait twice this, so rank 0 reports first; 0 disables)"),
-			reportFlags(), tileWindowFlags("cut each raster of the truth (its image_path values, boxes in the raster's pixels) into windows, predict and merge them as predict --tile (DeepForest's predict_tile), and score the merged rows as eval does (needs --model)")),
+			reportFlags(), []cli.Flag{evalRasterFlag()}, tileWindowFlags("cut each raster of the truth (its image_path values, boxes in the raster's pixels) into windows, predict and merge them as predict --tile (DeepForest's predict_tile), and score the merged rows as eval does (needs --model)")),
 		Action: func(c *cli.Context) error {
 			if c.Bool("tile") {
 				return evalTileAction(c, code, newComm, stdout, stderr)

@@ -144,7 +144,11 @@ func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 	}
 	var err error
 	if cfg.Eval != nil && isVectorTruth(cfg.CSV) {
-		if vt, err = readVectorTruth(cfg.CSV); err != nil {
+		override := "" // eval --tile --raster: read_file's image_path argument
+		if cfg.Raster != "" {
+			override = filepath.Base(cfg.Raster)
+		}
+		if vt, err = readVectorTruth(cfg.CSV, override); err != nil {
 			if errors.Is(err, gdal.ErrUnavailable) {
 				return fail(ExitUsage, err)
 			}

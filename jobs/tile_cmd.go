@@ -23,6 +23,12 @@ func tileFlags() []cli.Flag {
 		&cli.StringFlag{Name: "raster", Usage: "with --tile: one raster (GeoTIFF, COG, JPEG or PNG; RGB or RGBA, 8- or 16-bit); its image_path is its file name, as predict_tile writes it"})
 }
 
+// evalRasterFlag is eval --tile's --raster: read_file's image_path
+// argument for a shapefile or GeoPackage truth.
+func evalRasterFlag() cli.Flag {
+	return &cli.StringFlag{Name: "raster", Usage: "with --tile and a shapefile or GeoPackage truth: the raster of every feature, as DeepForest's read_file(path, image_path=...) assigns it (an image_path column naming another is overridden, with a warning); its image_path is its file name"}
+}
+
 // tileWindowFlags are the flags predict --tile and eval --tile share.
 func tileWindowFlags(tileUsage string) []cli.Flag {
 	return []cli.Flag{
@@ -168,7 +174,10 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 	case ec.Resume:
 		return usageError(errors.New("eval: --tile keeps no part files: --resume does not go with it"))
 	}
-	cfg := TileConfig{CSV: ec.CSV, RootDir: ec.RootDir, Out: ec.Out, Force: ec.Force, BatchSize: ec.BatchSize, Model: ec.Model,
+	if c.IsSet("raster") && !isVectorTruth(ec.CSV) {
+		return usageError(errors.New("eval: --raster with --tile names the raster of a shapefile or GeoPackage truth (.shp, .gpkg); a CSV truth names its rasters in image_path"))
+	}
+	cfg := TileConfig{Raster: c.String("raster"), CSV: ec.CSV, RootDir: ec.RootDir, Out: ec.Out, Force: ec.Force, BatchSize: ec.BatchSize, Model: ec.Model,
 		AllowOutsideRoot: ec.AllowOutsideRoot, Command: os.Args, Stdout: stdout, Eval: &ec, LabelDict: ec.LabelDict, LabelDictData: ec.LabelDictData,
 		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
 		CacheMiB: c.Int("gdal-cache"), RunConfig: ec.RunConfig}

@@ -71,8 +71,11 @@ type tileTruth struct {
 }
 
 // readVectorTruth reads the truth file and applies the checks that need
-// no raster. Errors wrap dataset.ErrInput (exit 3).
-func readVectorTruth(name string) (*tileTruth, error) {
+// no raster. imagePath, when not "", is every feature's image_path, as
+// read_file's image_path argument assigns it (eval --tile --raster); an
+// image_path column that names another is overridden with a warning, as
+// read_file warns. Errors wrap dataset.ErrInput (exit 3).
+func readVectorTruth(name, imagePath string) (*tileTruth, error) {
 	v, err := gdal.ReadVector(name)
 	if err != nil {
 		if err == gdal.ErrUnavailable {
@@ -87,6 +90,19 @@ func readVectorTruth(name string) (*tileTruth, error) {
 	if len(v.Layers) > 1 {
 		t.Warnings = append(t.Warnings, fmt.Sprintf("%s has %d layers (%s): the first, %q, is read, as DeepForest's read_file reads it",
 			name, len(v.Layers), strings.Join(quoteAll(v.Layers, 5), ", "), v.Layers[0]))
+	}
+	if imagePath != "" {
+		warned := false
+		for i := range v.Features {
+			f := &v.Features[i]
+			if f.HasImagePath && dataset.TrimPath(f.ImagePath) != imagePath && !warned {
+				warned = true
+				t.Warnings = append(t.Warnings, fmt.Sprintf("%s names image_path %q (feature %d): --raster overrides it with %q for every feature, as read_file's image_path argument does",
+					name, f.ImagePath, f.FID, imagePath))
+			}
+			f.ImagePath, f.HasImagePath = imagePath, true
+		}
+		v.ImagePathField = true
 	}
 	switch {
 	case len(v.Features) == 0:
@@ -169,7 +185,11 @@ func (t *tileTruth) csv(rasters []tileRaster) ([]byte, error) {
 	for _, f := range v.Features {
 		xmin, ymin, xmax, ymax := f.MinX, f.MinY, f.MaxX, f.MaxY
 		if convert {
-			xmin, ymin, xmax, ymax = frames[dataset.TrimPath(f.ImagePath)].Box(f.MinX, f.MinY, f.MaxX, f.MaxY)
+			fr, ok := frames[dataset.TrimPath(f.ImagePath)]
+			if !ok {
+				return nil, fmt.Errorf("jobs: %s: feature %d names image_path %q, no raster of this job: %w", t.File, f.FID, f.ImagePath, dataset.ErrInput)
+			}
+			xmin, ymin, xmax, ymax = fr.Box(f.MinX, f.MinY, f.MaxX, f.MaxY)
 		}
 		w.Write([]string{f.ImagePath, g(xmin), g(ymin), g(xmax), g(ymax), f.Label})
 	}

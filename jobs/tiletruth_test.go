@@ -39,13 +39,17 @@ type readfileFixture struct {
 
 // vectorTruthRows is rank 0's reading of a vector truth: the rows every
 // rank then parses, and the record.
-func vectorTruthRows(t *testing.T, file string) ([]dataset.Row, *tileTruth, error) {
+func vectorTruthRows(t *testing.T, file, raster string) ([]dataset.Row, *tileTruth, error) {
 	t.Helper()
-	vt, err := readVectorTruth(file)
+	override := ""
+	if raster != "" {
+		override = filepath.Base(raster)
+	}
+	vt, err := readVectorTruth(file, override)
 	if err != nil {
 		return nil, nil, err
 	}
-	rasters, err := openRasters(TileConfig{CSV: file, Eval: &EvalConfig{}, vector: vt, Settings: tile.Settings{Patch: 400, Overlap: 0.05}})
+	rasters, err := openRasters(TileConfig{CSV: file, Raster: raster, Eval: &EvalConfig{}, vector: vt, Settings: tile.Settings{Patch: 400, Overlap: 0.05}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -94,7 +98,11 @@ func TestVectorTruthDeepForest(t *testing.T) {
 	boxes := 0
 	for name, c := range fx.Cases {
 		t.Run(name, func(t *testing.T) {
-			rows, vt, err := vectorTruthRows(t, filepath.Join(dir, name))
+			file, raster, _ := strings.Cut(name, "+") // "+R": read_file's image_path argument R (--raster)
+			if raster != "" {
+				raster = filepath.Join(dir, raster)
+			}
+			rows, vt, err := vectorTruthRows(t, filepath.Join(dir, file), raster)
 			if c.Error != "" || canopyRefuses[name] != "" {
 				if err == nil || !errors.Is(err, dataset.ErrInput) {
 					t.Fatalf("read_file raised %s (%s); canopy: %v, want an input error", c.Error, c.Message, err)
@@ -127,14 +135,14 @@ func TestVectorTruthDeepForest(t *testing.T) {
 				boxes++
 			}
 			// A warning where read_file warns of the CRS or of layers.
-			for _, topic := range []string{"does not match", "More than one layer"} {
+			for _, topic := range []string{"does not match", "More than one layer", "overriding"} {
 				df := false
 				for _, w := range c.Warnings {
 					df = df || strings.Contains(w, topic)
 				}
 				canopy := false
 				for _, w := range vt.Warnings {
-					canopy = canopy || strings.Contains(w, map[string]string{"does not match": "is not the CRS", "More than one layer": "layers"}[topic])
+					canopy = canopy || strings.Contains(w, map[string]string{"does not match": "is not the CRS", "More than one layer": "layers", "overriding": "overrides"}[topic])
 				}
 				if df != canopy {
 					t.Errorf("read_file warns %q: %v; canopy's warnings: %q", topic, df, vt.Warnings)
@@ -303,6 +311,20 @@ func TestEvalTileVectorTruth(t *testing.T) {
 		t.Fatalf("EPSG:32618 truth: outputs differ from the CSV truth's (reprojected?)")
 	}
 
+	// --raster: read_file's image_path argument, overriding the column.
+	other := filepath.Join(dir, "other.gpkg")
+	geoTruth(t, other, in.CRS, "elsewhere.tif", gt, rows)
+	code, out, se = run(1, other, append([]string{"--raster", tif}, tileArgs...)...)
+	if code != 0 || strings.Count(se, "--raster overrides it") != 1 {
+		t.Fatalf("--raster: exit %d\n%s", code, se)
+	}
+	if got := outputs(out); !bytes.Equal(got, want) {
+		t.Fatalf("--raster: outputs differ from the CSV truth's")
+	}
+	if code, _, se := run(1, csvTruth, append([]string{"--raster", tif}, tileArgs...)...); code != ExitUsage || !strings.Contains(se, "--raster with --tile") {
+		t.Errorf("--raster with a CSV truth: exit %d, want %d:\n%s", code, ExitUsage, se)
+	}
+
 	// Refused at once.
 	data, _ := os.ReadFile(gpkg)
 	cut := filepath.Join(dir, "cut.gpkg")
@@ -371,7 +393,20 @@ func TestVectorTruthRefused(t *testing.T) {
 		}
 		os.WriteFile(filepath.Join(cut, "utm."+ext), b, 0o644)
 	}
+	// A layer that is a recursive view never ends: refused before reading.
+	view := gpkg("view", "WKT,image_path,label\n"+sq+",r.tif,Tree\n")
+	for _, q := range []string{
+		"CREATE VIEW aaa AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n) SELECT n.i AS fid, v.geom AS geom, v.label AS label, v.image_path AS image_path FROM n, view v",
+		"DELETE FROM gpkg_geometry_columns", "DELETE FROM gpkg_contents",
+		"INSERT INTO gpkg_contents (table_name, data_type, identifier, srs_id) VALUES ('aaa', 'features', 'aaa', 32617)",
+		"INSERT INTO gpkg_geometry_columns VALUES ('aaa', 'geom', 'POLYGON', 32617, 0, 0)",
+	} {
+		if out, err := exec.Command("ogrinfo", "-q", view, "-sql", q).CombinedOutput(); err != nil {
+			t.Fatalf("ogrinfo -sql %q: %v\n%s", q, err, out)
+		}
+	}
 	for _, c := range []struct{ file, msg string }{
+		{view, `layer "aaa" is an SQLite view`},
 		{filepath.Join(cut, "utm.shp"), "truncated or corrupt"},
 		{gpkg("nolabel", "WKT,image_path\n"+sq+",r.tif\n"), "no label column"},
 		{gpkg("nulllabel", "WKT,image_path,label\n"+sq+",r.tif,\n", "EMPTY_STRING_AS_NULL=YES"), "has no label"},
@@ -380,13 +415,13 @@ func TestVectorTruthRefused(t *testing.T) {
 		{gpkg("line", "WKT,image_path,label\n\"LINESTRING(0 0,1 1)\",r.tif,Tree\n"), "Polygon or MultiPolygon"},
 		{filepath.Join(dir, "missing.gpkg"), "no such file"},
 	} {
-		_, err := readVectorTruth(c.file)
+		_, err := readVectorTruth(c.file, "")
 		if err == nil || !errors.Is(err, dataset.ErrInput) || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("%s: %v, want an input error saying %q", c.file, err, c.msg)
 		}
 	}
 	// A real label column: pandas holds floats, str() writes Python's repr.
-	vt, err := readVectorTruth(gpkg("real", "WKT,image_path,label\n"+sq+",r.tif,1\n"+sq+",r.tif,2.5\n"+sq+",r.tif,1e20\n", "AUTODETECT_TYPE=YES"))
+	vt, err := readVectorTruth(gpkg("real", "WKT,image_path,label\n"+sq+",r.tif,1\n"+sq+",r.tif,2.5\n"+sq+",r.tif,1e20\n", "AUTODETECT_TYPE=YES"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +445,7 @@ func BenchmarkVectorTruth(b *testing.B) {
 		b.Skip("CANOPY_BENCH_TRUTH names no file (or no GDAL)")
 	}
 	for i := 0; i < b.N; i++ {
-		vt, err := readVectorTruth(file)
+		vt, err := readVectorTruth(file, "")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -67,6 +67,21 @@ static int canopy_same_crs(const char *a, const char *b) {
 	return same;
 }
 
+// canopy_sqlite_kind asks a GeoPackage's SQLite what the layer's table is:
+// its sqlite_master type and the start of its SQL (kind, n bytes each).
+static void canopy_sqlite_kind(GDALDatasetH h, const char *query, char *kind, char *sql, int n) {
+	kind[0] = sql[0] = 0;
+	OGRLayerH r = GDALDatasetExecuteSQL(h, query, NULL, "NATIVE");
+	if (!r) return;
+	OGRFeatureH f = OGR_L_GetNextFeature(r);
+	if (f) {
+		snprintf(kind, n, "%s", OGR_F_GetFieldAsString(f, 0));
+		snprintf(sql, n, "%s", OGR_F_GetFieldAsString(f, 1));
+		OGR_F_Destroy(f);
+	}
+	GDALDatasetReleaseResultSet(h, r);
+}
+
 // canopy_geom: a feature's geometry: its flattened type (-1: none), empty
 // or not, envelope.
 static void canopy_geom(OGRFeatureH f, int *type, int *empty, double *env) {
@@ -90,6 +105,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"unsafe"
 )
 
@@ -139,6 +155,25 @@ func ReadVector(path string) (*Vector, error) {
 	}
 	for i := 0; i < n; i++ {
 		v.Layers = append(v.Layers, C.GoString(C.OGR_L_GetName(C.GDALDatasetGetLayer(h, C.int(i)))))
+	}
+	if v.Driver == "GPKG" {
+		// A GeoPackage layer may be an SQL view (or a virtual table),
+		// which SQLite computes as it is read: a recursive one never
+		// ends. Only an ordinary table is read.
+		q := C.CString("SELECT type, sql FROM sqlite_master WHERE name = '" + strings.ReplaceAll(v.Layers[0], "'", "''") + "'")
+		var kind, sql [64]C.char
+		C.canopy_sqlite_kind(h, q, &kind[0], &sql[0], 64)
+		C.free(unsafe.Pointer(q))
+		k, def := C.GoString(&kind[0]), strings.ToUpper(strings.Join(strings.Fields(C.GoString(&sql[0])), " "))
+		if strings.HasPrefix(def, "CREATE VIRTUAL") {
+			k = "virtual table"
+		}
+		if k != "table" {
+			if k == "" {
+				k = "layer of no table"
+			}
+			return nil, fmt.Errorf("gdal: %s: its first layer %q is an SQLite %s, computed as it is read: canopy reads a GeoPackage layer stored as a table: %w", path, v.Layers[0], k, ErrVector)
+		}
 	}
 	l := C.GDALDatasetGetLayer(h, 0)
 	var auth [128]C.char

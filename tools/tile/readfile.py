@@ -94,11 +94,14 @@ def write_vector(gdf, path, **kw):
         gdf.to_file(path, engine="pyogrio", **kw)
 
 
-def run_read_file(path):
+def run_read_file(path, image_path=None):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            df = utilities.read_file(path)
+            if image_path is None:
+                df = utilities.read_file(path)
+            else:  # read_file's image_path argument (canopy: eval --tile --raster)
+                df = utilities.read_file(path, root_dir=os.path.dirname(path), image_path=image_path)
         except Exception as e:  # recorded: canopy refuses these
             return {"error": type(e).__name__, "message": str(e)}
     rows = []
@@ -159,6 +162,9 @@ def main():
     case("int_label.shp", frame(geoms, "utm.tif", [1 + i % 2 for i in range(len(geoms))], crs), "integer labels")
     case("no_image_path.shp", frame(geoms, None, labels(len(geoms)), crs),
          "no image_path column: read_file needs its image_path argument")
+    for name, raster in (("no_image_path.shp", "utm.tif"), ("utm.shp", "merc.tif")):
+        cases[name + "+" + raster] = {"note": "read_file(" + name + ", image_path=" + raster + ")",
+                                      **run_read_file(os.path.join(out, name), raster)}
     two = os.path.join(out, "two_layers.gpkg")
     write_vector(frame(geoms[:3], "utm.tif", labels(3), crs), two, layer="first")
     write_vector(frame(geoms[3:], "utm.tif", labels(len(geoms) - 3), crs), two, layer="second", mode="a")
