@@ -209,6 +209,9 @@ type tileReport struct {
 	// Inputs: the label map given (--label-dict or the config's
 	// label_dict), as eval's report.json "inputs" records it.
 	Inputs map[string]report.File `json:"inputs,omitempty"`
+	// Eval: eval --tile's matching rules (tile.iou_threshold is the
+	// merge's), as eval's report.json records them at its top level.
+	Eval *tileEval `json:"eval,omitempty"`
 	predictReport
 	Tile struct {
 		PatchSize    int          `json:"patch_size"`
@@ -221,6 +224,13 @@ type tileReport struct {
 		GPKG         string       `json:"gpkg,omitempty"`
 		Truth        *tileTruth   `json:"truth,omitempty"` // a shapefile or GeoPackage truth
 	} `json:"tile"`
+}
+
+// tileEval is eval --tile's matching: the IoU above which a detection
+// matches a truth box, and the metrics' semantics.
+type tileEval struct {
+	IoUThreshold float64 `json:"iou_threshold"`
+	Semantics    string  `json:"semantics"`
 }
 
 // rasterSet opens this rank's rasters when first needed and reads windows.
@@ -457,6 +467,9 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 			rep.Boxes += len(d)
 		}
 		rep.Tile.PatchSize, rep.Tile.PatchOverlap, rep.Tile.IoU = cfg.Settings.Patch, cfg.Settings.Overlap, cfg.IoU
+		if cfg.Eval != nil {
+			rep.Eval = &tileEval{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics.String()}
+		}
 		if rc := cfg.RunConfig; rc != nil {
 			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
 			rep.Settings = rc.finishSettings(rep.Model)

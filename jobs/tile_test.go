@@ -310,10 +310,19 @@ func TestEvalTile(t *testing.T) {
 	var ref []byte
 	for _, n := range []int{1, 3} {
 		out := string(run(n, append([]string{"eval", "--csv", truth, "--html=false"}, tileArgs...)...))
-		var rep struct{ Metrics json.RawMessage }
+		var rep struct {
+			Metrics json.RawMessage
+			Eval    *struct {
+				IoU       float64 `json:"iou_threshold"`
+				Semantics string  `json:"semantics"`
+			}
+		}
 		b, _ := os.ReadFile(filepath.Join(out, "report.json"))
 		if err := json.Unmarshal(b, &rep); err != nil || len(rep.Metrics) < 10 {
 			t.Fatalf("report.json: %v %s", err, b)
+		}
+		if rep.Eval == nil || rep.Eval.IoU != 0.4 || rep.Eval.Semantics != "validation" {
+			t.Fatalf("report.json eval: %+v, want eval's defaults, IoU 0.4 and validation semantics", rep.Eval)
 		}
 		if _, err := os.Stat(filepath.Join(out, "results.csv")); err != nil {
 			t.Fatal(err)

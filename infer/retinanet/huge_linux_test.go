@@ -13,7 +13,7 @@ import (
 
 // bigFloats marks the 2 MiB-aligned middle of a big buffer for huge pages
 // (the "hg" flag of its mapping in /proc/self/smaps) and keeps what is
-// written to it.
+// written to it; with CANOPY_HUGEPAGES=off it does not.
 func TestBigFloatsAdvisesHugePages(t *testing.T) {
 	mode, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
 	if err != nil || strings.Contains(string(mode), "[never]") {
@@ -23,6 +23,11 @@ func TestBigFloatsAdvisesHugePages(t *testing.T) {
 	mid := uintptr(unsafe.Pointer(&big[len(big)/2]))
 	if flags := vmFlags(t, mid); !strings.Contains(" "+flags+" ", " hg ") {
 		t.Fatalf("the big buffer's mapping has VmFlags %q: no hg (MADV_HUGEPAGE)", flags)
+	}
+	defer func(on bool) { hugeOn = on }(hugeOn)
+	hugeOn = false // CANOPY_HUGEPAGES=off
+	if wantHuge(len(big)) {
+		t.Fatalf("with %s=off a buffer of %d floats is still advised", HugePagesEnv, len(big))
 	}
 	for i := range big {
 		big[i] = float32(i)
