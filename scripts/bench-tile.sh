@@ -8,7 +8,8 @@
 #     done and ETA. BENCH_TILE_SIZES="4000 8000" shows RSS against size in
 #     minutes rather than hours; BENCH_TILE_SIZES="" runs none.
 #  2. BENCH_TILE_PEER=1: canopy against DeepForest's predict_tile on a
-#     760x760 forestgen raster (4 windows of 400), one process each, the
+#     760x760 forestgen raster (4 windows of 400; BENCH_TILE_PEER_SIZE=2000:
+#     36 windows), one process each, the
 #     same threads (BENCH_TILE_THREADS, default 2) and the same R50 test
 #     weights (cmd/testmodel seed 0 = tools/retinanet/weights.py seed 0),
 #     alternating, BENCH_TILE_REPEAT rounds (default 2).
@@ -54,13 +55,14 @@ done
 if [ "${BENCH_TILE_PEER:-0}" = 1 ]; then
 	t=${BENCH_TILE_THREADS:-2}
 	[ -f "$W/r50/model.safetensors" ] || $GO run ./cmd/testmodel -arch resnet50 -seed 0 -out "$W/r50"
-	[ -f "$W/peer/img_0000.png" ] || $GO run ./cmd/forestgen -n 1 -sizes 760x760 -seed 27 -out "$W/peer" >/dev/null
+	ps=${BENCH_TILE_PEER_SIZE:-760}
+	[ -f "$W/peer-$ps/img_0000.png" ] || $GO run ./cmd/forestgen -n 1 -sizes "${ps}x${ps}" -seed 27 -out "$W/peer-$ps" >/dev/null
 	for ((r = 0; r < ${BENCH_TILE_REPEAT:-2}; r++)); do
 		rm -rf "$W/out-peer"
 		s=$(date +%s.%N)
-		bin/canopy predict --tile --raster "$W/peer/img_0000.png" --model "$W/r50" --threads "$t" --out "$W/out-peer" >/dev/null
+		bin/canopy predict --tile --raster "$W/peer-$ps/img_0000.png" --model "$W/r50" --threads "$t" --out "$W/out-peer" >/dev/null
 		e=$(date +%s.%N)
-		echo "bench-tile: canopy predict --tile, R50, $t threads: $(echo "$e - $s" | bc) s for 4 windows, load $(cut -d' ' -f1-3 /proc/loadavg)"
-		"$PEER_PY" tools/tile/bench.py --raster "$W/peer/img_0000.png" --threads "$t"
+		echo "bench-tile: canopy predict --tile, R50, $t threads, ${ps}x${ps}: $(echo "$e - $s" | bc) s (whole process), detection $(grep -o '"detect": [0-9.]*' "$W/out-peer/report.json" | head -1), load $(cut -d' ' -f1-3 /proc/loadavg)"
+		"$PEER_PY" tools/tile/bench.py --raster "$W/peer-$ps/img_0000.png" --threads "$t"
 	done
 fi
