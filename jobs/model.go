@@ -282,7 +282,7 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 	m.Opt.Resize, m.Opt.Blend = mc.Resize, mc.Blend
 	threads := mc.Threads
 	if threads <= 0 {
-		threads = defaultThreads(runtime.GOMAXPROCS(0), runtime.NumCPU(), localRanks)
+		threads = defaultThreads(startProcs, runtime.NumCPU(), localRanks)
 	}
 	labels, err := box.NewLabelMap(cfg.Labels)
 	if err != nil {
@@ -297,6 +297,20 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 		info.Format, info.LabelsFrom, info.ConfigSet = string(tm.Kind), tm.LabelsFrom, tm.Set
 	}
 	return &loadedModel{m: m, cfg: cfg, labelMap: labels, info: info, layerTimes: mc.LayerTimes, threads: threads}, nil
+}
+
+// startProcs is GOMAXPROCS as the process started (the affinity mask),
+// before raiseProcs raises it for a CPU detector.
+var startProcs = runtime.GOMAXPROCS(0)
+
+// raiseProcs gives the process at least n Ps (retinanet.Procs: one more
+// than the CPU detector's workers, which spend their time in cgo calls);
+// it never lowers GOMAXPROCS. The thread count stays the one chosen from
+// startProcs, so no more workers compute than the rank has cores.
+func raiseProcs(n int) {
+	if runtime.GOMAXPROCS(0) < n {
+		runtime.GOMAXPROCS(n)
+	}
 }
 
 // defaultThreads is the thread count of a rank: the cores it may use
@@ -413,6 +427,7 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 	if err != nil {
 		return nil, err
 	}
+	raiseProcs(retinanet.Procs(lm.threads))
 	if lm.layerTimes {
 		d.EnableLayerTimes()
 	}

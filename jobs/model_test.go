@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"image"
 	"image/png"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -299,5 +301,42 @@ func TestDefaultThreads(t *testing.T) {
 		if got := defaultThreads(c.maxprocs, c.ncpu, c.local); got != c.want {
 			t.Errorf("defaultThreads(%d, %d, %d) = %d, want %d", c.maxprocs, c.ncpu, c.local, got, c.want)
 		}
+	}
+}
+
+// raiseProcs only raises GOMAXPROCS, and the default thread count keeps
+// following the process's start (startProcs), not the raised value: a
+// second model of a run gets no more workers than the rank has cores.
+func TestRaiseProcsKeepsThreads(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	runtime.GOMAXPROCS(1)
+	raiseProcs(3)
+	if got := runtime.GOMAXPROCS(0); got != 3 {
+		t.Fatalf("raiseProcs(3) from 1: GOMAXPROCS %d", got)
+	}
+	raiseProcs(2)
+	if got := runtime.GOMAXPROCS(0); got != 3 {
+		t.Fatalf("raiseProcs(2) lowered GOMAXPROCS to %d", got)
+	}
+	defer func(p int) { startProcs = p }(startProcs)
+	startProcs = 1 // as under mpirun --bind-to core
+	model, _, _ := testModelSet(t)
+	mc := modelCfg(t, t.TempDir()).Model
+	mc.Threads = 0
+	lm, err := loadModelLocal(mc, model, fileSHA(filepath.Join(model, "model.safetensors")), fileSHA(filepath.Join(model, "config.json")), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1; lm.threads != want {
+		t.Fatalf("default threads %d after GOMAXPROCS was raised to 3, want %d (from the start's %d)", lm.threads, want, startProcs)
+	}
+	// The CPU detector raises GOMAXPROCS to its workers plus one.
+	runtime.GOMAXPROCS(1)
+	lm.threads = 2
+	if _, err := lm.detector(lm.labels()); err != nil {
+		t.Fatal(err)
+	}
+	if got := runtime.GOMAXPROCS(0); got != retinanet.Procs(2) || got != 3 {
+		t.Fatalf("after a CPU detector of 2 threads: GOMAXPROCS %d, want 3", got)
 	}
 }

@@ -2,6 +2,7 @@ package retinanet
 
 import (
 	"fmt"
+	"runtime"
 	"sort"
 	"syscall"
 	"testing"
@@ -23,6 +24,10 @@ func BenchmarkDetect(b *testing.B) {
 			for _, threads := range []int{1, 2} {
 				img := imgs[i]
 				b.Run(fmt.Sprintf("%s/%dx%d/threads=%d", model, img.W, img.H, threads), func(b *testing.B) {
+					// As a job runs its CPU detector (jobs: raiseProcs).
+					if p := Procs(threads); runtime.GOMAXPROCS(0) < p {
+						defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(p))
+					}
 					r := NewRunner(m, threads)
 					r.Detect(img) // warm the buffers
 					b.ResetTimer()
