@@ -185,18 +185,27 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 		r.Config, r.ConfigIgnored = rc.File, rc.C.Ignored
 		r.Settings = rc.finishSettings(r.Model)
 	}
-	seen := map[string]bool{}
 	for _, s := range allStats {
 		r.PerRank = append(r.PerRank, s)
 		r.Coverage.Processed += s.Images
-		if !seen[s.Host] {
-			seen[s.Host] = true
-			r.Hosts = append(r.Hosts, s.Host)
-		}
 	}
+	r.Hosts = hostsOf(allStats)
 	r.Coverage.Images = nImages
 	r.Coverage.Processed += resumed.FromParts
 	return r
+}
+
+// hostsOf lists the ranks' hosts once each, in rank order.
+func hostsOf(stats []rankStats) []string {
+	var hosts []string
+	seen := map[string]bool{}
+	for _, s := range stats {
+		if !seen[s.Host] {
+			seen[s.Host] = true
+			hosts = append(hosts, s.Host)
+		}
+	}
+	return hosts
 }
 
 // writeOutputs stages predictions.csv, results.csv, report.json (which

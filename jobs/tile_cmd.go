@@ -134,10 +134,15 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 			cfg.LabelDict = rc.File + ": label_dict"
 		}
 	}
-	// Window settings that cut no windows are bad input (exit 3), as the
-	// issue's table has them, not a usage error.
+	return runTileJob(c, code, newComm, stderr, "predict", cfg)
+}
+
+// runTileJob runs predict_tile's job on every rank, for predict --tile and
+// eval --tile. Window settings that cut no windows are bad input (exit 3),
+// as the table has them, not a usage error.
+func runTileJob(c *cli.Context, code *int, newComm CommFactory, stderr io.Writer, cmd string, cfg TileConfig) error {
 	if err := cfg.Settings.Check(); err != nil {
-		return &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("predict: --patch-size/--patch-overlap: %w", err)}
+		return &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("%s: --patch-size/--patch-overlap: %w", cmd, err)}
 	}
 	return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
 		if !rank0 {
@@ -190,18 +195,7 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 	case cfg.CacheMiB < 1:
 		return usageError(fmt.Errorf("eval: --gdal-cache %d must be at least 1 (MiB)", cfg.CacheMiB))
 	}
-	if err := cfg.Settings.Check(); err != nil {
-		return &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("eval: --patch-size/--patch-overlap: %w", err)}
-	}
-	return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
-		if !rank0 {
-			cfg.Stdout = nil
-		} else {
-			cfg.Progress = stderr
-		}
-		cfg.CollectiveTimeout = timeout
-		return PredictTile(c.Context, comm, cfg)
-	})
+	return runTileJob(c, code, newComm, stderr, "eval", cfg)
 }
 
 // applyTile applies the config's window settings as DeepForest's CLI

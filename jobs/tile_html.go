@@ -15,28 +15,6 @@ import (
 	"github.com/canopy-hpc/canopy/report"
 )
 
-// tilePageRun is what eval --tile's report.html shows of the run, in the
-// fields eval's report.json "run" has (htmlreport reads those).
-type tilePageRun struct {
-	Canopy    string                 `json:"canopy"`
-	Go        string                 `json:"go"`
-	MPI       string                 `json:"mpi"`
-	Git       string                 `json:"git"`
-	Command   []string               `json:"command"`
-	Semantics string                 `json:"semantics"`
-	IoU       float64                `json:"iou_threshold"`
-	Detector  string                 `json:"detector"`
-	Ranks     int                    `json:"ranks"`
-	Hosts     []string               `json:"hosts"`
-	PerRank   []rankStats            `json:"per_rank"`
-	Inputs    map[string]report.File `json:"inputs"`
-	Coverage  struct {
-		Images    int `json:"images"`
-		Processed int `json:"processed"`
-	} `json:"coverage"`
-	Model *modelInfo `json:"model"`
-}
-
 // stageTileHTML stages OUT/report.html for eval --tile (rank 0, with the
 // rest of the set): eval's page (metrics table, PR curves, scores, box
 // sizes, timeline, run) from the merged rows, and the rasters' worst
@@ -49,20 +27,15 @@ func stageTileHTML(cfg TileConfig, rep *tileReport, truthCSV []byte, rasters []t
 	if ec == nil || ec.HTML == nil {
 		return nil, nil
 	}
-	run := tilePageRun{Canopy: rep.Canopy, Go: runtime.Version(), MPI: rep.MPI, Git: rep.Git, Command: rep.Command,
-		Semantics: ec.Semantics.String(), IoU: ec.IoUThreshold, Detector: rep.Detector, Ranks: rep.Ranks, PerRank: rep.PerRank,
-		Inputs: map[string]report.File{"csv": {Path: cfg.CSV, SHA256: sha256Hex(truthCSV)}}, Model: rep.Model}
-	seen := map[string]bool{}
-	for _, s := range rep.PerRank {
-		if !seen[s.Host] {
-			seen[s.Host] = true
-			run.Hosts = append(run.Hosts, s.Host)
-		}
-	}
-	run.Coverage.Images, run.Coverage.Processed = len(rasters), len(rasters)
+	// The page reads report.json's "run" fields (eval's runInfo); eval
+	// --tile's report.json has its own shape, so the page gets this one.
+	run := runInfo{Canopy: rep.Canopy, Go: runtime.Version(), MPI: rep.MPI, Git: rep.Git, Command: rep.Command,
+		Semantics: ec.Semantics.String(), IoUThreshold: ec.IoUThreshold, Detector: rep.Detector, Ranks: rep.Ranks, PerRank: rep.PerRank,
+		Hosts: hostsOf(rep.PerRank), Inputs: map[string]report.File{"csv": {Path: cfg.CSV, SHA256: sha256Hex(truthCSV)}}, Model: rep.Model,
+		Coverage: coverage{Images: len(rasters), Processed: len(rasters)}}
 	rj, err := json.Marshal(struct {
 		Metrics json.RawMessage `json:"metrics"`
-		Run     tilePageRun     `json:"run"`
+		Run     runInfo         `json:"run"`
 	}{json.RawMessage(metricJSON), run})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: report.html: %w", err)

@@ -80,25 +80,28 @@ static void K(wino_out)(const float *m, long ms, int nb, int oc, int tw, int t0,
 	}
 }
 
+// bias_row: dst[j] = relu?((src[j] + b) + rr[j]) for n values (rr may be
+// null; dst may be src): the epilogue of a row, for canopy_epilogue and
+// the F(4×4,3×3) output transform alike.
+static inline void K(bias_row)(float *dst, const float *src, int n, float b, const float *rr, int relu) {
+	if (rr) {
+		for (int j = 0; j < n; j++)
+			dst[j] = (src[j] + b) + rr[j];
+	} else {
+		for (int j = 0; j < n; j++)
+			dst[j] = src[j] + b;
+	}
+	if (relu)
+		for (int j = 0; j < n; j++)
+			dst[j] = dst[j] < 0 ? 0 : dst[j];
+}
+
 // canopy_epilogue: y[r][j] = relu?((y[r][j] + bias[r]) + res[r][j]) for a
 // block of rows × cols (row strides ldy, ldr); res may be null. The same
 // order of additions as epilogueGo.
 static void K(epilogue)(float *y, long ldy, int rows, int cols, const float *bias, const float *res, long ldr, int relu) {
-	for (int r = 0; r < rows; r++) {
-		float *row = y + r * ldy;
-		float b = bias[r];
-		if (res) {
-			const float *rr = res + r * ldr;
-			for (int j = 0; j < cols; j++)
-				row[j] = (row[j] + b) + rr[j];
-		} else {
-			for (int j = 0; j < cols; j++)
-				row[j] = row[j] + b;
-		}
-		if (relu)
-			for (int j = 0; j < cols; j++)
-				row[j] = row[j] < 0 ? 0 : row[j];
-	}
+	for (int r = 0; r < rows; r++)
+		K(bias_row)(y + r * ldy, y + r * ldy, cols, bias[r], res ? res + r * ldr : 0, relu);
 }
 
 // canopy_im2col: the patch matrix of output columns [j0, j0+nb), as
@@ -271,18 +274,7 @@ static void K(wino4_out)(const float *m, long ms, int nb, int oc, int tw, int t0
 					Y[4 * kk + 2] = a_ + c_ * 4.0f;
 					Y[4 * kk + 3] = (b_ + d_ * 8.0f) + s5;
 				}
-				float *dst = out + (long)yy * w + x0;
-				if (rp) {
-					const float *rr = rp + (long)yy * w + x0;
-					for (int xx = 0; xx < n; xx++)
-						dst[xx] = (Y[xx] + b) + rr[xx];
-				} else {
-					for (int xx = 0; xx < n; xx++)
-						dst[xx] = Y[xx] + b;
-				}
-				if (relu)
-					for (int xx = 0; xx < n; xx++)
-						dst[xx] = dst[xx] < 0 ? 0 : dst[xx];
+				K(bias_row)(out + (long)yy * w + x0, Y, n, b, rp ? rp + (long)yy * w + x0 : 0, relu);
 			}
 			k += run;
 		}

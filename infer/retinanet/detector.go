@@ -30,7 +30,7 @@ func NewDetector(m *Model, threads int, labels []int32) (*Detector, error) {
 	if len(labels) != m.Classes {
 		return nil, fmt.Errorf("retinanet: %d label ids for a %d-class model: %w", len(labels), m.Classes, infer.ErrModel)
 	}
-	return &Detector{r: newReleasingRunner(m, threads), labels: labels, name: "retinanet-cpu " + m.Arch}, nil
+	return &Detector{r: newRunner(m, threads, true), labels: labels, name: "retinanet-cpu " + m.Arch}, nil
 }
 
 // Runner is the detector's runner (memprobe times and measures it).

@@ -13,15 +13,12 @@ type Runner struct {
 // NewRunner returns a Runner with threads workers (at least 1). The first
 // Runner of a model transforms its Winograd filters (prepareCPU) and keeps
 // the model's weights, so it may still run on a GPU.
-func NewRunner(m *Model, threads int) *Runner {
-	m.prepareCPU(false)
-	return &Runner{m: m, e: newEngine(threads)}
-}
+func NewRunner(m *Model, threads int) *Runner { return newRunner(m, threads, false) }
 
-// newReleasingRunner is NewRunner for the CPU detector: the first runner
-// of the model drops the 3×3 weights its Winograd filters replace.
-func newReleasingRunner(m *Model, threads int) *Runner {
-	m.prepareCPU(true)
+// newRunner is NewRunner; with release (the CPU detector), the model's
+// first runner drops the 3×3 weights its Winograd filters replace.
+func newRunner(m *Model, threads int, release bool) *Runner {
+	m.prepareCPU(release)
 	return &Runner{m: m, e: newEngine(threads)}
 }
 
