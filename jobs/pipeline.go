@@ -44,6 +44,9 @@ type shardOptions struct {
 	// identify: record each image file's identity (size, mtime, sha256)
 	// beside its detections, so --resume can check the file is the same.
 	identify bool
+	// batchBase: detector calls this rank made before this shard (the
+	// interrupt hook counts them all; a tile run calls once per round).
+	batchBase int
 }
 
 // batchBounds cuts a shard into detector calls: batchSize images at a
@@ -186,7 +189,7 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 	pf, _ := d.(infer.Prefetcher)
 	var next []infer.Input
 	for batches := 0; batches < len(bounds); batches++ {
-		if batches == stopAfter {
+		if o.batchBase+batches == stopAfter {
 			interruptSelf(rank)
 		}
 		if ctx.Err() != nil {

@@ -266,8 +266,11 @@ func csvField(s string) string {
 	return s
 }
 
+// predictionsHeader is predictions.csv's first line.
+const predictionsHeader = "image_path,xmin,ymin,xmax,ymax,label,score\n"
+
 func writePredictions(w io.Writer, images []box.Image, dets [][]box.Detection, labels box.LabelMap) error {
-	if _, err := io.WriteString(w, "image_path,xmin,ymin,xmax,ymax,label,score\n"); err != nil {
+	if _, err := io.WriteString(w, predictionsHeader); err != nil {
 		return err
 	}
 	names := csvNames(labels)

@@ -8,18 +8,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/canopy-hpc/canopy/box"
-	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/gemm"
-	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/dataset"
-	"github.com/canopy-hpc/canopy/internal/parts"
-	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -28,27 +23,30 @@ import (
 
 // canopy predict --tile: DeepForest's predict_tile over many rasters on
 // many ranks. Rank 0 lists and opens the rasters (size, bands,
-// georeferencing) and broadcasts them; every rank cuts the same global
-// window list (raster by raster, each in DeepForest's order), takes its
-// contiguous block of it (plan.Blocks), reads only those windows through
-// GDAL and detects them; the detections are gathered in window order and
-// every rank merges each raster's windows (tile.Merge), so the merged rows
-// do not depend on the rank count, --threads or --batch-size.
+// georeferencing), prepares the output folder (or finds what a run to
+// resume saved) and broadcasts them; the global window list is arithmetic
+// (tileIndex), walked in rounds (tile_rounds.go): each rank detects its
+// share of a round, saving it in its part file, the round is gathered, and
+// a raster whose windows are all in is merged and published
+// (tile_outputs.go) by the rank that owns it. At the end rank 0 builds the
+// combined outputs from the per-raster ones. Every output is the same
+// bytes for any rank count, round size, --threads or --batch-size.
 
 // tileRaster is one raster of the job, as rank 0 found it.
 type tileRaster struct {
-	Path         string        `json:"image_path"` // as predictions.csv names it
-	File         string        `json:"file"`       // where every rank opens it
-	Width        int           `json:"width"`
-	Height       int           `json:"height"`
-	Bands        int           `json:"bands"`
-	Bits         int           `json:"bits"`
-	Driver       string        `json:"driver"`
-	CRS          string        `json:"crs,omitempty"`
-	GeoTransform *[6]float64   `json:"geotransform,omitempty"`
-	Windows      int           `json:"windows"`
-	Detections   int           `json:"detections"`
-	wins         []tile.Window // not reported
+	Path         string      `json:"image_path"` // as predictions.csv names it
+	File         string      `json:"file"`       // where every rank opens it
+	Name         string      `json:"name"`       // its outputs: OUT/rasters/<name>.csv …
+	Width        int         `json:"width"`
+	Height       int         `json:"height"`
+	Bands        int         `json:"bands"`
+	Bits         int         `json:"bits"`
+	Driver       string      `json:"driver"`
+	CRS          string      `json:"crs,omitempty"`
+	GeoTransform *[6]float64 `json:"geotransform,omitempty"`
+	Windows      int         `json:"windows"`
+	WindowDets   int         `json:"window_detections"`
+	Detections   int         `json:"detections"`
 }
 
 // tileSources lists the rasters: (image_path, file) pairs.
@@ -104,40 +102,47 @@ func tileSources(cfg TileConfig) (paths, files []string, err error) {
 }
 
 // openRasters opens every raster once on rank 0 (gdal.Open reads its
-// first and last pixels) and counts its windows.
-func openRasters(cfg TileConfig) ([]tileRaster, error) {
+// first and last pixels, and the dataset is closed at once), counts its
+// windows, names its outputs and records its identity.
+func openRasters(cfg TileConfig) ([]tileRaster, []rasterIdent, error) {
 	paths, files, err := tileSources(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	total := 0
 	out := make([]tileRaster, len(paths))
+	idents := make([]rasterIdent, len(paths))
+	names := rasterNames(paths)
 	for i := range paths {
 		r, err := gdal.Open(files[i])
 		if err != nil {
-			return nil, fmt.Errorf("jobs: %w", err)
+			return nil, nil, fmt.Errorf("jobs: %w", err)
 		}
 		in := r.Info()
 		r.Close()
-		t := tileRaster{Path: paths[i], File: files[i], Width: in.Width, Height: in.Height, Bands: in.Bands, Bits: in.Bits,
+		t := tileRaster{Path: paths[i], File: files[i], Name: names[i], Width: in.Width, Height: in.Height, Bands: in.Bands, Bits: in.Bits,
 			Driver: in.Driver, CRS: in.CRS}
 		if in.HasTransform {
 			gt := in.GeoTransform
 			t.GeoTransform = &gt
 		}
 		if t.Windows, err = tile.Count(in.Width, in.Height, cfg.Settings); err != nil {
-			return nil, fmt.Errorf("jobs: %s: %w", files[i], err)
+			return nil, nil, fmt.Errorf("jobs: %s: %w", files[i], err)
 		}
 		if total += t.Windows; total > tile.MaxWindows {
-			return nil, fmt.Errorf("jobs: the rasters give more than %d windows: %w", tile.MaxWindows, tile.ErrSettings)
+			return nil, nil, fmt.Errorf("jobs: the rasters give more than %d windows: %w", tile.MaxWindows, tile.ErrSettings)
+		}
+		if idents[i], err = identifyRaster(paths[i], files[i]); err != nil {
+			return nil, nil, fmt.Errorf("jobs: %w", err)
 		}
 		out[i] = t
 	}
-	return out, nil
+	return out, idents, nil
 }
 
-// packTile is rank 0's packet: the model and the rasters (and eval
-// --tile's truth, as CSV; vt records a shapefile or GeoPackage truth).
+// packTile is rank 0's packet: the model, the rasters, eval --tile's truth
+// (as CSV; vt records a shapefile or GeoPackage truth), the label map, and
+// what the run continues (a tileResume and the saved windows).
 func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 	fail := func(code int, err error) ([]byte, *outRun, *tileTruth) {
 		return append([]byte{byte(code)}, err.Error()...), nil, nil
@@ -156,7 +161,7 @@ func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 		}
 		cfg.vector = vt
 	}
-	rasters, err := openRasters(cfg)
+	rasters, idents, err := openRasters(cfg)
 	if err != nil {
 		if errors.Is(err, gdal.ErrUnavailable) {
 			return fail(ExitUsage, err)
@@ -173,34 +178,42 @@ func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 			return fail(ExitInput, err)
 		}
 	}
-	out, err = preparePredictOut(cfg.Out, cfg.Force)
-	if err != nil {
-		return fail(Code(err), err)
-	}
-	rb, err := json.Marshal(rasters)
-	if err != nil {
-		out.finish(err)
-		return fail(ExitInternal, err)
-	}
 	if cfg.Eval != nil && vt == nil {
 		if truth, err = readNamedInput(cfg.CSV); err != nil {
-			out.finish(err)
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}
 	labels := cfg.LabelDictData
 	if labels == nil && cfg.LabelDict != "" {
 		if labels, err = readNamedInput(cfg.LabelDict); err != nil {
-			out.finish(err)
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}
-	if vt != nil && cfg.Progress != nil {
-		for _, w := range vt.Warnings {
-			fmt.Fprintf(cfg.Progress, "canopy: warning: %s\n", w)
+	ix, err := newTileIndex(rasters, cfg.Settings)
+	if err != nil {
+		return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+	}
+	out, res, saved, err := prepareTileOut(cfg, tileManifestOf(cfg, digest, config, labels, truth, idents), ix.offset)
+	if err != nil {
+		return fail(Code(err), err)
+	}
+	rb, err := json.Marshal(rasters)
+	rj, _ := json.Marshal(res)
+	if err != nil {
+		out.finish(err)
+		return fail(ExitInternal, err)
+	}
+	if cfg.Progress != nil {
+		if vt != nil {
+			for _, w := range vt.Warnings {
+				fmt.Fprintf(cfg.Progress, "canopy: warning: %s\n", w)
+			}
+		}
+		for _, n := range res.Notes {
+			fmt.Fprintf(cfg.Progress, "canopy: note: %s\n", n)
 		}
 	}
-	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth, labels), out, vt
+	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth, labels, rj, saved), out, vt
 }
 
 type tileReport struct {
@@ -223,7 +236,17 @@ type tileReport struct {
 		Rasters      []tileRaster `json:"rasters"`
 		GPKG         string       `json:"gpkg,omitempty"`
 		Truth        *tileTruth   `json:"truth,omitempty"` // a shapefile or GeoPackage truth
+		// Resume: what this run took from the run it continued.
+		Resume *tileResumeInfo `json:"resume,omitempty"`
 	} `json:"tile"`
+}
+
+// tileResumeInfo is report.json's tile.resume.
+type tileResumeInfo struct {
+	Attempt         int `json:"attempt"`
+	RastersFinished int `json:"rasters_finished_before"`
+	WindowsSaved    int `json:"windows_from_parts"`
+	RecordsDropped  int `json:"torn_records_dropped"`
 }
 
 // tileEval is eval --tile's matching: the IoU above which a detection
@@ -233,46 +256,7 @@ type tileEval struct {
 	Semantics    string  `json:"semantics"`
 }
 
-// rasterSet opens this rank's rasters when first needed and reads windows.
-type rasterSet struct {
-	mu    sync.Mutex
-	files []string
-	open  map[int]*gdal.Raster
-}
-
-func (s *rasterSet) read(r int, w tile.Window) (imagefile.Image, error) {
-	px, err := s.pixels(r, w)
-	if err != nil {
-		return imagefile.Image{}, err
-	}
-	return imagefile.FromPlanes(px.W, px.H, px.Pix)
-}
-
-// pixels reads window w of raster r as 8-bit R, G and B planes.
-func (s *rasterSet) pixels(r int, w tile.Window) (gdal.RGB8, error) {
-	s.mu.Lock()
-	ras, ok := s.open[r]
-	if !ok {
-		var err error
-		if ras, err = gdal.Open(s.files[r]); err != nil {
-			s.mu.Unlock()
-			return gdal.RGB8{}, err
-		}
-		s.open[r] = ras
-	}
-	s.mu.Unlock()
-	return ras.Read(w.X, w.Y, w.W, w.H)
-}
-
-func (s *rasterSet) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range s.open {
-		r.Close()
-	}
-}
-
-// PredictTile runs predict --tile on this rank.
+// PredictTile runs predict --tile (and eval --tile) on this rank.
 func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	cfg.BatchSize = batchOrOne(cfg.BatchSize)
 	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
@@ -285,16 +269,20 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		pkt, out, vt = packTile(cfg)
 	}
 	defer func() { out.finish(err) }()
-	f, err := bcastFields(c, pkt, 6)
+	f, err := bcastFields(c, pkt, 8)
 	if err != nil {
 		return err
 	}
-	if len(f) != 6 {
+	if len(f) != 8 {
 		return collective(ExitInternal, "jobs: malformed input broadcast")
 	}
 	var rasters []tileRaster
+	var res tileResume
 	if err := json.Unmarshal(f[3], &rasters); err != nil {
 		return collective(ExitInternal, "jobs: malformed raster list: %v", err)
+	}
+	if err := json.Unmarshal(f[6], &res); err != nil {
+		return collective(ExitInternal, "jobs: malformed resume record: %v", err)
 	}
 	// --label-dict: every rank parses rank 0's bytes; a bare .pt takes its
 	// labels from it, a model folder's or .ckpt's own must equal it.
@@ -319,77 +307,27 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	var truthImages []box.Image // eval --tile: each raster's truth
 	if cfg.Eval != nil {
-		parse := dataset.ParseTruthFile
-		if isVectorTruth(cfg.CSV) { // rank 0 sent it as the CSV it equals
-			parse = dataset.ParseTruth
-		}
-		truth, err := parse(cfg.CSV, f[4])
-		if err != nil {
-			return &Error{Code: ExitInput, Collective: true, Err: err}
-		}
-		var names []string
-		for _, im := range truth.Images {
-			names = append(names, im.Labels...)
-		}
-		if err := checkModelLabels(labels, given, names, cfg.CSV); err != nil {
-			return &Error{Code: ExitModel, Collective: true, Err: err}
-		}
-		if truthImages, err = truth.Resolve(cfg.CSV, labels); err != nil || len(truthImages) != len(rasters) {
-			return collective(ExitInput, "jobs: %s: truth for %d rasters of %d: %v", cfg.CSV, len(truthImages), len(rasters), err)
+		if truthImages, err = tileTruthImages(cfg, f[4], labels, given, len(rasters)); err != nil {
+			return err
 		}
 	}
-
-	// The global window list: raster by raster, each in DeepForest's order.
-	type globalWin struct {
-		r int
-		w tile.Window
-	}
-	var all []globalWin
-	offset := make([]int, len(rasters)+1)
-	largest, lw, lh, lfile := 0, 0, 0, ""
-	for i := range rasters {
-		ws, err := tile.Windows(rasters[i].Width, rasters[i].Height, cfg.Settings)
-		if err != nil {
-			return collective(ExitInput, "jobs: %s: %w", rasters[i].File, err)
-		}
-		rasters[i].wins = ws
-		for _, w := range ws {
-			all = append(all, globalWin{i, w})
-		}
-		offset[i+1] = len(all)
-		if px := ws[0].W * ws[0].H; px > largest {
-			largest, lw, lh, lfile = px, ws[0].W, ws[0].H, rasters[i].File
-		}
-	}
-	// Contiguous blocks of windows (GDAL's block cache serves the overlap);
-	// on the cuDNN path whole global batches instead, as eval and predict
-	// take them, so each window keeps its batch and slot whatever the
-	// rank count (model.plan records the batching in the report).
-	var p plan.Plan
-	if model.globalBatching() {
-		todo := make([]int, len(all))
-		for i := range todo {
-			todo[i] = i
-		}
-		p, err = model.plan(todo, nil, cfg.BatchSize, c.Size())
-	} else {
-		p, err = plan.Blocks(len(all), c.Size())
-	}
+	ix, err := newTileIndex(rasters, cfg.Settings)
 	if err != nil {
-		return collective(ExitInternal, "jobs: %w", err)
+		return collective(ExitInput, "jobs: %w", err)
 	}
-	shard := p.Shards[c.Rank()]
-	stats.Images = len(shard)
-	var merr error
-	if lfile != "" {
-		merr = checkMemory(lfile, lw, lh, model, cfg.Model, cfg.BatchSize, c.LocalSize())
+	if err := checkSharedOut(c, cfg.Out, res.Probe); err != nil {
+		return err
 	}
-	if err := agreeErr(c, ExitInput, merr); err != nil {
+	run := &tileRun{c: c, cfg: cfg, ix: ix, rasters: rasters, labels: labels, model: model, global: model.globalBatching(), out: out, stats: &stats,
+		left: make([]int, len(rasters)), finished: make([]bool, len(rasters)), held: map[int]*heldRaster{}, resumed: map[int]bool{}}
+	if err := run.resume(res, f[7]); err != nil {
+		return err
+	}
+	if err := tileMemory(c, cfg, model, run); err != nil {
 		return err
 	}
 	stats.Seconds["load"] = since(t0)
 
-	t1 := time.Now()
 	det, err := model.openDetector(c, labels, cfg.Progress)
 	if err != nil {
 		return err
@@ -399,72 +337,190 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	for i := range rasters {
 		files[i] = rasters[i].File
 	}
-	rs := &rasterSet{files: files, open: map[int]*gdal.Raster{}}
-	defer rs.close()
-	names := make([]box.Image, len(all)) // detectShard's item names (unused with input)
-	input := func(i int) infer.Input {
-		g := all[i]
-		name := fmt.Sprintf("%s window %d (%d,%d %dx%d)", rasters[g.r].Path, i-offset[g.r], g.w.X, g.w.Y, g.w.W, g.w.H)
-		return infer.Input{Index: i, Path: name, File: name, Pixels: func() (imagefile.Image, error) { return rs.read(g.r, g.w) }}
+	run.det, run.rs = det, &rasterSet{files: files, open: map[int]*gdal.Raster{}}
+	defer run.rs.close()
+	if run.pw, err = createParts(cfg.Out, res.Probe, res.Attempt, c.Rank(), time.Second); err != nil {
+		return localErr(ExitInternal, "jobs: %w", err)
 	}
-	mine, derr := detectShard(ctx, det, shardOptions{batchSize: cfg.BatchSize, progress: cfg.Progress, input: input, unit: "windows", global: model.globalBatching()},
-		names, shard, c.Rank(), func([]wire.Image, []parts.Identity) error { return nil })
-	if errors.Is(derr, gdal.ErrRaster) {
-		derr = &Error{Code: ExitInput, Err: derr}
-	}
-	if err := detectErr(derr, "predict keeps no part files, run it again: "); err != nil {
+	defer func() {
+		if run.pw != nil {
+			run.pw.Close()
+		}
+	}()
+	if err := run.run(ctx); err != nil {
 		return err
 	}
-	for _, im := range mine {
-		stats.Detections += len(im.Dets)
+	if err := run.pw.Close(); err != nil {
+		return localErr(ExitInternal, "jobs: %w", err)
 	}
-	stats.Seconds["detect"] = since(t1)
+	run.pw = nil
+	stats.Seconds["detect"], stats.Seconds["gather"], stats.Seconds["merge"] = run.detect.Seconds(), run.gather.Seconds(), run.merge.Seconds()
 	printLayerTimes(cfg.Progress, det)
+	return finishTile(c, cfg, run, &res, model, det.Name(), f, vt, truthImages)
+}
 
-	dets, _, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, nil, len(all), &stats)
+// tileTruthImages parses eval --tile's truth (rank 0's bytes) on every
+// rank and checks its labels against the model's.
+func tileTruthImages(cfg TileConfig, data []byte, labels box.LabelMap, given *box.LabelMap, rasters int) ([]box.Image, error) {
+	parse := dataset.ParseTruthFile
+	if isVectorTruth(cfg.CSV) { // rank 0 sent it as the CSV it equals
+		parse = dataset.ParseTruth
+	}
+	truth, err := parse(cfg.CSV, data)
 	if err != nil {
+		return nil, &Error{Code: ExitInput, Collective: true, Err: err}
+	}
+	var names []string
+	for _, im := range truth.Images {
+		names = append(names, im.Labels...)
+	}
+	if err := checkModelLabels(labels, given, names, cfg.CSV); err != nil {
+		return nil, &Error{Code: ExitModel, Collective: true, Err: err}
+	}
+	images, err := truth.Resolve(cfg.CSV, labels)
+	if err != nil || len(images) != rasters {
+		return nil, collective(ExitInput, "jobs: %s: truth for %d rasters of %d: %v", cfg.CSV, len(images), rasters, err)
+	}
+	return images, nil
+}
+
+// resume sets the run's state from rank 0's resume record and the saved
+// windows (wire-encoded) it broadcast.
+func (t *tileRun) resume(res tileResume, saved []byte) error {
+	for r := range t.rasters {
+		t.left[r] = t.ix.grids[r].Len()
+	}
+	for _, r := range res.Finished {
+		if r < 0 || r >= len(t.rasters) {
+			return collective(ExitInternal, "jobs: resume record names raster %d of %d", r, len(t.rasters))
+		}
+		t.finished[r], t.left[r] = true, 0
+		t.nDone++
+	}
+	var ims []wire.Image
+	var err error
+	if len(saved) > 0 {
+		ims, err = wire.Decode(saved)
+	}
+	if err != nil {
+		return collective(ExitInternal, "jobs: saved windows: %w", err)
+	}
+	if err := t.place(ims, map[int]bool{}); err != nil {
 		return err
 	}
-	t2 := time.Now()
+	for _, im := range ims {
+		t.resumed[im.Index] = true
+	}
+	for r := range t.rasters {
+		t.todo += t.left[r]
+	}
+	return nil
+}
+
+// Bytes a round holds per window at most: a window's detections (up to
+// maxWindowDets, as this rank's result, the gathered buffer and the
+// decoded copy) and its bookkeeping.
+const (
+	maxWindowDets   = 300 // torchvision's detections_per_img ceiling
+	roundWindowCost = maxWindowDets * 3 * 56
+)
+
+// tileMemory fixes the round size and checks, on every rank, that a
+// round, the largest window and the rasters' bookkeeping fit the rank's
+// memory before anything is allocated for them: over the budget is exit
+// 3, naming the raster and the need.
+func tileMemory(c mpi.Comm, cfg TileConfig, model *loadedModel, t *tileRun) error {
+	t.round = cfg.RoundWindows
+	if t.round <= 0 {
+		t.round = max(256, 16*c.Size()*cfg.BatchSize)
+	}
+	var err error
+	largest, lr := 0, -1
+	for i, g := range t.ix.grids {
+		if w := g.At(0); w.W*w.H > largest {
+			largest, lr = w.W*w.H, i
+		}
+	}
+	budget, from, ok := rankBudget(cfg.Model, c.LocalSize())
+	if ok && cfg.RoundWindows <= 0 {
+		t.round = int(max(int64(c.Size()*cfg.BatchSize), min(int64(t.round), budget/8/roundWindowCost)))
+	}
+	if t.global && cfg.RoundWindows <= 0 { // whole global batches per round
+		t.round = (t.round + cfg.BatchSize - 1) / cfg.BatchSize * cfg.BatchSize
+	}
+	if ok {
+		book := int64(len(t.rasters))*512 + int64(len(t.resumed))*64
+		need := residentBytes() + book + int64(t.round)*roundWindowCost
+		if need > budget {
+			err = &Error{Code: ExitInput, Err: fmt.Errorf("jobs: the job's %d rasters (%d windows; the largest, %s, %d) need about %s on this rank for their bookkeeping and a round of %d windows, which may use %s (%s): "+
+				"run fewer ranks per node, give fewer rasters, a smaller --round-windows, or set --rank-memory: %w",
+				len(t.rasters), t.ix.total(), t.rasters[lr].File, t.ix.grids[lr].Len(), gib(need), t.round, gib(budget), from, dataset.ErrInput)}
+		}
+	}
+	if err == nil && lr >= 0 {
+		w := t.ix.grids[lr].At(0)
+		err = checkMemory(t.rasters[lr].File, w.W, w.H, model, cfg.Model, cfg.BatchSize, c.LocalSize())
+	}
+	return agreeErr(c, ExitInput, err)
+}
+
+// finishTile ends a tile run: rank 0 reads the done records, eval --tile
+// scores the merged rows (read back from the per-raster files on every
+// rank), and rank 0 publishes the combined outputs and report.json.
+func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model *loadedModel, detName string, f [][]byte, vt *tileTruth, truthImages []box.Image) error {
+	rasters, labels := run.rasters, run.labels
+	var res2 metrics.Result
+	var metricJSON []byte
 	images := make([]box.Image, len(rasters))
-	merged := make([][]box.Detection, len(rasters))
-	windowDets := 0
 	for i := range rasters {
 		images[i] = box.Image{Path: rasters[i].Path}
-		for _, d := range dets[offset[i]:offset[i+1]] {
-			windowDets += len(d)
-		}
-		merged[i] = tile.Merge(rasters[i].wins, dets[offset[i]:offset[i+1]], cfg.IoU)
-		rasters[i].Detections = len(merged[i])
 	}
-	stats.Seconds["merge"] = since(t2)
-	var res metrics.Result
-	var metricJSON []byte
+	var merged [][]box.Detection // eval --tile only
 	if cfg.Eval != nil {
-		for i := range images {
-			images[i] = truthImages[i]
+		copy(images, truthImages)
+		merged = make([][]box.Detection, len(rasters))
+		var rerr error
+		for i, r := range rasters {
+			if merged[i], rerr = readRasterRows(rasterCSV(cfg.Out, r), labels); rerr != nil {
+				break
+			}
+		}
+		if err := agreeErr(c, ExitInternal, rerr); err != nil {
+			return err
 		}
 		fam := cfg.Eval.Families
 		if fam == 0 {
 			fam = metrics.All
 		}
-		if res, err = metrics.Compute(metrics.Input{Images: images, Dets: merged, Labels: labels},
+		var err error
+		if res2, err = metrics.Compute(metrics.Input{Images: images, Dets: merged, Labels: labels},
 			metrics.Options{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics}, fam, cfg.Eval.ClassMetrics); err != nil {
 			return collective(ExitInternal, "jobs: %w", err)
 		}
-		metricJSON = MetricsJSON(res.Values)
+		metricJSON = MetricsJSON(res2.Values)
 		if err := agree(c, metricJSON); err != nil {
 			return err
 		}
 	}
-	return writeReport(c, stats, "predictions", func(allStats []rankStats) error {
+	return writeReport(c, *run.stats, "predictions", func(allStats []rankStats) error {
 		tw := time.Now()
 		var rep tileReport
 		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
-			Ranks: c.Size(), Images: len(rasters), Model: &model.info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot,
+			Ranks: c.Size(), Images: len(rasters), Model: &model.info, Detector: detName, AllowOutsideRoot: cfg.AllowOutsideRoot,
 			PerRank: allStats}
-		for _, d := range merged {
-			rep.Boxes += len(d)
+		outputs := map[string]string{}
+		windowDets := 0
+		for i := range rasters {
+			d, ok, err := readDone(cfg.Out, i)
+			if err != nil || !ok {
+				return ioErr("jobs: raster %q has no done record (%v)", rasters[i].Path, err)
+			}
+			rasters[i].WindowDets, rasters[i].Detections = d.WindowDets, d.Detections
+			rep.Boxes += d.Detections
+			windowDets += d.WindowDets
+			for k, v := range d.Outputs {
+				outputs[k] = v
+			}
 		}
 		rep.Tile.PatchSize, rep.Tile.PatchOverlap, rep.Tile.IoU = cfg.Settings.Patch, cfg.Settings.Overlap, cfg.IoU
 		if cfg.Eval != nil {
@@ -477,125 +533,77 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		if cfg.LabelDict != "" {
 			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: sha256Hex(f[5])}}
 		}
-		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters, rep.Tile.Truth = len(all), windowDets, rasters, vt
+		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters, rep.Tile.Truth = run.ix.total(), windowDets, rasters, vt
 		rep.Tile.Order = "rasters in input order; each raster's windows x outer, y inner (DeepForest's compute_windows)"
-		var extra []staged
-		gpkg, note, err := stageGPKG(cfg.Out, rasters, merged, labels)
+		if cfg.Resume {
+			rep.Tile.Resume = &tileResumeInfo{Attempt: res.Attempt, RastersFinished: len(res.Finished), WindowsSaved: res.Windows, RecordsDropped: res.Dropped}
+		}
+		var set []staged
+		drop := func() {
+			for _, s := range set {
+				os.Remove(filepath.Join(cfg.Out, s.Tmp))
+			}
+		}
+		preds, err := stageCombinedCSV(cfg.Out, rasters)
 		if err != nil {
 			return err
 		}
+		set = append(set, preds)
+		rows := func(i int) ([]box.Detection, error) {
+			if merged != nil {
+				return merged[i], nil
+			}
+			return readRasterRows(rasterCSV(cfg.Out, rasters[i]), labels)
+		}
+		gpkg, note, err := stageGPKG(cfg.Out, gpkgFile, rasters, rows, labels)
+		if err != nil {
+			drop()
+			return err
+		}
 		if gpkg != nil {
-			extra = append(extra, *gpkg)
+			set = append(set, *gpkg)
 			rep.Tile.GPKG = gpkgFile
 		}
 		if cfg.Eval != nil {
 			rep.Metrics = json.RawMessage(metricJSON)
 			results, err := stage(cfg.Out, "results.csv", func(w io.Writer) error {
-				return writeResults(w, images, merged, labels, res.Matches)
+				return writeResults(w, images, merged, labels, res2.Matches)
 			})
 			if err != nil {
+				drop()
 				return err
 			}
-			extra = append(extra, results)
-			h, err := stageTileHTML(cfg, &rep, f[4], rasters, rs, images, merged, labels, res, metricJSON, since(tw))
+			set = append(set, results)
+			h, err := stageTileHTML(cfg, &rep, f[4], rasters, run.ix, run.rs, images, merged, labels, res2, metricJSON, since(tw))
 			if err != nil {
-				for _, s := range extra {
-					os.Remove(filepath.Join(cfg.Out, s.Tmp))
-				}
+				drop()
 				return err
 			}
-			extra = append(extra, h...)
+			set = append(set, h...)
 		}
 		if note != "" && cfg.Progress != nil {
 			fmt.Fprintf(cfg.Progress, "canopy: note: %s\n", note)
 		}
-		err = publishPredictions(cfg.Out, images, merged, labels, extra, func(outputs map[string]string) any {
-			rep.Outputs = outputs
-			return rep
-		})
-		if err != nil {
+		for _, s := range set {
+			outputs[s.Name] = s.SHA256
+		}
+		rep.Outputs = outputs
+		if err := publishSet(cfg.Out, set, rep); err != nil {
 			return err
 		}
-		if err := out.commit(); err != nil {
+		if err := run.out.commit(); err != nil {
 			return err
 		}
 		if cfg.Stdout != nil && cfg.Eval != nil {
-			printTable(cfg.Stdout, res.Values)
+			printTable(cfg.Stdout, res2.Values)
 			if cfg.Eval.HTML != nil {
 				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))
 			}
 		}
 		if cfg.Stdout != nil {
 			fmt.Fprintf(cfg.Stdout, "%d detections on %d rasters (%d windows, %d window detections): %s\n",
-				rep.Boxes, len(rasters), len(all), windowDets, filepath.Join(cfg.Out, "predictions.csv"))
+				rep.Boxes, len(rasters), run.ix.total(), windowDets, filepath.Join(cfg.Out, "predictions.csv"))
 		}
 		return nil
 	})
-}
-
-// gpkgFile holds the boxes of georeferenced rasters as polygons.
-const gpkgFile = "predictions.gpkg"
-
-// stageGPKG writes predictions.gpkg when a raster has a CRS and a
-// geotransform: one polygon layer per such raster (named by its
-// image_path), each box mapped as DeepForest's image_to_geo_coordinates
-// maps it (gdal.BoxRing). note says, once, which rasters it leaves out.
-func stageGPKG(dir string, rasters []tileRaster, merged [][]box.Detection, labels box.LabelMap) (*staged, string, error) {
-	var layers []gdal.Layer
-	var without []string
-	names := labels.Names()
-	for i, r := range rasters {
-		if r.CRS == "" || r.GeoTransform == nil {
-			without = append(without, r.Path)
-			continue
-		}
-		ly := gdal.Layer{Name: r.Path, CRS: r.CRS}
-		for _, d := range merged[i] {
-			label := ""
-			if int(d.Label) < len(names) {
-				label = names[d.Label]
-			}
-			ring := gdal.BoxRing(*r.GeoTransform, d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax)
-			// As image_to_geo_coordinates: the columns become the polygon's bounds.
-			f := gdal.Feature{Ring: ring, ImagePath: r.Path, Label: label, Score: d.Score,
-				Xmin: ring[0][0], Ymin: ring[0][1], Xmax: ring[0][0], Ymax: ring[0][1]}
-			for _, p := range ring {
-				f.Xmin, f.Xmax = min(f.Xmin, p[0]), max(f.Xmax, p[0])
-				f.Ymin, f.Ymax = min(f.Ymin, p[1]), max(f.Ymax, p[1])
-			}
-			ly.Features = append(ly.Features, f)
-		}
-		layers = append(layers, ly)
-	}
-	note := ""
-	switch {
-	case len(layers) == 0:
-		return nil, fmt.Sprintf("no raster has a CRS: no %s is written (pixel coordinates are in predictions.csv)", gpkgFile), nil
-	case len(without) > 0:
-		note = fmt.Sprintf("%d of %d rasters have no CRS (the first: %s): %s leaves them out", len(without), len(rasters), without[0], gpkgFile)
-	}
-	f, err := os.CreateTemp(dir, "."+gpkgFile+".tmp-gdal*")
-	if err != nil {
-		return nil, "", fmt.Errorf("jobs: %w", err)
-	}
-	tmp := f.Name()
-	f.Close()
-	os.Remove(tmp) // GDAL creates it
-	defer os.Remove(tmp)
-	if err := gdal.WriteGPKG(tmp, layers); err != nil {
-		return nil, "", fmt.Errorf("jobs: %w", err)
-	}
-	src, err := os.Open(tmp)
-	if err != nil {
-		return nil, "", fmt.Errorf("jobs: %w", err)
-	}
-	defer src.Close()
-	s, err := stage(dir, gpkgFile, func(w io.Writer) error {
-		_, err := io.Copy(w, src)
-		return err
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	return &s, note, nil
 }

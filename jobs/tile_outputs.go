@@ -1,0 +1,273 @@
+package jobs
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/gdal"
+	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/wire"
+)
+
+// A raster's merge and its outputs, the step predict --tile and eval
+// --tile share: once every window of a raster is detected, the rank that
+// owns it merges them (tile.Merge) and publishes OUT/rasters/<name>.csv
+// (and .gpkg when the raster has a CRS), then its done record. The
+// combined predictions.csv and predictions.gpkg are built from these
+// files at the end, one raster at a time, in raster order.
+
+// rastersDir holds the per-raster outputs.
+const rastersDir = "rasters"
+
+// rasterNames are the rasters' output names: the file name without its
+// extension; a name already taken (compared without case, as a
+// case-insensitive filesystem would) by an earlier raster of the list gets
+// "-2", "-3", … (the first free), so names follow the input order; a name
+// that is empty or starts with "." is prefixed "raster".
+func rasterNames(paths []string) []string {
+	taken := map[string]bool{}
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		base := filepath.Base(p)
+		base = strings.TrimSuffix(base, filepath.Ext(base))
+		if base == "" || strings.HasPrefix(base, ".") {
+			base = "raster" + base
+		}
+		name := base
+		for k := 2; taken[strings.ToLower(name)]; k++ {
+			name = base + "-" + strconv.Itoa(k)
+		}
+		taken[strings.ToLower(name)] = true
+		out[i] = name
+	}
+	return out
+}
+
+// heldRaster is what a raster's owner holds until the raster is merged:
+// the windows with detections (the others add no row).
+type heldRaster struct {
+	wins []wire.Image
+}
+
+// mergeHeld is tile.Merge of a raster's held windows, in window order.
+func mergeHeld(g tile.Grid, first int, h *heldRaster, iou float64) (merged []box.Detection, windowDets int) {
+	sort.Slice(h.wins, func(a, b int) bool { return h.wins[a].Index < h.wins[b].Index })
+	wins := make([]tile.Window, len(h.wins))
+	dets := make([][]box.Detection, len(h.wins))
+	for k, im := range h.wins {
+		wins[k], dets[k] = g.At(im.Index-first), im.Dets
+		windowDets += len(im.Dets)
+	}
+	return tile.Merge(wins, dets, iou), windowDets
+}
+
+// publishRaster writes raster i's outputs under OUT/rasters, each staged
+// and synced before any is renamed into place (a full disk publishes
+// none), the CSV last; then its done record.
+func publishRaster(out string, i int, r tileRaster, merged []box.Detection, windowDets, skipped int, labels box.LabelMap) error {
+	dir := filepath.Join(out, rastersDir)
+	var set []staged
+	drop := func() {
+		for _, s := range set {
+			os.Remove(filepath.Join(dir, s.Tmp))
+		}
+	}
+	if r.CRS != "" && r.GeoTransform != nil {
+		g, _, err := stageGPKG(dir, r.Name+".gpkg", []tileRaster{r}, func(int) ([]box.Detection, error) { return merged, nil }, labels)
+		if err != nil {
+			return err
+		}
+		set = append(set, *g)
+	}
+	c, err := stage(dir, r.Name+".csv", func(w io.Writer) error {
+		return writePredictions(w, []box.Image{{Path: r.Path}}, [][]box.Detection{merged}, labels)
+	})
+	if err != nil {
+		drop()
+		return err
+	}
+	set = append(set, c)
+	d := rasterDone{Index: i, Path: r.Path, Name: r.Name, WindowDets: windowDets, Detections: len(merged), Skipped: skipped, Outputs: map[string]string{}}
+	for k, s := range set {
+		if err := os.Rename(filepath.Join(dir, s.Tmp), filepath.Join(dir, s.Name)); err != nil {
+			set = set[k:]
+			drop()
+			return ioErr("jobs: publish %s: %w", s.Name, err)
+		}
+		d.Outputs[rastersDir+"/"+s.Name] = s.SHA256
+	}
+	syncDir(dir)
+	b, _ := json.Marshal(d)
+	if err := writeAtomic(doneDir(out), doneFile(i), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+		return ioErr("%w", err)
+	}
+	return nil
+}
+
+// readRasterRows reads a raster's rows back from its CSV (which canopy
+// wrote: the columns of predictions.csv, labels by name).
+func readRasterRows(path string, labels box.LabelMap) ([]box.Detection, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, ioErr("jobs: %w", err)
+	}
+	defer f.Close()
+	ids := map[string]int32{}
+	for id, n := range labels.Names() {
+		ids[n] = int32(id)
+	}
+	r := csv.NewReader(bufio.NewReader(f))
+	r.FieldsPerRecord = 7
+	var out []box.Detection
+	for line := 0; ; line++ {
+		rec, err := r.Read()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, ioErr("jobs: %s: %w", path, err)
+		}
+		if line == 0 {
+			continue
+		}
+		var v [5]float64
+		for k, s := range []string{rec[1], rec[2], rec[3], rec[4], rec[6]} {
+			if v[k], err = strconv.ParseFloat(s, 64); err != nil {
+				return nil, ioErr("jobs: %s line %d: %w", path, line+1, err)
+			}
+		}
+		id, ok := ids[rec[5]]
+		if !ok {
+			return nil, ioErr("jobs: %s line %d: label %q is not the model's", path, line+1, rec[5])
+		}
+		out = append(out, box.Detection{Box: box.Box{Xmin: v[0], Ymin: v[1], Xmax: v[2], Ymax: v[3]}, Label: id, Score: v[4]})
+	}
+}
+
+// rasterCSV is raster r's published CSV.
+func rasterCSV(out string, r tileRaster) string { return filepath.Join(out, rastersDir, r.Name+".csv") }
+
+// stageCombinedCSV stages predictions.csv: the header, then each
+// raster's CSV without its header, in raster order (never all in memory).
+func stageCombinedCSV(out string, rasters []tileRaster) (staged, error) {
+	return stage(out, "predictions.csv", func(w io.Writer) error {
+		if _, err := io.WriteString(w, predictionsHeader); err != nil {
+			return err
+		}
+		for _, r := range rasters {
+			f, err := os.Open(rasterCSV(out, r))
+			if err != nil {
+				return err
+			}
+			br := bufio.NewReader(f)
+			head, err := br.ReadString('\n')
+			if err == nil && head != predictionsHeader {
+				err = fmt.Errorf("%s: not canopy's header", rasterCSV(out, r))
+			}
+			if err == nil {
+				_, err = io.Copy(w, br)
+			}
+			f.Close()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// rasterLayer is raster r's polygon layer: each box mapped as DeepForest's
+// image_to_geo_coordinates maps it (gdal.BoxRing), named by image_path.
+func rasterLayer(r tileRaster, merged []box.Detection, names []string) gdal.Layer {
+	ly := gdal.Layer{Name: r.Path, CRS: r.CRS}
+	for _, d := range merged {
+		label := ""
+		if int(d.Label) < len(names) {
+			label = names[d.Label]
+		}
+		ring := gdal.BoxRing(*r.GeoTransform, d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax)
+		// As image_to_geo_coordinates: the columns become the polygon's bounds.
+		f := gdal.Feature{Ring: ring, ImagePath: r.Path, Label: label, Score: d.Score,
+			Xmin: ring[0][0], Ymin: ring[0][1], Xmax: ring[0][0], Ymax: ring[0][1]}
+		for _, p := range ring {
+			f.Xmin, f.Xmax = min(f.Xmin, p[0]), max(f.Xmax, p[0])
+			f.Ymin, f.Ymax = min(f.Ymin, p[1]), max(f.Ymax, p[1])
+		}
+		ly.Features = append(ly.Features, f)
+	}
+	return ly
+}
+
+// gpkgFile holds the boxes of georeferenced rasters as polygons.
+const gpkgFile = "predictions.gpkg"
+
+// stageGPKG stages the GeoPackage name in dir with one polygon layer per
+// raster that has a CRS and a geotransform, written one raster at a time
+// (rows(i) gives raster i's merged rows). note says, once, which rasters
+// it leaves out; no raster with a CRS writes nothing.
+func stageGPKG(dir, name string, rasters []tileRaster, rows func(i int) ([]box.Detection, error), labels box.LabelMap) (*staged, string, error) {
+	var without []string
+	for _, r := range rasters {
+		if r.CRS == "" || r.GeoTransform == nil {
+			without = append(without, r.Path)
+		}
+	}
+	note := ""
+	switch {
+	case len(without) == len(rasters):
+		return nil, fmt.Sprintf("no raster has a CRS: no %s is written (pixel coordinates are in predictions.csv)", name), nil
+	case len(without) > 0:
+		note = fmt.Sprintf("%d of %d rasters have no CRS (the first: %s): %s leaves them out", len(without), len(rasters), without[0], name)
+	}
+	f, err := os.CreateTemp(dir, "."+name+".tmp-gdal*")
+	if err != nil {
+		return nil, "", fmt.Errorf("jobs: %w", err)
+	}
+	tmp := f.Name()
+	f.Close()
+	os.Remove(tmp) // GDAL creates it
+	defer os.Remove(tmp)
+	w, err := gdal.CreateGPKG(tmp)
+	if err != nil {
+		return nil, "", fmt.Errorf("jobs: %w", err)
+	}
+	names := labels.Names()
+	for i, r := range rasters {
+		if r.CRS == "" || r.GeoTransform == nil {
+			continue
+		}
+		merged, err := rows(i)
+		if err == nil {
+			err = w.Add(rasterLayer(r, merged, names))
+		}
+		if err != nil {
+			w.Close()
+			return nil, "", fmt.Errorf("jobs: %w", err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, "", fmt.Errorf("jobs: %w", err)
+	}
+	src, err := os.Open(tmp)
+	if err != nil {
+		return nil, "", fmt.Errorf("jobs: %w", err)
+	}
+	defer src.Close()
+	s, err := stage(dir, name, func(w io.Writer) error {
+		_, err := io.Copy(w, src)
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return &s, note, nil
+}
