@@ -51,16 +51,16 @@ type TileConfig struct {
 	// value gives no detections without running the model.
 	SkipEmpty bool
 	// RoundWindows: windows per round (0: from the rank's memory).
-	RoundWindows int
-	Settings                     tile.Settings
-	IoU                          float64
-	CacheMiB                     int
-	AllowOutsideRoot             bool
-	Model                        ModelConfig
-	Command                      []string
-	Stdout                       io.Writer
-	Progress                     io.Writer
-	CollectiveTimeout            time.Duration
+	RoundWindows      int
+	Settings          tile.Settings
+	IoU               float64
+	CacheMiB          int
+	AllowOutsideRoot  bool
+	Model             ModelConfig
+	Command           []string
+	Stdout            io.Writer
+	Progress          io.Writer
+	CollectiveTimeout time.Duration
 	// LabelDict is --label-dict (or "CONFIG: label_dict"): the labels of a
 	// bare .pt state dict, which a model folder's or .ckpt's own must
 	// equal; LabelDictData, when set, is the config's label_dict as
