@@ -261,7 +261,7 @@ func completeSet(dir string) string {
 			also = append(also, n)
 		}
 	}
-	msg := "report.json and " + strings.Join(printableAll(sortedKeys(outs)), ", ") + " are one run's outputs (sha256 verified)"
+	msg := "report.json and the outputs it records (" + strings.Join(printableAll(sortedKeys(outs)), ", ") + ") are one run's, sha256 verified"
 	if len(also) > 0 {
 		msg += "; made from report.json: " + strings.Join(also, ", ")
 	}
