@@ -10,8 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
