@@ -12,11 +12,9 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/box"
-	"github.com/canopy-hpc/canopy/infer/safetensors"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/shareddata"
-	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -26,25 +24,9 @@ import (
 // DeepForest's thresholds.
 func writeTwoLabelR50(t *testing.T, dir string) {
 	t.Helper()
-	entries, err := testweights.StateDict("resnet50", 2, 256, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals, err := testweights.Values(entries, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := map[string]safetensors.Tensor{}
-	for _, e := range entries {
-		ts[e.Name] = safetensors.Tensor{Shape: e.Shape, Data: vals[e.Name]}
-	}
-	os.MkdirAll(dir, 0o755)
-	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, "F32", nil); err != nil {
-		t.Fatal(err)
-	}
 	cfg := `{"num_classes": 2, "label_dict": {"Alive": 0, "Dead": 1}, "score_thresh": 0.1, "nms_thresh": 0.05,
  "detections_per_img": 300, "topk_candidates": 1000}`
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
+	if err := writeWeightsModel(dir, "resnet50", 2, 256, false, "F32", cfg); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -38,7 +38,13 @@ const testModelConfig = `{"num_classes": 2, "label_dict": {"Tree": 0, "Dead": 1}
  "nms_thresh": 0.05, "detections_per_img": 300, "topk_candidates": 1000, "min_size": 400, "max_size": 400}`
 
 func writeTestModel(dir string, dtype string) error {
-	entries, err := testweights.StateDict("resnet18", 2, 64, true)
+	return writeWeightsModel(dir, "resnet18", 2, 64, true, dtype, testModelConfig)
+}
+
+// writeWeightsModel writes a model folder: the test weights (seed 0) of
+// testweights.StateDict(arch, classes, fpn, batchNorm) in dtype, and config.
+func writeWeightsModel(dir, arch string, classes, fpn int, batchNorm bool, dtype, config string) error {
+	entries, err := testweights.StateDict(arch, classes, fpn, batchNorm)
 	if err != nil {
 		return err
 	}
@@ -58,7 +64,7 @@ func writeTestModel(dir string, dtype string) error {
 	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, dtype, nil); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "config.json"), []byte(testModelConfig), 0o644)
+	return os.WriteFile(filepath.Join(dir, "config.json"), []byte(config), 0o644)
 }
 
 // testModelSet writes 7 images (6 of 400×400 and one 300×500) with their

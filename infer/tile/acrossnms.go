@@ -21,12 +21,7 @@ func AcrossClassNMS(dets []box.Detection, iou float64) []box.Detection {
 	if !severalLabels(dets) {
 		return dets
 	}
-	boxes := make([][4]float32, len(dets))
-	scores := make([]float32, len(dets))
-	for i, d := range dets {
-		boxes[i] = [4]float32{float32(d.Box.Xmin), float32(d.Box.Ymin), float32(d.Box.Xmax), float32(d.Box.Ymax)}
-		scores[i] = float32(d.Score)
-	}
+	boxes, scores := f32Rows(dets)
 	keep := retinanet.NMS(boxes, scores, iou)
 	out := make([]box.Detection, len(keep))
 	for k, i := range keep {
