@@ -76,3 +76,8 @@ var createParts = parts.Create
 // recordedReadHook runs before compare --html reads a file a report
 // records; tests make it block, as a stalled filesystem would.
 var recordedReadHook = func(path string) {}
+
+// staticDealForBench: CANOPY_TILE_DEAL=static makes a tile run cut each
+// round into fixed contiguous blocks, one per rank, instead of dealing
+// it at run time (make bench-balance's "before").
+func staticDealForBench() bool { return os.Getenv("CANOPY_TILE_DEAL") == "static" }

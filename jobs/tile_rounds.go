@@ -245,6 +245,35 @@ func (t *tileRun) detectWindows(ctx context.Context, shard []int) ([]wire.Image,
 	return mine, err
 }
 
+// dealt says whether a round's windows are dealt at run time (the
+// shared counter): always but on the cuDNN path, whose global batches
+// are fixed by window index (share), and where CANOPY_TILE_DEAL=static
+// asks for the fixed blocks (the balance benchmark's "before").
+func (t *tileRun) dealt() bool { return !t.global && !staticDealForBench() }
+
+// dealWindows detects chunks of the round taken from the shared counter
+// until none is left: a rank that finishes early takes more. A chunk is
+// one detector call (--batch-size windows), contiguous in the round, so
+// neighbouring windows still share GDAL blocks.
+func (t *tileRun) dealWindows(ctx context.Context, k mpi.Counter, round []int) ([]wire.Image, error) {
+	chunk := batchOrOne(t.cfg.BatchSize)
+	var mine []wire.Image
+	for {
+		start, err := k.FetchAdd(int64(chunk))
+		if err != nil {
+			return mine, localErr(ExitMPI, "jobs: deal windows: %w", err)
+		}
+		if start >= int64(len(round)) {
+			return mine, nil
+		}
+		got, err := t.detectWindows(ctx, round[start:min(int(start)+chunk, len(round))])
+		mine = append(mine, got...)
+		if err != nil {
+			return mine, err
+		}
+	}
+}
+
 // run walks the rounds until every raster is published.
 func (t *tileRun) run(ctx context.Context) error {
 	t.start = time.Now()
@@ -262,11 +291,22 @@ func (t *tileRun) run(ctx context.Context) error {
 		if len(round) == 0 {
 			return nil
 		}
-		shard, err := t.share(round)
-		if err != nil {
-			return err
+		var counter mpi.Counter
+		var mine []wire.Image
+		var derr error
+		if t.dealt() {
+			var err error
+			if counter, err = t.c.NewCounter(); err != nil {
+				return localErr(ExitMPI, "jobs: %w", err)
+			}
+			mine, derr = t.dealWindows(ctx, counter, round)
+		} else {
+			shard, err := t.share(round)
+			if err != nil {
+				return err
+			}
+			mine, derr = t.detectWindows(ctx, shard)
 		}
-		mine, derr := t.detectWindows(ctx, shard)
 		if derr != nil {
 			return t.stopped(derr)
 		}
@@ -274,6 +314,11 @@ func (t *tileRun) run(ctx context.Context) error {
 		bufs, err := sendDetections(t.c, t.cfg.CollectiveTimeout, t.detect, mine, t.stats)
 		if err != nil {
 			return err
+		}
+		if counter != nil {
+			if err := counter.Free(); err != nil {
+				return localErr(ExitMPI, "jobs: %w", err)
+			}
 		}
 		touched = map[int]bool{}
 		for _, b := range bufs {
