@@ -855,7 +855,13 @@ func TestMPITileStopResume(t *testing.T) {
 			t.Fatalf("resumed: %s differs from np1's", n)
 		}
 	}
-	var rep struct{ Tile struct{ Resume struct{ Windows int `json:"windows_from_parts"` } } }
+	var rep struct {
+		Tile struct {
+			Resume struct {
+				Windows int `json:"windows_from_parts"`
+			}
+		}
+	}
 	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
 	if json.Unmarshal(b, &rep); rep.Tile.Resume.Windows < 1 {
 		t.Fatalf("the resume took no window from the part files: %s", b)
