@@ -81,3 +81,15 @@ var recordedReadHook = func(path string) {}
 // round into fixed contiguous blocks, one per rank, instead of dealing
 // it at run time (make bench-balance's "before").
 func staticDealForBench() bool { return os.Getenv("CANOPY_TILE_DEAL") == "static" }
+
+// rasterFault is a test seam: an error for a per-raster output file
+// (its name under OUT/rasters), as a full disk gives while it is staged.
+var rasterFault = func(name string) error { return nil }
+
+// slowWindowForTest: CANOPY_TEST_SLOW_MS (infer/replay's SlowEnv) makes
+// each window of a tile run take that long more to read, so the Slurm
+// tests can stop a tile job part way.
+func slowWindowForTest() time.Duration {
+	ms, _ := strconv.Atoi(os.Getenv("CANOPY_TEST_SLOW_MS"))
+	return time.Duration(ms) * time.Millisecond
+}

@@ -41,12 +41,9 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			if c.Bool("resume") {
 				return usageError(errors.New("predict: --resume goes with --tile (predict over whole images keeps no part files: run it again)"))
 			}
-			rc, pos, err := loadRunConfig(c, "predict", c.Args().Slice())
+			rc, err := noArgsRunConfig(c, "predict")
 			if err != nil {
-				return usageError(fmt.Errorf("predict: %w", err))
-			}
-			if len(pos) > 0 {
-				return usageError(fmt.Errorf("predict takes no arguments but key=value overrides, got %q", pos))
+				return err
 			}
 			cfg := PredictConfig{CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
 				Out: c.String("out"), Force: c.Bool("force"), Command: os.Args, Stdout: stdout,

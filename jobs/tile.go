@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -15,8 +13,6 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/dataset"
-	"github.com/canopy-hpc/canopy/internal/wire"
-	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/report"
 )
@@ -319,7 +315,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		return err
 	}
 	run := &tileRun{c: c, cfg: cfg, ix: ix, rasters: rasters, labels: labels, model: model, global: model.globalBatching(), out: out, stats: &stats,
-		left: make([]int, len(rasters)), finished: make([]bool, len(rasters)), held: map[int]*heldRaster{}, resumed: map[int]bool{}}
+		left: make([]int, len(rasters)), finished: make([]bool, len(rasters)), held: map[int]*heldRaster{}, resumed: map[int]bool{}, slow: slowWindowForTest()}
 	if err := run.resume(res, f[7]); err != nil {
 		return err
 	}
@@ -382,228 +378,4 @@ func tileTruthImages(cfg TileConfig, data []byte, labels box.LabelMap, given *bo
 		return nil, collective(ExitInput, "jobs: %s: truth for %d rasters of %d: %v", cfg.CSV, len(images), rasters, err)
 	}
 	return images, nil
-}
-
-// resume sets the run's state from rank 0's resume record and the saved
-// windows (wire-encoded) it broadcast.
-func (t *tileRun) resume(res tileResume, saved []byte) error {
-	for r := range t.rasters {
-		t.left[r] = t.ix.grids[r].Len()
-	}
-	for _, r := range res.Finished {
-		if r < 0 || r >= len(t.rasters) {
-			return collective(ExitInternal, "jobs: resume record names raster %d of %d", r, len(t.rasters))
-		}
-		t.finished[r], t.left[r] = true, 0
-		t.nDone++
-	}
-	var ims []wire.Image
-	var err error
-	if len(saved) > 0 {
-		ims, err = wire.Decode(saved)
-	}
-	if err != nil {
-		return collective(ExitInternal, "jobs: saved windows: %w", err)
-	}
-	if err := t.place(ims, map[int]bool{}); err != nil {
-		return err
-	}
-	for _, im := range ims {
-		t.resumed[im.Index] = true
-	}
-	for r := range t.rasters {
-		t.todo += t.left[r]
-	}
-	return nil
-}
-
-// Bytes a round holds per window at most: a window's detections (up to
-// maxWindowDets, as this rank's result, the gathered buffer and the
-// decoded copy) and its bookkeeping.
-const (
-	maxWindowDets   = 300 // torchvision's detections_per_img ceiling
-	roundWindowCost = maxWindowDets * 3 * 56
-)
-
-// tileMemory fixes the round size and checks, on every rank, that a
-// round, the largest window and the rasters' bookkeeping fit the rank's
-// memory before anything is allocated for them: over the budget is exit
-// 3, naming the raster and the need.
-func tileMemory(c mpi.Comm, cfg TileConfig, model *loadedModel, t *tileRun) error {
-	t.round = cfg.RoundWindows
-	if t.round <= 0 {
-		t.round = max(256, 16*c.Size()*cfg.BatchSize)
-	}
-	var err error
-	largest, lr := 0, -1
-	for i, g := range t.ix.grids {
-		if w := g.At(0); w.W*w.H > largest {
-			largest, lr = w.W*w.H, i
-		}
-	}
-	budget, from, ok := rankBudget(cfg.Model, c.LocalSize())
-	if ok && cfg.RoundWindows <= 0 {
-		t.round = int(max(int64(c.Size()*cfg.BatchSize), min(int64(t.round), budget/8/roundWindowCost)))
-	}
-	if t.global && cfg.RoundWindows <= 0 { // whole global batches per round
-		t.round = (t.round + cfg.BatchSize - 1) / cfg.BatchSize * cfg.BatchSize
-	}
-	if ok {
-		book := int64(len(t.rasters))*512 + int64(len(t.resumed))*64
-		need := residentBytes() + book + int64(t.round)*roundWindowCost
-		if need > budget {
-			err = &Error{Code: ExitInput, Err: fmt.Errorf("jobs: the job's %d rasters (%d windows; the largest, %s, %d) need about %s on this rank for their bookkeeping and a round of %d windows, which may use %s (%s): "+
-				"run fewer ranks per node, give fewer rasters, a smaller --round-windows, or set --rank-memory: %w",
-				len(t.rasters), t.ix.total(), t.rasters[lr].File, t.ix.grids[lr].Len(), gib(need), t.round, gib(budget), from, dataset.ErrInput)}
-		}
-	}
-	if err == nil && lr >= 0 {
-		w := t.ix.grids[lr].At(0)
-		err = checkMemory(t.rasters[lr].File, w.W, w.H, model, cfg.Model, cfg.BatchSize, c.LocalSize())
-	}
-	return agreeErr(c, ExitInput, err)
-}
-
-// finishTile ends a tile run: rank 0 reads the done records, eval --tile
-// scores the merged rows (read back from the per-raster files on every
-// rank), and rank 0 publishes the combined outputs and report.json.
-func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model *loadedModel, detName string, f [][]byte, vt *tileTruth, truthImages []box.Image) error {
-	rasters, labels := run.rasters, run.labels
-	var res2 metrics.Result
-	var metricJSON []byte
-	images := make([]box.Image, len(rasters))
-	for i := range rasters {
-		images[i] = box.Image{Path: rasters[i].Path}
-	}
-	var merged [][]box.Detection // eval --tile only
-	if cfg.Eval != nil {
-		copy(images, truthImages)
-		merged = make([][]box.Detection, len(rasters))
-		var rerr error
-		for i, r := range rasters {
-			if merged[i], rerr = readRasterRows(rasterCSV(cfg.Out, r), labels); rerr != nil {
-				break
-			}
-		}
-		if err := agreeErr(c, ExitInternal, rerr); err != nil {
-			return err
-		}
-		fam := cfg.Eval.Families
-		if fam == 0 {
-			fam = metrics.All
-		}
-		var err error
-		if res2, err = metrics.Compute(metrics.Input{Images: images, Dets: merged, Labels: labels},
-			metrics.Options{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics}, fam, cfg.Eval.ClassMetrics); err != nil {
-			return collective(ExitInternal, "jobs: %w", err)
-		}
-		metricJSON = MetricsJSON(res2.Values)
-		if err := agree(c, metricJSON); err != nil {
-			return err
-		}
-	}
-	return writeReport(c, *run.stats, "predictions", func(allStats []rankStats) error {
-		tw := time.Now()
-		var rep tileReport
-		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
-			Ranks: c.Size(), Images: len(rasters), Model: &model.info, Detector: detName, AllowOutsideRoot: cfg.AllowOutsideRoot,
-			PerRank: allStats}
-		outputs := map[string]string{}
-		windowDets := 0
-		for i := range rasters {
-			d, ok, err := readDone(cfg.Out, i)
-			if err != nil || !ok {
-				return ioErr("jobs: raster %q has no done record (%v)", rasters[i].Path, err)
-			}
-			rasters[i].WindowDets, rasters[i].Detections = d.WindowDets, d.Detections
-			rep.Boxes += d.Detections
-			windowDets += d.WindowDets
-			for k, v := range d.Outputs {
-				outputs[k] = v
-			}
-		}
-		rep.Tile.PatchSize, rep.Tile.PatchOverlap, rep.Tile.IoU = cfg.Settings.Patch, cfg.Settings.Overlap, cfg.IoU
-		if cfg.Eval != nil {
-			rep.Eval = &tileEval{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics.String()}
-		}
-		if rc := cfg.RunConfig; rc != nil {
-			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
-			rep.Settings = rc.finishSettings(rep.Model)
-		}
-		if cfg.LabelDict != "" {
-			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: sha256Hex(f[5])}}
-		}
-		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters, rep.Tile.Truth = run.ix.total(), windowDets, rasters, vt
-		rep.Tile.Order = "rasters in input order; each raster's windows x outer, y inner (DeepForest's compute_windows)"
-		if cfg.Resume {
-			rep.Tile.Resume = &tileResumeInfo{Attempt: res.Attempt, RastersFinished: len(res.Finished), WindowsSaved: res.Windows, RecordsDropped: res.Dropped}
-		}
-		var set []staged
-		drop := func() {
-			for _, s := range set {
-				os.Remove(filepath.Join(cfg.Out, s.Tmp))
-			}
-		}
-		preds, err := stageCombinedCSV(cfg.Out, rasters)
-		if err != nil {
-			return err
-		}
-		set = append(set, preds)
-		rows := func(i int) ([]box.Detection, error) {
-			if merged != nil {
-				return merged[i], nil
-			}
-			return readRasterRows(rasterCSV(cfg.Out, rasters[i]), labels)
-		}
-		gpkg, note, err := stageGPKG(cfg.Out, gpkgFile, rasters, rows, labels)
-		if err != nil {
-			drop()
-			return err
-		}
-		if gpkg != nil {
-			set = append(set, *gpkg)
-			rep.Tile.GPKG = gpkgFile
-		}
-		if cfg.Eval != nil {
-			rep.Metrics = json.RawMessage(metricJSON)
-			results, err := stage(cfg.Out, "results.csv", func(w io.Writer) error {
-				return writeResults(w, images, merged, labels, res2.Matches)
-			})
-			if err != nil {
-				drop()
-				return err
-			}
-			set = append(set, results)
-			h, err := stageTileHTML(cfg, &rep, f[4], rasters, run.ix, run.rs, images, merged, labels, res2, metricJSON, since(tw))
-			if err != nil {
-				drop()
-				return err
-			}
-			set = append(set, h...)
-		}
-		if note != "" && cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, "canopy: note: %s\n", note)
-		}
-		for _, s := range set {
-			outputs[s.Name] = s.SHA256
-		}
-		rep.Outputs = outputs
-		if err := publishSet(cfg.Out, set, rep); err != nil {
-			return err
-		}
-		if err := run.out.commit(); err != nil {
-			return err
-		}
-		if cfg.Stdout != nil && cfg.Eval != nil {
-			printTable(cfg.Stdout, res2.Values)
-			if cfg.Eval.HTML != nil {
-				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))
-			}
-		}
-		if cfg.Stdout != nil {
-			fmt.Fprintf(cfg.Stdout, "%d detections on %d rasters (%d windows, %d window detections): %s\n",
-				rep.Boxes, len(rasters), run.ix.total(), windowDets, filepath.Join(cfg.Out, "predictions.csv"))
-		}
-		return nil
-	})
 }

@@ -127,12 +127,9 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 	if c.IsSet("raw-rows") {
 		return usageError(errors.New("predict: --raw-rows goes without --tile: predict_tile's merge is one class-agnostic NMS already"))
 	}
-	rc, pos, err := loadRunConfig(c, "predict --tile", c.Args().Slice())
+	rc, err := noArgsRunConfig(c, "predict --tile")
 	if err != nil {
-		return usageError(fmt.Errorf("predict: %w", err))
-	}
-	if len(pos) > 0 {
-		return usageError(fmt.Errorf("predict --tile takes no arguments but key=value overrides, got %q", pos))
+		return err
 	}
 	cfg, err := tileConfig(c, stdout)
 	if err != nil {

@@ -11,11 +11,15 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/wire"
+	"github.com/canopy-hpc/canopy/metrics"
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/report"
 )
 
 // A raster's merge and its outputs, the step predict --tile and eval
@@ -89,6 +93,9 @@ func publishRaster(out string, i int, r tileRaster, merged []box.Detection, wind
 		set = append(set, *g)
 	}
 	c, err := stage(dir, r.Name+".csv", func(w io.Writer) error {
+		if err := rasterFault(r.Name + ".csv"); err != nil {
+			return err
+		}
 		return writePredictions(w, []box.Image{{Path: r.Path}}, [][]box.Detection{merged}, labels)
 	})
 	if err != nil {
@@ -270,4 +277,148 @@ func stageGPKG(dir, name string, rasters []tileRaster, rows func(i int) ([]box.D
 		return nil, "", err
 	}
 	return &s, note, nil
+}
+
+// finishTile ends a tile run: rank 0 reads the done records, eval --tile
+// scores the merged rows (read back from the per-raster files on every
+// rank), and rank 0 publishes the combined outputs and report.json.
+func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model *loadedModel, detName string, f [][]byte, vt *tileTruth, truthImages []box.Image) error {
+	rasters, labels := run.rasters, run.labels
+	var res2 metrics.Result
+	var metricJSON []byte
+	images := make([]box.Image, len(rasters))
+	for i := range rasters {
+		images[i] = box.Image{Path: rasters[i].Path}
+	}
+	var merged [][]box.Detection // eval --tile only
+	if cfg.Eval != nil {
+		copy(images, truthImages)
+		merged = make([][]box.Detection, len(rasters))
+		var rerr error
+		for i, r := range rasters {
+			if merged[i], rerr = readRasterRows(rasterCSV(cfg.Out, r), labels); rerr != nil {
+				break
+			}
+		}
+		if err := agreeErr(c, ExitInternal, rerr); err != nil {
+			return err
+		}
+		fam := cfg.Eval.Families
+		if fam == 0 {
+			fam = metrics.All
+		}
+		var err error
+		if res2, err = metrics.Compute(metrics.Input{Images: images, Dets: merged, Labels: labels},
+			metrics.Options{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics}, fam, cfg.Eval.ClassMetrics); err != nil {
+			return collective(ExitInternal, "jobs: %w", err)
+		}
+		metricJSON = MetricsJSON(res2.Values)
+		if err := agree(c, metricJSON); err != nil {
+			return err
+		}
+	}
+	return writeReport(c, *run.stats, "predictions", func(allStats []rankStats) error {
+		tw := time.Now()
+		var rep tileReport
+		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
+			Ranks: c.Size(), Images: len(rasters), Model: &model.info, Detector: detName, AllowOutsideRoot: cfg.AllowOutsideRoot,
+			PerRank: allStats}
+		outputs := map[string]string{}
+		windowDets := 0
+		for i := range rasters {
+			d, ok, err := readDone(cfg.Out, i)
+			if err != nil || !ok {
+				return ioErr("jobs: raster %q has no done record (%v)", rasters[i].Path, err)
+			}
+			rasters[i].WindowDets, rasters[i].Detections = d.WindowDets, d.Detections
+			rep.Boxes += d.Detections
+			windowDets += d.WindowDets
+			for k, v := range d.Outputs {
+				outputs[k] = v
+			}
+		}
+		rep.Tile.PatchSize, rep.Tile.PatchOverlap, rep.Tile.IoU = cfg.Settings.Patch, cfg.Settings.Overlap, cfg.IoU
+		if cfg.Eval != nil {
+			rep.Eval = &tileEval{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics.String()}
+		}
+		if rc := cfg.RunConfig; rc != nil {
+			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
+			rep.Settings = rc.finishSettings(rep.Model)
+		}
+		if cfg.LabelDict != "" {
+			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: sha256Hex(f[5])}}
+		}
+		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters, rep.Tile.Truth = run.ix.total(), windowDets, rasters, vt
+		rep.Tile.Order = "rasters in input order; each raster's windows x outer, y inner (DeepForest's compute_windows)"
+		if cfg.Resume {
+			rep.Tile.Resume = &tileResumeInfo{Attempt: res.Attempt, RastersFinished: len(res.Finished), WindowsSaved: res.Windows, RecordsDropped: res.Dropped}
+		}
+		var set []staged
+		drop := func() {
+			for _, s := range set {
+				os.Remove(filepath.Join(cfg.Out, s.Tmp))
+			}
+		}
+		preds, err := stageCombinedCSV(cfg.Out, rasters)
+		if err != nil {
+			return err
+		}
+		set = append(set, preds)
+		rows := func(i int) ([]box.Detection, error) {
+			if merged != nil {
+				return merged[i], nil
+			}
+			return readRasterRows(rasterCSV(cfg.Out, rasters[i]), labels)
+		}
+		gpkg, note, err := stageGPKG(cfg.Out, gpkgFile, rasters, rows, labels)
+		if err != nil {
+			drop()
+			return err
+		}
+		if gpkg != nil {
+			set = append(set, *gpkg)
+			rep.Tile.GPKG = gpkgFile
+		}
+		if cfg.Eval != nil {
+			rep.Metrics = json.RawMessage(metricJSON)
+			results, err := stage(cfg.Out, "results.csv", func(w io.Writer) error {
+				return writeResults(w, images, merged, labels, res2.Matches)
+			})
+			if err != nil {
+				drop()
+				return err
+			}
+			set = append(set, results)
+			h, err := stageTileHTML(cfg, &rep, f[4], rasters, run.ix, run.rs, images, merged, labels, res2, metricJSON, since(tw))
+			if err != nil {
+				drop()
+				return err
+			}
+			set = append(set, h...)
+		}
+		if note != "" && cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "canopy: note: %s\n", note)
+		}
+		for _, s := range set {
+			outputs[s.Name] = s.SHA256
+		}
+		rep.Outputs = outputs
+		if err := publishSet(cfg.Out, set, rep); err != nil {
+			return err
+		}
+		if err := run.out.commit(); err != nil {
+			return err
+		}
+		if cfg.Stdout != nil && cfg.Eval != nil {
+			printTable(cfg.Stdout, res2.Values)
+			if cfg.Eval.HTML != nil {
+				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))
+			}
+		}
+		if cfg.Stdout != nil {
+			fmt.Fprintf(cfg.Stdout, "%d detections on %d rasters (%d windows, %d window detections): %s\n",
+				rep.Boxes, len(rasters), run.ix.total(), windowDets, filepath.Join(cfg.Out, "predictions.csv"))
+		}
+		return nil
+	})
 }

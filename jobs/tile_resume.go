@@ -82,25 +82,7 @@ func (m tileManifest) diff(o tileManifest) []string {
 	var d []string
 	a, _ := json.Marshal(m)
 	b, _ := json.Marshal(o)
-	var ma, mb map[string]json.RawMessage
-	json.Unmarshal(a, &ma)
-	json.Unmarshal(b, &mb)
-	keys := make([]string, 0, len(ma))
-	for k := range ma {
-		keys = append(keys, k)
-	}
-	for k := range mb {
-		if _, ok := ma[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if k == "rasters" || string(ma[k]) == string(mb[k]) {
-			continue
-		}
-		d = append(d, fmt.Sprintf("%s: %s in the run to resume, %s now", k, clip(ma[k]), clip(mb[k])))
-	}
+	d = diffJSON("", a, b, map[string]bool{"rasters": true})
 	if len(m.Rasters) != len(o.Rasters) {
 		return append(d, fmt.Sprintf("rasters: %d in the run to resume, %d now", len(m.Rasters), len(o.Rasters)))
 	}
@@ -122,6 +104,44 @@ func (m tileManifest) diff(o tileManifest) []string {
 		if len(what) > 0 {
 			d = append(d, fmt.Sprintf("raster %d %q changed since the run: %s", i+1, r.Path, strings.Join(what, ", ")))
 		}
+	}
+	return d
+}
+
+// diffJSON names the members in which two JSON objects differ ("a.b: x
+// in the run to resume, y now"), descending into objects; skip leaves
+// top-level members out.
+func diffJSON(prefix string, a, b []byte, skip map[string]bool) []string {
+	var ma, mb map[string]json.RawMessage
+	if json.Unmarshal(a, &ma) != nil || json.Unmarshal(b, &mb) != nil {
+		if string(a) == string(b) {
+			return nil
+		}
+		return []string{fmt.Sprintf("%s: %s in the run to resume, %s now", strings.TrimSuffix(prefix, "."), clip(a), clip(b))}
+	}
+	keys := make([]string, 0, len(ma))
+	for k := range ma {
+		keys = append(keys, k)
+	}
+	for k := range mb {
+		if _, ok := ma[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var d []string
+	for _, k := range keys {
+		if skip[k] || string(ma[k]) == string(mb[k]) {
+			continue
+		}
+		x, y := ma[k], mb[k]
+		if x == nil {
+			x = json.RawMessage("none")
+		}
+		if y == nil {
+			y = json.RawMessage("none")
+		}
+		d = append(d, diffJSON(prefix+k+".", x, y, nil)...)
 	}
 	return d
 }
@@ -322,4 +342,37 @@ func tileManifestOf(cfg TileConfig, digest, config string, labels, truth []byte,
 		m.LabelDict = sha256Hex(labels)
 	}
 	return m
+}
+
+// resume sets the run's state from rank 0's resume record and the saved
+// windows (wire-encoded) it broadcast.
+func (t *tileRun) resume(res tileResume, saved []byte) error {
+	for r := range t.rasters {
+		t.left[r] = t.ix.grids[r].Len()
+	}
+	for _, r := range res.Finished {
+		if r < 0 || r >= len(t.rasters) {
+			return collective(ExitInternal, "jobs: resume record names raster %d of %d", r, len(t.rasters))
+		}
+		t.finished[r], t.left[r] = true, 0
+		t.nDone++
+	}
+	var ims []wire.Image
+	var err error
+	if len(saved) > 0 {
+		ims, err = wire.Decode(saved)
+	}
+	if err != nil {
+		return collective(ExitInternal, "jobs: saved windows: %w", err)
+	}
+	if err := t.place(ims, map[int]bool{}); err != nil {
+		return err
+	}
+	for _, im := range ims {
+		t.resumed[im.Index] = true
+	}
+	for r := range t.rasters {
+		t.todo += t.left[r]
+	}
+	return nil
 }

@@ -5,10 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -136,6 +141,11 @@ func TestTileStopResumeIdentical(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "report.json")); err == nil {
 		t.Fatal("a stopped run published report.json")
 	}
+	if code, msg := outState(out); code != ExitResumable || !strings.Contains(msg, "1 of 3 rasters published") || !strings.Contains(msg, "predict --tile --resume") {
+		t.Fatalf("doctor on the stopped run: %d %q", code, msg)
+	}
+	stopped := t.TempDir()
+	copyTree(t, out, stopped)
 	cfg.Resume, cfg.RoundWindows = true, 0
 	if codes, msg := runTileCodes(t, 2, cfg, ""); codes[0] != 0 || codes[1] != 0 {
 		t.Fatalf("resume: %v\n%s", codes, msg)
@@ -160,4 +170,126 @@ func TestTileStopResumeIdentical(t *testing.T) {
 	if r.RastersFinished != 1 || r.WindowsSaved < 1 || detected != rep.Tile.Windows-2-r.WindowsSaved {
 		t.Fatalf("resume %+v: %d windows detected again of %d", *r, detected, rep.Tile.Windows)
 	}
+}
+
+// resumeCopy resumes a copy of the stopped run in stopped with change
+// applied to its config, on one rank.
+func resumeCopy(t *testing.T, stopped, list string, change func(*TileConfig)) (TileConfig, int, string) {
+	t.Helper()
+	cfg := tileListCfg(t.TempDir(), list)
+	copyTree(t, stopped, cfg.Out)
+	cfg.Resume = true
+	change(&cfg)
+	codes, msg := runTileCodes(t, 1, cfg, "")
+	return cfg, codes[0], msg
+}
+
+// TestTileResumeBadInput: issue 34's bad inputs at a resume — a raster
+// that changed, other settings (patch size, merge IoU, model threshold),
+// a published raster file removed by hand, and a disk that fills while a
+// raster's outputs are written.
+func TestTileResumeBadInput(t *testing.T) {
+	list := tileSet(t)
+	ref := tileListCfg(t.TempDir(), list)
+	if codes, msg := runTileCodes(t, 1, ref, ""); codes[0] != 0 {
+		t.Fatalf("reference: %v\n%s", codes, msg)
+	}
+	want := tileOutputs(t, ref.Out)
+	stopped := t.TempDir()
+	cfg := tileListCfg(stopped, list)
+	cfg.RoundWindows = 3
+	if codes, msg := runTileCodes(t, 1, cfg, "0:4"); codes[0] != ExitResumable {
+		t.Fatalf("stop: %v\n%s", codes, msg)
+	}
+	if _, err := os.Stat(filepath.Join(stopped, rastersDir, "b.csv")); err != nil {
+		t.Fatalf("one/b.tif is not published before the stop: %v", err)
+	}
+
+	// Other settings: refused, naming the difference.
+	for _, c := range []struct {
+		name   string
+		change func(*TileConfig)
+	}{
+		{"patch_size", func(c *TileConfig) { c.Settings.Patch = 301 }},
+		{"tile_iou", func(c *TileConfig) { c.IoU = 0.3 }},
+		{"score_thresh_flag", func(c *TileConfig) { c.Model.ScoreThresh = 0.5 }},
+	} {
+		if _, code, msg := resumeCopy(t, stopped, list, c.change); code != ExitUsage || !strings.Contains(msg, c.name) {
+			t.Fatalf("%s changed: exit %d, want %d naming it:\n%s", c.name, code, ExitUsage, msg)
+		}
+	}
+
+	// A published raster's CSV removed by hand: made again from the saved
+	// windows, not detected again; the outputs as uninterrupted.
+	cfg, code, msg := resumeCopy(t, stopped, list, func(c *TileConfig) {
+		os.Remove(filepath.Join(c.Out, rastersDir, "b.csv"))
+	})
+	if code != 0 || !strings.Contains(msg, "rasters/b.csv is missing") {
+		t.Fatalf("b.csv removed: exit %d\n%s", code, msg)
+	}
+	sameOutputs(t, "b.csv removed, resumed", tileOutputs(t, cfg.Out), want)
+
+	// A full disk while a raster's outputs are written: exit 1, none of
+	// that raster's files published; a resume finishes the same.
+	full := tileListCfg(t.TempDir(), list)
+	rasterFault = func(name string) error {
+		if name == "a.csv" {
+			return syscall.ENOSPC
+		}
+		return nil
+	}
+	codes, msg := runTileCodes(t, 1, full, "")
+	rasterFault = func(string) error { return nil }
+	if codes[0] != ExitInternal || !strings.Contains(msg, "no space left") {
+		t.Fatalf("full disk: exit %v\n%s", codes, msg)
+	}
+	if m, _ := filepath.Glob(filepath.Join(full.Out, rastersDir, "a.*")); len(m) != 0 {
+		t.Fatalf("a full disk published %v", m)
+	}
+	full.Resume = true
+	if codes, msg := runTileCodes(t, 1, full, ""); codes[0] != 0 {
+		t.Fatalf("resume after the full disk: %v\n%s", codes, msg)
+	}
+	sameOutputs(t, "full disk, resumed", tileOutputs(t, full.Out), want)
+
+	// A raster that changed since the run: refused, naming it.
+	a := filepath.Join(filepath.Dir(list), "a.tif")
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(a, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if _, code, msg := resumeCopy(t, stopped, list, func(*TileConfig) {}); code != ExitUsage || !strings.Contains(msg, `"a.tif" changed`) {
+		t.Fatalf("a.tif touched: exit %d, want %d naming it:\n%s", code, ExitUsage, msg)
+	}
+}
+
+// TestTileLazyWindows is issue 35.3's case: a 7400×7400 sparse GeoTIFF at
+// --patch-overlap 0.999 cuts 49,014,001 windows, which the list of old cost
+// about 13 GB on every rank (a Go runtime fatal, exit 2). The windows are
+// now arithmetic: the job starts at once, and a rank memory too small for
+// it is a clear exit 3 naming the raster, its windows and the need.
+func TestTileLazyWindows(t *testing.T) {
+	if !gdal.Available {
+		t.Skip("built with -tags nogdal")
+	}
+	tif := filepath.Join(t.TempDir(), "sparse.tif")
+	if out, err := exec.Command("gdal_create", "-q", "-outsize", "7400", "7400", "-bands", "3", "-ot", "Byte", "-co", "SPARSE_OK=TRUE", "-co", "TILED=YES", tif).CombinedOutput(); err != nil {
+		t.Fatalf("gdal_create: %v\n%s", err, out)
+	}
+	cfg := tileCfg(t.TempDir(), tif)
+	cfg.Settings.Patch, cfg.Settings.Overlap = 400, 0.999
+	cfg.Model.RankMemory = 64 << 20
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	codes, msg := runTileCodes(t, 2, cfg, "")
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if codes[0] != ExitInput || codes[1] != ExitInput || !strings.Contains(msg, "sparse.tif") || !strings.Contains(msg, "49014001") || !strings.Contains(msg, "need about") {
+		t.Fatalf("exit %v, want %d naming the raster, its windows and the need:\n%s", codes, ExitInput, msg)
+	}
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 1<<30 {
+		t.Fatalf("the job allocated %d MB before refusing", grown>>20)
+	}
+	t.Logf("refused after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(msg))
 }

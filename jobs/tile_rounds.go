@@ -132,7 +132,8 @@ type tileRun struct {
 	pw      *parts.Writer
 	out     *outRun // rank 0
 	stats   *rankStats
-	round   int // windows per round
+	round   int           // windows per round
+	slow    time.Duration // a test's delay per window (slowWindowForTest)
 
 	left     []int // windows of raster r not detected yet (every rank)
 	finished []bool
@@ -201,7 +202,10 @@ func (t *tileRun) nextRound() []int {
 func (t *tileRun) input(g int) infer.Input {
 	r, w := t.ix.window(g)
 	name := fmt.Sprintf("%s window %d (%d,%d %dx%d)", t.rasters[r].Path, g-t.ix.offset[r], w.X, w.Y, w.W, w.H)
-	return infer.Input{Index: g, Path: name, File: name, Pixels: func() (imagefile.Image, error) { return t.rs.read(r, w) }}
+	return infer.Input{Index: g, Path: name, File: name, Pixels: func() (imagefile.Image, error) {
+		time.Sleep(t.slow)
+		return t.rs.read(r, w)
+	}}
 }
 
 // share is this rank's windows of a round: contiguous blocks (GDAL's block

@@ -23,9 +23,9 @@ type windowsFixture struct {
 	} `json:"cases"`
 }
 
-// TestWindowsDeepForest: the window lists equal what DeepForest's
-// compute_windows cut (tools/tile/windows.py), element by element, in order.
-func TestWindowsDeepForest(t *testing.T) {
+// readWindowsFixture reads tools/tile/windows.py's cases.
+func readWindowsFixture(t *testing.T) windowsFixture {
+	t.Helper()
 	b, err := os.ReadFile("testdata/windows.json")
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +34,13 @@ func TestWindowsDeepForest(t *testing.T) {
 	if err := json.Unmarshal(b, &fx); err != nil {
 		t.Fatal(err)
 	}
+	return fx
+}
+
+// TestWindowsDeepForest: the window lists equal what DeepForest's
+// compute_windows cut (tools/tile/windows.py), element by element, in order.
+func TestWindowsDeepForest(t *testing.T) {
+	fx := readWindowsFixture(t)
 	if len(fx.Cases) < 100 {
 		t.Fatalf("fixture has %d cases", len(fx.Cases))
 	}
@@ -217,14 +224,7 @@ func BenchmarkMerge(b *testing.B) {
 // TestGridEqualsWindows: the arithmetic grid gives DeepForest's list,
 // window by window, on every fixture case and on random sizes.
 func TestGridEqualsWindows(t *testing.T) {
-	b, err := os.ReadFile("testdata/windows.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fx windowsFixture
-	if err := json.Unmarshal(b, &fx); err != nil {
-		t.Fatal(err)
-	}
+	fx := readWindowsFixture(t)
 	type tc struct {
 		w, h int
 		s    Settings
