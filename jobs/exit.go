@@ -71,7 +71,15 @@ func Code(err error) int {
 	return ExitInternal
 }
 
-func usageError(err error) error { return &Error{Code: ExitUsage, Collective: true, Err: err} }
+// usageError is a command-line error: exit 2, unless err already carries
+// another code (a GPU flag on a build without a GPU backend: 5).
+func usageError(err error) error {
+	code := ExitUsage
+	if e := (*Error)(nil); errors.As(err, &e) {
+		code = e.Code
+	}
+	return &Error{Code: code, Collective: true, Err: err}
+}
 
 func usageErr(format string, a ...any) *Error {
 	return &Error{Code: ExitUsage, Collective: true, Err: fmt.Errorf(format, a...)}

@@ -313,7 +313,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	labels := model.labels()
 	if given != nil && cfg.Eval == nil {
-		if err := checkModelLabels(labels, given, nil, ""); err != nil {
+		if err := checkModelLabels(labels, given, cfg.LabelDict, nil, ""); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 	}
@@ -331,7 +331,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		for _, im := range truth.Images {
 			names = append(names, im.Labels...)
 		}
-		if err := checkModelLabels(labels, given, names, cfg.CSV); err != nil {
+		if err := checkModelLabels(labels, given, cfg.LabelDict, names, cfg.CSV); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 		if truthImages, err = truth.Resolve(cfg.CSV, labels); err != nil || len(truthImages) != len(rasters) {
