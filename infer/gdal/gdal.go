@@ -57,6 +57,36 @@ type Info struct {
 	// whether the raster has one (else it is the identity GDAL reports).
 	GeoTransform [6]float64
 	HasTransform bool
+	// BlockW and BlockH are the size of the raster's blocks (a TIFF's
+	// TileWidth and TileLength, or its width and RowsPerStrip), as its
+	// header states them: GDAL allocates a whole block to read any pixel
+	// of it.
+	BlockW, BlockH int
+}
+
+// checkBlock refuses a raster whose block (all its bands' samples, as a
+// pixel-interleaved TIFF stores them) is larger than budget, GDAL's block
+// cache: a header that lies about its tile size (TileWidth 32768 in a
+// small file) would otherwise make GDAL allocate gigabytes to read one
+// pixel. It is checked from the header, before any block is read.
+func (in Info) checkBlock(path string, budget int64) error {
+	if in.BlockW < 1 || in.BlockH < 1 {
+		return fmt.Errorf("gdal: %s: blocks of %dx%d pixels: %w", path, in.BlockW, in.BlockH, ErrRaster)
+	}
+	need := int64(in.BlockW) * int64(in.BlockH) * int64(in.Bands) * int64(max(in.Bits, 8)/8)
+	if need > budget {
+		return fmt.Errorf("gdal: %s: its blocks are %dx%d pixels (%d bands of %d bits: %s each, read whole to read any pixel), more than GDAL's block cache of %s (--gdal-cache): a header whose tile or strip size is wrong, or a raster stored in blocks too large to read by windows (rewrite it tiled: gdal_translate -co TILED=YES): %w",
+			path, in.BlockW, in.BlockH, in.Bands, in.Bits, byteSize(need), byteSize(budget), ErrRaster)
+	}
+	return nil
+}
+
+// byteSize is n bytes for a message: MiB or GiB with two decimals.
+func byteSize(n int64) string {
+	if n >= 1<<30 {
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
 }
 
 // check applies the band and sample rules to what GDAL reported.
