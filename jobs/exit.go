@@ -33,7 +33,9 @@ const ExitTable = `EXIT CODES:
    4  model error
    5  MPI, launcher, topology or GPU error (no usable GPU in the cuda build,
       --device cuda with none visible, --exclusive-gpu refused a shared GPU,
-      no usable cuDNN 9, a --plan file of another stack)
+      no usable cuDNN 9, a --plan file of another stack; --precision
+      other than exact, --plan, --cudnn or --exclusive-gpu where no GPU
+      runs)
    6  ranks disagree on the metrics
    7  regression detected (canopy compare)
    8  interrupted, resumable`
