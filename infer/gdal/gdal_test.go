@@ -284,6 +284,8 @@ func patchTIFFTag(t *testing.T, path string, tag uint16, v uint32) {
 // to read the first pixel); the same file with its true tile size opens,
 // and a true block larger than the block cache is refused the same way.
 func TestBlockSizeChecked(t *testing.T) {
+	SetCacheMax(DefaultCacheMax) // other tests lower it
+	defer SetCacheMax(DefaultCacheMax)
 	dir := t.TempDir()
 	src := writePNG(t, dir, "src.png", 300, 200, false, false)
 	good := translate(t, src, filepath.Join(dir, "good.tif"), "-of", "GTiff", "-co", "TILED=YES", "-co", "BLOCKXSIZE=128", "-co", "BLOCKYSIZE=128", "-co", "COMPRESS=DEFLATE")
@@ -323,7 +325,6 @@ func TestBlockSizeChecked(t *testing.T) {
 		}
 	}
 	SetCacheMax(1 << 20) // 1 MiB: a true 1024x1024 RGB block (3 MiB) is too large
-	defer SetCacheMax(DefaultCacheMax)
 	big := translate(t, src, filepath.Join(dir, "big.tif"), "-of", "GTiff", "-co", "TILED=YES", "-co", "BLOCKXSIZE=1024", "-co", "BLOCKYSIZE=1024")
 	if _, err := Open(big); err == nil || !strings.Contains(err.Error(), "its blocks are 1024x1024 pixels (3 bands of 8 bits: 3.00 MiB each") || !strings.Contains(err.Error(), "block cache of 1.00 MiB") {
 		t.Errorf("a true block over the cache: %v", err)
