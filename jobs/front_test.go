@@ -44,7 +44,9 @@ func TestPlaceDeviceSaysWhyNoGPU(t *testing.T) {
 func TestAutoCPUNote(t *testing.T) {
 	h := haveCUDA
 	t.Cleanup(func() { haveCUDA = h })
-	auto := func(r int) rankDevice { return rankDevice{Rank: r, Device: "cpu", Why: "auto: no GPU visible: probe says X"} }
+	auto := func(r int) rankDevice {
+		return rankDevice{Rank: r, Device: "cpu", Why: "auto: no GPU visible: probe says X"}
+	}
 	for _, tc := range []struct {
 		cuda bool
 		devs []rankDevice
