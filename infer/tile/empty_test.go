@@ -60,6 +60,25 @@ func TestEmptyWindowCases(t *testing.T) {
 	}
 	set := func(p []uint8, band, i int, v uint8) []uint8 { p[band*n+i] = v; return p }
 	nd := NoData{Has: [3]bool{true, true, true}, Value: [3]float64{10, 20, 30}}
+	// mixedPix: the first half nodata, the second half imagery; mixedAlpha:
+	// the second half transparent (all of it, or all but the last pixel).
+	mixedPix := func() []uint8 {
+		p := planes[uint8](w, h, 10, 20, 30)
+		for i := n / 2; i < n; i++ {
+			p[i], p[n+i], p[2*n+i] = uint8(i), 1, 2
+		}
+		return p
+	}
+	mixedAlpha := func(lastOpaque bool) []uint8 {
+		a := alphaOf(n, 255)
+		for i := n / 2; i < n; i++ {
+			a[i] = 0
+		}
+		if lastOpaque {
+			a[n-1] = 255
+		}
+		return a
+	}
 	cases := []tc{
 		{"constant black", planes[uint8](w, h, 0, 0, 0), nil, NoData{}, true},
 		{"constant colour", planes[uint8](w, h, 7, 200, 31), nil, NoData{}, true},
@@ -79,33 +98,10 @@ func TestEmptyWindowCases(t *testing.T) {
 		{"alpha 0 everywhere, imagery", set(planes[uint8](w, h, 1, 2, 3), 0, last, 4), alphaOf(n, 0), NoData{}, true},
 		{"alpha 0 but the last pixel", set(planes[uint8](w, h, 1, 2, 3), 0, last, 4), set(alphaOf(n, 0), 0, last, 1), NoData{}, false},
 		{"alpha 0 but the first pixel", set(planes[uint8](w, h, 1, 2, 3), 0, last, 4), set(alphaOf(n, 0), 0, 0, 255), NoData{}, false},
-		// Nodata pixels and transparent pixels together: no data anywhere.
-		{"nodata and alpha 0 mixed", func() []uint8 {
-			p := planes[uint8](w, h, 10, 20, 30)
-			for i := n / 2; i < n; i++ {
-				p[i], p[n+i], p[2*n+i] = uint8(i), 1, 2
-			}
-			return p
-		}(), func() []uint8 {
-			a := alphaOf(n, 255)
-			for i := n / 2; i < n; i++ {
-				a[i] = 0
-			}
-			return a
-		}(), nd, true},
-		{"nodata and alpha 0 mixed, one pixel with data", func() []uint8 {
-			p := planes[uint8](w, h, 10, 20, 30)
-			for i := n / 2; i < n; i++ {
-				p[i], p[n+i], p[2*n+i] = uint8(i), 1, 2
-			}
-			return p
-		}(), func() []uint8 {
-			a := alphaOf(n, 255)
-			for i := n / 2; i < n-1; i++ {
-				a[i] = 0
-			}
-			return a
-		}(), nd, false},
+		// Nodata pixels and transparent pixels together: no data anywhere,
+		// then one transparent pixel made opaque.
+		{"nodata and alpha 0 mixed", mixedPix(), mixedAlpha(false), nd, true},
+		{"nodata and alpha 0 mixed, one pixel with data", mixedPix(), mixedAlpha(true), nd, false},
 		{"nodata value out of range", set(planes[uint8](w, h, 255, 255, 255), 0, last, 0),
 			nil, NoData{Has: [3]bool{true, true, true}, Value: [3]float64{256, 255, 255}}, false},
 		{"nodata value not an integer", set(planes[uint8](w, h, 0, 0, 0), 0, last, 1),
