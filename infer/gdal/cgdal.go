@@ -33,13 +33,15 @@ static GDALDatasetH canopy_open(const char *path, char *err, int n) {
 }
 
 // canopy_info fills what Info needs; type of each of the first 4 bands;
-// bands 1-3's nodata values (hasnd[b] 0: none); mask: band 1's mask is
-// per dataset (an alpha band or a TIFF mask).
-static void canopy_info(GDALDatasetH h, int *w, int *hh, int *bands, int *types, int *alpha, double *gt, int *hasgt,
+// the block size; bands 1-3's nodata values (hasnd[b] 0: none); mask:
+// band 1's mask is per dataset (an alpha band or a TIFF mask).
+static void canopy_info(GDALDatasetH h, int *w, int *hh, int *bands, int *types, int *alpha, double *gt, int *hasgt, int *bx, int *by,
 		double *nd, int *hasnd, int *mask) {
 	*w = GDALGetRasterXSize(h);
 	*hh = GDALGetRasterYSize(h);
 	*bands = GDALGetRasterCount(h);
+	*bx = *by = 0;
+	if (*bands > 0) GDALGetBlockSize(GDALGetRasterBand(h, 1), bx, by); // from the header: no block is read
 	for (int b = 0; b < 4 && b < *bands; b++) types[b] = (int)GDALGetRasterDataType(GDALGetRasterBand(h, b + 1));
 	*alpha = 0;
 	if (*bands == 4) *alpha = GDALGetRasterColorInterpretation(GDALGetRasterBand(h, 4)) == GCI_AlphaBand;
@@ -102,6 +104,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -110,11 +113,20 @@ const Available = true
 
 var initOnce sync.Once
 
+// cacheMax is the block cache SetCacheMax gave (DefaultCacheMax until then).
+var cacheMax = func() *atomic.Int64 {
+	var v atomic.Int64
+	v.Store(DefaultCacheMax)
+	return &v
+}()
+
 func initGDAL() { initOnce.Do(func() { C.canopy_init() }) }
 
-// SetCacheMax bounds GDAL's block cache (bytes, for the whole process).
+// SetCacheMax bounds GDAL's block cache (bytes, for the whole process);
+// Open refuses a raster whose block is larger (Info.checkBlock).
 func SetCacheMax(bytes int64) {
 	initGDAL()
+	cacheMax.Store(bytes)
 	C.GDALSetCacheMax64(C.GIntBig(bytes))
 }
 
@@ -132,9 +144,10 @@ const errLen = 512
 
 // Open opens path read-only. It must be a regular file that GDAL's GTiff,
 // JPEG or PNG driver reads, with 3 or 4 bands (the fourth an unassociated
-// alpha band) of 8- or 16-bit samples; its first and last pixels are read,
-// so that a file cut short is refused here rather than halfway through a
-// job.
+// alpha band) of 8- or 16-bit samples and blocks (tiles or strips, as its
+// header states them) that fit the block cache; its first and last pixels
+// are read, so that a file cut short is refused here rather than halfway
+// through a job.
 func Open(path string) (*Raster, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -152,13 +165,13 @@ func Open(path string) (*Raster, error) {
 		return nil, fmt.Errorf("gdal: %s is not a raster canopy reads (GeoTIFF, JPEG, PNG): %s: %w", path, C.GoString(&ebuf[0]), ErrRaster)
 	}
 	r := &Raster{h: h, path: path}
-	var w, hh, bands, alpha, hasgt, mask C.int
+	var w, hh, bands, alpha, hasgt, bx, by, mask C.int
 	var types [4]C.int
 	var hasnd [3]C.int
 	var gt [6]C.double
 	var nd [3]C.double
-	C.canopy_info(h, &w, &hh, &bands, &types[0], &alpha, &gt[0], &hasgt, &nd[0], &hasnd[0], &mask)
-	in := Info{Width: int(w), Height: int(hh), Bands: int(bands), HasTransform: hasgt != 0,
+	C.canopy_info(h, &w, &hh, &bands, &types[0], &alpha, &gt[0], &hasgt, &bx, &by, &nd[0], &hasnd[0], &mask)
+	in := Info{Width: int(w), Height: int(hh), Bands: int(bands), HasTransform: hasgt != 0, BlockW: int(bx), BlockH: int(by),
 		Driver: C.GoString(C.GDALGetDriverShortName(C.GDALGetDatasetDriver(h))),
 		Alpha:  alpha != 0 || mask != 0}
 	for i := range gt {
@@ -183,6 +196,9 @@ func Open(path string) (*Raster, error) {
 	err = in.check(path, typeName)
 	if err == nil && in.Bands == 4 && alpha == 0 {
 		err = fmt.Errorf("gdal: %s has 4 bands and the fourth is not alpha: canopy reads RGB or RGBA: %w", path, ErrRaster)
+	}
+	if err == nil {
+		err = in.checkBlock(path, cacheMax.Load())
 	}
 	r.info = in
 	if err == nil {
