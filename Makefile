@@ -19,7 +19,7 @@ export CGO_CFLAGS  := $(or $(CGO_CFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh 
 export CGO_LDFLAGS := $(or $(CGO_LDFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh libs)
 endif
 
-.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-large testdata golden-retinanet golden-losses golden-nms golden-sample df-checkpoints check-mpich test-slurm test-multinode clean
+.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-large testdata golden-retinanet golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -332,6 +332,22 @@ golden-nms:
 golden-sample:
 	ATEN_CPU_CAPABILITY=avx2 $(PEER_PY) tools/retinanet/golden.py --checkpoint testdata/models/canopy-demo-r18 \
 		--out testdata/golden/retinanet/demo_osbs.json ../shared/data/deepforest/OSBS_029.png
+
+# The GeoParquet verdict (tools/geoparquet/testdata/verdict.json): canopy's
+# .parquet files of a predict --tile run with the demo model on DeepForest's
+# two georeferenced sample rasters (../shared), read by geopandas and checked
+# against DeepForest's image_to_geo_coordinates of predictions.csv; the run's
+# predictions.csv and report.json's rasters are kept for TestCheckVerdict.
+golden-geoparquet: build
+	rm -rf bin/geoparquet-run
+	$(BIN) predict --tile --csv tools/geoparquet/testdata/rasters.csv --root-dir ../shared/data/deepforest \
+		--patch-size 200 --model testdata/models/canopy-demo-r18 --out bin/geoparquet-run
+	$(GO) run ./cmd/tileparquet -out bin/geoparquet-run
+	$(PEER_PY) tools/geoparquet/check.py bin/geoparquet-run > tools/geoparquet/testdata/verdict.json
+	mkdir -p tools/geoparquet/testdata/run
+	cp bin/geoparquet-run/predictions.csv tools/geoparquet/testdata/run/
+	$(PEER_PY) -c 'import json,sys; r=json.load(open("bin/geoparquet-run/report.json")); json.dump({"tile": {"rasters": [{k: x[k] for k in ("image_path", "crs", "geotransform")} for x in r["tile"]["rasters"]]}}, sys.stdout, indent=1)' \
+		> tools/geoparquet/testdata/run/report.json
 
 # The Slurm tests: a one-node Slurm 22.05 with fake GPUs under /tmp; every
 # jobs/slurm script submitted against testdata (root; installs slurm-wlm munge).
