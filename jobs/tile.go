@@ -40,6 +40,7 @@ type tileRaster struct {
 	Driver       string      `json:"driver"`
 	CRS          string      `json:"crs,omitempty"`
 	GeoTransform *[6]float64 `json:"geotransform,omitempty"`
+	Layer        string      `json:"layer,omitempty"` // its layer of the GeoPackages (gdal.LayerNames)
 	Windows      int         `json:"windows"`
 	WindowDets   int         `json:"window_detections"`
 	Detections   int         `json:"detections"`
@@ -133,7 +134,25 @@ func openRasters(cfg TileConfig) ([]tileRaster, []rasterIdent, error) {
 		}
 		out[i] = t
 	}
+	nameLayers(out)
 	return out, idents, nil
+}
+
+// nameLayers gives each raster that has a CRS and a geotransform (those
+// the GeoPackages hold) its layer name, valid and unique whatever the
+// image paths (./x.tif, names differing only in case, gpkg_ or sqlite_
+// prefixes), before any work; report.json records the mapping.
+func nameLayers(rasters []tileRaster) {
+	var paths []string
+	var geo []int
+	for i, r := range rasters {
+		if r.CRS != "" && r.GeoTransform != nil {
+			paths, geo = append(paths, r.Path), append(geo, i)
+		}
+	}
+	for k, n := range gdal.LayerNames(paths) {
+		rasters[geo[k]].Layer = n
+	}
 }
 
 // packTile is rank 0's packet: the model, the rasters, eval --tile's truth
@@ -297,7 +316,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	labels := model.labels()
 	if given != nil && cfg.Eval == nil {
-		if err := checkModelLabels(labels, given, nil, ""); err != nil {
+		if err := checkModelLabels(labels, given, cfg.LabelDict, nil, ""); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 	}
@@ -370,7 +389,7 @@ func tileTruthImages(cfg TileConfig, data []byte, labels box.LabelMap, given *bo
 	for _, im := range truth.Images {
 		names = append(names, im.Labels...)
 	}
-	if err := checkModelLabels(labels, given, names, cfg.CSV); err != nil {
+	if err := checkModelLabels(labels, given, cfg.LabelDict, names, cfg.CSV); err != nil {
 		return nil, &Error{Code: ExitModel, Collective: true, Err: err}
 	}
 	images, err := truth.Resolve(cfg.CSV, labels)
