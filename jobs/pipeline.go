@@ -117,11 +117,14 @@ type rankStats struct {
 	LocalSize int `json:"local_size"`
 	// SGEMM names the matrix kernels (float32 rounding differs between
 	// kernel sets, so ranks on different CPUs may differ in the last bits).
-	SGEMM      string             `json:"sgemm,omitempty"`
-	Images     int                `json:"images"`
-	Detections int                `json:"detections"`
-	BytesSent  int                `json:"bytes_sent"`
-	Seconds    map[string]float64 `json:"seconds"`
+	SGEMM      string `json:"sgemm,omitempty"`
+	Images     int    `json:"images"`
+	Detections int    `json:"detections"`
+	// Skipped: a tile run's windows --skip-empty gave no detections
+	// without the model (not in Images).
+	Skipped   int                `json:"skipped_windows,omitempty"`
+	BytesSent int                `json:"bytes_sent"`
+	Seconds   map[string]float64 `json:"seconds"`
 }
 
 // sendDetections encodes this rank's detections and gathers every rank's.

@@ -251,6 +251,11 @@ type tileReport struct {
 		Rasters      []tileRaster `json:"rasters"`
 		GPKG         string       `json:"gpkg,omitempty"`
 		Truth        *tileTruth   `json:"truth,omitempty"` // a shapefile or GeoPackage truth
+		// SkipEmpty is --skip-empty; Skipped the windows it gave no
+		// detections in this run (an attempt's own: a resumed run counts
+		// what it read, not what its earlier attempts skipped).
+		SkipEmpty bool `json:"skip_empty"`
+		Skipped   int  `json:"skipped_windows"`
 		// Resume: what this run took from the run it continued.
 		Resume *tileResumeInfo `json:"resume,omitempty"`
 	} `json:"tile"`

@@ -37,6 +37,7 @@ func tileWindowFlags(tileUsage string) []cli.Flag {
 		&cli.Float64Flag{Name: "patch-overlap", Value: 0.05, Usage: "with --tile: fraction of a window shared with its neighbour, in [0, 1) (predict_tile's patch_overlap; CLI: patch_overlap)"},
 		&cli.Float64Flag{Name: "tile-iou", Value: tile.DefaultIoU, Usage: "with --tile: IoU above which the merge (one class-agnostic NMS over the raster's shifted, integer boxes) drops the lower-scoring box (predict_tile's iou_threshold; DeepForest's CLI --mode tile passes nms_thresh, 0.05, here)"},
 		&cli.IntFlag{Name: "gdal-cache", Value: 256, Usage: "with --tile: GDAL's block cache per rank, in MiB (bounds what a rank holds of a raster)"},
+		&cli.BoolFlag{Name: "skip-empty", Usage: "with --tile: a window whose pixels are all nodata (the raster's nodata value on bands 1-3, or alpha 0) or all one value gets no detections without running the model (off by default: DeepForest's predict_tile runs every window); report.json counts them (per_rank skipped_windows, tile.skipped_windows)"},
 		&cli.IntFlag{Name: "round-windows", Usage: "with --tile: windows per round (the job detects a round, gathers it, and publishes the rasters it completes); default: from the rank's memory budget, at least 256. Outputs do not depend on it"},
 	}
 }
@@ -85,7 +86,7 @@ func tileConfig(c *cli.Context, stdout io.Writer) (TileConfig, error) {
 	cfg := TileConfig{Raster: c.String("raster"), CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
 		Out: c.String("out"), Force: c.Bool("force"), Command: os.Args, Stdout: stdout, AllowOutsideRoot: c.Bool("allow-outside-root"),
 		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
-		CacheMiB: c.Int("gdal-cache"), Resume: c.Bool("resume"), RoundWindows: c.Int("round-windows")}
+		CacheMiB: c.Int("gdal-cache"), Resume: c.Bool("resume"), RoundWindows: c.Int("round-windows"), SkipEmpty: c.Bool("skip-empty")}
 	mc, err := modelConfig(c)
 	if err != nil {
 		return cfg, err
@@ -167,7 +168,7 @@ func runTileJob(c *cli.Context, code *int, newComm CommFactory, stderr io.Writer
 
 // tileFlagsNeedTile refuses a tile flag given without --tile.
 func tileFlagsNeedTile(c *cli.Context, cmd string) error {
-	for _, f := range []string{"raster", "patch-size", "patch-overlap", "tile-iou", "gdal-cache", "round-windows"} {
+	for _, f := range []string{"raster", "patch-size", "patch-overlap", "tile-iou", "gdal-cache", "round-windows", "skip-empty"} {
 		if c.IsSet(f) {
 			return usageError(fmt.Errorf("%s: --%s needs --tile", cmd, f))
 		}
@@ -192,7 +193,7 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 	}
 	cfg := TileConfig{Raster: c.String("raster"), CSV: ec.CSV, RootDir: ec.RootDir, Out: ec.Out, Force: ec.Force, BatchSize: ec.BatchSize, Model: ec.Model,
 		AllowOutsideRoot: ec.AllowOutsideRoot, Command: os.Args, Stdout: stdout, Eval: &ec, LabelDict: ec.LabelDict, LabelDictData: ec.LabelDictData,
-		Resume: ec.Resume, RoundWindows: c.Int("round-windows"),
+		Resume: ec.Resume, RoundWindows: c.Int("round-windows"), SkipEmpty: c.Bool("skip-empty"),
 		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
 		CacheMiB: c.Int("gdal-cache"), RunConfig: ec.RunConfig}
 	if cfg.RunConfig != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/geoparquet"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -92,6 +93,18 @@ func publishRaster(out string, i int, r tileRaster, merged []box.Detection, wind
 		}
 		set = append(set, *g)
 	}
+	pq, err := stage(dir, r.Name+".parquet", func(w io.Writer) error {
+		crs, rows, err := parquetRows(r, merged, labels)
+		if err != nil {
+			return err
+		}
+		return geoparquet.Write(w, crs, rows)
+	})
+	if err != nil {
+		drop()
+		return err
+	}
+	set = append(set, pq)
 	c, err := stage(dir, r.Name+".csv", func(w io.Writer) error {
 		if err := rasterFault(r.Name + ".csv"); err != nil {
 			return err
@@ -205,6 +218,38 @@ func rasterLayer(r tileRaster, merged []box.Detection, names []string) gdal.Laye
 		ly.Features = append(ly.Features, gdal.BoxFeature(*r.GeoTransform, d.Box, r.Path, label, d.Score))
 	}
 	return ly
+}
+
+// parquetRows are raster r's rows as GeoParquet rows and its CRS as
+// PROJJSON: with a CRS and a geotransform, the polygons of its GeoPackage
+// layer (gdal.BoxFeature); without, the boxes as polygons in pixels (the
+// same ring order) and no CRS ("crs": null).
+func parquetRows(r tileRaster, merged []box.Detection, labels box.LabelMap) ([]byte, []geoparquet.Row, error) {
+	names := labels.Names()
+	geo := r.CRS != "" && r.GeoTransform != nil
+	var crs []byte
+	if geo {
+		var err error
+		if crs, err = gdal.PROJJSON(r.CRS); err != nil {
+			return nil, nil, err
+		}
+	}
+	pixel := [6]float64{-0.5, 1, 0, -0.5, 0, 1} // BoxRing's pixel centres back on the pixel grid
+	rows := make([]geoparquet.Row, len(merged))
+	for i, d := range merged {
+		label := ""
+		if int(d.Label) < len(names) {
+			label = names[d.Label]
+		}
+		if geo {
+			rows[i] = geoparquet.Row(gdal.BoxFeature(*r.GeoTransform, d.Box, r.Path, label, d.Score))
+			continue
+		}
+		f := gdal.BoxFeature(pixel, d.Box, r.Path, label, d.Score)
+		f.Xmin, f.Ymin, f.Xmax, f.Ymax = d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax
+		rows[i] = geoparquet.Row(f)
+	}
+	return crs, rows, nil
 }
 
 // gpkgFile holds the boxes of georeferenced rasters as polygons.
@@ -342,6 +387,10 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: sha256Hex(f[5])}}
 		}
 		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters, rep.Tile.Truth = run.ix.total(), windowDets, rasters, vt
+		rep.Tile.SkipEmpty = cfg.SkipEmpty
+		for _, s := range allStats {
+			rep.Tile.Skipped += s.Skipped
+		}
 		rep.Tile.Order = "rasters in input order; each raster's windows x outer, y inner (DeepForest's compute_windows)"
 		if cfg.Resume {
 			rep.Tile.Resume = &tileResumeInfo{Attempt: res.Attempt, RastersFinished: len(res.Finished), WindowsSaved: res.Windows, RecordsDropped: res.Dropped}

@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"image"
+	"image/color"
+	"image/draw"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,7 +55,10 @@ func tileOutputs(t *testing.T, out string) map[string][]byte {
 	t.Helper()
 	got := map[string][]byte{}
 	names, _ := filepath.Glob(filepath.Join(out, rastersDir, "*"))
-	for _, n := range append(names, filepath.Join(out, "predictions.csv"), filepath.Join(out, gpkgFile)) {
+	if _, err := os.Stat(filepath.Join(out, gpkgFile)); err == nil { // rasters with a CRS
+		names = append(names, filepath.Join(out, gpkgFile))
+	}
+	for _, n := range append(names, filepath.Join(out, "predictions.csv")) {
 		b, err := os.ReadFile(n)
 		if err != nil {
 			t.Fatal(err)
@@ -292,4 +299,64 @@ func TestTileLazyWindows(t *testing.T) {
 		t.Fatalf("the job allocated %d MB before refusing", grown>>20)
 	}
 	t.Logf("refused after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(msg))
+}
+
+// TestTileSkipEmpty: --skip-empty on a raster with a nodata border (its
+// left 300 columns 0, nodata 0, as an orthomosaic's edge): the windows
+// inside the border get no detections without the model, the report counts
+// them, and every output is the same bytes at 1 and 3 ranks (parquet
+// included).
+func TestTileSkipEmpty(t *testing.T) {
+	src, _ := tileRasterFile(t, 700, 520, 27)
+	f, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rgba := image.NewNRGBA(img.Bounds())
+	draw.Draw(rgba, rgba.Bounds(), img, image.Point{}, draw.Src)
+	for y := range 520 {
+		for x := range 300 {
+			rgba.Set(x, y, color.NRGBA{A: 255})
+		}
+	}
+	dir := t.TempDir()
+	bordered := filepath.Join(dir, "border.png")
+	g, _ := os.Create(bordered)
+	png.Encode(g, rgba)
+	g.Close()
+	tif := filepath.Join(dir, "border.tif")
+	if out, err := exec.Command("gdal_translate", "-q", "-a_nodata", "0", "-co", "TILED=YES", bordered, tif).CombinedOutput(); err != nil {
+		t.Fatalf("gdal_translate: %v\n%s", err, out)
+	}
+	var want map[string][]byte
+	for _, n := range []int{1, 3} {
+		cfg := tileCfg(t.TempDir(), tif)
+		cfg.SkipEmpty = true
+		if codes, msg := runTileCodes(t, n, cfg, ""); codes[0] != 0 {
+			t.Fatalf("%d ranks: %v\n%s", n, codes, msg)
+		}
+		var rep struct {
+			Tile struct {
+				Skipped int `json:"skipped_windows"`
+			}
+		}
+		b, _ := os.ReadFile(filepath.Join(cfg.Out, "report.json"))
+		if err := json.Unmarshal(b, &rep); err != nil || rep.Tile.Skipped != 2 {
+			t.Fatalf("%d ranks: %d windows skipped, want the 2 inside the border (%v)", n, rep.Tile.Skipped, err)
+		}
+		got := tileOutputs(t, cfg.Out)
+		if got["rasters/border.parquet"] == nil || bytes.Count(got["predictions.csv"], []byte("\n")) < 10 {
+			t.Fatalf("%d ranks: outputs %d, no parquet or too few rows", n, len(got))
+		}
+		if want == nil {
+			want = got
+			continue
+		}
+		sameOutputs(t, "--skip-empty at 3 ranks", got, want)
+	}
 }

@@ -76,20 +76,56 @@ func (s *rasterSet) read(r int, w tile.Window) (imagefile.Image, error) {
 	return imagefile.FromPlanes(px.W, px.H, px.Pix)
 }
 
-// pixels reads window w of raster r as 8-bit R, G and B planes.
-func (s *rasterSet) pixels(r int, w tile.Window) (gdal.RGB8, error) {
+// raster is raster r, opened on first use.
+func (s *rasterSet) raster(r int) (*gdal.Raster, error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	ras, ok := s.open[r]
 	if !ok {
 		var err error
 		if ras, err = gdal.Open(s.files[r]); err != nil {
-			s.mu.Unlock()
-			return gdal.RGB8{}, err
+			return nil, err
 		}
 		s.open[r] = ras
 	}
-	s.mu.Unlock()
+	return ras, nil
+}
+
+// pixels reads window w of raster r as 8-bit R, G and B planes.
+func (s *rasterSet) pixels(r int, w tile.Window) (gdal.RGB8, error) {
+	ras, err := s.raster(r)
+	if err != nil {
+		return gdal.RGB8{}, err
+	}
 	return ras.Read(w.X, w.Y, w.W, w.H)
+}
+
+// empty reads window w of raster r as stored and says whether
+// --skip-empty skips it (tile.EmptyWindow: all nodata, alpha 0, or one
+// value); when not, img is the window as the detector takes it.
+func (s *rasterSet) empty(r int, w tile.Window) (bool, imagefile.Image, error) {
+	ras, err := s.raster(r)
+	if err != nil {
+		return false, imagefile.Image{}, err
+	}
+	px, err := ras.ReadSamples(w.X, w.Y, w.W, w.H)
+	if err != nil {
+		return false, imagefile.Image{}, err
+	}
+	in := ras.Info()
+	nd := tile.NoData{Has: in.HasNoData, Value: in.NoData}
+	var empty bool
+	if px.Pix16 != nil {
+		empty = tile.EmptyWindow(px.W, px.H, px.Pix16, px.Alpha, nd)
+	} else {
+		empty = tile.EmptyWindow(px.W, px.H, px.Pix8, px.Alpha, nd)
+	}
+	if empty {
+		return true, imagefile.Image{}, nil
+	}
+	rgb := px.RGB8()
+	img, err := imagefile.FromPlanes(rgb.W, rgb.H, rgb.Pix)
+	return false, img, err
 }
 
 // closeRaster closes raster r if this rank opened it.
@@ -229,8 +265,58 @@ func (t *tileRun) share(round []int) ([]int, error) {
 }
 
 // detectWindows runs the detector over this rank's windows, saving each
-// batch in the part file.
+// batch in the part file; with --skip-empty each batch's windows are read
+// first and the empty ones get no detections without the model.
 func (t *tileRun) detectWindows(ctx context.Context, shard []int) ([]wire.Image, error) {
+	batch := batchOrOne(t.cfg.BatchSize)
+	if !t.cfg.SkipEmpty {
+		return t.detectInputs(ctx, shard, t.input)
+	}
+	var mine []wire.Image
+	for start := 0; start < len(shard); start += batch {
+		piece := shard[start:min(start+batch, len(shard))]
+		var keep []int
+		var skipped []wire.Image
+		imgs := map[int]imagefile.Image{}
+		for _, g := range piece {
+			r, w := t.ix.window(g)
+			empty, img, err := t.rs.empty(r, w)
+			if err != nil {
+				return mine, err
+			}
+			if empty {
+				skipped = append(skipped, wire.Image{Index: g})
+				continue
+			}
+			imgs[g] = img
+			keep = append(keep, g)
+		}
+		if len(skipped) > 0 {
+			if err := t.pw.Append(skipped, nil); err != nil {
+				return mine, &Error{Code: ExitInternal, Err: err}
+			}
+			t.stats.Skipped += len(skipped)
+			mine = append(mine, skipped...)
+		}
+		got, err := t.detectInputs(ctx, keep, func(g int) infer.Input {
+			in := t.input(g)
+			in.Pixels = func() (imagefile.Image, error) { return imgs[g], nil }
+			return in
+		})
+		mine = append(mine, got...)
+		if err != nil {
+			return mine, err
+		}
+	}
+	return mine, nil
+}
+
+// detectInputs runs the detector over windows (input makes each one's
+// input), saving each batch in the part file.
+func (t *tileRun) detectInputs(ctx context.Context, shard []int, input func(int) infer.Input) ([]wire.Image, error) {
+	if len(shard) == 0 {
+		return nil, nil
+	}
 	record := func(ims []wire.Image, _ []parts.Identity) error {
 		if err := t.pw.Append(ims, nil); err != nil {
 			return &Error{Code: ExitInternal, Err: err}
@@ -238,7 +324,7 @@ func (t *tileRun) detectWindows(ctx context.Context, shard []int) ([]wire.Image,
 		return nil
 	}
 	t0 := time.Now()
-	mine, err := detectShard(ctx, t.det, shardOptions{batchSize: batchOrOne(t.cfg.BatchSize), input: t.input, unit: "windows", global: t.global, batchBase: t.batches},
+	mine, err := detectShard(ctx, t.det, shardOptions{batchSize: batchOrOne(t.cfg.BatchSize), input: input, unit: "windows", global: t.global, batchBase: t.batches},
 		nil, shard, t.c.Rank(), record)
 	t.batches += len(batchBounds(shard, batchOrOne(t.cfg.BatchSize), t.global))
 	t.detect += time.Since(t0)
