@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/report"
 )
 
 // ModelConfig selects and tunes the native RetinaNet (eval --model, and
@@ -129,6 +130,7 @@ var (
 	countDevices = cuda.Count
 	openDevice   = cuda.Open
 	findCUDNN    = cudnn.Find // the cuDNN path's library (tests: the fake)
+	noGPU        = cuda.NoGPU // why a cuda build runs on the CPU ("": no more to say)
 )
 
 // rankDevice is one rank's device, for the report.
@@ -224,7 +226,13 @@ func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) err
 		}
 	}
 	if lm.place, err = cuda.Place(req, localRank, localSize, visible, haveCUDA); err != nil {
+		if why := noGPU(); why != "" && visible == 0 {
+			err = fmt.Errorf("%w: %s", err, why) // what the cuda build's front saw
+		}
 		return err
+	}
+	if why := noGPU(); why != "" && lm.place.Kind == "cpu" && req.Kind != "cpu" {
+		lm.place.Reason += ": " + why
 	}
 	if !mc.PrecisionSet && lm.place.Kind == "cuda" {
 		lm.precision = cuda.DefaultGPUPrecision
@@ -413,6 +421,7 @@ func (lm *loadedModel) openDetector(c mpi.Comm, labels box.LabelMap, stderr io.W
 		}
 	}
 	if c.Rank() == 0 && stderr != nil {
+		autoCPUNote(stderr, lm.info.Devices)
 		for _, d := range lm.info.Devices {
 			if r := shared[d.UUID]; d.UUID != "" && len(r) > 1 && r[0] == d.Rank {
 				fmt.Fprintf(stderr, "canopy: warning: ranks %v share GPU %s (%s on %s); each runs slower, and --exclusive-gpu makes this an error\n", r, d.UUID, d.Name, d.Host)
@@ -421,6 +430,33 @@ func (lm *loadedModel) openDetector(c mpi.Comm, labels box.LabelMap, stderr io.W
 	}
 	lm.info.Detector = det.Name()
 	return det, nil
+}
+
+// autoCPUNote is the one line a cuda build prints (rank 0) when --device
+// auto put ranks on the CPU for want of a GPU: which ranks, and why (the
+// first such rank's reason; the report has every rank's).
+func autoCPUNote(w io.Writer, devs []rankDevice) {
+	if !haveCUDA {
+		return
+	}
+	var ranks []int
+	why := ""
+	for _, d := range devs {
+		if d.Device == "cpu" && strings.HasPrefix(d.Why, "auto:") {
+			if ranks == nil {
+				why = d.Why
+			}
+			ranks = append(ranks, d.Rank)
+		}
+	}
+	if ranks == nil {
+		return
+	}
+	all := fmt.Sprintf("ranks %v run", ranks)
+	if len(ranks) == len(devs) {
+		all = "every rank runs"
+	}
+	fmt.Fprintf(w, "canopy: note: --device auto: this cuda build has no usable GPU here; %s on the CPU (%s)\n", all, report.Printable(why))
 }
 
 // detector builds this rank's detector (CPU or GPU), mapping the model's
