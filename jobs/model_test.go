@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"image"
 	"image/png"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/safetensors"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
@@ -336,7 +336,7 @@ func TestRaiseProcsKeepsThreads(t *testing.T) {
 	if _, err := lm.detector(lm.labels()); err != nil {
 		t.Fatal(err)
 	}
-	if got := runtime.GOMAXPROCS(0); got != retinanet.Procs(2) || got != 3 {
+	if got := runtime.GOMAXPROCS(0); got != cpu.Procs(2) || got != 3 {
 		t.Fatalf("after a CPU detector of 2 threads: GOMAXPROCS %d, want 3", got)
 	}
 }
