@@ -114,6 +114,9 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 	if !c.Bool("tile") {
 		return tileFlagsNeedTile(c, "predict")
 	}
+	if c.IsSet("raw-rows") {
+		return usageError(errors.New("predict: --raw-rows goes without --tile: predict_tile's merge is one class-agnostic NMS already"))
+	}
 	rc, pos, err := loadRunConfig(c, "predict --tile", c.Args().Slice())
 	if err != nil {
 		return usageError(fmt.Errorf("predict: %w", err))
@@ -131,7 +134,7 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 		rc.resolveInt(c, "batch-size", "batch_size", rc.C.BatchSize, &cfg.BatchSize)
 		rc.applyTile(c, &cfg)
 		if cfg.LabelDictData = rc.labelCSV(c); cfg.LabelDictData != nil {
-			cfg.LabelDict = rc.File + ": label_dict"
+			cfg.LabelDict = rc.labelSource()
 		}
 	}
 	return runTileJob(c, code, newComm, stderr, "predict", cfg)
