@@ -146,6 +146,8 @@ def table(folder):
         "label_dict": m.label_dict,
         "batch_size": m.config["cropmodel"]["batch_size"],
         "samples": samples,
+        # torchvision's own ImageFolder listing (before FixedClassImageFolder's remap), every image file in order.
+        "imagefolder_samples": [os.path.relpath(p, root) for p, _ in torchvision.datasets.ImageFolder(root).samples],
         "fc_bias": f32bits(m.model.fc.bias.detach().numpy()),
         "logits": f32bits(logits.numpy()),
         "table": {k: float(v) for k, v in res.items()},
