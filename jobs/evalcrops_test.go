@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -152,6 +153,41 @@ func TestEvalCropsIdenticalAcrossRanks(t *testing.T) {
 	json.Compact(&got, refMetrics)
 	if want.Len() == 0 || !bytes.Equal(want.Bytes(), got.Bytes()) {
 		t.Errorf("report.json metrics %s, ComputeCropTable %s", got.Bytes(), want.Bytes())
+	}
+}
+
+// TestEvalCropsPage: report.html opens in chromium without errors and
+// shows the confusion matrix of report.json, every cell.
+func TestEvalCropsPage(t *testing.T) {
+	chromium := findChromium(t)
+	useFakeCrops(t)
+	out := t.TempDir()
+	cfg := EvalCropsConfig{Folder: cropTestFolder, Out: out, CropModel: "m", BatchSize: 4, LossBatch: 4, HTML: true}
+	if errs := runEvalCrops(t, 2, cfg); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	var rep struct{ Confusion cropConfusion }
+	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	dom, console := browse(t, chromium, filepath.Join(out, "report.html"))
+	if got := domAttr(dom, "data-check"); got != "ok" || len(console) > 0 {
+		t.Errorf("page check %q, console %v", got, console)
+	}
+	var cells []string
+	for _, row := range rep.Confusion.Matrix {
+		for _, n := range row {
+			cells = append(cells, fmt.Sprintf(">%d</td>", n))
+		}
+	}
+	pos := 0
+	for _, c := range cells {
+		k := strings.Index(dom[pos:], c)
+		if k < 0 {
+			t.Fatalf("the page lacks the confusion cell %s after offset %d", c, pos)
+		}
+		pos += k + len(c)
 	}
 }
 

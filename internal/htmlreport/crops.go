@@ -41,15 +41,7 @@ type cropRow struct {
 	Recall, PrecisionString string
 }
 
-var cropsTmpl = template.Must(template.New("crops").Parse(`<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{.Title}}</title>
-<script>` + selfCheck + `</script>
-<style>
-` + pageCSS + `
+var cropsTmpl = template.Must(template.New("crops").Parse(pageHead + `
 .confusion td { text-align: right; min-width: 2.5em; font-family: ui-monospace, Menlo, Consolas, monospace; }
 .confusion th.corner { font-weight: normal; font-size: 12px; }
 </style>

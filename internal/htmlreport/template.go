@@ -48,12 +48,9 @@ figcaption { font-size: 12px; word-break: break-all; }
 pre { white-space: pre-wrap; word-break: break-all; font-size: 12px; background: #f6f6f6; padding: 6px; }
 `
 
-// pageTmpl is the page. The two <section class="run-record"> blocks (the
-// per-rank timeline, the run table) describe the run itself: ranks,
-// hosts, seconds, the command. Everything else follows from the inputs and
-// the results alone, the same bytes for any rank count (tested on eval
-// --tile's page).
-var pageTmpl = template.Must(template.New("page").Parse(`<!DOCTYPE html>
+// pageHead opens a page: its title, the self-check, the style sheet (a
+// page adds its own rules, then closes </style> and </head>).
+const pageHead = `<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -61,7 +58,14 @@ var pageTmpl = template.Must(template.New("page").Parse(`<!DOCTYPE html>
 <title>{{.Title}}</title>
 <script>` + selfCheck + `</script>
 <style>
-` + pageCSS + `</style>
+` + pageCSS
+
+// pageTmpl is the page. The two <section class="run-record"> blocks (the
+// per-rank timeline, the run table) describe the run itself: ranks,
+// hosts, seconds, the command. Everything else follows from the inputs and
+// the results alone, the same bytes for any rank count (tested on eval
+// --tile's page).
+var pageTmpl = template.Must(template.New("page").Parse(pageHead + `</style>
 </head>
 <body>
 <h1>{{.Title}}</h1>
