@@ -88,7 +88,7 @@ module use "$eb_root/site-modules"
 
 ebopts=(--prefix="$eb_root" --sourcepath="$eb_root/sources" --buildpath="${TMPDIR:-/tmp}/canopy-eb-build"
 	--modules-tool=Lmod --module-syntax=Lua --external-modules-metadata="$eb_root/external-modules.cfg"
-	--detect-loaded-modules=ignore --disable-cleanup-tmpdir)
+	--detect-loaded-modules=ignore)
 [ "$(id -u)" = 0 ] && ebopts+=(--allow-use-as-root-and-accept-consequences)
 # The module cache of the Go on PATH (what the module proxy filled), so
 # that a rerun downloads nothing; GoPackage puts GOPATH in its build folder.
