@@ -37,21 +37,8 @@ if [ "${BENCH_SKIP_ALPHA:-0}" = 1 ]; then
 fi
 R="$W/ortho-$N$suffix.tif"
 if [ ! -f "$R" ]; then
-	k=$(((N + 1999) / 2000))
 	# 30 degrees: cos 0.8660254, sin 0.5; pixel 0.1 m.
-	gt="404000.0, 0.08660254037844387, 0.05, 3285000.0, 0.05, -0.08660254037844387"
-	{
-		echo "<VRTDataset rasterXSize=\"$N\" rasterYSize=\"$N\">"
-		echo "<SRS>EPSG:32617</SRS><GeoTransform>$gt</GeoTransform>"
-		for b in 1 2 3; do
-			echo "<VRTRasterBand dataType=\"Byte\" band=\"$b\">"
-			for ((i = 0; i < k; i++)); do for ((j = 0; j < k; j++)); do
-				echo "<SimpleSource><SourceFilename relativeToVRT=\"1\">src/img_0000.png</SourceFilename><SourceBand>$b</SourceBand><SrcRect xOff=\"0\" yOff=\"0\" xSize=\"2000\" ySize=\"2000\"/><DstRect xOff=\"$((i * 2000))\" yOff=\"$((j * 2000))\" xSize=\"2000\" ySize=\"2000\"/></SimpleSource>"
-			done; done
-			echo "</VRTRasterBand>"
-		done
-		echo "</VRTDataset>"
-	} >"$W/ortho-$N.vrt"
+	scripts/forest-vrt.sh "$N" EPSG:32617 "404000.0, 0.08660254037844387, 0.05, 3285000.0, 0.05, -0.08660254037844387" >"$W/ortho-$N.vrt"
 	gdalwarp -q -r near -tr 0.1 0.1 "${warp[@]}" -co TILED=YES -co COMPRESS=DEFLATE -co BIGTIFF=IF_SAFER "$W/ortho-$N.vrt" "$R"
 fi
 echo "bench-skip-empty: $R: $(gdalinfo "$R" | grep -m1 '^Size is'), load $(cut -d' ' -f1-3 /proc/loadavg)"
