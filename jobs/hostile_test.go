@@ -288,6 +288,44 @@ func TestNaNWeightsExit4(t *testing.T) {
 	}
 }
 
+// TestHugeWeightsExit4 (issue 35, item 10): finite weights of ±3e38 in
+// the classification head overflow float32: every rank stops with exit 4
+// naming the head output, the level and the first layer that overflowed,
+// and nothing is published (it was exit 0, no detections, and val_loss,
+// val_classification and box_precision written as null).
+func TestHugeWeightsExit4(t *testing.T) {
+	model, _, _ := testModelSet(t)
+	ts, _, err := safetensors.Read(filepath.Join(model, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "head.classification_head.cls_logits.weight"
+	w := ts[k]
+	w.Data = make([]float32, len(w.Data))
+	for i := range w.Data {
+		w.Data[i] = float32(3e38 * (1 - 2*float64(i%2)))
+	}
+	ts[k] = w
+	bad := filepath.Join(t.TempDir(), "huge")
+	os.MkdirAll(bad, 0o755)
+	if err := safetensors.Write(filepath.Join(bad, "model.safetensors"), ts, "F32", nil); err != nil {
+		t.Fatal(err)
+	}
+	cfgJSON, _ := os.ReadFile(filepath.Join(model, "config.json"))
+	os.WriteFile(filepath.Join(bad, "config.json"), cfgJSON, 0o644)
+	cfg := modelCfg(t, t.TempDir())
+	cfg.Model.Spec = bad
+	var stderr bytes.Buffer
+	codes := runLocalCtx(t, 2, cfg, func(int) context.Context { return context.Background() }, &stderr)
+	if codes[0] != ExitModel || codes[1] != ExitModel || !strings.Contains(stderr.String(), "head.classification_head.cls_logits output is") ||
+		!strings.Contains(stderr.String(), "head.classification_head.cls_logits is the first layer whose output is not finite") {
+		t.Fatalf("codes %v, stderr %q", codes, stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Out, "report.json")); err == nil {
+		t.Fatal("a report was published")
+	}
+}
+
 // A label holding terminal controls (retitle, clear screen) is printed
 // escaped in eval's metrics table on stdout; report.json keeps it as is.
 func TestMetricsTableEscapesControls(t *testing.T) {
