@@ -155,7 +155,7 @@ test-mpi:
 FUZZTIME ?= 30s
 FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict internal/dataset:FuzzParseVOC \
 	infer/safetensors:FuzzParse infer/cuda/cudnn:FuzzParsePlanFile infer/torchfile:FuzzRead internal/config:FuzzLoad infer/retinanet:FuzzParseConfig infer/retinanet:FuzzParseRepo infer/imagefile:FuzzRead \
-	internal/parts:FuzzDecode internal/wire:FuzzDecode jobs:FuzzInputPacket jobs:FuzzManifest report:FuzzCompareReport report:FuzzTolerances
+	internal/parts:FuzzDecode internal/wire:FuzzDecode jobs:FuzzInputPacket jobs:FuzzManifest jobs:FuzzFolderPacket jobs:FuzzMergeLogits report:FuzzCompareReport report:FuzzTolerances
 fuzz: deps
 	@for t in $(FUZZ_TARGETS); do echo "fuzz: $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
 		$(GO) test -tags '$(TAGS)' -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/ || exit 1; done
@@ -212,7 +212,8 @@ bench-metrics: deps
 bench-infer: deps
 	scripts/install-deps.sh python3-torch python3-torchvision python3-pil
 	$(RETINANET_IMAGES)
-	$(GO) test -run '^$$' -bench '^BenchmarkDetect$$/r50|Conv3x3' -benchtime 3x -count 6 ./infer/retinanet/ | tee bin/bench-infer.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkDetect$$/r50' -benchtime 3x -count 6 ./infer/retinanet/ | tee bin/bench-infer.txt
+	$(GO) test -run '^$$' -bench 'Conv3x3' -benchtime 3x -count 6 ./infer/cpu/ | tee -a bin/bench-infer.txt
 	-benchstat bin/bench-infer.txt
 	/usr/bin/python3 tools/retinanet/bench.py --model r50 --threads 1 --repeat 3 --go bin/bench-infer.txt \
 		bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png
