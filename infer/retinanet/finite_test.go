@@ -28,14 +28,7 @@ func hugeModel(t *testing.T, name string) *Model {
 	if err := CheckFinite(w); err != nil {
 		t.Fatal(err)
 	}
-	opt := DefaultOptions()
-	opt.MinSize, opt.MaxSize = 64, 96
-	opt.ScoreThresh = 0.05
-	m, err := New(w, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return smallModelOf(t, w)
 }
 
 // TestNonFiniteOutputs (issue 35, item 10): finite weights of ±3e38 in a
