@@ -17,9 +17,9 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/internal/parts"
 
+	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/mpi"
-	"github.com/canopy-hpc/canopy/report"
 )
 
 type rankInfo struct {
@@ -97,7 +97,7 @@ func doctor(c mpi.Comm, stdout io.Writer) error {
 		if err := json.Unmarshal(p, &ri); err != nil {
 			return &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: doctor: %w", err)}
 		}
-		p := report.Printable // the host name and the environment are printed, not obeyed
+		p := box.Printable // the host name and the environment are printed, not obeyed
 		fmt.Fprintf(stdout, "%-5d %-20s %-8s %-6s %-10d %-8d %-12s %-8s %s / %s\n", ri.Rank, p(ri.Host),
 			fmt.Sprintf("%d/%d", ri.LocalRank, ri.LocalSize), p(ri.PID), ri.GOMAXPROCS, ri.NumCPU, p(ri.Affinity), p(ri.Device), p(ri.VisibleGPUs), p(ri.Launcher))
 	}
@@ -117,7 +117,7 @@ func faultOf(dir string) (msg string, code int, ok bool) {
 		}
 		c, rest, found := strings.Cut(string(b), " ")
 		if n, err := strconv.Atoi(c); found && err == nil {
-			return report.Printable(rest), n, true
+			return box.Printable(rest), n, true
 		}
 	}
 	return "", 0, false
@@ -209,7 +209,7 @@ func recordedOutputs(dir string) (outs map[string]string, derived []string, err 
 func verifyOutputs(dir string) string {
 	outs, derived, err := recordedOutputs(dir)
 	if err != nil {
-		return fmt.Sprintf("damaged: report.json is unreadable (%s); the outputs cannot be checked", report.Printable(err.Error()))
+		return fmt.Sprintf("damaged: report.json is unreadable (%v); the outputs cannot be checked", err)
 	}
 	if len(outs) == 0 {
 		return "damaged: report.json records no outputs (not a canopy report, or one edited); the outputs cannot be checked"
@@ -217,14 +217,14 @@ func verifyOutputs(dir string) string {
 	var missing, changed, extra []string
 	for _, name := range sortedKeys(outs) {
 		if !filepath.IsLocal(name) {
-			return fmt.Sprintf("damaged: report.json records an output outside the folder (%s)", report.Printable(name))
+			return fmt.Sprintf("damaged: report.json records an output outside the folder (%s)", name)
 		}
 		got, err := hashFile(filepath.Join(dir, name))
 		switch {
 		case err != nil:
-			missing = append(missing, report.Printable(name))
+			missing = append(missing, name)
 		case got != outs[name]:
-			changed = append(changed, report.Printable(name))
+			changed = append(changed, name)
 		}
 	}
 	for _, name := range reportFiles {
@@ -261,7 +261,7 @@ func completeSet(dir string) string {
 			also = append(also, n)
 		}
 	}
-	msg := "report.json and the outputs it records (" + strings.Join(printableAll(sortedKeys(outs)), ", ") + ") are one run's, sha256 verified"
+	msg := "report.json and the outputs it records (" + strings.Join(sortedKeys(outs), ", ") + ") are one run's, sha256 verified"
 	if len(also) > 0 {
 		msg += "; made from report.json: " + strings.Join(also, ", ")
 	}
@@ -275,12 +275,4 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(k)
 	return k
-}
-
-func printableAll(s []string) []string {
-	out := make([]string, len(s))
-	for i, v := range s {
-		out[i] = report.Printable(v)
-	}
-	return out
 }

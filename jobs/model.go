@@ -379,7 +379,7 @@ func (lm *loadedModel) openDetector(c mpi.Comm, labels box.LabelMap, stderr io.W
 	if c.Rank() == 0 && stderr != nil {
 		for _, d := range lm.info.Devices {
 			if r := shared[d.UUID]; d.UUID != "" && len(r) > 1 && r[0] == d.Rank {
-				fmt.Fprintf(stderr, "canopy: warning: ranks %v share GPU %s (%s on %s); each runs slower, and --exclusive-gpu makes this an error\n", r, d.UUID, d.Name, d.Host)
+				sayLine(stderr, "canopy: warning: ", fmt.Sprintf("ranks %v share GPU %s (%s on %s); each runs slower, and --exclusive-gpu makes this an error", r, d.UUID, d.Name, d.Host))
 			}
 		}
 	}
