@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -71,7 +72,10 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 					if c.NArg() > 0 {
 						return usageError(fmt.Errorf("version takes no arguments, got %q", c.Args().Slice()))
 					}
-					fmt.Fprintf(stdout, "canopy %s (%s, git %s)\n", Version, runtime.Version(), gitRevision())
+					fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nbuild: %s\n", Version, runtime.Version(), gitRevision(), cuda.Build())
+					if why := noGPU(); why != "" {
+						fmt.Fprintf(stdout, "GPU: none usable, so the CPU: %s\n", why)
+					}
 					return nil
 				},
 			},

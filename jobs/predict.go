@@ -214,7 +214,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		return err
 	}
 	if cfg.LabelDict != "" {
-		if err := checkModelLabels(model.labels(), &given, nil, ""); err != nil {
+		if err := checkModelLabels(model.labels(), &given, cfg.LabelDict, nil, ""); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 	}

@@ -332,7 +332,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	labels := model.labels()
 	if given != nil && cfg.Eval == nil {
-		if err := checkModelLabels(labels, given, nil, ""); err != nil {
+		if err := checkModelLabels(labels, given, cfg.LabelDict, nil, ""); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 	}
@@ -350,7 +350,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		for _, im := range truth.Images {
 			names = append(names, im.Labels...)
 		}
-		if err := checkModelLabels(labels, given, names, cfg.CSV); err != nil {
+		if err := checkModelLabels(labels, given, cfg.LabelDict, names, cfg.CSV); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 		if truthImages, err = truth.Resolve(cfg.CSV, labels); err != nil || len(truthImages) != len(rasters) {
@@ -574,15 +574,7 @@ func stageGPKG(dir string, rasters []tileRaster, merged [][]box.Detection, label
 			if int(d.Label) < len(names) {
 				label = names[d.Label]
 			}
-			ring := gdal.BoxRing(*r.GeoTransform, d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax)
-			// As image_to_geo_coordinates: the columns become the polygon's bounds.
-			f := gdal.Feature{Ring: ring, ImagePath: r.Path, Label: label, Score: d.Score,
-				Xmin: ring[0][0], Ymin: ring[0][1], Xmax: ring[0][0], Ymax: ring[0][1]}
-			for _, p := range ring {
-				f.Xmin, f.Xmax = min(f.Xmin, p[0]), max(f.Xmax, p[0])
-				f.Ymin, f.Ymax = min(f.Ymin, p[1]), max(f.Ymax, p[1])
-			}
-			ly.Features = append(ly.Features, f)
+			ly.Features = append(ly.Features, gdal.BoxFeature(*r.GeoTransform, d.Box, r.Path, label, d.Score))
 		}
 		layers = append(layers, ly)
 	}

@@ -31,6 +31,8 @@ package gdal
 import (
 	"errors"
 	"fmt"
+
+	"github.com/canopy-hpc/canopy/box"
 	"math"
 	"strings"
 	"unicode"
@@ -63,6 +65,44 @@ type Info struct {
 	// whether the raster has one (else it is the identity GDAL reports).
 	GeoTransform [6]float64
 	HasTransform bool
+	// NoData holds bands 1–3's nodata values as GDAL reports them
+	// (GDALGetRasterNoDataValue); HasNoData says which bands have one.
+	NoData    [3]float64
+	HasNoData [3]bool
+	// Alpha says that a window has an alpha plane (ReadSamples): band 4
+	// is alpha, or band 1's mask is per dataset (GMF_PER_DATASET: an
+	// alpha band or a TIFF mask, whose 0 is "no data").
+	Alpha bool
+	// BlockW and BlockH are the size of the raster's blocks (a TIFF's
+	// TileWidth and TileLength, or its width and RowsPerStrip), as its
+	// header states them: GDAL allocates a whole block to read any pixel
+	// of it.
+	BlockW, BlockH int
+}
+
+// checkBlock refuses a raster whose block (all its bands' samples, as a
+// pixel-interleaved TIFF stores them) is larger than budget, GDAL's block
+// cache: a header that lies about its tile size (TileWidth 32768 in a
+// small file) would otherwise make GDAL allocate gigabytes to read one
+// pixel. It is checked from the header, before any block is read.
+func (in Info) checkBlock(path string, budget int64) error {
+	if in.BlockW < 1 || in.BlockH < 1 {
+		return fmt.Errorf("gdal: %s: blocks of %dx%d pixels: %w", path, in.BlockW, in.BlockH, ErrRaster)
+	}
+	need := int64(in.BlockW) * int64(in.BlockH) * int64(in.Bands) * int64(max(in.Bits, 8)/8)
+	if need > budget {
+		return fmt.Errorf("gdal: %s: its blocks are %dx%d pixels (%d bands of %d bits: %s each, read whole to read any pixel), more than GDAL's block cache of %s (--gdal-cache): a header whose tile or strip size is wrong, or a raster stored in blocks too large to read by windows (rewrite it tiled: gdal_translate -co TILED=YES): %w",
+			path, in.BlockW, in.BlockH, in.Bands, in.Bits, byteSize(need), byteSize(budget), ErrRaster)
+	}
+	return nil
+}
+
+// byteSize is n bytes for a message: MiB or GiB with two decimals.
+func byteSize(n int64) string {
+	if n >= 1<<30 {
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
 }
 
 // check applies the band and sample rules to what GDAL reported.
@@ -110,6 +150,30 @@ type RGB8 struct {
 	Pix  []uint8
 }
 
+// Samples is a window as stored: bands 1–3 as planes (R, G, B, W·H
+// samples each, rows top first) in Pix8 (8-bit rasters) or Pix16 (16-bit
+// ones), and, when the raster has one (Info.Alpha), its alpha or mask
+// plane as bytes (a 16-bit alpha saturates at 255; 0 stays 0).
+type Samples struct {
+	W, H  int
+	Pix8  []uint8
+	Pix16 []uint16
+	Alpha []uint8
+}
+
+// RGB8 is the window as Read gives it: 8-bit samples as they are, 16-bit
+// samples' high byte (v>>8).
+func (s Samples) RGB8() RGB8 {
+	if s.Pix16 == nil {
+		return RGB8{W: s.W, H: s.H, Pix: s.Pix8}
+	}
+	out := RGB8{W: s.W, H: s.H, Pix: make([]uint8, len(s.Pix16))}
+	for i, v := range s.Pix16 {
+		out.Pix[i] = uint8(v >> 8)
+	}
+	return out
+}
+
 // Feature is one box of predictions.gpkg: its polygon in the raster's CRS
 // (a closed ring of 5 points) and the columns of predictions.csv.
 type Feature struct {
@@ -140,6 +204,21 @@ func BoxRing(gt [6]float64, xmin, ymin, xmax, ymax float64) [5][2]float64 {
 	left, bottom := at(xmin, ymin)
 	right, top := at(xmax, ymax)
 	return [5][2]float64{{right, bottom}, {right, top}, {left, top}, {left, bottom}, {right, bottom}}
+}
+
+// BoxFeature is a box of a georeferenced raster as predictions.gpkg and
+// the GeoParquet files hold it: its polygon (BoxRing) and, as
+// image_to_geo_coordinates sets them, the polygon's bounds as the xmin,
+// ymin, xmax and ymax columns.
+func BoxFeature(gt [6]float64, b box.Box, imagePath, label string, score float64) Feature {
+	ring := BoxRing(gt, b.Xmin, b.Ymin, b.Xmax, b.Ymax)
+	f := Feature{Ring: ring, ImagePath: imagePath, Label: label, Score: score,
+		Xmin: ring[0][0], Ymin: ring[0][1], Xmax: ring[0][0], Ymax: ring[0][1]}
+	for _, p := range ring {
+		f.Xmin, f.Xmax = min(f.Xmin, p[0]), max(f.Xmax, p[0])
+		f.Ymin, f.Ymax = min(f.Ymin, p[1]), max(f.Ymax, p[1])
+	}
+	return f
 }
 
 // gpkgRefusedFirst are the characters GDAL's GeoPackage driver refuses at
