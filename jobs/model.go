@@ -17,7 +17,6 @@ import (
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/mpi"
-	"github.com/canopy-hpc/canopy/report"
 )
 
 // ModelConfig selects and tunes the native RetinaNet (eval --model, and
@@ -456,7 +455,7 @@ func autoCPUNote(w io.Writer, devs []rankDevice) {
 	if len(ranks) == len(devs) {
 		all = "every rank runs"
 	}
-	fmt.Fprintf(w, "canopy: note: --device auto: this cuda build has no usable GPU here; %s on the CPU (%s)\n", all, report.Printable(why))
+	sayLine(w, "canopy: note: ", fmt.Sprintf("--device auto: this cuda build has no usable GPU here; %s on the CPU (%s)", all, why))
 }
 
 // detector builds this rank's detector (CPU or GPU), mapping the model's

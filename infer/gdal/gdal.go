@@ -31,8 +31,6 @@ package gdal
 import (
 	"errors"
 	"fmt"
-
-	"github.com/canopy-hpc/canopy/box"
 	"math"
 	"strings"
 	"unicode"
