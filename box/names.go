@@ -21,15 +21,17 @@ func UniqueNames(paths []string, base func(string) string) []string {
 			names[i], taken[fold(n)] = n, true
 		}
 	}
+	next := map[string]int{} // the next suffix to try for a base: n paths of one base cost O(n), not O(n²)
 	for i, p := range paths {
 		if names[i] != "" {
 			continue
 		}
 		b := base(p)
-		n := b
-		for k := 2; taken[fold(n)]; k++ {
-			n = fmt.Sprintf("%s_%d", b, k)
+		n, k := b, max(next[fold(b)], 2)
+		for taken[fold(n)] {
+			n, k = fmt.Sprintf("%s_%d", b, k), k+1
 		}
+		next[fold(b)] = k
 		names[i], taken[fold(n)] = n, true
 	}
 	return names

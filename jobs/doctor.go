@@ -184,7 +184,7 @@ func outState(dir string) (int, string) {
 // "run.outputs". derived lists the outputs made from report.json's own
 // bytes (eval's report.html and COCO files), which it cannot record.
 func recordedOutputs(dir string) (outs map[string]string, derived []string, err error) {
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	b, err := readRegular(filepath.Join(dir, "report.json"), maxReportJSON)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -219,12 +219,19 @@ func verifyOutputs(dir string) string {
 		if !filepath.IsLocal(name) {
 			return fmt.Sprintf("damaged: report.json records an output outside the folder (%s)", name)
 		}
-		got, err := hashFile(filepath.Join(dir, name))
+		// only a regular file is hashed: a FIFO put in an output's place
+		// would block the read, and a link is not what the run wrote
+		p := filepath.Join(dir, name)
+		st, err := os.Lstat(p)
 		switch {
 		case err != nil:
 			missing = append(missing, name)
-		case got != outs[name]:
-			changed = append(changed, name)
+		case !st.Mode().IsRegular():
+			changed = append(changed, name+" (not a regular file)")
+		default:
+			if got, err := hashFile(p); err != nil || got != outs[name] {
+				changed = append(changed, name)
+			}
 		}
 	}
 	for _, name := range reportFiles {
@@ -275,4 +282,20 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(k)
 	return k
+}
+
+// maxReportJSON bounds the report.json doctor --out reads (a run's is a
+// few MB even with thousands of rasters).
+const maxReportJSON = 1 << 30
+
+// readRegular reads a regular file of at most max bytes.
+func readRegular(path string, max int64) ([]byte, error) {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() || st.Size() > max {
+		return nil, fmt.Errorf("%s is not a regular file of at most %d bytes", filepath.Base(path), max)
+	}
+	return os.ReadFile(path)
 }

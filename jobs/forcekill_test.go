@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/mpi"
@@ -261,6 +262,14 @@ func TestDoctorOutVerifiesOutputs(t *testing.T) {
 		os.WriteFile(filepath.Join(out, stray), []byte("{}"), 0o644)
 		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "report.json does not record them): "+stray) {
 			t.Fatalf("%s with a stray %s: exit %d %q", name, stray, code, msg)
+		}
+		// a FIFO in an output's place is named, not read (a read would block)
+		os.Remove(filepath.Join(out, victim))
+		if err := syscall.Mkfifo(filepath.Join(out, victim), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, victim+" (not a regular file)") {
+			t.Fatalf("%s with a FIFO for %s: exit %d %q", name, victim, code, msg)
 		}
 	}
 }
