@@ -139,6 +139,12 @@ func outState(dir string) (int, string) {
 		f.Close()
 	}
 	has := func(n string) bool { _, err := os.Stat(filepath.Join(dir, n)); return err == nil }
+	if _, _, err := readJournal(dir); err != nil {
+		return ExitInternal, fmt.Sprintf("%sdamaged: %v; canopy cannot finish or undo that publication and refuses the folder (exit 1)", busy, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, previousDir, movedList)); has(previousDir) && (err == nil && json.Unmarshal(b, new([]string)) != nil || err != nil && !os.IsNotExist(err)) {
+		return ExitInternal, fmt.Sprintf("%sdamaged: the run set aside in %s has an unreadable %s; canopy cannot put it back and refuses the folder (exit 1): keep what you need of it and remove %s, or choose another --out", busy, previousDir, movedList, previousDir)
+	}
 	if has(previousDir) && has(journalName) {
 		return ExitInternal, busy + "a --force run was stopped while publishing its complete outputs; the next canopy run in this folder finishes the publication and removes the previous run set aside in " + previousDir
 	}

@@ -332,3 +332,23 @@ func TestTileLayerNamesAndGeoTransformAtPreflight(t *testing.T) {
 		}
 	}
 }
+
+// A damaged journal or list of a set-aside run (a corrupt disk, a hand
+// edit) is named with what to do, by the next start (exit 1) and by
+// canopy doctor --out, which does not promise the next run will mend it.
+func TestDamagedSafetyFilesNamed(t *testing.T) {
+	for _, c := range []struct{ path, what string }{
+		{journalName, journalName + " is damaged"},
+		{filepath.Join(previousDir, movedList), "unreadable " + movedList},
+	} {
+		out := t.TempDir()
+		os.MkdirAll(filepath.Join(out, previousDir), 0o755)
+		os.WriteFile(filepath.Join(out, c.path), []byte("{{{"), 0o644)
+		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "damaged") || !strings.Contains(msg, c.what) || strings.Contains(msg, "the next canopy run") {
+			t.Errorf("%s: doctor: exit %d %q", c.path, code, msg)
+		}
+		if _, err := openOut(out); err == nil || Code(err) != ExitInternal || !strings.Contains(err.Error(), "is damaged") || !strings.Contains(err.Error(), "remove") {
+			t.Errorf("%s: start: %v", c.path, err)
+		}
+	}
+}
