@@ -62,6 +62,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 		Commands: []*cli.Command{
 			evalCommand(&code, stdout, errw, stderr, newComm),
 			predictCommand(&code, stdout, stderr, newComm),
+			evalCropsCommand(&code, stdout, stderr, newComm),
 			doctorCommand(&code, stdout, stderr, newComm),
 			gpuPlanCommand(&code, stdout, stderr),
 			CompareCommand(&code, stdout, stderr),

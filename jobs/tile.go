@@ -192,7 +192,7 @@ func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 			return fail(ExitInput, err)
 		}
 	}
-	out, err = preparePredictOut(cfg.Out, cfg.Force)
+	out, err = prepareRunOut(cfg.Out, cfg.Force)
 	if err != nil {
 		return fail(Code(err), err)
 	}
