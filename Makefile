@@ -19,7 +19,7 @@ export CGO_CFLAGS  := $(or $(CGO_CFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh 
 export CGO_LDFLAGS := $(or $(CGO_LDFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh libs)
 endif
 
-.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-scale bench-large testdata golden-retinanet golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
+.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-skip-empty bench-scale bench-large testdata golden-retinanet golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -155,7 +155,7 @@ test-mpi:
 FUZZTIME ?= 30s
 FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict internal/dataset:FuzzParseVOC \
 	infer/safetensors:FuzzParse infer/cuda/cudnn:FuzzParsePlanFile infer/torchfile:FuzzRead internal/config:FuzzLoad infer/retinanet:FuzzParseConfig infer/retinanet:FuzzParseRepo infer/imagefile:FuzzRead \
-	internal/parts:FuzzDecode internal/wire:FuzzDecode jobs:FuzzInputPacket jobs:FuzzManifest report:FuzzCompareReport report:FuzzTolerances
+	internal/parts:FuzzDecode internal/wire:FuzzDecode jobs:FuzzInputPacket jobs:FuzzManifest jobs:FuzzFolderPacket jobs:FuzzMergeLogits report:FuzzCompareReport report:FuzzTolerances
 fuzz: deps
 	@for t in $(FUZZ_TARGETS); do echo "fuzz: $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
 		$(GO) test -tags '$(TAGS)' -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/ || exit 1; done
@@ -212,7 +212,8 @@ bench-metrics: deps
 bench-infer: deps
 	scripts/install-deps.sh python3-torch python3-torchvision python3-pil
 	$(RETINANET_IMAGES)
-	$(GO) test -run '^$$' -bench '^BenchmarkDetect$$/r50|Conv3x3' -benchtime 3x -count 6 ./infer/retinanet/ | tee bin/bench-infer.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkDetect$$/r50' -benchtime 3x -count 6 ./infer/retinanet/ | tee bin/bench-infer.txt
+	$(GO) test -run '^$$' -bench 'Conv3x3' -benchtime 3x -count 6 ./infer/cpu/ | tee -a bin/bench-infer.txt
 	-benchstat bin/bench-infer.txt
 	/usr/bin/python3 tools/retinanet/bench.py --model r50 --threads 1 --repeat 3 --go bin/bench-infer.txt \
 		bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png
@@ -259,6 +260,13 @@ bench-tile: deps
 # (scripts/bench-scale.sh; docs/benchmarks.md).
 bench-scale: build
 	scripts/bench-scale.sh
+
+# --skip-empty's gain on a raster with an orthomosaic's nodata border
+# (scripts/bench-skip-empty.sh: the raster, the Go benchmarks of the check
+# against a window's read and detection, and, once predict has the flag,
+# predict --tile with and without it; BENCH_SKIP_ALPHA=1 for an alpha band).
+bench-skip-empty: deps
+	scripts/bench-skip-empty.sh
 
 # issue 27's end-to-end parity on a 2000x2000 forestgen raster: canopy
 # predict --tile against DeepForest's predict_tile rows

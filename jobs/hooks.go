@@ -79,7 +79,7 @@ var recordedReadHook = func(path string) {}
 
 // staticDealForBench: CANOPY_TILE_DEAL=static makes a tile run cut each
 // round into fixed contiguous blocks, one per rank, instead of dealing
-// it at run time (make bench-balance's "before").
+// it at run time (make bench-scale's balance "before").
 func staticDealForBench() bool { return os.Getenv("CANOPY_TILE_DEAL") == "static" }
 
 // rasterFault is a test seam: an error for a per-raster output file
@@ -93,3 +93,7 @@ func slowWindowForTest() time.Duration {
 	ms, _ := strconv.Atoi(os.Getenv("CANOPY_TEST_SLOW_MS"))
 	return time.Duration(ms) * time.Millisecond
 }
+
+// loadCropModel loads eval-crops' classifier (openCropModel); tests of
+// package jobs replace it with a stand-in classifier.
+var loadCropModel = openCropModel

@@ -13,11 +13,12 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/mpi"
-	"github.com/canopy-hpc/canopy/report"
 )
 
 // ModelConfig selects and tunes the native RetinaNet (eval --model, and
@@ -347,7 +348,7 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 // before raiseProcs raises it for a CPU detector.
 var startProcs = runtime.GOMAXPROCS(0)
 
-// raiseProcs gives the process at least n Ps (retinanet.Procs: one more
+// raiseProcs gives the process at least n Ps (cpu.Procs: one more
 // than the CPU detector's workers, which spend their time in cgo calls);
 // it never lowers GOMAXPROCS. The thread count stays the one chosen from
 // startProcs, so no more workers compute than the rank has cores.
@@ -424,7 +425,7 @@ func (lm *loadedModel) openDetector(c mpi.Comm, labels box.LabelMap, stderr io.W
 		autoCPUNote(stderr, lm.info.Devices)
 		for _, d := range lm.info.Devices {
 			if r := shared[d.UUID]; d.UUID != "" && len(r) > 1 && r[0] == d.Rank {
-				fmt.Fprintf(stderr, "canopy: warning: ranks %v share GPU %s (%s on %s); each runs slower, and --exclusive-gpu makes this an error\n", r, d.UUID, d.Name, d.Host)
+				sayLine(stderr, "canopy: warning: ", fmt.Sprintf("ranks %v share GPU %s (%s on %s); each runs slower, and --exclusive-gpu makes this an error", r, d.UUID, d.Name, d.Host))
 			}
 		}
 	}
@@ -456,7 +457,7 @@ func autoCPUNote(w io.Writer, devs []rankDevice) {
 	if len(ranks) == len(devs) {
 		all = "every rank runs"
 	}
-	fmt.Fprintf(w, "canopy: note: --device auto: this cuda build has no usable GPU here; %s on the CPU (%s)\n", all, report.Printable(why))
+	sayLine(w, "canopy: note: ", fmt.Sprintf("--device auto: this cuda build has no usable GPU here; %s on the CPU (%s)", all, why))
 }
 
 // detector builds this rank's detector (CPU or GPU), mapping the model's
@@ -499,7 +500,7 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 	if err != nil {
 		return nil, err
 	}
-	raiseProcs(retinanet.Procs(lm.threads))
+	raiseProcs(cpu.Procs(lm.threads))
 	if lm.layerTimes {
 		d.EnableLayerTimes()
 	}
@@ -509,7 +510,7 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 // printLayerTimes writes the detector's time per layer group (rank 0, with
 // --layer-times).
 func printLayerTimes(w io.Writer, d infer.Detector) {
-	lt, ok := d.(interface{ LayerTimes() []retinanet.LayerTime })
+	lt, ok := d.(interface{ LayerTimes() []nn.LayerTime })
 	if w == nil || !ok {
 		return
 	}

@@ -159,7 +159,7 @@ func (l *outLock) release() {
 
 // reportFiles are the files a run writes; any of them in --out marks a
 // previous run.
-var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cocoTruthFile, cocoPredFile, gpkgFile}
+var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cropsFile, cocoTruthFile, cocoPredFile, gpkgFile}
 
 const manifestFile = "manifest.json"
 
@@ -288,7 +288,7 @@ func restorePrevious(dir string) error {
 	}
 	var moved []string
 	if err := json.Unmarshal(b, &moved); err != nil {
-		return ioErr("jobs: restoring the previous run: %s: %w", movedList, err)
+		return ioErr("jobs: restoring the previous run: %s/%s is damaged (%w): keep what you need of it and remove %s, or choose another --out", previousDir, movedList, err, previousDir)
 	}
 	if err := abandonPublication(dir); err != nil {
 		return err
@@ -445,7 +445,7 @@ func readJournal(dir string) (set []staged, found bool, err error) {
 		return nil, true, ioErr("jobs: %s: %w", journalName, err)
 	}
 	if err := json.Unmarshal(b, &set); err != nil {
-		return nil, true, ioErr("jobs: %s: %w", journalName, err)
+		return nil, true, ioErr("jobs: %s is damaged (%w): keep what you need of the folder and remove it, or choose another --out", journalName, err)
 	}
 	return set, true, nil
 }
@@ -541,4 +541,31 @@ func syncDir(dir string) {
 		d.Sync()
 		d.Close()
 	}
+}
+
+// prepareRunOut (predict, predict --tile, eval-crops) locks the output folder, refusing one that holds a
+// previous run (any command's) unless force. With force the previous
+// run's entries are set aside, as eval's --force does, and come back if
+// the new run fails before it publishes; once it has published they are
+// removed (commit), so an eval folder does not keep a results.csv or a
+// report.html that no longer matches its predictions.
+func prepareRunOut(dir string, force bool) (*outRun, error) {
+	o, err := openOut(dir)
+	if err != nil {
+		return nil, err
+	}
+	present := presentRunFiles(dir)
+	switch {
+	case len(present) == 0:
+	case !force:
+		err = usageErr("jobs: --out %s holds a previous run (%s); use --force to replace it", dir, present[0])
+	default:
+		o.aside = true // finish puts back a move that failed part way
+		err = setAside(dir, present)
+	}
+	if err != nil {
+		o.finish(err)
+		return nil, err
+	}
+	return o, nil
 }

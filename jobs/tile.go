@@ -221,11 +221,11 @@ func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 	if cfg.Progress != nil {
 		if vt != nil {
 			for _, w := range vt.Warnings {
-				fmt.Fprintf(cfg.Progress, "canopy: warning: %s\n", w)
+				sayLine(cfg.Progress, "canopy: warning: ", w)
 			}
 		}
 		for _, n := range res.Notes {
-			fmt.Fprintf(cfg.Progress, "canopy: note: %s\n", n)
+			sayLine(cfg.Progress, "canopy: note: ", n)
 		}
 	}
 	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth, labels, rj, saved), out, vt

@@ -439,7 +439,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 			set = append(set, h...)
 		}
 		if note != "" && cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, "canopy: note: %s\n", note)
+			sayLine(cfg.Progress, "canopy: note: ", note)
 		}
 		for _, s := range set {
 			outputs[s.Name] = s.SHA256

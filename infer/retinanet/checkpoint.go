@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/torchfile"
 )
 
@@ -141,11 +142,16 @@ func LoadTorch(path string, given map[string]int) (m *Model, cfg Config, tm Torc
 	default:
 		tm.LabelsFrom = "default"
 	}
-	if err := cfg.checkLabels(path, m.Classes); err != nil {
+	if err := cfg.checkLabels(path, torchNoLabels, m.Classes); err != nil {
 		return nil, cfg, tm, "", err
 	}
 	return m, cfg, tm, digest, nil
 }
+
+// torchNoLabels is checkLabels' words for a .ckpt without labels (not the
+// folder's "is missing", which names a missing config.json: the checkpoint
+// is there, its labels are not).
+const torchNoLabels = "holds no label_dict (neither its own nor hyper_parameters.config's; --label-dict or a --config label_dict can give one)"
 
 func fileDigest(path string) (string, error) {
 	fh, err := os.Open(path)
@@ -163,8 +169,8 @@ func fileDigest(path string) (string, error) {
 // weightsOf converts a state dict's float tensors; integer
 // num_batches_tracked counters are skipped, any other non-tensor or
 // non-float value is an error naming it.
-func weightsOf(f *torchfile.File, sd *torchfile.Dict, path string) (Weights, map[string]int, error) {
-	w := make(Weights, sd.Len())
+func weightsOf(f *torchfile.File, sd *torchfile.Dict, path string) (nn.Weights, map[string]int, error) {
+	w := make(nn.Weights, sd.Len())
 	dtypes := map[string]int{}
 	for i, k := range sd.Keys {
 		name, ok := k.(string)
@@ -185,7 +191,7 @@ func weightsOf(f *torchfile.File, sd *torchfile.Dict, path string) (Weights, map
 		if err != nil {
 			return nil, nil, fmt.Errorf("retinanet: tensor %q: %w", name, err)
 		}
-		w[name] = Tensor{Shape: t.Shape, Data: data}
+		w[name] = nn.Tensor{Shape: t.Shape, Data: data}
 		dtypes[t.DType.String()]++
 	}
 	if len(w) == 0 {

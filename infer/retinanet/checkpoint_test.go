@@ -1,6 +1,7 @@
 package retinanet
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 )
 
@@ -40,24 +42,24 @@ func hubFolder(t *testing.T, dir, dtype string) string {
 // modelDigest hashes every folded weight and bias of the network.
 func modelDigest(m *Model) string {
 	h := sha256.New()
-	put := func(c *conv) {
+	put := func(c *nn.Conv) {
 		if c == nil {
 			return
 		}
-		for _, v := range c.w {
+		for _, v := range c.W {
 			binary.Write(h, binary.LittleEndian, math.Float32bits(v))
 		}
-		for _, v := range c.b {
+		for _, v := range c.B {
 			binary.Write(h, binary.LittleEndian, math.Float32bits(v))
 		}
 	}
-	put(m.stem)
-	for _, l := range m.layers {
+	put(m.body.Stem)
+	for _, l := range m.body.Layers {
 		for _, b := range l {
-			put(b.c1)
-			put(b.c2)
-			put(b.c3)
-			put(b.down)
+			put(b.C1)
+			put(b.C2)
+			put(b.C3)
+			put(b.Down)
 		}
 	}
 	for i := range m.inner {
@@ -173,6 +175,39 @@ func TestLoadTorchErrors(t *testing.T) {
 		} else if err == nil {
 			t.Fatalf("%s loaded", p)
 		}
+	}
+}
+
+// TestCheckpointWithoutLabels (issue 35): a Lightning checkpoint holding
+// no label_dict and no hyper_parameters is read as DeepForest reads it (one
+// class: {"Tree": 0}); with more classes the refusal says the checkpoint
+// holds no labels (it said "x.ckpt is missing and the weights have 2
+// classes", the folder's wording for a missing config.json).
+func TestCheckpointWithoutLabels(t *testing.T) {
+	pkl, err := os.ReadFile(filepath.Join("testdata", "deepforest", "model.ckpt.data.pkl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for old, new := range map[string]string{"\x00\x00hyper_parameters": "\x00\x00hyper_parameterz", "\x00\x00label_dict": "\x00\x00label_dicz"} {
+		if bytes.Count(pkl, []byte(old)) != 1 {
+			t.Fatalf("%q is not in the skeleton once", old)
+		}
+		pkl = bytes.Replace(pkl, []byte(old), []byte(new), 1)
+	}
+	p := filepath.Join(t.TempDir(), "nolabels.ckpt")
+	if err := torchckpt.Rebuild(pkl, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	m, cfg, tm, _, err := LoadTorch(p, nil)
+	if err != nil || m.Classes != 1 || cfg.HasConfig || tm.LabelsFrom != "default" || cfg.Labels[0] != "Tree" {
+		t.Fatalf("a 1-class checkpoint without labels: %v %+v", err, tm)
+	}
+	// The same checkpoint state with two classes (the skeleton has one).
+	cfg = Config{Options: DefaultOptions()}
+	err = modelErr(cfg.checkLabels(p, torchNoLabels, 2))
+	wantModelErr(t, err, p, "nolabels.ckpt holds no label_dict (neither its own nor hyper_parameters.config's", "the weights have 2 classes")
+	if err != nil && strings.Contains(err.Error(), "is missing") {
+		t.Errorf("garbled: %v", err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/nn"
 )
 
 // GPUDetector is the infer.Detector of a Model on a cuda.Device: it reads a
@@ -183,6 +184,13 @@ func (d *GPUDetector) detect(ctx context.Context, batch []infer.Input, truth [][
 	if err != nil {
 		return nil, nil, err
 	}
+	// The device postprocess does not see NaN scores (its keys skip
+	// them); the losses, when computed, do.
+	for i, l := range losses {
+		if err := checkLoss(l); err != nil {
+			return nil, nil, fmt.Errorf("%w (image %s)", err, batch[i].File)
+		}
+	}
 	out := make([][]box.Detection, len(dets))
 	for i, ds := range dets {
 		out[i] = toBoxes(ds, d.labels)
@@ -220,7 +228,7 @@ func (d *GPUDetector) Close() error {
 func (d *GPUDetector) EnableLayerTimes() { d.r.EnableLayerTimes() }
 
 // LayerTimes returns the time per layer group so far, slowest first.
-func (d *GPUDetector) LayerTimes() []LayerTime { return d.r.LayerTimes() }
+func (d *GPUDetector) LayerTimes() []nn.LayerTime { return d.r.LayerTimes() }
 
 // Device describes the detector's device.
 func (d *GPUDetector) Device() cuda.Info { return d.r.g.dev.Info() }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/safetensors"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 )
@@ -55,9 +56,9 @@ func tensors(t *testing.T) map[string]safetensors.Tensor {
 
 // weights is the same state dict as Weights, each value passed through
 // round.
-func weights(t *testing.T, round func(float32) float32) Weights {
+func weights(t *testing.T, round func(float32) float32) nn.Weights {
 	entries, vals := r18(t)
-	w := make(Weights, len(entries))
+	w := make(nn.Weights, len(entries))
 	for _, e := range entries {
 		d := vals[e.Name]
 		if round != nil {
@@ -67,12 +68,12 @@ func weights(t *testing.T, round func(float32) float32) Weights {
 			}
 			d = r
 		}
-		w[e.Name] = Tensor{Shape: e.Shape, Data: d}
+		w[e.Name] = nn.Tensor{Shape: e.Shape, Data: d}
 	}
 	return w
 }
 
-func direct(t *testing.T, w Weights, opt Options) *Model {
+func direct(t *testing.T, w nn.Weights, opt Options) *Model {
 	t.Helper()
 	n, err := Normalize(w)
 	if err != nil {
@@ -175,7 +176,7 @@ func TestLoadFolderHalf(t *testing.T) {
 		// A tensor without batch norm is stored as read: the rounded values.
 		_, vals := r18(t)
 		x := vals["head.regression_head.bbox_reg.bias"]
-		for i, y := range m.reg.b {
+		for i, y := range m.reg.B {
 			if y != c.round(x[i]) {
 				t.Fatalf("%s: bbox_reg.bias[%d] = %g, want %g", c.dtype, i, y, c.round(x[i]))
 			}
@@ -301,6 +302,24 @@ func TestLoadFolderErrors(t *testing.T) {
 				ts[k] = t
 			}
 		}), config2, "tensor backbone.body.conv1.weight holds -Inf at index 3 (2 tensors hold NaN or Inf)"},
+		// issue 35: DeepForest's other architectures are named, not only
+		// refused (the same backbone, then rpn/roi_heads or DETR heads)
+		{"faster r-cnn", edit(func(ts map[string]safetensors.Tensor) {
+			for k, v := range ts {
+				if strings.HasPrefix(k, "head.") {
+					delete(ts, k)
+					ts["roi_heads."+strings.TrimPrefix(k, "head.")] = v
+				}
+			}
+			ts["rpn.head.conv.0.0.weight"] = safetensors.Tensor{Shape: []int{1}, Data: []float32{1}}
+		}), config2, "the state dict is a Faster R-CNN (torchvision's fasterrcnn_resnet50_fpn, DeepForest's FasterRCNN: rpn, roi_heads), not a RetinaNet"},
+		{"deformable detr", map[string]safetensors.Tensor{
+			"model.net.class_embed.0.weight":         {Shape: []int{1}, Data: []float32{1}},
+			"model.net.bbox_embed.0.layers.0.weight": {Shape: []int{1}, Data: []float32{1}},
+		}, config2, "is a Deformable DETR"},
+		{"point model", map[string]safetensors.Tensor{
+			"model.net.point_embed.0.layers.0.weight": {Shape: []int{1}, Data: []float32{1}},
+		}, config2, "is DeepForest's point model"},
 		{"label_dict count", base, `{"label_dict": {"Tree": 0}}`, "label_dict has 1 labels, but the weights have 2 classes"},
 		{"label_dict ids", base, `{"label_dict": {"Tree": 0, "Bird": 2}}`, `gives "Bird" the id 2, want 0..1`},
 		{"label_dict twice", base, `{"label_dict": {"Tree": 1, "Bird": 1}}`, `the same id 1`},

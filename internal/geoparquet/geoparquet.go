@@ -43,6 +43,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/parquet-go/parquet-go"
@@ -70,8 +71,7 @@ const MaxString = 1 << 16
 const MaxCRS = 1 << 20
 
 // ErrRow marks a row or CRS the file cannot hold: a NaN or infinite value,
-// an open ring, a string over MaxString or not UTF-8, a CRS that is not a
-// JSON object.
+// an open ring, a string over MaxString, a CRS that is not a JSON object.
 var ErrRow = errors.New("geoparquet: bad row")
 
 // Row is one box: the columns of a predictions row and its polygon, a
@@ -153,11 +153,18 @@ func (r *Row) check(i int) error {
 		if len(s) > MaxString {
 			return fmt.Errorf("%w: row %d: a string of %d bytes (at most %d)", ErrRow, i, len(s), MaxString)
 		}
-		if !utf8.ValidString(s) {
-			return fmt.Errorf("%w: row %d: %q is not UTF-8 (Parquet strings are)", ErrRow, i, s)
-		}
 	}
 	return nil
+}
+
+// utf8Of is s with each run of bytes that is not UTF-8 replaced by U+FFFD:
+// Parquet strings are UTF-8 (pyarrow refuses a file holding others), and a
+// raster's file name need not be; predictions.csv keeps the name's bytes.
+func utf8Of(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // geoMeta is the "geo" metadata; fields in the written order.
@@ -226,9 +233,10 @@ const chunk = 4096
 // Write writes rows, in their order, as one GeoParquet file to w. crs is
 // the raster's CRS as PROJJSON (gdal.PROJJSON), nil when it has none. Rows
 // and CRS are checked before a byte is written: a NaN or infinite value
-// (score included), an open ring, a string over MaxString or not UTF-8,
-// or a CRS that is not a JSON object is an error wrapping ErrRow. No rows
-// give a valid file with the schema and no row groups.
+// (score included), an open ring, a string over MaxString, or a CRS that
+// is not a JSON object is an error wrapping ErrRow. Bytes of image_path or
+// label that are not UTF-8 are written as U+FFFD. No rows give a valid
+// file with the schema and no row groups.
 func Write(w io.Writer, crs []byte, rows []Row) error {
 	geo, err := Metadata(crs, rows)
 	if err != nil {
@@ -249,8 +257,8 @@ func Write(w io.Writer, crs []byte, rows []Row) error {
 			r := &rows[i]
 			n := len(wkb)
 			wkb = appendWKB(wkb, &r.Ring)
-			buf = append(buf, record{ImagePath: r.ImagePath, Xmin: r.Xmin, Ymin: r.Ymin, Xmax: r.Xmax, Ymax: r.Ymax,
-				Label: r.Label, Score: r.Score, Geometry: wkb[n:len(wkb):len(wkb)], BBox: ringBounds(&r.Ring)})
+			buf = append(buf, record{ImagePath: utf8Of(r.ImagePath), Xmin: r.Xmin, Ymin: r.Ymin, Xmax: r.Xmax, Ymax: r.Ymax,
+				Label: utf8Of(r.Label), Score: r.Score, Geometry: wkb[n:len(wkb):len(wkb)], BBox: ringBounds(&r.Ring)})
 		}
 		if _, err := pw.Write(buf); err != nil {
 			return fmt.Errorf("geoparquet: %w", err)
