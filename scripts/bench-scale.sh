@@ -3,9 +3,12 @@
 # predict --tile over many generated rasters, on np 2 with the demo model.
 #
 # The set: BENCH_SCALE_N rasters (default 1000) of mixed sizes (400x400 to
-# 1200x1200, in turn; cmd/forestgen, seed 11), every fifth one a GeoTIFF
+# 1200x1200, in turn), raster i made from forest image i mod
+# BENCH_SCALE_UNIQUE (300; cmd/forestgen, seed 11: its 1,000 images take
+# about 45 minutes on a loaded 2-core machine), every fifth one a GeoTIFF
 # with a nodata border (gdal_translate -srcwin past its left edge,
-# -a_nodata 0), the others PNG; their first 100 form the small set. Each
+# -a_nodata 0), the others PNG (hard links); the first 100 form the small
+# set. Each
 # raster is one window (--patch-size 1200: min(patch, side)), which the
 # demo model resizes to 400 (its min_size and max_size), so a raster costs
 # about one detection and the run stays in minutes.
@@ -39,6 +42,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 N=${BENCH_SCALE_N:-1000}
+U=${BENCH_SCALE_UNIQUE:-300} # distinct forest images; raster i is image i mod U
 BIN=${BENCH_SCALE_BIN:-bin/canopy}
 OLD=${BENCH_SCALE_OLD:-}
 RUNS=${BENCH_SCALE_RUNS:-"new-100 new-N old-100 old-N stop-resume balance-static balance-dealt"}
@@ -52,26 +56,32 @@ mkdir -p "$W"
 
 # The set, made once.
 if [ ! -f "$W/set/all.csv" ] || [ "$(($(wc -l <"$W/set/all.csv") - 1))" -lt "$N" ]; then
-	rm -rf "$W/set" && mkdir -p "$W/set/src"
-	echo "bench-scale: generating $N rasters"
-	go run ./cmd/forestgen -out "$W/set/src" -n "$N" -seed 11 \
-		-sizes 400x400,560x480,720x640,880x720,1040x960,1200x1200 >/dev/null
+	mkdir -p "$W/set/src"
+	find "$W/set" -maxdepth 1 -name 'r_*' -delete
+	last=$(printf '%s/set/src/img_%04d.png' "$W" $((U - 1)))
+	if [ ! -f "$last" ]; then
+		echo "bench-scale: generating $U forest images (forestgen, seed 11)"
+		go run ./cmd/forestgen -out "$W/set/src" -n "$U" -seed 11 \
+			-sizes 400x400,560x480,720x640,880x720,1040x960,1200x1200 >/dev/null
+	fi
+	echo "bench-scale: $N rasters from them"
 	printf 'image_path\n' >"$W/set/all.csv"
 	ws=(400 560 720 880 1040 1200)
 	hs=(400 480 640 720 960 1200)
 	for ((i = 0; i < N; i++)); do
-		f=$(printf 'img_%04d' "$i")
+		k=$((i % U))
+		src=$(printf '%s/set/src/img_%04d.png' "$W" "$k")
+		f=$(printf 'r_%04d' "$i")
 		if ((i % 5 == 4)); then
-			w=${ws[i % 6]} h=${hs[i % 6]}
+			w=${ws[k % 6]} h=${hs[k % 6]}
 			b=$((w / 4))
-			gdal_translate -q -srcwin -$b 0 $((w + b)) "$h" -a_nodata 0 -co TILED=YES "$W/set/src/$f.png" "$W/set/$f.tif" 2>/dev/null
+			gdal_translate -q -srcwin -$b 0 $((w + b)) "$h" -a_nodata 0 -co TILED=YES "$src" "$W/set/$f.tif" 2>/dev/null
 			echo "$f.tif" >>"$W/set/all.csv"
 		else
-			mv "$W/set/src/$f.png" "$W/set/$f.png"
+			ln -f "$src" "$W/set/$f.png"
 			echo "$f.png" >>"$W/set/all.csv"
 		fi
 	done
-	rm -rf "$W/set/src"
 fi
 if [ ! -f "$W/balance/list.csv" ]; then
 	rm -rf "$W/balance" && mkdir -p "$W/balance/src"

@@ -200,6 +200,23 @@ wait_parts() {
 	return 1
 }
 
+# requeue_now ID: scontrol requeue the running job ID (requeued=1 when
+# done) and start it again at once (released=1): Slurm 22.05 holds a
+# requeued job until requeue + ~121 s (Reason=BeginTime).
+requeue_now() {
+	requeued=0
+	released=0
+	scontrol requeue "$1" && requeued=1
+	for ((i = 0; i < 200 && requeued == 1; i++)); do
+		case $(squeue -h -j "$1" -o %T 2>/dev/null) in
+		PENDING) scontrol update jobid="$1" StartTime=now 2>/dev/null && released=1 && break ;;
+		RUNNING | COMPLETING | CONFIGURING) ;;
+		*) break ;;
+		esac
+		sleep 0.1
+	done
+}
+
 # want CHECK: whether CANOPY_SLURM_CHECKS (a comma list; default all)
 # names it (the tile check t only, for now).
 want() { [ -z "${CANOPY_SLURM_CHECKS:-}" ] || [[ ",$CANOPY_SLURM_CHECKS," == *",$1,"* ]]; }
@@ -387,19 +404,7 @@ parts_q=0
 wait_parts "$id" "$outq" && parts_q=1
 sleep 0.5
 tq=$(date +%s.%N)
-requeued=0
-scontrol requeue "$id" && requeued=1
-# Slurm 22.05 holds a requeued job until requeue + ~121 s (Reason=BeginTime);
-# start it now, once it is pending again.
-released=0
-for ((i = 0; i < 200 && requeued == 1; i++)); do
-	case $(squeue -h -j "$id" -o %T 2>/dev/null) in
-	PENDING) scontrol update jobid="$id" StartTime=now 2>/dev/null && released=1 && break ;;
-	RUNNING | COMPLETING | CONFIGURING) ;;
-	*) break ;;
-	esac
-	sleep 0.1
-done
+requeue_now "$id"
 wait_job "$id" || true
 wall_q=$(elapsed "$tq")
 node_ok q
@@ -442,17 +447,7 @@ log_t="$S/logs/canopy t-$id.out"
 parts_t=0
 wait_parts "$id" "$outt" && parts_t=1
 sleep 1
-requeued=0
-scontrol requeue "$id" && requeued=1
-released=0
-for ((i = 0; i < 200 && requeued == 1; i++)); do
-	case $(squeue -h -j "$id" -o %T 2>/dev/null) in
-	PENDING) scontrol update jobid="$id" StartTime=now 2>/dev/null && released=1 && break ;;
-	RUNNING | COMPLETING | CONFIGURING) ;;
-	*) break ;;
-	esac
-	sleep 0.1
-done
+requeue_now "$id"
 wait_job "$id" || true
 node_ok t
 restarts=$(scontrol show job -o "$id" 2>/dev/null | sed -n 's/.* Restarts=\([0-9]*\) .*/\1/p')
