@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -138,11 +139,17 @@ func outState(dir string) (int, string) {
 		f.Close()
 	}
 	has := func(n string) bool { _, err := os.Stat(filepath.Join(dir, n)); return err == nil }
+	if has(previousDir) && has(journalName) {
+		return ExitInternal, busy + "a --force run was stopped while publishing its complete outputs; the next canopy run in this folder finishes the publication and removes the previous run set aside in " + previousDir
+	}
 	if has(previousDir) {
-		return ExitInternal, busy + "a --force run stopped before it saved anything; its previous run is set aside in " + previousDir + " and the next canopy run in this folder puts it back"
+		return ExitInternal, busy + "a --force run stopped before it committed (nothing of it is kept); its previous run is set aside in " + previousDir + " and the next canopy run in this folder puts it back"
 	}
 	if has("report.json") && !has(journalName) {
-		return ExitOK, busy + "complete: report.json, predictions.csv and results.csv are one run's outputs"
+		if bad := verifyOutputs(dir); bad != "" {
+			return ExitInternal, busy + bad
+		}
+		return ExitOK, busy + "complete: " + completeSet(dir)
 	}
 	if has(journalName) {
 		return ExitInternal, busy + "a run was stopped while publishing its outputs; the next canopy run in this folder finishes the publication"
@@ -170,4 +177,110 @@ func outState(dir string) (int, string) {
 	}
 	return ExitResumable, fmt.Sprintf("%sresumable: an interrupted run, %d image(s) saved in %d part file(s) (%d torn record(s) dropped); continue it with canopy eval --resume and the same inputs",
 		busy, len(done), len(files), st.Dropped)
+}
+
+// recordedOutputs reads the sha256 of each output that report.json
+// records: predict's and the --tile runs' "outputs", eval's
+// "run.outputs". derived lists the outputs made from report.json's own
+// bytes (eval's report.html and COCO files), which it cannot record.
+func recordedOutputs(dir string) (outs map[string]string, derived []string, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		return nil, nil, err
+	}
+	var rep struct {
+		Outputs map[string]string `json:"outputs"`
+		Run     *struct {
+			Outputs map[string]string `json:"outputs"`
+		} `json:"run"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, nil, err
+	}
+	if rep.Run != nil { // eval
+		return rep.Run.Outputs, []string{"report.html", cocoTruthFile, cocoPredFile}, nil
+	}
+	return rep.Outputs, nil, nil
+}
+
+// verifyOutputs compares the files of a published run with the sha256s
+// its report.json records; it names each output missing, changed or
+// extra (a canopy output the run did not write), or returns "".
+func verifyOutputs(dir string) string {
+	outs, derived, err := recordedOutputs(dir)
+	if err != nil {
+		return fmt.Sprintf("damaged: report.json is unreadable (%s); the outputs cannot be checked", report.Printable(err.Error()))
+	}
+	if len(outs) == 0 {
+		return "damaged: report.json records no outputs (not a canopy report, or one edited); the outputs cannot be checked"
+	}
+	var missing, changed, extra []string
+	for _, name := range sortedKeys(outs) {
+		if !filepath.IsLocal(name) {
+			return fmt.Sprintf("damaged: report.json records an output outside the folder (%s)", report.Printable(name))
+		}
+		got, err := hashFile(filepath.Join(dir, name))
+		switch {
+		case err != nil:
+			missing = append(missing, report.Printable(name))
+		case got != outs[name]:
+			changed = append(changed, report.Printable(name))
+		}
+	}
+	for _, name := range reportFiles {
+		_, recorded := outs[name]
+		if name == "report.json" || recorded || slices.Contains(derived, name) {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			extra = append(extra, name)
+		}
+	}
+	var says []string
+	if len(missing) > 0 {
+		says = append(says, "missing: "+strings.Join(missing, ", "))
+	}
+	if len(changed) > 0 {
+		says = append(says, "changed since the run wrote them (sha256 differs from report.json's): "+strings.Join(changed, ", "))
+	}
+	if len(extra) > 0 {
+		says = append(says, "not this run's outputs (report.json does not record them): "+strings.Join(extra, ", "))
+	}
+	if len(says) == 0 {
+		return ""
+	}
+	return "damaged: report.json's outputs do not match the folder; " + strings.Join(says, "; ") + "; run again with --force to replace the run"
+}
+
+// completeSet names a verified run's outputs.
+func completeSet(dir string) string {
+	outs, derived, _ := recordedOutputs(dir)
+	var also []string
+	for _, n := range derived {
+		if _, err := os.Lstat(filepath.Join(dir, n)); err == nil {
+			also = append(also, n)
+		}
+	}
+	msg := "report.json and the outputs it records (" + strings.Join(printableAll(sortedKeys(outs)), ", ") + ") are one run's, sha256 verified"
+	if len(also) > 0 {
+		msg += "; made from report.json: " + strings.Join(also, ", ")
+	}
+	return msg
+}
+
+func sortedKeys(m map[string]string) []string {
+	k := make([]string, 0, len(m))
+	for n := range m {
+		k = append(k, n)
+	}
+	sort.Strings(k)
+	return k
+}
+
+func printableAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = report.Printable(v)
+	}
+	return out
 }

@@ -3,18 +3,22 @@ package jobs
 import (
 	"bytes"
 	"context"
+	csvpkg "encoding/csv"
 	"fmt"
-	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"image"
 	"image/png"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/infer/safetensors"
+	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -34,7 +38,13 @@ const testModelConfig = `{"num_classes": 2, "label_dict": {"Tree": 0, "Dead": 1}
  "nms_thresh": 0.05, "detections_per_img": 300, "topk_candidates": 1000, "min_size": 400, "max_size": 400}`
 
 func writeTestModel(dir string, dtype string) error {
-	entries, err := testweights.StateDict("resnet18", 2, 64, true)
+	return writeWeightsModel(dir, "resnet18", 2, 64, true, dtype, testModelConfig)
+}
+
+// writeWeightsModel writes a model folder: the test weights (seed 0) of
+// testweights.StateDict(arch, classes, fpn, batchNorm) in dtype, and config.
+func writeWeightsModel(dir, arch string, classes, fpn int, batchNorm bool, dtype, config string) error {
+	entries, err := testweights.StateDict(arch, classes, fpn, batchNorm)
 	if err != nil {
 		return err
 	}
@@ -54,7 +64,7 @@ func writeTestModel(dir string, dtype string) error {
 	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, dtype, nil); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "config.json"), []byte(testModelConfig), 0o644)
+	return os.WriteFile(filepath.Join(dir, "config.json"), []byte(config), 0o644)
 }
 
 // testModelSet writes 7 images (6 of 400×400 and one 300×500) with their
@@ -225,8 +235,10 @@ func TestModelErrors(t *testing.T) {
 	}
 }
 
-// predict on 2 ranks writes the same rows as eval's predictions.csv (same
-// model, same images, same order).
+// predict --raw-rows on 2 ranks writes the same rows as eval's
+// predictions.csv (same model, same images, same order); predict's default
+// rows are eval's through tile.AcrossClassNMS, image by image (the test
+// model has two labels, so rows go).
 func TestPredictMatchesEval(t *testing.T) {
 	_, csv, dir := testModelSet(t)
 	evalOut := t.TempDir()
@@ -234,10 +246,17 @@ func TestPredictMatchesEval(t *testing.T) {
 		t.Fatalf("eval exit %v", codes)
 	}
 	want, _ := os.ReadFile(filepath.Join(evalOut, "predictions.csv"))
-	for _, src := range []string{"csv", "images"} {
+	across := acrossClassRows(t, want, 0.05)
+	if len(across) >= len(want) {
+		t.Fatalf("across_class_nms removes nothing from eval's rows: the test model must give overlapping labels")
+	}
+	for _, v := range []struct {
+		src string
+		raw bool
+	}{{"csv", true}, {"images", true}, {"csv", false}} {
 		out := t.TempDir()
-		cfg := PredictConfig{Out: out, BatchSize: 3, Model: modelCfg(t, out).Model}
-		if src == "csv" {
+		cfg := PredictConfig{Out: out, BatchSize: 3, Model: modelCfg(t, out).Model, RawRows: v.raw}
+		if v.src == "csv" {
 			cfg.CSV = csv
 		} else {
 			cfg.Images = dir
@@ -245,14 +264,57 @@ func TestPredictMatchesEval(t *testing.T) {
 		errs := local.Run(2, func(c mpi.Comm) error { return Predict(context.Background(), c, cfg) })
 		for r, err := range errs {
 			if err != nil {
-				t.Fatalf("%s: rank %d: %v", src, r, err)
+				t.Fatalf("%s: rank %d: %v", v.src, r, err)
 			}
 		}
 		got, _ := os.ReadFile(filepath.Join(out, "predictions.csv"))
-		if !bytes.Equal(got, want) {
-			t.Errorf("predict --%s on 2 ranks differs from eval's predictions.csv (%d vs %d bytes)", src, len(got), len(want))
+		if v.raw && !bytes.Equal(got, want) {
+			t.Errorf("predict --%s --raw-rows on 2 ranks differs from eval's predictions.csv (%d vs %d bytes)", v.src, len(got), len(want))
+		}
+		if !v.raw && !bytes.Equal(got, across) {
+			t.Errorf("predict --%s on 2 ranks differs from eval's predictions.csv through across_class_nms (%d vs %d bytes)", v.src, len(got), len(across))
 		}
 	}
+}
+
+// acrossClassRows is a predictions.csv (labels Tree and Dead) with each
+// image's rows through tile.AcrossClassNMS at iou.
+func acrossClassRows(t *testing.T, preds []byte, iou float64) []byte {
+	t.Helper()
+	recs, err := csvpkg.NewReader(bytes.NewReader(preds)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels, err := box.NewLabelMap([]string{"Tree", "Dead"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var images []box.Image
+	var dets [][]box.Detection
+	for _, r := range recs[1:] {
+		if len(images) == 0 || images[len(images)-1].Path != r[0] {
+			images, dets = append(images, box.Image{Path: r[0]}), append(dets, nil)
+		}
+		var v [5]float64
+		for i, s := range []string{r[1], r[2], r[3], r[4], r[6]} {
+			if v[i], err = strconv.ParseFloat(s, 64); err != nil {
+				t.Fatal(err)
+			}
+		}
+		id, ok := labels.ID(r[5])
+		if !ok {
+			t.Fatalf("label %q", r[5])
+		}
+		dets[len(dets)-1] = append(dets[len(dets)-1], box.Detection{Box: box.Box{Xmin: v[0], Ymin: v[1], Xmax: v[2], Ymax: v[3]}, Label: id, Score: v[4]})
+	}
+	for i := range dets {
+		dets[i] = tile.AcrossClassNMS(dets[i], iou)
+	}
+	var b bytes.Buffer
+	if err := writePredictions(&b, images, dets, labels); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }
 
 // A run that failed before saving any image (here: an image missing) leaves

@@ -24,8 +24,11 @@ import (
 //     for the whole run; a second run is refused (exit 2) naming the holder;
 //   - nothing lost: --force sets the previous run aside in
 //     OUT/.canopy-previous and removes it only once the new run has passed
-//     every check and saved its first part record; a failure before that
-//     puts it back (at once, or at the next start when the job was killed);
+//     every check and saved its first part record (eval), or once the
+//     journal of its outputs is written (predict, predict --tile, eval
+//     --tile: the journal is the commit); a failure before that puts it
+//     back (at once, or at the next start when the job was killed), a kill
+//     after it is rolled forward and the previous run removed;
 //   - leftovers (temporary files, probe files, a half-restored run) are
 //     cleaned up at the next start, under the lock;
 //   - report.json, predictions.csv and results.csv are published as one
@@ -245,6 +248,7 @@ func discard(dir, name string) error {
 		}
 		return err
 	}
+	outStep("discard " + name)
 	return os.RemoveAll(trash)
 }
 
@@ -264,6 +268,7 @@ func setAside(dir string, names []string) error {
 		if err := os.Rename(filepath.Join(dir, n), filepath.Join(prev, n)); err != nil {
 			return ioErr("jobs: --force: setting the previous run aside: %w", err)
 		}
+		outStep("set aside " + n)
 	}
 	syncDir(dir)
 	return nil
@@ -391,6 +396,7 @@ func stage(dir, name string, fill func(io.Writer) error) (staged, error) {
 		os.Remove(tmp)
 		return staged{}, fmt.Errorf("jobs: close %s: %w", name, err)
 	}
+	outStep("stage " + name)
 	return staged{Tmp: filepath.Base(tmp), Name: name, SHA256: digestHex(h)}, nil
 }
 
@@ -404,6 +410,7 @@ func writeAtomic(dir, name string, fill func(io.Writer) error) error {
 		os.Remove(filepath.Join(dir, s.Tmp))
 		return fmt.Errorf("jobs: %w", err)
 	}
+	outStep("write " + name)
 	return nil
 }
 
@@ -411,6 +418,10 @@ func writeAtomic(dir, name string, fill func(io.Writer) error) error {
 // last. The journal lists the renames before any is made, so a kill in
 // the middle is finished by the next start (rollForward); the old
 // report.json goes first, so no reader ever sees it next to a new file.
+// The journal is the commit of a --force run not committed before: once
+// it is written the new set is complete (every file staged and synced),
+// so rollForward removes the previous run (after the renames, before the
+// journal goes) instead of a later start putting it back.
 func publish(dir string, set []staged) error {
 	b, _ := json.Marshal(set)
 	if err := writeAtomic(dir, journalName, func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
@@ -455,6 +466,7 @@ func rollForward(dir string) error {
 				return ioErr("jobs: publish: %w", err)
 			}
 			syncDir(dir)
+			outStep("remove old " + s.Name)
 		}
 	}
 	for _, s := range set {
@@ -468,12 +480,20 @@ func rollForward(dir string) error {
 		if publishHook != nil {
 			publishHook(s.Name)
 		}
+		outStep("publish " + s.Name)
+	}
+	syncDir(dir)
+	// the new set is in place: a previous run set aside by --force goes
+	// now, while the journal still says this set is the committed one
+	if err := discard(dir, previousDir); err != nil {
+		return ioErr("jobs: --force: removing the previous run: %w", err)
 	}
 	syncDir(dir)
 	if err := os.Remove(jpath); err != nil {
 		return ioErr("jobs: publish: %w", err)
 	}
 	syncDir(dir)
+	outStep("remove journal")
 	return nil
 }
 
@@ -504,6 +524,17 @@ func abandonPublication(dir string) error {
 
 // publishHook is a test seam: called after each rename of a publication.
 var publishHook func(name string)
+
+// outStepHook is a test seam: called after each write, rename and removal
+// of the output folder's safety steps (set aside, stage, publish,
+// discard), where a kill would leave the folder as it is.
+var outStepHook func(step string)
+
+func outStep(step string) {
+	if outStepHook != nil {
+		outStepHook(step)
+	}
+}
 
 func syncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {

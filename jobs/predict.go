@@ -13,6 +13,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gemm"
+	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/wire"
@@ -41,7 +42,16 @@ type PredictConfig struct {
 	Progress      io.Writer // rank 0's progress lines (nil: none)
 	// CollectiveTimeout: as EvalConfig's.
 	CollectiveTimeout time.Duration
+	// RawRows is --raw-rows: write each image's detections as the detector
+	// gives them, without DeepForest's across_class_nms.
+	RawRows bool
 }
+
+// Row modes of predictions.csv, as report.json's "rows" records them.
+const (
+	rowsAcrossClassNMS = "across_class_nms" // predict_image's rows (the default)
+	rowsRaw            = "raw"              // --raw-rows
+)
 
 // imageExts are the files --images takes (any case).
 var imageExts = map[string]bool{".png": true, ".jpg": true, ".jpeg": true, ".tif": true, ".tiff": true}
@@ -144,6 +154,15 @@ type predictReport struct {
 	Model    *modelInfo  `json:"model"`
 	PerRank  []rankStats `json:"per_rank"`
 	Detector string      `json:"detector"`
+	// Rows says how predictions.csv's rows were made: "across_class_nms"
+	// (DeepForest predict_image's class-agnostic NMS at the model's
+	// nms_thresh, integer boxes, on every image whose detections carry
+	// more than one label) or "raw" (--raw-rows: the detector's rows).
+	// RawDetections counts the detector's rows before it, RowsIoU is its
+	// threshold.
+	Rows          string   `json:"rows"`
+	RowsIoU       *float64 `json:"across_class_nms_iou,omitempty"`
+	RawDetections int      `json:"raw_detections"`
 	// Outputs: the sha256 of the predictions.csv published with this report.
 	Outputs map[string]string `json:"outputs,omitempty"`
 	// AllowOutsideRoot records --allow-outside-root.
@@ -236,8 +255,11 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	if err := detectErr(derr, "predict keeps no part files, run it again: "); err != nil {
 		return err
 	}
-	for _, im := range mine {
+	for k, im := range mine {
 		stats.Detections += len(im.Dets)
+		if !cfg.RawRows {
+			mine[k].Dets = tile.AcrossClassNMS(im.Dets, model.m.Opt.NMSThresh)
+		}
 	}
 	stats.Seconds["detect"] = since(t1)
 	printLayerTimes(cfg.Progress, det)
@@ -250,9 +272,18 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	return writeReport(c, stats, "predictions", func(allStats []rankStats) error {
 		rep := predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
 			Ranks: c.Size(), Images: len(images), Model: &model.info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot,
-			PerRank: allStats}
+			PerRank: allStats, Rows: rowsAcrossClassNMS}
+		if cfg.RawRows {
+			rep.Rows = rowsRaw
+		} else {
+			iou := model.m.Opt.NMSThresh
+			rep.RowsIoU = &iou
+		}
 		for _, d := range dets {
 			rep.Boxes += len(d)
+		}
+		for _, s := range allStats {
+			rep.RawDetections += s.Detections
 		}
 		if rc := cfg.RunConfig; rc != nil {
 			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored

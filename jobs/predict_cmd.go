@@ -30,6 +30,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder; refused if it holds a previous run (predict's or eval's) unless --force, and (exit 2, naming the holder) while another run holds its lock"},
 			&cli.BoolFlag{Name: "force", Usage: "replace the previous run in --out, predict's or eval's: it is set aside until the new predictions are written, and put back if the run fails before that"},
 			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV naming the model's classes: needed for a bare .pt state dict, which holds no labels (a .ckpt or a model folder carries its own, which this must then equal); with --tile as without"},
+			&cli.BoolFlag{Name: "raw-rows", Usage: "write every detection as the detector gives it (float boxes, NMS per class only: DeepForest 2.1.0's predict_file rows) instead of predict_image's rows, which by default reduce an image whose detections carry more than one label by one class-agnostic NMS at nms_thresh with integer boxes (across_class_nms); report.json's \"rows\" says which. Not with --tile, whose merge is class-agnostic already"},
 		}, shardJobFlags("longest wait for every rank to reach a collective, then exit 5 (ranks other than 0 wait twice this, so rank 0 reports first; 0 disables)"),
 			modelFlags(), tileFlags()),
 		Action: func(c *cli.Context) error {
@@ -45,7 +46,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			}
 			cfg := PredictConfig{CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
 				Out: c.String("out"), Force: c.Bool("force"), Command: os.Args, Stdout: stdout,
-				AllowOutsideRoot: c.Bool("allow-outside-root"), LabelDict: c.String("label-dict")}
+				AllowOutsideRoot: c.Bool("allow-outside-root"), LabelDict: c.String("label-dict"), RawRows: c.Bool("raw-rows")}
 			mc, err := modelConfig(c)
 			if err != nil {
 				return usageError(fmt.Errorf("predict: %w", err))

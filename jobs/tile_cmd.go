@@ -114,6 +114,9 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 	if !c.Bool("tile") {
 		return tileFlagsNeedTile(c, "predict")
 	}
+	if c.IsSet("raw-rows") {
+		return usageError(errors.New("predict: --raw-rows goes without --tile: predict_tile's merge is one class-agnostic NMS already"))
+	}
 	rc, pos, err := loadRunConfig(c, "predict --tile", c.Args().Slice())
 	if err != nil {
 		return usageError(fmt.Errorf("predict: %w", err))

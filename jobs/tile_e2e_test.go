@@ -166,7 +166,7 @@ func TestTileE2EDeepForest(t *testing.T) {
 		}
 		got = append(got, v)
 	}
-	matched, equal, worst := matchE2E(want, got)
+	matched, equal, worst, _ := matchE2E(want, got)
 	t.Logf("corner: DeepForest %d rows (from %d window detections), canopy %d; %d matched, %d with equal integer coordinates, scores within %.3g",
 		len(want), windowDets, len(got), matched, equal, worst)
 	if len(got) != len(want) || matched != len(want) {
@@ -182,10 +182,13 @@ func TestTileE2EDeepForest(t *testing.T) {
 
 // matchE2E matches each reference row, in order, to the unused canopy row
 // of highest IoU (at least 0.5), as tools/tile/e2e.py does, and counts the
-// matches, those with equal coordinates, and the largest score difference.
-func matchE2E(want []box.Detection, got [][5]float64) (matched, equal int, worst float64) {
+// matches, those with equal coordinates, and the largest score difference;
+// pair[i] is the canopy row matched to want[i] (-1: none).
+func matchE2E(want []box.Detection, got [][5]float64) (matched, equal int, worst float64, pair []int) {
 	used := make([]bool, len(got))
-	for _, d := range want {
+	pair = make([]int, len(want))
+	for i, d := range want {
+		pair[i] = -1
 		a := [4]float64{d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax}
 		best, k := 0.0, -1
 		for j, g := range got {
@@ -196,14 +199,14 @@ func matchE2E(want []box.Detection, got [][5]float64) (matched, equal int, worst
 		if k < 0 || best < 0.5 {
 			continue
 		}
-		used[k] = true
+		used[k], pair[i] = true, k
 		matched++
 		if got[k][0] == a[0] && got[k][1] == a[1] && got[k][2] == a[2] && got[k][3] == a[3] {
 			equal++
 		}
 		worst = max(worst, approx.Diff(got[k][4], d.Score)) // max keeps a NaN, and Far fails on it
 	}
-	return matched, equal, worst
+	return matched, equal, worst, pair
 }
 
 func iou4(a, b [4]float64) float64 {

@@ -119,7 +119,7 @@ func TestTileIdenticalAcrossRanksThreadsBatches(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "list.csv"), []byte(list.String()), 0o644)
 	out := t.TempDir()
-	pc := PredictConfig{CSV: filepath.Join(dir, "list.csv"), Out: out, BatchSize: 1, Model: tileCfg("", "").Model}
+	pc := PredictConfig{CSV: filepath.Join(dir, "list.csv"), Out: out, BatchSize: 1, Model: tileCfg("", "").Model, RawRows: true}
 	if errs := local.Run(1, func(c mpi.Comm) error { return Predict(context.Background(), c, pc) }); errs[0] != nil {
 		t.Fatal(errs[0])
 	}

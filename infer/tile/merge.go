@@ -41,16 +41,23 @@ func Merge(wins []Window, dets [][]box.Detection, iou float64) []box.Detection {
 	if len(rows) <= 1 {
 		return rows
 	}
-	boxes := make([][4]float32, len(rows))
-	scores := make([]float32, len(rows))
-	for i, r := range rows {
-		boxes[i] = [4]float32{float32(r.Box.Xmin), float32(r.Box.Ymin), float32(r.Box.Xmax), float32(r.Box.Ymax)}
-		scores[i] = float32(r.Score)
-	}
+	boxes, scores := f32Rows(rows)
 	keep := retinanet.NMSSparse(boxes, scores, iou)
 	out := make([]box.Detection, len(keep))
 	for i, k := range keep {
 		out[i] = rows[k]
 	}
 	return out
+}
+
+// f32Rows are the rows' boxes and scores as float32, as DeepForest's frames
+// hand them to torchvision's nms.
+func f32Rows(rows []box.Detection) ([][4]float32, []float32) {
+	boxes := make([][4]float32, len(rows))
+	scores := make([]float32, len(rows))
+	for i, r := range rows {
+		boxes[i] = [4]float32{float32(r.Box.Xmin), float32(r.Box.Ymin), float32(r.Box.Xmax), float32(r.Box.Ymax)}
+		scores[i] = float32(r.Score)
+	}
+	return boxes, scores
 }

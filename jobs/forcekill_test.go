@@ -1,0 +1,265 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/mpi/local"
+)
+
+// copyTree copies every file and folder under src (the lock file aside)
+// to dst: what a kill at this moment would leave in the folder.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if fi.Name() == lockName {
+			return nil
+		}
+		if fi.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runArgs runs canopy's command line on one in-process rank.
+func runArgs(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	var stderr bytes.Buffer
+	code := 0
+	local.Run(1, func(c mpi.Comm) error {
+		one := func() (mpi.Comm, func() error, error) { return c, func() error { return nil }, nil }
+		code = MainWith(context.Background(), append([]string{"canopy"}, args...), &bytes.Buffer{}, &stderr, one)
+		return nil
+	})
+	return code, stderr.String()
+}
+
+// outputsMatch says whether the folder's report.json records (outputs or
+// run.outputs) exactly the files beside it.
+func outputsMatch(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		return false
+	}
+	var rep struct {
+		Outputs map[string]string `json:"outputs"`
+		Run     struct {
+			Outputs map[string]string `json:"outputs"`
+		} `json:"run"`
+	}
+	if json.Unmarshal(b, &rep) != nil {
+		return false
+	}
+	outs := rep.Outputs
+	if outs == nil {
+		outs = rep.Run.Outputs
+	}
+	if len(outs) == 0 {
+		return false
+	}
+	for name, sum := range outs {
+		d, err := os.ReadFile(filepath.Join(dir, name))
+		s := sha256.Sum256(d)
+		if err != nil || hex.EncodeToString(s[:]) != sum {
+			return false
+		}
+	}
+	return true
+}
+
+// A --force run killed at every write, rename and removal of its output
+// folder's steps (set aside, staging, journal, publication, discard), for
+// each command over another command's run: after the next canopy start in
+// the folder, it holds either the previous run byte for byte or the new
+// run complete (eval: or the new run's saved part files, once it has
+// committed), never a mix, never neither; and canopy doctor --out, before
+// that start, never says the new run saved nothing when its outputs are
+// complete.
+func TestForceKilledAtEveryStepLosesNothing(t *testing.T) {
+	cmds := fourCommands(t)
+	// each command replaces another's run
+	over := map[string]string{"eval": "predict-tile", "predict": "eval", "predict-tile": "eval-tile", "eval-tile": "eval"}
+	for _, name := range []string{"predict-tile", "eval-tile", "predict", "eval"} {
+		t.Run(name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			if code, stderr := runArgs(t, append(cmds[over[name]], "--out", out)...); code != 0 {
+				t.Fatalf("previous run (%s): exit %d\n%s", over[name], code, stderr)
+			}
+			old := snapshot(t, out)
+			var steps []string
+			shots := t.TempDir()
+			outStepHook = func(step string) {
+				steps = append(steps, step)
+				copyTree(t, out, filepath.Join(shots, fmt.Sprintf("%03d", len(steps))))
+			}
+			code, stderr := runArgs(t, append(cmds[name], "--out", out, "--force")...)
+			outStepHook = nil
+			if code != 0 {
+				t.Fatalf("--force: exit %d\n%s", code, stderr)
+			}
+			final := snapshot(t, out)
+			if !outputsMatch(out) {
+				t.Fatal("the finished run's report.json does not match its outputs")
+			}
+			kept := map[string]int{}
+			journaled, wasNew := false, false
+			for i, step := range steps {
+				// the journal is the commit: from its write on, the new run stays
+				journaled = journaled || step == "write "+journalName
+				d := filepath.Join(shots, fmt.Sprintf("%03d", i+1))
+				_, perr := os.Stat(filepath.Join(d, previousDir))
+				_, jerr := os.Stat(filepath.Join(d, journalName))
+				_, msg := outState(d)
+				if perr == nil && jerr == nil && !strings.Contains(msg, "publishing") {
+					t.Errorf("killed after %q: doctor says %q", step, msg)
+				}
+				o, err := openOut(d) // any canopy start in the folder
+				if err != nil {
+					t.Fatalf("killed after %q: the next start: %v", step, err)
+				}
+				o.finish(nil)
+				got := snapshot(t, d)
+				switch {
+				case sameFiles(got, old):
+					kept["old"]++
+					if journaled || wasNew {
+						t.Errorf("killed after step %d %q: the next start threw the finished new run away (doctor said %q)", i+1, step, msg)
+					}
+				case sameFiles(got, final) && outputsMatch(d):
+					kept["new"]++
+					wasNew = true
+					if strings.Contains(msg, "puts it back") {
+						t.Errorf("killed after step %d %q: the new run is kept, but doctor says %q", i+1, step, msg)
+					}
+				case name == "eval" && partialOf(got, final):
+					kept["new, resumable"]++
+				default:
+					t.Errorf("killed after step %d %q: the folder holds %v: neither the previous run %v nor the new %v",
+						i+1, step, names(got), names(old), names(final))
+				}
+			}
+			t.Logf("%s over %s: %d steps, after each kill and a start: %v", name, over[name], len(steps), kept)
+			if kept["old"] == 0 || kept["new"] == 0 || len(steps) < 8 {
+				t.Fatalf("steps %v: kept %v", steps, kept)
+			}
+		})
+	}
+}
+
+// sameFiles: the same names with the same bytes.
+func sameFiles(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// partialOf: a new eval run not yet published: its manifest and part
+// files (each a prefix of the final one's), no report.
+func partialOf(got, final map[string]string) bool {
+	if _, ok := got["report.json"]; ok || got[manifestFile] != final[manifestFile] || got[manifestFile] == "" {
+		return false
+	}
+	for k, v := range got {
+		w, ok := final[k]
+		if !ok || !strings.HasPrefix(w, v) || (k != manifestFile && !strings.HasPrefix(k, "parts"+string(filepath.Separator))) {
+			return false
+		}
+	}
+	return true
+}
+
+// fourCommands are the command lines of eval, predict, predict --tile and
+// eval --tile (less --out) over one small georeferenced forest.
+func fourCommands(t *testing.T) map[string][]string {
+	t.Helper()
+	_, tif := tileRasterFile(t, 380, 300, 4, "-a_srs", "EPSG:32617", "-a_ullr", "404211.37", "3285123.91", "404249.37", "3285093.91")
+	dir := filepath.Dir(tif)
+	ann, err := os.ReadFile(filepath.Join(dir, "annotations.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	truthPNG := filepath.Join(dir, "annotations.csv")
+	truthTIF := filepath.Join(dir, "truth_tif.csv")
+	os.WriteFile(truthTIF, bytes.ReplaceAll(ann, []byte("img_0000.png"), []byte("raster.tif")), 0o644)
+	model := []string{"--model", demoModelDir, "--threads", "1"}
+	tileArgs := append([]string{"--tile", "--patch-size", "300", "--patch-overlap", "0.15"}, model...)
+	cmds := map[string][]string{
+		"eval":         append([]string{"eval", "--csv", truthPNG}, model...),
+		"predict":      append([]string{"predict", "--csv", truthPNG}, model...),
+		"predict-tile": append([]string{"predict", "--raster", tif}, tileArgs...),
+		"eval-tile":    append([]string{"eval", "--csv", truthTIF}, tileArgs...),
+	}
+	return cmds
+}
+
+// canopy doctor --out checks a published run against the sha256s its
+// report.json records, for each run kind: complete (naming only the
+// outputs the run wrote: no results.csv for predict), then a deleted
+// output, a byte appended to one, and a canopy output the run did not
+// write, each named, exit 1.
+func TestDoctorOutVerifiesOutputs(t *testing.T) {
+	cmds := fourCommands(t)
+	for _, name := range []string{"predict", "eval", "predict-tile", "eval-tile"} {
+		out := filepath.Join(t.TempDir(), "out")
+		if code, stderr := runArgs(t, append(cmds[name], "--out", out)...); code != 0 {
+			t.Fatalf("%s: exit %d\n%s", name, code, stderr)
+		}
+		code, msg := outState(out)
+		if code != ExitOK || !strings.Contains(msg, "sha256 verified") || strings.Contains(msg, "results.csv") != strings.HasPrefix(name, "eval") {
+			t.Fatalf("%s complete: exit %d %q", name, code, msg)
+		}
+		victim := "results.csv" // appended to
+		if !strings.HasPrefix(name, "eval") {
+			victim = "predictions.csv"
+		}
+		f, _ := os.OpenFile(filepath.Join(out, victim), os.O_APPEND|os.O_WRONLY, 0)
+		f.Write([]byte("x"))
+		f.Close()
+		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "changed since the run wrote them (sha256 differs from report.json's): "+victim) {
+			t.Fatalf("%s with a byte appended to %s: exit %d %q", name, victim, code, msg)
+		}
+		gone := "predictions.csv"
+		if strings.HasSuffix(name, "tile") {
+			gone = gpkgFile
+		}
+		os.Remove(filepath.Join(out, gone))
+		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "missing: "+gone) {
+			t.Fatalf("%s without %s: exit %d %q", name, gone, code, msg)
+		}
+		stray := gpkgFile // a file of another run kind
+		if strings.HasSuffix(name, "tile") {
+			stray = cocoPredFile
+		}
+		os.WriteFile(filepath.Join(out, stray), []byte("{}"), 0o644)
+		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "report.json does not record them): "+stray) {
+			t.Fatalf("%s with a stray %s: exit %d %q", name, stray, code, msg)
+		}
+	}
+}
