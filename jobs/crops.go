@@ -12,10 +12,11 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/crop"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/plan"
-	"github.com/canopy-hpc/canopy/report"
 	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/report"
 )
 
 // The crop models' stage (--crop-model), shared by predict, predict
@@ -328,11 +329,107 @@ func classifyCrops(ctx context.Context, c mpi.Comm, cs *cropSet, src cropSource,
 	return t, nil
 }
 
-// defaultCropWorkers is the classifier's workers when the detector does
-// not say (the replay detector of eval --predictions).
-func defaultCropWorkers(threads int) int {
+// defaultCropWorkers is the classifier's workers when no detector says
+// (eval --predictions): --threads, else the rank's share of the cores, as
+// the detector's default.
+func defaultCropWorkers(threads, localRanks int) int {
 	if threads > 0 {
 		return threads
 	}
-	return max(1, runtime.GOMAXPROCS(0))
+	return defaultThreads(startProcs, runtime.NumCPU(), localRanks)
+}
+
+// imageCrops reads crops from image files under root (predict, eval),
+// each image decoded once while its crops are read (imagefile: PIL's
+// convert("RGB") values; DeepForest reads them with rasterio, whose PNG
+// and TIFF pixels are the same and whose JPEG decoder may differ by the
+// IDCT's rounding).
+type imageCrops struct {
+	root    string
+	paths   []string
+	outside bool
+	conf    confiner
+	open_   map[int]imagefile.Image
+}
+
+func newImageCrops(root string, paths []string, outside bool) *imageCrops {
+	return &imageCrops{root: root, paths: paths, outside: outside, conf: newConfiner(root), open_: map[int]imagefile.Image{}}
+}
+
+func (s *imageCrops) open(i int) (int, int, error) {
+	if im, ok := s.open_[i]; ok {
+		return im.W, im.H, nil
+	}
+	if !s.outside {
+		if err := s.conf.check(s.paths[i]); err != nil {
+			return 0, 0, &Error{Code: ExitInput, Err: err}
+		}
+	}
+	im, err := imagefile.Read(imageFile(s.root, s.paths[i]))
+	if err != nil {
+		return 0, 0, &Error{Code: ExitInput, Err: fmt.Errorf("jobs: crops: %w", err)}
+	}
+	s.open_[i] = im
+	return im.W, im.H, nil
+}
+
+func (s *imageCrops) read(i int, r crop.Rect) (imagefile.Image, error) {
+	return crop.Cut(s.open_[i], r), nil
+}
+
+func (s *imageCrops) release(i int) { delete(s.open_, i) }
+
+// rasterCrops reads crops from rasters by GDAL windowed reads (predict
+// --tile, eval --tile), as DeepForest's rasterio windows.
+type rasterCrops struct {
+	rs      *rasterSet
+	rasters []tileRaster
+}
+
+func (s *rasterCrops) open(i int) (int, int, error) {
+	return s.rasters[i].Width, s.rasters[i].Height, nil
+}
+
+func (s *rasterCrops) read(i int, r crop.Rect) (imagefile.Image, error) {
+	im, err := s.rs.read(i, tile.Window{X: r.X, Y: r.Y, W: r.W, H: r.H})
+	if err != nil {
+		return im, &Error{Code: ExitInput, Err: fmt.Errorf("jobs: crops: %w", err)}
+	}
+	return im, nil
+}
+
+func (s *rasterCrops) release(int) {}
+
+// dropZero leaves out the boxes the stage dropped (zero width or
+// height), from dets and from the table, as DeepForest's predictions do
+// (predict and predict --tile; eval keeps them for its metrics, with empty
+// crop cells).
+func (t *cropTable) dropZero(dets [][]box.Detection) [][]box.Detection {
+	out := make([][]box.Detection, len(dets))
+	for i, ds := range dets {
+		var rows [][]cropResult
+		for j, d := range ds {
+			if t.rows[i][j] != nil {
+				out[i] = append(out[i], d)
+				rows = append(rows, t.rows[i][j])
+			}
+		}
+		t.rows[i] = rows
+	}
+	return out
+}
+
+// appendCells appends ",label,score" per model for row j of image i
+// (empty cells for a dropped box).
+func (t *cropTable) appendCells(line []byte, i, j int) []byte {
+	r := t.rows[i][j]
+	for k, m := range t.set.models {
+		if r == nil {
+			line = append(line, ',', ',')
+			continue
+		}
+		line = append(append(line, ','), csvField(m.Labels()[r[k].label])...)
+		line = report.AppendFloat(append(line, ','), float64(r[k].score))
+	}
+	return line
 }

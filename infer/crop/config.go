@@ -74,12 +74,13 @@ func (s *Settings) apply(cm map[string]json.RawMessage, where string) error {
 		}
 		switch k {
 		case "label_dict":
-			var d map[string]json.Number
+			var d map[string]json.RawMessage
 			if strictJSON(v, &d) != nil {
 				return bad("an object {label: id}")
 			}
 			ld := make(map[string]int, len(d))
-			for name, n := range d {
+			for name, raw := range d {
+				n := json.Number(strings.TrimSpace(string(raw)))
 				id, err := n.Int64()
 				if err != nil || id < 0 || id > MaxClasses {
 					return fmt.Errorf("crop: %slabel_dict: the id of %q is %s, want an integer 0..%d", where, name, n, MaxClasses)
@@ -92,12 +93,12 @@ func (s *Settings) apply(cm map[string]json.RawMessage, where string) error {
 			s.LabelDict = ld
 			s.Set = append(s.Set, fmt.Sprintf("label_dict=%d labels", len(ld)))
 		case "resize":
-			var r []json.Number
+			var r []json.RawMessage
 			if strictJSON(v, &r) != nil || len(r) != 2 {
 				return bad("[height, width]")
 			}
-			for i, n := range r {
-				x, err := n.Int64()
+			for i, raw := range r {
+				x, err := json.Number(strings.TrimSpace(string(raw))).Int64()
 				if err != nil || x < 1 || x > MaxSide {
 					return bad(fmt.Sprintf("[height, width], each an integer 1..%d", MaxSide))
 				}
@@ -105,11 +106,7 @@ func (s *Settings) apply(cm map[string]json.RawMessage, where string) error {
 			}
 			s.Set = append(s.Set, fmt.Sprintf("resize=[%d, %d]", s.Transform.Size[0], s.Transform.Size[1]))
 		case "expand":
-			var n json.Number
-			x, err := int64(0), strictJSON(v, &n)
-			if err == nil {
-				x, err = n.Int64()
-			}
+			x, err := json.Number(strings.TrimSpace(string(v))).Int64()
 			if err != nil || x < 0 || x > MaxSide {
 				return bad(fmt.Sprintf("an integer 0..%d", MaxSide))
 			}

@@ -347,3 +347,16 @@ func walkList(b *bytes.Buffer, items []any, depth int, walk func(any, int) error
 	b.WriteByte(']')
 	return nil
 }
+
+// Probe reports whether path (a .ckpt/.pt file or a hub folder) holds a
+// crop model's weights: a ResNet classifier's (conv1 and fc, no detector
+// parts). It is how a detector loader explains a crop model given as a
+// detector; any reading error is false.
+func Probe(path string) bool {
+	s, err := read(path)
+	if err != nil {
+		return false
+	}
+	_, err = classifierWeights(s.weights, path)
+	return err == nil
+}
