@@ -149,7 +149,7 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 				lerr = &Error{Code: ExitInput, Err: err}
 				break
 			}
-			opts.LabelDict = labelDictOf(lm)
+			opts.LabelDict, opts.Fallback = labelDictOf(lm), len(cc.LabelDicts) == 1 && len(cc.Models) > 1
 			file = &report.File{Path: name, SHA256: sha256Hex(dicts[k])}
 		}
 		m, err := crop.Load(p, opts)

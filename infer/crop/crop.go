@@ -86,7 +86,7 @@ func load(path string, opts Options) (*Model, error) {
 	if a := s.settings.Architecture; a != "" && a != net.Arch() {
 		return nil, fmt.Errorf("crop: %s: its config says cropmodel.architecture %s, but the weights are a %s", path, a, net.Arch())
 	}
-	ld, from, err := s.labelsFor(path, opts.LabelDict)
+	ld, from, err := s.labelsFor(path, opts.LabelDict, opts.Fallback)
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,10 @@ type Options struct {
 	// cropmodel.label_dict); when the file has its own, they must be
 	// equal.
 	LabelDict map[string]int
+	// Fallback makes LabelDict apply only to a file without labels of its
+	// own (one --crop-label-dict for several crop models); a file's own
+	// labels are then kept unchecked.
+	Fallback bool
 }
 
 // source is what a crop model file holds, before the network is built.
@@ -183,8 +187,10 @@ func readHub(dir string) (*source, error) {
 
 // labelsFor settles a model's labels: its own, else given; both must
 // then be equal.
-func (s *source) labelsFor(path string, given map[string]int) (map[string]int, string, error) {
+func (s *source) labelsFor(path string, given map[string]int, fallback bool) (map[string]int, string, error) {
 	switch {
+	case s.labels != nil && fallback:
+		return s.labels, s.from, nil
 	case s.labels != nil && given != nil:
 		if !sameLabels(s.labels, given) {
 			return nil, "", fmt.Errorf("crop: %s holds the labels %s (%s), but --crop-label-dict gives %s", path, labelString(s.labels), s.from, labelString(given))
