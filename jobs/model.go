@@ -12,9 +12,11 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/crop"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -310,7 +312,7 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 // before raiseProcs raises it for a CPU detector.
 var startProcs = runtime.GOMAXPROCS(0)
 
-// raiseProcs gives the process at least n Ps (retinanet.Procs: one more
+// raiseProcs gives the process at least n Ps (cpu.Procs: one more
 // than the CPU detector's workers, which spend their time in cgo calls);
 // it never lowers GOMAXPROCS. The thread count stays the one chosen from
 // startProcs, so no more workers compute than the rank has cores.
@@ -439,7 +441,7 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 	if err != nil {
 		return nil, err
 	}
-	raiseProcs(retinanet.Procs(lm.threads))
+	raiseProcs(cpu.Procs(lm.threads))
 	if lm.layerTimes {
 		d.EnableLayerTimes()
 	}
@@ -449,7 +451,7 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 // printLayerTimes writes the detector's time per layer group (rank 0, with
 // --layer-times).
 func printLayerTimes(w io.Writer, d infer.Detector) {
-	lt, ok := d.(interface{ LayerTimes() []retinanet.LayerTime })
+	lt, ok := d.(interface{ LayerTimes() []nn.LayerTime })
 	if w == nil || !ok {
 		return
 	}

@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/box"
-	"github.com/canopy-hpc/canopy/infer/retinanet"
+	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/safetensors"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
@@ -398,7 +398,7 @@ func TestRaiseProcsKeepsThreads(t *testing.T) {
 	if _, err := lm.detector(lm.labels()); err != nil {
 		t.Fatal(err)
 	}
-	if got := runtime.GOMAXPROCS(0); got != retinanet.Procs(2) || got != 3 {
+	if got := runtime.GOMAXPROCS(0); got != cpu.Procs(2) || got != 3 {
 		t.Fatalf("after a CPU detector of 2 threads: GOMAXPROCS %d, want 3", got)
 	}
 }

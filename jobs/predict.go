@@ -309,11 +309,12 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		for _, s := range allStats {
 			rep.RawDetections += s.Detections
 		}
+		rep.setCrops(crops)
 		if rc := cfg.RunConfig; rc != nil {
 			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
 			rep.Settings = rc.finishSettings(rep.Model)
 		}
-		if err := writePredictOutputs(cfg.Out, rep, images, dets, labels); err != nil {
+		if err := writePredictOutputs(cfg.Out, rep, images, dets, labels, table); err != nil {
 			return err
 		}
 		if err := out.commit(); err != nil { // published: the previous run goes

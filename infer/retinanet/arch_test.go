@@ -3,13 +3,14 @@ package retinanet
 import (
 	"testing"
 
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 )
 
 // generatedWeights is a torchvision RetinaNet state dict of the given body,
 // class count and FPN width from the test weight generator
 // (internal/testsupport/testweights, FrozenBatchNorm2d layout, seed).
-func generatedWeights(t testing.TB, arch string, classes, fpn int, seed uint64) Weights {
+func generatedWeights(t testing.TB, arch string, classes, fpn int, seed uint64) nn.Weights {
 	t.Helper()
 	entries, err := testweights.StateDict(arch, classes, fpn, false)
 	if err != nil {
@@ -19,9 +20,9 @@ func generatedWeights(t testing.TB, arch string, classes, fpn int, seed uint64) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := Weights{}
+	w := nn.Weights{}
 	for _, e := range entries {
-		w[e.Name] = Tensor{Shape: e.Shape, Data: vals[e.Name]}
+		w[e.Name] = nn.Tensor{Shape: e.Shape, Data: vals[e.Name]}
 	}
 	return w
 }

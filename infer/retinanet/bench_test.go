@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 )
 
@@ -25,7 +26,7 @@ func BenchmarkDetect(b *testing.B) {
 				img := imgs[i]
 				b.Run(fmt.Sprintf("%s/%dx%d/threads=%d", model, img.W, img.H, threads), func(b *testing.B) {
 					// As a job runs its CPU detector (jobs: raiseProcs).
-					if p := Procs(threads); runtime.GOMAXPROCS(0) < p {
+					if p := cpu.Procs(threads); runtime.GOMAXPROCS(0) < p {
 						defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(p))
 					}
 					r := NewRunner(m, threads)
@@ -40,67 +41,6 @@ func BenchmarkDetect(b *testing.B) {
 				})
 			}
 		}
-	}
-}
-
-// BenchmarkConv3x3 times one 3×3 stride-1 convolution three ways (im2col,
-// Winograd F(2×2,3×3) and F(4×4,3×3)), with the process's CPU time per op
-// (steadier than wall time on a shared machine), at the
-// shapes RetinaNet runs them: the heads and FPN (256→256 on P3 of an
-// 800×800 input) and a ResNet-18 layer1 conv (64→64 at 200×200).
-func BenchmarkConv3x3(b *testing.B) {
-
-	for _, s := range [][3]int{{256, 100, 100}, {128, 100, 100}, {64, 200, 200}} {
-		ch, h, w := s[0], s[1], s[2]
-		c := &conv{name: "b", out: ch, in: ch, kh: 3, kw: 3, stride: 1, pad: 1, w: make([]float32, ch*ch*9), b: make([]float32, ch)}
-		for i := range c.w {
-			c.w[i] = float32(i%7) * 0.01
-		}
-		x := newFmap(ch, h, w)
-		for i := range x.d {
-			x.d[i] = float32(i%5) * 0.1
-		}
-		for _, algo := range []string{"im2col", "F2x2", "F4x4"} {
-			b.Run(fmt.Sprintf("%s/%dch/%dx%d", algo, ch, h, w), func(b *testing.B) {
-				e := newEngine(1)
-				e.direct = algo == "im2col"
-				defer func(old bool) { wino2Only = old }(wino2Only)
-				wino2Only = algo == "F2x2"
-				e.conv(c, x, true, nil)
-				c0 := cpuTime()
-				for b.Loop() {
-					e.conv(c, x, true, nil)
-				}
-				b.ReportMetric(2*float64(ch*ch*9*h*w)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s(direct-equivalent)")
-				b.ReportMetric((cpuTime()-c0).Seconds()*1e3/float64(b.N), "cpu-ms/op")
-			})
-		}
-	}
-}
-
-// BenchmarkConv1x1 times the 1×1 convolutions (one SGEMM per column
-// block, then the epilogue) at ResNet-50 shapes of an 800×800 input, in the
-// process's CPU time per op.
-func BenchmarkConv1x1(b *testing.B) {
-	for _, s := range [][4]int{{64, 256, 200, 200}, {256, 64, 200, 200}, {512, 128, 100, 100}, {256, 1024, 50, 50}, {1024, 256, 50, 50}} {
-		out, in, h, w := s[0], s[1], s[2], s[3]
-		c := &conv{name: "b", out: out, in: in, kh: 1, kw: 1, stride: 1, w: make([]float32, out*in), b: make([]float32, out)}
-		for i := range c.w {
-			c.w[i] = float32(i%7) * 0.01
-		}
-		x := newFmap(in, h, w)
-		for i := range x.d {
-			x.d[i] = float32(i%5) * 0.1
-		}
-		b.Run(fmt.Sprintf("%dx%d/%dx%d", out, in, h, w), func(b *testing.B) {
-			e := newEngine(1)
-			e.put(e.conv(c, x, true, nil))
-			c0 := cpuTime()
-			for b.Loop() {
-				e.put(e.conv(c, x, true, nil))
-			}
-			b.ReportMetric(2*float64(out*in*h*w)*float64(b.N)/(cpuTime()-c0).Seconds()/1e9, "GFLOP/cpu-s")
-		})
 	}
 }
 
@@ -154,16 +94,16 @@ func BenchmarkLoss(b *testing.B) {
 		})
 	}
 	// The loss path alone, on kept head outputs.
-	e := newEngine(1)
+	e := cpu.NewEngine(1)
 	x, rh, rw := normalizeResizePad(e, img, m.Opt)
-	ph, pw := x.h, x.w
-	p := features[fmap](m, e, x)
+	ph, pw := x.H, x.W
+	p := features[cpu.Fmap](m, e, x)
 	var levels [5]levelOut
 	for L := range p {
-		cls, reg := head[fmap](m, e, p[L])
-		levels[L] = levelOut{gh: p[L].h, gw: p[L].w, cls: cls, reg: reg}
+		cls, reg := head[cpu.Fmap](m, e, p[L])
+		levels[L] = levelOut{gh: p[L].H, gw: p[L].W, cls: cls, reg: reg}
 	}
-	gr := grids(p, func(f fmap) (int, int) { return f.h, f.w })
+	gr := grids(p, func(f cpu.Fmap) (int, int) { return f.H, f.W })
 	b.Run(fmt.Sprintf("loss-only/truth=%d", len(tg)), func(b *testing.B) {
 		for b.Loop() {
 			a := m.newLossAcc(tg, img.H, img.W, rh, rw, ph, pw, gr)

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/torchfile"
 )
 
@@ -163,8 +164,8 @@ func fileDigest(path string) (string, error) {
 // weightsOf converts a state dict's float tensors; integer
 // num_batches_tracked counters are skipped, any other non-tensor or
 // non-float value is an error naming it.
-func weightsOf(f *torchfile.File, sd *torchfile.Dict, path string) (Weights, map[string]int, error) {
-	w := make(Weights, sd.Len())
+func weightsOf(f *torchfile.File, sd *torchfile.Dict, path string) (nn.Weights, map[string]int, error) {
+	w := make(nn.Weights, sd.Len())
 	dtypes := map[string]int{}
 	for i, k := range sd.Keys {
 		name, ok := k.(string)
@@ -185,7 +186,7 @@ func weightsOf(f *torchfile.File, sd *torchfile.Dict, path string) (Weights, map
 		if err != nil {
 			return nil, nil, fmt.Errorf("retinanet: tensor %q: %w", name, err)
 		}
-		w[name] = Tensor{Shape: t.Shape, Data: data}
+		w[name] = nn.Tensor{Shape: t.Shape, Data: data}
 		dtypes[t.DType.String()]++
 	}
 	if len(w) == 0 {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 )
 
@@ -40,24 +41,24 @@ func hubFolder(t *testing.T, dir, dtype string) string {
 // modelDigest hashes every folded weight and bias of the network.
 func modelDigest(m *Model) string {
 	h := sha256.New()
-	put := func(c *conv) {
+	put := func(c *nn.Conv) {
 		if c == nil {
 			return
 		}
-		for _, v := range c.w {
+		for _, v := range c.W {
 			binary.Write(h, binary.LittleEndian, math.Float32bits(v))
 		}
-		for _, v := range c.b {
+		for _, v := range c.B {
 			binary.Write(h, binary.LittleEndian, math.Float32bits(v))
 		}
 	}
-	put(m.stem)
-	for _, l := range m.layers {
+	put(m.body.Stem)
+	for _, l := range m.body.Layers {
 		for _, b := range l {
-			put(b.c1)
-			put(b.c2)
-			put(b.c3)
-			put(b.down)
+			put(b.C1)
+			put(b.C2)
+			put(b.C3)
+			put(b.Down)
 		}
 	}
 	for i := range m.inner {

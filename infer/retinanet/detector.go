@@ -7,6 +7,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/infer/nn"
 )
 
 // Detector is the infer.Detector of a loaded Model on the CPU: it reads
@@ -154,4 +155,4 @@ func (d *Detector) Close() error { return nil }
 func (d *Detector) EnableLayerTimes() { d.r.EnableLayerTimes() }
 
 // LayerTimes returns the time per layer group so far, slowest first.
-func (d *Detector) LayerTimes() []LayerTime { return d.r.LayerTimes() }
+func (d *Detector) LayerTimes() []nn.LayerTime { return d.r.LayerTimes() }

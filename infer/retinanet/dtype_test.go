@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/safetensors"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 )
@@ -31,13 +32,13 @@ func TestRoundedWeightsDetectionsBound(t *testing.T) {
 		{"BF16", func(v float32) float32 { return safetensors.BF16ToF32(safetensors.F32ToBF16(v)) }, 1e-2, 0.6},
 	} {
 		t.Run(c.dtype, func(t *testing.T) {
-			rw := Weights{}
+			rw := nn.Weights{}
 			for k, v := range w {
 				d := make([]float32, len(v.Data))
 				for i, x := range v.Data {
 					d[i] = c.round(x)
 				}
-				rw[k] = Tensor{Shape: v.Shape, Data: d}
+				rw[k] = nn.Tensor{Shape: v.Shape, Data: d}
 			}
 			m, err := New(rw, goldenOptions(t, g))
 			if err != nil {

@@ -5,6 +5,9 @@ import (
 	"sort"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/cpu"
+	"github.com/canopy-hpc/canopy/infer/nn"
+	"github.com/canopy-hpc/canopy/infer/resnet"
 )
 
 // Detection is one output box in original-image pixels (float32, as
@@ -18,15 +21,15 @@ type Detection struct {
 // levelOut is the head output of one pyramid level.
 type levelOut struct {
 	gh, gw int
-	cls    fmap // [A·K, gh, gw]
-	reg    fmap // [A·4, gh, gw]
+	cls    cpu.Fmap // [A·K, gh, gw]
+	reg    cpu.Fmap // [A·4, gh, gw]
 }
 
 // Trace holds intermediate results for tests and profiling.
 type Trace struct {
 	ResizedH, ResizedW int
 	PaddedH, PaddedW   int
-	Levels             [5]fmap // P3..P7
+	Levels             [5]cpu.Fmap // P3..P7
 	AboveThresh        [5]int
 	// Top holds each level's TraceTop highest scores, whatever the
 	// threshold, with their level-local flat index (anchor·K + k) and the
@@ -44,96 +47,43 @@ type Candidate struct {
 	Box   [4]float32
 }
 
-// backend is what the network needs from a compute engine, over its
-// tensor type T: the CPU engine (fmap) and the GPU engine (dmap, a batch on
-// a cuda.Device) run the same features and head below.
-type backend[T any] interface {
-	// conv computes relu?(conv(x) + b [+ res]).
-	conv(c *conv, x T, relu bool, res *T) T
-	maxpool3s2(x T) T
-	// upsampleAdd adds the nearest-upsampled top to lat in place.
-	upsampleAdd(lat, top T)
-	reluCopy(x T) T
-	// put returns dead tensors for reuse.
-	put(xs ...T)
-	// same reports whether a and b are one tensor.
-	same(a, b T) bool
-}
-
-var _ backend[fmap] = (*engine)(nil)
-
 // features runs the body and the FPN: P3..P7. Every intermediate is put
 // back as soon as it is dead (x included).
-func features[T any](m *Model, e backend[T], x T) [5]T {
-	h := e.conv(m.stem, x, true, nil)
-	e.put(x)
-	h2 := e.maxpool3s2(h)
-	e.put(h)
-	h = h2
-	var c [3]T
-	for L := 0; L < 4; L++ {
-		for _, b := range m.layers[L] {
-			id := h
-			if b.down != nil {
-				id = e.conv(b.down, h, false, nil)
-			}
-			var out T
-			if b.c3 != nil {
-				t1 := e.conv(b.c1, h, true, nil)
-				t2 := e.conv(b.c2, t1, true, nil)
-				e.put(t1)
-				out = e.conv(b.c3, t2, true, &id)
-				e.put(t2)
-			} else {
-				t1 := e.conv(b.c1, h, true, nil)
-				out = e.conv(b.c2, t1, true, &id)
-				e.put(t1)
-			}
-			if b.down != nil {
-				e.put(id)
-			}
-			if !(L > 1 && (e.same(c[0], h) || e.same(c[1], h))) {
-				e.put(h)
-			}
-			h = out
-		}
-		if L > 0 {
-			c[L-1] = h
-		}
-	}
+func features[T any](m *Model, e nn.Backend[T], x T) [5]T {
+	c := resnet.Features(m.body, e, x, 3)
 	var p [5]T
-	last := e.conv(m.inner[2], c[2], false, nil)
-	p[2] = e.conv(m.layer[2], last, false, nil)
-	e.put(c[2])
+	last := e.Conv(m.inner[2], c[2], false, nil)
+	p[2] = e.Conv(m.layer[2], last, false, nil)
+	e.Put(c[2])
 	for i := 1; i >= 0; i-- {
-		lat := e.conv(m.inner[i], c[i], false, nil)
-		e.put(c[i])
-		e.upsampleAdd(lat, last)
-		e.put(last)
+		lat := e.Conv(m.inner[i], c[i], false, nil)
+		e.Put(c[i])
+		e.UpsampleAdd(lat, last)
+		e.Put(last)
 		last = lat
-		p[i] = e.conv(m.layer[i], last, false, nil)
+		p[i] = e.Conv(m.layer[i], last, false, nil)
 	}
-	e.put(last)
-	p[3] = e.conv(m.p6, p[2], false, nil)
-	r := e.reluCopy(p[3])
-	p[4] = e.conv(m.p7, r, false, nil)
-	e.put(r)
+	e.Put(last)
+	p[3] = e.Conv(m.p6, p[2], false, nil)
+	r := e.ReluCopy(p[3])
+	p[4] = e.Conv(m.p7, r, false, nil)
+	e.Put(r)
 	return p
 }
 
 // head runs the classification and regression subnets on one level.
-func head[T any](m *Model, e backend[T], p T) (cls, reg T) {
+func head[T any](m *Model, e nn.Backend[T], p T) (cls, reg T) {
 	c, r := p, p
 	for i := 0; i < 4; i++ {
-		nc := e.conv(m.clsT[i], c, true, nil)
-		nr := e.conv(m.regT[i], r, true, nil)
+		nc := e.Conv(m.clsT[i], c, true, nil)
+		nr := e.Conv(m.regT[i], r, true, nil)
 		if i > 0 {
-			e.put(c, r)
+			e.Put(c, r)
 		}
 		c, r = nc, nr
 	}
-	cls, reg = e.conv(m.cls, c, false, nil), e.conv(m.reg, r, false, nil)
-	e.put(c, r)
+	cls, reg = e.Conv(m.cls, c, false, nil), e.Conv(m.reg, r, false, nil)
+	e.Put(c, r)
 	return cls, reg
 }
 
@@ -150,39 +100,39 @@ type cand struct {
 
 // detect runs one image end to end on the CPU. With want, it also
 // computes the image's losses against targets (lossAcc).
-func (m *Model) detect(e *engine, img Image, tr *Trace, targets []Target, want bool) ([]Detection, box.Loss) {
-	e.reuseFor(img.H, img.W)
-	e.keep = tr != nil
-	t0 := e.times.now()
+func (m *Model) detect(e *cpu.Engine, img Image, tr *Trace, targets []Target, want bool) ([]Detection, box.Loss) {
+	e.ReuseFor(img.H, img.W)
+	e.Keep = tr != nil
+	t0 := e.Times.Now()
 	x, rh, rw := normalizeResizePad(e, img, m.Opt)
-	e.times.add("transform", t0)
-	ph, pw := x.h, x.w
-	p := features[fmap](m, e, x)
+	e.Times.Add("transform", t0)
+	ph, pw := x.H, x.W
+	p := features[cpu.Fmap](m, e, x)
 	var acc *lossAcc
 	if want {
-		t1 := e.times.now()
-		acc = m.newLossAcc(targets, img.H, img.W, rh, rw, ph, pw, grids(p, func(f fmap) (int, int) { return f.h, f.w }))
-		e.times.add("loss", t1)
+		t1 := e.Times.Now()
+		acc = m.newLossAcc(targets, img.H, img.W, rh, rw, ph, pw, grids(p, func(f cpu.Fmap) (int, int) { return f.H, f.W }))
+		e.Times.Add("loss", t1)
 	}
 	var all []cand
 	for L := 0; L < 5; L++ {
-		cls, reg := head[fmap](m, e, p[L])
-		t1 := e.times.now()
-		lo := levelOut{gh: p[L].h, gw: p[L].w, cls: cls, reg: reg}
+		cls, reg := head[cpu.Fmap](m, e, p[L])
+		t1 := e.Times.Now()
+		lo := levelOut{gh: p[L].H, gw: p[L].W, cls: cls, reg: reg}
 		if acc != nil {
 			acc.addLevel(lo, L)
-			e.times.add("loss", t1)
-			t1 = e.times.now()
+			e.Times.Add("loss", t1)
+			t1 = e.Times.Now()
 		}
 		all = append(all, m.levelCandidates(lo, L, ph, pw, rh, rw, tr)...)
 		if tr != nil {
 			tr.Levels[L] = p[L]
 		}
-		e.put(cls, reg, p[L])
-		e.times.add("postprocess", t1)
+		e.Put(cls, reg, p[L])
+		e.Times.Add("postprocess", t1)
 	}
-	t2 := e.times.now()
-	defer e.times.add("postprocess", t2)
+	t2 := e.Times.Now()
+	defer e.Times.Add("postprocess", t2)
 	var loss box.Loss
 	if acc != nil {
 		loss = acc.result()
@@ -211,7 +161,7 @@ func (m *Model) levelCandidates(lo levelOut, L, ph, pw, rh, rw int, tr *Trace) [
 	for loc := 0; loc < hw; loc++ {
 		for a := 0; a < NumAnchors; a++ {
 			for k := 0; k < K; k++ {
-				v := lo.cls.d[(a*K+k)*hw+loc]
+				v := lo.cls.D[(a*K+k)*hw+loc]
 				s := sigmoid(v)
 				if s > m.Opt.ScoreThresh {
 					kept = append(kept, cand{score: s, label: k, idx: (loc*NumAnchors+a)*K + k, level: L})
@@ -238,7 +188,7 @@ func (m *Model) levelCandidates(lo levelOut, L, ph, pw, rh, rw int, tr *Trace) [
 		loc, a := ai/NumAnchors, ai%NumAnchors
 		var d [4]float32
 		for j := 0; j < 4; j++ {
-			d[j] = lo.reg.d[(a*4+j)*hw+loc]
+			d[j] = lo.reg.D[(a*4+j)*hw+loc]
 		}
 		kept[i].box = decode(an, d, rh, rw)
 	}
@@ -272,7 +222,7 @@ func levelTop(lo levelOut, K int, cells *[NumAnchors][4]float32, ph, pw, rh, rw 
 	for loc := 0; loc < hw; loc++ {
 		for a := 0; a < NumAnchors; a++ {
 			for k := 0; k < K; k++ {
-				c := Candidate{Index: (loc*NumAnchors+a)*K + k, Score: sigmoid(lo.cls.d[(a*K+k)*hw+loc])}
+				c := Candidate{Index: (loc*NumAnchors+a)*K + k, Score: sigmoid(lo.cls.D[(a*K+k)*hw+loc])}
 				if len(top) == TraceTop && c.Score <= top[TraceTop-1].Score {
 					continue
 				}
@@ -294,7 +244,7 @@ func levelTop(lo levelOut, K int, cells *[NumAnchors][4]float32, ph, pw, rh, rw 
 		loc, a := ai/NumAnchors, ai%NumAnchors
 		var d [4]float32
 		for j := 0; j < 4; j++ {
-			d[j] = lo.reg.d[(a*4+j)*hw+loc]
+			d[j] = lo.reg.D[(a*4+j)*hw+loc]
 		}
 		top[i].Box = decode(anchor(cells, ai, lo.gh, lo.gw, ph, pw), d, rh, rw)
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/internal/testsupport/shareddata"
@@ -110,7 +111,7 @@ func readGolden(t testing.TB, name string) *golden {
 }
 
 // goldenWeights regenerates the fixture's state dict.
-func goldenWeights(t testing.TB, g *golden) Weights {
+func goldenWeights(t testing.TB, g *golden) nn.Weights {
 	t.Helper()
 	basic := true
 	for _, p := range g.StateDict {
@@ -120,7 +121,7 @@ func goldenWeights(t testing.TB, g *golden) Weights {
 			basic = false
 		}
 	}
-	w := Weights{}
+	w := nn.Weights{}
 	for _, p := range g.StateDict {
 		var name string
 		var shape []int
@@ -134,7 +135,7 @@ func goldenWeights(t testing.TB, g *golden) Weights {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w[name] = Tensor{Shape: shape, Data: v}
+		w[name] = nn.Tensor{Shape: shape, Data: v}
 	}
 	return w
 }
@@ -348,15 +349,15 @@ func checkImage(t *testing.T, r tracer, gi goldenImage, img Image, sum string) {
 	}
 	for L, lv := range gi.Levels {
 		f := tr.Levels[L]
-		if fmt.Sprint([]int{f.c, f.h, f.w}) != fmt.Sprint(lv.Shape) {
-			t.Fatalf("level %d shape %v, torchvision %v", L, []int{f.c, f.h, f.w}, lv.Shape)
+		if fmt.Sprint([]int{f.C, f.H, f.W}) != fmt.Sprint(lv.Shape) {
+			t.Fatalf("level %d shape %v, torchvision %v", L, []int{f.C, f.H, f.W}, lv.Shape)
 		}
 		var sum, abs float64
-		for _, v := range f.d {
+		for _, v := range f.D {
 			sum += float64(v)
 			abs += math.Abs(float64(v))
 		}
-		scale := lv.AbsSum / float64(len(f.d))
+		scale := lv.AbsSum / float64(len(f.D))
 		if d := math.Abs(abs-lv.AbsSum) / lv.AbsSum; approx.Far(d, tolFeat) {
 			t.Errorf("level %d: sum|x| %v, torchvision %v (rel %.2g)", L, abs, lv.AbsSum, d)
 		}
@@ -364,9 +365,9 @@ func checkImage(t *testing.T, r tracer, gi goldenImage, img Image, sum string) {
 			t.Errorf("level %d: sum %v, torchvision %v", L, sum, lv.Sum)
 		}
 		for k, want := range lv.Samples {
-			idx := int((uint64(k) * 2654435761) % uint64(len(f.d)))
-			if d := math.Abs(float64(f.d[idx])-want) / scale; approx.Far(d, 100*tolFeat) {
-				t.Errorf("level %d sample %d (flat %d): %v, torchvision %v (%.2g of the mean |x|)", L, k, idx, f.d[idx], want, d)
+			idx := int((uint64(k) * 2654435761) % uint64(len(f.D)))
+			if d := math.Abs(float64(f.D[idx])-want) / scale; approx.Far(d, 100*tolFeat) {
+				t.Errorf("level %d sample %d (flat %d): %v, torchvision %v (%.2g of the mean |x|)", L, k, idx, f.D[idx], want, d)
 			}
 		}
 	}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/nn"
 )
 
 // dmap is a batch of feature maps on a cuda.Device: [n, c, h, w] float32,
@@ -34,22 +36,22 @@ func (d dmap) words() int {
 type gpuEngine struct {
 	dev   cuda.Device
 	prec  cuda.Precision
-	wts   map[*conv][2]cuda.Ptr // weights and bias, uploaded on first use
-	free  map[int][]cuda.Ptr    // dead buffers by float count
-	shape [3]int                // the batch shape the free list was filled for
+	wts   map[*nn.Conv][2]cuda.Ptr // weights and bias, uploaded on first use
+	free  map[int][]cuda.Ptr       // dead buffers by float count
+	shape [3]int                   // the batch shape the free list was filled for
 	// During a graph capture (gpugraph.go): owned collects every new
 	// allocation, and put leaves the buffers in keep alone.
 	owned *[]cuda.Ptr
 	keep  map[cuda.Ptr]bool
 	err   error
-	times *layerTimes
+	times *nn.Times
 	dnn   *dnn // the cuDNN path (fp32, tf32, bf16); nil for canopy's kernels
 }
 
-var _ backend[dmap] = (*gpuEngine)(nil)
+var _ nn.Backend[dmap] = (*gpuEngine)(nil)
 
 func newGPUEngine(dev cuda.Device, p cuda.Precision) *gpuEngine {
-	return &gpuEngine{dev: dev, prec: p, wts: map[*conv][2]cuda.Ptr{}, free: map[int][]cuda.Ptr{}}
+	return &gpuEngine{dev: dev, prec: p, wts: map[*nn.Conv][2]cuda.Ptr{}, free: map[int][]cuda.Ptr{}}
 }
 
 func (g *gpuEngine) fail(err error) {
@@ -83,7 +85,7 @@ func (g *gpuEngine) allocMap(d dmap) dmap {
 	return d
 }
 
-func (g *gpuEngine) put(xs ...dmap) {
+func (g *gpuEngine) Put(xs ...dmap) {
 	for _, x := range xs {
 		if x.p != 0 && !g.keep[x.p] {
 			g.free[x.words()] = append(g.free[x.words()], x.p)
@@ -111,7 +113,7 @@ func (g *gpuEngine) release() {
 	g.free = map[int][]cuda.Ptr{}
 }
 
-func (g *gpuEngine) same(a, b dmap) bool { return a.p != 0 && a.p == b.p }
+func (g *gpuEngine) Same(a, b dmap) bool { return a.p != 0 && a.p == b.p }
 
 // timed measures a layer group when layer times are on: it waits for the
 // device before and after, so the time is the group's own.
@@ -120,19 +122,19 @@ func (g *gpuEngine) timed(group string) func() {
 		return func() {}
 	}
 	g.fail(g.dev.Sync())
-	t := g.times.now()
+	t := g.times.Now()
 	return func() {
 		g.fail(g.dev.Sync())
-		g.times.add(group, t)
+		g.times.Add(group, t)
 	}
 }
 
-func (g *gpuEngine) weights(c *conv) [2]cuda.Ptr {
+func (g *gpuEngine) weights(c *nn.Conv) [2]cuda.Ptr {
 	if w, ok := g.wts[c]; ok {
 		return w
 	}
 	var w [2]cuda.Ptr
-	for i, src := range [][]float32{c.w, c.b} {
+	for i, src := range [][]float32{c.W, c.B} {
 		p, err := g.dev.Alloc(len(src))
 		g.fail(err)
 		if err == nil {
@@ -144,17 +146,17 @@ func (g *gpuEngine) weights(c *conv) [2]cuda.Ptr {
 	return w
 }
 
-func (g *gpuEngine) conv(c *conv, x dmap, relu bool, res *dmap) dmap {
-	defer g.timed(groupOf(c.name))()
+func (g *gpuEngine) Conv(c *nn.Conv, x dmap, relu bool, res *dmap) dmap {
+	defer g.timed(nn.GroupOf(c.Name))()
 	if g.dnn != nil {
 		return g.dnnConv(c, x, relu, res)
 	}
-	oh := (x.h+2*c.pad-c.kh)/c.stride + 1
-	ow := (x.w+2*c.pad-c.kw)/c.stride + 1
-	y := g.alloc(x.n, c.out, oh, ow)
+	oh := (x.h+2*c.Pad-c.KH)/c.Stride + 1
+	ow := (x.w+2*c.Pad-c.KW)/c.Stride + 1
+	y := g.alloc(x.n, c.Out, oh, ow)
 	w := g.weights(c)
 	a := cuda.ConvArgs{X: x.p, W: w[0], B: w[1], Y: y.p,
-		N: x.n, C: x.c, H: x.h, Wd: x.w, M: c.out, KH: c.kh, KW: c.kw, S: c.stride, P: c.pad,
+		N: x.n, C: x.c, H: x.h, Wd: x.w, M: c.Out, KH: c.KH, KW: c.KW, S: c.Stride, P: c.Pad,
 		OH: oh, OW: ow, Relu: relu}
 	if res != nil {
 		a.Res = res.p
@@ -165,7 +167,7 @@ func (g *gpuEngine) conv(c *conv, x dmap, relu bool, res *dmap) dmap {
 	return y
 }
 
-func (g *gpuEngine) maxpool3s2(x dmap) dmap {
+func (g *gpuEngine) MaxPool3s2(x dmap) dmap {
 	defer g.timed("maxpool")()
 	oh, ow := (x.h+2-3)/2+1, (x.w+2-3)/2+1
 	if x.nhwc {
@@ -182,7 +184,7 @@ func (g *gpuEngine) maxpool3s2(x dmap) dmap {
 	return y
 }
 
-func (g *gpuEngine) upsampleAdd(lat, top dmap) {
+func (g *gpuEngine) UpsampleAdd(lat, top dmap) {
 	defer g.timed("fpn")()
 	if lat.nhwc {
 		if g.err == nil {
@@ -195,7 +197,7 @@ func (g *gpuEngine) upsampleAdd(lat, top dmap) {
 	}
 }
 
-func (g *gpuEngine) reluCopy(x dmap) dmap {
+func (g *gpuEngine) ReluCopy(x dmap) dmap {
 	defer g.timed("fpn")()
 	if x.nhwc {
 		y := g.allocAs(x.n, x.c, x.h, x.w, x.half)
@@ -214,7 +216,7 @@ func (g *gpuEngine) reluCopy(x dmap) dmap {
 func (g *gpuEngine) download(x dmap) []float32 {
 	if x.nhwc { // a level of a trace on the cuDNN path: NCHW FP32 first
 		x.p, x.nhwc, x.half = g.nchwCopy(x), false, false
-		defer g.put(x)
+		defer g.Put(x)
 	}
 	out := make([]float32, x.size())
 	if g.err == nil {
@@ -268,7 +270,7 @@ func (r *GPURunner) Close() error {
 		r.g.dev.Free(w[0])
 		r.g.dev.Free(w[1])
 	}
-	r.g.wts = map[*conv][2]cuda.Ptr{}
+	r.g.wts = map[*nn.Conv][2]cuda.Ptr{}
 	if r.g.dnn != nil {
 		g := r.g
 		g.fail(g.dnn.close(g.dev))
@@ -338,7 +340,7 @@ func (r *GPURunner) collect(l launched, tr *Trace) ([][]Detection, []box.Loss) {
 	}
 	dets := r.postprocess(l)
 	for _, ds := range [][5]dmap{l.cls, l.reg, l.p} {
-		r.g.put(ds[:]...)
+		r.g.Put(ds[:]...)
 	}
 	return dets, losses
 }
@@ -351,12 +353,12 @@ func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Los
 	all := make([][]cand, n)
 	var accs []*lossAcc
 	if l.targets != nil {
-		t0 := g.times.now()
+		t0 := g.times.Now()
 		gr := grids(l.p, func(d dmap) (int, int) { return d.h, d.w })
 		for i, img := range l.imgs {
 			accs = append(accs, r.m.newLossAcc(l.targets[i], img.H, img.W, l.rh[i], l.rw[i], l.ph, l.pw, gr))
 		}
-		g.times.add("loss", t0)
+		g.times.Add("loss", t0)
 	}
 	var levels [5][]float32
 	for L := 0; L < 5; L++ {
@@ -364,32 +366,32 @@ func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Los
 		if tr != nil {
 			levels[L] = g.download(l.p[L])
 		}
-		g.put(l.cls[L], l.reg[L], l.p[L])
+		g.Put(l.cls[L], l.reg[L], l.p[L])
 		if g.err != nil {
 			for _, rest := range [][5]dmap{l.cls, l.reg, l.p} {
-				g.put(rest[L+1:]...)
+				g.Put(rest[L+1:]...)
 			}
 			return nil, nil
 		}
-		t1 := g.times.now()
+		t1 := g.times.Now()
 		gh, gw := l.p[L].h, l.p[L].w
 		cs, rs := len(cls)/n, len(reg)/n
 		for i := 0; i < n; i++ {
 			lo := levelOut{gh: gh, gw: gw,
-				cls: fmap{l.cls[L].c, gh, gw, cls[i*cs : (i+1)*cs]},
-				reg: fmap{l.reg[L].c, gh, gw, reg[i*rs : (i+1)*rs]}}
+				cls: cpu.Fmap{C: l.cls[L].c, H: gh, W: gw, D: cls[i*cs : (i+1)*cs]},
+				reg: cpu.Fmap{C: l.reg[L].c, H: gh, W: gw, D: reg[i*rs : (i+1)*rs]}}
 			if accs != nil {
 				accs[i].addLevel(lo, L)
 			}
 			all[i] = append(all[i], r.m.levelCandidates(lo, L, l.ph, l.pw, l.rh[i], l.rw[i], tr)...)
 		}
 		if tr != nil {
-			tr.Levels[L] = fmap{l.p[L].c, gh, gw, levels[L]}
+			tr.Levels[L] = cpu.Fmap{C: l.p[L].c, H: gh, W: gw, D: levels[L]}
 		}
-		g.times.add("postprocess", t1)
+		g.times.Add("postprocess", t1)
 	}
-	t2 := g.times.now()
-	defer g.times.add("postprocess", t2)
+	t2 := g.times.Now()
+	defer g.times.Add("postprocess", t2)
 	out := make([][]Detection, n)
 	for i, img := range l.imgs {
 		out[i] = r.m.finish(all[i], img.H, img.W, l.ph, l.pw, l.rh[i], l.rw[i], tr)
@@ -492,8 +494,8 @@ func (r *GPURunner) DetectTrace(img Image) ([]Detection, *Trace, error) {
 // EnableLayerTimes makes the runner time every layer group, waiting for
 // the device around each (slower; for profiles).
 func (r *GPURunner) EnableLayerTimes() {
-	r.g.times = newLayerTimes()
+	r.g.times = nn.NewTimes()
 }
 
 // LayerTimes returns the time per layer group so far, slowest first.
-func (r *GPURunner) LayerTimes() []LayerTime { return r.g.times.list() }
+func (r *GPURunner) LayerTimes() []nn.LayerTime { return r.g.times.List() }

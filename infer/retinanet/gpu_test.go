@@ -17,40 +17,42 @@ import (
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 
+	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
+	"github.com/canopy-hpc/canopy/infer/nn"
 )
 
 // The GPU engine's kernels and orchestration, run on the host shim
 // (infer/cuda/hostkern: kernels.cu compiled for the CPU, launched with the
 // GPU's geometry), against the CPU backend.
 
-func randMap(r *rand.Rand, c, h, w int) fmap {
-	f := newFmap(c, h, w)
-	for i := range f.d {
-		f.d[i] = float32(r.NormFloat64())
+func randMap(r *rand.Rand, c, h, w int) cpu.Fmap {
+	f := cpu.NewFmap(c, h, w)
+	for i := range f.D {
+		f.D[i] = float32(r.NormFloat64())
 	}
 	return f
 }
 
-func randConv(r *rand.Rand, out, in, k, stride, pad int) *conv {
-	c := &conv{name: "backbone.body.layer1.0.conv1", out: out, in: in, kh: k, kw: k, stride: stride, pad: pad,
-		w: make([]float32, out*in*k*k), b: make([]float32, out)}
+func randConv(r *rand.Rand, out, in, k, stride, pad int) *nn.Conv {
+	c := &nn.Conv{Name: "backbone.body.layer1.0.conv1", Out: out, In: in, KH: k, KW: k, Stride: stride, Pad: pad,
+		W: make([]float32, out*in*k*k), B: make([]float32, out)}
 	s := 1 / math.Sqrt(float64(in*k*k))
-	for i := range c.w {
-		c.w[i] = float32(r.NormFloat64() * s)
+	for i := range c.W {
+		c.W[i] = float32(r.NormFloat64() * s)
 	}
-	for i := range c.b {
-		c.b[i] = float32(r.NormFloat64() * 0.1)
+	for i := range c.B {
+		c.B[i] = float32(r.NormFloat64() * 0.1)
 	}
 	return c
 }
 
 // batchOf stacks same-shaped maps into one host buffer.
-func batchOf(fs ...fmap) []float32 {
+func batchOf(fs ...cpu.Fmap) []float32 {
 	var out []float32
 	for _, f := range fs {
-		out = append(out, f.d...)
+		out = append(out, f.D...)
 	}
 	return out
 }
@@ -91,7 +93,7 @@ func newTestEngine(t testing.TB, p cuda.Precision) *gpuEngine {
 // mantissas: ~1e-3 of the mean |y|); the others exactly.
 func TestKernelsMatchCPU(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	cpu := newEngine(1)
+	host := cpu.NewEngine(1)
 	for _, c := range []struct{ out, in, k, s, p, h, w int }{
 		{16, 3, 7, 2, 3, 37, 30},
 		{24, 16, 3, 1, 1, 19, 13},
@@ -102,29 +104,29 @@ func TestKernelsMatchCPU(t *testing.T) {
 	} {
 		cv := randConv(r, c.out, c.in, c.k, c.s, c.p)
 		x0, x1 := randMap(r, c.in, c.h, c.w), randMap(r, c.in, c.h, c.w)
-		y0 := cpu.conv(cv, x0, false, nil)
-		res0, res1 := randMap(r, y0.c, y0.h, y0.w), randMap(r, y0.c, y0.h, y0.w)
+		y0 := host.Conv(cv, x0, false, nil)
+		res0, res1 := randMap(r, y0.C, y0.H, y0.W), randMap(r, y0.C, y0.H, y0.W)
 		for _, withRes := range []bool{false, true} {
-			var rp0, rp1 *fmap
+			var rp0, rp1 *cpu.Fmap
 			if withRes {
 				rp0, rp1 = &res0, &res1
 			}
-			want := batchOf(cpu.conv(cv, x0, withRes, rp0), cpu.conv(cv, x1, withRes, rp1))
+			want := batchOf(host.Conv(cv, x0, withRes, rp0), host.Conv(cv, x1, withRes, rp1))
 			for _, prec := range []cuda.Precision{cuda.Exact, cuda.KernelTF32} {
 				g := newTestEngine(t, prec)
 				x := upload(t, g, 2, c.in, c.h, c.w, batchOf(x0, x1))
 				var rd *dmap
 				if withRes {
-					d := upload(t, g, 2, y0.c, y0.h, y0.w, batchOf(res0, res1))
+					d := upload(t, g, 2, y0.C, y0.H, y0.W, batchOf(res0, res1))
 					rd = &d
 				}
-				y := g.conv(cv, x, withRes, rd)
+				y := g.Conv(cv, x, withRes, rd)
 				got := g.download(y)
 				if g.err != nil {
 					t.Fatal(g.err)
 				}
 				tol := 1e-5
-				if useWinograd(cv) {
+				if cpu.UseWinograd(cv) {
 					// the CPU runs it as Winograd F(4×4,3×3), whose transforms
 					// multiply by up to 5 and 8: measured 1.4–1.8e-5 here
 					tol = 5e-5
@@ -147,12 +149,12 @@ func TestKernelsMatchCPU(t *testing.T) {
 
 	g := newTestEngine(t, cuda.Exact)
 	a, b := randMap(r, 5, 17, 12), randMap(r, 5, 17, 12)
-	a.d[7] = float32(math.NaN())
+	a.D[7] = float32(math.NaN())
 	x := upload(t, g, 2, 5, 17, 12, batchOf(a, b))
-	if got, want := g.download(g.maxpool3s2(x)), batchOf(cpu.maxpool3s2(a), cpu.maxpool3s2(b)); !sameBits(got, want) {
+	if got, want := g.download(g.MaxPool3s2(x)), batchOf(host.MaxPool3s2(a), host.MaxPool3s2(b)); !sameBits(got, want) {
 		t.Error("maxpool3s2 differs from the CPU engine")
 	}
-	if got, want := g.download(g.reluCopy(x)), batchOf(cpu.reluCopy(a), cpu.reluCopy(b)); !sameBits(got, want) {
+	if got, want := g.download(g.ReluCopy(x)), batchOf(host.ReluCopy(a), host.ReluCopy(b)); !sameBits(got, want) {
 		t.Error("relu_copy differs from the CPU engine")
 	}
 	for _, sz := range [][4]int{{4, 3, 8, 6}, {5, 4, 9, 7}, {3, 2, 7, 5}} {
@@ -160,9 +162,9 @@ func TestKernelsMatchCPU(t *testing.T) {
 		lat0, lat1 := randMap(r, 3, sz[2], sz[3]), randMap(r, 3, sz[2], sz[3])
 		lat := upload(t, g, 2, 3, sz[2], sz[3], batchOf(lat0, lat1))
 		top := upload(t, g, 2, 3, sz[0], sz[1], batchOf(top0, top1))
-		g.upsampleAdd(lat, top)
-		addUpsampled(lat0, top0, newEngine(1).parallel)
-		addUpsampled(lat1, top1, newEngine(3).parallel)
+		g.UpsampleAdd(lat, top)
+		cpu.AddUpsampled(lat0, top0, cpu.NewEngine(1).Parallel)
+		cpu.AddUpsampled(lat1, top1, cpu.NewEngine(3).Parallel)
 		if !sameBits(g.download(lat), batchOf(lat0, lat1)) {
 			t.Errorf("upsample_add %dx%d -> %dx%d differs from the CPU engine", sz[0], sz[1], sz[2], sz[3])
 		}
@@ -232,7 +234,7 @@ func TestGPUEngineMatchesCPU(t *testing.T) {
 				featTol, scoreTol, boxTol = 3e-2, 1e-2, 0.5
 			}
 			for L := 0; L < 5; L++ {
-				if d := maxRel(gtr.Levels[L].d, wtr.Levels[L].d); approx.Far(d, featTol) {
+				if d := maxRel(gtr.Levels[L].D, wtr.Levels[L].D); approx.Far(d, featTol) {
 					t.Errorf("%s image %d level %d: max error %.3g of the mean |x|", prec, i, L, d)
 				}
 				for k := range wtr.Top[L] {
@@ -452,7 +454,7 @@ func TestFP32BitsMatchShim(t *testing.T) {
 		x := batchOf(randMap(r, c.in, c.h, c.w), randMap(r, c.in, c.h, c.w))
 		var outs [2][]float32
 		for i, g := range []*gpuEngine{newTestEngine(t, cuda.Exact), newGPUEngine(hostkern.New(), cuda.Exact)} {
-			outs[i] = g.download(g.conv(cv, upload(t, g, 2, c.in, c.h, c.w, x), true, nil))
+			outs[i] = g.download(g.Conv(cv, upload(t, g, 2, c.in, c.h, c.w, x), true, nil))
 			if g.err != nil {
 				t.Fatal(g.err)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
+	"github.com/canopy-hpc/canopy/infer/nn"
 )
 
 // The cuDNN half of the GPU engine (--precision fp32, tf32, bf16): every
@@ -46,10 +47,10 @@ type dnn struct {
 	o       GPUOptions
 	math    cudnn.Math
 	h       *cudnn.Handle
-	wts     map[*conv][2]cuda.Ptr
+	wts     map[*nn.Conv][2]cuda.Ptr
 	plans   map[string]*cudnn.Plan
 	from    map[string]string // plan key → "plan file", "heuristic" or "timed"
-	outF32  map[*conv]bool    // the heads' last convolutions (BF16: FP32 out)
+	outF32  map[*nn.Conv]bool // the heads' last convolutions (BF16: FP32 out)
 	ws      cuda.Ptr
 	wsBytes int64
 	// layers records, by layer name, its plan key and engine (report).
@@ -78,8 +79,8 @@ func newDNN(dev cuda.Device, m *Model, o GPUOptions) (*dnn, error) {
 	if o.CUDNN == nil {
 		return nil, fmt.Errorf("retinanet: --precision %s runs on cuDNN, and no library was given", o.Precision)
 	}
-	d := &dnn{o: o, math: mathOf(o.Precision), wts: map[*conv][2]cuda.Ptr{}, plans: map[string]*cudnn.Plan{}, from: map[string]string{},
-		outF32: map[*conv]bool{m.cls: true, m.reg: true}, layers: map[string]LayerEngine{}, timed: map[string]cudnn.LayerPlan{}}
+	d := &dnn{o: o, math: mathOf(o.Precision), wts: map[*nn.Conv][2]cuda.Ptr{}, plans: map[string]*cudnn.Plan{}, from: map[string]string{},
+		outF32: map[*nn.Conv]bool{m.cls: true, m.reg: true}, layers: map[string]LayerEngine{}, timed: map[string]cudnn.LayerPlan{}}
 	err := dev.WithStream(func(s uintptr) error {
 		var err error
 		d.h, err = o.CUDNN.NewHandle(s)
@@ -99,7 +100,7 @@ func (d *dnn) release(dev cuda.Device) {
 		dev.Free(w[0])
 		dev.Free(w[1])
 	}
-	d.wts = map[*conv][2]cuda.Ptr{}
+	d.wts = map[*nn.Conv][2]cuda.Ptr{}
 	for _, p := range d.plans {
 		p.Close()
 	}
@@ -150,17 +151,17 @@ func packBF16(v []float32) []float32 {
 
 // weights uploads c's filter in KRSC ([M, KH, KW, C], BF16 when the
 // activations are) and its bias (FP32), once.
-func (g *gpuEngine) dnnWeights(c *conv) [2]cuda.Ptr {
+func (g *gpuEngine) dnnWeights(c *nn.Conv) [2]cuda.Ptr {
 	d := g.dnn
 	if w, ok := d.wts[c]; ok {
 		return w
 	}
-	krsc := make([]float32, len(c.w))
-	for m := 0; m < c.out; m++ {
-		for ci := 0; ci < c.in; ci++ {
-			for kh := 0; kh < c.kh; kh++ {
-				for kw := 0; kw < c.kw; kw++ {
-					krsc[((m*c.kh+kh)*c.kw+kw)*c.in+ci] = c.w[((m*c.in+ci)*c.kh+kh)*c.kw+kw]
+	krsc := make([]float32, len(c.W))
+	for m := 0; m < c.Out; m++ {
+		for ci := 0; ci < c.In; ci++ {
+			for kh := 0; kh < c.KH; kh++ {
+				for kw := 0; kw < c.KW; kw++ {
+					krsc[((m*c.KH+kh)*c.KW+kw)*c.In+ci] = c.W[((m*c.In+ci)*c.KH+kh)*c.KW+kw]
 				}
 			}
 		}
@@ -169,7 +170,7 @@ func (g *gpuEngine) dnnWeights(c *conv) [2]cuda.Ptr {
 		krsc = packBF16(krsc)
 	}
 	var w [2]cuda.Ptr
-	for i, src := range [][]float32{krsc, c.b} {
+	for i, src := range [][]float32{krsc, c.B} {
 		p, err := g.dev.Alloc(len(src))
 		g.fail(err)
 		if err == nil {
@@ -183,11 +184,11 @@ func (g *gpuEngine) dnnWeights(c *conv) [2]cuda.Ptr {
 
 // plan returns the plan of spec for layer c: from the plan file when it
 // has the shape, else timed (gpu-plan) or the heuristic's.
-func (g *gpuEngine) dnnPlan(c *conv, spec cudnn.Conv) *cudnn.Plan {
+func (g *gpuEngine) dnnPlan(c *nn.Conv, spec cudnn.Conv) *cudnn.Plan {
 	d := g.dnn
 	key := spec.Key()
 	if p, ok := d.plans[key]; ok {
-		d.layers[c.name] = LayerEngine{Shape: key, Engine: p.Engine.String(), From: d.from[key]}
+		d.layers[c.Name] = LayerEngine{Shape: key, Engine: p.Engine.String(), From: d.from[key]}
 		return p
 	}
 	var pin *cudnn.Engine
@@ -204,7 +205,7 @@ func (g *gpuEngine) dnnPlan(c *conv, spec cudnn.Conv) *cudnn.Plan {
 			g.fail(err)
 			return nil
 		}
-		lp.Layer = c.name
+		lp.Layer = c.Name
 		d.timed[key] = lp
 		pin, from = &e, "timed"
 	}
@@ -215,11 +216,11 @@ func (g *gpuEngine) dnnPlan(c *conv, spec cudnn.Conv) *cudnn.Plan {
 		return err
 	})
 	if err != nil {
-		g.fail(fmt.Errorf("retinanet: layer %s: %w", c.name, err))
+		g.fail(fmt.Errorf("retinanet: layer %s: %w", c.Name, err))
 		return nil
 	}
 	d.plans[key], d.from[key] = p, from
-	d.layers[c.name] = LayerEngine{Shape: key, Engine: p.Engine.String(), From: from}
+	d.layers[c.Name] = LayerEngine{Shape: key, Engine: p.Engine.String(), From: from}
 	return p
 }
 
@@ -313,13 +314,13 @@ func (g *gpuEngine) timeEngines(spec cudnn.Conv) (cudnn.Engine, cudnn.LayerPlan,
 }
 
 // dnnConv is conv on cuDNN: y = relu?(conv(x) + b [+ res]) in NHWC.
-func (g *gpuEngine) dnnConv(c *conv, x dmap, relu bool, res *dmap) dmap {
+func (g *gpuEngine) dnnConv(c *nn.Conv, x dmap, relu bool, res *dmap) dmap {
 	d := g.dnn
-	oh := (x.h+2*c.pad-c.kh)/c.stride + 1
-	ow := (x.w+2*c.pad-c.kw)/c.stride + 1
+	oh := (x.h+2*c.Pad-c.KH)/c.Stride + 1
+	ow := (x.w+2*c.Pad-c.KW)/c.Stride + 1
 	outF32 := !d.bf16() || d.outF32[c]
-	y := g.allocAs(x.n, c.out, oh, ow, !outF32)
-	spec := cudnn.Conv{N: x.n, C: x.c, H: x.h, W: x.w, M: c.out, KH: c.kh, KW: c.kw, Stride: c.stride, Pad: c.pad,
+	y := g.allocAs(x.n, c.Out, oh, ow, !outF32)
+	spec := cudnn.Conv{N: x.n, C: x.c, H: x.h, W: x.w, M: c.Out, KH: c.KH, KW: c.KW, Stride: c.Stride, Pad: c.Pad,
 		Relu: relu, Residual: res != nil, Math: d.math, OutFP32: d.bf16() && outF32}
 	w := g.dnnWeights(c)
 	if g.err != nil {
@@ -349,7 +350,7 @@ func (g *gpuEngine) toNHWC(x dmap) dmap {
 	if g.err == nil {
 		g.fail(g.dev.NHWC(cuda.NHWCArgs{Op: cuda.ToNHWC, X: x.p, Y: y.p, N: x.n, C: x.c, H: x.h, W: x.w, BF16: y.half}))
 	}
-	g.put(x)
+	g.Put(x)
 	return y
 }
 
@@ -360,7 +361,7 @@ func (g *gpuEngine) toNCHW(x dmap) dmap {
 		return x
 	}
 	y := dmap{n: x.n, c: x.c, h: x.h, w: x.w, p: g.nchwCopy(x)}
-	g.put(x)
+	g.Put(x)
 	return y
 }
 

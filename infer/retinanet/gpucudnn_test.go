@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn/fake"
@@ -76,7 +77,7 @@ func nhwcIn(t *testing.T, g *gpuEngine, n, c, h, w int, data []float32) dmap {
 // layout mistake (NCHW read as NHWC, OIHW weights as KRSC) is far outside.
 func TestCUDNNLayersMatchCPU(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	cpu := newEngine(1)
+	host := cpu.NewEngine(1)
 	m := smallModel(t)
 	tols := map[cuda.Precision]float64{cuda.FP32: 1e-5, cuda.TF32: 2e-2, cuda.BF16: 6e-2}
 	for _, c := range []struct{ out, in, k, s, p, h, w int }{
@@ -88,23 +89,23 @@ func TestCUDNNLayersMatchCPU(t *testing.T) {
 	} {
 		cv := randConv(r, c.out, c.in, c.k, c.s, c.p)
 		x0, x1 := randMap(r, c.in, c.h, c.w), randMap(r, c.in, c.h, c.w)
-		y0 := cpu.conv(cv, x0, false, nil)
-		res0, res1 := randMap(r, y0.c, y0.h, y0.w), randMap(r, y0.c, y0.h, y0.w)
+		y0 := host.Conv(cv, x0, false, nil)
+		res0, res1 := randMap(r, y0.C, y0.H, y0.W), randMap(r, y0.C, y0.H, y0.W)
 		for _, withRes := range []bool{false, true} {
-			var rp0, rp1 *fmap
+			var rp0, rp1 *cpu.Fmap
 			if withRes {
 				rp0, rp1 = &res0, &res1
 			}
-			want := batchOf(cpu.conv(cv, x0, withRes, rp0), cpu.conv(cv, x1, withRes, rp1))
+			want := batchOf(host.Conv(cv, x0, withRes, rp0), host.Conv(cv, x1, withRes, rp1))
 			for _, prec := range cudnnModes {
 				g := newCUDNNEngine(t, m, prec)
 				x := nhwcIn(t, g, 2, c.in, c.h, c.w, batchOf(x0, x1))
 				var rd *dmap
 				if withRes {
-					d := nhwcIn(t, g, 2, y0.c, y0.h, y0.w, batchOf(res0, res1))
+					d := nhwcIn(t, g, 2, y0.C, y0.H, y0.W, batchOf(res0, res1))
 					rd = &d
 				}
-				got := g.download(g.conv(cv, x, withRes, rd))
+				got := g.download(g.Conv(cv, x, withRes, rd))
 				if g.err != nil {
 					t.Fatal(g.err)
 				}
@@ -116,7 +117,7 @@ func TestCUDNNLayersMatchCPU(t *testing.T) {
 				if prec != cuda.FP32 && d < 1e-5 {
 					t.Errorf("%s: max error %.3g: the operands were not rounded", name, d)
 				}
-				t.Logf("%s: max error %.3g, engine %s", name, d, g.dnn.layers[cv.name].Engine)
+				t.Logf("%s: max error %.3g, engine %s", name, d, g.dnn.layers[cv.Name].Engine)
 			}
 		}
 	}
@@ -131,19 +132,19 @@ func TestCUDNNLayersMatchCPU(t *testing.T) {
 			tol = 3e-2
 		}
 		x := nhwcIn(t, g, 2, 5, 13, 10, batchOf(x0, x1))
-		if d := maxRel(g.download(g.maxpool3s2(x)), batchOf(cpu.maxpool3s2(x0), cpu.maxpool3s2(x1))); !(d <= tol) {
+		if d := maxRel(g.download(g.MaxPool3s2(x)), batchOf(host.MaxPool3s2(x0), host.MaxPool3s2(x1))); !(d <= tol) {
 			t.Errorf("maxpool %s: %.3g", prec, d)
 		}
-		if d := maxRel(g.download(g.reluCopy(x)), batchOf(cpu.reluCopy(x0), cpu.reluCopy(x1))); !(d <= tol) {
+		if d := maxRel(g.download(g.ReluCopy(x)), batchOf(host.ReluCopy(x0), host.ReluCopy(x1))); !(d <= tol) {
 			t.Errorf("relu %s: %.3g", prec, d)
 		}
 		lat, top := nhwcIn(t, g, 2, 5, 14, 10, batchOf(lat0, lat1)), nhwcIn(t, g, 2, 5, 7, 5, batchOf(top0, top1))
-		g.upsampleAdd(lat, top)
-		l0, l1 := newFmap(5, 14, 10), newFmap(5, 14, 10)
-		copy(l0.d, lat0.d)
-		copy(l1.d, lat1.d)
-		cpu.upsampleAdd(l0, top0)
-		cpu.upsampleAdd(l1, top1)
+		g.UpsampleAdd(lat, top)
+		l0, l1 := cpu.NewFmap(5, 14, 10), cpu.NewFmap(5, 14, 10)
+		copy(l0.D, lat0.D)
+		copy(l1.D, lat1.D)
+		host.UpsampleAdd(l0, top0)
+		host.UpsampleAdd(l1, top1)
 		if d := maxRel(g.download(lat), batchOf(l0, l1)); !(d <= 2*tol) {
 			t.Errorf("upsample-add %s: %.3g", prec, d)
 		}
@@ -180,7 +181,7 @@ func TestCUDNNEngineMatchesCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			for L := 0; L < 5; L++ {
-				if d := maxRel(gtr.Levels[L].d, wtr.Levels[L].d); !(d <= featTol) {
+				if d := maxRel(gtr.Levels[L].D, wtr.Levels[L].D); !(d <= featTol) {
 					t.Errorf("%s image %d level %d: max error %.3g of the mean |x|", prec, i, L, d)
 				}
 			}
@@ -346,7 +347,7 @@ func slotLayers(t *testing.T, gr *GPURunner, batch []Image, slot int) [][]byte {
 		}
 	}
 	for _, set := range [][5]dmap{l.p, l.cls, l.reg} {
-		g.put(set[:]...)
+		g.Put(set[:]...)
 	}
 	if g.err != nil {
 		t.Fatal(g.err)

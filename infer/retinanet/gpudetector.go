@@ -8,6 +8,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/nn"
 )
 
 // GPUDetector is the infer.Detector of a Model on a cuda.Device: it reads a
@@ -220,7 +221,7 @@ func (d *GPUDetector) Close() error {
 func (d *GPUDetector) EnableLayerTimes() { d.r.EnableLayerTimes() }
 
 // LayerTimes returns the time per layer group so far, slowest first.
-func (d *GPUDetector) LayerTimes() []LayerTime { return d.r.LayerTimes() }
+func (d *GPUDetector) LayerTimes() []nn.LayerTime { return d.r.LayerTimes() }
 
 // Device describes the detector's device.
 func (d *GPUDetector) Device() cuda.Info { return d.r.g.dev.Info() }

@@ -64,7 +64,7 @@ func (r *GPURunner) losses(l launched) []box.Loss {
 	if g.err == nil {
 		g.fail(g.dev.Download(host, out.p))
 	}
-	g.put(gd, gn, lvd, match, arg, gtbest, fg, sums, out)
+	g.Put(gd, gn, lvd, match, arg, gtbest, fg, sums, out)
 	if g.err != nil {
 		return nil
 	}

@@ -91,7 +91,7 @@ func (r *GPURunner) postprocess(l launched) [][]Detection {
 	ip := r.imageSizes(l, dmap{})
 	out := r.postLaunch(l, ip)
 	dets := r.postDownload(out, len(l.imgs))
-	r.g.put(ip, out)
+	r.g.Put(ip, out)
 	return dets
 }
 
@@ -140,7 +140,7 @@ func (r *GPURunner) postLaunch(l launched, ip dmap) dmap {
 	ord := g.scratch(n * N) // int32 each
 	g.launchN(kernels.PostNMSScan, n, sorted.p, meta.p, mask.p, removed.p, ip.p, out.p, n, N, W, dets,
 		cand.p, ord.p, topk)
-	g.put(keys, cand, sorted, meta, mask, removed, ord)
+	g.Put(keys, cand, sorted, meta, mask, removed, ord)
 	return out
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
 	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
@@ -79,19 +80,19 @@ func TestDeviceTransformBits(t *testing.T) {
 				}
 				x := r.transform(p)
 				got := r.g.download(x)
-				r.g.put(x)
+				r.g.Put(x)
 				if err := r.Close(); err != nil {
 					t.Fatal(err)
 				}
-				e := newEngine(1)
+				e := cpu.NewEngine(1)
 				plane := 3 * x.h * x.w
 				for i, img := range imgs {
 					want, rh, rw := normalizeResizePad(e, img, opt)
-					if want.h != x.h || want.w != x.w || rh != p.rh[i] || rw != p.rw[i] {
-						t.Fatalf("%s: sizes %dx%d (%dx%d), CPU %dx%d (%dx%d)", name, x.h, x.w, p.rh[i], p.rw[i], want.h, want.w, rh, rw)
+					if want.H != x.h || want.W != x.w || rh != p.rh[i] || rw != p.rw[i] {
+						t.Fatalf("%s: sizes %dx%d (%dx%d), CPU %dx%d (%dx%d)", name, x.h, x.w, p.rh[i], p.rw[i], want.H, want.W, rh, rw)
 					}
-					if d := firstDiff(got[i*plane:(i+1)*plane], want.d); d >= 0 {
-						t.Errorf("%s image %d: element %d is %v, CPU %v", name, i, d, got[i*plane+d], want.d[d])
+					if d := firstDiff(got[i*plane:(i+1)*plane], want.D); d >= 0 {
+						t.Errorf("%s image %d: element %d is %v, CPU %v", name, i, d, got[i*plane+d], want.D[d])
 					}
 				}
 			}
@@ -261,7 +262,7 @@ func TestDeviceTorchSort(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(s.Indices) {
 			t.Errorf("sort %d (n=%d): %v, torch %v", i, m, first20(got), first20(s.Indices))
 		}
-		g.put(bufs...)
+		g.Put(bufs...)
 	}
 }
 

@@ -50,8 +50,8 @@ type prepared struct {
 // u8, when not nil, holds samples the decoders already made (nil entries
 // are made here).
 func (r *GPURunner) prepare(imgs []Image, u8 [][]byte, targets [][]Target) prepared {
-	t0 := r.g.times.now()
-	defer r.g.times.add("prepare", t0)
+	t0 := r.g.times.Now()
+	defer r.g.times.Add("prepare", t0)
 	p := prepared{imgs: imgs, targets: targets, u8: make([][]byte, len(imgs))}
 	for i, img := range imgs {
 		rh, rw := resizeSize(img.H, img.W, r.m.Opt)
@@ -109,6 +109,6 @@ func (r *GPURunner) transformInto(p prepared, x dmap) {
 		}
 		done()
 		// Reused only by later work in the same stream, after this kernel.
-		g.put(src)
+		g.Put(src)
 	}
 }

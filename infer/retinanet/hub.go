@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/safetensors"
 )
 
@@ -429,9 +430,9 @@ func LoadFolder(dir string) (m *Model, cfg Config, digest string, err error) {
 		return nil, cfg, "", err
 	}
 	b = nil // the float32 tensors are all that is kept
-	w := make(Weights, len(ts))
+	w := make(nn.Weights, len(ts))
 	for k, t := range ts {
-		w[k] = Tensor{Shape: t.Shape, Data: t.Data}
+		w[k] = nn.Tensor{Shape: t.Shape, Data: t.Data}
 	}
 	ts = nil
 	if err := CheckFinite(w); err != nil {

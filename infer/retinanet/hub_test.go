@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/safetensors"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 )
@@ -55,9 +56,9 @@ func tensors(t *testing.T) map[string]safetensors.Tensor {
 
 // weights is the same state dict as Weights, each value passed through
 // round.
-func weights(t *testing.T, round func(float32) float32) Weights {
+func weights(t *testing.T, round func(float32) float32) nn.Weights {
 	entries, vals := r18(t)
-	w := make(Weights, len(entries))
+	w := make(nn.Weights, len(entries))
 	for _, e := range entries {
 		d := vals[e.Name]
 		if round != nil {
@@ -67,12 +68,12 @@ func weights(t *testing.T, round func(float32) float32) Weights {
 			}
 			d = r
 		}
-		w[e.Name] = Tensor{Shape: e.Shape, Data: d}
+		w[e.Name] = nn.Tensor{Shape: e.Shape, Data: d}
 	}
 	return w
 }
 
-func direct(t *testing.T, w Weights, opt Options) *Model {
+func direct(t *testing.T, w nn.Weights, opt Options) *Model {
 	t.Helper()
 	n, err := Normalize(w)
 	if err != nil {
@@ -175,7 +176,7 @@ func TestLoadFolderHalf(t *testing.T) {
 		// A tensor without batch norm is stored as read: the rounded values.
 		_, vals := r18(t)
 		x := vals["head.regression_head.bbox_reg.bias"]
-		for i, y := range m.reg.b {
+		for i, y := range m.reg.B {
 			if y != c.round(x[i]) {
 				t.Fatalf("%s: bbox_reg.bias[%d] = %g, want %g", c.dtype, i, y, c.round(x[i]))
 			}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 )
 
@@ -26,7 +27,7 @@ func TestLayerTimesFLOPs(t *testing.T) {
 	r.Detect(img)
 	r.Detect(img)
 	pw, ph := m.PaddedSize(img.W, img.H)
-	got := map[string]LayerTime{}
+	got := map[string]nn.LayerTime{}
 	for _, l := range r.LayerTimes() {
 		got[l.Group] = l
 	}
@@ -59,12 +60,12 @@ func TestCPUFilterBytes(t *testing.T) {
 	}
 	var want int64
 	for _, c := range m.convs() {
-		if c.kh == 3 && c.stride == 1 && c.in >= 32 && c.out >= 32 {
+		if c.KH == 3 && c.Stride == 1 && c.In >= 32 && c.Out >= 32 {
 			k := int64(36)
-			if c.in*c.out > 256*256 {
+			if c.In*c.Out > 256*256 {
 				k = 16
 			}
-			want += (k - 9) * int64(c.in*c.out) * 4
+			want += (k - 9) * int64(c.In*c.Out) * 4
 		}
 	}
 	if got := m.CPUFilterBytes(); want == 0 || got != want {

@@ -216,7 +216,7 @@ func (a *lossAcc) addLevel(lo levelOut, L int) {
 	match := a.match[a.start[L]:a.start[L+1]]
 	for an := 0; an < NumAnchors; an++ {
 		for k := 0; k < K; k++ {
-			ch := lo.cls.d[(an*K+k)*hw : (an*K+k+1)*hw]
+			ch := lo.cls.D[(an*K+k)*hw : (an*K+k+1)*hw]
 			var s float64
 			for loc, x := range ch {
 				mt := match[loc*NumAnchors+an]
@@ -238,7 +238,7 @@ func (a *lossAcc) addLevel(lo levelOut, L int) {
 	}
 	for an := 0; an < NumAnchors; an++ {
 		for j := 0; j < 4; j++ {
-			ch := lo.reg.d[(an*4+j)*hw : (an*4+j+1)*hw]
+			ch := lo.reg.D[(an*4+j)*hw : (an*4+j+1)*hw]
 			var s float64
 			for loc, d := range ch {
 				mt := match[loc*NumAnchors+an]

@@ -1,13 +1,17 @@
 package retinanet
 
-import "github.com/canopy-hpc/canopy/box"
+import (
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/cpu"
+	"github.com/canopy-hpc/canopy/infer/nn"
+)
 
 // Runner runs a Model with a fixed number of worker threads, reusing its
 // buffers across images. A Runner is not safe for concurrent use; the
 // results do not depend on the thread count.
 type Runner struct {
 	m *Model
-	e *engine
+	e *cpu.Engine
 }
 
 // NewRunner returns a Runner with threads workers (at least 1). The first
@@ -19,23 +23,14 @@ func NewRunner(m *Model, threads int) *Runner { return newRunner(m, threads, fal
 // first runner drops the 3×3 weights its Winograd filters replace.
 func newRunner(m *Model, threads int, release bool) *Runner {
 	m.prepareCPU(release)
-	return &Runner{m: m, e: newEngine(threads)}
+	return &Runner{m: m, e: cpu.NewEngine(threads)}
 }
-
-// Procs is the GOMAXPROCS a process running a CPU engine of threads
-// workers should have: one P more than its workers. The workers spend their
-// time in cgo calls (OpenBLAS, the C kernels), and with exactly threads Ps
-// a worker spawned for a layer, or back from C, waited for a P: on the
-// 2-core test VM, 800×800 on 2 threads took 0.93–1.00 s per image at
-// GOMAXPROCS 2 and 0.84–0.89 s at 3 or 4 (BenchmarkDetect, alternating),
-// 1333×799 1.40–1.45 against 1.35–1.38. The results never depend on it.
-func Procs(threads int) int { return max(threads, 1) + 1 }
 
 // Model is the runner's model.
 func (r *Runner) Model() *Model { return r.m }
 
 // Threads is the worker count.
-func (r *Runner) Threads() int { return r.e.threads }
+func (r *Runner) Threads() int { return r.e.Threads() }
 
 // Detect runs one image (padded on its own to a multiple of 32).
 func (r *Runner) Detect(img Image) []Detection {
@@ -57,3 +52,13 @@ func (r *Runner) DetectTrace(img Image) ([]Detection, *Trace) {
 	d, _ := r.m.detect(r.e, img, tr, nil, false)
 	return d, tr
 }
+
+// EnableLayerTimes makes the Runner time every layer group (a little
+// overhead per layer; off by default).
+func (r *Runner) EnableLayerTimes() {
+	r.e.Times = nn.NewTimes()
+}
+
+// LayerTimes returns the times so far, slowest first (nil when not
+// enabled).
+func (r *Runner) LayerTimes() []nn.LayerTime { return r.e.Times.List() }

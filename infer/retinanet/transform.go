@@ -2,9 +2,11 @@ package retinanet
 
 import (
 	"fmt"
-	"github.com/canopy-hpc/canopy/infer/gemm"
 	"math"
 	"strings"
+
+	"github.com/canopy-hpc/canopy/infer/cpu"
+	"github.com/canopy-hpc/canopy/infer/gemm"
 )
 
 // Image is a CHW RGB float32 image in [0, 1].
@@ -137,15 +139,15 @@ func (b BlendRule) blend(r0, r1 []float32, a lin, h0, h1 float32) float32 {
 // (align_corners=False, no antialias; torch's CPU index rule, opt.Blend's
 // rounding) to the size rule, and zero-pads bottom/right to multiples of
 // 32. It returns the padded map and the resized (unpadded) size.
-func normalizeResizePad(e *engine, img Image, opt Options) (fmap, int, int) {
+func normalizeResizePad(e *cpu.Engine, img Image, opt Options) (cpu.Fmap, int, int) {
 	oh, ow := resizeSize(img.H, img.W, opt)
 	ph, pw := (oh+31)/32*32, (ow+31)/32*32
-	out := e.fmap(3, ph, pw)
-	clear(out.d) // the padding is 0
+	out := e.Fmap(3, ph, pw)
+	clear(out.D) // the padding is 0
 	n := img.W * img.H
-	nm := e.fmap(3, img.H, img.W)
-	defer e.put(nm)
-	norm := nm.d
+	nm := e.Fmap(3, img.H, img.W)
+	defer e.Put(nm)
+	norm := nm.D
 	wy := linearWeights(img.H, oh, opt.Blend == BlendFMA1T)
 	wx := linearWeights(img.W, ow, opt.Blend == BlendFMA1T)
 	for c := 0; c < 3; c++ {
@@ -167,10 +169,10 @@ func normalizeResizePad(e *engine, img Image, opt Options) (fmap, int, int) {
 	// pixel is computed alone, so the bytes do not depend on the threads.
 	const rowsPer = 16
 	rb := (oh + rowsPer - 1) / rowsPer
-	e.parallel(3*rb, func(_, j int) {
+	e.Parallel(3*rb, func(_, j int) {
 		c, y0 := j/rb, j%rb*rowsPer
 		nc := norm[c*n : (c+1)*n]
-		dst := out.d[c*ph*pw:]
+		dst := out.D[c*ph*pw:]
 		for y := y0; y < min(y0+rowsPer, oh); y++ {
 			row := dst[y*pw : y*pw+ow]
 			if oh == img.H && ow == img.W {

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/infer/cpu"
 )
 
 // TestResizeSizeTable: both size rules against torchvision's own
@@ -137,7 +139,7 @@ func TestBlendFixture(t *testing.T) {
 	g := readBlendFixture(t)
 	o := DefaultOptions()
 	o.MinSize, o.MaxSize = g.MinSize, g.MaxSize
-	e := newEngine(1)
+	e := cpu.NewEngine(1)
 	for _, gi := range g.Images {
 		img, sum := forestSet.image(t, pathIndex(t, gi.Path, forestSet))
 		if sum != gi.SHA256PNG {
@@ -148,16 +150,16 @@ func TestBlendFixture(t *testing.T) {
 			want string
 		}{{BlendFMA, "avx2-2t"}, {BlendNoFMA, "default-2t"}, {BlendFMA1T, "avx2-1t"}} {
 			o.Blend = c.rule
-			e.reuseFor(img.H, img.W)
+			e.ReuseFor(img.H, img.W)
 			x, rh, rw := normalizeResizePad(e, img, o)
-			if [2]int{rh, rw} != gi.Resized || len(x.d) != gi.Elements {
-				t.Fatalf("%s: resized %dx%d (%d elements), torch %v (%d)", gi.Path, rh, rw, len(x.d), gi.Resized, gi.Elements)
+			if [2]int{rh, rw} != gi.Resized || len(x.D) != gi.Elements {
+				t.Fatalf("%s: resized %dx%d (%d elements), torch %v (%d)", gi.Path, rh, rw, len(x.D), gi.Resized, gi.Elements)
 			}
-			raw := make([]byte, 4*len(x.d))
-			for i, v := range x.d {
+			raw := make([]byte, 4*len(x.D))
+			for i, v := range x.D {
 				binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
 			}
-			e.put(x)
+			e.Put(x)
 			h := sha256.Sum256(raw)
 			got := hex.EncodeToString(h[:])
 			var same []string

@@ -6,16 +6,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/canopy-hpc/canopy/infer/nn"
 )
-
-// Tensor is one float32 weight tensor in C order.
-type Tensor struct {
-	Shape []int
-	Data  []float32
-}
-
-// Weights is a state dict by torchvision name.
-type Weights map[string]Tensor
 
 var (
 	oldFPN  = regexp.MustCompile(`^backbone\.fpn\.(inner_blocks|layer_blocks)\.(\d+)\.(weight|bias)$`)
@@ -28,8 +21,8 @@ var (
 // the old head keys conv.{2i}.weight (v1 state dicts) are renamed as
 // torchvision's _load_from_state_dict does, and num_batches_tracked buffers
 // are dropped. Two source keys that land on one name are an error.
-func Normalize(in Weights) (Weights, error) {
-	out := make(Weights, len(in))
+func Normalize(in nn.Weights) (nn.Weights, error) {
+	out := make(nn.Weights, len(in))
 	from := make(map[string]string, len(in))
 	names := make([]string, 0, len(in))
 	for k := range in {
@@ -63,7 +56,7 @@ func Normalize(in Weights) (Weights, error) {
 // checkpoint: torch would load it and detect garbage with high scores). The
 // error names the first such tensor in name order, the first bad index and
 // value, and how many tensors hold one.
-func CheckFinite(w Weights) error {
+func CheckFinite(w nn.Weights) error {
 	names := make([]string, 0, len(w))
 	for k := range w {
 		names = append(names, k)
@@ -86,72 +79,4 @@ func CheckFinite(w Weights) error {
 		return nil
 	}
 	return fmt.Errorf("retinanet: tensor %s holds %v at index %d (%d tensors hold NaN or Inf): the weights are not usable", first, val, at, n)
-}
-
-// take hands out tensors by name and remembers which were used, so that
-// leftovers (unexpected tensors) can be reported: torch loads with
-// strict=False and silently ignores them; canopy refuses.
-type take struct {
-	w    Weights
-	used map[string]bool
-	errs []string
-}
-
-func (t *take) get(name string, shape ...int) []float32 {
-	v, ok := t.w[name]
-	if !ok {
-		t.errs = append(t.errs, fmt.Sprintf("missing tensor %s %v", name, shape))
-		return make([]float32, prod(shape))
-	}
-	t.used[name] = true
-	if !sameShape(v.Shape, shape) {
-		t.errs = append(t.errs, fmt.Sprintf("tensor %s has shape %v, want %v", name, v.Shape, shape))
-		return make([]float32, prod(shape))
-	}
-	return v.Data
-}
-
-func (t *take) has(name string) bool { _, ok := t.w[name]; return ok }
-
-func (t *take) shape(name string) []int { return t.w[name].Shape }
-
-func (t *take) err() error {
-	var extra []string
-	for k := range t.w {
-		if !t.used[k] {
-			extra = append(extra, k)
-		}
-	}
-	sort.Strings(extra)
-	for _, k := range extra {
-		t.errs = append(t.errs, fmt.Sprintf("unexpected tensor %s %v", k, t.w[k].Shape))
-	}
-	if len(t.errs) == 0 {
-		return nil
-	}
-	msg := t.errs
-	if len(msg) > 12 {
-		msg = append(msg[:12:12], fmt.Sprintf("... and %d more", len(t.errs)-12))
-	}
-	return fmt.Errorf("retinanet: the weights do not fit a torchvision RetinaNet: %s", strings.Join(msg, "; "))
-}
-
-func prod(s []int) int {
-	n := 1
-	for _, d := range s {
-		n *= d
-	}
-	return n
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package retinanet
+package nn
 
 import (
 	"fmt"
@@ -29,9 +29,9 @@ func init() {
 	}
 }
 
-// bigFloats is make([]float32, n) for a buffer that may be big: adviseHuge
+// BigFloats is make([]float32, n) for a buffer that may be big: adviseHuge
 // asks for huge pages before it is first written.
-func bigFloats(n int) []float32 {
+func BigFloats(n int) []float32 {
 	d := make([]float32, n)
 	adviseHuge(d)
 	return d

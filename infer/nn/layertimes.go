@@ -1,4 +1,4 @@
-package retinanet
+package nn
 
 import (
 	"sort"
@@ -23,33 +23,33 @@ type LayerTime struct {
 	GFLOP float64
 }
 
-// layerTimes accumulates time per group when a Runner is asked to.
-type layerTimes struct {
+// Times accumulates time per layer group when a runner is asked to.
+type Times struct {
 	d, cpu map[string]time.Duration
 	n      map[string]int
 	flops  map[string]float64
 }
 
-func newLayerTimes() *layerTimes {
-	return &layerTimes{d: map[string]time.Duration{}, cpu: map[string]time.Duration{}, n: map[string]int{}, flops: map[string]float64{}}
+func NewTimes() *Times {
+	return &Times{d: map[string]time.Duration{}, cpu: map[string]time.Duration{}, n: map[string]int{}, flops: map[string]float64{}}
 }
 
-// stamp is a start time: wall clock and the process's CPU time.
-type stamp struct {
+// Stamp is a start time: wall clock and the process's CPU time.
+type Stamp struct {
 	wall time.Time
 	cpu  time.Duration
 }
 
 // now is the current stamp (zero when times are off: no system call).
-func (l *layerTimes) now() stamp {
+func (l *Times) Now() Stamp {
 	if l == nil {
-		return stamp{}
+		return Stamp{}
 	}
-	return stamp{time.Now(), processCPU()}
+	return Stamp{time.Now(), ProcessCPU()}
 }
 
-// processCPU is the process's user + system CPU time.
-func processCPU() time.Duration {
+// ProcessCPU is the process's user + system CPU time.
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0
@@ -59,27 +59,27 @@ func processCPU() time.Duration {
 
 // addConv is add for a convolution of c with an oh×ow output: it also
 // counts the convolution's direct-equivalent FLOPs.
-func (l *layerTimes) addConv(c *conv, oh, ow int, since stamp) {
+func (l *Times) AddConv(c *Conv, oh, ow int, since Stamp) {
 	if l == nil {
 		return
 	}
-	g := groupOf(c.name)
-	l.add(g, since)
-	l.flops[g] += 2 * float64(c.out) * float64(c.in*c.kh*c.kw) * float64(oh*ow)
+	g := GroupOf(c.Name)
+	l.Add(g, since)
+	l.flops[g] += 2 * float64(c.Out) * float64(c.In*c.KH*c.KW) * float64(oh*ow)
 }
 
-func (l *layerTimes) add(group string, since stamp) {
+func (l *Times) Add(group string, since Stamp) {
 	if l == nil {
 		return
 	}
 	l.d[group] += time.Since(since.wall)
-	l.cpu[group] += processCPU() - since.cpu
+	l.cpu[group] += ProcessCPU() - since.cpu
 	l.n[group]++
 }
 
-// groupOf names the layer group of a convolution: stem, layer1..layer4,
+// GroupOf names the layer group of a convolution: stem, layer1..layer4,
 // fpn, head.cls, head.reg.
-func groupOf(name string) string {
+func GroupOf(name string) string {
 	switch {
 	case strings.HasPrefix(name, "backbone.body.conv1"):
 		return "stem"
@@ -95,18 +95,8 @@ func groupOf(name string) string {
 	return name
 }
 
-// EnableLayerTimes makes the Runner time every layer group (a little
-// overhead per layer; off by default).
-func (r *Runner) EnableLayerTimes() {
-	r.e.times = newLayerTimes()
-}
-
-// LayerTimes returns the times so far, slowest first (nil when not
-// enabled).
-func (r *Runner) LayerTimes() []LayerTime { return r.e.times.list() }
-
 // list is the time per group, slowest first (nil when off).
-func (l *layerTimes) list() []LayerTime {
+func (l *Times) List() []LayerTime {
 	if l == nil {
 		return nil
 	}

@@ -1,9 +1,8 @@
-package retinanet
+package cpu
 
 import (
-	"sync"
-
 	"github.com/canopy-hpc/canopy/infer/gemm"
+	"github.com/canopy-hpc/canopy/infer/nn"
 )
 
 // Winograd F(2×2, 3×3) for the 3×3, stride-1, pad-1 convolutions (the FPN
@@ -39,19 +38,11 @@ const (
 // cache line).
 const winoPad = 16
 
-// winograd holds a filter transformed to U: 16 matrices of [out × in] for
-// F(2×2,3×3), 36 for F(4×4,3×3).
-type winograd struct {
-	once, once4 sync.Once
-	u           []float32 // [16][out][in]
-	u4          []float32 // [36][out][in]
+func UseWinograd(c *nn.Conv) bool {
+	return c.KH == 3 && c.KW == 3 && c.Stride == 1 && c.Pad == 1 && c.In >= 32 && c.Out >= 32
 }
 
-func useWinograd(c *conv) bool {
-	return c.kh == 3 && c.kw == 3 && c.stride == 1 && c.pad == 1 && c.in >= 32 && c.out >= 32
-}
-
-// winoTile is the output tile of a useWinograd layer: 4, F(4×4,3×3), with
+// WinoTile is the output tile of a useWinograd layer: 4, F(4×4,3×3), with
 // 4× fewer multiplications than a direct convolution against F(2×2,3×3)'s
 // 2.25×, on every map (a map smaller than its tiles, P7's 7×7 at 800×800,
 // still costs fewer multiplications than F(2×2,3×3) would), so that each
@@ -62,78 +53,15 @@ func useWinograd(c *conv) bool {
 // up to 5 and 8, so its rounding error is larger (TestWinogradMatchesDirect
 // states both bounds; the golden tests hold torchvision's tolerances with
 // it).
-func winoTile(c *conv) int {
-	if wino2Only || c.in*c.out > 256*256 {
+func WinoTile(c *nn.Conv) int {
+	if Wino2Only || c.In*c.Out > 256*256 {
 		return 2
 	}
 	return 4
 }
 
-// wino2Only turns F(4×4,3×3) off (tests compare the two).
-var wino2Only = false
-
-// transform computes U = G g Gᵀ for every (out, in) filter.
-func (c *conv) winogradU() []float32 {
-	c.wino.once.Do(func() {
-		n := c.out * c.in
-		u := bigFloats(16 * n)
-		for o := 0; o < c.out; o++ {
-			for i := 0; i < c.in; i++ {
-				g := c.w[(o*c.in+i)*9 : (o*c.in+i)*9+9]
-				// t = G g (4×3), then U = t Gᵀ (4×4).
-				var t [4][3]float32
-				for k := 0; k < 3; k++ {
-					g0, g1, g2 := g[k], g[3+k], g[6+k]
-					t[0][k] = g0
-					t[1][k] = 0.5 * (g0 + g1 + g2)
-					t[2][k] = 0.5 * (g0 - g1 + g2)
-					t[3][k] = g2
-				}
-				for r := 0; r < 4; r++ {
-					a0, a1, a2 := t[r][0], t[r][1], t[r][2]
-					row := [4]float32{a0, 0.5 * (a0 + a1 + a2), 0.5 * (a0 - a1 + a2), a2}
-					for s := 0; s < 4; s++ {
-						u[(r*4+s)*n+o*c.in+i] = row[s]
-					}
-				}
-			}
-		}
-		c.wino.u = u
-	})
-	return c.wino.u
-}
-
-// winogradU4 computes U = G g Gᵀ of F(4×4,3×3) for every (out, in) filter,
-// in float64, rounded once to float32:
-//
-//	G = [¼ 0 0; -⅙ -⅙ -⅙; -⅙ ⅙ -⅙; 1/24 1/12 ⅙; 1/24 -1/12 ⅙; 0 0 1]
-func (c *conv) winogradU4() []float32 {
-	c.wino.once4.Do(func() {
-		G := [6][3]float64{{0.25, 0, 0}, {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-			{1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}}
-		n := c.out * c.in
-		u := bigFloats(36 * n)
-		for o := 0; o < c.out; o++ {
-			for i := 0; i < c.in; i++ {
-				g := c.w[(o*c.in+i)*9 : (o*c.in+i)*9+9]
-				var t [6][3]float64 // G g
-				for r := 0; r < 6; r++ {
-					for k := 0; k < 3; k++ {
-						t[r][k] = G[r][0]*float64(g[k]) + G[r][1]*float64(g[3+k]) + G[r][2]*float64(g[6+k])
-					}
-				}
-				for r := 0; r < 6; r++ {
-					for s := 0; s < 6; s++ {
-						v := t[r][0]*G[s][0] + t[r][1]*G[s][1] + t[r][2]*G[s][2]
-						u[(r*6+s)*n+o*c.in+i] = float32(v)
-					}
-				}
-			}
-		}
-		c.wino.u4 = u
-	})
-	return c.wino.u4
-}
+// Wino2Only turns F(4×4,3×3) off (tests compare the two).
+var Wino2Only = false
 
 // winoBufs are one worker's block buffers.
 type winoBufs struct {
@@ -141,51 +69,51 @@ type winoBufs struct {
 }
 
 // convWinograd is conv for useWinograd layers.
-func (e *engine) convWinograd(c *conv, x fmap, relu bool, res *fmap) fmap {
-	H, W := x.h, x.w
-	y := e.fmap(c.out, H, W)
-	tile := winoTile(c)
+func (e *Engine) convWinograd(c *nn.Conv, x Fmap, relu bool, res *Fmap) Fmap {
+	H, W := x.H, x.W
+	y := e.Fmap(c.Out, H, W)
+	tile := WinoTile(c)
 	var u []float32
 	comps, block := 16, winoBlock
 	winoIn, winoOut := gemm.WinoIn, gemm.WinoOut
 	if tile == 4 {
-		u, comps, block = c.winogradU4(), 36, wino4Block
+		u, comps, block = c.WinogradU4(), 36, wino4Block
 		winoIn, winoOut = gemm.WinoIn4, gemm.WinoOut4
 	} else {
-		u = c.winogradU() // only the filters of the tile in use are ever made
+		u = c.WinogradU() // only the filters of the tile in use are ever made
 	}
 	th, tw := (H+tile-1)/tile, (W+tile-1)/tile
 	tiles := th * tw
 	block = balancedBlock(tiles, block)
 	blocks := (tiles + block - 1) / block
-	e.parallel(blocks, func(w, j int) {
+	e.Parallel(blocks, func(w, j int) {
 		t0 := j * block
 		nb := min(block, tiles-t0)
 		b := &e.wino[w]
 		// The matrices of a buffer sit winoPad floats further apart than
 		// their size: at a power-of-two multiple of 4 KiB (256·96·4 bytes
 		// is 24·4096) the rows a tile touches would share one L1 set.
-		vs, ms := c.in*nb+winoPad, c.out*nb+winoPad
-		if n := comps * (c.in*block + winoPad); cap(b.v) < n {
-			b.v = bigFloats(n)
+		vs, ms := c.In*nb+winoPad, c.Out*nb+winoPad
+		if n := comps * (c.In*block + winoPad); cap(b.v) < n {
+			b.v = nn.BigFloats(n)
 		}
-		if n := comps * (c.out*block + winoPad); cap(b.m) < n {
-			b.m = bigFloats(n)
+		if n := comps * (c.Out*block + winoPad); cap(b.m) < n {
+			b.m = nn.BigFloats(n)
 		}
 		v := b.v[:comps*vs]
 		m := b.m[:comps*ms]
 		// Input transform: V[ξ][ci][t].
-		winoIn(x.d, c.in, H, W, tw, t0, nb, v, vs)
+		winoIn(x.D, c.In, H, W, tw, t0, nb, v, vs)
 		// One SGEMM per component: M[ξ] (out × nb) = U[ξ] (out × in) · V[ξ] (in × nb).
 		for xi := 0; xi < comps; xi++ {
-			gemm.Mul(c.out, nb, c.in, u[xi*c.out*c.in:], c.in, v[xi*vs:], nb, m[xi*ms:], nb)
+			gemm.Mul(c.Out, nb, c.In, u[xi*c.Out*c.In:], c.In, v[xi*vs:], nb, m[xi*ms:], nb)
 		}
 		// Output transform, bias, residual, ReLU.
 		var rd []float32
 		if res != nil {
-			rd = res.d
+			rd = res.D
 		}
-		winoOut(m, ms, nb, c.out, tw, t0, H, W, c.b, rd, relu, y.d)
+		winoOut(m, ms, nb, c.Out, tw, t0, H, W, c.B, rd, relu, y.D)
 	})
 	return y
 }

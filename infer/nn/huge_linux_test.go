@@ -1,6 +1,6 @@
 //go:build linux
 
-package retinanet
+package nn
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ func TestBigFloatsAdvisesHugePages(t *testing.T) {
 	if err != nil || strings.Contains(string(mode), "[never]") {
 		t.Skipf("this kernel gives no transparent huge pages (%q, %v)", mode, err)
 	}
-	big := bigFloats(6 << 20 / 4)
+	big := BigFloats(6 << 20 / 4)
 	mid := uintptr(unsafe.Pointer(&big[len(big)/2]))
 	if flags := vmFlags(t, mid); !strings.Contains(" "+flags+" ", " hg ") {
 		t.Fatalf("the big buffer's mapping has VmFlags %q: no hg (MADV_HUGEPAGE)", flags)

@@ -1,28 +1,39 @@
-package retinanet
+// Package cpu is canopy's CPU engine: the kernels that run any network
+// built from infer/nn's layers (nn.Backend over Fmap), knowing none.
+//
+// Layout: feature maps are CHW float32; a 3×3 stride-1 convolution is
+// Winograd F(4×4,3×3) (F(2×2,3×3) for layers of more than 256×256
+// channels), any other im2col + SGEMM (infer/gemm), over blocks of a width
+// fixed by the layer's shape handed to a worker pool, with bias, residual
+// add and ReLU fused into the block's epilogue or output transform. Frozen
+// batch norm (eps 1e-5) is folded into the preceding convolution at load
+// (nn.LoadConv).
+package cpu
 
 import (
 	"sync"
 	"sync/atomic"
 
 	"github.com/canopy-hpc/canopy/infer/gemm"
+	"github.com/canopy-hpc/canopy/infer/nn"
 )
 
-// fmap is a CHW float32 feature map.
-type fmap struct {
-	c, h, w int
-	d       []float32
+// Fmap is a CHW float32 feature map.
+type Fmap struct {
+	C, H, W int
+	D       []float32
 }
 
-func newFmap(c, h, w int) fmap { return fmap{c, h, w, make([]float32, c*h*w)} }
+func NewFmap(c, h, w int) Fmap { return Fmap{c, h, w, make([]float32, c*h*w)} }
 
-// fmap allocates a feature map from the engine's free list (not zeroed:
+// Fmap allocates a feature map from the engine's free list (not zeroed:
 // every user writes all of it); put returns maps that are dead. The network
 // puts every intermediate as soon as its last reader is done, so the live
 // set is a few maps (not every activation of the image), and an image in
 // steady state allocates nothing. A map takes the smallest free buffer
 // that holds it, whatever size that buffer was made for, so layer2's maps
 // reuse layer1's buffers instead of adding their own.
-func (e *engine) fmap(c, h, w int) fmap {
+func (e *Engine) Fmap(c, h, w int) Fmap {
 	n := c * h * w
 	best := -1
 	for i, b := range e.free {
@@ -37,27 +48,27 @@ func (e *engine) fmap(c, h, w int) fmap {
 		e.free[best], e.free[last] = e.free[last], nil
 		e.free = e.free[:last]
 	} else {
-		d = bigFloats(n)
+		d = nn.BigFloats(n)
 	}
-	return fmap{c, h, w, d}
+	return Fmap{c, h, w, d}
 }
 
 // put returns dead maps to the free list (not while tracing: a Trace keeps
 // the pyramid levels).
-func (e *engine) put(fs ...fmap) {
-	if e.keep {
+func (e *Engine) Put(fs ...Fmap) {
+	if e.Keep {
 		return
 	}
 	for _, f := range fs {
-		if cap(f.d) > 0 {
-			e.free = append(e.free, f.d[:cap(f.d)])
+		if cap(f.D) > 0 {
+			e.free = append(e.free, f.D[:cap(f.D)])
 		}
 	}
 }
 
-// reuseFor keeps the free list only while images keep one size, so a set
+// ReuseFor keeps the free list only while images keep one size, so a set
 // of mixed sizes does not pile up buffers of every size.
-func (e *engine) reuseFor(h, w int) {
+func (e *Engine) ReuseFor(h, w int) {
 	if e.shape != [2]int{h, w} {
 		e.free = nil
 		e.shape = [2]int{h, w}
@@ -88,29 +99,35 @@ func splitBlock(n, full, least int) int {
 	return min(full, max(b, least))
 }
 
-// engine runs the layers with a fixed number of workers; each worker owns its
+// Engine runs the layers with a fixed number of workers; each worker owns its
 // im2col buffer, reused across layers and images.
-type engine struct {
+type Engine struct {
 	threads int
 	bufs    [][]float32
 	wino    []winoBufs
-	// direct turns Winograd off (tests compare the two paths).
-	direct bool
+	// Direct turns Winograd off (tests compare the two paths).
+	Direct bool
 	free   [][]float32 // dead buffers, each at its full capacity
 	shape  [2]int      // the image size the free list was filled for
-	keep   bool        // tracing: put keeps everything
-	times  *layerTimes
+	Keep   bool        // tracing: put keeps everything
+	Times  *nn.Times
 }
 
-func newEngine(threads int) *engine {
+var _ nn.Backend[Fmap] = (*Engine)(nil)
+
+// NewEngine is an engine of threads workers (at least 1).
+func NewEngine(threads int) *Engine {
 	if threads < 1 {
 		threads = 1
 	}
-	return &engine{threads: threads, bufs: make([][]float32, threads), wino: make([]winoBufs, threads)}
+	return &Engine{threads: threads, bufs: make([][]float32, threads), wino: make([]winoBufs, threads)}
 }
 
-// parallel runs f(worker, job) for job in [0, n) on the engine's workers.
-func (e *engine) parallel(n int, f func(worker, job int)) {
+// Threads is the engine's worker count.
+func (e *Engine) Threads() int { return e.threads }
+
+// Parallel runs f(worker, job) for job in [0, n) on the engine's workers.
+func (e *Engine) Parallel(n int, f func(worker, job int)) {
 	if e.threads == 1 || n == 1 {
 		for j := 0; j < n; j++ {
 			f(0, j)
@@ -137,76 +154,76 @@ func (e *engine) parallel(n int, f func(worker, job int)) {
 }
 
 // conv computes relu?(conv(x) + b [+ res]).
-func (e *engine) conv(c *conv, x fmap, relu bool, res *fmap) fmap {
-	oh := (x.h+2*c.pad-c.kh)/c.stride + 1
-	ow := (x.w+2*c.pad-c.kw)/c.stride + 1
-	if e.times != nil {
-		defer e.times.addConv(c, oh, ow, e.times.now())
+func (e *Engine) Conv(c *nn.Conv, x Fmap, relu bool, res *Fmap) Fmap {
+	oh := (x.H+2*c.Pad-c.KH)/c.Stride + 1
+	ow := (x.W+2*c.Pad-c.KW)/c.Stride + 1
+	if e.Times != nil {
+		defer e.Times.AddConv(c, oh, ow, e.Times.Now())
 	}
-	if !e.direct && useWinograd(c) {
+	if !e.Direct && UseWinograd(c) {
 		return e.convWinograd(c, x, relu, res)
 	}
-	y := e.fmap(c.out, oh, ow)
+	y := e.Fmap(c.Out, oh, ow)
 	n := oh * ow
-	k := c.in * c.kh * c.kw
-	direct := c.kh == 1 && c.kw == 1 && c.stride == 1 && c.pad == 0
+	k := c.In * c.KH * c.KW
+	direct := c.KH == 1 && c.KW == 1 && c.Stride == 1 && c.Pad == 0
 	cb := splitBlock(n, colBlock, 64)
 	blocks := (n + cb - 1) / cb
-	e.parallel(blocks, func(w, j int) {
+	e.Parallel(blocks, func(w, j int) {
 		j0 := j * cb
 		nb := min(cb, n-j0)
 		if direct {
-			gemm.Mul(c.out, nb, k, c.w, k, x.d[j0:], n, y.d[j0:], n)
+			gemm.Mul(c.Out, nb, k, c.W, k, x.D[j0:], n, y.D[j0:], n)
 		} else {
 			if cap(e.bufs[w]) < k*colBlock {
-				e.bufs[w] = bigFloats(k * colBlock)
+				e.bufs[w] = nn.BigFloats(k * colBlock)
 			}
 			col := e.bufs[w][:k*nb]
-			gemm.Im2col(x.d, c.in, x.h, x.w, c.kh, c.kw, c.stride, c.pad, ow, j0, nb, col)
-			gemm.Mul(c.out, nb, k, c.w, k, col, nb, y.d[j0:], n)
+			gemm.Im2col(x.D, c.In, x.H, x.W, c.KH, c.KW, c.Stride, c.Pad, ow, j0, nb, col)
+			gemm.Mul(c.Out, nb, k, c.W, k, col, nb, y.D[j0:], n)
 		}
 		var rd []float32
 		if res != nil {
-			rd = res.d[j0:]
+			rd = res.D[j0:]
 		}
-		gemm.Epilogue(y.d[j0:], n, c.out, nb, c.b, rd, n, relu)
+		gemm.Epilogue(y.D[j0:], n, c.Out, nb, c.B, rd, n, relu)
 	})
 	return y
 }
 
 // maxpool3s2 is torchvision's stem max-pool: 3×3, stride 2, padding 1
 // (padding never wins: it is −inf).
-func (e *engine) maxpool3s2(x fmap) fmap {
-	if e.times != nil {
-		defer e.times.add("maxpool", e.times.now())
+func (e *Engine) MaxPool3s2(x Fmap) Fmap {
+	if e.Times != nil {
+		defer e.Times.Add("maxpool", e.Times.Now())
 	}
-	oh, ow := (x.h+2-3)/2+1, (x.w+2-3)/2+1
-	y := e.fmap(x.c, oh, ow)
+	oh, ow := (x.H+2-3)/2+1, (x.W+2-3)/2+1
+	y := e.Fmap(x.C, oh, ow)
 	// Separable (infer/gemm's C clones): the max over each row's 3-wide
 	// windows, then over 3 rows. max is exact, so the order does not
 	// change a bit; NaN propagates as in torch.
-	e.parallel(x.c, func(w, c int) {
-		if cap(e.bufs[w]) < x.h*ow {
-			e.bufs[w] = make([]float32, x.h*ow)
+	e.Parallel(x.C, func(w, c int) {
+		if cap(e.bufs[w]) < x.H*ow {
+			e.bufs[w] = make([]float32, x.H*ow)
 		}
-		gemm.MaxPool3s2(x.d[c*x.h*x.w:(c+1)*x.h*x.w], x.h, x.w, e.bufs[w][:x.h*ow], y.d[c*oh*ow:(c+1)*oh*ow])
+		gemm.MaxPool3s2(x.D[c*x.H*x.W:(c+1)*x.H*x.W], x.H, x.W, e.bufs[w][:x.H*ow], y.D[c*oh*ow:(c+1)*oh*ow])
 	})
 	return y
 }
 
-// addUpsampled sets lat += nearest(top, lat's size) with torch's legacy
+// AddUpsampled sets lat += nearest(top, lat's size) with torch's legacy
 // "nearest": src = floor(dst·(in/out)) in float32, capped at in−1; exactly
 // dst>>1 when out = 2·in. par runs the channels (each alone: the bytes do
 // not depend on how they are shared).
-func addUpsampled(lat fmap, top fmap, par func(n int, f func(worker, job int))) {
-	iy := nearestIdx(top.h, lat.h)
-	ix := nearestIdx(top.w, lat.w)
-	par(lat.c, func(_, c int) {
-		l := lat.d[c*lat.h*lat.w:]
-		t := top.d[c*top.h*top.w:]
-		for y := 0; y < lat.h; y++ {
-			trow := t[iy[y]*top.w:]
-			lrow := l[y*lat.w : (y+1)*lat.w]
+func AddUpsampled(lat Fmap, top Fmap, par func(n int, f func(worker, job int))) {
+	iy := nearestIdx(top.H, lat.H)
+	ix := nearestIdx(top.W, lat.W)
+	par(lat.C, func(_, c int) {
+		l := lat.D[c*lat.H*lat.W:]
+		t := top.D[c*top.H*top.W:]
+		for y := 0; y < lat.H; y++ {
+			trow := t[iy[y]*top.W:]
+			lrow := l[y*lat.W : (y+1)*lat.W]
 			for x := range lrow {
 				lrow[x] += trow[ix[x]]
 			}
@@ -227,14 +244,14 @@ func nearestIdx(in, out int) []int {
 	return idx
 }
 
-func (e *engine) upsampleAdd(lat, top fmap) { addUpsampled(lat, top, e.parallel) }
+func (e *Engine) UpsampleAdd(lat, top Fmap) { AddUpsampled(lat, top, e.Parallel) }
 
-func (e *engine) same(a, b fmap) bool { return len(a.d) > 0 && len(b.d) > 0 && &a.d[0] == &b.d[0] }
+func (e *Engine) Same(a, b Fmap) bool { return len(a.D) > 0 && len(b.D) > 0 && &a.D[0] == &b.D[0] }
 
-func (e *engine) reluCopy(x fmap) fmap {
-	y := e.fmap(x.c, x.h, x.w)
-	for i, v := range x.d {
-		y.d[i] = max(v, 0)
+func (e *Engine) ReluCopy(x Fmap) Fmap {
+	y := e.Fmap(x.C, x.H, x.W)
+	for i, v := range x.D {
+		y.D[i] = max(v, 0)
 	}
 	return y
 }

@@ -1,0 +1,69 @@
+package cpu
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/infer/nn"
+)
+
+// BenchmarkConv3x3 times one 3×3 stride-1 convolution three ways (im2col,
+// Winograd F(2×2,3×3) and F(4×4,3×3)), with the process's CPU time per op
+// (steadier than wall time on a shared machine), at the
+// shapes RetinaNet runs them: the heads and FPN (256→256 on P3 of an
+// 800×800 input) and a ResNet-18 layer1 conv (64→64 at 200×200).
+func BenchmarkConv3x3(b *testing.B) {
+
+	for _, s := range [][3]int{{256, 100, 100}, {128, 100, 100}, {64, 200, 200}} {
+		ch, h, w := s[0], s[1], s[2]
+		c := &nn.Conv{Name: "b", Out: ch, In: ch, KH: 3, KW: 3, Stride: 1, Pad: 1, W: make([]float32, ch*ch*9), B: make([]float32, ch)}
+		for i := range c.W {
+			c.W[i] = float32(i%7) * 0.01
+		}
+		x := NewFmap(ch, h, w)
+		for i := range x.D {
+			x.D[i] = float32(i%5) * 0.1
+		}
+		for _, algo := range []string{"im2col", "F2x2", "F4x4"} {
+			b.Run(fmt.Sprintf("%s/%dch/%dx%d", algo, ch, h, w), func(b *testing.B) {
+				e := NewEngine(1)
+				e.Direct = algo == "im2col"
+				defer func(old bool) { Wino2Only = old }(Wino2Only)
+				Wino2Only = algo == "F2x2"
+				e.Conv(c, x, true, nil)
+				c0 := nn.ProcessCPU()
+				for b.Loop() {
+					e.Conv(c, x, true, nil)
+				}
+				b.ReportMetric(2*float64(ch*ch*9*h*w)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s(direct-equivalent)")
+				b.ReportMetric((nn.ProcessCPU()-c0).Seconds()*1e3/float64(b.N), "cpu-ms/op")
+			})
+		}
+	}
+}
+
+// BenchmarkConv1x1 times the 1×1 convolutions (one SGEMM per column
+// block, then the epilogue) at ResNet-50 shapes of an 800×800 input, in the
+// process's CPU time per op.
+func BenchmarkConv1x1(b *testing.B) {
+	for _, s := range [][4]int{{64, 256, 200, 200}, {256, 64, 200, 200}, {512, 128, 100, 100}, {256, 1024, 50, 50}, {1024, 256, 50, 50}} {
+		out, in, h, w := s[0], s[1], s[2], s[3]
+		c := &nn.Conv{Name: "b", Out: out, In: in, KH: 1, KW: 1, Stride: 1, W: make([]float32, out*in), B: make([]float32, out)}
+		for i := range c.W {
+			c.W[i] = float32(i%7) * 0.01
+		}
+		x := NewFmap(in, h, w)
+		for i := range x.D {
+			x.D[i] = float32(i%5) * 0.1
+		}
+		b.Run(fmt.Sprintf("%dx%d/%dx%d", out, in, h, w), func(b *testing.B) {
+			e := NewEngine(1)
+			e.Put(e.Conv(c, x, true, nil))
+			c0 := nn.ProcessCPU()
+			for b.Loop() {
+				e.Put(e.Conv(c, x, true, nil))
+			}
+			b.ReportMetric(2*float64(out*in*h*w)*float64(b.N)/(nn.ProcessCPU()-c0).Seconds()/1e9, "GFLOP/cpu-s")
+		})
+	}
+}

@@ -1,0 +1,120 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/infer/nn"
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+)
+
+// Winograd F(2×2,3×3) and F(4×4,3×3) against the im2col path on odd and
+// even sizes, with bias, residual and ReLU: equal within float32 rounding,
+// |Δ| ≤ 5e-6·√in on outputs of O(1) for both (measured: F(4×4,3×3)
+// 0.6–1.4e-5 for in = 32–256, F(2×2,3×3) 1.8–2.6e-6).
+func TestWinogradMatchesDirect(t *testing.T) {
+	defer func(old bool) { Wino2Only = old }(Wino2Only)
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, s := range [][4]int{{16, 8, 5, 7}, {64, 32, 13, 13}, {32, 48, 24, 17}, {256, 256, 10, 9}, {64, 64, 8, 8}, {64, 48, 3, 5}} {
+		in, out, h, w := s[0], s[1], s[2], s[3]
+		c := &nn.Conv{Name: "t", Out: out, In: in, KH: 3, KW: 3, Stride: 1, Pad: 1,
+			W: make([]float32, out*in*9), B: make([]float32, out)}
+		for i := range c.W {
+			c.W[i] = float32(r.NormFloat64() / math.Sqrt(float64(in*9)))
+		}
+		for i := range c.B {
+			c.B[i] = float32(r.NormFloat64() * 0.1)
+		}
+		x, res := NewFmap(in, h, w), NewFmap(out, h, w)
+		for i := range x.D {
+			x.D[i] = float32(r.NormFloat64())
+		}
+		for i := range res.D {
+			res.D[i] = float32(r.NormFloat64())
+		}
+		for _, only2 := range []bool{true, false} {
+			Wino2Only = only2
+			tile := WinoTile(c)
+			if only2 != (tile == 2) {
+				t.Fatalf("%v: winoTile %d with wino2Only %v", s, tile, only2)
+			}
+			for _, relu := range []bool{false, true} {
+				dir := &Engine{threads: 2, bufs: make([][]float32, 2), wino: make([]winoBufs, 2), Direct: true}
+				win := NewEngine(3)
+				a := dir.Conv(c, x, relu, &res)
+				b := win.Conv(c, x, relu, &res)
+				worst := 0.0
+				for i := range a.D {
+					if d := approx.Diff(float64(a.D[i]), float64(b.D[i])); approx.Far(d, worst) {
+						worst = d // a NaN stays
+					}
+				}
+				if approx.Far(worst, 5e-6*math.Sqrt(float64(in))) {
+					t.Errorf("%v F(%d) relu=%v: worst |Δ| %.3g", s, tile, relu, worst)
+				}
+				t.Logf("%v F(%d) relu=%v: worst |Δ| %.3g", s, tile, relu, worst)
+			}
+		}
+	}
+}
+
+// The separable max-pool equals the direct 3×3/stride-2/pad-1 definition,
+// on odd and even sizes, including NaN propagation.
+func TestMaxPoolMatchesDefinition(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, s := range [][2]int{{1, 1}, {1, 5}, {4, 1}, {7, 9}, {10, 10}, {13, 8}} {
+		x := NewFmap(3, s[0], s[1])
+		for i := range x.D {
+			x.D[i] = float32(r.NormFloat64())
+		}
+		x.D[len(x.D)/2] = float32(math.NaN())
+		got := NewEngine(2).MaxPool3s2(x)
+		for c := 0; c < x.C; c++ {
+			for oy := 0; oy < got.H; oy++ {
+				for ox := 0; ox < got.W; ox++ {
+					want := float32(math.Inf(-1))
+					nan := false
+					for ky := -1; ky <= 1; ky++ {
+						for kx := -1; kx <= 1; kx++ {
+							iy, ix := 2*oy+ky, 2*ox+kx
+							if iy < 0 || iy >= x.H || ix < 0 || ix >= x.W {
+								continue
+							}
+							v := x.D[c*x.H*x.W+iy*x.W+ix]
+							nan = nan || v != v
+							want = max(want, v)
+						}
+					}
+					g := got.D[c*got.H*got.W+oy*got.W+ox]
+					if (nan && g == g) || (!nan && g != want) {
+						t.Fatalf("%v c%d (%d,%d): %v, want %v (nan %v)", s, c, oy, ox, g, want, nan)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestBalancedBlock: a layer's tiles are cut into at most full-wide
+// blocks, no more of them than the fewest full-wide blocks
+// rounded up to minBlocks, the last not much narrower than the others (two
+// or four workers finish together; plain full-wide blocks, 1000 tiles as
+// 5×192 + 40, fail).
+func TestBalancedBlock(t *testing.T) {
+	for _, full := range []int{96, 192} {
+		for n := 1; n <= 5000; n++ {
+			b := balancedBlock(n, full)
+			k := (n + b - 1) / b
+			if b > full || b < 1 {
+				t.Fatalf("balancedBlock(%d, %d) = %d", n, full, b)
+			}
+			if want := (n + full - 1) / full; k < want || k > (want+minBlocks-1)/minBlocks*minBlocks {
+				t.Fatalf("balancedBlock(%d, %d) = %d: %d blocks", n, full, b, k)
+			}
+			if last := n - (k-1)*b; k > 1 && last < b-k {
+				t.Fatalf("balancedBlock(%d, %d) = %d: last block %d of %d", n, full, b, last, b)
+			}
+		}
+	}
+}

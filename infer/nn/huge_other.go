@@ -1,0 +1,5 @@
+//go:build !linux
+
+package nn
+
+func BigFloats(n int) []float32 { return make([]float32, n) }
