@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"bytes"
-	"encoding/csv"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -97,22 +96,9 @@ func TestCropTileMatchesDeepForest(t *testing.T) {
 			continue
 		}
 		ref = got
-		rows, err := csv.NewReader(bytes.NewReader(got)).ReadAll()
-		if err != nil {
-			t.Fatal(err)
-		}
+		rows, boxes := predictionRows(t, got)
 		if strings.Join(rows[0], ",") != "image_path,xmin,ymin,xmax,ymax,label,score,cropmodel_label,cropmodel_score" {
 			t.Fatalf("header %v", rows[0])
-		}
-		var boxes [][5]float64
-		for _, r := range rows[1:] {
-			var x [5]float64
-			for i, s := range []string{r[1], r[2], r[3], r[4], r[6]} {
-				if x[i], err = strconv.ParseFloat(s, 64); err != nil {
-					t.Fatal(err)
-				}
-			}
-			boxes = append(boxes, x)
 		}
 		matched, equal, worst, pair := matchE2E(want, boxes)
 		if len(boxes) != len(want) || matched != len(want) || float64(equal) < 0.99*float64(matched) || approx.Far(worst, 1e-5) {
@@ -219,6 +205,7 @@ func TestCropModelsEvalReplay(t *testing.T) {
 		cfg := EvalConfig{CSV: truth, Predictions: preds, Out: filepath.Join(dir, "bad"+strconv.Itoa(n)), IoUThreshold: 0.4, BatchSize: 1,
 			Model: ModelConfig{Crops: CropConfig{Models: []string{pf.R18}, LabelDicts: []string{ld}}}}
 		codes, msg := runLocalErr(t, n, cfg)
+		t.Logf("%d ranks: %v %s", n, codes, strings.TrimSpace(msg))
 		for r, code := range codes {
 			if code != ExitInput {
 				t.Errorf("%d ranks: rank %d exit %d, want %d (%s)", n, r, code, ExitInput, msg)
@@ -254,6 +241,7 @@ func TestCropModelBadInputs(t *testing.T) {
 	for i, c := range cases {
 		args := append(append(append([]string{}, base...), c.args...), "--out", filepath.Join(dir, "o"+strconv.Itoa(i)))
 		code, stderr := runArgs(t, args...)
+		t.Logf("%s: exit %d: %s", c.name, code, strings.TrimSpace(stderr))
 		if code != c.code || !strings.Contains(stderr, c.want) {
 			t.Errorf("%s: exit %d, stderr %q; want exit %d naming %q", c.name, code, stderr, c.code, c.want)
 		}

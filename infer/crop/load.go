@@ -2,12 +2,11 @@ package crop
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -57,18 +56,7 @@ type source struct {
 	digest   string         // sha256 of the weights file
 }
 
-// modelErr marks an error as the model's (exit 4).
-type modelError struct{ err error }
-
-func (e *modelError) Error() string   { return e.err.Error() }
-func (e *modelError) Unwrap() []error { return []error{e.err, infer.ErrModel} }
-
-func modelErr(err error) error {
-	if err == nil || errors.Is(err, infer.ErrModel) {
-		return err
-	}
-	return &modelError{err}
-}
+func modelErr(err error) error { return infer.ModelErr(err) }
 
 // read opens a crop model's file or folder.
 func read(path string) (*source, error) {
@@ -192,7 +180,7 @@ func (s *source) labelsFor(path string, given map[string]int, fallback bool) (ma
 	case s.labels != nil && fallback:
 		return s.labels, s.from, nil
 	case s.labels != nil && given != nil:
-		if !sameLabels(s.labels, given) {
+		if !maps.Equal(s.labels, given) {
 			return nil, "", fmt.Errorf("crop: %s holds the labels %s (%s), but --crop-label-dict gives %s", path, labelString(s.labels), s.from, labelString(given))
 		}
 		return s.labels, s.from, nil
@@ -208,18 +196,6 @@ func (s *source) labelsFor(path string, given map[string]int, fallback bool) (ma
 		what = "a checkpoint without label_dict"
 	}
 	return nil, "", fmt.Errorf("crop: %s is %s: give them with --crop-label-dict (label,id CSV)", path, what)
-}
-
-func sameLabels(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // labelString lists labels by id: {Alive: 0, Dead: 1}.
@@ -248,16 +224,11 @@ func labelString(ld map[string]int) string {
 func has(d *torchfile.Dict, k string) bool { _, ok := d.Get(k); return ok }
 
 func digest(path string) (string, error) {
-	fh, err := os.Open(path)
+	d, err := infer.FileSHA256(path)
 	if err != nil {
 		return "", fmt.Errorf("crop: %w", err)
 	}
-	defer fh.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, fh); err != nil {
-		return "", fmt.Errorf("crop: %w", err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return d, nil
 }
 
 // readSmall reads a regular file of at most limit bytes.

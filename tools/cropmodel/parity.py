@@ -51,6 +51,7 @@ import torchvision
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "retinanet"))
 sys.path.insert(0, os.path.join(HERE, "..", "tile"))
+sys.path.insert(0, os.path.join(HERE, "..", "deepforest"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import weights  # noqa: E402
 from peer_meta import peer_command, torch_meta  # noqa: E402
@@ -67,6 +68,7 @@ def _offline50(*a, **kw):
 torchvision.models.resnet50 = _offline50
 
 import merge  # noqa: E402  (patches retinanet_resnet50_fpn offline)
+from checkpoints import sha  # noqa: E402
 from deepforest import model as dfmodel  # noqa: E402
 from deepforest.datasets import cropmodel as dfcrop  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
@@ -130,14 +132,6 @@ def crop_model(r50):
     cm.label_dict = dict(LABELS)
     cm.numeric_to_label_dict = {v: k for k, v in LABELS.items()}
     return cm.eval()
-
-
-def sha(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 def save_models(out, skeleton, r50, r18):
