@@ -240,7 +240,7 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 	m, cfg, tm, sum, err := retinanet.Load(dir, mc.LabelDict)
 	if err != nil {
 		if crop.Probe(dir) {
-			return nil, fmt.Errorf("jobs: --model %s is a crop model (a ResNet classifier), not a RetinaNet detector: give it as --crop-model: %w", dir, infer.ErrModel)
+			return nil, infer.ModelErr(fmt.Errorf("jobs: --model %s is a crop model (a ResNet classifier), not a RetinaNet detector: give it as --crop-model", dir))
 		}
 		return nil, err
 	}
