@@ -8,8 +8,18 @@ MPIRUN  := scripts/mpirun.sh
 CANOPY_MPI_PKG ?= mpi
 TAGS    := $(if $(filter mpich,$(CANOPY_MPI_PKG)),mpich,)
 export CANOPY_MPI_PKG
+# MPI through its pkg-config module; where MPI ships none (some modules,
+# vendor MPIs) but an MPI compiler wrapper is on PATH, through that
+# wrapper's flags (-tags mpicc; scripts/mpicc-flags.sh).
+comma   := ,
+MPI_VIA := $(shell pkg-config --exists $(CANOPY_MPI_PKG) 2>/dev/null || { command -v $${MPICC:-mpicc} >/dev/null 2>&1 && echo mpicc; })
+ifeq ($(MPI_VIA),mpicc)
+TAGS    := $(if $(TAGS),$(TAGS)$(comma))mpicc
+export CGO_CFLAGS  := $(or $(CGO_CFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh cflags)
+export CGO_LDFLAGS := $(or $(CGO_LDFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh libs)
+endif
 
-.PHONY: all deps build build-cuda generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-large testdata golden-retinanet golden-losses golden-nms golden-sample df-checkpoints check-mpich test-slurm test-multinode clean
+.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-skip-empty bench-large testdata golden-retinanet golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -49,13 +59,16 @@ check-tags:
 	@if ldd bin/canopy-nompi | grep -E 'libmpi|openblas|libgdal'; then echo "nompi,noblas,nogdal binary links MPI, OpenBLAS or GDAL"; exit 1; fi
 	bin/canopy-nompi doctor | grep -q 'in-process, 1 rank'
 
-# The cuda build (-tags cuda: infer/cuda on gorgonia.org/cu, kernels from
-# infer/cuda/kernels/kernels.fatbin). Installs Debian's CUDA 11.8 headers and
-# nvcc first (contrib/non-free; about 1.9 GB). The binary needs a GPU (exit 5
-# without one); the default build runs on the CPU.
+# The cuda build, two binaries (docs/design.md, "The cuda build without a
+# GPU"): bin/canopy-cuda, the front (-tags cudafront), links no CUDA library
+# and runs anywhere: with a GPU it execs bin/canopy-cuda-engine (-tags cuda:
+# infer/cuda on gorgonia.org/cu, kernels from infer/cuda/kernels/*.fatbin),
+# without one it runs on the CPU. Installs Debian's CUDA 11.8 headers and
+# nvcc first (contrib/non-free; about 1.9 GB).
 build-cuda: deps
 	@scripts/install-cuda.sh
-	$(GO) build -buildvcs=auto -tags 'cuda $(TAGS)' -o bin/canopy-cuda .
+	$(GO) build -buildvcs=auto -tags 'cudafront$(if $(TAGS),$(comma)$(TAGS))' -o bin/canopy-cuda .
+	$(GO) build -buildvcs=auto -tags 'cuda$(if $(TAGS),$(comma)$(TAGS))' -o bin/canopy-cuda-engine .
 
 # kernels.cu -> kernels.fatbin (compute_80 PTX + sm_90), to commit.
 generate-kernels:
@@ -66,9 +79,10 @@ generate-kernels:
 check-cuda: deps
 	@scripts/check-cuda.sh
 
-# What the GPU check carries (tools/gpu/check.sh): the cuda,nompi,noblas
-# binary and the retinanet test binary, both needing only libc and
-# libcuda.so.1 (cuDNN is dlopened there from PyTorch's environment), the
+# What the GPU check carries (tools/gpu/check.sh): the nompi,noblas,nogdal
+# cuda front and engine (bin/canopy-cuda-nompi, -nompi-engine) and the
+# retinanet test binary, needing only libc and libcuda.so.1 (cuDNN is
+# dlopened there from PyTorch's environment), the
 # model and image generators of its e2e section, the parity images and the
 # demo set.
 gpu-bundle: check-cuda
@@ -77,6 +91,20 @@ gpu-bundle: check-cuda
 	CGO_ENABLED=0 $(GO) build -o bin/forestgen ./cmd/forestgen
 	$(GO) run ./cmd/forestgen -out bin/gpu-demo -n 40 -seed 3
 	$(GO) run ./cmd/cropmodel -out bin/crop-files
+
+# canopy installed as a site does (scripts/test-easybuild.sh): EasyBuild
+# 5.4.1 from PyPI (venv in /opt/canopy-eb), Debian's Lmod, both easyconfigs
+# of easybuild/ installed into bin/easybuild from a git archive of the
+# checkout, then module load canopy and mpirun -np 2 canopy eval on the demo
+# set against the demo's metrics. About 3 minutes (docs/testing.md).
+test-easybuild: deps
+	scripts/test-easybuild.sh
+
+# make build with CANOPY_NO_INSTALL=1 against MPI, OpenBLAS and GDAL in a
+# prefix that only PKG_CONFIG_PATH (or mpicc) points at, no apt
+# (scripts/test-no-install.sh).
+test-no-install:
+	scripts/test-no-install.sh
 
 # xmllint validates canopy compare's JUnit output against its schema.
 test-deps:
@@ -225,6 +253,13 @@ bench-infer-peer:
 bench-tile: deps
 	scripts/bench-tile.sh
 
+# --skip-empty's gain on a raster with an orthomosaic's nodata border
+# (scripts/bench-skip-empty.sh: the raster, the Go benchmarks of the check
+# against a window's read and detection, and, once predict has the flag,
+# predict --tile with and without it; BENCH_SKIP_ALPHA=1 for an alpha band).
+bench-skip-empty: deps
+	scripts/bench-skip-empty.sh
+
 # issue 27's end-to-end parity on a 2000x2000 forestgen raster: canopy
 # predict --tile against DeepForest's predict_tile rows
 # (infer/tile/testdata/e2e2000.json; scripts/e2e-tile.sh, ~1-2 min of CPU).
@@ -306,6 +341,22 @@ golden-nms:
 golden-sample:
 	ATEN_CPU_CAPABILITY=avx2 $(PEER_PY) tools/retinanet/golden.py --checkpoint testdata/models/canopy-demo-r18 \
 		--out testdata/golden/retinanet/demo_osbs.json ../shared/data/deepforest/OSBS_029.png
+
+# The GeoParquet verdict (tools/geoparquet/testdata/verdict.json): canopy's
+# .parquet files of a predict --tile run with the demo model on DeepForest's
+# two georeferenced sample rasters (../shared), read by geopandas and checked
+# against DeepForest's image_to_geo_coordinates of predictions.csv; the run's
+# predictions.csv and report.json's rasters are kept for TestCheckVerdict.
+golden-geoparquet: build
+	rm -rf bin/geoparquet-run
+	$(BIN) predict --tile --csv tools/geoparquet/testdata/rasters.csv --root-dir ../shared/data/deepforest \
+		--patch-size 200 --model testdata/models/canopy-demo-r18 --out bin/geoparquet-run
+	$(GO) run ./cmd/tileparquet -out bin/geoparquet-run
+	$(PEER_PY) tools/geoparquet/check.py bin/geoparquet-run > tools/geoparquet/testdata/verdict.json
+	mkdir -p tools/geoparquet/testdata/run
+	cp bin/geoparquet-run/predictions.csv tools/geoparquet/testdata/run/
+	$(PEER_PY) -c 'import json,sys; r=json.load(open("bin/geoparquet-run/report.json")); json.dump({"tile": {"rasters": [{k: x[k] for k in ("image_path", "crs", "geotransform")} for x in r["tile"]["rasters"]]}}, sys.stdout, indent=1)' \
+		> tools/geoparquet/testdata/run/report.json
 
 # The Slurm tests: a one-node Slurm 22.05 with fake GPUs under /tmp; every
 # jobs/slurm script submitted against testdata (root; installs slurm-wlm munge).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -61,6 +62,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 		Commands: []*cli.Command{
 			evalCommand(&code, stdout, errw, stderr, newComm),
 			predictCommand(&code, stdout, stderr, newComm),
+			evalCropsCommand(&code, stdout, stderr, newComm),
 			doctorCommand(&code, stdout, stderr, newComm),
 			gpuPlanCommand(&code, stdout, stderr),
 			CompareCommand(&code, stdout, stderr),
@@ -71,7 +73,10 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 					if c.NArg() > 0 {
 						return usageError(fmt.Errorf("version takes no arguments, got %q", c.Args().Slice()))
 					}
-					fmt.Fprintf(stdout, "canopy %s (%s, git %s)\n", Version, runtime.Version(), gitRevision())
+					fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nbuild: %s\n", Version, runtime.Version(), gitRevision(), cuda.Build())
+					if why := noGPU(); why != "" {
+						fmt.Fprintf(stdout, "GPU: none usable, so the CPU: %s\n", why)
+					}
 					return nil
 				},
 			},

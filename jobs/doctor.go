@@ -85,12 +85,12 @@ func doctor(c mpi.Comm, stdout io.Writer) error {
 	if c.Rank() != 0 {
 		return nil
 	}
-	build := "CPU only (no cuda tag)"
-	if haveCUDA {
-		build = "cuda (kernels: compute_80 PTX + sm_90, embedded; needs libcuda.so.1 only)"
+	fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nMPI: %s, %d rank(s)\nbuild: %s, SGEMM %s (%s kernels), convolution kernels %s\n",
+		Version, runtime.Version(), gitRevision(), c.Implementation(), c.Size(), cuda.Build(), gemm.Backend(), gemm.Core(), gemm.Kernels())
+	if why := noGPU(); why != "" {
+		fmt.Fprintf(stdout, "GPU: none usable by rank 0, which runs on the CPU: %s\n", why)
 	}
-	fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nMPI: %s, %d rank(s)\nbuild: %s, SGEMM %s (%s kernels), convolution kernels %s\n\n",
-		Version, runtime.Version(), gitRevision(), c.Implementation(), c.Size(), build, gemm.Backend(), gemm.Core(), gemm.Kernels())
+	fmt.Fprintln(stdout)
 	fmt.Fprintf(stdout, "%-5s %-20s %-8s %-6s %-10s %-8s %-12s %-8s %s\n", "rank", "host", "local", "pid", "GOMAXPROCS", "cpus", "affinity", "device", "CUDA_VISIBLE_DEVICES / launcher")
 	for _, p := range parts {
 		var ri rankInfo

@@ -140,14 +140,15 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		stats.SGEMM = gemm.Backend() + " " + gemm.Core()
 		var given *box.LabelMap
 		if cfg.LabelDict != "" {
-			given = &labels
+			g := labels // a copy: labels becomes the model's below
+			given = &g
 		}
 		var names []string
 		for _, im := range truth.Images {
 			names = append(names, im.Labels...)
 		}
 		labels = model.labels()
-		if err := checkModelLabels(labels, given, names, cfg.CSV); err != nil {
+		if err := checkModelLabels(labels, given, cfg.LabelDict, names, cfg.CSV); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 	}

@@ -145,7 +145,7 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	} else if rc != nil {
 		rc.applyModel(c, &mc, false)
 		if cfg.LabelDictData = rc.labelCSV(c); cfg.LabelDictData != nil {
-			cfg.LabelDict = rc.File + ": label_dict"
+			cfg.LabelDict = rc.labelSource()
 		}
 	}
 	cfg.Model = mc

@@ -33,7 +33,9 @@ const ExitTable = `EXIT CODES:
    4  model error
    5  MPI, launcher, topology or GPU error (no usable GPU in the cuda build,
       --device cuda with none visible, --exclusive-gpu refused a shared GPU,
-      no usable cuDNN 9, a --plan file of another stack)
+      no usable cuDNN 9, a --plan file of another stack; --precision
+      other than exact, --plan, --cudnn or --exclusive-gpu where no GPU
+      runs)
    6  ranks disagree on the metrics
    7  regression detected (canopy compare)
    8  interrupted, resumable`
@@ -71,7 +73,15 @@ func Code(err error) int {
 	return ExitInternal
 }
 
-func usageError(err error) error { return &Error{Code: ExitUsage, Collective: true, Err: err} }
+// usageError is a command-line error: exit 2, unless err already carries
+// another code (a GPU flag on a build without a GPU backend: 5).
+func usageError(err error) error {
+	code := ExitUsage
+	if e := (*Error)(nil); errors.As(err, &e) {
+		code = e.Code
+	}
+	return &Error{Code: code, Collective: true, Err: err}
+}
 
 func usageErr(format string, a ...any) *Error {
 	return &Error{Code: ExitUsage, Collective: true, Err: fmt.Errorf(format, a...)}

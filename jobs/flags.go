@@ -161,7 +161,7 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 		return mc, err
 	}
 	if req.Kind == "cuda" && !haveCUDA {
-		return mc, fmt.Errorf("--device %s: %w", dev, cuda.ErrNoCUDA)
+		return mc, &Error{Code: ExitMPI, Collective: true, Err: fmt.Errorf("--device %s: %w", dev, cuda.ErrNoCUDA)}
 	}
 	mc.Device = req
 	if c.IsSet("precision") {
@@ -171,6 +171,11 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 		mc.PrecisionSet = true
 	}
 	mc.CUDNN, mc.Plan = c.String("cudnn"), c.String("plan")
+	if f := gpuOnlyFlag(mc, mc.Precision); f != "" && !haveCUDA {
+		// refused before any work, with placeDevice's code (a build with
+		// the cuda backend decides per rank, where it is placed)
+		return mc, &Error{Code: ExitMPI, Collective: true, Err: fmt.Errorf("%s needs a GPU: %w", f, cuda.ErrNoCUDA)}
+	}
 	return mc, nil
 }
 

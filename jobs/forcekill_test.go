@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -260,6 +261,65 @@ func TestDoctorOutVerifiesOutputs(t *testing.T) {
 		os.WriteFile(filepath.Join(out, stray), []byte("{}"), 0o644)
 		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "report.json does not record them): "+stray) {
 			t.Fatalf("%s with a stray %s: exit %d %q", name, stray, code, msg)
+		}
+	}
+}
+
+// predict --tile over rasters whose image paths GDAL refuses as layer
+// names (find's ./x.tif, X.tif beside x.tif, a gpkg_ prefix) writes
+// predictions.gpkg with a valid, unique layer for each, recorded in
+// report.json's tile.rasters[].layer; a raster whose geotransform is NaN
+// or overflows (a .aux.xml) is refused with exit 3 naming it, before any
+// window is detected, and nothing is written.
+func TestTileLayerNamesAndGeoTransformAtPreflight(t *testing.T) {
+	_, tif := tileRasterFile(t, 320, 240, 5, "-a_srs", "EPSG:32617", "-a_ullr", "404211.37", "3285123.91", "404243.37", "3285099.91")
+	dir := t.TempDir()
+	data, _ := os.ReadFile(tif)
+	for _, n := range []string{"x.tif", "X.tif", "gpkg_y.tif"} {
+		os.WriteFile(filepath.Join(dir, n), data, 0o644)
+	}
+	list := filepath.Join(dir, "list.csv")
+	os.WriteFile(list, []byte("image_path\n./x.tif\nX.tif\ngpkg_y.tif\n"), 0o644)
+	out := filepath.Join(t.TempDir(), "out")
+	args := []string{"predict", "--tile", "--model", demoModelDir, "--threads", "1", "--patch-size", "300"}
+	if code, stderr := runArgs(t, append(args, "--csv", list, "--out", out)...); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	var rep struct {
+		Tile struct {
+			Rasters []struct {
+				Path  string `json:"image_path"`
+				Layer string `json:"layer"`
+			}
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Tile.Rasters) != 3 {
+		t.Fatalf("report.json: %v %s", err, b)
+	}
+	want := []string{"x.tif_2", "X.tif", "layer_gpkg_y.tif"} // X.tif is valid as it is
+	for i, r := range rep.Tile.Rasters {
+		if r.Layer != want[i] {
+			t.Errorf("%s: layer %q, want %q", r.Path, r.Layer, want[i])
+		}
+	}
+	info, err := exec.Command("ogrinfo", "-q", filepath.Join(out, gpkgFile)).CombinedOutput()
+	if err != nil || strings.Count(string(info), "(Polygon)") != 3 {
+		t.Fatalf("ogrinfo: %v\n%s", err, info)
+	}
+
+	for name, gt := range map[string]string{"nan": "nan, 1, 0, 0, 0, -1", "overflow": "1e308, 1e308, 0, 0, 0, -1"} {
+		bad := filepath.Join(dir, name+".tif")
+		os.WriteFile(bad, data, 0o644)
+		os.WriteFile(bad+".aux.xml", []byte("<PAMDataset><GeoTransform>"+gt+"</GeoTransform></PAMDataset>\n"), 0o644)
+		os.WriteFile(list, []byte("image_path\nx.tif\n"+name+".tif\n"), 0o644)
+		out := filepath.Join(t.TempDir(), "out")
+		code, stderr := runArgs(t, append(args, "--csv", list, "--out", out)...)
+		if code != ExitInput || !strings.Contains(stderr, bad) || !strings.Contains(stderr, "geotransform") || strings.Contains(stderr, "windows") {
+			t.Errorf("%s geotransform: exit %d, want %d naming %s before any window:\n%s", name, code, ExitInput, bad, stderr)
+		}
+		if _, err := os.Stat(filepath.Join(out, "report.json")); err == nil {
+			t.Errorf("%s: a report was written", name)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
@@ -200,7 +201,8 @@ func TestGPUVisibleDevices(t *testing.T) {
 
 // Two ranks on one GPU: a warning naming the GPU; with --exclusive-gpu,
 // exit 5 on every rank. --device cuda:1 with one GPU visible, and
-// --precision tf32 on the CPU, are refused (5 and 2).
+// --precision tf32, --plan, --cudnn or --exclusive-gpu on the CPU, are
+// refused (5).
 func TestGPUPlacementErrors(t *testing.T) {
 	withFakeGPUs(t, 1)
 	cfg := gpuCfg(t, t.TempDir())
@@ -222,7 +224,12 @@ func TestGPUPlacementErrors(t *testing.T) {
 		{"index", func(c *EvalConfig) { c.Model.Device = device("cuda:1") }, ExitMPI, "sees 1 device"},
 		{"tf32 on cpu", func(c *EvalConfig) {
 			c.Model.Device, c.Model.Precision, c.Model.PrecisionSet = device("cpu"), precision("tf32"), true
-		}, ExitUsage, "tf32 needs a GPU"},
+		}, ExitMPI, "--precision tf32 needs a GPU; this rank runs on the CPU"},
+		// issue 35: the GPU-only flags on a CPU rank are exit 5 too, never
+		// ignored
+		{"plan on cpu", func(c *EvalConfig) { c.Model.Device, c.Model.Plan = device("cpu"), "fifo" }, ExitMPI, "--plan fifo needs a GPU"},
+		{"cudnn on cpu", func(c *EvalConfig) { c.Model.Device, c.Model.CUDNN = device("cpu"), "/x" }, ExitMPI, "--cudnn /x needs a GPU"},
+		{"exclusive on cpu", func(c *EvalConfig) { c.Model.Device, c.Model.ExclusiveGPU = device("cpu"), true }, ExitMPI, "--exclusive-gpu needs a GPU"},
 		{"no cudnn", func(c *EvalConfig) { c.Model.CUDNN = "/nonexistent/cudnn" }, ExitMPI, "--cudnn: /nonexistent/cudnn: no such file"},
 		{"plan on exact", func(c *EvalConfig) {
 			c.Model.Precision, c.Model.PrecisionSet, c.Model.Plan = precision("exact"), true, "x.json"
@@ -259,3 +266,43 @@ func TestDoctorDevice(t *testing.T) {
 // kernels on the host shim, and cuDNN's TF32 and BF16 through the fake
 // (fp32 differs from them only in the engine filter: infer/cuda/cudnn).
 var gpuEvalPrecisions = []string{"exact", "kernel-tf32", "tf32", "bf16"}
+
+// TestGPUFlagsOnCPUBuild (issue 35, item 11): on a build without the cuda
+// backend every GPU-only flag is refused before any work with exit 5, the
+// code gpu-plan gives for the same missing GPU: --plan naming a missing
+// file, a FIFO or "{}" (it was silently ignored, exit 0), --cudnn,
+// --exclusive-gpu, --precision tf32 (it was exit 2) and --device cuda.
+func TestGPUFlagsOnCPUBuild(t *testing.T) {
+	if haveCUDA {
+		t.Skip("a build with the cuda backend places ranks on GPUs: TestGPUPlacementErrors")
+	}
+	model, csv, imgDir := testModelSet(t)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty.json")
+	os.WriteFile(empty, []byte("{}"), 0o644)
+	for i, flag := range [][]string{
+		{"--plan", filepath.Join(dir, "missing.json")}, {"--plan", fifo}, {"--plan", empty},
+		{"--cudnn", dir}, {"--exclusive-gpu"}, {"--precision", "tf32"}, {"--precision", "bf16"}, {"--device", "cuda:0"},
+	} {
+		for _, cmd := range []string{"eval", "predict"} {
+			out := filepath.Join(dir, fmt.Sprintf("o%d%s", i, cmd))
+			args := []string{cmd, "--model", model, "--out", out}
+			if cmd == "eval" {
+				args = append(args, "--csv", csv)
+			} else {
+				args = append(args, "--images", imgDir)
+			}
+			code, msg := cliRun(t, append(args, flag...)...)
+			if code != ExitMPI || !strings.Contains(msg, flag[0]) || !strings.Contains(msg, "without the cuda backend") {
+				t.Errorf("%s %v: exit %d, want %d naming the flag: %s", cmd, flag, code, ExitMPI, msg)
+			}
+			if _, err := os.Stat(out); err == nil {
+				t.Errorf("%s %v: %s was made", cmd, flag, out)
+			}
+		}
+	}
+}

@@ -76,3 +76,7 @@ var createParts = parts.Create
 // recordedReadHook runs before compare --html reads a file a report
 // records; tests make it block, as a stalled filesystem would.
 var recordedReadHook = func(path string) {}
+
+// loadCropModel loads eval-crops' classifier (openCropModel); tests of
+// package jobs replace it with a stand-in classifier.
+var loadCropModel = openCropModel

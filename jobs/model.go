@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
@@ -19,6 +20,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/report"
 )
 
 // ModelConfig selects and tunes the native RetinaNet (eval --model, and
@@ -65,6 +67,21 @@ type ModelConfig struct {
 	// DetectionsPerImg, TopkCandidates and NumClasses come from --config
 	// (0: not given); NumClasses must equal the model's class count.
 	DetectionsPerImg, TopkCandidates, NumClasses int
+}
+
+// labelMapText is a label map for a message, {"name": id, …} in id
+// order, each name quoted (escaped).
+func labelMapText(names []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, n := range names {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q: %d", n, i)
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 // labelDictOf is a label map as LabelDict.
@@ -119,6 +136,7 @@ var (
 	countDevices = cuda.Count
 	openDevice   = cuda.Open
 	findCUDNN    = cudnn.Find // the cuDNN path's library (tests: the fake)
+	noGPU        = cuda.NoGPU // why a cuda build runs on the CPU ("": no more to say)
 )
 
 // rankDevice is one rank's device, for the report.
@@ -214,13 +232,21 @@ func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) err
 		}
 	}
 	if lm.place, err = cuda.Place(req, localRank, localSize, visible, haveCUDA); err != nil {
+		if why := noGPU(); why != "" && visible == 0 {
+			err = fmt.Errorf("%w: %s", err, why) // what the cuda build's front saw
+		}
 		return err
+	}
+	if why := noGPU(); why != "" && lm.place.Kind == "cpu" && req.Kind != "cpu" {
+		lm.place.Reason += ": " + why
 	}
 	if !mc.PrecisionSet && lm.place.Kind == "cuda" {
 		lm.precision = cuda.DefaultGPUPrecision
 	}
-	if lm.place.Kind == "cpu" && lm.precision != cuda.Exact {
-		return &Error{Code: ExitUsage, Err: fmt.Errorf("jobs: --precision %s needs a GPU; this rank runs on the CPU (%s), which computes exact FP32", lm.precision, lm.place.Reason)}
+	if lm.place.Kind == "cpu" {
+		if f := gpuOnlyFlag(mc, lm.precision); f != "" {
+			return &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: %s needs a GPU; this rank runs on the CPU (%s), which computes exact FP32 and reads no cuDNN or plan file", f, lm.place.Reason)}
+		}
 	}
 	if lm.place.Kind == "cuda" && lm.place.Sharing > 1 && mc.ExclusiveGPU {
 		return fmt.Errorf("jobs: --exclusive-gpu: %d ranks of this node would share GPU %d (%s); start at most one rank per GPU", lm.place.Sharing, lm.place.Index, lm.place.Reason)
@@ -234,6 +260,24 @@ func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) err
 	lm.info.Threads = lm.threads
 	lm.info.Precision = lm.precision.String()
 	return nil
+}
+
+// gpuOnlyFlag names the first flag given that only a GPU rank uses
+// (--precision other than exact, --plan, --cudnn, --exclusive-gpu), ""
+// when none is: on the CPU each is exit 5, as gpu-plan's missing GPU, never
+// silently ignored.
+func gpuOnlyFlag(mc ModelConfig, p cuda.Precision) string {
+	switch {
+	case p != cuda.Exact:
+		return "--precision " + p.String()
+	case mc.Plan != "":
+		return "--plan " + mc.Plan
+	case mc.CUDNN != "":
+		return "--cudnn " + mc.CUDNN
+	case mc.ExclusiveGPU:
+		return "--exclusive-gpu"
+	}
+	return ""
 }
 
 func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) (*loadedModel, error) {
@@ -391,6 +435,7 @@ func (lm *loadedModel) openDetector(c mpi.Comm, labels box.LabelMap, stderr io.W
 		}
 	}
 	if c.Rank() == 0 && stderr != nil {
+		autoCPUNote(stderr, lm.info.Devices)
 		for _, d := range lm.info.Devices {
 			if r := shared[d.UUID]; d.UUID != "" && len(r) > 1 && r[0] == d.Rank {
 				fmt.Fprintf(stderr, "canopy: warning: ranks %v share GPU %s (%s on %s); each runs slower, and --exclusive-gpu makes this an error\n", r, d.UUID, d.Name, d.Host)
@@ -399,6 +444,33 @@ func (lm *loadedModel) openDetector(c mpi.Comm, labels box.LabelMap, stderr io.W
 	}
 	lm.info.Detector = det.Name()
 	return det, nil
+}
+
+// autoCPUNote is the one line a cuda build prints (rank 0) when --device
+// auto put ranks on the CPU for want of a GPU: which ranks, and why (the
+// first such rank's reason; the report has every rank's).
+func autoCPUNote(w io.Writer, devs []rankDevice) {
+	if !haveCUDA {
+		return
+	}
+	var ranks []int
+	why := ""
+	for _, d := range devs {
+		if d.Device == "cpu" && strings.HasPrefix(d.Why, "auto:") {
+			if ranks == nil {
+				why = d.Why
+			}
+			ranks = append(ranks, d.Rank)
+		}
+	}
+	if ranks == nil {
+		return
+	}
+	all := fmt.Sprintf("ranks %v run", ranks)
+	if len(ranks) == len(devs) {
+		all = "every rank runs"
+	}
+	fmt.Fprintf(w, "canopy: note: --device auto: this cuda build has no usable GPU here; %s on the CPU (%s)\n", all, report.Printable(why))
 }
 
 // detector builds this rank's detector (CPU or GPU), mapping the model's
@@ -476,9 +548,14 @@ func printLayerTimes(w io.Writer, d infer.Detector) {
 }
 
 // checkModelLabels: with --model, the label map is the model's label_dict;
-// a --label-dict must agree with it, and every truth label must be one of
-// the model's.
-func checkModelLabels(model box.LabelMap, given *box.LabelMap, truthLabels []string, csvName string) error {
+// a given map (--label-dict, or a config's or an override's label_dict,
+// named by from) must equal it, and every truth label must be one of the
+// model's. A model that carries labels keeps them, as DeepForest 2.1.0
+// does (load_model sets the hub model's label_dict over the config's,
+// on_load_checkpoint the checkpoint's), so a map that says otherwise is
+// refused, naming both, never silently dropped (a bare .pt, which holds
+// none, takes the given map at loading).
+func checkModelLabels(model box.LabelMap, given *box.LabelMap, from string, truthLabels []string, csvName string) error {
 	if given != nil {
 		a, b := given.Names(), model.Names()
 		same := len(a) == len(b)
@@ -486,7 +563,7 @@ func checkModelLabels(model box.LabelMap, given *box.LabelMap, truthLabels []str
 			same = a[i] == b[i]
 		}
 		if !same {
-			return fmt.Errorf("jobs: --label-dict %v disagrees with the model's label_dict %v: %w", a, b, infer.ErrModel)
+			return fmt.Errorf("jobs: the label map of %s, %s, contradicts the model's own label_dict, %s: a model that carries its labels keeps them, as DeepForest's load_model and load_from_checkpoint do; give the model's map or none: %w", from, labelMapText(a), labelMapText(b), infer.ErrModel)
 		}
 	}
 	for _, l := range truthLabels {

@@ -159,7 +159,7 @@ func (l *outLock) release() {
 
 // reportFiles are the files a run writes; any of them in --out marks a
 // previous run.
-var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cocoTruthFile, cocoPredFile, gpkgFile}
+var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cropsFile, cocoTruthFile, cocoPredFile, gpkgFile}
 
 const manifestFile = "manifest.json"
 
@@ -541,4 +541,31 @@ func syncDir(dir string) {
 		d.Sync()
 		d.Close()
 	}
+}
+
+// prepareRunOut (predict, predict --tile, eval-crops) locks the output folder, refusing one that holds a
+// previous run (any command's) unless force. With force the previous
+// run's entries are set aside, as eval's --force does, and come back if
+// the new run fails before it publishes; once it has published they are
+// removed (commit), so an eval folder does not keep a results.csv or a
+// report.html that no longer matches its predictions.
+func prepareRunOut(dir string, force bool) (*outRun, error) {
+	o, err := openOut(dir)
+	if err != nil {
+		return nil, err
+	}
+	present := presentRunFiles(dir)
+	switch {
+	case len(present) == 0:
+	case !force:
+		err = usageErr("jobs: --out %s holds a previous run (%s); use --force to replace it", dir, present[0])
+	default:
+		o.aside = true // finish puts back a move that failed part way
+		err = setAside(dir, present)
+	}
+	if err != nil {
+		o.finish(err)
+		return nil, err
+	}
+	return o, nil
 }

@@ -105,7 +105,7 @@ func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 	if err != nil {
 		return fail(ExitModel, err)
 	}
-	out, err := preparePredictOut(cfg.Out, cfg.Force)
+	out, err := prepareRunOut(cfg.Out, cfg.Force)
 	if err != nil {
 		return fail(Code(err), err)
 	}
@@ -114,33 +114,6 @@ func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 		fields = append(fields, []byte(p))
 	}
 	return packFields([]byte{0}, fields...), out
-}
-
-// preparePredictOut locks the output folder, refusing one that holds a
-// previous run (predict's or eval's) unless force. With force the previous
-// run's entries are set aside, as eval's --force does, and come back if
-// the new run fails before it publishes; once it has published they are
-// removed (commit), so an eval folder does not keep a results.csv or a
-// report.html that no longer matches its predictions.
-func preparePredictOut(dir string, force bool) (*outRun, error) {
-	o, err := openOut(dir)
-	if err != nil {
-		return nil, err
-	}
-	present := presentRunFiles(dir)
-	switch {
-	case len(present) == 0:
-	case !force:
-		err = usageErr("jobs: --out %s holds a previous run (%s); use --force to replace it", dir, present[0])
-	default:
-		o.aside = true // finish puts back a move that failed part way
-		err = setAside(dir, present)
-	}
-	if err != nil {
-		o.finish(err)
-		return nil, err
-	}
-	return o, nil
 }
 
 type predictReport struct {
@@ -224,7 +197,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		return err
 	}
 	if cfg.LabelDict != "" {
-		if err := checkModelLabels(model.labels(), &given, nil, ""); err != nil {
+		if err := checkModelLabels(model.labels(), &given, cfg.LabelDict, nil, ""); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 	}

@@ -58,7 +58,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 				rc.applyModel(c, &mc, false)
 				rc.resolveInt(c, "batch-size", "batch_size", rc.C.BatchSize, &cfg.BatchSize)
 				if cfg.LabelDictData = rc.labelCSV(c); cfg.LabelDictData != nil {
-					cfg.LabelDict = rc.File + ": label_dict"
+					cfg.LabelDict = rc.labelSource()
 				}
 			}
 			cfg.Model = mc

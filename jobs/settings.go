@@ -39,22 +39,31 @@ type runConfig struct {
 }
 
 // splitOverrides separates key=value overrides from the positional
-// arguments.
-func splitOverrides(args []string) (pos, overrides []string) {
+// arguments; an argument meant as an override but malformed (=0.3,
+// score-thresh=0.3, +score_thresh=…, a bare known key that names no file)
+// is an error naming the nearest key, never taken for the CSV.
+func splitOverrides(args []string) (pos, overrides []string, err error) {
 	for _, a := range args {
 		if config.IsOverride(a) {
 			overrides = append(overrides, a)
-		} else {
-			pos = append(pos, a)
+			continue
 		}
+		_, statErr := os.Lstat(a)
+		if err := config.MalformedOverride(a, statErr == nil); err != nil {
+			return nil, nil, err
+		}
+		pos = append(pos, a)
 	}
-	return pos, overrides
+	return pos, overrides, nil
 }
 
 // loadRunConfig reads --config and the overrides among args (nil, args
 // when neither is given).
 func loadRunConfig(c *cli.Context, command string, args []string) (*runConfig, []string, error) {
-	pos, overrides := splitOverrides(args)
+	pos, overrides, err := splitOverrides(args)
+	if err != nil {
+		return nil, nil, err
+	}
 	file := c.String("config")
 	if file == "" && len(overrides) == 0 {
 		return nil, pos, nil
@@ -173,6 +182,15 @@ func (rc *runConfig) labelCSV(c *cli.Context) []byte {
 	}
 	rc.Settings["label_dict"] = setting{b.String(), ld.Src}
 	return b.Bytes()
+}
+
+// labelSource names where the config's label_dict came from, for the
+// report's inputs and the messages: "FILE: label_dict", or the override.
+func (rc *runConfig) labelSource() string {
+	if rc.C.LabelDict.Src == config.Override {
+		return "the override label_dict=…"
+	}
+	return rc.File + ": label_dict"
 }
 
 // finishSettings settles the settings left to the model or the defaults,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,6 +155,14 @@ func TestConfigErrors(t *testing.T) {
 		{[]string{"--config", wrong}, []string{"wrong.yaml:1", `batch_size is "many" (str), want an integer`}},
 		{[]string{"scor_thresh=0.2"}, []string{"override scor_thresh=0.2", "did you mean score_thresh"}},
 		{[]string{"--config", filepath.Join(dir, "absent.yaml")}, []string{"absent.yaml"}},
+		// issue 35, item 11: a second document; odd override keys name the
+		// nearest key (they were taken for a second CSV)
+		{[]string{"--config", w("two.yaml", "score_thresh: 0.3\n---\nscore_thresh: 0.5\n")}, []string{"two.yaml:2", "a second YAML document"}},
+		{[]string{"scöre_thresh=0.3"}, []string{"did you mean score_thresh?"}},
+		{[]string{"score-thresh=0.3"}, []string{"did you mean score_thresh?"}},
+		{[]string{"+score_thresh=0.3"}, []string{"give score_thresh="}},
+		{[]string{"=0.3"}, []string{"has no key"}},
+		{[]string{"score_thresh"}, []string{"a key without a value: give score_thresh=VALUE"}},
 	} {
 		code, msg := cliRun(t, append([]string{"eval", filepath.Join(set, "truth.csv"), "--predictions", filepath.Join(set, "predictions.csv"), "--out", filepath.Join(dir, "o")}, c.args...)...)
 		if code != ExitUsage {
@@ -164,5 +173,73 @@ func TestConfigErrors(t *testing.T) {
 				t.Errorf("%v: %q lacks %q", c.args, msg, s)
 			}
 		}
+	}
+}
+
+// TestGivenLabelsAgainstModel (issue 35, item 4): a label map given by
+// --label-dict, a config's label_dict or a label_dict= override that
+// contradicts the model's own (other names, or the same names with other
+// ids) is refused with exit 4 naming both maps and where the given one came
+// from, before anything is published; one equal to the model's is used and
+// recorded. (It was ignored and still recorded in report.json.)
+func TestGivenLabelsAgainstModel(t *testing.T) {
+	model, _, imgDir := testModelSet(t)
+	dir := t.TempDir()
+	w := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	csv := filepath.Join(imgDir, "labels-one.csv")
+	if err := os.WriteFile(csv, []byte("image_path,xmin,ymin,xmax,ymax,label\nf0.png,10,10,60,60,Tree\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bird := w("bird.csv", "label,id\nBird,0\nDead,1\n")
+	swap := w("swap.csv", "label,id\nDead,0\nTree,1\n")
+	same := w("same.csv", "label,id\nTree,0\nDead,1\n")
+	cfgBird := w("bird.yaml", "label_dict: {Bird: 0, Dead: 1}\n")
+	model2 := []string{"--model", model, "--threads", "1", "--device", "cpu"}
+	for i, c := range []struct {
+		cmd  string
+		args []string
+		from string
+	}{
+		{"eval", []string{"--label-dict", bird}, "bird.csv"},
+		{"eval", []string{"--label-dict", swap}, "swap.csv"},
+		{"eval", []string{"--config", cfgBird}, "bird.yaml: label_dict"},
+		{"eval", []string{"label_dict={Bird: 0, Dead: 1}"}, "override label_dict"},
+		{"predict", []string{"--label-dict", bird}, "bird.csv"},
+		{"predict", []string{"--config", cfgBird}, "bird.yaml: label_dict"},
+	} {
+		out := filepath.Join(dir, fmt.Sprintf("o%d", i))
+		args := append([]string{c.cmd, "--out", out}, model2...)
+		if c.cmd == "eval" {
+			args = append(args, "--csv", csv)
+		} else {
+			args = append(args, "--images", imgDir)
+		}
+		code, msg := cliRun(t, append(args, c.args...)...)
+		if code != ExitModel || !strings.Contains(msg, c.from) || !strings.Contains(msg, `contradicts the model's own label_dict, {"Tree": 0, "Dead": 1}`) {
+			t.Errorf("%s %v: exit %d, want %d naming %q and both maps: %s", c.cmd, c.args, code, ExitModel, c.from, msg)
+		}
+		if _, err := os.Stat(filepath.Join(out, "report.json")); err == nil {
+			t.Errorf("%s %v: a report.json was published", c.cmd, c.args)
+		}
+	}
+	out := filepath.Join(dir, "same")
+	code, msg := cliRun(t, append([]string{"eval", "--csv", csv, "--out", out, "--label-dict", same, "--html=false"}, model2...)...)
+	if code != 0 {
+		t.Fatalf("the model's own map: exit %d: %s", code, msg)
+	}
+	var rep struct {
+		Run struct {
+			Inputs map[string]struct{ Path string } `json:"inputs"`
+		} `json:"run"`
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+	if err := json.Unmarshal(b, &rep); err != nil || rep.Run.Inputs["label_dict"].Path != same {
+		t.Fatalf("report inputs %+v %v", rep.Run.Inputs, err)
 	}
 }

@@ -46,6 +46,7 @@ type tileRaster struct {
 	Driver       string        `json:"driver"`
 	CRS          string        `json:"crs,omitempty"`
 	GeoTransform *[6]float64   `json:"geotransform,omitempty"`
+	Layer        string        `json:"layer,omitempty"` // its layer of predictions.gpkg (gdal.LayerNames)
 	Windows      int           `json:"windows"`
 	Detections   int           `json:"detections"`
 	wins         []tile.Window // not reported
@@ -133,7 +134,25 @@ func openRasters(cfg TileConfig) ([]tileRaster, error) {
 		}
 		out[i] = t
 	}
+	nameLayers(out)
 	return out, nil
+}
+
+// nameLayers gives each raster that has a CRS and a geotransform (those
+// predictions.gpkg holds) its layer name, valid and unique whatever the
+// image paths (./x.tif, names differing only in case, gpkg_ or sqlite_
+// prefixes), before any work; report.json records the mapping.
+func nameLayers(rasters []tileRaster) {
+	var paths []string
+	var geo []int
+	for i, r := range rasters {
+		if r.CRS != "" && r.GeoTransform != nil {
+			paths, geo = append(paths, r.Path), append(geo, i)
+		}
+	}
+	for k, n := range gdal.LayerNames(paths) {
+		rasters[geo[k]].Layer = n
+	}
 }
 
 // packTile is rank 0's packet: the model and the rasters (and eval
@@ -173,7 +192,7 @@ func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 			return fail(ExitInput, err)
 		}
 	}
-	out, err = preparePredictOut(cfg.Out, cfg.Force)
+	out, err = prepareRunOut(cfg.Out, cfg.Force)
 	if err != nil {
 		return fail(Code(err), err)
 	}
@@ -317,7 +336,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		return err
 	}
 	if given != nil && cfg.Eval == nil {
-		if err := checkModelLabels(labels, given, nil, ""); err != nil {
+		if err := checkModelLabels(labels, given, cfg.LabelDict, nil, ""); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 	}
@@ -335,7 +354,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		for _, im := range truth.Images {
 			names = append(names, im.Labels...)
 		}
-		if err := checkModelLabels(labels, given, names, cfg.CSV); err != nil {
+		if err := checkModelLabels(labels, given, cfg.LabelDict, names, cfg.CSV); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 		if truthImages, err = truth.Resolve(cfg.CSV, labels); err != nil || len(truthImages) != len(rasters) {
@@ -557,8 +576,8 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 const gpkgFile = "predictions.gpkg"
 
 // stageGPKG writes predictions.gpkg when a raster has a CRS and a
-// geotransform: one polygon layer per such raster (named by its
-// image_path), each box mapped as DeepForest's image_to_geo_coordinates
+// geotransform: one polygon layer per such raster (named as nameLayers
+// named it), each box mapped as DeepForest's image_to_geo_coordinates
 // maps it (gdal.BoxRing). note says, once, which rasters it leaves out.
 func stageGPKG(dir string, rasters []tileRaster, merged [][]box.Detection, labels box.LabelMap) (*staged, string, error) {
 	var layers []gdal.Layer
@@ -569,21 +588,13 @@ func stageGPKG(dir string, rasters []tileRaster, merged [][]box.Detection, label
 			without = append(without, r.Path)
 			continue
 		}
-		ly := gdal.Layer{Name: r.Path, CRS: r.CRS}
+		ly := gdal.Layer{Name: r.Layer, CRS: r.CRS}
 		for _, d := range merged[i] {
 			label := ""
 			if int(d.Label) < len(names) {
 				label = names[d.Label]
 			}
-			ring := gdal.BoxRing(*r.GeoTransform, d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax)
-			// As image_to_geo_coordinates: the columns become the polygon's bounds.
-			f := gdal.Feature{Ring: ring, ImagePath: r.Path, Label: label, Score: d.Score,
-				Xmin: ring[0][0], Ymin: ring[0][1], Xmax: ring[0][0], Ymax: ring[0][1]}
-			for _, p := range ring {
-				f.Xmin, f.Xmax = min(f.Xmin, p[0]), max(f.Xmax, p[0])
-				f.Ymin, f.Ymax = min(f.Ymin, p[1]), max(f.Ymax, p[1])
-			}
-			ly.Features = append(ly.Features, f)
+			ly.Features = append(ly.Features, gdal.BoxFeature(*r.GeoTransform, d.Box, r.Path, label, d.Score))
 		}
 		layers = append(layers, ly)
 	}

@@ -136,7 +136,7 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 		rc.resolveInt(c, "batch-size", "batch_size", rc.C.BatchSize, &cfg.BatchSize)
 		rc.applyTile(c, &cfg)
 		if cfg.LabelDictData = rc.labelCSV(c); cfg.LabelDictData != nil {
-			cfg.LabelDict = rc.File + ": label_dict"
+			cfg.LabelDict = rc.labelSource()
 		}
 	}
 	return runTileJob(c, code, newComm, stderr, "predict", cfg)

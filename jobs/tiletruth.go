@@ -161,6 +161,9 @@ func (t *tileTruth) csv(rasters []tileRaster) ([]byte, error) {
 	convert := v.CRS != ""
 	if !convert {
 		t.Frame = "pixels: the file has no CRS, its coordinates are taken as the raster's pixels (as DeepForest's read_file)"
+		if v.UndefinedCRS != "" {
+			t.Frame = fmt.Sprintf("pixels: the file has no CRS (its GeoPackage CRS is the placeholder %q), its coordinates are taken as the raster's pixels, as for a shapefile without one", v.UndefinedCRS)
+		}
 	} else {
 		t.Frame = "converted: (x - left)/res, (top - y)/res with each raster's rasterio bounds and res[0] (DeepForest's geo_to_image_coordinates)"
 	}

@@ -462,3 +462,52 @@ func BenchmarkVectorTruth(b *testing.B) {
 		}
 	}
 }
+
+// TestGeoPackageWithoutCRS (issue 35, item 11): a GeoPackage written
+// without a CRS carries GDAL's placeholder (srs_id 0, "Undefined
+// geographic SRS"; -1 "Undefined Cartesian SRS"), which is no CRS: its
+// coordinates are the raster's pixels, as for a shapefile without a .prj,
+// even beside a raster with a CRS (it was refused as geographic, exit 3).
+func TestGeoPackageWithoutCRS(t *testing.T) {
+	if !gdal.Available {
+		t.Skip("built with -tags nogdal: no vector reads")
+	}
+	dir := t.TempDir()
+	ras, err := os.ReadFile(filepath.Join("testdata", "readfile", "merc.tif")) // a raster with a CRS
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "merc.tif"), ras, 0o644)
+	src := filepath.Join(dir, "b.csv")
+	os.WriteFile(src, []byte("WKT,image_path,label\n\"POLYGON ((1 2, 30 2, 30 40, 1 40, 1 2))\",merc.tif,Tree\n\"POLYGON ((5 6, 9 6, 9 8, 5 8, 5 6))\",merc.tif,Tree\n"), 0o644)
+	for _, srs := range []string{"0", "-1"} {
+		dst := filepath.Join(dir, "srs"+srs+".gpkg")
+		if out, err := exec.Command("ogr2ogr", "-q", "-f", "GPKG", dst, src, "-oo", "GEOM_POSSIBLE_NAMES=WKT", "-oo", "KEEP_GEOM_COLUMNS=NO", "-nln", "b").CombinedOutput(); err != nil {
+			t.Fatalf("ogr2ogr: %v\n%s", err, out)
+		}
+		if srs != "0" {
+			for _, q := range []string{"UPDATE gpkg_geometry_columns SET srs_id = " + srs, "UPDATE gpkg_contents SET srs_id = " + srs} {
+				if out, err := exec.Command("ogrinfo", "-q", dst, "-sql", q).CombinedOutput(); err != nil {
+					t.Fatalf("ogrinfo %s: %v\n%s", q, err, out)
+				}
+			}
+		}
+		v, err := gdal.ReadVector(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.CRS != "" || v.UndefinedCRS == "" {
+			t.Fatalf("srs_id %s: CRS %q, placeholder %q", srs, v.CRSName, v.UndefinedCRS)
+		}
+		rows, vt, err := vectorTruthRows(t, dst, "")
+		if err != nil {
+			t.Fatalf("srs_id %s: %v", srs, err)
+		}
+		if len(rows) != 2 || rows[0].Box.Xmin != 1 || rows[0].Box.Ymin != 2 || rows[0].Box.Xmax != 30 || rows[0].Box.Ymax != 40 || rows[1].Box.Xmax != 9 {
+			t.Errorf("srs_id %s: rows %+v, want the file's coordinates as pixels", srs, rows)
+		}
+		if !strings.Contains(vt.Frame, "pixels: the file has no CRS") || !strings.Contains(vt.Frame, v.UndefinedCRS) || vt.CRS != "" {
+			t.Errorf("srs_id %s: frame %q, CRS %q", srs, vt.Frame, vt.CRS)
+		}
+	}
+}

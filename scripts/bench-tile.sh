@@ -26,18 +26,8 @@ $GO build -o bin/canopy .
 raster() { # SIZE -> path of the tiled, deflated GeoTIFF
 	local n=$1 f="$W/forest-$1.tif"
 	if [ ! -f "$f" ]; then
-		local vrt="$W/forest-$n.vrt" k=$(((n + 1999) / 2000))
-		{
-			echo "<VRTDataset rasterXSize=\"$n\" rasterYSize=\"$n\">"
-			for b in 1 2 3; do
-				echo "<VRTRasterBand dataType=\"Byte\" band=\"$b\">"
-				for ((i = 0; i < k; i++)); do for ((j = 0; j < k; j++)); do
-					echo "<SimpleSource><SourceFilename relativeToVRT=\"1\">src/img_0000.png</SourceFilename><SourceBand>$b</SourceBand><SrcRect xOff=\"0\" yOff=\"0\" xSize=\"2000\" ySize=\"2000\"/><DstRect xOff=\"$((i * 2000))\" yOff=\"$((j * 2000))\" xSize=\"2000\" ySize=\"2000\"/></SimpleSource>"
-				done; done
-				echo "</VRTRasterBand>"
-			done
-			echo "</VRTDataset>"
-		} >"$vrt"
+		local vrt="$W/forest-$n.vrt"
+		scripts/forest-vrt.sh "$n" >"$vrt"
 		gdal_translate -q -co TILED=YES -co COMPRESS=DEFLATE -co BIGTIFF=IF_SAFER "$vrt" "$f"
 	fi
 	echo "$f"

@@ -12,7 +12,9 @@ set -euo pipefail
 need=()
 extra_ok() { dpkg -s "$1" >/dev/null 2>&1; }
 command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
-pkg-config --exists "${CANOPY_MPI_PKG:-mpi}" 2>/dev/null || need+=(libopenmpi-dev)
+# MPI's headers and library: its pkg-config module, or an MPI compiler
+# wrapper (the Makefile then builds with -tags mpicc).
+pkg-config --exists "${CANOPY_MPI_PKG:-mpi}" 2>/dev/null || command -v "${MPICC:-mpicc}" >/dev/null 2>&1 || need+=(libopenmpi-dev)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 # OpenBLAS: the SGEMM under the CPU RetinaNet (infer/gemm; -tags noblas does without).

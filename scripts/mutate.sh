@@ -11,6 +11,12 @@
 #                                    mutation and only the tests that exercise
 #                                    the file run (GOFLAGS=-run=...), since the
 #                                    package's full suite takes minutes
+#   tile torchfile config            infer/tile, infer/torchfile,
+#                                    internal/config: the whole package
+#   dataset                          internal/dataset's voc.go (VOC, WKT)
+#                                    and coco.go (COCO, its polygons)
+#   gdalvec                          infer/gdal's vector reader (vector.go,
+#                                    vecread.go, readfile.go)
 #
 # Each target writes bin/mutate/<target>.txt (gremlins' report) and
 # bin/mutate/<target>.json; docs/testing.md records the scores and the reason
@@ -26,17 +32,21 @@ COEF=${MUTATE_TIMEOUT_COEF:-10}
 out=bin/mutate
 mkdir -p "$out"
 
-# retinanet TARGET FILES RUN: mutate only FILES (space-separated base names)
-# of infer/retinanet, running only the tests matching RUN.
-retinanet() {
-	local name=$1 keep=" $2 " run=$3 ex=() f b
-	for f in infer/retinanet/*.go; do
+# files TARGET DIR FILES RUN: mutate only FILES (space-separated base
+# names) of the package in DIR, running only the tests matching RUN (all
+# when empty).
+files() {
+	local name=$1 dir=$2 keep=" $3 " run=$4 ex=() f b
+	for f in "$dir"/*.go; do
 		b=$(basename "$f")
 		case $b in *_test.go) continue ;; esac
 		if [[ $keep != *" $b "* ]]; then ex+=(-E "(^|/)${b%.go}\\.go\$"); fi
 	done
-	unleash "$name" "$run" ./infer/retinanet "${ex[@]}"
+	unleash "$name" "$run" "./$dir" "${ex[@]}"
 }
+
+# retinanet TARGET FILES RUN: files of infer/retinanet.
+retinanet() { files "$1" infer/retinanet "$2" "$3"; }
 
 unleash() {
 	local name=$1 run=$2 pkg=$3
@@ -47,10 +57,13 @@ unleash() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(wire plan parts metrics nms anchors transform loss post)
+[ ${#targets[@]} -gt 0 ] || targets=(wire plan parts metrics nms anchors transform loss post tile torchfile config dataset gdalvec)
 for t in "${targets[@]}"; do
 	case $t in
-	wire | plan | parts) unleash "$t" "" "./internal/$t" ;;
+	wire | plan | parts | config) unleash "$t" "" "./internal/$t" ;;
+	tile | torchfile) unleash "$t" "" "./infer/$t" ;;
+	dataset) files dataset internal/dataset "voc.go coco.go" "" ;;
+	gdalvec) files gdalvec infer/gdal "vector.go vecread.go readfile.go" "" ;;
 	metrics) unleash metrics "" ./metrics ;;
 	nms) retinanet nms "nms.go torchsort.go" '^(TestNMSTies|TestBatchedNMSTies|TestTorchSortDesc)$' ;;
 	anchors) retinanet anchors "anchors.go" '^(TestGoldenDemoModel|TestGoldenDemoOnSample|TestLossThreads|TestTargets)$' ;;

@@ -22,6 +22,14 @@ import (
 // HaveCUDA reports whether this build has the cuda backend.
 const HaveCUDA = true
 
+// Build describes this build for doctor and version.
+func Build() string {
+	return "cuda engine (kernels: compute_80 PTX + sm_90, embedded; needs libcuda.so.1 only)"
+}
+
+// NoGPU is "": the engine starts only with a usable GPU (gpucheck).
+func NoGPU() string { return "" }
+
 // Count is the number of CUDA devices this process sees (after
 // CUDA_VISIBLE_DEVICES).
 func Count() (int, error) { return cu.NumDevices() }

@@ -31,6 +31,12 @@ package gdal
 import (
 	"errors"
 	"fmt"
+
+	"github.com/canopy-hpc/canopy/box"
+	"math"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // ErrRaster marks a raster canopy cannot read: missing, not a raster,
@@ -57,6 +63,44 @@ type Info struct {
 	// whether the raster has one (else it is the identity GDAL reports).
 	GeoTransform [6]float64
 	HasTransform bool
+	// NoData holds bands 1–3's nodata values as GDAL reports them
+	// (GDALGetRasterNoDataValue); HasNoData says which bands have one.
+	NoData    [3]float64
+	HasNoData [3]bool
+	// Alpha says that a window has an alpha plane (ReadSamples): band 4
+	// is alpha, or band 1's mask is per dataset (GMF_PER_DATASET: an
+	// alpha band or a TIFF mask, whose 0 is "no data").
+	Alpha bool
+	// BlockW and BlockH are the size of the raster's blocks (a TIFF's
+	// TileWidth and TileLength, or its width and RowsPerStrip), as its
+	// header states them: GDAL allocates a whole block to read any pixel
+	// of it.
+	BlockW, BlockH int
+}
+
+// checkBlock refuses a raster whose block (all its bands' samples, as a
+// pixel-interleaved TIFF stores them) is larger than budget, GDAL's block
+// cache: a header that lies about its tile size (TileWidth 32768 in a
+// small file) would otherwise make GDAL allocate gigabytes to read one
+// pixel. It is checked from the header, before any block is read.
+func (in Info) checkBlock(path string, budget int64) error {
+	if in.BlockW < 1 || in.BlockH < 1 {
+		return fmt.Errorf("gdal: %s: blocks of %dx%d pixels: %w", path, in.BlockW, in.BlockH, ErrRaster)
+	}
+	need := int64(in.BlockW) * int64(in.BlockH) * int64(in.Bands) * int64(max(in.Bits, 8)/8)
+	if need > budget {
+		return fmt.Errorf("gdal: %s: its blocks are %dx%d pixels (%d bands of %d bits: %s each, read whole to read any pixel), more than GDAL's block cache of %s (--gdal-cache): a header whose tile or strip size is wrong, or a raster stored in blocks too large to read by windows (rewrite it tiled: gdal_translate -co TILED=YES): %w",
+			path, in.BlockW, in.BlockH, in.Bands, in.Bits, byteSize(need), byteSize(budget), ErrRaster)
+	}
+	return nil
+}
+
+// byteSize is n bytes for a message: MiB or GiB with two decimals.
+func byteSize(n int64) string {
+	if n >= 1<<30 {
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
 }
 
 // check applies the band and sample rules to what GDAL reported.
@@ -70,6 +114,30 @@ func (in Info) check(path string, alpha string) error {
 	if in.Bits != 8 && in.Bits != 16 {
 		return fmt.Errorf("gdal: %s has samples of type %s: canopy reads 8-bit (Byte) or 16-bit (UInt16): %w", path, alpha, ErrRaster)
 	}
+	if in.HasTransform {
+		if err := checkTransform(in.GeoTransform, in.Width, in.Height); err != nil {
+			return fmt.Errorf("gdal: %s: %w: %w", path, err, ErrRaster)
+		}
+	}
+	return nil
+}
+
+// checkTransform refuses a geotransform that is not finite, or that maps
+// a pixel of a w×h raster (BoxRing's pixel centres, from 0.5 to w+0.5 and
+// h+0.5: the extremes are the corners, the map being affine) outside the
+// float64 range: its boxes could not be written or reported.
+func checkTransform(gt [6]float64, w, h int) error {
+	for _, v := range gt {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("its geotransform %v is not finite (a .aux.xml or a tag holding NaN or Inf)", gt)
+		}
+	}
+	for _, c := range [][2]float64{{0, 0}, {float64(w), 0}, {0, float64(h)}, {float64(w), float64(h)}} {
+		r := BoxRing(gt, c[0], c[1], c[0], c[1])
+		if x, y := r[0][0], r[0][1]; math.IsInf(x, 0) || math.IsInf(y, 0) || math.IsNaN(x) || math.IsNaN(y) {
+			return fmt.Errorf("its geotransform %v maps pixel (%g, %g) outside the float64 range", gt, c[0], c[1])
+		}
+	}
 	return nil
 }
 
@@ -78,6 +146,30 @@ func (in Info) check(path string, alpha string) error {
 type RGB8 struct {
 	W, H int
 	Pix  []uint8
+}
+
+// Samples is a window as stored: bands 1–3 as planes (R, G, B, W·H
+// samples each, rows top first) in Pix8 (8-bit rasters) or Pix16 (16-bit
+// ones), and, when the raster has one (Info.Alpha), its alpha or mask
+// plane as bytes (a 16-bit alpha saturates at 255; 0 stays 0).
+type Samples struct {
+	W, H  int
+	Pix8  []uint8
+	Pix16 []uint16
+	Alpha []uint8
+}
+
+// RGB8 is the window as Read gives it: 8-bit samples as they are, 16-bit
+// samples' high byte (v>>8).
+func (s Samples) RGB8() RGB8 {
+	if s.Pix16 == nil {
+		return RGB8{W: s.W, H: s.H, Pix: s.Pix8}
+	}
+	out := RGB8{W: s.W, H: s.H, Pix: make([]uint8, len(s.Pix16))}
+	for i, v := range s.Pix16 {
+		out.Pix[i] = uint8(v >> 8)
+	}
+	return out
 }
 
 // Feature is one box of predictions.gpkg: its polygon in the raster's CRS
@@ -110,4 +202,76 @@ func BoxRing(gt [6]float64, xmin, ymin, xmax, ymax float64) [5][2]float64 {
 	left, bottom := at(xmin, ymin)
 	right, top := at(xmax, ymax)
 	return [5][2]float64{{right, bottom}, {right, top}, {left, top}, {left, bottom}, {right, bottom}}
+}
+
+// BoxFeature is a box of a georeferenced raster as predictions.gpkg and
+// the GeoParquet files hold it: its polygon (BoxRing) and, as
+// image_to_geo_coordinates sets them, the polygon's bounds as the xmin,
+// ymin, xmax and ymax columns.
+func BoxFeature(gt [6]float64, b box.Box, imagePath, label string, score float64) Feature {
+	ring := BoxRing(gt, b.Xmin, b.Ymin, b.Xmax, b.Ymax)
+	f := Feature{Ring: ring, ImagePath: imagePath, Label: label, Score: score,
+		Xmin: ring[0][0], Ymin: ring[0][1], Xmax: ring[0][0], Ymax: ring[0][1]}
+	for _, p := range ring {
+		f.Xmin, f.Xmax = min(f.Xmin, p[0]), max(f.Xmax, p[0])
+		f.Ymin, f.Ymax = min(f.Ymin, p[1]), max(f.Ymax, p[1])
+	}
+	return f
+}
+
+// gpkgRefusedFirst are the characters GDAL's GeoPackage driver refuses at
+// the start of a layer name ("may not contain special characters").
+const gpkgRefusedFirst = "`~!@#$%^&*()+-={}|[]\\:\";'<>?,./"
+
+// LayerNames gives each raster's image_path a GeoPackage layer name that
+// GDAL accepts and that is unique in the file, whatever the paths: a path
+// that is a valid name keeps it (the first of those that differ only in
+// case; SQLite's table names ignore case); otherwise the name is the path
+// with its control characters as '_', its leading characters that GDAL
+// refuses dropped ("./x.tif" → "x.tif"), "layer_" before a reserved
+// prefix (gpkg, sqlite_, and rtree_, GDAL's spatial index tables), and
+// "_2", "_3", … after it until it is unique. The same paths in the same
+// order always give the same names.
+func LayerNames(paths []string) []string {
+	names := make([]string, len(paths))
+	taken := map[string]bool{}
+	fold := strings.ToLower
+	for i, p := range paths {
+		if n := layerBase(p); n == p && !taken[fold(n)] {
+			names[i], taken[fold(n)] = n, true
+		}
+	}
+	for i, p := range paths {
+		if names[i] != "" {
+			continue
+		}
+		base := layerBase(p)
+		n := base
+		for k := 2; taken[fold(n)]; k++ {
+			n = fmt.Sprintf("%s_%d", base, k)
+		}
+		names[i], taken[fold(n)] = n, true
+	}
+	return names
+}
+
+// layerBase is p made a valid layer name (uniqueness aside).
+func layerBase(p string) string {
+	n := strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return '_'
+		}
+		return r
+	}, strings.ToValidUTF8(p, "\uFFFD"))
+	n = strings.TrimLeft(n, gpkgRefusedFirst)
+	if n == "" {
+		return "raster"
+	}
+	l := strings.ToLower(n)
+	for _, reserved := range []string{"gpkg", "sqlite_", "rtree_"} {
+		if strings.HasPrefix(l, reserved) {
+			return "layer_" + n
+		}
+	}
+	return n
 }

@@ -3,7 +3,9 @@
 package gdal
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
@@ -11,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/imagefile"
@@ -234,5 +238,100 @@ func TestGeoreferencing(t *testing.T) {
 	r.Close()
 	if in.CRS != "" || in.HasTransform {
 		t.Fatalf("plain png: %+v", in)
+	}
+}
+
+// patchTIFFTag sets a SHORT or LONG tag of a little-endian classic TIFF's
+// first IFD to v, in place (the header only: the file's data is left as it
+// was, so the header then lies).
+func patchTIFFTag(t *testing.T, path string, tag uint16, v uint32) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	le := binary.LittleEndian
+	if string(b[:4]) != "II*\x00" {
+		t.Fatalf("%s: not a little-endian classic TIFF", path)
+	}
+	ifd := int(le.Uint32(b[4:]))
+	n := int(le.Uint16(b[ifd:]))
+	for i := range n {
+		e := b[ifd+2+12*i:]
+		if le.Uint16(e) != tag {
+			continue
+		}
+		switch le.Uint16(e[2:]) {
+		case 3: // SHORT
+			le.PutUint16(e[8:], uint16(v))
+		case 4: // LONG
+			le.PutUint32(e[8:], v)
+		default:
+			t.Fatalf("tag %d has type %d", tag, le.Uint16(e[2:]))
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("%s: no tag %d", path, tag)
+}
+
+// TestBlockSizeChecked (issue 35, item 7): a small tiled GeoTIFF whose
+// header says its tiles are 32768 or 65535 pixels square is refused at
+// Open from the header, naming the file, the block size and the cache,
+// before GDAL reads a block (it allocated 4.27 GB, and 12.9 GB at 65535,
+// to read the first pixel); the same file with its true tile size opens,
+// and a true block larger than the block cache is refused the same way.
+func TestBlockSizeChecked(t *testing.T) {
+	SetCacheMax(DefaultCacheMax) // other tests lower it
+	defer SetCacheMax(DefaultCacheMax)
+	dir := t.TempDir()
+	src := writePNG(t, dir, "src.png", 300, 200, false, false)
+	good := translate(t, src, filepath.Join(dir, "good.tif"), "-of", "GTiff", "-co", "TILED=YES", "-co", "BLOCKXSIZE=128", "-co", "BLOCKYSIZE=128", "-co", "COMPRESS=DEFLATE")
+	r, err := Open(good)
+	if err != nil {
+		t.Fatalf("true tile size: %v", err)
+	}
+	if in := r.Info(); in.BlockW != 128 || in.BlockH != 128 {
+		t.Errorf("blocks %dx%d, want 128x128", in.BlockW, in.BlockH)
+	}
+	r.Close()
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, side := range []uint32{32768, 65535} {
+		p := filepath.Join(dir, fmt.Sprintf("lie%d.tif", side))
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		patchTIFFTag(t, p, 322, side) // TileWidth
+		patchTIFFTag(t, p, 323, side) // TileLength
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		r, err := Open(p)
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			r.Close()
+			t.Fatalf("tiles of %d: opened", side)
+		}
+		want := fmt.Sprintf("its blocks are %dx%d pixels", side, side)
+		if !errors.Is(err, ErrRaster) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "block cache of 256.00 MiB") {
+			t.Errorf("tiles of %d: %v, want an ErrRaster naming the file with %q", side, err, want)
+		}
+		if grew := after.HeapSys - before.HeapSys; grew > 64<<20 {
+			t.Errorf("tiles of %d: the Go heap grew by %d bytes", side, grew)
+		}
+	}
+	SetCacheMax(1 << 20) // 1 MiB: a true 1024x1024 RGB block (3 MiB) is too large
+	big := translate(t, src, filepath.Join(dir, "big.tif"), "-of", "GTiff", "-co", "TILED=YES", "-co", "BLOCKXSIZE=1024", "-co", "BLOCKYSIZE=1024")
+	if _, err := Open(big); err == nil || !strings.Contains(err.Error(), "its blocks are 1024x1024 pixels (3 bands of 8 bits: 3.00 MiB each") || !strings.Contains(err.Error(), "block cache of 1.00 MiB") {
+		t.Errorf("a true block over the cache: %v", err)
+	}
+	if r, err := Open(good); err != nil { // 128x128x3 = 48 KiB
+		t.Errorf("a small block under a 1 MiB cache: %v", err)
+	} else {
+		r.Close()
 	}
 }

@@ -20,6 +20,17 @@ func (r *Raster) Info() Info { return Info{} }
 // Read is never reached without GDAL.
 func (r *Raster) Read(x, y, w, h int) (RGB8, error) { return RGB8{}, ErrUnavailable }
 
+// ReadSamples is never reached without GDAL.
+func (r *Raster) ReadSamples(x, y, w, h int) (Samples, error) { return Samples{}, ErrUnavailable }
+
+// PROJJSON fails: this build has no GDAL ("" gives nil, as with GDAL).
+func PROJJSON(crsWKT string) ([]byte, error) {
+	if crsWKT == "" {
+		return nil, nil
+	}
+	return nil, ErrUnavailable
+}
+
 // Close does nothing.
 func (r *Raster) Close() error { return nil }
 

@@ -51,6 +51,10 @@ type Vector struct {
 	// whether it is a geographic (degree) CRS.
 	CRS, CRSName string
 	Geographic   bool
+	// UndefinedCRS names the GeoPackage placeholder read as no CRS
+	// ("Undefined geographic SRS": srs_id 0, what GDAL writes for a layer
+	// without one), "" else; CRS is then "".
+	UndefinedCRS string
 	// LabelField and ImagePathField: the layer has a column of that name;
 	// LabelType is the label column's OGR type ("String", "Integer",
 	// "Integer64", "Real", ...).

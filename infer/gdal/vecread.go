@@ -5,6 +5,7 @@ package gdal
 /*
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <gdal.h>
 #include <ogr_api.h>
 #include <ogr_srs_api.h>
@@ -27,11 +28,21 @@ static int canopy_failed(void) { return CPLGetLastErrorType() >= CE_Failure; }
 
 // canopy_crs: the layer's CRS as WKT (CPLFree it), its authority name and
 // code when GDAL identifies it (auth, code: "" else), geographic or not.
-static char *canopy_crs(OGRLayerH l, char *auth, int n, int *geographic) {
+// The GeoPackage placeholders for "no CRS" (srs_id 0 "Undefined geographic
+// SRS", GDAL's default; -1 "Undefined Cartesian SRS"; GDAL's 99999
+// "Undefined SRS") are no CRS: NULL, their name in undef.
+static char *canopy_crs(OGRLayerH l, char *auth, int n, int *geographic, char *undef, int un) {
 	OGRSpatialReferenceH s = OGR_L_GetSpatialRef(l);
 	auth[0] = 0;
+	undef[0] = 0;
 	*geographic = 0;
 	if (!s) return NULL;
+	const char *name = OSRGetName(s);
+	if (name && !OSRGetAuthorityName(s, NULL) &&
+		(!strcmp(name, "Undefined geographic SRS") || !strcmp(name, "Undefined Cartesian SRS") || !strcmp(name, "Undefined SRS"))) {
+		snprintf(undef, un, "%s", name);
+		return NULL;
+	}
 	char *wkt = NULL;
 	const char *opts[] = {"FORMAT=WKT2_2019", NULL};
 	if (OSRExportToWktEx(s, &wkt, opts) != OGRERR_NONE) { CPLFree(wkt); return NULL; }
@@ -176,13 +187,13 @@ func ReadVector(path string) (*Vector, error) {
 		}
 	}
 	l := C.GDALDatasetGetLayer(h, 0)
-	var auth [128]C.char
+	var auth, undef [128]C.char
 	var geographic C.int
-	if wkt := C.canopy_crs(l, &auth[0], 128, &geographic); wkt != nil {
+	if wkt := C.canopy_crs(l, &auth[0], 128, &geographic, &undef[0], 128); wkt != nil {
 		v.CRS = C.GoString(wkt)
 		C.CPLFree(unsafe.Pointer(wkt))
 	}
-	v.CRSName, v.Geographic = C.GoString(&auth[0]), geographic != 0
+	v.CRSName, v.Geographic, v.UndefinedCRS = C.GoString(&auth[0]), geographic != 0, C.GoString(&undef[0])
 	defn := C.OGR_L_GetLayerDefn(l)
 	label, image := fieldIndex(defn, "label"), fieldIndex(defn, "image_path")
 	v.LabelField, v.ImagePathField = label >= 0, image >= 0

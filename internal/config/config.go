@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"regexp"
 	"sort"
@@ -184,6 +185,33 @@ var overrideKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z
 // override (its key a dotted identifier).
 func IsOverride(arg string) bool { return overrideKey.MatchString(arg) }
 
+// MalformedOverride is the error for a command-line argument that is not
+// an override (IsOverride is false) but was meant as one, naming the
+// nearest known key; nil for an argument that is something else (a file).
+// Meant as one: a "=" whose left side is no path (=0.3, score-thresh=0.3,
+// scöre_thresh=0.3, Hydra's +key=, ++key= and ~key=), or, when no file of
+// that name exists (isFile false), a bare known key (score_thresh).
+func MalformedOverride(arg string, isFile bool) error {
+	key, _, hasEq := strings.Cut(arg, "=")
+	if !hasEq {
+		k := strings.TrimLeft(arg, "+~")
+		if _, known := schema[k]; isFile || !(known || sections[k]) {
+			return nil
+		}
+		return fmt.Errorf("config: argument %q is a key without a value: give %s=VALUE: %w", arg, k, ErrConfig)
+	}
+	if strings.ContainsAny(key, `/\`) {
+		return nil // a path holding "="
+	}
+	if strings.TrimSpace(key) == "" {
+		return fmt.Errorf("config: override %q has no key: want key=value (such as score_thresh=0.3): %w", arg, ErrConfig)
+	}
+	if strings.HasPrefix(key, "+") || strings.HasPrefix(key, "~") {
+		return fmt.Errorf("config: override %q: Hydra's +key, ++key and ~key forms are not read; give %s=… (a key of DeepForest's schema): %w", arg, nearest(strings.TrimLeft(key, "+~")), ErrConfig)
+	}
+	return fmt.Errorf("config: override %q: key %q is not a dotted name of ASCII letters, digits and _ (did you mean %s?): %w", arg, key, nearest(strings.ReplaceAll(key, "-", "_")), ErrConfig)
+}
+
 // MaxFile is the largest config file read (DeepForest's is 4 kB).
 const MaxFile = 1 << 20
 
@@ -200,10 +228,21 @@ func Load(name string, data []byte, overrides []string, command string) (*Config
 		}
 		var doc yaml.Node
 		dec := yaml.NewDecoder(bytes.NewReader(data))
-		if err := dec.Decode(&doc); err != nil && err.Error() != "EOF" {
+		if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("config: %s: %v: %w", name, err, ErrConfig)
 		}
-		if len(doc.Content) > 0 {
+		// OmegaConf.load reads one document (PyYAML's yaml.load): a
+		// second one, even empty ("---" at the end), is an error there
+		// ("expected a single document in the stream"), never ignored.
+		var next yaml.Node
+		if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+			line := next.Line
+			if err != nil {
+				return nil, fmt.Errorf("config: %s: a second YAML document that does not parse (%v); OmegaConf reads a file of one document: %w", name, err, ErrConfig)
+			}
+			return nil, fmt.Errorf("config: %s:%d: a second YAML document (after ---); OmegaConf refuses a file of more than one (expected a single document in the stream): %w", name, line, ErrConfig)
+		}
+		if len(doc.Content) > 0 && !isNull(doc.Content[0]) { // "---" alone: no keys, as OmegaConf
 			root := doc.Content[0]
 			if root.Kind != yaml.MappingNode {
 				return nil, fmt.Errorf("config: %s: the document is not a mapping of keys: %w", name, ErrConfig)
@@ -217,9 +256,12 @@ func Load(name string, data []byte, overrides []string, command string) (*Config
 		}
 	}
 	for _, o := range overrides {
-		k, v, ok := strings.Cut(o, "=")
-		if !ok || !IsOverride(o) {
-			return nil, fmt.Errorf("config: override %q: want key=value (such as validation.iou_threshold=0.5); Hydra's +key, ++key and ~key forms are not read: %w", o, ErrConfig)
+		k, v, _ := strings.Cut(o, "=")
+		if !IsOverride(o) {
+			if err := MalformedOverride(o, false); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("config: override %q: want key=value (such as validation.iou_threshold=0.5): %w", o, ErrConfig)
 		}
 		if sections[k] {
 			return nil, fmt.Errorf("config: override %q: %s is a section; give one of its keys (%s.…): %w", o, k, k, ErrConfig)
@@ -446,13 +488,19 @@ func describe(n *yaml.Node) string {
 
 // unknown is the error for a key the schema lacks, naming the nearest.
 func unknown(at, key string) error {
+	return fmt.Errorf("config: %s: unknown key %s (did you mean %s?): %w", at, key, nearest(key), ErrConfig)
+}
+
+// nearest is the schema key nearest to key (Levenshtein; ties: the first
+// in sorted order).
+func nearest(key string) string {
 	best, bd := "", math.MaxInt
 	for k := range schema {
 		if d := distance(key, k); d < bd || (d == bd && k < best) {
 			best, bd = k, d
 		}
 	}
-	return fmt.Errorf("config: %s: unknown key %s (did you mean %s?): %w", at, key, best, ErrConfig)
+	return best
 }
 
 // distance is the Levenshtein distance of two keys.

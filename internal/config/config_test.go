@@ -104,7 +104,11 @@ func TestErrors(t *testing.T) {
 		{"defaults:\n  - bird\n", nil, []string{"c.yaml:1", "defaults list"}},
 		{"a: [\n", nil, []string{"c.yaml"}},
 		{"", []string{"validation.iou_treshold=0.5"}, []string{"override validation.iou_treshold=0.5", "did you mean validation.iou_threshold"}},
-		{"", []string{"+score_thresh=0.5"}, []string{"want key=value"}},
+		{"", []string{"+score_thresh=0.5"}, []string{"+key", "give score_thresh="}},
+		{"score_thresh: 0.3\n---\nscore_thresh: 0.5\n", nil, []string{"c.yaml:2", "a second YAML document", "single document"}},
+		{"score_thresh: 0.3\n---\n", nil, []string{"c.yaml:2", "a second YAML document"}},
+		{"score_thresh: 0.3\n...\n---\nx: 1\n", nil, []string{"c.yaml:3", "a second YAML document"}},
+		{"score_thresh: 0.3\n---\n: [\n", nil, []string{"a second YAML document that does not parse"}},
 		{"", []string{"validation=3"}, []string{"is a section"}},
 		{"", []string{"batch_size=two"}, []string{"batch_size is \"two\" (str), want an integer"}},
 		{"", []string{"score_thresh=nan"}, []string{"want a finite number"}},
@@ -118,6 +122,57 @@ func TestErrors(t *testing.T) {
 				t.Errorf("%q %v: error %q lacks %q", c.yaml, c.overrides, err, w)
 			}
 		}
+	}
+}
+
+// TestOneDocument: a single document, with or without its "---" or "..."
+// markers, reads as OmegaConf.load reads it (a second one is refused in
+// TestErrors); "---" alone is an empty config, as OmegaConf's {}.
+func TestOneDocument(t *testing.T) {
+	for _, y := range []string{"---\nscore_thresh: 0.3\n", "score_thresh: 0.3\n...\n", "score_thresh: 0.3\n"} {
+		c, err := Load("c.yaml", []byte(y), nil, "eval")
+		if err != nil || c.ScoreThresh != (Float{0.3, File}) {
+			t.Errorf("%q: %+v %v", y, c, err)
+		}
+	}
+	for _, y := range []string{"---\n", ""} {
+		c, err := Load("c.yaml", []byte(y), nil, "eval")
+		if err != nil || c.ScoreThresh.Src != "" {
+			t.Errorf("%q: %+v %v", y, c, err)
+		}
+	}
+}
+
+// TestMalformedOverride: an argument meant as an override but not one
+// names the nearest key; paths and other arguments are left alone.
+func TestMalformedOverride(t *testing.T) {
+	for arg, want := range map[string]string{
+		"scöre_thresh=0.3":             "did you mean score_thresh?",
+		"score-thresh=0.3":             "did you mean score_thresh?",
+		"validation.iou-threshold=0.3": "did you mean validation.iou_threshold?",
+		"+score_thresh=0.3":            "give score_thresh=",
+		"++score_thresh=0.3":           "give score_thresh=",
+		"~nms_thresh=0.3":              "give nms_thresh=",
+		"=0.3":                         "has no key",
+		" =0.3":                        "has no key",
+		"score_thresh":                 "a key without a value: give score_thresh=VALUE",
+		"validation":                   "give validation=VALUE",
+	} {
+		err := MalformedOverride(arg, false)
+		if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an ErrConfig with %q", arg, err, want)
+		}
+		if IsOverride(arg) {
+			t.Errorf("%q is an override", arg)
+		}
+	}
+	for _, arg := range []string{"truth.csv", "dir/a=b.csv", `dir\a=b.csv`, "score_thresh.csv", "scor_thresh"} {
+		if err := MalformedOverride(arg, false); err != nil {
+			t.Errorf("%q: %v", arg, err)
+		}
+	}
+	if err := MalformedOverride("score_thresh", true); err != nil {
+		t.Errorf("an existing file named score_thresh: %v", err)
 	}
 }
 

@@ -85,7 +85,11 @@ func TestVOCErrors(t *testing.T) {
 		obj("<name>T</name><bndbox><xmin>x</xmin><ymin>1</ymin><xmax>5</xmax><ymax>5</ymax></bndbox>"):   "not a number",
 		obj("<name>T</name><bndbox><xmin>nan</xmin><ymin>1</ymin><xmax>5</xmax><ymax>5</ymax></bndbox>"): "not a number",
 		obj("<name>T</name><bndbox><xmin>9</xmin><ymin>1</ymin><xmax>5</xmax><ymax>5</ymax></bndbox>"):   "max < min",
-		"<annotation": "not a Pascal VOC annotation",
+		"<annotation":                            "not a Pascal VOC annotation",
+		obj("<name>T</name>" + bb + bb):          "object 1 has 2 <bndbox> elements",
+		obj("<name>T</name><name>U</name>" + bb): "object 1 has 2 <name> elements",
+		obj("<name>T</name><bndbox><xmin>1</xmin><xmin>2</xmin><ymin>1</ymin><xmax>5</xmax><ymax>5</ymax></bndbox>"):             "<bndbox> has 2 <xmin> elements",
+		"<annotation><filename>a.png</filename><filename>b.png</filename><object><name>T</name>" + bb + "</object></annotation>": "has 2 <filename> elements",
 	} {
 		_, err := ParseVOC("v.xml", []byte(doc))
 		if err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "v.xml") {
@@ -95,8 +99,10 @@ func TestVOCErrors(t *testing.T) {
 	for cell, want := range map[string]string{
 		"POINT (1 2)":                        "not POINT",
 		"POLYGON EMPTY":                      "empty or malformed",
-		"POLYGON ((0 0, 1 0, 1 1))":          "at least 4 points",
-		"POLYGON ((0 0, 1 0, 1 1, 0 0)":      "balanced",
+		"POLYGON ((0 0, 1 0, 1 1))":          "ring 1 is not closed",
+		"POLYGON ((0 0, 0 0))":               "at least 3",
+		"POLYGON ((0 0, 1 0, 1 1, 0 0)":      "unbalanced",
+		"POLYGON ((0 0, 1 0, 1 1, 0 0)) x":   "text after",
 		"POLYGON ((0 0, 1 x, 1 1, 0 0))":     "not a number",
 		"POLYGON ((0 0 0, 1 0, 1 1, 0 0))":   "x y pair",
 		"POLYGON ((0 0, 1e999 0, 1 1, 0 0))": "finite",
@@ -110,6 +116,69 @@ func TestVOCErrors(t *testing.T) {
 	x0, y0, x1, y1, err := wktBounds("MULTIPOLYGON (((0 0, 2 0, 2 2, 0 0)), ((5 -1, 6 -1, 6 3, 5 -1)))")
 	if err != nil || x0 != 0 || y0 != -1 || x1 != 6 || y1 != 3 {
 		t.Errorf("multipolygon bounds %v %v %v %v %v", x0, y0, x1, y1, err)
+	}
+}
+
+// TestWKTAsShapely: every WKT cell of shapely_wkt.json (made by
+// tools/shapely/wkt_bounds.py from geopandas' from_wkt and shapely's
+// .bounds, as DeepForest's read_file takes a geometry) is refused where
+// shapely raises and gives shapely's bounds where it does not: an
+// unclosed ring is an error, a polygon's interior rings do not widen its
+// bounds. The forms canopy refuses although shapely reads them are listed
+// with their reason.
+func TestWKTAsShapely(t *testing.T) {
+	b, err := os.ReadFile("testdata/shapely_wkt.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx struct {
+		Cases []struct {
+			WKT    string `json:"wkt"`
+			Bounds []any  `json:"bounds"`
+			Error  string `json:"error"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(b, &fx); err != nil {
+		t.Fatal(err)
+	}
+	stricter := map[string]string{
+		"POLYGON EMPTY":         "empty or malformed", // shapely: NaN bounds
+		"POINT (1 2)":           "not POINT",          // a box needs a polygon
+		"LINESTRING (0 0, 1 1)": "not LINESTRING",     // likewise
+		"POLYGON ((0 0 5, 10 0 5, 10 10 5, 0 0 5))":       "x y pair",     // Z coordinates
+		"MULTIPOLYGON (((0 0, 10 0, 10 10, 0 0)), EMPTY)": "expected",     // an EMPTY member
+		"POLYGON ((0 0, 1e400 0, 1 1, 0 0))":              "not a finite", // shapely: an infinite bound
+		"POLYGON ((0 0, nan 0, 1 1, 0 0))":                "not a number", // shapely skips the NaN
+	}
+	seen := 0
+	for _, c := range fx.Cases {
+		x0, y0, x1, y1, err := wktBounds(c.WKT)
+		if want, ok := stricter[c.WKT]; ok {
+			seen++
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %v, want an error with %q (canopy is stricter than shapely here)", c.WKT, err, want)
+			}
+			continue
+		}
+		if c.Error != "" {
+			if err == nil {
+				t.Errorf("%s: bounds %v %v %v %v, shapely raises %s", c.WKT, x0, y0, x1, y1, c.Error)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v, shapely's bounds %v", c.WKT, err, c.Bounds)
+			continue
+		}
+		got := []any{x0, y0, x1, y1}
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(c.Bounds)
+		if string(g) != string(w) {
+			t.Errorf("%s: bounds %s, shapely %s", c.WKT, g, w)
+		}
+	}
+	if seen != len(stricter) || len(fx.Cases) < 30 {
+		t.Errorf("%d cases, %d of the %d stricter forms found", len(fx.Cases), seen, len(stricter))
 	}
 }
 

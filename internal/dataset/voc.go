@@ -25,18 +25,35 @@ const MaxVOCFile = 64 << 20
 
 type vocDoc struct {
 	XMLName  xml.Name    `xml:"annotation"`
-	Filename *string     `xml:"filename"`
+	Filename []string    `xml:"filename"`
 	Objects  []vocObject `xml:"object"`
 }
 
+// vocObject keeps every occurrence of a field: xmltodict turns a repeated
+// element into a list, on which DeepForest's read_pascal_voc fails (a
+// TypeError), so a repeated field is refused, never the last one taken.
 type vocObject struct {
-	Name   *string `xml:"name"`
-	BndBox *struct {
-		Xmin *string `xml:"xmin"`
-		Ymin *string `xml:"ymin"`
-		Xmax *string `xml:"xmax"`
-		Ymax *string `xml:"ymax"`
-	} `xml:"bndbox"`
+	Name   []string    `xml:"name"`
+	BndBox []vocBndBox `xml:"bndbox"`
+}
+
+type vocBndBox struct {
+	Xmin []string `xml:"xmin"`
+	Ymin []string `xml:"ymin"`
+	Xmax []string `xml:"xmax"`
+	Ymax []string `xml:"ymax"`
+}
+
+// vocOne is the one occurrence of a field: nil when absent, an error when
+// repeated.
+func vocOne(at, tag string, v []string) (*string, error) {
+	switch len(v) {
+	case 0:
+		return nil, nil
+	case 1:
+		return &v[0], nil
+	}
+	return nil, fmt.Errorf("dataset: %s has %d <%s> elements, want one (DeepForest's read_pascal_voc fails on a repeated element): %w", at, len(v), tag, ErrInput)
 }
 
 // ParseVOC reads one Pascal VOC annotation file (RectLabel's form, as
@@ -56,12 +73,16 @@ func ParseVOC(name string, data []byte) ([]Row, error) {
 	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("dataset: %s: not a Pascal VOC annotation: %v: %w", name, err, ErrInput)
 	}
-	if doc.Filename == nil || strings.TrimSpace(*doc.Filename) == "" {
+	filename, err := vocOne(name+": <annotation>", "filename", doc.Filename)
+	if err != nil {
+		return nil, err
+	}
+	if filename == nil || strings.TrimSpace(*filename) == "" {
 		return nil, fmt.Errorf("dataset: %s: <annotation> has no <filename>: %w", name, ErrInput)
 	}
-	img := path.Base(strings.ReplaceAll(strings.TrimSpace(*doc.Filename), `\`, "/"))
+	img := path.Base(strings.ReplaceAll(strings.TrimSpace(*filename), `\`, "/"))
 	if img == "/" || img == "." {
-		return nil, fmt.Errorf("dataset: %s: <filename> %q names no file: %w", name, *doc.Filename, ErrInput)
+		return nil, fmt.Errorf("dataset: %s: <filename> %q names no file: %w", name, *filename, ErrInput)
 	}
 	if len(doc.Objects) == 0 {
 		return nil, fmt.Errorf("dataset: %s: no <object> in <annotation> (DeepForest's read_pascal_voc fails on it too; leave the image out, or give it a 0,0,0,0 row in a CSV): %w", name, ErrInput)
@@ -69,27 +90,39 @@ func ParseVOC(name string, data []byte) ([]Row, error) {
 	rows := make([]Row, 0, len(doc.Objects))
 	for i, o := range doc.Objects {
 		at := fmt.Sprintf("%s: object %d", name, i+1)
-		if o.Name == nil || *o.Name == "" {
+		label, err := vocOne(at, "name", o.Name)
+		if err != nil {
+			return nil, err
+		}
+		if label == nil || *label == "" {
 			return nil, fmt.Errorf("dataset: %s has no <name>: %w", at, ErrInput)
 		}
-		if o.BndBox == nil {
+		if len(o.BndBox) == 0 {
 			return nil, fmt.Errorf("dataset: %s has no <bndbox>: %w", at, ErrInput)
 		}
+		if len(o.BndBox) > 1 {
+			return nil, fmt.Errorf("dataset: %s has %d <bndbox> elements, want one (DeepForest's read_pascal_voc fails on a repeated element): %w", at, len(o.BndBox), ErrInput)
+		}
+		bb := o.BndBox[0]
 		var v [4]float64
 		for k, f := range []struct {
 			tag string
-			s   *string
-		}{{"xmin", o.BndBox.Xmin}, {"ymin", o.BndBox.Ymin}, {"xmax", o.BndBox.Xmax}, {"ymax", o.BndBox.Ymax}} {
-			if f.s == nil {
+			s   []string
+		}{{"xmin", bb.Xmin}, {"ymin", bb.Ymin}, {"xmax", bb.Xmax}, {"ymax", bb.Ymax}} {
+			s, err := vocOne(at+": <bndbox>", f.tag, f.s)
+			if err != nil {
+				return nil, err
+			}
+			if s == nil {
 				return nil, fmt.Errorf("dataset: %s: <bndbox> has no <%s>: %w", at, f.tag, ErrInput)
 			}
-			x, err := roundWithFloats(*f.s)
+			x, err := roundWithFloats(*s)
 			if err != nil {
 				return nil, fmt.Errorf("dataset: %s: <%s>: %v: %w", at, f.tag, err, ErrInput)
 			}
 			v[k] = x
 		}
-		r := Row{Path: img, Label: *o.Name, Line: i + 1}
+		r := Row{Path: img, Label: *label, Line: i + 1}
 		r.Box.Xmin, r.Box.Ymin, r.Box.Xmax, r.Box.Ymax = v[0], v[1], v[2], v[3]
 		if r.Box.Xmax < r.Box.Xmin || r.Box.Ymax < r.Box.Ymin {
 			return nil, fmt.Errorf("dataset: %s: box %v,%v,%v,%v has max < min: %w", at, v[0], v[1], v[2], v[3], ErrInput)
@@ -208,63 +241,147 @@ func readFolderFile(p string) ([]byte, error) {
 
 func g(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
-// wktBounds is the bounds of a WKT POLYGON or MULTIPOLYGON (all rings'
-// coordinates), as shapely's .bounds gives them.
+// wktBounds is the bounds of a WKT POLYGON or MULTIPOLYGON as shapely's
+// .bounds gives them: the bounds of each polygon's shell (its first ring),
+// whatever its interior rings hold. Every ring must be closed (its last
+// point its first) and hold at least 3 points, as GEOS's WKT reader
+// demands (shapely 2.2.0, GEOS 3.14: tools/shapely/wkt_bounds.py); text
+// after the geometry is refused. canopy is stricter than shapely on three
+// forms only: non-finite coordinates, Z/M coordinates and EMPTY members.
 func wktBounds(s string) (xmin, ymin, xmax, ymax float64, err error) {
 	t := strings.TrimSpace(s)
 	up := strings.ToUpper(t)
-	var body string
+	multi := false
 	switch {
 	case strings.HasPrefix(up, "MULTIPOLYGON"):
-		body = t[len("MULTIPOLYGON"):]
+		t, multi = t[len("MULTIPOLYGON"):], true
 	case strings.HasPrefix(up, "POLYGON"):
-		body = t[len("POLYGON"):]
+		t = t[len("POLYGON"):]
 	default:
 		kind, _, _ := strings.Cut(up, "(")
 		return 0, 0, 0, 0, fmt.Errorf("geometry %q: canopy reads POLYGON or MULTIPOLYGON boxes (their bounds), not %s", short(s), strings.TrimSpace(kind))
 	}
-	body = strings.TrimSpace(body)
-	if strings.HasPrefix(strings.ToUpper(body), "EMPTY") || !strings.HasPrefix(body, "(") {
+	t = strings.TrimSpace(t)
+	if strings.HasPrefix(strings.ToUpper(t), "EMPTY") || !strings.HasPrefix(t, "(") {
 		return 0, 0, 0, 0, fmt.Errorf("geometry %q: an empty or malformed polygon", short(s))
 	}
-	depth, n := 0, 0
-	xmin, ymin, xmax, ymax = math.Inf(1), math.Inf(1), math.Inf(-1), math.Inf(-1)
-	for _, field := range strings.FieldsFunc(body, func(r rune) bool { return r == ',' }) {
-		f := strings.TrimSpace(field)
-		for strings.HasPrefix(f, "(") {
-			depth++
-			f = strings.TrimSpace(f[1:])
+	p := wktParser{s: t}
+	b := [4]float64{math.Inf(1), math.Inf(1), math.Inf(-1), math.Inf(-1)}
+	if multi {
+		err = p.list(func() error { return p.polygon(&b) })
+	} else {
+		err = p.polygon(&b)
+	}
+	if err == nil && strings.TrimSpace(p.s[p.i:]) != "" {
+		err = fmt.Errorf("text after the geometry: %q", short(strings.TrimSpace(p.s[p.i:])))
+	}
+	if err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("geometry %q: %v", short(s), err)
+	}
+	return b[0], b[1], b[2], b[3], nil
+}
+
+// wktParser reads the parenthesised body of a WKT polygon.
+type wktParser struct {
+	s string
+	i int
+}
+
+func (p *wktParser) skip() {
+	for p.i < len(p.s) && (p.s[p.i] == ' ' || p.s[p.i] == '\t' || p.s[p.i] == '\n' || p.s[p.i] == '\r') {
+		p.i++
+	}
+}
+
+// expect consumes c after blanks.
+func (p *wktParser) expect(c byte) error {
+	p.skip()
+	if p.i >= len(p.s) {
+		return fmt.Errorf("unbalanced parentheses: %q expected at the end", c)
+	}
+	if p.s[p.i] != c {
+		return fmt.Errorf("%q expected at %q", c, short(p.s[p.i:]))
+	}
+	p.i++
+	return nil
+}
+
+// list reads "( item, item, ... )".
+func (p *wktParser) list(item func() error) error {
+	if err := p.expect('('); err != nil {
+		return err
+	}
+	for {
+		if err := item(); err != nil {
+			return err
 		}
-		closing := 0
-		for strings.HasSuffix(f, ")") {
-			closing++
-			f = strings.TrimSpace(f[:len(f)-1])
+		p.skip()
+		if p.i < len(p.s) && p.s[p.i] == ',' {
+			p.i++
+			continue
 		}
-		xy := strings.Fields(f)
-		if len(xy) != 2 || depth == 0 {
-			return 0, 0, 0, 0, fmt.Errorf("geometry %q: coordinate %q is not an x y pair", short(s), f)
+		return p.expect(')')
+	}
+}
+
+// polygon reads one polygon's rings, widening b by its shell's bounds.
+func (p *wktParser) polygon(b *[4]float64) error {
+	ring := 0
+	return p.list(func() error {
+		ring++
+		var pts [][2]float64
+		if err := p.list(func() error {
+			xy, err := p.point()
+			pts = append(pts, xy)
+			return err
+		}); err != nil {
+			return err
 		}
-		var c [2]float64
-		for k := range xy {
-			if !isDecimal(xy[k]) {
-				return 0, 0, 0, 0, fmt.Errorf("geometry %q: %q is not a number", short(s), xy[k])
+		if first, last := pts[0], pts[len(pts)-1]; first != last {
+			return fmt.Errorf("ring %d is not closed: it starts at %v %v and ends at %v %v (shapely refuses it)", ring, g(first[0]), g(first[1]), g(last[0]), g(last[1]))
+		}
+		if len(pts) < 3 {
+			return fmt.Errorf("ring %d has %d points, want at least 3 (shapely refuses it)", ring, len(pts))
+		}
+		if ring == 1 { // the shell: interior rings do not widen .bounds
+			// in order, by comparison (as GEOS's envelope: the first of
+			// 0 and -0 stays, where math.Min would take -0)
+			for _, c := range pts {
+				for k := range 2 {
+					if c[k] < b[k] {
+						b[k] = c[k]
+					}
+					if c[k] > b[k+2] {
+						b[k+2] = c[k]
+					}
+				}
 			}
-			if c[k], err = strconv.ParseFloat(xy[k], 64); err != nil || math.IsInf(c[k], 0) {
-				return 0, 0, 0, 0, fmt.Errorf("geometry %q: %q is not a finite number", short(s), xy[k])
-			}
 		}
-		xmin, xmax = math.Min(xmin, c[0]), math.Max(xmax, c[0])
-		ymin, ymax = math.Min(ymin, c[1]), math.Max(ymax, c[1])
-		n++
-		depth -= closing
-		if depth < 0 {
-			return 0, 0, 0, 0, fmt.Errorf("geometry %q: unbalanced parentheses", short(s))
+		return nil
+	})
+}
+
+// point reads "x y": two finite decimal numbers.
+func (p *wktParser) point() (xy [2]float64, err error) {
+	p.skip()
+	j := p.i
+	for j < len(p.s) && p.s[j] != ',' && p.s[j] != ')' && p.s[j] != '(' {
+		j++
+	}
+	f := strings.Fields(p.s[p.i:j])
+	if len(f) != 2 {
+		return xy, fmt.Errorf("coordinate %q is not an x y pair", short(strings.TrimSpace(p.s[p.i:j])))
+	}
+	p.i = j
+	for k := range f {
+		if !isDecimal(f[k]) {
+			return xy, fmt.Errorf("%q is not a number", f[k])
+		}
+		if xy[k], err = strconv.ParseFloat(f[k], 64); err != nil || math.IsInf(xy[k], 0) {
+			return xy, fmt.Errorf("%q is not a finite number", f[k])
 		}
 	}
-	if depth != 0 || n < 4 {
-		return 0, 0, 0, 0, fmt.Errorf("geometry %q: a polygon needs a closed ring of at least 4 points in balanced parentheses", short(s))
-	}
-	return xmin, ymin, xmax, ymax, nil
+	return xy, nil
 }
 
 func short(s string) string {

@@ -27,20 +27,8 @@ const selfCheck = `(function () {
   });
 })();`
 
-// pageTmpl is the page. The two <section class="run-record"> blocks (the
-// per-rank timeline, the run table) describe the run itself: ranks,
-// hosts, seconds, the command. Everything else follows from the inputs and
-// the results alone, the same bytes for any rank count (tested on eval
-// --tile's page).
-var pageTmpl = template.Must(template.New("page").Parse(`<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{.Title}}</title>
-<script>` + selfCheck + `</script>
-<style>
-body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 0 auto; max-width: 1400px; padding: 12px 20px; color: #1a1a1a; }
+// pageCSS is the pages' style sheet (the eval page's, eval-crops').
+const pageCSS = `body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 0 auto; max-width: 1400px; padding: 12px 20px; color: #1a1a1a; }
 h1 { font-size: 22px; margin: 6px 0; } h2 { font-size: 17px; margin: 18px 0 6px; border-bottom: 1px solid #ddd; }
 nav a { margin-right: 12px; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
@@ -58,7 +46,26 @@ figcaption { font-size: 12px; word-break: break-all; }
 .note { color: #8a5a00; }
 .key span { display: inline-block; width: 12px; height: 12px; vertical-align: middle; margin: 0 4px 0 10px; }
 pre { white-space: pre-wrap; word-break: break-all; font-size: 12px; background: #f6f6f6; padding: 6px; }
-</style>
+`
+
+// pageHead opens a page: its title, the self-check, the style sheet (a
+// page adds its own rules, then closes </style> and </head>).
+const pageHead = `<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{.Title}}</title>
+<script>` + selfCheck + `</script>
+<style>
+` + pageCSS
+
+// pageTmpl is the page. The two <section class="run-record"> blocks (the
+// per-rank timeline, the run table) describe the run itself: ranks,
+// hosts, seconds, the command. Everything else follows from the inputs and
+// the results alone, the same bytes for any rank count (tested on eval
+// --tile's page).
+var pageTmpl = template.Must(template.New("page").Parse(pageHead + `</style>
 </head>
 <body>
 <h1>{{.Title}}</h1>

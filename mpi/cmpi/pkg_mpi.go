@@ -1,4 +1,4 @@
-//go:build !mpich && !ompi
+//go:build !mpich && !ompi && !mpicc
 
 package cmpi
 

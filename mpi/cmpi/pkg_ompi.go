@@ -1,4 +1,4 @@
-//go:build ompi && !mpich
+//go:build ompi && !mpich && !mpicc
 
 package cmpi
 

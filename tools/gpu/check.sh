@@ -2,8 +2,10 @@
 # tools/gpu/check.sh: the GPU check of the cuda backend and its cuDNN path,
 # one run of at most 8 minutes on a GPU machine that has no Go (an H100 or
 # H200 with PyTorch, torchvision and cuDNN 9 in a Python environment). Build
-# here first (make gpu-bundle: bin/canopy-cuda-nompi, bin/retinanet-cuda.test,
-# bin/retinanet-images, bin/gpu-demo), carry bin/, then run from the
+# here first (make gpu-bundle: bin/canopy-cuda-nompi, the cuda build's front,
+# and bin/canopy-cuda-nompi-engine, which the front execs on a GPU node;
+# bin/retinanet-cuda.test, bin/retinanet-images, bin/gpu-demo), carry bin/,
+# then run from the
 # repository root:
 #   OUT=/some/dir PYTHON=/path/to/venv/bin/python tools/gpu/check.sh
 # cuDNN: the library of that Python's nvidia.cudnn package (the
@@ -75,6 +77,9 @@ export CANOPY_CUDNN="$CUDNN"
 extra=$("$PY" -c 'import glob, os, nvidia; print(":".join(sorted(glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib")))))' 2>/dev/null)
 export LD_LIBRARY_PATH="${extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 CANOPY=bin/canopy-cuda-nompi
+# The front must have become the engine here (its version says "cuda engine").
+"$CANOPY" version >>"$OUT/gpu.txt" 2>&1
+grep -q '^build: cuda engine' "$OUT/gpu.txt" || echo "FAIL: the cuda front did not start its engine on this GPU (gpu.txt)" | tee -a "$OUT/gpu.txt"
 
 CHECK=${CHECK:-base cudnn stages crops}
 has() { case " $CHECK " in *" $1 "*) return 0 ;; esac; return 1; }

@@ -1,15 +1,9 @@
 //go:build cuda
 
-// Package gpucheck stops a cuda build of canopy, with a message and exit
-// code 5, when this machine has no usable GPU. gorgonia.org/cu's init()
-// ends the process (exit 1, one terse line) when cuInit fails, before main
-// runs; the check here is a C constructor, which the loader runs before the
-// Go runtime starts, so it comes first. Import it for its side effect (the
-// cuda build's main does).
-//
-// A machine without the NVIDIA driver at all cannot start the binary: the
-// loader refuses it for want of libcuda.so.1 before any code runs. Use the
-// default (CPU) build there.
+// The engine's check (doc.go): a C constructor, run by the loader before the
+// Go runtime and so before gorgonia.org/cu's init(), exits 5 with what it
+// found when this process has no usable GPU.
+
 package gpucheck
 
 /*
@@ -41,7 +35,7 @@ static void canopy_gpucheck(void)
 		"canopy: this is the cuda build and it finds no usable GPU: cuInit/cuDeviceGetCount: %s (%s), "
 		"%d device(s); CUDA driver API %d.%d; CUDA_VISIBLE_DEVICES=%s\n"
 		"canopy: run it on a GPU node (srun --gpus-per-task=1, or check nvidia-smi and CUDA_VISIBLE_DEVICES), "
-		"or use the default build (make build), which runs on the CPU\n",
+		"or run canopy-cuda (the front), which runs on the CPU without one\n",
 		name, r == CUDA_SUCCESS ? "no devices" : desc, n, drv / 1000, (drv % 1000) / 10,
 		vis ? (vis[0] ? vis : "(empty: no devices)") : "(unset: all devices)");
 	exit(5);

@@ -1,0 +1,74 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/urfave/cli/v2"
+)
+
+// canopy eval-crops: its flags and how they become an EvalCropsConfig (the
+// job is evalcrops.go).
+
+func evalCropsCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *cli.Command {
+	return &cli.Command{
+		Name:      "eval-crops",
+		Usage:     "validate a crop model (DeepForest's CropModel) on a folder of class sub-folders, on every rank",
+		ArgsUsage: "FOLDER",
+		Description: "FOLDER is what DeepForest's CropModel.load_from_disk takes as its val_dir: one sub-folder per class\n" +
+			"(torchvision's ImageFolder: classes in name order; each class's tree walked, symlinks followed, folders\n" +
+			"in sorted order of their paths, files in name order; .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp in\n" +
+			"any case, other files skipped unread). As DeepForest's FixedClassImageFolder, an image is labelled by\n" +
+			"its parent folder's name and left out when that names no class of the crop model. The crops are shared\n" +
+			"over the ranks in equal blocks, classified, gathered, and every rank computes DeepForest's validation\n" +
+			"table (val_loss, Class Accuracy_<label>, Micro-Average Accuracy, Micro-Average Precision, Macro-Average\n" +
+			"Precision: torchmetrics' and Lightning's arithmetic, the same bits for any rank count); rank 0 writes\n" +
+			"OUT/crops.csv (path,label,predicted_label,score), OUT/report.json (the table, the confusion matrix, the\n" +
+			"crop model) and OUT/report.html (the confusion matrix).\n\n" + ExitTable,
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "crop-model", Usage: "the crop model: a Lightning checkpoint (.ckpt, labels from its label_dict), a hub folder (config.json + model.safetensors) or a torch.save state dict (.pt, labels from --crop-label-dict)"},
+			&cli.StringFlag{Name: "crop-label-dict", Usage: "label,id CSV naming the crop model's classes, for a file that holds none"},
+			&cli.StringFlag{Name: "out", Value: "canopy-eval-crops", Usage: "output folder; refused if it holds a previous run unless --force"},
+			&cli.BoolFlag{Name: "force", Usage: "replace the previous run in --out (set aside until the new outputs are written, put back if the run fails before that)"},
+			&cli.IntFlag{Name: "loss-batch-size", Value: 4, Usage: "DeepForest's cropmodel.batch_size: val_loss is Lightning's mean over batches of this many crops (each batch's mean weighted by its size), so it decides val_loss's last bits; the other metrics do not depend on it"},
+			&cli.IntFlag{Name: "threads", Usage: "compute threads per rank (default: the cores this rank may use)"},
+			&cli.Int64Flag{Name: "max-image-pixels", Value: 178956970, Usage: "refuse an image of more pixels (PIL's decompression-bomb limit; 0: no limit)"},
+			&cli.BoolFlag{Name: "allow-outside-root", Usage: "follow symlinks that lead out of FOLDER (default: such a link is an input error)"},
+			&cli.BoolFlag{Name: "html", Value: true, Usage: "rank 0 writes OUT/report.html: the table, the confusion matrix, the misclassified crops; --html=false turns it off"},
+		}, shardJobFlags("longest wait for every rank to reach a collective, then exit 5 (0 disables)")...),
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageError(errors.New("eval-crops: give one FOLDER of class sub-folders"))
+			}
+			cfg := EvalCropsConfig{Folder: c.Args().First(), Out: c.String("out"), Force: c.Bool("force"),
+				CropModel: c.String("crop-model"), CropLabelDict: c.String("crop-label-dict"), LossBatch: c.Int("loss-batch-size"),
+				Threads: c.Int("threads"), MaxImagePixels: c.Int64("max-image-pixels"), AllowOutsideRoot: c.Bool("allow-outside-root"),
+				HTML: c.Bool("html"), Command: os.Args, Stdout: stdout}
+			var err error
+			if cfg.BatchSize, err = batchSize(c); err != nil {
+				return usageError(fmt.Errorf("eval-crops: %w", err))
+			}
+			switch {
+			case cfg.CropModel == "":
+				return usageError(errors.New("eval-crops: --crop-model is required"))
+			case cfg.LossBatch < 1:
+				return usageError(fmt.Errorf("eval-crops: --loss-batch-size %d must be at least 1", cfg.LossBatch))
+			case cfg.Threads < 0:
+				return usageError(fmt.Errorf("eval-crops: --threads %d", cfg.Threads))
+			}
+			return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
+				if !rank0 {
+					cfg.Stdout = nil
+				} else {
+					cfg.Progress = stderr
+				}
+				cfg.CollectiveTimeout = timeout
+				return EvalCrops(c.Context, comm, cfg)
+			})
+		},
+	}
+}
