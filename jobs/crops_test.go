@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/mpi/local"
 )
 
 var (
@@ -244,6 +247,56 @@ func TestCropModelBadInputs(t *testing.T) {
 		t.Logf("%s: exit %d: %s", c.name, code, strings.TrimSpace(stderr))
 		if code != c.code || !strings.Contains(stderr, c.want) {
 			t.Errorf("%s: exit %d, stderr %q; want exit %d naming %q", c.name, code, stderr, c.code, c.want)
+		}
+	}
+}
+
+// TestCropPredictImages: predict (whole images) with a crop model: the
+// crop columns on every row, the same bytes on 1 and 2 ranks with other
+// --threads and --batch-size.
+func TestCropPredictImages(t *testing.T) {
+	pf, _ := cropParity(t)
+	dir := t.TempDir()
+	raw, err := os.ReadFile(pf.Tile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a.png", "b.png"} {
+		if err := os.WriteFile(filepath.Join(dir, n), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ld := filepath.Join(t.TempDir(), "r18.csv")
+	os.WriteFile(ld, []byte("label,id\nhealthy,0\nsick,1\n"), 0o644)
+	var ref []byte
+	for _, v := range []struct{ ranks, threads, batch int }{{1, 2, 1}, {2, 1, 2}} {
+		cfg := PredictConfig{Images: dir, Out: filepath.Join(t.TempDir(), "out"), BatchSize: v.batch,
+			Model: ModelConfig{Spec: demoModelDir, Threads: v.threads, ScoreThresh: -1, NMSThresh: -1, Device: device("cpu"),
+				Crops: CropConfig{Models: []string{pf.R18}, LabelDicts: []string{ld}}}}
+		for r, err := range local.Run(v.ranks, func(c mpi.Comm) error { return Predict(context.Background(), c, cfg) }) {
+			if err != nil {
+				t.Fatalf("%d ranks: rank %d: %v", v.ranks, r, err)
+			}
+		}
+		got, err := os.ReadFile(filepath.Join(cfg.Out, "predictions.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ref == nil {
+			ref = got
+			rows, _ := predictionRows(t, got)
+			if len(rows) < 10 || rows[0][7] != "cropmodel_label" {
+				t.Fatalf("predictions.csv: %d rows, header %v", len(rows), rows[0])
+			}
+			for _, r := range rows[1:] {
+				if r[7] != "healthy" && r[7] != "sick" {
+					t.Fatalf("row %v: crop label %q", r, r[7])
+				}
+			}
+			continue
+		}
+		if !bytes.Equal(got, ref) {
+			t.Errorf("%d ranks: predictions.csv differs from 1 rank's", v.ranks)
 		}
 	}
 }
