@@ -7,7 +7,9 @@
 # default pkg-config path is switched off (PKG_CONFIG_LIBDIR, an empty
 # folder), and apt-get and sudo on PATH fail and leave a mark. Then:
 #   1. without PKG_CONFIG_PATH the build stops (install-deps says what is
-#      missing) and apt is not called;
+#      missing) and apt is not called; go build itself, run past
+#      install-deps, finds no module either (every cgo package compiled
+#      afresh, not taken from go's cache: see "fresh" below);
 #   2. PKG_CONFIG_PATH=prefix/lib/pkgconfig: make build succeeds, and the
 #      binary loads libmpi, libopenblas and libgdal from the prefix (the
 #      LD_LIBRARY_PATH a module sets) and runs doctor under mpirun -np 2;
@@ -93,8 +95,14 @@ for d in "${dirs[@]}"; do
 	done
 done
 
+# go's build cache keys a cgo package by CGO_CFLAGS and the like, not by
+# what pkg-config answers: a package built earlier against the system's .pc
+# files would be taken from the cache whatever PKG_CONFIG_PATH says. A
+# define of this run's own in CGO_CFLAGS makes every cgo package compile
+# afresh here, so pkg-config is asked (and the rest comes from the cache).
+fresh="-O2 -g -DCANOPY_TEST_NO_INSTALL_${tmp##*.}"
 build() { # build NAME PATHDIRS PKG_CONFIG_PATH: make build into $tmp/NAME
-	env -u CGO_CFLAGS -u CGO_LDFLAGS PATH="$2" CANOPY_NO_INSTALL=1 PKG_CONFIG_LIBDIR="$tmp/empty" PKG_CONFIG_PATH="$3" \
+	env -u CGO_LDFLAGS CGO_CFLAGS="$fresh" PATH="$2" CANOPY_NO_INSTALL=1 PKG_CONFIG_LIBDIR="$tmp/empty" PKG_CONFIG_PATH="$3" \
 		make --no-print-directory build BIN="$tmp/$1" GO="$(command -v "$GO")"
 }
 
@@ -106,6 +114,14 @@ set -e
 [ $rc -ne 0 ] && grep -q 'install-deps: missing: .*libopenmpi-dev' <<<"$out" || fail "without PKG_CONFIG_PATH: exit $rc: $out"
 [ ! -e "$tmp/apt-called" ] || fail "apt was called: $(cat "$tmp/apt-called")"
 echo "test-no-install: without PKG_CONFIG_PATH the build stops: $(grep 'install-deps' <<<"$out")"
+# and go build itself, past install-deps, finds nothing: what the builds
+# below find can only come from the prefix
+set +e
+out=$(env -u CGO_LDFLAGS CGO_CFLAGS="$fresh" PKG_CONFIG_LIBDIR="$tmp/empty" PKG_CONFIG_PATH= PATH="$tmp/bin:$nompicc" "$GO" build -o "$tmp/none" . 2>&1)
+rc=$?
+set -e
+[ $rc -ne 0 ] && grep -q 'was not found in the pkg-config search path' <<<"$out" || fail "go build without PKG_CONFIG_PATH: exit $rc: $out"
+echo "test-no-install: go build without PKG_CONFIG_PATH: $(grep -m1 'was not found' <<<"$out")"
 
 check() { # check NAME: the binary links the prefix's libraries and runs
 	local b=$tmp/$1 libs

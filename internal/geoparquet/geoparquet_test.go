@@ -6,10 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	"image/png"
 	"math"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -325,4 +331,116 @@ func TestParquetGoVersion(t *testing.T) {
 	if m == nil || string(m[1]) != ParquetGoVersion {
 		t.Errorf("go.mod requires parquet-go %q, ParquetGoVersion is %q", m, ParquetGoVersion)
 	}
+}
+
+// TestGeopandasReads: geopandas reads the edge cases (no rows, no CRS, a
+// name that is not UTF-8) with a real PROJJSON from GDAL
+// (tools/geoparquet/read.py, the peers' venv); skipped without the venv
+// or without GDAL, which the PROJJSON needs.
+func TestGeopandasReads(t *testing.T) {
+	const py = "/opt/canopy-peers/venv/bin/python"
+	if _, err := os.Stat(py); err != nil {
+		t.Skipf("the peers' venv (%s) is not installed", py)
+	}
+	if !gdal.Available {
+		t.Skip("built with -tags nogdal: no PROJJSON")
+	}
+	dir := t.TempDir()
+	png := filepath.Join(dir, "x.png")
+	if err := os.WriteFile(png, onePixelPNG(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tif := filepath.Join(dir, "x.tif")
+	if out, err := exec.Command("gdal_translate", "-q", "-a_srs", "EPSG:32617", "-a_ullr", "0", "1", "1", "0", png, tif).CombinedOutput(); err != nil {
+		t.Skipf("gdal_translate: %v %s", err, out)
+	}
+	r, err := gdal.Open(tif)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crs, err := gdal.PROJJSON(r.Info().CRS)
+	r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := rowsOf(2)
+	bad[0].ImagePath = "for\xeat.tif"
+	files := map[string][]byte{
+		"empty.parquet":       write(t, crs, nil),
+		"empty-nocrs.parquet": write(t, nil, nil),
+		"nocrs.parquet":       write(t, nil, rowsOf(4)),
+		"utm.parquet":         write(t, crs, rowsOf(7)),
+		"latin1-name.parquet": write(t, crs, bad),
+	}
+	var args []string
+	for name, b := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, p)
+	}
+	sort.Strings(args)
+	out, err := exec.Command(py, append([]string{"../../tools/geoparquet/read.py"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("read.py: %v\n%s", err, out)
+	}
+	var got []struct {
+		File    string
+		Rows    int
+		EPSG    *int
+		Columns []string
+		Bounds  []*float64
+		First   *struct{ Image_path, Label, Geometry string }
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := map[string]struct {
+		rows int
+		epsg int // 0: none
+	}{"empty.parquet": {0, 32617}, "empty-nocrs.parquet": {0, 0}, "nocrs.parquet": {4, 0}, "utm.parquet": {7, 32617}, "latin1-name.parquet": {2, 32617}}
+	cols := "image_path xmin ymin xmax ymax label score geometry"
+	for _, g := range got {
+		w := want[filepath.Base(g.File)]
+		epsg := 0
+		if g.EPSG != nil {
+			epsg = *g.EPSG
+		}
+		if g.Rows != w.rows || epsg != w.epsg || strings.Join(g.Columns, " ") != cols {
+			t.Errorf("%s: %d rows, EPSG %d, columns %v; want %d rows, EPSG %d", filepath.Base(g.File), g.Rows, epsg, g.Columns, w.rows, w.epsg)
+		}
+		if (g.Rows == 0) != (g.First == nil) || (g.Rows == 0) != (g.Bounds[0] == nil) {
+			t.Errorf("%s: first row %v, bounds %v", filepath.Base(g.File), g.First, g.Bounds)
+		}
+	}
+	if len(got) != len(files) {
+		t.Fatalf("%d files read, want %d", len(got), len(files))
+	}
+	for _, g := range got {
+		if filepath.Base(g.File) == "latin1-name.parquet" && g.First.Image_path != "for\uFFFDt.tif" {
+			t.Errorf("the Latin-1 name read as %q", g.First.Image_path)
+		}
+		if filepath.Base(g.File) == "utm.parquet" {
+			r := rowsOf(1)[0]
+			var pts []string
+			for _, p := range r.Ring {
+				pts = append(pts, strconv.FormatFloat(p[0], 'f', -1, 64)+" "+strconv.FormatFloat(p[1], 'f', -1, 64))
+			}
+			if w := "POLYGON ((" + strings.Join(pts, ", ") + "))"; g.First.Geometry != w {
+				t.Errorf("first polygon %s, want %s", g.First.Geometry, w)
+			}
+		}
+	}
+}
+
+// onePixelPNG is a 1×1 RGB PNG.
+func onePixelPNG(t *testing.T) []byte {
+	var b bytes.Buffer
+	m := image.NewNRGBA(image.Rect(0, 0, 1, 1))
+	m.Pix[3] = 255
+	if err := png.Encode(&b, m); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }
