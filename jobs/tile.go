@@ -320,6 +320,10 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		return err
 	}
 	labels := model.labels()
+	crops, err := openCropModels(c, cfg.Model.Crops, model.cropWorkers())
+	if err != nil {
+		return err
+	}
 	if given != nil && cfg.Eval == nil {
 		if err := checkModelLabels(labels, given, cfg.LabelDict, nil, ""); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
@@ -338,7 +342,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	if err := checkSharedOut(c, cfg.Out, res.Probe); err != nil {
 		return err
 	}
-	run := &tileRun{c: c, cfg: cfg, ix: ix, rasters: rasters, labels: labels, model: model, global: model.globalBatching(), out: out, stats: &stats,
+	run := &tileRun{c: c, cfg: cfg, ix: ix, rasters: rasters, labels: labels, crops: crops, model: model, global: model.globalBatching(), out: out, stats: &stats,
 		left: make([]int, len(rasters)), finished: make([]bool, len(rasters)), held: map[int]*heldRaster{}, resumed: map[int]bool{}, slow: slowWindowForTest()}
 	if err := run.resume(res, f[7]); err != nil {
 		return err
@@ -375,6 +379,10 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	run.pw = nil
 	stats.Seconds["detect"], stats.Seconds["gather"], stats.Seconds["merge"] = run.detect.Seconds(), run.gather.Seconds(), run.merge.Seconds()
+	if crops != nil {
+		crops.stats.Seconds = run.crop.Seconds()
+		stats.Seconds["crops"] = crops.stats.Seconds
+	}
 	printLayerTimes(cfg.Progress, det)
 	return finishTile(c, cfg, run, &res, model, det.Name(), f, vt, truthImages)
 }

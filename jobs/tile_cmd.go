@@ -52,12 +52,14 @@ type TileConfig struct {
 	// value gives no detections without running the model.
 	SkipEmpty bool
 	// RoundWindows: windows per round (0: from the rank's memory).
-	RoundWindows      int
-	Settings          tile.Settings
-	IoU               float64
-	CacheMiB          int
-	AllowOutsideRoot  bool
-	Model             ModelConfig
+	RoundWindows     int
+	Settings         tile.Settings
+	IoU              float64
+	CacheMiB         int
+	AllowOutsideRoot bool
+	Model            ModelConfig
+	// Crops are --crop-model and --crop-label-dict.
+	Crops             CropConfig
 	Command           []string
 	Stdout            io.Writer
 	Progress          io.Writer

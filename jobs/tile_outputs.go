@@ -78,7 +78,7 @@ func mergeHeld(g tile.Grid, first int, h *heldRaster, iou float64) (merged []box
 // publishRaster writes raster i's outputs under OUT/rasters, each staged
 // and synced before any is renamed into place (a full disk publishes
 // none), the CSV last; then its done record.
-func publishRaster(out string, i int, r tileRaster, merged []box.Detection, windowDets, skipped int, labels box.LabelMap) error {
+func publishRaster(out string, i int, r tileRaster, merged []box.Detection, windowDets int, crops *cropTable, labels box.LabelMap) error {
 	dir := filepath.Join(out, rastersDir)
 	var set []staged
 	drop := func() {
@@ -109,14 +109,14 @@ func publishRaster(out string, i int, r tileRaster, merged []box.Detection, wind
 		if err := rasterFault(r.Name + ".csv"); err != nil {
 			return err
 		}
-		return writePredictions(w, []box.Image{{Path: r.Path}}, [][]box.Detection{merged}, labels)
+		return writePredictionRows(w, []box.Image{{Path: r.Path}}, [][]box.Detection{merged}, labels, crops)
 	})
 	if err != nil {
 		drop()
 		return err
 	}
 	set = append(set, c)
-	d := rasterDone{Index: i, Path: r.Path, Name: r.Name, WindowDets: windowDets, Detections: len(merged), Skipped: skipped, Outputs: map[string]string{}}
+	d := rasterDone{Index: i, Path: r.Path, Name: r.Name, WindowDets: windowDets, Detections: len(merged), Outputs: map[string]string{}}
 	for k, s := range set {
 		if err := os.Rename(filepath.Join(dir, s.Tmp), filepath.Join(dir, s.Name)); err != nil {
 			set = set[k:]
@@ -146,7 +146,7 @@ func readRasterRows(path string, labels box.LabelMap) ([]box.Detection, error) {
 		ids[n] = int32(id)
 	}
 	r := csv.NewReader(bufio.NewReader(f))
-	r.FieldsPerRecord = 7
+	r.FieldsPerRecord = -1 // the crop models' columns follow score
 	var out []box.Detection
 	for line := 0; ; line++ {
 		rec, err := r.Read()
@@ -158,6 +158,9 @@ func readRasterRows(path string, labels box.LabelMap) ([]box.Detection, error) {
 		}
 		if line == 0 {
 			continue
+		}
+		if len(rec) < 7 {
+			return nil, ioErr("jobs: %s line %d: %d fields", path, line+1, len(rec))
 		}
 		var v [5]float64
 		for k, s := range []string{rec[1], rec[2], rec[3], rec[4], rec[6]} {
@@ -178,9 +181,10 @@ func rasterCSV(out string, r tileRaster) string { return filepath.Join(out, rast
 
 // stageCombinedCSV stages predictions.csv: the header, then each
 // raster's CSV without its header, in raster order (never all in memory).
-func stageCombinedCSV(out string, rasters []tileRaster) (staged, error) {
+func stageCombinedCSV(out string, rasters []tileRaster, cs *cropSet) (staged, error) {
+	header := predictionsHeader(cs)
 	return stage(out, "predictions.csv", func(w io.Writer) error {
-		if _, err := io.WriteString(w, predictionsHeader); err != nil {
+		if _, err := io.WriteString(w, header); err != nil {
 			return err
 		}
 		for _, r := range rasters {
@@ -190,7 +194,7 @@ func stageCombinedCSV(out string, rasters []tileRaster) (staged, error) {
 			}
 			br := bufio.NewReader(f)
 			head, err := br.ReadString('\n')
-			if err == nil && head != predictionsHeader {
+			if err == nil && head != header {
 				err = fmt.Errorf("%s: not canopy's header", rasterCSV(out, r))
 			}
 			if err == nil {
@@ -361,6 +365,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
 			Ranks: c.Size(), Images: len(rasters), Model: &model.info, Detector: detName, AllowOutsideRoot: cfg.AllowOutsideRoot,
 			PerRank: allStats}
+		rep.setCrops(run.crops)
 		outputs := map[string]string{}
 		windowDets := 0
 		for i := range rasters {
@@ -401,7 +406,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 				os.Remove(filepath.Join(cfg.Out, s.Tmp))
 			}
 		}
-		preds, err := stageCombinedCSV(cfg.Out, rasters)
+		preds, err := stageCombinedCSV(cfg.Out, rasters, run.crops)
 		if err != nil {
 			return err
 		}

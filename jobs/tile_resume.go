@@ -73,6 +73,7 @@ type tileManifest struct {
 	PatchOverlap     float64           `json:"patch_overlap"`
 	IoU              float64           `json:"tile_iou"`
 	SkipEmpty        bool              `json:"skip_empty"`
+	CropModels       CropConfig        `json:"crop_models"`
 	Rasters          []rasterIdent     `json:"rasters"`
 }
 
@@ -333,7 +334,7 @@ func removeLeftovers(dir string) error {
 func tileManifestOf(cfg TileConfig, digest, config string, labels, truth []byte, idents []rasterIdent) tileManifest {
 	m := tileManifest{Canopy: Version, Command: "predict --tile", Detector: "retinanet weights sha256 " + digest,
 		DetectorSettings: detectorSettings(cfg.Model, config), PatchSize: cfg.Settings.Patch, PatchOverlap: cfg.Settings.Overlap,
-		IoU: cfg.IoU, SkipEmpty: cfg.SkipEmpty, Rasters: idents}
+		IoU: cfg.IoU, SkipEmpty: cfg.SkipEmpty, CropModels: cfg.Model.Crops, Rasters: idents}
 	if cfg.Eval != nil {
 		m.Command = "eval --tile"
 		m.Truth = sha256Hex(truth)

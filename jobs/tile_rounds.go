@@ -11,6 +11,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/crop"
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/tile"
@@ -161,6 +162,7 @@ type tileRun struct {
 	ix      tileIndex
 	rasters []tileRaster
 	labels  box.LabelMap
+	crops   *cropSet // --crop-model (nil: none)
 	det     infer.Detector
 	model   *loadedModel
 	global  bool // whole global batches (the cuDNN path)
@@ -185,6 +187,7 @@ type tileRun struct {
 	detect   time.Duration // this rank's detection time
 	gather   time.Duration
 	merge    time.Duration
+	crop     time.Duration
 }
 
 func (t *tileRun) owner(r int) bool { return r%t.c.Size() == t.c.Rank() }
@@ -373,7 +376,7 @@ func (t *tileRun) run(ctx context.Context) error {
 			touched[r] = true // every window in the part files: merge it
 		}
 	}
-	if err := t.flush(touched); err != nil {
+	if err := t.flush(ctx, touched); err != nil {
 		return err
 	}
 	for {
@@ -423,7 +426,7 @@ func (t *tileRun) run(ctx context.Context) error {
 		t.gather += time.Since(tg)
 		t.detected += len(round)
 		t.rounds++
-		if err := t.flush(touched); err != nil {
+		if err := t.flush(ctx, touched); err != nil {
 			return err
 		}
 		if t.rounds == 1 {
@@ -462,8 +465,9 @@ func (t *tileRun) stopped(derr error) error {
 }
 
 // flush merges and publishes the rasters of touched whose windows are all
-// in (each by its owner), then agrees on the outcome.
-func (t *tileRun) flush(touched map[int]bool) error {
+// in (each by its owner), with the crop models' stage over them when
+// given, then agrees on the outcome.
+func (t *tileRun) flush(ctx context.Context, touched map[int]bool) error {
 	tm := time.Now()
 	var complete []int
 	for r := range touched {
@@ -472,20 +476,41 @@ func (t *tileRun) flush(touched map[int]bool) error {
 		}
 	}
 	sort.Ints(complete)
-	var werr error
-	for _, r := range complete {
-		if !t.owner(r) || werr != nil {
+	merged := make([][]box.Detection, len(complete))
+	windowDets := make([]int, len(complete))
+	for k, r := range complete {
+		if !t.owner(r) {
 			continue
 		}
 		h := t.held[r]
 		if h == nil {
 			h = &heldRaster{}
 		}
-		merged, windowDets := mergeHeld(t.ix.grids[r], t.ix.offset[r], h, t.cfg.IoU)
+		merged[k], windowDets[k] = mergeHeld(t.ix.grids[r], t.ix.offset[r], h, t.cfg.IoU)
 		delete(t.held, r)
-		werr = publishRaster(t.cfg.Out, r, t.rasters[r], merged, windowDets, 0, t.labels)
 	}
 	t.merge += time.Since(tm)
+	var table *cropTable
+	if t.crops != nil && len(complete) > 0 {
+		var err error
+		if table, err = t.classify(ctx, complete, merged); err != nil {
+			return err
+		}
+		if t.cfg.Eval == nil { // predict drops zero-size boxes, as DeepForest
+			merged = table.dropZero(merged)
+		}
+	}
+	var werr error
+	for k, r := range complete {
+		if !t.owner(r) || werr != nil {
+			continue
+		}
+		var rows *cropTable
+		if table != nil {
+			rows = &cropTable{set: table.set, rows: [][][]cropResult{table.rows[k]}}
+		}
+		werr = publishRaster(t.cfg.Out, r, t.rasters[r], merged[k], windowDets[k], rows, t.labels)
+	}
 	if err := agreeErr(t.c, ExitInternal, werr); err != nil {
 		return err
 	}
@@ -496,6 +521,63 @@ func (t *tileRun) flush(touched map[int]bool) error {
 	}
 	return nil
 }
+
+// classify is the crop stage over the rasters completed in a round: the
+// owners' merged rows are shared (every rank then holds them, as
+// classifyCrops wants), their crops dealt to the ranks and gathered.
+func (t *tileRun) classify(ctx context.Context, complete []int, merged [][]box.Detection) (*cropTable, error) {
+	tc := time.Now()
+	defer func() { t.crop += time.Since(tc) }()
+	var mine []wire.Image
+	for k, r := range complete {
+		if t.owner(r) {
+			mine = append(mine, wire.Image{Index: k, Dets: merged[k]})
+		}
+	}
+	buf, err := wire.Encode(nil, mine)
+	if err != nil {
+		return nil, localErr(ExitInternal, "jobs: encode merged rows: %w", err)
+	}
+	all, err := mpi.AllgatherBytes(t.c, buf)
+	if err != nil {
+		return nil, localErr(ExitMPI, "jobs: gather merged rows: %w", err)
+	}
+	for _, b := range all {
+		ims, err := wire.Decode(b)
+		if err != nil {
+			return nil, collective(ExitInternal, "jobs: gathered merged rows: %w", err)
+		}
+		for _, im := range ims {
+			if im.Index < 0 || im.Index >= len(complete) {
+				return nil, collective(ExitInternal, "jobs: merged rows of raster %d of %d", im.Index, len(complete))
+			}
+			merged[im.Index] = im.Dets
+		}
+	}
+	before := t.crops.stats.Classified
+	table, err := classifyCrops(ctx, t.c, t.crops, &roundCrops{rs: t.rs, rasters: t.rasters, ids: complete}, merged)
+	t.crops.stats.Classified += before // classifyCrops counts one call's
+	return table, err
+}
+
+// roundCrops reads the crops of a round's completed rasters (classifyCrops'
+// image k is raster ids[k]).
+type roundCrops struct {
+	rs      *rasterSet
+	rasters []tileRaster
+	ids     []int
+}
+
+func (s *roundCrops) open(k int) (int, int, error) {
+	r := s.rasters[s.ids[k]]
+	return r.Width, r.Height, nil
+}
+
+func (s *roundCrops) read(k int, r crop.Rect) (imagefile.Image, error) {
+	return (&rasterCrops{rs: s.rs, rasters: s.rasters}).read(s.ids[k], r)
+}
+
+func (s *roundCrops) release(int) {}
 
 // progress is rank 0's line after a round: rasters published of all,
 // windows detected, windows per second and the ETA of the whole job.
