@@ -285,7 +285,10 @@ const (
 func tileMemory(c mpi.Comm, cfg TileConfig, model *loadedModel, t *tileRun) error {
 	t.round = cfg.RoundWindows
 	if t.round <= 0 {
-		t.round = max(256, 16*c.Size()*cfg.BatchSize)
+		// 32 detector calls per rank: a round's end (the gather, the
+		// slowest chunk) costs a few per cent, and the first rasters
+		// are published after 32·ranks·batch windows
+		t.round = max(64, 32*c.Size()*cfg.BatchSize)
 	}
 	var err error
 	largest, lr := 0, -1

@@ -18,6 +18,8 @@
 #   new-100, new-N   this canopy at 100 and N rasters: peak RSS per rank
 #                    (the two must be within 10%), seconds to the first
 #                    raster's outputs (OUT/rasters/*.csv), windows/s
+#   pairs            new and old alternated, 3 runs each, on the 100 set
+#                    (the windows/s ratio, paired on a loaded machine)
 #   old-100, old-N   the pre-change one-shot path (BENCH_SCALE_OLD, a canopy
 #                    built from main's 681de57; skipped when unset), same set
 #   stop-resume      new-100 stopped by SIGTERM (rank 0 after 25 batches,
@@ -168,6 +170,11 @@ EOF
 : >"$W/results.txt"
 for r in $RUNS; do
 	case $r in
+	pairs) # new and old alternated, 3 times each, on the 100-raster set
+		for k in 1 2 3; do
+			run "pair-new-$k" "$BIN" "$W/set/100.csv" "$W/out-pair-new" -- --force
+			[ -n "$OLD" ] && run "pair-old-$k" "$OLD" "$W/set/100.csv" "$W/out-pair-old" -- --force
+		done ;;
 	new-100) run new-100 "$BIN" "$W/set/100.csv" "$W/out-new-100" -- --force ;;
 	new-N) run "new-$N" "$BIN" "$W/set/N.csv" "$W/out-new-N" -- --force ;;
 	old-100) [ -n "$OLD" ] && run old-100 "$OLD" "$W/set/100.csv" "$W/out-old-100" -- --force ;;
