@@ -37,7 +37,7 @@ d=internal/config/testdata/fuzz
 rm -rf $d
 seed -dir $d/FuzzLoad -then 'string("validation.iou_threshold=0.5")' internal/config/testdata/{full,eval}.yaml
 
-d=infer/retinanet/testdata/fuzz
+d=infer/modelfile/testdata/fuzz
 rm -rf $d
 printf '{"min_size": [640, 100000], "max_size": 0, "image_std": [0, 1, 1]}' > "$tmp/bad-config.json"
 seed -dir $d/FuzzParseConfig testdata/models/canopy-demo-r18/config.json "$tmp/bad-config.json"

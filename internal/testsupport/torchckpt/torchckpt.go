@@ -113,7 +113,7 @@ func Rebuild(pkl []byte, out string, seed uint64) error {
 
 // Skeletons is the folder of the committed pickles, from the repository
 // root.
-const Skeletons = "infer/retinanet/testdata/deepforest"
+const Skeletons = "infer/modelfile/testdata/deepforest"
 
 // RebuildFile rebuilds NAME (model.ckpt, model.pt, model-bf16.ckpt,
 // model-bf16.pt) from skel/NAME.data.pkl into out.

@@ -1,4 +1,4 @@
-package retinanet
+package modelfile
 
 import (
 	"crypto/sha256"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/nn"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 )
 
@@ -39,7 +40,7 @@ func hubFolder(t *testing.T, dir, dtype string) string {
 }
 
 // modelDigest hashes every folded weight and bias of the network.
-func modelDigest(m *Model) string {
+func modelDigest(m *retinanet.Model) string {
 	h := sha256.New()
 	put := func(c *nn.Conv) {
 		if c == nil {
@@ -52,27 +53,9 @@ func modelDigest(m *Model) string {
 			binary.Write(h, binary.LittleEndian, math.Float32bits(v))
 		}
 	}
-	put(m.body.Stem)
-	for _, l := range m.body.Layers {
-		for _, b := range l {
-			put(b.C1)
-			put(b.C2)
-			put(b.C3)
-			put(b.Down)
-		}
+	for _, c := range m.Convs() {
+		put(c)
 	}
-	for i := range m.inner {
-		put(m.inner[i])
-		put(m.layer[i])
-	}
-	put(m.p6)
-	put(m.p7)
-	for i := range m.clsT {
-		put(m.clsT[i])
-		put(m.regT[i])
-	}
-	put(m.cls)
-	put(m.reg)
 	return hex.EncodeToString(h.Sum(nil))
 }
 
