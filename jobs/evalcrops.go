@@ -246,12 +246,18 @@ func packFolder(cfg EvalCropsConfig, isLabel func(string) bool) []byte {
 	if err != nil {
 		return append([]byte{ExitInput}, err.Error()...)
 	}
+	return packFields([]byte{0}, folderFields(f)...)
+}
+
+// folderFields are a listing's packet fields: classes, samples (class and
+// path, each NUL-terminated), skipped and dropped files (NUL-separated).
+func folderFields(f *dataset.ImageFolder) [][]byte {
 	var samples []byte
 	for _, s := range f.Samples {
 		samples = append(append(append(append(samples, s.Class...), 0), s.Path...), 0)
 	}
-	return packFields([]byte{0}, []byte(strings.Join(f.Classes, "\x00")), samples,
-		[]byte(strings.Join(f.Skipped, "\x00")), []byte(strings.Join(f.Dropped, "\x00")))
+	return [][]byte{[]byte(strings.Join(f.Classes, "\x00")), samples,
+		[]byte(strings.Join(f.Skipped, "\x00")), []byte(strings.Join(f.Dropped, "\x00"))}
 }
 
 func unpackFolder(f [][]byte) (*dataset.ImageFolder, error) {
@@ -260,6 +266,9 @@ func unpackFolder(f [][]byte) (*dataset.ImageFolder, error) {
 			return nil
 		}
 		return strings.Split(string(b), "\x00")
+	}
+	if len(f) != 4 || (len(f[1]) > 0 && f[1][len(f[1])-1] != 0) {
+		return nil, fmt.Errorf("malformed folder listing")
 	}
 	out := &dataset.ImageFolder{Classes: split(f[0]), Skipped: split(f[2]), Dropped: split(f[3])}
 	s := split(bytes.TrimSuffix(f[1], []byte{0}))

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/mpi"
@@ -262,6 +263,14 @@ func TestDoctorOutVerifiesOutputs(t *testing.T) {
 		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "report.json does not record them): "+stray) {
 			t.Fatalf("%s with a stray %s: exit %d %q", name, stray, code, msg)
 		}
+		// a FIFO in an output's place is named, not read (a read would block)
+		os.Remove(filepath.Join(out, victim))
+		if err := syscall.Mkfifo(filepath.Join(out, victim), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, victim+" (not a regular file)") {
+			t.Fatalf("%s with a FIFO for %s: exit %d %q", name, victim, code, msg)
+		}
 	}
 }
 
@@ -320,6 +329,26 @@ func TestTileLayerNamesAndGeoTransformAtPreflight(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(out, "report.json")); err == nil {
 			t.Errorf("%s: a report was written", name)
+		}
+	}
+}
+
+// A damaged journal or list of a set-aside run (a corrupt disk, a hand
+// edit) is named with what to do, by the next start (exit 1) and by
+// canopy doctor --out, which does not promise the next run will mend it.
+func TestDamagedSafetyFilesNamed(t *testing.T) {
+	for _, c := range []struct{ path, what string }{
+		{journalName, journalName + " is damaged"},
+		{filepath.Join(previousDir, movedList), "unreadable " + movedList},
+	} {
+		out := t.TempDir()
+		os.MkdirAll(filepath.Join(out, previousDir), 0o755)
+		os.WriteFile(filepath.Join(out, c.path), []byte("{{{"), 0o644)
+		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "damaged") || !strings.Contains(msg, c.what) || strings.Contains(msg, "the next canopy run") {
+			t.Errorf("%s: doctor: exit %d %q", c.path, code, msg)
+		}
+		if _, err := openOut(out); err == nil || Code(err) != ExitInternal || !strings.Contains(err.Error(), "is damaged") || !strings.Contains(err.Error(), "remove") {
+			t.Errorf("%s: start: %v", c.path, err)
 		}
 	}
 }

@@ -410,8 +410,8 @@ func LoadFolder(dir string) (m *retinanet.Model, cfg Config, digest string, err 
 	b, err := os.ReadFile(st)
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, e := os.Stat(filepath.Join(dir, "pytorch_model.bin")); e == nil {
-			return nil, cfg, "", fmt.Errorf("retinanet: %s has pytorch_model.bin but no model.safetensors: canopy does not read pickled torch checkpoints; convert it once where torch and safetensors are installed:\n"+
-				"  python -c \"import torch; from safetensors.torch import save_file; sd = torch.load('pytorch_model.bin', map_location='cpu'); "+
+			return nil, cfg, "", fmt.Errorf("retinanet: %s has pytorch_model.bin but no model.safetensors: canopy does not read pickled torch checkpoints; convert it once where torch and safetensors are installed: "+
+				"python -c \"import torch; from safetensors.torch import save_file; sd = torch.load('pytorch_model.bin', map_location='cpu'); "+
 				"save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors')\"", dir)
 		}
 		return nil, cfg, "", fmt.Errorf("retinanet: %s: no model.safetensors (not a DeepForest model folder?)", dir)
