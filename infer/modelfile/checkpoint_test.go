@@ -186,7 +186,7 @@ func TestCheckpointWithoutLabels(t *testing.T) {
 		t.Fatalf("a 1-class checkpoint without labels: %v %+v", err, tm)
 	}
 	// The same checkpoint state with two classes (the skeleton has one).
-	cfg = Config{Options: DefaultOptions()}
+	cfg = Config{Options: retinanet.DefaultOptions()}
 	err = modelErr(cfg.checkLabels(p, torchNoLabels, 2))
 	wantModelErr(t, err, p, "nolabels.ckpt holds no label_dict (neither its own nor hyper_parameters.config's", "the weights have 2 classes")
 	if err != nil && strings.Contains(err.Error(), "is missing") {
