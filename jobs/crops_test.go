@@ -300,3 +300,52 @@ func TestCropPredictImages(t *testing.T) {
 		}
 	}
 }
+
+// TestCropEvalTileKeepsMetrics: eval --tile with a crop model gives the
+// metrics and the detector's columns of the run without it, plus the crop
+// columns.
+func TestCropEvalTileKeepsMetrics(t *testing.T) {
+	if !gdal.Available {
+		t.Skip("built with -tags nogdal: no raster reads")
+	}
+	pf, _ := cropParity(t)
+	ld := filepath.Join(t.TempDir(), "r18.csv")
+	os.WriteFile(ld, []byte("label,id\nhealthy,0\nsick,1\n"), 0o644)
+	base := []string{"eval", "--tile", "--csv", filepath.Join(pf.Dir, "annotations.csv"), "--model", demoModelDir, "--threads", "1",
+		"--patch-size", "300", "--patch-overlap", "0.25", "--html=false"}
+	out := [2]string{filepath.Join(t.TempDir(), "plain"), filepath.Join(t.TempDir(), "crops")}
+	for i, extra := range [][]string{nil, {"--crop-model", pf.R18, "--crop-label-dict", ld}} {
+		if code, stderr := runArgs(t, append(append(append([]string{}, base...), extra...), "--out", out[i])...); code != 0 {
+			t.Fatalf("run %d: exit %d: %s", i, code, stderr)
+		}
+	}
+	var metrics [2]string
+	var rows [2][][]string
+	for i, o := range out {
+		var rep struct{ Metrics json.RawMessage }
+		b, err := os.ReadFile(filepath.Join(o, "report.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		metrics[i] = string(rep.Metrics)
+		p, err := os.ReadFile(filepath.Join(o, "predictions.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows[i], _ = predictionRows(t, p)
+	}
+	if metrics[0] == "" || metrics[0] != metrics[1] {
+		t.Errorf("metrics differ with the crop model:\n%s\n%s", metrics[0], metrics[1])
+	}
+	if len(rows[0]) < 5 || len(rows[0]) != len(rows[1]) {
+		t.Fatalf("%d rows without the crop model, %d with", len(rows[0]), len(rows[1]))
+	}
+	for j := range rows[0] {
+		if strings.Join(rows[0][j], ",") != strings.Join(rows[1][j][:7], ",") || len(rows[1][j]) != 9 {
+			t.Fatalf("row %d: %v against %v", j, rows[0][j], rows[1][j])
+		}
+	}
+}

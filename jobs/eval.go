@@ -14,8 +14,8 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/gemm"
+	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/replay"
-	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/parts"
@@ -120,7 +120,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	var model *loadedModel
 	if cfg.Model.Spec != "" {
 		mc := cfg.Model
-		if in.labels != nil && retinanet.IsTorchFile(in.modelDir) {
+		if in.labels != nil && modelfile.IsTorchFile(in.modelDir) {
 			// a bare .pt takes its labels from --label-dict
 			lm, err := dataset.ParseLabelDict(cfg.LabelDict, in.labels)
 			if err != nil {

@@ -125,7 +125,7 @@ func RebuildWith(pkl []byte, out string, seed uint64, given map[string][]float32
 
 // Skeletons is the folder of the committed pickles, from the repository
 // root.
-const Skeletons = "infer/retinanet/testdata/deepforest"
+const Skeletons = "infer/modelfile/testdata/deepforest"
 
 // RebuildFile rebuilds NAME (model.ckpt, model.pt, model-bf16.ckpt,
 // model-bf16.pt) from skel/NAME.data.pkl into out.

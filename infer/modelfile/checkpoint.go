@@ -1,4 +1,4 @@
-package retinanet
+package modelfile
 
 // DeepForest's torch files: a Lightning checkpoint (.ckpt, from
 // deepforest.save_model() or `deepforest train`) and a bare state dict
@@ -15,6 +15,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/nn"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/infer/torchfile"
 )
 
@@ -62,9 +63,9 @@ type TorchModel struct {
 // leading "model." is stripped (Normalize) and num_batches_tracked counters
 // are skipped. digest is the file's hex SHA-256. Every error wraps
 // infer.ErrModel.
-func LoadTorch(path string, given map[string]int) (m *Model, cfg Config, tm TorchModel, digest string, err error) {
+func LoadTorch(path string, given map[string]int) (m *retinanet.Model, cfg Config, tm TorchModel, digest string, err error) {
 	defer func() { err = modelErr(err) }()
-	cfg = Config{Options: DefaultOptions()}
+	cfg = Config{Options: retinanet.DefaultOptions()}
 	if digest, err = fileDigest(path); err != nil {
 		return nil, cfg, tm, "", fmt.Errorf("retinanet: %w", err)
 	}
@@ -114,7 +115,7 @@ func LoadTorch(path string, given map[string]int) (m *Model, cfg Config, tm Torc
 			}
 		}
 	}
-	if m, err = New(w, cfg.Options); err != nil {
+	if m, err = retinanet.New(w, cfg.Options); err != nil {
 		return nil, cfg, tm, "", fmt.Errorf("%w (in %s)", err, path)
 	}
 	cfg.HasConfig = conf != nil
@@ -280,7 +281,7 @@ func kindName(v any) string { return torchfile.KindName(v) }
 
 // Load loads a model folder (LoadFolder) or a torch file (LoadTorch, with
 // given labels for a bare state dict).
-func Load(path string, given map[string]int) (*Model, Config, *TorchModel, string, error) {
+func Load(path string, given map[string]int) (*retinanet.Model, Config, *TorchModel, string, error) {
 	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
 		m, cfg, tm, digest, err := LoadTorch(path, given)
 		return m, cfg, &tm, digest, err
