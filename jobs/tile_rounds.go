@@ -139,11 +139,17 @@ func (s *rasterSet) closeRaster(r int) {
 	}
 }
 
-// opened is the number of rasters open now.
-func (s *rasterSet) opened() int {
+// closeDone closes the open rasters done says this rank has read for
+// the last time.
+func (s *rasterSet) closeDone(done func(r int) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.open)
+	for r, ras := range s.open {
+		if done(r) {
+			ras.Close()
+			delete(s.open, r)
+		}
+	}
 }
 
 func (s *rasterSet) close() {
@@ -272,6 +278,13 @@ func (t *tileRun) share(round []int) ([]int, error) {
 // first and the empty ones get no detections without the model.
 func (t *tileRun) detectWindows(ctx context.Context, shard []int) ([]wire.Image, error) {
 	batch := batchOrOne(t.cfg.BatchSize)
+	if len(shard) > 0 {
+		// A rank takes its windows in increasing order, round after
+		// round: a raster that ends before this shard is never read
+		// again by it, so its dataset (and its cached blocks) go now.
+		first := shard[0]
+		t.rs.closeDone(func(r int) bool { return t.ix.offset[r+1] <= first })
+	}
 	if !t.cfg.SkipEmpty {
 		return t.detectInputs(ctx, shard, t.input)
 	}
