@@ -175,6 +175,7 @@ type tileRun struct {
 	rs      *rasterSet
 	pw      *parts.Writer
 	out     *outRun // rank 0
+	aside   bool    // a --force run set a previous run aside (every rank knows)
 	stats   *rankStats
 	round   int           // windows per round
 	slow    time.Duration // a test's delay per window (slowWindowForTest)
@@ -471,7 +472,7 @@ func (t *tileRun) stopped(derr error) error {
 	if cerr != nil {
 		return localErr(ExitInternal, "jobs: %s --tile: interrupted by a signal, and this rank's part file could not be saved: %w", cmd, cerr)
 	}
-	if t.rounds == 0 && t.cfg.Force && !t.cfg.Resume {
+	if t.rounds == 0 && t.aside {
 		return localErr(ExitInternal, "jobs: %s --tile --force: interrupted by a signal before the first round was saved: the previous run in %s comes back at the next start; run again with --force", cmd, t.cfg.Out)
 	}
 	return localErr(ExitResumable, "jobs: %s --tile: interrupted by a signal; the finished rasters and the detected windows are saved in %s: run the same command with --resume to continue (any rank count)", cmd, t.cfg.Out)

@@ -184,7 +184,8 @@ for r in $RUNS; do
 	balance-dealt) FLAGS=(--model "$MODEL" --patch-size 400 --patch-overlap 0.05 --threads 1 --batch-size 1 --skip-empty)
 		run balance-dealt "$BIN" "$W/balance/list.csv" "$W/out-balance-dealt" -- --force ;;
 	stop-resume)
-		run stop-100 "$BIN" "$W/set/100.csv" "$W/out-stop" CANOPY_TEST_INTERRUPT=0:25 -- --force
+		rm -rf "$W/out-stop"
+		run stop-100 "$BIN" "$W/set/100.csv" "$W/out-stop" CANOPY_TEST_INTERRUPT=0:25 --
 		run resume-100 "$BIN" "$W/set/100.csv" "$W/out-stop" -- --resume
 		;;
 	esac
