@@ -5,9 +5,12 @@ import (
 	"fmt"
 
 	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/mpi"
 )
 
-// openCropModel loads a crop model (--crop-model) for eval-crops.
-func openCropModel(path, labelDict string, threads int) (cropClassifier, error) { //nolint:unparam // wired to infer/crop next
-	return nil, fmt.Errorf("%w: %w", errors.New("the crop classifier (infer/crop) is not in this build yet"), infer.ErrModel)
+// openCropModel loads eval-crops' crop model (--crop-model) on every rank:
+// a collective, whose errors every rank returns alike.
+func openCropModel(c mpi.Comm, path, labelDict string, threads int) (cropClassifier, error) {
+	err := fmt.Errorf("jobs: --crop-model %s: %w: %w", path, errors.New("the crop classifier (infer/crop) is not in this build yet"), infer.ErrModel)
+	return nil, agreeErr(c, ExitModel, err)
 }

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/internal/dataset"
@@ -61,9 +60,7 @@ type cropClassifier interface {
 	// probability (DeepForest's postprocess_predictions).
 	Classify(ctx context.Context, crops []imagefile.Image) (logits [][]float32, scores []float32, err error)
 	// Info is what report.json records of the model.
-	Info() map[string]any
-	// SHA256 is the weights file's digest, which every rank must share.
-	SHA256() string
+	Info() any
 }
 
 type evalCropsReport struct {
@@ -74,10 +71,10 @@ type evalCropsReport struct {
 	Ranks   int             `json:"ranks"`
 	Metrics json.RawMessage `json:"metrics"`
 	// Confusion[t][p] counts crops of class t predicted p (labels by id).
-	Confusion cropConfusion  `json:"confusion"`
-	Crops     int            `json:"crops"`
-	Input     cropInput      `json:"input"`
-	CropModel map[string]any `json:"crop_model"`
+	Confusion cropConfusion `json:"confusion"`
+	Crops     int           `json:"crops"`
+	Input     cropInput     `json:"input"`
+	CropModel any           `json:"crop_model"`
 	// LossBatch is cropmodel.batch_size: val_loss averages its batches.
 	LossBatch        int               `json:"loss_batch_size"`
 	Semantics        string            `json:"semantics"`
@@ -121,14 +118,8 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 	if err := agreeErr(c, ExitUsage, oerr); err != nil {
 		return err
 	}
-	model, merr := loadCropModel(cfg.CropModel, cfg.CropLabelDict, cfg.Threads)
-	if merr != nil {
-		merr = fmt.Errorf("jobs: --crop-model %s: %w", cfg.CropModel, merr)
-	}
-	if err := agreeErr(c, ExitModel, merr); err != nil {
-		return err
-	}
-	if err := sameOnEveryRank(c, model.SHA256(), "the crop model's sha256"); err != nil {
+	model, err := loadCropModel(c, cfg.CropModel, cfg.CropLabelDict, cfg.Threads)
+	if err != nil {
 		return err
 	}
 	labels := model.Labels()
@@ -220,25 +211,6 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 }
 
 func firstN(s []string) []string { return s[:min(len(s), maxListed)] }
-
-// sameOnEveryRank checks that every rank holds the same value (exit 4
-// naming the ranks that differ from rank 0).
-func sameOnEveryRank(c mpi.Comm, v, what string) error {
-	all, err := mpi.AllgatherBytes(c, []byte(v))
-	if err != nil {
-		return localErr(ExitMPI, "jobs: %w", err)
-	}
-	var differ []int
-	for r, b := range all {
-		if string(b) != string(all[0]) {
-			differ = append(differ, r)
-		}
-	}
-	if len(differ) > 0 {
-		return collective(ExitModel, "jobs: ranks %v see %s other than rank 0's: the ranks read different files: %w", differ, what, infer.ErrModel)
-	}
-	return nil
-}
 
 // packFolder is rank 0's packet: the folder listing, or its error.
 func packFolder(cfg EvalCropsConfig, isLabel func(string) bool) []byte {
@@ -400,8 +372,7 @@ func writeCropOutputs(cfg EvalCropsConfig, rep evalCropsReport, folder *dataset.
 	set = append(set, s)
 	if cfg.HTML {
 		page := htmlreport.Crops{Title: "canopy eval-crops: " + cfg.Folder, Labels: labels, Confusion: t.Confusion,
-			Run: [][2]string{{"crop model", fmt.Sprint(rep.CropModel["path"])}, {"sha256", fmt.Sprint(rep.CropModel["sha256"])},
-				{"crops", strconv.Itoa(rep.Crops)}, {"ranks", strconv.Itoa(rep.Ranks)}, {"loss batch size", strconv.Itoa(rep.LossBatch)},
+			Run: [][2]string{{"crop model", cfg.CropModel}, {"crops", strconv.Itoa(rep.Crops)}, {"ranks", strconv.Itoa(rep.Ranks)}, {"loss batch size", strconv.Itoa(rep.LossBatch)},
 				{"command", strings.Join(rep.Command, " ")}}}
 		for _, v := range cropValues(t, labels) {
 			page.Metrics = append(page.Metrics, [2]string{v.Key, formatValue(v)})

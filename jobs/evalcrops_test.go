@@ -29,9 +29,8 @@ const cropTestFolder = "testdata/cropfolder/val"
 // (listing, shards, gather, table, outputs) is tested without a network.
 type fakeCrops struct{ labels []string }
 
-func (f fakeCrops) Labels() []string     { return f.labels }
-func (f fakeCrops) SHA256() string       { return "fake" }
-func (f fakeCrops) Info() map[string]any { return map[string]any{"path": "fake", "sha256": "fake"} }
+func (f fakeCrops) Labels() []string { return f.labels }
+func (f fakeCrops) Info() any        { return map[string]any{"path": "fake"} }
 func (f fakeCrops) Classify(_ context.Context, crops []imagefile.Image) ([][]float32, []float32, error) {
 	var logits [][]float32
 	var scores []float32
@@ -61,9 +60,9 @@ func (f fakeCrops) Classify(_ context.Context, crops []imagefile.Image) ([][]flo
 func useFakeCrops(t *testing.T) {
 	t.Helper()
 	prev := loadCropModel
-	loadCropModel = func(path, _ string, _ int) (cropClassifier, error) {
+	loadCropModel = func(c mpi.Comm, path, _ string, _ int) (cropClassifier, error) {
 		if path == "bad" {
-			return nil, errors.New("not a crop model: " + infer.ErrModel.Error())
+			return nil, agreeErr(c, ExitModel, errors.New("not a crop model: "+infer.ErrModel.Error()))
 		}
 		return fakeCrops{labels: []string{"Abies", "Picea", "Pinus", "Tsuga"}}, nil
 	}
