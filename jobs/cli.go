@@ -41,7 +41,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 	if path := os.Getenv(ProfileEnv); path != "" {
 		stop, err := startProfile(path)
 		if err != nil {
-			fmt.Fprintf(errw, "canopy: %v\n", err)
+			sayLine(errw, "canopy: ", err)
 			return ExitUsage
 		}
 		defer stop()
@@ -88,7 +88,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 		if c == ExitInternal && isUsage(err) {
 			c = ExitUsage
 		}
-		fmt.Fprintf(errw, "canopy: %v\n", err)
+		sayLine(errw, "canopy: ", err)
 		if c == ExitUsage {
 			fmt.Fprintln(errw, "run 'canopy --help' for usage")
 		}
@@ -207,7 +207,7 @@ func runShardJob(c *cli.Context, code *int, newComm CommFactory, stderr io.Write
 func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, opt jobOptions, job func(mpi.Comm) error) int {
 	comm, finalize, err := newComm()
 	if err != nil {
-		fmt.Fprintf(stderr, "canopy: %v\n", err)
+		sayLine(stderr, "canopy: ", err)
 		return ExitMPI
 	}
 	err = checkLauncher(comm)

@@ -17,9 +17,9 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/internal/parts"
 
+	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/mpi"
-	"github.com/canopy-hpc/canopy/report"
 )
 
 type rankInfo struct {
@@ -97,7 +97,7 @@ func doctor(c mpi.Comm, stdout io.Writer) error {
 		if err := json.Unmarshal(p, &ri); err != nil {
 			return &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: doctor: %w", err)}
 		}
-		p := report.Printable // the host name and the environment are printed, not obeyed
+		p := box.Printable // the host name and the environment are printed, not obeyed
 		fmt.Fprintf(stdout, "%-5d %-20s %-8s %-6s %-10d %-8d %-12s %-8s %s / %s\n", ri.Rank, p(ri.Host),
 			fmt.Sprintf("%d/%d", ri.LocalRank, ri.LocalSize), p(ri.PID), ri.GOMAXPROCS, ri.NumCPU, p(ri.Affinity), p(ri.Device), p(ri.VisibleGPUs), p(ri.Launcher))
 	}
@@ -117,7 +117,7 @@ func faultOf(dir string) (msg string, code int, ok bool) {
 		}
 		c, rest, found := strings.Cut(string(b), " ")
 		if n, err := strconv.Atoi(c); found && err == nil {
-			return report.Printable(rest), n, true
+			return box.Printable(rest), n, true
 		}
 	}
 	return "", 0, false
@@ -139,6 +139,12 @@ func outState(dir string) (int, string) {
 		f.Close()
 	}
 	has := func(n string) bool { _, err := os.Stat(filepath.Join(dir, n)); return err == nil }
+	if _, _, err := readJournal(dir); err != nil {
+		return ExitInternal, fmt.Sprintf("%sdamaged: %v; canopy cannot finish or undo that publication and refuses the folder (exit 1)", busy, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, previousDir, movedList)); has(previousDir) && (err == nil && json.Unmarshal(b, new([]string)) != nil || err != nil && !os.IsNotExist(err)) {
+		return ExitInternal, fmt.Sprintf("%sdamaged: the run set aside in %s has an unreadable %s; canopy cannot put it back and refuses the folder (exit 1): keep what you need of it and remove %s, or choose another --out", busy, previousDir, movedList, previousDir)
+	}
 	if has(previousDir) && has(journalName) {
 		return ExitInternal, busy + "a --force run was stopped while publishing its complete outputs; the next canopy run in this folder finishes the publication and removes the previous run set aside in " + previousDir
 	}
@@ -184,7 +190,7 @@ func outState(dir string) (int, string) {
 // "run.outputs". derived lists the outputs made from report.json's own
 // bytes (eval's report.html and COCO files), which it cannot record.
 func recordedOutputs(dir string) (outs map[string]string, derived []string, err error) {
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	b, err := readRegular(filepath.Join(dir, "report.json"), maxReportJSON)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -209,7 +215,7 @@ func recordedOutputs(dir string) (outs map[string]string, derived []string, err 
 func verifyOutputs(dir string) string {
 	outs, derived, err := recordedOutputs(dir)
 	if err != nil {
-		return fmt.Sprintf("damaged: report.json is unreadable (%s); the outputs cannot be checked", report.Printable(err.Error()))
+		return fmt.Sprintf("damaged: report.json is unreadable (%v); the outputs cannot be checked", err)
 	}
 	if len(outs) == 0 {
 		return "damaged: report.json records no outputs (not a canopy report, or one edited); the outputs cannot be checked"
@@ -217,14 +223,21 @@ func verifyOutputs(dir string) string {
 	var missing, changed, extra []string
 	for _, name := range sortedKeys(outs) {
 		if !filepath.IsLocal(name) {
-			return fmt.Sprintf("damaged: report.json records an output outside the folder (%s)", report.Printable(name))
+			return fmt.Sprintf("damaged: report.json records an output outside the folder (%s)", name)
 		}
-		got, err := hashFile(filepath.Join(dir, name))
+		// only a regular file is hashed: a FIFO put in an output's place
+		// would block the read, and a link is not what the run wrote
+		p := filepath.Join(dir, name)
+		st, err := os.Lstat(p)
 		switch {
 		case err != nil:
-			missing = append(missing, report.Printable(name))
-		case got != outs[name]:
-			changed = append(changed, report.Printable(name))
+			missing = append(missing, name)
+		case !st.Mode().IsRegular():
+			changed = append(changed, name+" (not a regular file)")
+		default:
+			if got, err := hashFile(p); err != nil || got != outs[name] {
+				changed = append(changed, name)
+			}
 		}
 	}
 	for _, name := range reportFiles {
@@ -261,7 +274,7 @@ func completeSet(dir string) string {
 			also = append(also, n)
 		}
 	}
-	msg := "report.json and the outputs it records (" + strings.Join(printableAll(sortedKeys(outs)), ", ") + ") are one run's, sha256 verified"
+	msg := "report.json and the outputs it records (" + strings.Join(sortedKeys(outs), ", ") + ") are one run's, sha256 verified"
 	if len(also) > 0 {
 		msg += "; made from report.json: " + strings.Join(also, ", ")
 	}
@@ -277,10 +290,18 @@ func sortedKeys(m map[string]string) []string {
 	return k
 }
 
-func printableAll(s []string) []string {
-	out := make([]string, len(s))
-	for i, v := range s {
-		out[i] = report.Printable(v)
+// maxReportJSON bounds the report.json doctor --out reads (a run's is a
+// few MB even with thousands of rasters).
+const maxReportJSON = 1 << 30
+
+// readRegular reads a regular file of at most max bytes.
+func readRegular(path string, max int64) ([]byte, error) {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
 	}
-	return out
+	if !st.Mode().IsRegular() || st.Size() > max {
+		return nil, fmt.Errorf("%s is not a regular file of at most %d bytes", filepath.Base(path), max)
+	}
+	return os.ReadFile(path)
 }

@@ -18,7 +18,7 @@ func doctorCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *cl
 		Description: "Run it the way you run eval (mpirun -np N canopy doctor, or srun inside an\n" +
 			"allocation) to check the launcher, the binding of ranks to cores and the GPUs.\n\n" + ExitTable,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "out", Usage: "instead, tell the state of an output folder, without MPI: complete (exit 0), an interrupted run that --resume continues (exit 8: its part files hold finished images), in use by a running job, or neither (exit 1); what a job script checks after mpirun exits 1 on SIGTERM"},
+			&cli.StringFlag{Name: "out", Usage: "instead, tell the state of an output folder, without MPI: complete (exit 0), an interrupted run that --resume continues (exit 8: its part files hold finished images), in use by a running job, or neither (exit 1, also for a published run whose outputs no longer match the sha256s its report.json records: each missing, changed or extra output is named); what a job script checks after mpirun exits 1 on SIGTERM"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -26,7 +26,7 @@ func doctorCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *cl
 			}
 			if out := c.String("out"); out != "" {
 				st, msg := outState(out)
-				fmt.Fprintf(stdout, "%s: %s\n", out, msg)
+				sayLine(stdout, "", out+": "+msg) // msg quotes the folder's files
 				*code = st
 				return nil
 			}

@@ -166,7 +166,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	if c.Rank() == 0 && cfg.Warnings != nil {
 		for _, w := range warnings {
-			fmt.Fprintf(cfg.Warnings, "canopy: warning: %s\n", w)
+			sayLine(cfg.Warnings, "canopy: warning: ", w)
 		}
 	}
 	if err := checkSharedOut(c, cfg, in); err != nil {

@@ -62,7 +62,7 @@ func gpuPlanCommand(code *int, stdout, stderr io.Writer) *cli.Command {
 			}
 			if err := gpuPlan(cfg, stdout); err != nil {
 				*code = Code(err)
-				fmt.Fprintf(stderr, "canopy: %v\n", err)
+				sayLine(stderr, "canopy: ", err)
 			}
 			return nil
 		},

@@ -262,17 +262,27 @@ func TestHostileFlags(t *testing.T) {
 // Weights holding NaN are a model error (exit 4) on every rank, before any
 // inference.
 func TestNaNWeightsExit4(t *testing.T) {
+	k := "head.classification_head.cls_logits.bias"
+	codes, stderr, _ := runEditedModel(t, k, func(d []float32) { d[0] = float32(math.NaN()) })
+	if codes[0] != ExitModel || codes[1] != ExitModel || !strings.Contains(stderr, "tensor "+k+" holds NaN at index 0") {
+		t.Fatalf("codes %v, stderr %q", codes, stderr)
+	}
+}
+
+// runEditedModel runs the 2-rank model eval of modelCfg with the test
+// model's tensor key changed by edit: the exit codes, stderr and --out.
+func runEditedModel(t *testing.T, key string, edit func([]float32)) ([]int, string, string) {
+	t.Helper()
 	model, _, _ := testModelSet(t)
 	ts, _, err := safetensors.Read(filepath.Join(model, "model.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := "head.classification_head.cls_logits.bias"
-	bias := ts[k]
-	bias.Data = append([]float32(nil), bias.Data...)
-	bias.Data[0] = float32(math.NaN())
-	ts[k] = bias
-	bad := filepath.Join(t.TempDir(), "nan")
+	v := ts[key]
+	v.Data = append([]float32(nil), v.Data...)
+	edit(v.Data)
+	ts[key] = v
+	bad := filepath.Join(t.TempDir(), "edited")
 	os.MkdirAll(bad, 0o755)
 	if err := safetensors.Write(filepath.Join(bad, "model.safetensors"), ts, "F32", nil); err != nil {
 		t.Fatal(err)
@@ -283,8 +293,26 @@ func TestNaNWeightsExit4(t *testing.T) {
 	cfg.Model.Spec = bad
 	var stderr bytes.Buffer
 	codes := runLocalCtx(t, 2, cfg, func(int) context.Context { return context.Background() }, &stderr)
-	if codes[0] != ExitModel || codes[1] != ExitModel || !strings.Contains(stderr.String(), "tensor "+k+" holds NaN at index 0") {
-		t.Fatalf("codes %v, stderr %q", codes, stderr.String())
+	return codes, stderr.String(), cfg.Out
+}
+
+// TestHugeWeightsExit4 (issue 35, item 10): finite weights of ±3e38 in
+// the classification head overflow float32: every rank stops with exit 4
+// naming the head output, the level and the first layer that overflowed,
+// and nothing is published (it was exit 0, no detections, and val_loss,
+// val_classification and box_precision written as null).
+func TestHugeWeightsExit4(t *testing.T) {
+	codes, stderr, out := runEditedModel(t, "head.classification_head.cls_logits.weight", func(d []float32) {
+		for i := range d {
+			d[i] = float32(3e38 * (1 - 2*float64(i%2)))
+		}
+	})
+	if codes[0] != ExitModel || codes[1] != ExitModel || !strings.Contains(stderr, "head.classification_head.cls_logits output is") ||
+		!strings.Contains(stderr, "head.classification_head.cls_logits is the first layer whose output is not finite") {
+		t.Fatalf("codes %v, stderr %q", codes, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "report.json")); err == nil {
+		t.Fatal("a report was published")
 	}
 }
 

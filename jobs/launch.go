@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -75,5 +76,15 @@ func setTimeout(c mpi.Comm, d time.Duration) error {
 
 // printErr writes err once per line with the rank prefix.
 func printErr(w io.Writer, c mpi.Comm, err error) {
-	fmt.Fprintf(w, "%s%v\n", logPrefix(c), err)
+	sayLine(w, logPrefix(c), err)
+}
+
+// sayLine writes one line of canopy's stderr: prefix, then msg with what
+// a terminal would act on escaped (box.Printable). Errors, warnings and
+// notes quote text from the files canopy reads (pickle names, dict and
+// state-dict keys, label names, image paths, raster names): this is the
+// one place that text is made harmless, whatever path brought it, and a
+// newline in it cannot start a line of its own.
+func sayLine(w io.Writer, prefix string, msg any) {
+	fmt.Fprintf(w, "%s%s\n", prefix, box.Printable(fmt.Sprint(msg)))
 }

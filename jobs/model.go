@@ -19,7 +19,6 @@ import (
 	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/mpi"
-	"github.com/canopy-hpc/canopy/report"
 )
 
 // ModelConfig selects and tunes the native RetinaNet (eval --model, and
@@ -426,7 +425,7 @@ func (lm *loadedModel) openDetector(c mpi.Comm, labels box.LabelMap, stderr io.W
 		autoCPUNote(stderr, lm.info.Devices)
 		for _, d := range lm.info.Devices {
 			if r := shared[d.UUID]; d.UUID != "" && len(r) > 1 && r[0] == d.Rank {
-				fmt.Fprintf(stderr, "canopy: warning: ranks %v share GPU %s (%s on %s); each runs slower, and --exclusive-gpu makes this an error\n", r, d.UUID, d.Name, d.Host)
+				sayLine(stderr, "canopy: warning: ", fmt.Sprintf("ranks %v share GPU %s (%s on %s); each runs slower, and --exclusive-gpu makes this an error", r, d.UUID, d.Name, d.Host))
 			}
 		}
 	}
@@ -458,7 +457,7 @@ func autoCPUNote(w io.Writer, devs []rankDevice) {
 	if len(ranks) == len(devs) {
 		all = "every rank runs"
 	}
-	fmt.Fprintf(w, "canopy: note: --device auto: this cuda build has no usable GPU here; %s on the CPU (%s)\n", all, report.Printable(why))
+	sayLine(w, "canopy: note: ", fmt.Sprintf("--device auto: this cuda build has no usable GPU here; %s on the CPU (%s)", all, why))
 }
 
 // detector builds this rank's detector (CPU or GPU), mapping the model's

@@ -288,7 +288,7 @@ func restorePrevious(dir string) error {
 	}
 	var moved []string
 	if err := json.Unmarshal(b, &moved); err != nil {
-		return ioErr("jobs: restoring the previous run: %s: %w", movedList, err)
+		return ioErr("jobs: restoring the previous run: %s/%s is damaged (%w): keep what you need of it and remove %s, or choose another --out", previousDir, movedList, err, previousDir)
 	}
 	if err := abandonPublication(dir); err != nil {
 		return err
@@ -445,7 +445,7 @@ func readJournal(dir string) (set []staged, found bool, err error) {
 		return nil, true, ioErr("jobs: %s: %w", journalName, err)
 	}
 	if err := json.Unmarshal(b, &set); err != nil {
-		return nil, true, ioErr("jobs: %s: %w", journalName, err)
+		return nil, true, ioErr("jobs: %s is damaged (%w): keep what you need of the folder and remove it, or choose another --out", journalName, err)
 	}
 	return set, true, nil
 }

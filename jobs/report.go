@@ -348,7 +348,7 @@ func printTable(w io.Writer, vals []metrics.Value) {
 	keys := make([]string, len(vals))
 	for i, v := range vals {
 		cells[i] = formatValue(v)
-		keys[i] = report.Printable(v.Key) // a label may hold terminal escapes
+		keys[i] = box.Printable(v.Key) // a label may hold terminal escapes
 		kw = max(kw, utf8.RuneCountInString(keys[i]))
 		vw = max(vw, len(cells[i]))
 	}

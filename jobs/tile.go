@@ -216,7 +216,7 @@ func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 	}
 	if vt != nil && cfg.Progress != nil {
 		for _, w := range vt.Warnings {
-			fmt.Fprintf(cfg.Progress, "canopy: warning: %s\n", w)
+			sayLine(cfg.Progress, "canopy: warning: ", w)
 		}
 	}
 	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth, labels), out, vt
@@ -526,7 +526,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 			extra = append(extra, h...)
 		}
 		if note != "" && cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, "canopy: note: %s\n", note)
+			sayLine(cfg.Progress, "canopy: note: ", note)
 		}
 		err = publishPredictions(cfg.Out, images, merged, labels, extra, func(outputs map[string]string) any {
 			rep.Outputs = outputs

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 )
 
@@ -31,15 +32,15 @@ func (r Row) deltaSigned() string {
 // WriteText prints the header block, the table and the summary.
 func WriteText(w io.Writer, res *Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "baseline\t%s\n", Printable(res.Base.Path))
-	fmt.Fprintf(tw, "current\t%s\n", Printable(res.Cur.Path))
+	fmt.Fprintf(tw, "baseline\t%s\n", box.Printable(res.Base.Path))
+	fmt.Fprintf(tw, "current\t%s\n", box.Printable(res.Cur.Path))
 	truth := DescribeInput(res.Base.Inputs["csv"]) + " (same)"
 	if res.TruthDiffers {
 		truth = DescribeInput(res.Base.Inputs["csv"]) + " → " + DescribeInput(res.Cur.Inputs["csv"]) + " (differs, allowed by --allow-different-truth)"
 	}
-	fmt.Fprintf(tw, "truth\t%s\n", Printable(truth))
+	fmt.Fprintf(tw, "truth\t%s\n", box.Printable(truth))
 	for _, d := range res.Diffs {
-		fmt.Fprintf(tw, "%s\t%s → %s (differs)\n", Printable(d.Field), Printable(d.Base), Printable(d.Cur))
+		fmt.Fprintf(tw, "%s\t%s → %s (differs)\n", box.Printable(d.Field), box.Printable(d.Base), box.Printable(d.Cur))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -52,12 +53,12 @@ func WriteText(w io.Writer, res *Result) error {
 		if r.Regression {
 			v += " !"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", Printable(r.Key), r.Base, r.Cur, r.deltaSigned(), v)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", box.Printable(r.Key), r.Base, r.Cur, r.deltaSigned(), v)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\n%s\n", Printable(res.Summary()))
+	_, err := fmt.Fprintf(w, "\n%s\n", box.Printable(res.Summary()))
 	return err
 }
 

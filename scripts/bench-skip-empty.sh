@@ -15,12 +15,13 @@
 #     infer/tile BenchmarkWindowCost (the check per window against GDAL's
 #     read and the demo model's detection of a 400x400 window) and
 #     BenchmarkOrthoScan (every window of the raster read and checked:
-#     windows and empty windows).
+#     windows and empty windows). BENCH_SKIP_GO=0 leaves them out.
 #  3. When canopy predict has --skip-empty: predict --tile of the raster with
 #     the demo model on one rank, --threads BENCH_SKIP_THREADS (default 2),
 #     without and with --skip-empty in turn, BENCH_SKIP_ROUNDS rounds
 #     (default 2), each under /usr/bin/time (wall and CPU seconds), the
 #     skipped windows from report.json, and predictions.csv compared.
+#     CANOPY_BIN names another canopy binary (default: bin/canopy, built).
 # The machine's load average is printed with every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,13 +45,16 @@ fi
 echo "bench-skip-empty: $R: $(gdalinfo "$R" | grep -m1 '^Size is'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 out="$W/bench.txt"
-CANOPY_BENCH_RASTER="$PWD/$R" $GO test ./infer/tile/ -run '^$' -bench 'BenchmarkWindowCost|BenchmarkOrthoScan' \
+[ "${BENCH_SKIP_GO:-1}" = 1 ] && CANOPY_BENCH_RASTER="$PWD/$R" $GO test ./infer/tile/ -run '^$' -bench 'BenchmarkWindowCost|BenchmarkOrthoScan' \
 	-benchtime "${BENCH_SKIP_BENCHTIME:-5x}" -count "${BENCH_SKIP_COUNT:-6}" | tee "$out"
-echo "bench-skip-empty: load after the Go benchmarks $(cut -d' ' -f1-3 /proc/loadavg)"
-if command -v benchstat >/dev/null; then benchstat "$out"; fi
+if [ "${BENCH_SKIP_GO:-1}" = 1 ]; then
+	echo "bench-skip-empty: load after the Go benchmarks $(cut -d' ' -f1-3 /proc/loadavg)"
+	if command -v benchstat >/dev/null; then benchstat "$out"; fi
+fi
 
-$GO build -o bin/canopy .
-if ! bin/canopy predict --help 2>&1 | grep -q -- '--skip-empty'; then
+BIN=${CANOPY_BIN:-bin/canopy}
+[ -n "${CANOPY_BIN:-}" ] || $GO build -o bin/canopy .
+if ! "$BIN" predict --help 2>&1 | grep -q -- '--skip-empty'; then
 	echo "bench-skip-empty: this canopy has no --skip-empty yet: the end-to-end runs are left out"
 	exit 0
 fi
@@ -62,7 +66,7 @@ for ((r = 0; r < ${BENCH_SKIP_ROUNDS:-2}; r++)); do
 		o="$W/out-$mode"
 		rm -rf "$o"
 		/usr/bin/time -f "bench-skip-empty: $mode: wall %e s, cpu %U+%S s, peak RSS %M KiB" \
-			bin/canopy predict --tile --raster "$R" --model testdata/models/canopy-demo-r18 --threads "$t" "${flag[@]}" --out "$o" >/dev/null
+			"$BIN" predict --tile --raster "$R" --model testdata/models/canopy-demo-r18 --threads "$t" "${flag[@]}" --out "$o" >/dev/null
 		echo "bench-skip-empty: $mode: load $(cut -d' ' -f1-3 /proc/loadavg); report: $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["tile"]; print({k: v for k, v in t.items() if "skip" in k or k == "windows"})' "$o/report.json")"
 	done
 	if cmp -s "$W/out-plain/predictions.csv" "$W/out-skip/predictions.csv"; then

@@ -31,7 +31,7 @@ seed -dir $d/FuzzParse infer/safetensors/testdata/small_{f32,f16,bf16}.safetenso
 
 d=infer/torchfile/testdata/fuzz
 rm -rf $d
-seed -dir $d/FuzzRead infer/torchfile/testdata/{state_f16,state_proto4,param,overlap,noncontig,forbidden}.pt
+seed -dir $d/FuzzRead infer/torchfile/testdata/{state_f16,state_proto4,param,overlap,noncontig,forbidden,eof_directory}.pt
 
 d=internal/config/testdata/fuzz
 rm -rf $d

@@ -31,12 +31,12 @@ package gdal
 import (
 	"errors"
 	"fmt"
-
-	"github.com/canopy-hpc/canopy/box"
 	"math"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/canopy-hpc/canopy/box"
 )
 
 // ErrRaster marks a raster canopy cannot read: missing, not a raster,
@@ -224,36 +224,13 @@ func BoxFeature(gt [6]float64, b box.Box, imagePath, label string, score float64
 const gpkgRefusedFirst = "`~!@#$%^&*()+-={}|[]\\:\";'<>?,./"
 
 // LayerNames gives each raster's image_path a GeoPackage layer name that
-// GDAL accepts and that is unique in the file, whatever the paths: a path
-// that is a valid name keeps it (the first of those that differ only in
-// case; SQLite's table names ignore case); otherwise the name is the path
-// with its control characters as '_', its leading characters that GDAL
-// refuses dropped ("./x.tif" → "x.tif"), "layer_" before a reserved
-// prefix (gpkg, sqlite_, and rtree_, GDAL's spatial index tables), and
-// "_2", "_3", … after it until it is unique. The same paths in the same
-// order always give the same names.
-func LayerNames(paths []string) []string {
-	names := make([]string, len(paths))
-	taken := map[string]bool{}
-	fold := strings.ToLower
-	for i, p := range paths {
-		if n := layerBase(p); n == p && !taken[fold(n)] {
-			names[i], taken[fold(n)] = n, true
-		}
-	}
-	for i, p := range paths {
-		if names[i] != "" {
-			continue
-		}
-		base := layerBase(p)
-		n := base
-		for k := 2; taken[fold(n)]; k++ {
-			n = fmt.Sprintf("%s_%d", base, k)
-		}
-		names[i], taken[fold(n)] = n, true
-	}
-	return names
-}
+// GDAL accepts and that is unique in the file, whatever the paths
+// (box.UniqueNames): a path that is a valid name keeps it; otherwise the
+// name is the path with its control characters as '_', its leading
+// characters that GDAL refuses dropped ("./x.tif" → "x.tif"), "layer_"
+// before a reserved prefix (gpkg, sqlite_, and rtree_, GDAL's spatial
+// index tables), and a "_2", "_3", … suffix where it is taken.
+func LayerNames(paths []string) []string { return box.UniqueNames(paths, layerBase) }
 
 // layerBase is p made a valid layer name (uniqueness aside).
 func layerBase(p string) string {

@@ -142,11 +142,16 @@ func LoadTorch(path string, given map[string]int) (m *Model, cfg Config, tm Torc
 	default:
 		tm.LabelsFrom = "default"
 	}
-	if err := cfg.checkLabels(path, m.Classes); err != nil {
+	if err := cfg.checkLabels(path, torchNoLabels, m.Classes); err != nil {
 		return nil, cfg, tm, "", err
 	}
 	return m, cfg, tm, digest, nil
 }
+
+// torchNoLabels is checkLabels' words for a .ckpt without labels (not the
+// folder's "is missing", which names a missing config.json: the checkpoint
+// is there, its labels are not).
+const torchNoLabels = "holds no label_dict (neither its own nor hyper_parameters.config's; --label-dict or a --config label_dict can give one)"
 
 func fileDigest(path string) (string, error) {
 	fh, err := os.Open(path)

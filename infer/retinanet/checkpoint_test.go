@@ -1,6 +1,7 @@
 package retinanet
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -174,6 +175,39 @@ func TestLoadTorchErrors(t *testing.T) {
 		} else if err == nil {
 			t.Fatalf("%s loaded", p)
 		}
+	}
+}
+
+// TestCheckpointWithoutLabels (issue 35): a Lightning checkpoint holding
+// no label_dict and no hyper_parameters is read as DeepForest reads it (one
+// class: {"Tree": 0}); with more classes the refusal says the checkpoint
+// holds no labels (it said "x.ckpt is missing and the weights have 2
+// classes", the folder's wording for a missing config.json).
+func TestCheckpointWithoutLabels(t *testing.T) {
+	pkl, err := os.ReadFile(filepath.Join("testdata", "deepforest", "model.ckpt.data.pkl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for old, new := range map[string]string{"\x00\x00hyper_parameters": "\x00\x00hyper_parameterz", "\x00\x00label_dict": "\x00\x00label_dicz"} {
+		if bytes.Count(pkl, []byte(old)) != 1 {
+			t.Fatalf("%q is not in the skeleton once", old)
+		}
+		pkl = bytes.Replace(pkl, []byte(old), []byte(new), 1)
+	}
+	p := filepath.Join(t.TempDir(), "nolabels.ckpt")
+	if err := torchckpt.Rebuild(pkl, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	m, cfg, tm, _, err := LoadTorch(p, nil)
+	if err != nil || m.Classes != 1 || cfg.HasConfig || tm.LabelsFrom != "default" || cfg.Labels[0] != "Tree" {
+		t.Fatalf("a 1-class checkpoint without labels: %v %+v", err, tm)
+	}
+	// The same checkpoint state with two classes (the skeleton has one).
+	cfg = Config{Options: DefaultOptions()}
+	err = modelErr(cfg.checkLabels(p, torchNoLabels, 2))
+	wantModelErr(t, err, p, "nolabels.ckpt holds no label_dict (neither its own nor hyper_parameters.config's", "the weights have 2 classes")
+	if err != nil && strings.Contains(err.Error(), "is missing") {
+		t.Errorf("garbled: %v", err)
 	}
 }
 

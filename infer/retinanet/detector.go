@@ -95,10 +95,19 @@ func (d *Detector) detect(ctx context.Context, batch []infer.Input, truth [][]bo
 			return nil, nil, err
 		}
 		var dets []Detection
+		var loss box.Loss
+		var err error
 		if truth != nil {
-			dets, losses[i] = d.r.DetectLoss(cur.img, Targets(truth[i], cur.img.W, cur.img.H, d.classOf))
+			dets, loss, err = d.r.Check(cur.img, Targets(truth[i], cur.img.W, cur.img.H, d.classOf), true)
+			losses[i] = loss
 		} else {
-			dets = d.r.Detect(cur.img)
+			dets, _, err = d.r.Check(cur.img, nil, false)
+		}
+		if err != nil {
+			if i+1 < len(batch) {
+				<-next
+			}
+			return nil, nil, fmt.Errorf("%w (image %s)", err, batch[i].File)
 		}
 		out[i] = toBoxes(dets, d.labels)
 	}

@@ -99,8 +99,10 @@ type cand struct {
 }
 
 // detect runs one image end to end on the CPU. With want, it also
-// computes the image's losses against targets (lossAcc).
-func (m *Model) detect(e *cpu.Engine, img Image, tr *Trace, targets []Target, want bool) ([]Detection, box.Loss) {
+// computes the image's losses against targets (lossAcc). Head outputs or
+// losses that are not finite are a *NonFiniteError naming the first layer
+// that overflowed (the detections are then nil).
+func (m *Model) detect(e *cpu.Engine, img Image, tr *Trace, targets []Target, want bool) ([]Detection, box.Loss, error) {
 	e.ReuseFor(img.H, img.W)
 	e.Keep = tr != nil
 	t0 := e.Times.Now()
@@ -115,10 +117,14 @@ func (m *Model) detect(e *cpu.Engine, img Image, tr *Trace, targets []Target, wa
 		e.Times.Add("loss", t1)
 	}
 	var all []cand
+	var bad error
 	for L := 0; L < 5; L++ {
 		cls, reg := head[cpu.Fmap](m, e, p[L])
 		t1 := e.Times.Now()
 		lo := levelOut{gh: p[L].H, gw: p[L].W, cls: cls, reg: reg}
+		if bad == nil {
+			bad = lo.check(L)
+		}
 		if acc != nil {
 			acc.addLevel(lo, L)
 			e.Times.Add("loss", t1)
@@ -131,13 +137,20 @@ func (m *Model) detect(e *cpu.Engine, img Image, tr *Trace, targets []Target, wa
 		e.Put(cls, reg, p[L])
 		e.Times.Add("postprocess", t1)
 	}
+	var loss box.Loss
+	if acc != nil && bad == nil {
+		loss = acc.result()
+		bad = checkLoss(loss)
+	}
+	if ne, ok := bad.(*NonFiniteError); ok {
+		if ne.Level >= 0 {
+			ne.First = m.firstBadLayer(e, img)
+		}
+		return nil, box.Loss{}, ne
+	}
 	t2 := e.Times.Now()
 	defer e.Times.Add("postprocess", t2)
-	var loss box.Loss
-	if acc != nil {
-		loss = acc.result()
-	}
-	return m.finish(all, img.H, img.W, ph, pw, rh, rw, tr), loss
+	return m.finish(all, img.H, img.W, ph, pw, rh, rw, tr), loss, nil
 }
 
 // grids is the grid size of each pyramid level.

@@ -189,7 +189,11 @@ func sameBits(a, b []float32) bool {
 // smallModel is a ResNet-18-FPN32, 2-class RetinaNet from the test weight
 // generator, at min_size 64 (so the host shim runs it in seconds).
 func smallModel(t testing.TB) *Model {
-	w := generatedWeights(t, "resnet18", 2, 32, 7)
+	return smallModelOf(t, generatedWeights(t, "resnet18", 2, 32, 7))
+}
+
+// smallModelOf is smallModel's network with the weights w.
+func smallModelOf(t testing.TB, w nn.Weights) *Model {
 	opt := DefaultOptions()
 	opt.MinSize, opt.MaxSize = 64, 96
 	opt.ScoreThresh = 0.05

@@ -184,6 +184,13 @@ func (d *GPUDetector) detect(ctx context.Context, batch []infer.Input, truth [][
 	if err != nil {
 		return nil, nil, err
 	}
+	// The device postprocess does not see NaN scores (its keys skip
+	// them); the losses, when computed, do.
+	for i, l := range losses {
+		if err := checkLoss(l); err != nil {
+			return nil, nil, fmt.Errorf("%w (image %s)", err, batch[i].File)
+		}
+	}
 	out := make([][]box.Detection, len(dets))
 	for i, ds := range dets {
 		out[i] = toBoxes(ds, d.labels)

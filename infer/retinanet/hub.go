@@ -350,17 +350,17 @@ func parseConfig(file string, b []byte) (Config, error) {
 
 // checkLabels validates label_dict against the weights' class count and
 // fills Labels; a missing label_dict is {"Tree": 0} for a 1-class model.
-func (c *Config) checkLabels(file string, classes int) error {
+//
+// absent says why there is no label_dict, for the message: "is missing"
+// (a folder's config.json), "has no label_dict", or a checkpoint's own
+// words.
+func (c *Config) checkLabels(file, absent string, classes int) error {
 	if c.NumClasses != 0 && c.NumClasses != classes {
 		return fmt.Errorf("retinanet: %s says num_classes %d, but the weights have %d classes", file, c.NumClasses, classes)
 	}
 	if c.LabelDict == nil {
 		if classes != 1 {
-			what := "has no label_dict"
-			if !c.HasConfig {
-				what = "is missing"
-			}
-			return fmt.Errorf("retinanet: %s %s and the weights have %d classes: a label_dict {name: id} is needed for more than one class", file, what, classes)
+			return fmt.Errorf("retinanet: %s %s and the weights have %d classes: a label_dict {name: id} is needed for more than one class", file, absent, classes)
 		}
 		c.LabelDict = map[string]int{"Tree": 0}
 	}
@@ -402,8 +402,8 @@ func LoadFolder(dir string) (m *Model, cfg Config, digest string, err error) {
 	b, err := os.ReadFile(st)
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, e := os.Stat(filepath.Join(dir, "pytorch_model.bin")); e == nil {
-			return nil, cfg, "", fmt.Errorf("retinanet: %s has pytorch_model.bin but no model.safetensors: canopy does not read pickled torch checkpoints; convert it once where torch and safetensors are installed:\n"+
-				"  python -c \"import torch; from safetensors.torch import save_file; sd = torch.load('pytorch_model.bin', map_location='cpu'); "+
+			return nil, cfg, "", fmt.Errorf("retinanet: %s has pytorch_model.bin but no model.safetensors: canopy does not read pickled torch checkpoints; convert it once where torch and safetensors are installed: "+
+				"python -c \"import torch; from safetensors.torch import save_file; sd = torch.load('pytorch_model.bin', map_location='cpu'); "+
 				"save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors')\"", dir)
 		}
 		return nil, cfg, "", fmt.Errorf("retinanet: %s: no model.safetensors (not a DeepForest model folder?)", dir)
@@ -444,7 +444,11 @@ func LoadFolder(dir string) (m *Model, cfg Config, digest string, err error) {
 	if m, err = New(w, cfg.Options); err != nil {
 		return nil, cfg, "", fmt.Errorf("%w (in %s)", err, st)
 	}
-	if err := cfg.checkLabels(cfgFile, m.Classes); err != nil {
+	absent := "has no label_dict"
+	if !cfg.HasConfig {
+		absent = "is missing"
+	}
+	if err := cfg.checkLabels(cfgFile, absent, m.Classes); err != nil {
 		return nil, cfg, "", err
 	}
 	return m, cfg, digest, nil

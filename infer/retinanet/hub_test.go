@@ -302,6 +302,24 @@ func TestLoadFolderErrors(t *testing.T) {
 				ts[k] = t
 			}
 		}), config2, "tensor backbone.body.conv1.weight holds -Inf at index 3 (2 tensors hold NaN or Inf)"},
+		// issue 35: DeepForest's other architectures are named, not only
+		// refused (the same backbone, then rpn/roi_heads or DETR heads)
+		{"faster r-cnn", edit(func(ts map[string]safetensors.Tensor) {
+			for k, v := range ts {
+				if strings.HasPrefix(k, "head.") {
+					delete(ts, k)
+					ts["roi_heads."+strings.TrimPrefix(k, "head.")] = v
+				}
+			}
+			ts["rpn.head.conv.0.0.weight"] = safetensors.Tensor{Shape: []int{1}, Data: []float32{1}}
+		}), config2, "the state dict is a Faster R-CNN (torchvision's fasterrcnn_resnet50_fpn, DeepForest's FasterRCNN: rpn, roi_heads), not a RetinaNet"},
+		{"deformable detr", map[string]safetensors.Tensor{
+			"model.net.class_embed.0.weight":         {Shape: []int{1}, Data: []float32{1}},
+			"model.net.bbox_embed.0.layers.0.weight": {Shape: []int{1}, Data: []float32{1}},
+		}, config2, "is a Deformable DETR"},
+		{"point model", map[string]safetensors.Tensor{
+			"model.net.point_embed.0.layers.0.weight": {Shape: []int{1}, Data: []float32{1}},
+		}, config2, "is DeepForest's point model"},
 		{"label_dict count", base, `{"label_dict": {"Tree": 0}}`, "label_dict has 1 labels, but the weights have 2 classes"},
 		{"label_dict ids", base, `{"label_dict": {"Tree": 0, "Bird": 2}}`, `gives "Bird" the id 2, want 0..1`},
 		{"label_dict twice", base, `{"label_dict": {"Tree": 1, "Bird": 1}}`, `the same id 1`},

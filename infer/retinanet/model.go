@@ -102,6 +102,13 @@ func (m *Model) convs() []*nn.Conv {
 // class count come from the tensors' names and shapes; anything missing,
 // misshapen or left over is an error.
 func New(w nn.Weights, opt Options) (*Model, error) {
+	names := make([]string, 0, len(w))
+	for k := range w {
+		names = append(names, k)
+	}
+	if a := ForeignArchitecture(names); a != "" {
+		return nil, fmt.Errorf("retinanet: the state dict is %s, not a RetinaNet: canopy runs DeepForest's RetinaNet only", a)
+	}
 	t := nn.NewTake(w, "retinanet: the weights do not fit a torchvision RetinaNet")
 	m := &Model{Opt: opt}
 	const body = "backbone.body."

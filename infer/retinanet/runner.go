@@ -32,9 +32,10 @@ func (r *Runner) Model() *Model { return r.m }
 // Threads is the worker count.
 func (r *Runner) Threads() int { return r.e.Threads() }
 
-// Detect runs one image (padded on its own to a multiple of 32).
+// Detect runs one image (padded on its own to a multiple of 32); nil when
+// the network's outputs are not finite (Check says why).
 func (r *Runner) Detect(img Image) []Detection {
-	d, _ := r.m.detect(r.e, img, nil, nil, false)
+	d, _, _ := r.m.detect(r.e, img, nil, nil, false)
 	return d
 }
 
@@ -42,14 +43,21 @@ func (r *Runner) Detect(img Image) []Detection {
 // against targets (in original pixels; none for an empty frame) from the
 // same forward pass, as torchvision's RetinaNet does in train mode.
 func (r *Runner) DetectLoss(img Image, targets []Target) ([]Detection, box.Loss) {
-	return r.m.detect(r.e, img, nil, targets, true)
+	d, l, _ := r.m.detect(r.e, img, nil, targets, true)
+	return d, l
+}
+
+// Check is Detect (want false) or DetectLoss (want true) that returns a
+// *NonFiniteError when the head outputs or the losses are NaN or ±Inf.
+func (r *Runner) Check(img Image, targets []Target, want bool) ([]Detection, box.Loss, error) {
+	return r.m.detect(r.e, img, nil, targets, want)
 }
 
 // DetectTrace is Detect that also records the transform sizes and the
 // pyramid levels.
 func (r *Runner) DetectTrace(img Image) ([]Detection, *Trace) {
 	tr := &Trace{}
-	d, _ := r.m.detect(r.e, img, tr, nil, false)
+	d, _, _ := r.m.detect(r.e, img, tr, nil, false)
 	return d, tr
 }
 

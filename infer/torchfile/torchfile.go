@@ -202,7 +202,9 @@ func Read(name string, r io.ReaderAt, size int64) (*File, error) {
 	f := &File{Name: name}
 	z, err := zip.NewReader(r, size)
 	if err != nil {
-		if errors.Is(err, zip.ErrFormat) || errors.Is(err, io.ErrUnexpectedEOF) {
+		// io.EOF too: a central directory whose records run past the
+		// file's end (found by FuzzRead: "f.pt: EOF", without ErrFormat)
+		if errors.Is(err, zip.ErrFormat) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			return nil, f.wrap(bad("not a torch.save zip archive (truncated or not a zip: %v); canopy reads files torch.save wrote with its default zip format (torch >= 1.6)", err))
 		}
 		return nil, f.wrap(err)

@@ -389,3 +389,18 @@ func TestHostile(t *testing.T) {
 		})
 	}
 }
+
+// TestZipDirectoryPastEnd (found by FuzzRead, issue 35): a zip whose
+// central directory runs past the file's end made archive/zip return a
+// bare io.EOF, which came out as "f.pt: EOF" without ErrFormat; it is a
+// format error naming what the file is not.
+func TestZipDirectoryPastEnd(t *testing.T) {
+	b, err := os.ReadFile("testdata/eof_directory.pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Read("eof.pt", bytes.NewReader(b), int64(len(b)))
+	if err == nil || !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "eof.pt: not a torch.save zip archive") {
+		t.Fatalf("%v, want an ErrFormat naming the file", err)
+	}
+}

@@ -206,6 +206,9 @@ func MalformedOverride(arg string, isFile bool) error {
 	if strings.TrimSpace(key) == "" {
 		return fmt.Errorf("config: override %q has no key: want key=value (such as score_thresh=0.3): %w", arg, ErrConfig)
 	}
+	if len(key) > maxKeyLen {
+		return fmt.Errorf("config: override %q…: a key of %d bytes, longer than any key of DeepForest's schema: %w", key[:40], len(key), ErrConfig)
+	}
 	if strings.HasPrefix(key, "+") || strings.HasPrefix(key, "~") {
 		return fmt.Errorf("config: override %q: Hydra's +key, ++key and ~key forms are not read; give %s=… (a key of DeepForest's schema): %w", arg, nearest(strings.TrimLeft(key, "+~")), ErrConfig)
 	}
@@ -267,7 +270,11 @@ func Load(name string, data []byte, overrides []string, command string) (*Config
 			return nil, fmt.Errorf("config: override %q: %s is a section; give one of its keys (%s.…): %w", o, k, k, ErrConfig)
 		}
 		if _, ok := schema[k]; !ok {
-			return nil, unknown("override "+o, k)
+			at := "override " + o
+			if len(at) > 100 {
+				at = at[:100] + "…"
+			}
+			return nil, unknown(at, k)
 		}
 		var n yaml.Node
 		if err := yaml.Unmarshal([]byte(v), &n); err != nil {
@@ -488,12 +495,22 @@ func describe(n *yaml.Node) string {
 
 // unknown is the error for a key the schema lacks, naming the nearest.
 func unknown(at, key string) error {
+	if len(key) > maxKeyLen {
+		return fmt.Errorf("config: %s: unknown key %q… (%d bytes, longer than any key of DeepForest's schema): %w", at, key[:40], len(key), ErrConfig)
+	}
 	return fmt.Errorf("config: %s: unknown key %s (did you mean %s?): %w", at, key, nearest(key), ErrConfig)
 }
 
+// maxKeyLen bounds the keys nearest compares (the schema's longest is 41
+// bytes): a 1 MiB key would cost a minute of Levenshtein distances.
+const maxKeyLen = 128
+
 // nearest is the schema key nearest to key (Levenshtein; ties: the first
-// in sorted order).
+// in sorted order); "" for a key longer than maxKeyLen.
 func nearest(key string) string {
+	if len(key) > maxKeyLen {
+		return ""
+	}
 	best, bd := "", math.MaxInt
 	for k := range schema {
 		if d := distance(key, k); d < bd || (d == bd && k < best) {

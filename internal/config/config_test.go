@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func load(t *testing.T, name string, overrides []string, cmd string) (*Config, error) {
@@ -122,6 +123,29 @@ func TestErrors(t *testing.T) {
 				t.Errorf("%q %v: error %q lacks %q", c.yaml, c.overrides, err, w)
 			}
 		}
+	}
+}
+
+// TestLongKeys: a key longer than any of the schema's is refused at once,
+// shortened in the message, without a nearest-key search (a 1 MiB key took
+// a minute of Levenshtein distances and was printed whole).
+func TestLongKeys(t *testing.T) {
+	k := strings.Repeat("a", 200000)
+	for _, c := range []struct {
+		yaml      string
+		overrides []string
+	}{{"? " + k + "\n: 1\n", nil}, {"", []string{k + "=1"}}, {"", []string{"-" + k + "=1"}}} {
+		t0 := time.Now()
+		_, err := Load("c.yaml", []byte(c.yaml), c.overrides, "eval")
+		if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "longer than any key") || len(err.Error()) > 400 {
+			t.Errorf("%.20q %.20q: %.500v", c.yaml, c.overrides, err)
+		}
+		if d := time.Since(t0); d > 2*time.Second {
+			t.Errorf("%.20q %.20q: %v", c.yaml, c.overrides, d)
+		}
+	}
+	if nearest(strings.Repeat("b", maxKeyLen)) == "" || nearest(strings.Repeat("b", maxKeyLen+1)) != "" {
+		t.Error("nearest's bound")
 	}
 }
 

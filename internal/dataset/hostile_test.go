@@ -328,3 +328,35 @@ func TestVOCFolderRefusesFIFO(t *testing.T) {
 		t.Fatalf("/dev/zero: %v", err)
 	}
 }
+
+// TestCOCOEmptyFrameLabelAndQuoting: an image without annotations takes
+// the label of the lowest category id, whatever the order categories are
+// listed in; labels holding commas and quotes survive the CSV the truth is
+// converted to. (Mutation survivors of coco.go, issue 35.)
+func TestCOCOEmptyFrameLabelAndQuoting(t *testing.T) {
+	doc := `{"images": [{"id": 1, "file_name": "a.png"}, {"id": 2, "file_name": "b.png"}],
+ "categories": [{"id": 9, "name": "Z, \"dead\""}, {"id": 3, "name": "Alive"}, {"id": 5, "name": "M"}],
+ "annotations": [{"id": 1, "image_id": 2, "category_id": 9, "bbox": [1, 1, 5, 5]}]}`
+	tr, err := ParseCOCOTruth("t.json", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Images) != 2 || !tr.Images[0].Empty || tr.Images[0].Labels[0] != "Alive" {
+		t.Fatalf("empty frame %+v, want the label of category 3", tr.Images[0])
+	}
+	if r := tr.Images[1].Rows; len(r) != 1 || r[0].Label != `Z, "dead"` {
+		t.Fatalf("rows %+v", r)
+	}
+}
+
+// TestVOCNegativeIntegers: a negative integer coordinate is Python's
+// int(), not its magnitude (a box may start left of the image).
+func TestVOCNegativeIntegers(t *testing.T) {
+	rows, err := ParseVOC("v.xml", []byte("<annotation><filename>a.png</filename><object><name>T</name><bndbox><xmin>-5</xmin><ymin>-1_0</ymin><xmax>+7</xmax><ymax>8</ymax></bndbox></object></annotation>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := rows[0].Box; b.Xmin != -5 || b.Ymin != -10 || b.Xmax != 7 || b.Ymax != 8 {
+		t.Fatalf("box %+v, want -5,-10,7,8", b)
+	}
+}
