@@ -34,6 +34,7 @@ type oneCropModel struct {
 
 func (o *oneCropModel) Labels() []string { return o.m.Labels() }
 func (o *oneCropModel) Info() any        { return o.info }
+func (o *oneCropModel) Expand() int      { return o.m.Transform.Expand }
 
 // Classify transforms and classifies the crops; each one's score is
 // DeepForest's postprocess_predictions value (Output.Best).
