@@ -125,16 +125,11 @@ def save_skeleton(m, skeleton):
 
     config = OmegaConf.to_container(m.config, resolve=True, enum_to_str=True)
     config["cropmodel"]["label_dict"] = m.label_dict
+    from parity import hub_skeleton
+
     with tempfile.TemporaryDirectory() as d:
         m.save_pretrained(d, config=config)
-        os.makedirs(skeleton, exist_ok=True)
-        with open(os.path.join(d, "config.json")) as src, open(os.path.join(skeleton, "hub-config.json"), "w") as dst:
-            dst.write(src.read())
-        with open(os.path.join(d, "model.safetensors"), "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            hdr = f.read(n)
-        with open(os.path.join(skeleton, "hub-header.json"), "wb") as f:
-            f.write(hdr)
+        hub_skeleton(d, skeleton)
 
 
 def table(folder, skeleton=None):
