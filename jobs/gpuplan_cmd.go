@@ -13,6 +13,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
+	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/urfave/cli/v2"
 )
@@ -100,11 +101,11 @@ func gpuPlanConfigOf(c *cli.Context) (gpuPlanConfig, error) {
 
 // gpuPlan runs the timing and writes the plan file.
 func gpuPlan(cfg gpuPlanConfig, stdout io.Writer) error {
-	dir, err := retinanet.Resolve(cfg.Spec)
+	dir, err := modelfile.Resolve(cfg.Spec)
 	if err != nil {
 		return &Error{Code: ExitModel, Err: err}
 	}
-	m, _, _, err := retinanet.LoadFolder(dir)
+	m, _, _, err := modelfile.LoadFolder(dir)
 	if err != nil {
 		return &Error{Code: ExitModel, Err: err}
 	}

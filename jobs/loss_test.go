@@ -11,6 +11,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/wire"
@@ -31,7 +32,7 @@ func TestModelEvalLosses(t *testing.T) {
 	}
 	_, vals := reportMetrics(t, out)
 
-	m, _, _, err := retinanet.LoadFolder(model)
+	m, _, _, err := modelfile.LoadFolder(model)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,10 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/cpu"
+	"github.com/canopy-hpc/canopy/infer/crop"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
+	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -24,8 +26,11 @@ import (
 // ModelConfig selects and tunes the native RetinaNet (eval --model, and
 // predict).
 type ModelConfig struct {
+	// Crops are --crop-model and --crop-label-dict (given with or without
+	// a detector: eval --predictions classifies the stored boxes).
+	Crops CropConfig
 	// Spec is a model folder or owner/name[@revision] in the Hugging Face
-	// cache (retinanet.Resolve).
+	// cache (modelfile.Resolve).
 	Spec string
 	// Threads per rank; 0 means the cores this rank may use.
 	Threads int
@@ -150,14 +155,14 @@ type rankDevice struct {
 // its weights and config.json ("" when absent), so the manifest (and every
 // rank's check) knows the model.
 func resolveModel(spec string) (dir, digest, config string, err error) {
-	dir, err = retinanet.Resolve(spec)
+	dir, err = modelfile.Resolve(spec)
 	if err != nil {
 		return "", "", "", err
 	}
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs // other ranks may start elsewhere
 	}
-	if retinanet.IsTorchFile(dir) {
+	if modelfile.IsTorchFile(dir) {
 		if digest, err = hashFile(dir); err != nil {
 			return "", "", "", fmt.Errorf("jobs: model %s: %w: %w", spec, err, infer.ErrModel)
 		}
@@ -175,7 +180,7 @@ func resolveModel(spec string) (dir, digest, config string, err error) {
 // loadedModel is a model loaded on this rank.
 type loadedModel struct {
 	m          *retinanet.Model
-	cfg        retinanet.Config
+	cfg        modelfile.Config
 	labelMap   box.LabelMap // the model's label_dict
 	info       modelInfo
 	layerTimes bool
@@ -276,8 +281,11 @@ func gpuOnlyFlag(mc ModelConfig, p cuda.Precision) string {
 }
 
 func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) (*loadedModel, error) {
-	m, cfg, tm, sum, err := retinanet.Load(dir, mc.LabelDict)
+	m, cfg, tm, sum, err := modelfile.Load(dir, mc.LabelDict)
 	if err != nil {
+		if crop.Probe(dir) {
+			return nil, infer.ModelErr(fmt.Errorf("jobs: --model %s is a crop model (a ResNet classifier), not a RetinaNet detector: give it as --crop-model", dir))
+		}
 		return nil, err
 	}
 	if sum != digest {
@@ -298,7 +306,7 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 		// flags change them. config.json's other constructor keys (min_size,
 		// max_size, image_mean, image_std) do apply. A Lightning
 		// checkpoint's stored config is DeepForest's own: its values stay
-		// (retinanet.LoadTorch).
+		// (modelfile.LoadTorch).
 		def := retinanet.DefaultOptions()
 		for _, k := range cfg.Set {
 			switch k {
@@ -384,6 +392,11 @@ func modelSettings(o retinanet.Options) map[string]string {
 
 // labels returns the model's label map.
 func (lm *loadedModel) labels() box.LabelMap { return lm.labelMap }
+
+// cropWorkers is the crop classifier's workers on this rank: the
+// detector's compute threads (the CPU), or the cores that decode ahead of
+// a GPU.
+func (lm *loadedModel) cropWorkers() int { return max(lm.threads, lm.decoders, 1) }
 
 // openDetector is a collective: every rank builds its detector (opening
 // its GPU), the ranks agree that all succeeded (so no rank waits for a peer

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 )
 
@@ -31,7 +32,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: memprobe MODEL_DIR W H [MIN_SIZE MAX_SIZE]")
 		os.Exit(2)
 	}
-	m, _, _, err := retinanet.LoadFolder(os.Args[1])
+	m, _, _, err := modelfile.LoadFolder(os.Args[1])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "memprobe:", err)
 		os.Exit(1)

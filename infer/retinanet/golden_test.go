@@ -484,7 +484,7 @@ func TestGoldenDemoModel(t *testing.T) {
 
 func checkDemo(t *testing.T, name string, set imageSet) *golden {
 	g := readGolden(t, name)
-	m, _, _, err := LoadFolder(filepath.Join("..", "..", "testdata", "models", "canopy-demo-r18"))
+	m, err := demoModel(t)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -564,7 +564,7 @@ func TestGoldenDemoOnSample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _, _, err := LoadFolder(filepath.Join("..", "..", "testdata", "models", "canopy-demo-r18"))
+	m, err := demoModel(t)
 	if err != nil {
 		t.Fatal(err)
 	}

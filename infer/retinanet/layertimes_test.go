@@ -59,7 +59,7 @@ func TestCPUFilterBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want int64
-	for _, c := range m.convs() {
+	for _, c := range m.Convs() {
 		if c.KH == 3 && c.Stride == 1 && c.In >= 32 && c.Out >= 32 {
 			k := int64(36)
 			if c.In*c.Out > 256*256 {

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"image/png"
-	"path/filepath"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -111,7 +110,7 @@ func levelGrids(ph, pw int) [5][2]int {
 
 func lossModels(t *testing.T) map[string]*Model {
 	_, r50 := goldenModel(t, "r50.json")
-	demo, _, _, err := LoadFolder(filepath.Join("..", "..", "testdata", "models", "canopy-demo-r18"))
+	demo, err := demoModel(t)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +194,7 @@ func b2i(b bool) int {
 func TestLossThreads(t *testing.T) {
 	f := readLossFixture(t)
 	imgs := lossImages(t, f)
-	m, _, _, err := LoadFolder(filepath.Join("..", "..", "testdata", "models", "canopy-demo-r18"))
+	m, err := demoModel(t)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +241,7 @@ func TestLossGPU(t *testing.T) {
 	}
 	f := readLossFixture(t)
 	imgs := lossImages(t, f)
-	m, _, _, err := LoadFolder(filepath.Join("..", "..", "testdata", "models", "canopy-demo-r18"))
+	m, err := demoModel(t)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,20 +74,22 @@ type Model struct {
 // for its transformed Winograd filters, net of the 3×3 weights it drops
 // (0 once they are made): a job's memory estimate adds it to the process's
 // resident memory, measured before any runner exists.
-func (m *Model) CPUFilterBytes() int64 { return m.cpu.Bytes(m.convs()) }
+func (m *Model) CPUFilterBytes() int64 { return m.cpu.Bytes(m.Convs()) }
 
 // prepareCPU makes the model's Winograd filters once (cpu.Filters.Prepare):
 // with release (the CPU detector) the 3×3 weights they replace are
 // dropped. The first runner decides: a later NewDetector on a model a
 // Runner prepared keeps the weights.
-func (m *Model) prepareCPU(release bool) { m.cpu.Prepare(m.convs(), release) }
+func (m *Model) prepareCPU(release bool) { m.cpu.Prepare(m.Convs(), release) }
 
 // Released reports whether the CPU detector dropped the 3×3 weights that
 // its Winograd filters replace: the model then runs on the CPU only.
 func (m *Model) Released() bool { return m.cpu.Released() }
 
-// convs lists every convolution of the network.
-func (m *Model) convs() []*nn.Conv {
+// Convs lists every convolution of the network: the body's
+// (resnet.Body.Convs), the FPN's (inner, layer, P6, P7), the heads' (the
+// classification subnet's, the regression subnet's, cls_logits, bbox_reg).
+func (m *Model) Convs() []*nn.Conv {
 	cs := m.body.Convs()
 	cs = append(cs, m.inner[:]...)
 	cs = append(cs, m.layer[:]...)

@@ -31,7 +31,7 @@ func TestDetectorReleasesWeights(t *testing.T) {
 	if !rel.Released() || keep.Released() {
 		t.Fatalf("Released: detector's model %v, runner's %v", rel.Released(), keep.Released())
 	}
-	for _, c := range rel.convs() {
+	for _, c := range rel.Convs() {
 		if cpu.UseWinograd(c) != (c.W == nil) {
 			t.Fatalf("%s: Winograd %v, weights kept %v", c.Name, cpu.UseWinograd(c), c.W != nil)
 		}
@@ -46,7 +46,7 @@ func TestDetectorReleasesWeights(t *testing.T) {
 	}
 	// Only the filters of the tile in use exist (F(2×2,3×3)'s as well
 	// would cost 16 more floats per 3×3 filter).
-	for _, c := range rel.convs() {
+	for _, c := range rel.Convs() {
 		u, u4 := c.WinogradMade()
 		if cpu.UseWinograd(c) && (u > 0) != (cpu.WinoTile(c) == 2) || (u4 > 0) != (cpu.UseWinograd(c) && cpu.WinoTile(c) == 4) {
 			t.Fatalf("%s (tile %d): F(2×2) filters %d, F(4×4) filters %d", c.Name, cpu.WinoTile(c), u, u4)

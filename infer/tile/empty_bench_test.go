@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/infer/gdal"
+	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 )
@@ -121,7 +122,7 @@ func BenchmarkWindowCost(b *testing.B) {
 			})
 		}
 	}
-	m, _, _, err := retinanet.LoadFolder("../../testdata/models/canopy-demo-r18")
+	m, _, _, err := modelfile.LoadFolder("../../testdata/models/canopy-demo-r18")
 	if err != nil {
 		b.Fatal(err)
 	}

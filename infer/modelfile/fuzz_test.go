@@ -1,4 +1,4 @@
-package retinanet
+package modelfile
 
 import (
 	"math"

@@ -1,4 +1,11 @@
-package retinanet
+// Package modelfile loads canopy's models from the files DeepForest and
+// torch write: hub folders (model.safetensors + config.json, locally or in
+// the Hugging Face cache), Lightning checkpoints (.ckpt) and bare state
+// dicts (.pt), through infer/safetensors and infer/torchfile; their
+// config.json or stored config onto the model's options, their label
+// dicts, the key layouts DeepForest has used, and the finite check. It
+// builds the network (retinanet.New); every error wraps infer.ErrModel.
+package modelfile
 
 // Model folders as DeepForest's hub models ship them (model.safetensors +
 // config.json), found locally or in the Hugging Face hub cache
@@ -21,22 +28,11 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/nn"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/infer/safetensors"
 )
 
-// modelError wraps err so that it also matches infer.ErrModel (exit code 4)
-// without changing its message.
-type modelError struct{ err error }
-
-func (e *modelError) Error() string   { return e.err.Error() }
-func (e *modelError) Unwrap() []error { return []error{e.err, infer.ErrModel} }
-
-func modelErr(err error) error {
-	if err == nil || errors.Is(err, infer.ErrModel) {
-		return err
-	}
-	return &modelError{err}
-}
+func modelErr(err error) error { return infer.ModelErr(err) }
 
 func modelErrf(format string, a ...any) error { return modelErr(fmt.Errorf(format, a...)) }
 
@@ -207,7 +203,7 @@ type Config struct {
 	Labels    []string
 	// Options are DefaultOptions overridden by config.json; Set lists the
 	// config.json keys that overrode them (sorted).
-	Options Options
+	Options retinanet.Options
 	Set     []string
 	// NumClasses is config.json's num_classes (0 when absent); it must
 	// equal the weights' class count.
@@ -230,7 +226,7 @@ var configKeys = map[string]bool{
 // parseConfig reads config.json's keys onto DefaultOptions. null values
 // count as absent (torchvision's defaults).
 func parseConfig(file string, b []byte) (Config, error) {
-	c := Config{Options: DefaultOptions(), HasConfig: true}
+	c := Config{Options: retinanet.DefaultOptions(), HasConfig: true}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return c, fmt.Errorf("retinanet: %s: not a JSON object: %v", file, err)
@@ -255,8 +251,8 @@ func parseConfig(file string, b []byte) (Config, error) {
 	// min_size and max_size are bounded: they size every feature map.
 	sideInt := func(k string, v json.RawMessage) (int, error) {
 		var f float64
-		if err := json.Unmarshal(v, &f); err != nil || f != math.Trunc(f) || f < 1 || f > MaxSide {
-			return 0, keyErr(k, v, fmt.Sprintf("a positive integer of at most %d", MaxSide))
+		if err := json.Unmarshal(v, &f); err != nil || f != math.Trunc(f) || f < 1 || f > retinanet.MaxSide {
+			return 0, keyErr(k, v, fmt.Sprintf("a positive integer of at most %d", retinanet.MaxSide))
 		}
 		return int(f), nil
 	}
@@ -396,7 +392,7 @@ func (c *Config) checkLabels(file, absent string, classes int) error {
 // label_dict (ids 0..K-1, each once) must agree with the weights' K
 // classes; other keys are listed in Config.Extra. digest is the hex SHA-256
 // of model.safetensors. Every error wraps infer.ErrModel.
-func LoadFolder(dir string) (m *Model, cfg Config, digest string, err error) {
+func LoadFolder(dir string) (m *retinanet.Model, cfg Config, digest string, err error) {
 	defer func() { err = modelErr(err) }()
 	st := filepath.Join(dir, "model.safetensors")
 	b, err := os.ReadFile(st)
@@ -417,7 +413,7 @@ func LoadFolder(dir string) (m *Model, cfg Config, digest string, err error) {
 	cb, err := os.ReadFile(cfgFile)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		cfg = Config{Options: DefaultOptions()}
+		cfg = Config{Options: retinanet.DefaultOptions()}
 	case err != nil:
 		return nil, cfg, "", fmt.Errorf("retinanet: %w", err)
 	default:
@@ -441,7 +437,7 @@ func LoadFolder(dir string) (m *Model, cfg Config, digest string, err error) {
 	if w, err = Normalize(w); err != nil {
 		return nil, cfg, "", fmt.Errorf("%w (in %s)", err, st)
 	}
-	if m, err = New(w, cfg.Options); err != nil {
+	if m, err = retinanet.New(w, cfg.Options); err != nil {
 		return nil, cfg, "", fmt.Errorf("%w (in %s)", err, st)
 	}
 	absent := "has no label_dict"

@@ -1,4 +1,4 @@
-package retinanet
+package modelfile
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/nn"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 )
 
@@ -40,7 +41,7 @@ func hubFolder(t *testing.T, dir, dtype string) string {
 }
 
 // modelDigest hashes every folded weight and bias of the network.
-func modelDigest(m *Model) string {
+func modelDigest(m *retinanet.Model) string {
 	h := sha256.New()
 	put := func(c *nn.Conv) {
 		if c == nil {
@@ -53,27 +54,9 @@ func modelDigest(m *Model) string {
 			binary.Write(h, binary.LittleEndian, math.Float32bits(v))
 		}
 	}
-	put(m.body.Stem)
-	for _, l := range m.body.Layers {
-		for _, b := range l {
-			put(b.C1)
-			put(b.C2)
-			put(b.C3)
-			put(b.Down)
-		}
+	for _, c := range m.Convs() {
+		put(c)
 	}
-	for i := range m.inner {
-		put(m.inner[i])
-		put(m.layer[i])
-	}
-	put(m.p6)
-	put(m.p7)
-	for i := range m.clsT {
-		put(m.clsT[i])
-		put(m.regT[i])
-	}
-	put(m.cls)
-	put(m.reg)
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -203,7 +186,7 @@ func TestCheckpointWithoutLabels(t *testing.T) {
 		t.Fatalf("a 1-class checkpoint without labels: %v %+v", err, tm)
 	}
 	// The same checkpoint state with two classes (the skeleton has one).
-	cfg = Config{Options: DefaultOptions()}
+	cfg = Config{Options: retinanet.DefaultOptions()}
 	err = modelErr(cfg.checkLabels(p, torchNoLabels, 2))
 	wantModelErr(t, err, p, "nolabels.ckpt holds no label_dict (neither its own nor hyper_parameters.config's", "the weights have 2 classes")
 	if err != nil && strings.Contains(err.Error(), "is missing") {

@@ -1,8 +1,9 @@
-package retinanet
+package modelfile
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"math"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/nn"
+	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/infer/safetensors"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 )
@@ -73,13 +75,13 @@ func weights(t *testing.T, round func(float32) float32) nn.Weights {
 	return w
 }
 
-func direct(t *testing.T, w nn.Weights, opt Options) *Model {
+func direct(t *testing.T, w nn.Weights, opt retinanet.Options) *retinanet.Model {
 	t.Helper()
 	n, err := Normalize(w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(n, opt)
+	m, err := retinanet.New(n, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +119,7 @@ func TestLoadFolder(t *testing.T) {
 	if m.Arch != "resnet18-fpn64" || m.Classes != 2 || m.FPN != 64 {
 		t.Errorf("Arch %q Classes %d FPN %d", m.Arch, m.Classes, m.FPN)
 	}
-	want := Options{MinSize: 704, MaxSize: 1000, ScoreThresh: 0.3, NMSThresh: 0.4, DetectionsPerImg: 50, TopkCandidates: 200,
+	want := retinanet.Options{MinSize: 704, MaxSize: 1000, ScoreThresh: 0.3, NMSThresh: 0.4, DetectionsPerImg: 50, TopkCandidates: 200,
 		ImageMean: [3]float32{0.5, 0.25, 0.125}, ImageStd: [3]float32{0.2, 0.3, 0.4}}
 	if m.Opt != want || c.Options != want {
 		t.Errorf("options %+v, want %+v", m.Opt, want)
@@ -136,7 +138,7 @@ func TestLoadFolder(t *testing.T) {
 		t.Errorf("digest %s", digest)
 	}
 	if ref := direct(t, weights(t, nil), want); !reflect.DeepEqual(m, ref) {
-		t.Error("the folder's model differs from New on the same weights")
+		t.Error("the folder's model differs from retinanet.New on the same weights")
 	}
 
 	// Defaults where config.json says nothing; min_size as a plain int.
@@ -145,7 +147,7 @@ func TestLoadFolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = DefaultOptions()
+	want = retinanet.DefaultOptions()
 	want.MinSize = 512
 	if m.Opt != want || !reflect.DeepEqual(c.Labels, []string{"b", "a"}) || c.Extra != nil || c.NumClasses != 0 {
 		t.Errorf("options %+v config %+v", m.Opt, c)
@@ -166,17 +168,18 @@ func TestLoadFolderHalf(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ref := direct(t, weights(t, c.round), DefaultOptions())
+		ref := direct(t, weights(t, c.round), retinanet.DefaultOptions())
 		if !reflect.DeepEqual(m, ref) {
-			t.Errorf("%s: the model differs from New on the %s-rounded weights", c.dtype, c.dtype)
+			t.Errorf("%s: the model differs from retinanet.New on the %s-rounded weights", c.dtype, c.dtype)
 		}
-		if exact := direct(t, weights(t, nil), DefaultOptions()); reflect.DeepEqual(m, exact) {
+		if exact := direct(t, weights(t, nil), retinanet.DefaultOptions()); reflect.DeepEqual(m, exact) {
 			t.Errorf("%s: no value was rounded (test too weak)", c.dtype)
 		}
 		// A tensor without batch norm is stored as read: the rounded values.
 		_, vals := r18(t)
 		x := vals["head.regression_head.bbox_reg.bias"]
-		for i, y := range m.reg.B {
+		cs := m.Convs()
+		for i, y := range cs[len(cs)-1].B { // bbox_reg
 			if y != c.round(x[i]) {
 				t.Fatalf("%s: bbox_reg.bias[%d] = %g, want %g", c.dtype, i, y, c.round(x[i]))
 			}
@@ -193,7 +196,7 @@ var (
 // legacy "model." prefix load to the same Model.
 func TestLoadFolderKeyLayouts(t *testing.T) {
 	base := tensors(t)
-	ref := direct(t, weights(t, nil), DefaultOptions())
+	ref := direct(t, weights(t, nil), retinanet.DefaultOptions())
 	old := func(k string) string {
 		k = newFPN.ReplaceAllString(k, "$1.")
 		if m := newHead.FindStringSubmatch(k); m != nil {
@@ -259,7 +262,7 @@ func TestLoadFolderNoConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Classes != 1 || m.Opt != DefaultOptions() || !reflect.DeepEqual(c.Labels, []string{"Tree"}) || c.HasConfig {
+	if m.Classes != 1 || m.Opt != retinanet.DefaultOptions() || !reflect.DeepEqual(c.Labels, []string{"Tree"}) || c.HasConfig {
 		t.Errorf("classes %d opt %+v config %+v", m.Classes, m.Opt, c)
 	}
 }
@@ -499,5 +502,55 @@ func TestResolve(t *testing.T) {
 		if _, err := Resolve(bad); err == nil || !errors.Is(err, infer.ErrModel) {
 			t.Errorf("Resolve(%q): %v", bad, err)
 		}
+	}
+}
+
+// TestLoadFolderDemo: the demo model folder gives the network
+// retinanet.New makes of its safetensors weights with the options its
+// golden fixture (testdata/golden/retinanet/demo.json) records torchvision
+// ran: the model infer/retinanet's demo golden and loss tests run
+// (demoModel there), so those tests hold for the folder.
+func TestLoadFolderDemo(t *testing.T) {
+	root := filepath.Join("..", "..", "testdata")
+	m, c, _, err := LoadFolder(filepath.Join(root, "models", "canopy-demo-r18"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "golden", "retinanet", "demo.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Config map[string]any `json:"config"`
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		t.Fatal(err)
+	}
+	num := func(k string) float64 { v, _ := g.Config[k].(float64); return v }
+	want := retinanet.DefaultOptions()
+	want.ScoreThresh, want.NMSThresh = float32(num("score_thresh")), num("nms_thresh")
+	want.DetectionsPerImg, want.TopkCandidates = int(num("detections_per_img")), int(num("topk_candidates"))
+	want.MinSize, want.MaxSize = int(num("min_size")), int(num("max_size"))
+	if m.Opt != want || want.MinSize == 0 {
+		t.Fatalf("options %+v, the fixture's %+v", m.Opt, want)
+	}
+	st := filepath.Join(root, "models", "canopy-demo-r18", "model.safetensors")
+	sb, err := os.ReadFile(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, _, err := safetensors.Parse(st, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := nn.Weights{}
+	for k, x := range ts {
+		w[k] = nn.Tensor{Shape: x.Shape, Data: x.Data}
+	}
+	if ref := direct(t, w, want); !reflect.DeepEqual(m, ref) {
+		t.Error("the demo folder's model differs from retinanet.New on its weights and the fixture's options")
+	}
+	if !reflect.DeepEqual(c.Labels, []string{"Tree", "Dead"}) {
+		t.Errorf("labels %v", c.Labels)
 	}
 }
