@@ -349,3 +349,57 @@ func TestCropEvalTileKeepsMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestCropModelHubCache: --crop-model owner/name resolves in the local
+// Hugging Face cache as --model does (refs/main → the snapshot folder),
+// and report.json records the folder.
+func TestCropModelHubCache(t *testing.T) {
+	pf, _ := cropParity(t)
+	cache := t.TempDir()
+	repo := filepath.Join(cache, "models--weecology--cropmodel-test")
+	snap := filepath.Join(repo, "snapshots", "0123456789abcdef0123456789abcdef01234567")
+	if err := os.MkdirAll(filepath.Join(repo, "refs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(snap, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(repo, "refs", "main"), []byte("0123456789abcdef0123456789abcdef01234567"), 0o644)
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		if err := os.Symlink(filepath.Join(pf.Hub, f), filepath.Join(snap, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("HF_HUB_CACHE", cache)
+	dir := t.TempDir()
+	raw, err := os.ReadFile(pf.Tile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "img.png"), raw, 0o644)
+	truth := filepath.Join(dir, "truth.csv")
+	os.WriteFile(truth, []byte("image_path,xmin,ymin,xmax,ymax,label\nimg.png,10,10,60,60,Tree\n"), 0o644)
+	preds := filepath.Join(dir, "preds.csv")
+	os.WriteFile(preds, []byte("image_path,xmin,ymin,xmax,ymax,label,score\nimg.png,12,11,58,61,Tree,0.9\n"), 0o644)
+	out := filepath.Join(dir, "out")
+	code, stderr := runArgs(t, "eval", "--csv", truth, "--predictions", preds, "--out", out, "--html=false",
+		"--crop-model", "weecology/cropmodel-test")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep struct {
+		Run struct {
+			CropModels []cropModelInfo `json:"crop_models"`
+		} `json:"run"`
+	}
+	b, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Run.CropModels) != 1 || rep.Run.CropModels[0].Dir != snap || rep.Run.CropModels[0].Form != "hub-folder" {
+		t.Errorf("report.json crop_models: %+v; want the snapshot %s", rep.Run.CropModels, snap)
+	}
+}
