@@ -90,6 +90,7 @@ gpu-bundle: check-cuda
 	CGO_ENABLED=0 $(GO) build -o bin/testmodel ./cmd/testmodel
 	CGO_ENABLED=0 $(GO) build -o bin/forestgen ./cmd/forestgen
 	$(GO) run ./cmd/forestgen -out bin/gpu-demo -n 40 -seed 3
+	$(GO) run ./cmd/cropmodel -out bin/crop-files
 
 # canopy installed as a site does (scripts/test-easybuild.sh): EasyBuild
 # 5.4.1 from PyPI (venv in /opt/canopy-eb), Debian's Lmod, both easyconfigs
@@ -154,7 +155,7 @@ test-mpi:
 .PHONY: fuzz fuzz-seeds
 FUZZTIME ?= 30s
 FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict internal/dataset:FuzzParseVOC \
-	infer/safetensors:FuzzParse infer/cuda/cudnn:FuzzParsePlanFile infer/torchfile:FuzzRead internal/config:FuzzLoad infer/modelfile:FuzzParseConfig infer/modelfile:FuzzParseRepo infer/imagefile:FuzzRead \
+	infer/safetensors:FuzzParse infer/cuda/cudnn:FuzzParsePlanFile infer/torchfile:FuzzRead internal/config:FuzzLoad infer/modelfile:FuzzParseConfig infer/crop:FuzzParseConfig infer/modelfile:FuzzParseRepo infer/imagefile:FuzzRead \
 	internal/parts:FuzzDecode internal/wire:FuzzDecode jobs:FuzzInputPacket jobs:FuzzManifest jobs:FuzzFolderPacket jobs:FuzzMergeLogits report:FuzzCompareReport report:FuzzTolerances
 fuzz: deps
 	@for t in $(FUZZ_TARGETS); do echo "fuzz: $${t%%:*} $${t##*:} for $(FUZZTIME)"; \

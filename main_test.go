@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 	"github.com/canopy-hpc/canopy/jobs"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -764,6 +765,51 @@ func TestMPITileRankCountsBitIdentical(t *testing.T) {
 		}
 		if !bytes.Equal(p, ref) {
 			t.Fatalf("np%d: predictions.csv differs from np1", np)
+		}
+	}
+}
+
+// predict --tile --crop-model under the real mpirun (issue 36): the crop
+// parity raster, the demo detector and the ResNet-18 crop model given
+// twice (two column pairs; one --crop-label-dict for both); predictions.csv,
+// crop columns included, is the same bytes at -np 2 as at -np 1 and as
+// the in-process run's.
+func TestMPICropModelsBitIdentical(t *testing.T) {
+	dir := t.TempDir()
+	pf, err := torchckpt.CropParity(".", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld := filepath.Join(dir, "r18.csv")
+	if err := os.WriteFile(ld, []byte("label,id\nhealthy,0\nsick,1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"predict", "--tile", "--raster", pf.Tile, "--model", demoModel, "--patch-size", "300",
+		"--patch-overlap", "0.25", "--crop-model", pf.R18, "--crop-label-dict", ld, "--crop-model", pf.R18}
+	read := func(out string) []byte {
+		p, err := os.ReadFile(filepath.Join(out, "predictions.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	local1 := t.TempDir()
+	var stderr bytes.Buffer
+	if code := jobs.Main(context.Background(), append(append([]string{"canopy"}, args...), "--out", local1, "--threads", "2"), &bytes.Buffer{}, &stderr); code != 0 {
+		t.Fatalf("in-process: exit %d\n%s", code, stderr.String())
+	}
+	ref := read(local1)
+	if !bytes.Contains(ref, []byte("cropmodel_label_1,cropmodel_score_1\n")) || bytes.Count(ref, []byte("\n")) < 10 {
+		t.Fatalf("in-process predictions.csv:\n%s", ref)
+	}
+	for _, np := range []int{1, 2} {
+		out := t.TempDir()
+		r := mpirun(t, np, nil, append(args, "--out", out, "--threads", "1", "--batch-size", fmt.Sprint(np+1))...)
+		if r.code != 0 {
+			t.Fatalf("np%d: exit %d\n%s", np, r.code, r.stderr)
+		}
+		if !bytes.Equal(read(out), ref) {
+			t.Fatalf("np%d: predictions.csv differs from the in-process run's", np)
 		}
 	}
 }

@@ -9,7 +9,11 @@ package infer
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"io"
+	"os"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
@@ -67,4 +71,35 @@ var ErrModel = errors.New("model error")
 type LossDetector interface {
 	Detector
 	DetectLoss(ctx context.Context, batch []Input, truth [][]box.Truth) ([][]box.Detection, []box.Loss, error)
+}
+
+// modelError wraps err so that it also matches ErrModel (exit code 4)
+// without changing its message.
+type modelError struct{ err error }
+
+func (e *modelError) Error() string   { return e.err.Error() }
+func (e *modelError) Unwrap() []error { return []error{e.err, ErrModel} }
+
+// ModelErr marks err as the model's (it then matches ErrModel, exit 4),
+// its message unchanged; nil stays nil.
+func ModelErr(err error) error {
+	if err == nil || errors.Is(err, ErrModel) {
+		return err
+	}
+	return &modelError{err}
+}
+
+// FileSHA256 is the hex sha256 of a file's bytes (a model's weights, as
+// report.json records them).
+func FileSHA256(path string) (string, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer fh.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, fh); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -156,6 +156,14 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
 	}
+	cropWorkers := defaultCropWorkers(cfg.Model.Threads, c.LocalSize())
+	if model != nil {
+		cropWorkers = model.cropWorkers()
+	}
+	crops, err := openCropModels(c, cfg.Model.Crops, cropWorkers)
+	if err != nil {
+		return err
+	}
 	byPath, ignored, err := joinPredictions(cfg.Predictions, truth, predRows, labels)
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
@@ -275,6 +283,19 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		return err
 	}
 	resumed := resumeInfo{Attempt: in.attempt, FromParts: len(done), Computed: len(todo), RecordsDropped: pst.Dropped}
+	var table *cropTable
+	if crops != nil {
+		tc := time.Now()
+		paths := make([]string, len(images))
+		for i := range images {
+			paths[i] = images[i].Path
+		}
+		if table, err = classifyCrops(ctx, c, crops, newImageCrops(cfg.RootDir, paths, cfg.AllowOutsideRoot), dets); err != nil {
+			return err
+		}
+		crops.stats.Seconds = since(tc)
+		stats.Seconds["crops"] = crops.stats.Seconds
+	}
 
 	// 6. Score.
 	t3 := time.Now()
@@ -308,6 +329,10 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		rep := reportRecord{
 			metrics: metricJSON,
 			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored, resumed, model),
+			crops:   table,
+		}
+		if crops != nil {
+			rep.run.CropModels, rep.run.Crops = crops.info, &crops.stats
 		}
 		tw := time.Now()
 		rep.run.Warnings = warnings

@@ -1,7 +1,9 @@
 package jobs
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
@@ -65,7 +67,39 @@ func modelFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "max-image-pixels", Value: DefaultMaxImagePixels, Usage: "refuse (exit 3, at pre-flight, from the image header) an image of more pixels than this; the default is where PIL refuses one (2 x Image.MAX_IMAGE_PIXELS); 0: no limit"},
 		&cli.StringFlag{Name: "rank-memory", Usage: "memory one rank may use, such as 6G (default: the node's memory, or its cgroup limit, divided by the ranks on the node); before inference each rank estimates what its largest image needs, and before the COCO metrics what they need, and refuses (exit 3) when it exceeds this"},
 		&cli.BoolFlag{Name: "allow-outside-root", Usage: "let image paths leave --root-dir: absolute paths, \"..\" elements and symlinks to files outside it (refused by default; the report records this flag)"},
+		&cli.GenericFlag{Name: "crop-model", Value: &repeated{}, Usage: "after detection, classify every box's crop with a DeepForest CropModel (species, alive/dead), as predict_tile(crop_model=...): a Lightning checkpoint (.ckpt: labels from its label_dict), a save_pretrained folder (config.json + model.safetensors) or a torch.save state dict (.pt/.pth: labels from --crop-label-dict); ResNet-50 or ResNet-18. Repeatable: the columns are cropmodel_label and cropmodel_score for one model, cropmodel_label_<i> and cropmodel_score_<i> (i from 0, in order) for several. predict leaves out boxes of zero width or height, as DeepForest does; eval keeps them with empty cells. Crops are shared over the ranks and gathered: the same bytes for any rank count, --threads and --batch-size"},
+		&cli.GenericFlag{Name: "crop-label-dict", Value: &repeated{}, Usage: "label,id CSV naming a crop model's classes: needed for a .pt state dict or a folder whose config.json has none; given once per --crop-model (in order), a model with its own labels must equal it; given once for several models, it names the classes of those that hold none"},
 	}
+}
+
+// repeated is a flag's values in the order given (a path may hold commas,
+// which cli's StringSliceFlag would split).
+type repeated []string
+
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+func (r *repeated) String() string     { return strings.Join(*r, " ") }
+
+// cropConfig reads --crop-model and --crop-label-dict.
+func cropConfig(c *cli.Context) (CropConfig, error) {
+	var cc CropConfig
+	if r, ok := c.Generic("crop-model").(*repeated); ok {
+		cc.Models = append(cc.Models, *r...)
+	}
+	if r, ok := c.Generic("crop-label-dict").(*repeated); ok {
+		cc.LabelDicts = append(cc.LabelDicts, *r...)
+	}
+	for _, m := range cc.Models {
+		if m == "" {
+			return cc, errors.New("--crop-model: an empty path")
+		}
+	}
+	switch n := len(cc.LabelDicts); {
+	case n > 0 && len(cc.Models) == 0:
+		return cc, errors.New("--crop-label-dict needs --crop-model")
+	case n > 1 && n != len(cc.Models):
+		return cc, fmt.Errorf("--crop-label-dict given %d times for %d --crop-model: give it once (for every model) or once per model", n, len(cc.Models))
+	}
+	return cc, nil
 }
 
 func concatFlags(fs ...[]cli.Flag) []cli.Flag {
@@ -80,6 +114,10 @@ func concatFlags(fs ...[]cli.Flag) []cli.Flag {
 func modelConfig(c *cli.Context) (ModelConfig, error) {
 	mc := ModelConfig{Spec: c.String("model"), Threads: c.Int("threads"), ScoreThresh: c.Float64("score-thresh"),
 		NMSThresh: c.Float64("nms-thresh"), LayerTimes: c.Bool("layer-times"), ExclusiveGPU: c.Bool("exclusive-gpu")}
+	var err error
+	if mc.Crops, err = cropConfig(c); err != nil {
+		return mc, err
+	}
 	if v := c.String("rank-memory"); v != "" {
 		n, err := parseBytes(v)
 		if err != nil || n == 0 {
@@ -88,8 +126,11 @@ func modelConfig(c *cli.Context) (ModelConfig, error) {
 		mc.RankMemory = n
 	}
 	if mc.Spec == "" {
+		if len(mc.Crops.Models) > 0 && mc.Threads < 0 {
+			return mc, fmt.Errorf("--threads %d must be at least 1 (0: the rank's cores)", mc.Threads)
+		}
 		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "cudnn", "plan", "exclusive-gpu", "layer-times", "max-image-pixels", "resize", "blend"} {
-			if c.IsSet(f) {
+			if c.IsSet(f) && !(f == "threads" && len(mc.Crops.Models) > 0) {
 				return mc, fmt.Errorf("--%s needs --model", f)
 			}
 		}

@@ -99,10 +99,11 @@ func outputsMatch(dir string) bool {
 // that start, never says the new run saved nothing when its outputs are
 // complete.
 func TestForceKilledAtEveryStepLosesNothing(t *testing.T) {
+	useFakeCrops(t)
 	cmds := fourCommands(t)
 	// each command replaces another's run
-	over := map[string]string{"eval": "predict-tile", "predict": "eval", "predict-tile": "eval-tile", "eval-tile": "eval"}
-	for _, name := range []string{"predict-tile", "eval-tile", "predict", "eval"} {
+	over := map[string]string{"eval": "predict-tile", "predict": "eval", "predict-tile": "eval-tile", "eval-tile": "eval", "eval-crops": "predict"}
+	for _, name := range []string{"predict-tile", "eval-tile", "predict", "eval", "eval-crops"} {
 		t.Run(name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			if code, stderr := runArgs(t, append(cmds[over[name]], "--out", out)...); code != 0 {
@@ -197,8 +198,9 @@ func partialOf(got, final map[string]string) bool {
 	return true
 }
 
-// fourCommands are the command lines of eval, predict, predict --tile and
-// eval --tile (less --out) over one small georeferenced forest.
+// fourCommands are the command lines of eval, predict, predict --tile,
+// eval --tile (less --out) over one small georeferenced forest, and of
+// eval-crops over the test crop folder (with useFakeCrops).
 func fourCommands(t *testing.T) map[string][]string {
 	t.Helper()
 	_, tif := tileRasterFile(t, 380, 300, 4, "-a_srs", "EPSG:32617", "-a_ullr", "404211.37", "3285123.91", "404249.37", "3285093.91")
@@ -217,6 +219,7 @@ func fourCommands(t *testing.T) map[string][]string {
 		"predict":      append([]string{"predict", "--csv", truthPNG}, model...),
 		"predict-tile": append([]string{"predict", "--raster", tif}, tileArgs...),
 		"eval-tile":    append([]string{"eval", "--csv", truthTIF}, tileArgs...),
+		"eval-crops":   {"eval-crops", cropTestFolder, "--crop-model", "fake"}, // useFakeCrops
 	}
 	return cmds
 }
@@ -227,18 +230,19 @@ func fourCommands(t *testing.T) map[string][]string {
 // output, a byte appended to one, and a canopy output the run did not
 // write, each named, exit 1.
 func TestDoctorOutVerifiesOutputs(t *testing.T) {
+	useFakeCrops(t)
 	cmds := fourCommands(t)
-	for _, name := range []string{"predict", "eval", "predict-tile", "eval-tile"} {
+	for _, name := range []string{"predict", "eval", "predict-tile", "eval-tile", "eval-crops"} {
 		out := filepath.Join(t.TempDir(), "out")
 		if code, stderr := runArgs(t, append(cmds[name], "--out", out)...); code != 0 {
 			t.Fatalf("%s: exit %d\n%s", name, code, stderr)
 		}
 		code, msg := outState(out)
-		if code != ExitOK || !strings.Contains(msg, "sha256 verified") || strings.Contains(msg, "results.csv") != strings.HasPrefix(name, "eval") {
+		if code != ExitOK || !strings.Contains(msg, "sha256 verified") || strings.Contains(msg, "results.csv") != (name == "eval" || name == "eval-tile") {
 			t.Fatalf("%s complete: exit %d %q", name, code, msg)
 		}
-		victim := "results.csv" // appended to
-		if !strings.HasPrefix(name, "eval") {
+		victim := map[string]string{"eval": "results.csv", "eval-tile": "results.csv", "eval-crops": cropsFile}[name] // appended to
+		if victim == "" {
 			victim = "predictions.csv"
 		}
 		f, _ := os.OpenFile(filepath.Join(out, victim), os.O_APPEND|os.O_WRONLY, 0)
@@ -247,9 +251,9 @@ func TestDoctorOutVerifiesOutputs(t *testing.T) {
 		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "changed since the run wrote them (sha256 differs from report.json's): "+victim) {
 			t.Fatalf("%s with a byte appended to %s: exit %d %q", name, victim, code, msg)
 		}
-		gone := "predictions.csv"
-		if strings.HasSuffix(name, "tile") {
-			gone = gpkgFile
+		gone := map[string]string{"predict-tile": gpkgFile, "eval-tile": gpkgFile, "eval-crops": "report.html"}[name]
+		if gone == "" {
+			gone = "predictions.csv"
 		}
 		os.Remove(filepath.Join(out, gone))
 		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "missing: "+gone) {

@@ -14,6 +14,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/cpu"
+	"github.com/canopy-hpc/canopy/infer/crop"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
 	"github.com/canopy-hpc/canopy/infer/gpu"
@@ -26,6 +27,9 @@ import (
 // ModelConfig selects and tunes the native RetinaNet (eval --model, and
 // predict).
 type ModelConfig struct {
+	// Crops are --crop-model and --crop-label-dict (given with or without
+	// a detector: eval --predictions classifies the stored boxes).
+	Crops CropConfig
 	// Spec is a model folder or owner/name[@revision] in the Hugging Face
 	// cache (modelfile.Resolve).
 	Spec string
@@ -280,6 +284,9 @@ func gpuOnlyFlag(mc ModelConfig, p cuda.Precision) string {
 func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) (*loadedModel, error) {
 	m, cfg, tm, sum, err := modelfile.Load(dir, mc.LabelDict)
 	if err != nil {
+		if crop.Probe(dir) {
+			return nil, infer.ModelErr(fmt.Errorf("jobs: --model %s is a crop model (a ResNet classifier), not a RetinaNet detector: give it as --crop-model", dir))
+		}
 		return nil, err
 	}
 	if sum != digest {
@@ -386,6 +393,11 @@ func modelSettings(o retinanet.Options) map[string]string {
 
 // labels returns the model's label map.
 func (lm *loadedModel) labels() box.LabelMap { return lm.labelMap }
+
+// cropWorkers is the crop classifier's workers on this rank: the
+// detector's compute threads (the CPU), or the cores that decode ahead of
+// a GPU.
+func (lm *loadedModel) cropWorkers() int { return max(lm.threads, lm.decoders, 1) }
 
 // openDetector is a collective: every rank builds its detector (opening
 // its GPU), the ranks agree that all succeeded (so no rank waits for a peer

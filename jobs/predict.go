@@ -144,6 +144,16 @@ type predictReport struct {
 	Config        string             `json:"config,omitempty"`
 	Settings      map[string]setting `json:"settings,omitempty"`
 	ConfigIgnored []string           `json:"config_ignored,omitempty"`
+	// CropModels and Crops: the --crop-model stage, when given.
+	CropModels []cropModelInfo `json:"crop_models,omitempty"`
+	Crops      *cropStats      `json:"crops,omitempty"`
+}
+
+// setCrops records the crop stage.
+func (r *predictReport) setCrops(cs *cropSet) {
+	if cs != nil {
+		r.CropModels, r.Crops = cs.info, &cs.stats
+	}
 }
 
 // Predict runs the predict job on this rank: every rank detects its shard,
@@ -192,6 +202,10 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		}
 	}
 	labels := model.labels()
+	crops, err := openCropModels(c, cfg.Model.Crops, model.cropWorkers())
+	if err != nil {
+		return err
+	}
 	images := make([]box.Image, len(paths))
 	costs := make([]int64, len(paths))
 	for i, p := range paths {
@@ -242,6 +256,16 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	if err != nil {
 		return err
 	}
+	var table *cropTable
+	if crops != nil {
+		t2 := time.Now()
+		if table, err = classifyCrops(ctx, c, crops, newImageCrops(cfg.RootDir, paths, cfg.AllowOutsideRoot), dets); err != nil {
+			return err
+		}
+		dets = table.dropZero(dets)
+		crops.stats.Seconds = since(t2)
+		stats.Seconds["crops"] = crops.stats.Seconds
+	}
 	return writeReport(c, stats, "predictions", func(allStats []rankStats) error {
 		rep := predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
 			Ranks: c.Size(), Images: len(images), Model: &model.info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot,
@@ -258,11 +282,12 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		for _, s := range allStats {
 			rep.RawDetections += s.Detections
 		}
+		rep.setCrops(crops)
 		if rc := cfg.RunConfig; rc != nil {
 			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
 			rep.Settings = rc.finishSettings(rep.Model)
 		}
-		if err := writePredictOutputs(cfg.Out, rep, images, dets, labels); err != nil {
+		if err := writePredictOutputs(cfg.Out, rep, images, dets, labels, table); err != nil {
 			return err
 		}
 		if err := out.commit(); err != nil { // published: the previous run goes
@@ -277,8 +302,8 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 
 // writePredictOutputs stages predictions.csv and report.json (which
 // records the predictions' sha256) and publishes them as one set.
-func writePredictOutputs(dir string, rep predictReport, images []box.Image, dets [][]box.Detection, labels box.LabelMap) error {
-	return publishPredictions(dir, images, dets, labels, nil, func(outputs map[string]string) any {
+func writePredictOutputs(dir string, rep predictReport, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropTable) error {
+	return publishPredictions(dir, images, dets, labels, crops, nil, func(outputs map[string]string) any {
 		rep.Outputs = outputs
 		return rep
 	})
@@ -287,10 +312,10 @@ func writePredictOutputs(dir string, rep predictReport, images []box.Image, dets
 // publishPredictions stages predictions.csv, then report.json as report
 // makes it from the sha256 of every output (predictions.csv and the
 // already staged extra files), and publishes them as one set.
-func publishPredictions(dir string, images []box.Image, dets [][]box.Detection, labels box.LabelMap,
+func publishPredictions(dir string, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropTable,
 	extra []staged, report func(outputs map[string]string) any) error {
 	preds, err := stage(dir, "predictions.csv", func(w io.Writer) error {
-		return writePredictions(w, images, dets, labels)
+		return writePredictionRows(w, images, dets, labels, crops)
 	})
 	if err != nil {
 		return err

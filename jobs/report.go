@@ -27,6 +27,7 @@ var Version = "0.1.0"
 type reportRecord struct {
 	metrics []byte
 	run     runInfo
+	crops   *cropTable // the crop models' columns of predictions.csv
 }
 
 type runInfo struct {
@@ -61,6 +62,9 @@ type runInfo struct {
 	Config        string             `json:"config,omitempty"`
 	Settings      map[string]setting `json:"settings,omitempty"`
 	ConfigIgnored []string           `json:"config_ignored,omitempty"`
+	// CropModels and Crops: the --crop-model stage, when given.
+	CropModels []cropModelInfo `json:"crop_models,omitempty"`
+	Crops      *cropStats      `json:"crops,omitempty"`
 }
 
 // resumeInfo tells how much of the run came from part files of earlier
@@ -223,7 +227,7 @@ func writeOutputs(cfg EvalConfig, rep reportRecord, images []box.Image, dets [][
 		return err
 	}
 	preds, err := stage(cfg.Out, "predictions.csv", func(w io.Writer) error {
-		return writePredictions(w, images, dets, labels)
+		return writePredictionRows(w, images, dets, labels, rep.crops)
 	})
 	if err != nil {
 		return err
@@ -267,20 +271,36 @@ func csvField(s string) string {
 }
 
 func writePredictions(w io.Writer, images []box.Image, dets [][]box.Detection, labels box.LabelMap) error {
-	if _, err := io.WriteString(w, "image_path,xmin,ymin,xmax,ymax,label,score\n"); err != nil {
+	return writePredictionRows(w, images, dets, labels, nil)
+}
+
+// writePredictionRows writes predictions.csv with the crop models'
+// columns after score (crops nil: none; a dropped box's cells empty).
+func writePredictionRows(w io.Writer, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropTable) error {
+	head := "image_path,xmin,ymin,xmax,ymax,label,score"
+	if crops != nil {
+		for _, c := range crops.set.columns() {
+			head += "," + csvField(c)
+		}
+	}
+	if _, err := io.WriteString(w, head+"\n"); err != nil {
 		return err
 	}
 	names := csvNames(labels)
 	var line []byte
 	for i, im := range images {
 		p := csvField(im.Path)
-		for _, d := range dets[i] {
+		for j, d := range dets[i] {
 			line = append(line[:0], p...)
 			for _, v := range [4]float64{d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax} {
 				line = report.AppendFloat(append(line, ','), v)
 			}
 			line = append(append(append(line, ','), names(d.Label)...), ',')
-			line = append(report.AppendFloat(line, d.Score), '\n')
+			line = report.AppendFloat(line, d.Score)
+			if crops != nil {
+				line = crops.appendCells(line, i, j)
+			}
+			line = append(line, '\n')
 			if _, err := w.Write(line); err != nil {
 				return err
 			}

@@ -331,6 +331,10 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		return err
 	}
 	labels := model.labels()
+	crops, err := openCropModels(c, cfg.Model.Crops, model.cropWorkers())
+	if err != nil {
+		return err
+	}
 	if given != nil && cfg.Eval == nil {
 		if err := checkModelLabels(labels, given, cfg.LabelDict, nil, ""); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
@@ -457,6 +461,21 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		rasters[i].Detections = len(merged[i])
 	}
 	stats.Seconds["merge"] = since(t2)
+	var table *cropTable
+	if crops != nil {
+		t3 := time.Now()
+		if table, err = classifyCrops(ctx, c, crops, &rasterCrops{rs: rs, rasters: rasters}, merged); err != nil {
+			return err
+		}
+		if cfg.Eval == nil {
+			merged = table.dropZero(merged)
+			for i := range rasters {
+				rasters[i].Detections = len(merged[i])
+			}
+		}
+		crops.stats.Seconds = since(t3)
+		stats.Seconds["crops"] = crops.stats.Seconds
+	}
 	var res metrics.Result
 	var metricJSON []byte
 	if cfg.Eval != nil {
@@ -485,6 +504,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		for _, d := range merged {
 			rep.Boxes += len(d)
 		}
+		rep.setCrops(crops)
 		rep.Tile.PatchSize, rep.Tile.PatchOverlap, rep.Tile.IoU = cfg.Settings.Patch, cfg.Settings.Overlap, cfg.IoU
 		if cfg.Eval != nil {
 			rep.Eval = &tileEval{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics.String()}
@@ -528,7 +548,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		if note != "" && cfg.Progress != nil {
 			sayLine(cfg.Progress, "canopy: note: ", note)
 		}
-		err = publishPredictions(cfg.Out, images, merged, labels, extra, func(outputs map[string]string) any {
+		err = publishPredictions(cfg.Out, images, merged, labels, table, extra, func(outputs map[string]string) any {
 			rep.Outputs = outputs
 			return rep
 		})

@@ -51,10 +51,12 @@ type TileConfig struct {
 	CacheMiB                     int
 	AllowOutsideRoot             bool
 	Model                        ModelConfig
-	Command                      []string
-	Stdout                       io.Writer
-	Progress                     io.Writer
-	CollectiveTimeout            time.Duration
+	// Crops are --crop-model and --crop-label-dict.
+	Crops             CropConfig
+	Command           []string
+	Stdout            io.Writer
+	Progress          io.Writer
+	CollectiveTimeout time.Duration
 	// LabelDict is --label-dict (or "CONFIG: label_dict"): the labels of a
 	// bare .pt state dict, which a model folder's or .ckpt's own must
 	// equal; LabelDictData, when set, is the config's label_dict as

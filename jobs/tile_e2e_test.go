@@ -152,7 +152,26 @@ func TestTileE2EDeepForest(t *testing.T) {
 	}
 	cfg := TileConfig{Raster: cropFile, Out: filepath.Join(dir, "out"), BatchSize: 1, Settings: settings, IoU: fc.IoU, CacheMiB: 16,
 		Model: ModelConfig{Spec: hub, Threads: 2, ScoreThresh: -1, NMSThresh: -1, Device: device("cpu")}}
-	rows, err := csv.NewReader(bytes.NewReader(runTile(t, 1, cfg))).ReadAll()
+	_, got := predictionRows(t, runTile(t, 1, cfg))
+	matched, equal, worst, _ := matchE2E(want, got)
+	t.Logf("corner: DeepForest %d rows (from %d window detections), canopy %d; %d matched, %d with equal integer coordinates, scores within %.3g",
+		len(want), windowDets, len(got), matched, equal, worst)
+	if len(got) != len(want) || matched != len(want) {
+		t.Errorf("canopy gives %d rows, DeepForest %d; %d matched at IoU >= 0.5", len(got), len(want), matched)
+	}
+	if float64(equal) < 0.99*float64(matched) {
+		t.Errorf("integer coordinates equal for %d of %d matched boxes; want at least 99%%", equal, matched)
+	}
+	if approx.Far(worst, 1e-5) {
+		t.Errorf("scores differ by up to %g; want within 1e-5", worst)
+	}
+}
+
+// predictionRows reads predictions.csv: its rows, and each row's box and
+// score (xmin, ymin, xmax, ymax, score).
+func predictionRows(t *testing.T, b []byte) ([][]string, [][5]float64) {
+	t.Helper()
+	rows, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,18 +185,7 @@ func TestTileE2EDeepForest(t *testing.T) {
 		}
 		got = append(got, v)
 	}
-	matched, equal, worst, _ := matchE2E(want, got)
-	t.Logf("corner: DeepForest %d rows (from %d window detections), canopy %d; %d matched, %d with equal integer coordinates, scores within %.3g",
-		len(want), windowDets, len(got), matched, equal, worst)
-	if len(got) != len(want) || matched != len(want) {
-		t.Errorf("canopy gives %d rows, DeepForest %d; %d matched at IoU >= 0.5", len(got), len(want), matched)
-	}
-	if float64(equal) < 0.99*float64(matched) {
-		t.Errorf("integer coordinates equal for %d of %d matched boxes; want at least 99%%", equal, matched)
-	}
-	if approx.Far(worst, 1e-5) {
-		t.Errorf("scores differ by up to %g; want within 1e-5", worst)
-	}
+	return rows, got
 }
 
 // matchE2E matches each reference row, in order, to the unused canopy row

@@ -37,6 +37,11 @@ d=internal/config/testdata/fuzz
 rm -rf $d
 seed -dir $d/FuzzLoad -then 'string("validation.iou_threshold=0.5")' internal/config/testdata/{full,eval}.yaml
 
+d=infer/crop/testdata/fuzz
+rm -rf $d
+printf '{"cropmodel": {"label_dict": {"a": 0, "b": 2}, "resize": [224, 0], "expand": -1, "normalize": "yes"}}' > "$tmp/bad-crop-config.json"
+seed -dir $d/FuzzParseConfig infer/crop/testdata/deepforest/hub-config.json "$tmp/bad-crop-config.json"
+
 d=infer/modelfile/testdata/fuzz
 rm -rf $d
 printf '{"min_size": [640, 100000], "max_size": 0, "image_std": [0, 1, 1]}' > "$tmp/bad-config.json"

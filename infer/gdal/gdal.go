@@ -230,7 +230,7 @@ const gpkgRefusedFirst = "`~!@#$%^&*()+-={}|[]\\:\";'<>?,./"
 // characters that GDAL refuses dropped ("./x.tif" → "x.tif"), "layer_"
 // before a reserved prefix (gpkg, sqlite_, and rtree_, GDAL's spatial
 // index tables), and a "_2", "_3", … suffix where it is taken.
-func LayerNames(paths []string) []string { return box.UniqueNames(paths, layerBase) }
+func LayerNames(paths []string) []string { return box.UniqueNames(paths, layerBase, "_") }
 
 // layerBase is p made a valid layer name (uniqueness aside).
 func layerBase(p string) string {

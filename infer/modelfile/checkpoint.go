@@ -6,17 +6,14 @@ package modelfile
 // infer/torchfile.
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/infer/torchfile"
@@ -92,7 +89,7 @@ func LoadTorch(path string, given map[string]int) (m *retinanet.Model, cfg Confi
 	} else {
 		tm.Kind = KindStateDict
 	}
-	w, dtypes, err := weightsOf(f, sd, path)
+	w, dtypes, err := weightsOf(f, sd)
 	if err != nil {
 		return nil, cfg, tm, "", err
 	}
@@ -154,49 +151,19 @@ func LoadTorch(path string, given map[string]int) (m *retinanet.Model, cfg Confi
 // is there, its labels are not).
 const torchNoLabels = "holds no label_dict (neither its own nor hyper_parameters.config's; --label-dict or a --config label_dict can give one)"
 
-func fileDigest(path string) (string, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer fh.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, fh); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
+func fileDigest(path string) (string, error) { return infer.FileSHA256(path) }
 
-// weightsOf converts a state dict's float tensors; integer
-// num_batches_tracked counters are skipped, any other non-tensor or
-// non-float value is an error naming it.
-func weightsOf(f *torchfile.File, sd *torchfile.Dict, path string) (nn.Weights, map[string]int, error) {
-	w := make(nn.Weights, sd.Len())
-	dtypes := map[string]int{}
-	for i, k := range sd.Keys {
-		name, ok := k.(string)
-		if !ok {
-			return nil, nil, fmt.Errorf("retinanet: %s: state dict key %v is not a string", path, k)
-		}
-		t, ok := sd.Values[i].(*torchfile.Tensor)
-		if !ok {
-			return nil, nil, fmt.Errorf("retinanet: %s: state dict entry %q is a %s, want a tensor", path, name, kindName(sd.Values[i]))
-		}
-		if strings.HasSuffix(name, ".num_batches_tracked") && !t.DType.Float() {
-			continue
-		}
-		if !t.DType.Float() {
-			return nil, nil, fmt.Errorf("retinanet: %s: tensor %q has dtype %s, want float32, float16 or bfloat16", path, name, t.DType)
-		}
-		data, err := f.Float32(t)
-		if err != nil {
-			return nil, nil, fmt.Errorf("retinanet: tensor %q: %w", name, err)
-		}
-		w[name] = nn.Tensor{Shape: t.Shape, Data: data}
-		dtypes[t.DType.String()]++
+// weightsOf converts a state dict's float tensors (torchfile's
+// StateDict: integer num_batches_tracked counters skipped, any other
+// non-tensor or non-float value an error naming it).
+func weightsOf(f *torchfile.File, sd *torchfile.Dict) (nn.Weights, map[string]int, error) {
+	ts, dtypes, err := f.StateDict(sd)
+	if err != nil {
+		return nil, nil, fmt.Errorf("retinanet: %w", err)
 	}
-	if len(w) == 0 {
-		return nil, nil, fmt.Errorf("retinanet: %s: the state dict holds no float tensors", path)
+	w := make(nn.Weights, len(ts))
+	for k, t := range ts {
+		w[k] = nn.Tensor{Shape: t.Shape, Data: t.Data}
 	}
 	return w, dtypes, nil
 }
@@ -286,46 +253,13 @@ func applyStoredConfig(cfg *Config, conf *torchfile.Dict, path string) ([]string
 	return set, nil
 }
 
-// labelDict reads a {name: id} dict. DeepForest's checkpoints store label
-// names as str; a numeric name (label_dict {0: 0}) is written as Python
-// prints it.
+// labelDict reads a {name: id} dict (torchfile.LabelDict).
 func labelDict(v any, what string) (map[string]int, error) {
-	d, ok := v.(*torchfile.Dict)
-	if !ok {
-		return nil, fmt.Errorf("retinanet: %s is a %s, want a dict {label: id}", what, kindName(v))
+	ld, err := torchfile.LabelDict(v, what)
+	if err != nil {
+		return nil, fmt.Errorf("retinanet: %w", err)
 	}
-	out := make(map[string]int, d.Len())
-	for i, k := range d.Keys {
-		var name string
-		switch x := k.(type) {
-		case string:
-			name = x
-		case int64:
-			name = fmt.Sprint(x)
-		case float64:
-			name = pyFloat(x)
-		default:
-			return nil, fmt.Errorf("retinanet: %s: label %v is a %s, want a str", what, k, kindName(k))
-		}
-		id, ok := d.Values[i].(int64)
-		if !ok || id < 0 || id > math.MaxInt32 {
-			return nil, fmt.Errorf("retinanet: %s: the id of %q is %v, want an int >= 0", what, name, d.Values[i])
-		}
-		if _, dup := out[name]; dup {
-			return nil, fmt.Errorf("retinanet: %s: label %q appears twice", what, name)
-		}
-		out[name] = int(id)
-	}
-	return out, nil
-}
-
-// pyFloat is Python's repr of a float with an integral or short value
-// (0.0, 1.5).
-func pyFloat(x float64) string {
-	if x == math.Trunc(x) && math.Abs(x) < 1e16 {
-		return fmt.Sprintf("%.1f", x)
-	}
-	return fmt.Sprint(x)
+	return ld, nil
 }
 
 func hasKey(d *torchfile.Dict, k string) bool { _, ok := d.Get(k); return ok }
@@ -343,29 +277,7 @@ func keyList(d *torchfile.Dict) string {
 	return strings.Join(ks, ", ")
 }
 
-func kindName(v any) string {
-	switch v.(type) {
-	case nil:
-		return "None"
-	case *torchfile.Dict:
-		return "dict"
-	case *torchfile.List:
-		return "list"
-	case torchfile.Tuple:
-		return "tuple"
-	case *torchfile.Tensor:
-		return "tensor"
-	case string:
-		return "str"
-	case int64:
-		return "int"
-	case float64:
-		return "float"
-	case bool:
-		return "bool"
-	}
-	return fmt.Sprintf("%T", v)
-}
+func kindName(v any) string { return torchfile.KindName(v) }
 
 // Load loads a model folder (LoadFolder) or a torch file (LoadTorch, with
 // given labels for a bare state dict).

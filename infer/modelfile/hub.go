@@ -32,19 +32,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/safetensors"
 )
 
-// modelError wraps err so that it also matches infer.ErrModel (exit code 4)
-// without changing its message.
-type modelError struct{ err error }
-
-func (e *modelError) Error() string   { return e.err.Error() }
-func (e *modelError) Unwrap() []error { return []error{e.err, infer.ErrModel} }
-
-func modelErr(err error) error {
-	if err == nil || errors.Is(err, infer.ErrModel) {
-		return err
-	}
-	return &modelError{err}
-}
+func modelErr(err error) error { return infer.ModelErr(err) }
 
 func modelErrf(format string, a ...any) error { return modelErr(fmt.Errorf(format, a...)) }
 

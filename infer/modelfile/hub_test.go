@@ -521,22 +521,16 @@ func TestLoadFolderDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	var g struct {
-		Config struct {
-			ScoreThresh      float64 `json:"score_thresh"`
-			NMSThresh        float64 `json:"nms_thresh"`
-			DetectionsPerImg int     `json:"detections_per_img"`
-			TopkCandidates   int     `json:"topk_candidates"`
-			MinSize          int     `json:"min_size"`
-			MaxSize          int     `json:"max_size"`
-		} `json:"config"`
+		Config map[string]any `json:"config"`
 	}
 	if err := json.Unmarshal(b, &g); err != nil {
 		t.Fatal(err)
 	}
+	num := func(k string) float64 { v, _ := g.Config[k].(float64); return v }
 	want := retinanet.DefaultOptions()
-	want.ScoreThresh, want.NMSThresh = float32(g.Config.ScoreThresh), g.Config.NMSThresh
-	want.DetectionsPerImg, want.TopkCandidates = g.Config.DetectionsPerImg, g.Config.TopkCandidates
-	want.MinSize, want.MaxSize = g.Config.MinSize, g.Config.MaxSize
+	want.ScoreThresh, want.NMSThresh = float32(num("score_thresh")), num("nms_thresh")
+	want.DetectionsPerImg, want.TopkCandidates = int(num("detections_per_img")), int(num("topk_candidates"))
+	want.MinSize, want.MaxSize = int(num("min_size")), int(num("max_size"))
 	if m.Opt != want || want.MinSize == 0 {
 		t.Fatalf("options %+v, the fixture's %+v", m.Opt, want)
 	}

@@ -52,7 +52,8 @@
 # part fits one 8-minute lease): base = the kernel tests and the
 # benchmarks against torchvision, cudnn = issue 24's (gpu-plan, parity,
 # demo metrics, two processes against one), stages = issue 25's (stage
-# times and end to end).
+# times and end to end), crops = issue 36's (the crop classifier on both
+# devices; crops-*/ and crops-*.log).
 # Each step has its own time limit, and a failed step does not stop the
 # others.
 set -u
@@ -80,7 +81,7 @@ CANOPY=bin/canopy-cuda-nompi
 "$CANOPY" version >>"$OUT/gpu.txt" 2>&1
 grep -q '^build: cuda engine' "$OUT/gpu.txt" || echo "FAIL: the cuda front did not start its engine on this GPU (gpu.txt)" | tee -a "$OUT/gpu.txt"
 
-CHECK=${CHECK:-base cudnn stages}
+CHECK=${CHECK:-base cudnn stages crops}
 has() { case " $CHECK " in *" $1 "*) return 0 ;; esac; return 1; }
 
 base() {
@@ -253,8 +254,30 @@ PY
 	column -t -s $'\t' "$d/e2e.tsv" 2>/dev/null || cat "$d/e2e.tsv"
 }
 
+# crops (issue 36): canopy predict --tile --crop-model in the cuda build,
+# on the GPU and on the CPU, on the crop parity raster (bin/crop-files,
+# go run ./cmd/cropmodel): the crop columns must be equal byte for byte
+# (today the classifier runs on the CPU in both; once it runs on the GPU
+# engine this is its parity check), and the crop step's seconds.
+crops() {
+	step crops
+	for dev in cuda cpu; do
+		timeout 90 $CANOPY predict --tile --raster bin/crop-files/img_0000.png --patch-size 300 --patch-overlap 0.25 \
+			--model testdata/models/canopy-demo-r18 --crop-model bin/crop-files/crop.ckpt --device "$dev" \
+			--out "$OUT/crops-$dev" --force >"$OUT/crops-$dev.log" 2>&1
+		echo "predict --tile --crop-model --device $dev: rc=$?"
+		grep -h -A6 '"crops"' "$OUT/crops-$dev/report.json" | head -n 7
+	done
+	if cmp -s <(cut -d, -f8- "$OUT/crops-cuda/predictions.csv") <(cut -d, -f8- "$OUT/crops-cpu/predictions.csv"); then
+		echo "crop columns: cuda = cpu"
+	else
+		echo "crop columns: DIFFER"
+	fi
+}
+
 has base && base
 has cudnn && cudnn_checks
+has crops && crops
 if has stages; then
 	stage_times
 	e2e

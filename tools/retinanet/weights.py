@@ -55,6 +55,10 @@ def ranges(name, shape, basic=False):
         if "cls_logits" in name:
             b *= 3.0  # some hundreds of anchors above score_thresh 0.1
         return -b, b
+    if len(shape) == 2 and leaf == "weight":
+        # a classifier's fc (CropModel): wider than Kaiming-uniform so that
+        # the softmax of the test weights is far from uniform
+        return -8.0 * math.sqrt(3.0 / shape[1]), 8.0 * math.sqrt(3.0 / shape[1])
     if is_bn(name):
         if leaf == "running_mean":
             return -0.1, 0.1

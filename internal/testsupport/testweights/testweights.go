@@ -54,6 +54,12 @@ func Range(name string, shape []int, basic bool) (lo, hi float64, err error) {
 		}
 		return -b, b, nil
 	}
+	if len(shape) == 2 && leaf == "weight" {
+		// a classifier's fc (CropModel): wider than Kaiming-uniform so
+		// that the softmax of the test weights is far from uniform
+		b := 8.0 * math.Sqrt(3.0/float64(shape[1]))
+		return -b, b, nil
+	}
 	if isBN(name) {
 		switch leaf {
 		case "running_mean":
@@ -99,4 +105,16 @@ func Tensor(name string, shape []int, seed uint64, basic bool) ([]float32, error
 		out[i] = float32(lo + float64((hi-lo)*u))
 	}
 	return out, nil
+}
+
+// Bytes are n seeded bytes: floor(u_i·256) of the generator's uniforms for
+// name (the top byte of x_i), as tools/cropmodel/parity.py's gen_u8 makes
+// the crops of its transform cases.
+func Bytes(name string, n int, seed uint64) []byte {
+	key := fnv1a64(name) ^ seed
+	out := make([]byte, n)
+	for i := range out {
+		out[i] = byte(splitmix(key+uint64(i+1)*golden) >> 56)
+	}
+	return out
 }

@@ -12,6 +12,7 @@ package torchckpt
 import (
 	"archive/zip"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -26,7 +27,12 @@ import (
 // Rebuild writes out: a torch.save zip archive of pkl whose storages hold
 // the test weights (seed) of the state dict's tensors, by name (a leading
 // "model." stripped).
-func Rebuild(pkl []byte, out string, seed uint64) error {
+func Rebuild(pkl []byte, out string, seed uint64) error { return RebuildWith(pkl, out, seed, nil) }
+
+// RebuildWith is Rebuild with some tensors' values given (by name, a
+// leading "model." stripped) instead of generated: the crop parity
+// model's fc.bias (tools/cropmodel/parity.py).
+func RebuildWith(pkl []byte, out string, seed uint64, given map[string][]float32) error {
 	f, storages, err := torchfile.ReadPickle(out, pkl)
 	if err != nil {
 		return err
@@ -61,6 +67,12 @@ func Rebuild(pkl []byte, out string, seed uint64) error {
 		vals, err := testweights.Tensor(name, t.Shape, seed, basic)
 		if err != nil {
 			return err
+		}
+		if g, ok := given[name]; ok {
+			if len(g) != len(vals) {
+				return fmt.Errorf("torchckpt: %s: %d given values for %d elements", name, len(g), len(vals))
+			}
+			vals = g
 		}
 		b := data[t.Storage][t.Offset*int64(t.DType.Size()):]
 		for j, v := range vals {
@@ -152,4 +164,64 @@ func HubFolder(skel, dir, dtype string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644)
+}
+
+// SafetensorsFrom writes out: a safetensors file with header hdr (the
+// header JSON a real file holds, as tools/cropmodel/parity.py keeps it)
+// whose F32 tensors hold the test weights (seed; names with a leading
+// "model." stripped; given values win) and whose integer tensors
+// (num_batches_tracked) hold zeros: byte for byte the file torch's
+// save_pretrained wrote.
+func SafetensorsFrom(hdr []byte, out string, seed uint64, given map[string][]float32) error {
+	var entries map[string]json.RawMessage
+	if err := json.Unmarshal(hdr, &entries); err != nil {
+		return err
+	}
+	type ent struct {
+		DType   string   `json:"dtype"`
+		Shape   []int    `json:"shape"`
+		Offsets [2]int64 `json:"data_offsets"`
+	}
+	basic := true
+	for k := range entries {
+		if strings.HasSuffix(k, ".bn3.weight") {
+			basic = false
+		}
+	}
+	var size int64
+	parsed := map[string]ent{}
+	for k, v := range entries {
+		if k == "__metadata__" {
+			continue
+		}
+		var e ent
+		if err := json.Unmarshal(v, &e); err != nil {
+			return fmt.Errorf("torchckpt: %s: %w", k, err)
+		}
+		parsed[k] = e
+		size = max(size, e.Offsets[1])
+	}
+	data := make([]byte, size)
+	for k, e := range parsed {
+		if e.DType != "F32" {
+			continue // zeros
+		}
+		name := strings.TrimPrefix(k, "model.")
+		vals, err := testweights.Tensor(name, e.Shape, seed, basic)
+		if err != nil {
+			return err
+		}
+		if g, ok := given[name]; ok {
+			vals = g
+		}
+		if int64(4*len(vals)) != e.Offsets[1]-e.Offsets[0] {
+			return fmt.Errorf("torchckpt: %s: %d values for %d bytes", k, len(vals), e.Offsets[1]-e.Offsets[0])
+		}
+		for j, v := range vals {
+			binary.LittleEndian.PutUint32(data[e.Offsets[0]+int64(4*j):], math.Float32bits(v))
+		}
+	}
+	b := binary.LittleEndian.AppendUint64(nil, uint64(len(hdr)))
+	b = append(append(b, hdr...), data...)
+	return os.WriteFile(out, b, 0o644)
 }
