@@ -19,7 +19,7 @@ export CGO_CFLAGS  := $(or $(CGO_CFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh 
 export CGO_LDFLAGS := $(or $(CGO_LDFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh libs)
 endif
 
-.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-skip-empty bench-large testdata golden-retinanet golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
+.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-skip-empty bench-scale bench-large testdata golden-retinanet golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -252,6 +252,15 @@ bench-infer-peer:
 # predict_tile).
 bench-tile: deps
 	scripts/bench-tile.sh
+
+# issue 34's scale benchmark: predict --tile over 1,000 generated rasters on
+# np 2 with the demo model (peak RSS per rank at 100 and 1,000 rasters, time
+# to the first raster's outputs, windows/s against the pre-change one-shot
+# path when BENCH_SCALE_OLD names its binary, a stop and resume), and the
+# balance of fixed blocks against windows dealt at run time
+# (scripts/bench-scale.sh; docs/benchmarks.md).
+bench-scale: build
+	scripts/bench-scale.sh
 
 # --skip-empty's gain on a raster with an orthomosaic's nodata border
 # (scripts/bench-skip-empty.sh: the raster, the Go benchmarks of the check

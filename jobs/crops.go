@@ -1,17 +1,20 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"strconv"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/crop"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/plan"
@@ -54,6 +57,7 @@ func (cc CropConfig) labelDictFor(i int) string {
 // cropModelInfo is report.json's record of one crop model.
 type cropModelInfo struct {
 	Path       string         `json:"path"`
+	Dir        string         `json:"dir,omitempty"` // the Hugging Face cache's folder of an owner/name path
 	SHA256     string         `json:"sha256"`
 	Form       crop.Form      `json:"form"`
 	Arch       string         `json:"architecture"`
@@ -152,7 +156,16 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 			opts.LabelDict, opts.Fallback = labelDictOf(lm), len(cc.LabelDicts) == 1 && len(cc.Models) > 1
 			file = &report.File{Path: name, SHA256: sha256Hex(dicts[k])}
 		}
-		m, err := crop.Load(p, opts)
+		dir := ""
+		if _, err := os.Stat(p); err != nil {
+			// owner/name[@revision] in the local Hugging Face cache, as
+			// --model resolves it (a hub folder: config.json and
+			// model.safetensors).
+			if d, rerr := modelfile.Resolve(p); rerr == nil {
+				dir = d
+			}
+		}
+		m, err := crop.Load(cmp.Or(dir, p), opts)
 		if err != nil {
 			lerr = &Error{Code: ExitModel, Err: fmt.Errorf("jobs: --crop-model %s: %w", p, err)}
 			break
@@ -163,7 +176,7 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 			cols = [2]string{"cropmodel_label_" + strconv.Itoa(i), "cropmodel_score_" + strconv.Itoa(i)}
 		}
 		t := m.Transform
-		cs.info = append(cs.info, cropModelInfo{Path: p, SHA256: m.SHA256, Form: m.Form, Arch: m.Arch(), Labels: m.Labels(),
+		cs.info = append(cs.info, cropModelInfo{Path: p, Dir: dir, SHA256: m.SHA256, Form: m.Form, Arch: m.Arch(), Labels: m.Labels(),
 			LabelsFrom: m.LabelsFrom, LabelDict: file, Columns: cols, Config: m.Set, DTypes: m.DTypes, Device: "cpu",
 			Transform: cropTransform{Resize: t.Size, Normalize: t.Normalize, Mean: t.Mean, Std: t.Std, Expand: t.Expand,
 				Interpolate: "bilinear, antialiased (torch _upsample_bilinear2d_aa)", Sum: sumRule(t)}})

@@ -300,3 +300,106 @@ func TestCropPredictImages(t *testing.T) {
 		}
 	}
 }
+
+// TestCropEvalTileKeepsMetrics: eval --tile with a crop model gives the
+// metrics and the detector's columns of the run without it, plus the crop
+// columns.
+func TestCropEvalTileKeepsMetrics(t *testing.T) {
+	if !gdal.Available {
+		t.Skip("built with -tags nogdal: no raster reads")
+	}
+	pf, _ := cropParity(t)
+	ld := filepath.Join(t.TempDir(), "r18.csv")
+	os.WriteFile(ld, []byte("label,id\nhealthy,0\nsick,1\n"), 0o644)
+	base := []string{"eval", "--tile", "--csv", filepath.Join(pf.Dir, "annotations.csv"), "--model", demoModelDir, "--threads", "1",
+		"--patch-size", "300", "--patch-overlap", "0.25", "--html=false"}
+	out := [2]string{filepath.Join(t.TempDir(), "plain"), filepath.Join(t.TempDir(), "crops")}
+	for i, extra := range [][]string{nil, {"--crop-model", pf.R18, "--crop-label-dict", ld}} {
+		if code, stderr := runArgs(t, append(append(append([]string{}, base...), extra...), "--out", out[i])...); code != 0 {
+			t.Fatalf("run %d: exit %d: %s", i, code, stderr)
+		}
+	}
+	var metrics [2]string
+	var rows [2][][]string
+	for i, o := range out {
+		var rep struct{ Metrics json.RawMessage }
+		b, err := os.ReadFile(filepath.Join(o, "report.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		metrics[i] = string(rep.Metrics)
+		p, err := os.ReadFile(filepath.Join(o, "predictions.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows[i], _ = predictionRows(t, p)
+	}
+	if metrics[0] == "" || metrics[0] != metrics[1] {
+		t.Errorf("metrics differ with the crop model:\n%s\n%s", metrics[0], metrics[1])
+	}
+	if len(rows[0]) < 5 || len(rows[0]) != len(rows[1]) {
+		t.Fatalf("%d rows without the crop model, %d with", len(rows[0]), len(rows[1]))
+	}
+	for j := range rows[0] {
+		if strings.Join(rows[0][j], ",") != strings.Join(rows[1][j][:7], ",") || len(rows[1][j]) != 9 {
+			t.Fatalf("row %d: %v against %v", j, rows[0][j], rows[1][j])
+		}
+	}
+}
+
+// TestCropModelHubCache: --crop-model owner/name resolves in the local
+// Hugging Face cache as --model does (refs/main → the snapshot folder),
+// and report.json records the folder.
+func TestCropModelHubCache(t *testing.T) {
+	pf, _ := cropParity(t)
+	cache := t.TempDir()
+	repo := filepath.Join(cache, "models--weecology--cropmodel-test")
+	snap := filepath.Join(repo, "snapshots", "0123456789abcdef0123456789abcdef01234567")
+	if err := os.MkdirAll(filepath.Join(repo, "refs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(snap, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(repo, "refs", "main"), []byte("0123456789abcdef0123456789abcdef01234567"), 0o644)
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		if err := os.Symlink(filepath.Join(pf.Hub, f), filepath.Join(snap, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("HF_HUB_CACHE", cache)
+	dir := t.TempDir()
+	raw, err := os.ReadFile(pf.Tile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "img.png"), raw, 0o644)
+	truth := filepath.Join(dir, "truth.csv")
+	os.WriteFile(truth, []byte("image_path,xmin,ymin,xmax,ymax,label\nimg.png,10,10,60,60,Tree\n"), 0o644)
+	preds := filepath.Join(dir, "preds.csv")
+	os.WriteFile(preds, []byte("image_path,xmin,ymin,xmax,ymax,label,score\nimg.png,12,11,58,61,Tree,0.9\n"), 0o644)
+	out := filepath.Join(dir, "out")
+	code, stderr := runArgs(t, "eval", "--csv", truth, "--predictions", preds, "--out", out, "--html=false",
+		"--crop-model", "weecology/cropmodel-test")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep struct {
+		Run struct {
+			CropModels []cropModelInfo `json:"crop_models"`
+		} `json:"run"`
+	}
+	b, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Run.CropModels) != 1 || rep.Run.CropModels[0].Dir != snap || rep.Run.CropModels[0].Form != "hub-folder" {
+		t.Errorf("report.json crop_models: %+v; want the snapshot %s", rep.Run.CropModels, snap)
+	}
+}

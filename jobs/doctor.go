@@ -166,6 +166,9 @@ func outState(dir string) (int, string) {
 	if b, err := os.ReadFile(filepath.Join(dir, manifestFile)); err != nil || json.Unmarshal(b, &manifest{}) != nil {
 		return ExitInternal, busy + "manifest.json is empty, truncated or unreadable (a run killed as it started, or a damaged folder): --resume refuses it (exit 2); start again with --force"
 	}
+	if code, msg, ok := tileOutState(dir); ok {
+		return code, busy + msg
+	}
 	files, err := parts.ReadAll(dir)
 	if err != nil {
 		return ExitInternal, busy + err.Error()
@@ -183,6 +186,46 @@ func outState(dir string) (int, string) {
 	}
 	return ExitResumable, fmt.Sprintf("%sresumable: an interrupted run, %d image(s) saved in %d part file(s) (%d torn record(s) dropped); continue it with canopy eval --resume and the same inputs",
 		busy, len(done), len(files), st.Dropped)
+}
+
+// tileOutState is outState for an unfinished tile run (ok false for
+// another run): how many rasters are published and intact, how many
+// windows the part files hold, and the command that continues it.
+func tileOutState(dir string) (int, string, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	var m tileManifest
+	if err != nil || json.Unmarshal(b, &m) != nil || m.Command == "" {
+		return 0, "", false
+	}
+	finished, damaged := 0, 0
+	for i := range m.Rasters {
+		d, ok, err := readDone(dir, i)
+		switch {
+		case err != nil || !ok:
+		case d.intact(dir) == "":
+			finished++
+		default:
+			damaged++
+		}
+	}
+	windows := 0
+	_, st, files, err := parts.Scan(dir, math.MaxInt, func(int) bool { windows++; return false })
+	if err != nil {
+		return ExitInternal, err.Error(), true
+	}
+	if fault, code, ok := faultOf(dir); ok && (code == ExitUsage || code == ExitInput || code == ExitModel) {
+		return ExitInternal, fmt.Sprintf("a %s run that failed (exit %d: %s), not an interruption: --resume with the same inputs fails the same way; fix the cause, then %s --resume continues (%d of %d rasters published)",
+			m.Command, code, fault, m.Command, finished, len(m.Rasters)), true
+	}
+	if finished == 0 && windows == 0 {
+		return ExitInternal, fmt.Sprintf("a %s run that stopped before it saved any window; run it again, --resume has nothing to continue", m.Command), true
+	}
+	msg := fmt.Sprintf("resumable: an interrupted %s run, %d of %d rasters published, %d window record(s) in %d part file(s) (%d torn record(s) dropped)",
+		m.Command, finished, len(m.Rasters), windows, len(files), st.Dropped)
+	if damaged > 0 {
+		msg += fmt.Sprintf("; %d published raster(s) changed or removed since (made again from the saved windows)", damaged)
+	}
+	return ExitResumable, msg + fmt.Sprintf("; continue it with canopy %s --resume and the same inputs, at any rank count", m.Command), true
 }
 
 // recordedOutputs reads the sha256 of each output that report.json

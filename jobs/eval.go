@@ -177,7 +177,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			sayLine(cfg.Warnings, "canopy: warning: ", w)
 		}
 	}
-	if err := checkSharedOut(c, cfg, in); err != nil {
+	if err := checkSharedOut(c, cfg.Out, in.probe); err != nil {
 		return err
 	}
 	done, pst, err := parts.Decode(in.parts, len(images))

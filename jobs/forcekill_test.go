@@ -94,8 +94,9 @@ func outputsMatch(dir string) bool {
 // folder's steps (set aside, staging, journal, publication, discard), for
 // each command over another command's run: after the next canopy start in
 // the folder, it holds either the previous run byte for byte or the new
-// run complete (eval: or the new run's saved part files, once it has
-// committed), never a mix, never neither; and canopy doctor --out, before
+// run complete (eval and the tile runs: or the new run's saved part files
+// and published rasters, resumable, once it has committed), never a mix,
+// never neither; and canopy doctor --out, before
 // that start, never says the new run saved nothing when its outputs are
 // complete.
 func TestForceKilledAtEveryStepLosesNothing(t *testing.T) {
@@ -155,7 +156,7 @@ func TestForceKilledAtEveryStepLosesNothing(t *testing.T) {
 					if strings.Contains(msg, "puts it back") {
 						t.Errorf("killed after step %d %q: the new run is kept, but doctor says %q", i+1, step, msg)
 					}
-				case name == "eval" && partialOf(got, final):
+				case name != "predict" && partialOf(got, final): // eval and the tile runs commit once they saved work: resumable
 					kept["new, resumable"]++
 				default:
 					t.Errorf("killed after step %d %q: the folder holds %v: neither the previous run %v nor the new %v",
@@ -191,7 +192,9 @@ func partialOf(got, final map[string]string) bool {
 	}
 	for k, v := range got {
 		w, ok := final[k]
-		if !ok || !strings.HasPrefix(w, v) || (k != manifestFile && !strings.HasPrefix(k, "parts"+string(filepath.Separator))) {
+		published := strings.HasPrefix(k, rastersDir+string(filepath.Separator)) // a tile run's finished raster
+		if !ok || !strings.HasPrefix(w, v) || (published && w != v) ||
+			(k != manifestFile && !published && !strings.HasPrefix(k, "parts"+string(filepath.Separator))) {
 			return false
 		}
 	}

@@ -27,13 +27,20 @@ func runLocal(t *testing.T, n int, cfg EvalConfig) []int {
 // (written by one rank at a time; read it once the ranks are done).
 func runLocalCtx(t *testing.T, n int, cfg EvalConfig, ctxOf func(rank int) context.Context, stderr io.Writer) []int {
 	t.Helper()
+	return runLocalJob(t, n, ctxOf, stderr, func(ctx context.Context, c mpi.Comm) error { return Eval(ctx, c, cfg) })
+}
+
+// runLocalJob runs job on n in-process ranks as runJob runs it (errors
+// agreed, a local error aborting every rank) and returns the exit codes.
+func runLocalJob(t *testing.T, n int, ctxOf func(rank int) context.Context, stderr io.Writer, job func(ctx context.Context, c mpi.Comm) error) []int {
+	t.Helper()
 	stderr = &lockedWriter{w: stderr}
 	codes := make([]int, n)
 	errs := local.Run(n, func(c mpi.Comm) error {
 		ctx := ctxOf(c.Rank())
 		codes[c.Rank()] = runJob(ctx, func() (mpi.Comm, func() error, error) {
 			return c, func() error { return nil }, nil
-		}, stderr, jobOptions{}, func(c mpi.Comm) error { return Eval(ctx, c, cfg) })
+		}, stderr, jobOptions{}, func(c mpi.Comm) error { return job(ctx, c) })
 		return nil
 	})
 	for r, err := range errs {

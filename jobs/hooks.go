@@ -77,6 +77,23 @@ var createParts = parts.Create
 // records; tests make it block, as a stalled filesystem would.
 var recordedReadHook = func(path string) {}
 
+// staticDealForBench: CANOPY_TILE_DEAL=static makes a tile run cut each
+// round into fixed contiguous blocks, one per rank, instead of dealing
+// it at run time (make bench-scale's balance "before").
+func staticDealForBench() bool { return os.Getenv("CANOPY_TILE_DEAL") == "static" }
+
+// rasterFault is a test seam: an error for a per-raster output file
+// (its name under OUT/rasters), as a full disk gives while it is staged.
+var rasterFault = func(name string) error { return nil }
+
+// slowWindowForTest: CANOPY_TEST_SLOW_MS (infer/replay's SlowEnv) makes
+// each window of a tile run take that long more to read, so the Slurm
+// tests can stop a tile job part way.
+func slowWindowForTest() time.Duration {
+	ms, _ := strconv.Atoi(os.Getenv("CANOPY_TEST_SLOW_MS"))
+	return time.Duration(ms) * time.Millisecond
+}
+
 // loadCropModel loads eval-crops' classifier (openCropModel); tests of
 // package jobs replace it with a stand-in classifier.
 var loadCropModel = openCropModel

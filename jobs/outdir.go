@@ -164,7 +164,7 @@ var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "rep
 const manifestFile = "manifest.json"
 
 // runFiles are the entries of OUT that mark a previous run.
-var runFiles = append(append([]string(nil), reportFiles...), manifestFile, parts.Dir)
+var runFiles = append(append([]string(nil), reportFiles...), manifestFile, parts.Dir, rastersDir)
 
 // presentRunFiles are the entries of runFiles in dir.
 func presentRunFiles(dir string) []string {

@@ -44,6 +44,9 @@ type shardOptions struct {
 	// identify: record each image file's identity (size, mtime, sha256)
 	// beside its detections, so --resume can check the file is the same.
 	identify bool
+	// batchBase: detector calls this rank made before this shard (the
+	// interrupt hook counts them all; a tile run calls once per round).
+	batchBase int
 }
 
 // batchBounds cuts a shard into detector calls: batchSize images at a
@@ -114,11 +117,14 @@ type rankStats struct {
 	LocalSize int `json:"local_size"`
 	// SGEMM names the matrix kernels (float32 rounding differs between
 	// kernel sets, so ranks on different CPUs may differ in the last bits).
-	SGEMM      string             `json:"sgemm,omitempty"`
-	Images     int                `json:"images"`
-	Detections int                `json:"detections"`
-	BytesSent  int                `json:"bytes_sent"`
-	Seconds    map[string]float64 `json:"seconds"`
+	SGEMM      string `json:"sgemm,omitempty"`
+	Images     int    `json:"images"`
+	Detections int    `json:"detections"`
+	// Skipped: a tile run's windows --skip-empty gave no detections
+	// without the model (not in Images).
+	Skipped   int                `json:"skipped_windows,omitempty"`
+	BytesSent int                `json:"bytes_sent"`
+	Seconds   map[string]float64 `json:"seconds"`
 }
 
 // sendDetections encodes this rank's detections and gathers every rank's.
@@ -186,7 +192,7 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 	pf, _ := d.(infer.Prefetcher)
 	var next []infer.Input
 	for batches := 0; batches < len(bounds); batches++ {
-		if batches == stopAfter {
+		if o.batchBase+batches == stopAfter {
 			interruptSelf(rank)
 		}
 		if ctx.Err() != nil {

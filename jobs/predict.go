@@ -325,7 +325,12 @@ func publishPredictions(dir string, images []box.Image, dets [][]box.Detection, 
 	for _, s := range set {
 		outputs[s.Name] = s.SHA256
 	}
-	rep := report(outputs)
+	return publishSet(dir, set, report(outputs))
+}
+
+// publishSet stages report.json (rep) and publishes it with the staged
+// files as one set; on an error the staged files are removed.
+func publishSet(dir string, set []staged, rep any) error {
 	rj, err := stage(dir, "report.json", func(w io.Writer) error {
 		e := json.NewEncoder(w)
 		e.SetIndent("", "  ")

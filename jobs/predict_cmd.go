@@ -29,6 +29,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			rootDirFlag(),
 			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder; refused if it holds a previous run (predict's or eval's) unless --force, and (exit 2, naming the holder) while another run holds its lock"},
 			&cli.BoolFlag{Name: "force", Usage: "replace the previous run in --out, predict's or eval's: it is set aside until the new predictions are written, and put back if the run fails before that"},
+			&cli.BoolFlag{Name: "resume", Usage: "with --tile: continue the interrupted run in --out, at any rank count: rasters whose outputs are published are not read again, windows in its part files are not detected again; refused (exit 2, naming the difference) unless the rasters, model, window and merge settings match its manifest"},
 			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV naming the model's classes: needed for a bare .pt state dict, which holds no labels (a .ckpt or a model folder carries its own, which this must then equal); with --tile as without"},
 			&cli.BoolFlag{Name: "raw-rows", Usage: "write every detection as the detector gives it (float boxes, NMS per class only: DeepForest 2.1.0's predict_file rows) instead of predict_image's rows, which by default reduce an image whose detections carry more than one label by one class-agnostic NMS at nms_thresh with integer boxes (across_class_nms); report.json's \"rows\" says which. Not with --tile, whose merge is class-agnostic already"},
 		}, shardJobFlags("longest wait for every rank to reach a collective, then exit 5 (ranks other than 0 wait twice this, so rank 0 reports first; 0 disables)"),
@@ -37,12 +38,12 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			if err := tileAction(c, code, newComm, stdout, stderr); err != nil || c.Bool("tile") {
 				return err
 			}
-			rc, pos, err := loadRunConfig(c, "predict", c.Args().Slice())
-			if err != nil {
-				return usageError(fmt.Errorf("predict: %w", err))
+			if c.Bool("resume") {
+				return usageError(errors.New("predict: --resume goes with --tile (predict over whole images keeps no part files: run it again)"))
 			}
-			if len(pos) > 0 {
-				return usageError(fmt.Errorf("predict takes no arguments but key=value overrides, got %q", pos))
+			rc, err := noArgsRunConfig(c, "predict")
+			if err != nil {
+				return err
 			}
 			cfg := PredictConfig{CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
 				Out: c.String("out"), Force: c.Bool("force"), Command: os.Args, Stdout: stdout,

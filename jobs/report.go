@@ -270,6 +270,18 @@ func csvField(s string) string {
 	return s
 }
 
+// predictionsHeader is predictions.csv's first line: the columns, and
+// the crop models' after score (cs nil: none).
+func predictionsHeader(cs *cropSet) string {
+	head := "image_path,xmin,ymin,xmax,ymax,label,score"
+	if cs != nil {
+		for _, c := range cs.columns() {
+			head += "," + csvField(c)
+		}
+	}
+	return head + "\n"
+}
+
 func writePredictions(w io.Writer, images []box.Image, dets [][]box.Detection, labels box.LabelMap) error {
 	return writePredictionRows(w, images, dets, labels, nil)
 }
@@ -277,13 +289,11 @@ func writePredictions(w io.Writer, images []box.Image, dets [][]box.Detection, l
 // writePredictionRows writes predictions.csv with the crop models'
 // columns after score (crops nil: none; a dropped box's cells empty).
 func writePredictionRows(w io.Writer, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropTable) error {
-	head := "image_path,xmin,ymin,xmax,ymax,label,score"
+	var cs *cropSet
 	if crops != nil {
-		for _, c := range crops.set.columns() {
-			head += "," + csvField(c)
-		}
+		cs = crops.set
 	}
-	if _, err := io.WriteString(w, head+"\n"); err != nil {
+	if _, err := io.WriteString(w, predictionsHeader(cs)); err != nil {
 		return err
 	}
 	names := csvNames(labels)

@@ -39,18 +39,24 @@ func newManifest(cfg EvalConfig, in inputs) manifest {
 		DetectorSettings: map[string]string{}, RootDir: absRoot(cfg)}
 	if cfg.Model.Spec != "" {
 		m.Detector = "retinanet weights sha256 " + in.modelDigest
-		m.DetectorSettings = map[string]string{
-			"config_json_sha256": in.modelConfig,
-			"score_thresh_flag":  strconv.FormatFloat(cfg.Model.ScoreThresh, 'g', -1, 64),
-			"nms_thresh_flag":    strconv.FormatFloat(cfg.Model.NMSThresh, 'g', -1, 64),
-			"resize":             cfg.Model.Resize.String(),
-			"blend":              cfg.Model.Blend.String(),
-		}
+		m.DetectorSettings = detectorSettings(cfg.Model, in.modelConfig)
 	}
 	if in.labels != nil {
 		m.LabelDict = sha256Hex(in.labels)
 	}
 	return m
+}
+
+// detectorSettings are the settings of a model run a resume must share:
+// the model's config.json and the threshold, resize and blend flags.
+func detectorSettings(mc ModelConfig, configDigest string) map[string]string {
+	return map[string]string{
+		"config_json_sha256": configDigest,
+		"score_thresh_flag":  strconv.FormatFloat(mc.ScoreThresh, 'g', -1, 64),
+		"nms_thresh_flag":    strconv.FormatFloat(mc.NMSThresh, 'g', -1, 64),
+		"resize":             mc.Resize.String(),
+		"blend":              mc.Blend.String(),
+	}
 }
 
 // diff names every field in which m and o differ.
@@ -158,59 +164,80 @@ func prepareOut(cfg EvalConfig, in *inputs) (*outRun, error) {
 }
 
 func prepareLocked(cfg EvalConfig, in *inputs, o *outRun) error {
-	dir := cfg.Out
 	cur := newManifest(cfg, *in)
-	if cfg.Resume {
-		b, err := os.ReadFile(filepath.Join(dir, manifestFile))
-		if err != nil {
-			return usageErr("jobs: --resume: no run to resume in %s: %w", dir, err)
-		}
+	check := func(b []byte) error {
 		var old manifest
 		if err := json.Unmarshal(b, &old); err != nil {
 			return usageErr("jobs: --resume: %s: %w", manifestFile, err)
 		}
 		if d := old.diff(cur); len(d) > 0 {
-			return usageErr("jobs: --resume refused, the inputs differ from the run in %s: %s", dir, strings.Join(d, "; "))
+			return usageErr("jobs: --resume refused, the inputs differ from the run in %s: %s", cfg.Out, strings.Join(d, "; "))
 		}
-		files, err := parts.ReadAll(dir)
+		return nil
+	}
+	probe, err := prepareRun(o, cfg.Out, cfg.Resume, cfg.Force, cur, check)
+	if err != nil {
+		return err
+	}
+	in.probe = probe
+	if cfg.Resume {
+		files, err := parts.ReadAll(cfg.Out)
 		if err != nil {
 			return ioErr("jobs: --resume: %w", err)
 		}
 		in.parts = files
 		in.attempt = parts.NextAttempt(files)
+	}
+	return nil
+}
+
+// prepareRun is the output-folder step of a resumable run (eval, predict
+// --tile, eval --tile), under the lock: --resume reads the manifest and
+// hands it to check; a new run refuses a folder holding a previous one
+// (unless force, which sets it aside until the new run commits, or a
+// start that saved nothing) and writes cur as the manifest. Then the
+// shared-filesystem probe (returned) and the parts folder.
+func prepareRun(o *outRun, dir string, resume, force bool, cur any, check func(old []byte) error) (string, error) {
+	if resume {
+		b, err := os.ReadFile(filepath.Join(dir, manifestFile))
+		if err != nil {
+			return "", usageErr("jobs: --resume: no run to resume in %s: %w", dir, err)
+		}
+		if err := check(b); err != nil {
+			return "", err
+		}
 	} else {
 		present := presentRunFiles(dir)
 		switch {
 		case len(present) == 0:
-		case cfg.Force:
+		case force:
 			o.aside = true // finish puts back a move that failed part way
 			if err := setAside(dir, present); err != nil {
-				return err
+				return "", err
 			}
 		case abortedStart(dir):
 			for _, f := range present {
 				if err := os.RemoveAll(filepath.Join(dir, f)); err != nil {
-					return ioErr("jobs: output folder: %w", err)
+					return "", ioErr("jobs: output folder: %w", err)
 				}
 			}
 		default:
-			return usageErr("jobs: output folder %s holds a previous run (%s); choose another --out, pass --resume to continue it or --force to replace it", dir, present[0])
+			return "", usageErr("jobs: output folder %s holds a previous run (%s); choose another --out, pass --resume to continue it or --force to replace it", dir, present[0])
 		}
 		b, _ := json.MarshalIndent(cur, "", " ")
 		if err := writeAtomic(dir, manifestFile, func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
-			return ioErr("%w", err)
+			return "", ioErr("%w", err)
 		}
 	}
 	o.probe = nonce() + nonce()
-	in.probe = o.probe
-	if err := os.WriteFile(filepath.Join(dir, probeName(in.probe)), []byte(in.probe), 0o644); err != nil {
-		return ioErr("jobs: output folder: %w", err)
+	if err := os.WriteFile(filepath.Join(dir, probeName(o.probe)), []byte(o.probe), 0o644); err != nil {
+		return "", ioErr("jobs: output folder: %w", err)
 	}
 	// The parts folder is this run's: a rank opens its part file only there.
-	if err := parts.Prepare(dir, in.probe); err != nil {
-		return ioErr("jobs: output folder: %w", err)
+	if err := parts.Prepare(dir, o.probe); err != nil {
+		return "", ioErr("jobs: output folder: %w", err)
 	}
-	return nil
+	return o.probe, nil
 }
 
 // abortedStart reports a folder left by a run that failed before any
@@ -243,10 +270,10 @@ func probeName(nonce string) string { return ".canopy-probe-" + nonce }
 // checkSharedOut: every rank reads rank 0's probe file, so a --out that is
 // not on a filesystem all ranks see fails before any work, naming the
 // ranks that cannot see it.
-func checkSharedOut(c mpi.Comm, cfg EvalConfig, in inputs) error {
-	b, err := os.ReadFile(filepath.Join(cfg.Out, probeName(in.probe)))
+func checkSharedOut(c mpi.Comm, out, probe string) error {
+	b, err := os.ReadFile(filepath.Join(out, probeName(probe)))
 	ok := int64(1)
-	if err != nil || string(b) != in.probe {
+	if err != nil || string(b) != probe {
 		ok = 0
 	}
 	all, gerr := c.AllgatherInt64(ok)
@@ -254,7 +281,7 @@ func checkSharedOut(c mpi.Comm, cfg EvalConfig, in inputs) error {
 		return localErr(ExitMPI, "jobs: shared output check: %w", gerr)
 	}
 	if c.Rank() == 0 {
-		os.Remove(filepath.Join(cfg.Out, probeName(in.probe)))
+		os.Remove(filepath.Join(out, probeName(probe)))
 	}
 	var blind []string
 	for r, v := range all {
@@ -263,7 +290,7 @@ func checkSharedOut(c mpi.Comm, cfg EvalConfig, in inputs) error {
 		}
 	}
 	if len(blind) > 0 {
-		return collective(ExitMPI, "jobs: --out %s is not on a filesystem every rank sees: rank(s) %s cannot read rank 0's probe file", cfg.Out, strings.Join(blind, ", "))
+		return collective(ExitMPI, "jobs: --out %s is not on a filesystem every rank sees: rank(s) %s cannot read rank 0's probe file", out, strings.Join(blind, ", "))
 	}
 	return nil
 }

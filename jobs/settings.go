@@ -57,6 +57,20 @@ func splitOverrides(args []string) (pos, overrides []string, err error) {
 	return pos, overrides, nil
 }
 
+// noArgsRunConfig is loadRunConfig for a command that takes no positional
+// arguments but key=value overrides (predict, predict --tile): a usage
+// error otherwise, the message starting with "predict".
+func noArgsRunConfig(c *cli.Context, command string) (*runConfig, error) {
+	rc, pos, err := loadRunConfig(c, command, c.Args().Slice())
+	if err != nil {
+		return nil, usageError(fmt.Errorf("predict: %w", err))
+	}
+	if len(pos) > 0 {
+		return nil, usageError(fmt.Errorf("%s takes no arguments but key=value overrides, got %q", command, pos))
+	}
+	return rc, nil
+}
+
 // loadRunConfig reads --config and the overrides among args (nil, args
 // when neither is given).
 func loadRunConfig(c *cli.Context, command string, args []string) (*runConfig, []string, error) {

@@ -5,51 +5,45 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/canopy-hpc/canopy/box"
-	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/gemm"
-	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/dataset"
-	"github.com/canopy-hpc/canopy/internal/parts"
-	"github.com/canopy-hpc/canopy/internal/plan"
-	"github.com/canopy-hpc/canopy/internal/wire"
-	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/report"
 )
 
 // canopy predict --tile: DeepForest's predict_tile over many rasters on
 // many ranks. Rank 0 lists and opens the rasters (size, bands,
-// georeferencing) and broadcasts them; every rank cuts the same global
-// window list (raster by raster, each in DeepForest's order), takes its
-// contiguous block of it (plan.Blocks), reads only those windows through
-// GDAL and detects them; the detections are gathered in window order and
-// every rank merges each raster's windows (tile.Merge), so the merged rows
-// do not depend on the rank count, --threads or --batch-size.
+// georeferencing), prepares the output folder (or finds what a run to
+// resume saved) and broadcasts them; the global window list is arithmetic
+// (tileIndex), walked in rounds (tile_rounds.go): each rank detects its
+// share of a round, saving it in its part file, the round is gathered, and
+// a raster whose windows are all in is merged and published
+// (tile_outputs.go) by the rank that owns it. At the end rank 0 builds the
+// combined outputs from the per-raster ones. Every output is the same
+// bytes for any rank count, round size, --threads or --batch-size.
 
 // tileRaster is one raster of the job, as rank 0 found it.
 type tileRaster struct {
-	Path         string        `json:"image_path"` // as predictions.csv names it
-	File         string        `json:"file"`       // where every rank opens it
-	Width        int           `json:"width"`
-	Height       int           `json:"height"`
-	Bands        int           `json:"bands"`
-	Bits         int           `json:"bits"`
-	Driver       string        `json:"driver"`
-	CRS          string        `json:"crs,omitempty"`
-	GeoTransform *[6]float64   `json:"geotransform,omitempty"`
-	Layer        string        `json:"layer,omitempty"` // its layer of predictions.gpkg (gdal.LayerNames)
-	Windows      int           `json:"windows"`
-	Detections   int           `json:"detections"`
-	wins         []tile.Window // not reported
+	Path         string      `json:"image_path"` // as predictions.csv names it
+	File         string      `json:"file"`       // where every rank opens it
+	Name         string      `json:"name"`       // its outputs: OUT/rasters/<name>.csv …
+	Width        int         `json:"width"`
+	Height       int         `json:"height"`
+	Bands        int         `json:"bands"`
+	Bits         int         `json:"bits"`
+	Driver       string      `json:"driver"`
+	CRS          string      `json:"crs,omitempty"`
+	GeoTransform *[6]float64 `json:"geotransform,omitempty"`
+	Layer        string      `json:"layer,omitempty"` // its layer of the GeoPackages (gdal.LayerNames)
+	Windows      int         `json:"windows"`
+	WindowDets   int         `json:"window_detections"`
+	Detections   int         `json:"detections"`
 }
 
 // tileSources lists the rasters: (image_path, file) pairs.
@@ -105,41 +99,47 @@ func tileSources(cfg TileConfig) (paths, files []string, err error) {
 }
 
 // openRasters opens every raster once on rank 0 (gdal.Open reads its
-// first and last pixels) and counts its windows.
-func openRasters(cfg TileConfig) ([]tileRaster, error) {
+// first and last pixels, and the dataset is closed at once), counts its
+// windows, names its outputs and records its identity.
+func openRasters(cfg TileConfig) ([]tileRaster, []rasterIdent, error) {
 	paths, files, err := tileSources(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	total := 0
 	out := make([]tileRaster, len(paths))
+	idents := make([]rasterIdent, len(paths))
+	names := rasterNames(paths)
 	for i := range paths {
 		r, err := gdal.Open(files[i])
 		if err != nil {
-			return nil, fmt.Errorf("jobs: %w", err)
+			return nil, nil, fmt.Errorf("jobs: %w", err)
 		}
 		in := r.Info()
 		r.Close()
-		t := tileRaster{Path: paths[i], File: files[i], Width: in.Width, Height: in.Height, Bands: in.Bands, Bits: in.Bits,
+		t := tileRaster{Path: paths[i], File: files[i], Name: names[i], Width: in.Width, Height: in.Height, Bands: in.Bands, Bits: in.Bits,
 			Driver: in.Driver, CRS: in.CRS}
 		if in.HasTransform {
 			gt := in.GeoTransform
 			t.GeoTransform = &gt
 		}
 		if t.Windows, err = tile.Count(in.Width, in.Height, cfg.Settings); err != nil {
-			return nil, fmt.Errorf("jobs: %s: %w", files[i], err)
+			return nil, nil, fmt.Errorf("jobs: %s: %w", files[i], err)
 		}
 		if total += t.Windows; total > tile.MaxWindows {
-			return nil, fmt.Errorf("jobs: the rasters give more than %d windows: %w", tile.MaxWindows, tile.ErrSettings)
+			return nil, nil, fmt.Errorf("jobs: the rasters give more than %d windows: %w", tile.MaxWindows, tile.ErrSettings)
+		}
+		if idents[i], err = identifyRaster(paths[i], files[i]); err != nil {
+			return nil, nil, fmt.Errorf("jobs: %w", err)
 		}
 		out[i] = t
 	}
 	nameLayers(out)
-	return out, nil
+	return out, idents, nil
 }
 
 // nameLayers gives each raster that has a CRS and a geotransform (those
-// predictions.gpkg holds) its layer name, valid and unique whatever the
+// the GeoPackages hold) its layer name, valid and unique whatever the
 // image paths (./x.tif, names differing only in case, gpkg_ or sqlite_
 // prefixes), before any work; report.json records the mapping.
 func nameLayers(rasters []tileRaster) {
@@ -155,8 +155,9 @@ func nameLayers(rasters []tileRaster) {
 	}
 }
 
-// packTile is rank 0's packet: the model and the rasters (and eval
-// --tile's truth, as CSV; vt records a shapefile or GeoPackage truth).
+// packTile is rank 0's packet: the model, the rasters, eval --tile's truth
+// (as CSV; vt records a shapefile or GeoPackage truth), the label map, and
+// what the run continues (a tileResume and the saved windows).
 func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 	fail := func(code int, err error) ([]byte, *outRun, *tileTruth) {
 		return append([]byte{byte(code)}, err.Error()...), nil, nil
@@ -175,7 +176,7 @@ func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 		}
 		cfg.vector = vt
 	}
-	rasters, err := openRasters(cfg)
+	rasters, idents, err := openRasters(cfg)
 	if err != nil {
 		if errors.Is(err, gdal.ErrUnavailable) {
 			return fail(ExitUsage, err)
@@ -192,34 +193,42 @@ func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 			return fail(ExitInput, err)
 		}
 	}
-	out, err = prepareRunOut(cfg.Out, cfg.Force)
-	if err != nil {
-		return fail(Code(err), err)
-	}
-	rb, err := json.Marshal(rasters)
-	if err != nil {
-		out.finish(err)
-		return fail(ExitInternal, err)
-	}
 	if cfg.Eval != nil && vt == nil {
 		if truth, err = readNamedInput(cfg.CSV); err != nil {
-			out.finish(err)
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}
 	labels := cfg.LabelDictData
 	if labels == nil && cfg.LabelDict != "" {
 		if labels, err = readNamedInput(cfg.LabelDict); err != nil {
-			out.finish(err)
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}
-	if vt != nil && cfg.Progress != nil {
-		for _, w := range vt.Warnings {
-			sayLine(cfg.Progress, "canopy: warning: ", w)
+	ix, err := newTileIndex(rasters, cfg.Settings)
+	if err != nil {
+		return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+	}
+	out, res, saved, err := prepareTileOut(cfg, tileManifestOf(cfg, digest, config, labels, truth, idents), ix.offset)
+	if err != nil {
+		return fail(Code(err), err)
+	}
+	rb, err := json.Marshal(rasters)
+	rj, _ := json.Marshal(res)
+	if err != nil {
+		out.finish(err)
+		return fail(ExitInternal, err)
+	}
+	if cfg.Progress != nil {
+		if vt != nil {
+			for _, w := range vt.Warnings {
+				sayLine(cfg.Progress, "canopy: warning: ", w)
+			}
+		}
+		for _, n := range res.Notes {
+			sayLine(cfg.Progress, "canopy: note: ", n)
 		}
 	}
-	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth, labels), out, vt
+	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth, labels, rj, saved), out, vt
 }
 
 type tileReport struct {
@@ -242,7 +251,22 @@ type tileReport struct {
 		Rasters      []tileRaster `json:"rasters"`
 		GPKG         string       `json:"gpkg,omitempty"`
 		Truth        *tileTruth   `json:"truth,omitempty"` // a shapefile or GeoPackage truth
+		// SkipEmpty is --skip-empty; Skipped the windows it gave no
+		// detections in this run (an attempt's own: a resumed run counts
+		// what it read, not what its earlier attempts skipped).
+		SkipEmpty bool `json:"skip_empty"`
+		Skipped   int  `json:"skipped_windows"`
+		// Resume: what this run took from the run it continued.
+		Resume *tileResumeInfo `json:"resume,omitempty"`
 	} `json:"tile"`
+}
+
+// tileResumeInfo is report.json's tile.resume.
+type tileResumeInfo struct {
+	Attempt         int `json:"attempt"`
+	RastersFinished int `json:"rasters_finished_before"`
+	WindowsSaved    int `json:"windows_from_parts"`
+	RecordsDropped  int `json:"torn_records_dropped"`
 }
 
 // tileEval is eval --tile's matching: the IoU above which a detection
@@ -252,46 +276,7 @@ type tileEval struct {
 	Semantics    string  `json:"semantics"`
 }
 
-// rasterSet opens this rank's rasters when first needed and reads windows.
-type rasterSet struct {
-	mu    sync.Mutex
-	files []string
-	open  map[int]*gdal.Raster
-}
-
-func (s *rasterSet) read(r int, w tile.Window) (imagefile.Image, error) {
-	px, err := s.pixels(r, w)
-	if err != nil {
-		return imagefile.Image{}, err
-	}
-	return imagefile.FromPlanes(px.W, px.H, px.Pix)
-}
-
-// pixels reads window w of raster r as 8-bit R, G and B planes.
-func (s *rasterSet) pixels(r int, w tile.Window) (gdal.RGB8, error) {
-	s.mu.Lock()
-	ras, ok := s.open[r]
-	if !ok {
-		var err error
-		if ras, err = gdal.Open(s.files[r]); err != nil {
-			s.mu.Unlock()
-			return gdal.RGB8{}, err
-		}
-		s.open[r] = ras
-	}
-	s.mu.Unlock()
-	return ras.Read(w.X, w.Y, w.W, w.H)
-}
-
-func (s *rasterSet) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range s.open {
-		r.Close()
-	}
-}
-
-// PredictTile runs predict --tile on this rank.
+// PredictTile runs predict --tile (and eval --tile) on this rank.
 func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	cfg.BatchSize = batchOrOne(cfg.BatchSize)
 	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
@@ -304,16 +289,20 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		pkt, out, vt = packTile(cfg)
 	}
 	defer func() { out.finish(err) }()
-	f, err := bcastFields(c, pkt, 6)
+	f, err := bcastFields(c, pkt, 8)
 	if err != nil {
 		return err
 	}
-	if len(f) != 6 {
+	if len(f) != 8 {
 		return collective(ExitInternal, "jobs: malformed input broadcast")
 	}
 	var rasters []tileRaster
+	var res tileResume
 	if err := json.Unmarshal(f[3], &rasters); err != nil {
 		return collective(ExitInternal, "jobs: malformed raster list: %v", err)
+	}
+	if err := json.Unmarshal(f[6], &res); err != nil {
+		return collective(ExitInternal, "jobs: malformed resume record: %v", err)
 	}
 	// --label-dict: every rank parses rank 0's bytes; a bare .pt takes its
 	// labels from it, a model folder's or .ckpt's own must equal it.
@@ -342,77 +331,27 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	var truthImages []box.Image // eval --tile: each raster's truth
 	if cfg.Eval != nil {
-		parse := dataset.ParseTruthFile
-		if isVectorTruth(cfg.CSV) { // rank 0 sent it as the CSV it equals
-			parse = dataset.ParseTruth
-		}
-		truth, err := parse(cfg.CSV, f[4])
-		if err != nil {
-			return &Error{Code: ExitInput, Collective: true, Err: err}
-		}
-		var names []string
-		for _, im := range truth.Images {
-			names = append(names, im.Labels...)
-		}
-		if err := checkModelLabels(labels, given, cfg.LabelDict, names, cfg.CSV); err != nil {
-			return &Error{Code: ExitModel, Collective: true, Err: err}
-		}
-		if truthImages, err = truth.Resolve(cfg.CSV, labels); err != nil || len(truthImages) != len(rasters) {
-			return collective(ExitInput, "jobs: %s: truth for %d rasters of %d: %v", cfg.CSV, len(truthImages), len(rasters), err)
+		if truthImages, err = tileTruthImages(cfg, f[4], labels, given, len(rasters)); err != nil {
+			return err
 		}
 	}
-
-	// The global window list: raster by raster, each in DeepForest's order.
-	type globalWin struct {
-		r int
-		w tile.Window
-	}
-	var all []globalWin
-	offset := make([]int, len(rasters)+1)
-	largest, lw, lh, lfile := 0, 0, 0, ""
-	for i := range rasters {
-		ws, err := tile.Windows(rasters[i].Width, rasters[i].Height, cfg.Settings)
-		if err != nil {
-			return collective(ExitInput, "jobs: %s: %w", rasters[i].File, err)
-		}
-		rasters[i].wins = ws
-		for _, w := range ws {
-			all = append(all, globalWin{i, w})
-		}
-		offset[i+1] = len(all)
-		if px := ws[0].W * ws[0].H; px > largest {
-			largest, lw, lh, lfile = px, ws[0].W, ws[0].H, rasters[i].File
-		}
-	}
-	// Contiguous blocks of windows (GDAL's block cache serves the overlap);
-	// on the cuDNN path whole global batches instead, as eval and predict
-	// take them, so each window keeps its batch and slot whatever the
-	// rank count (model.plan records the batching in the report).
-	var p plan.Plan
-	if model.globalBatching() {
-		todo := make([]int, len(all))
-		for i := range todo {
-			todo[i] = i
-		}
-		p, err = model.plan(todo, nil, cfg.BatchSize, c.Size())
-	} else {
-		p, err = plan.Blocks(len(all), c.Size())
-	}
+	ix, err := newTileIndex(rasters, cfg.Settings)
 	if err != nil {
-		return collective(ExitInternal, "jobs: %w", err)
+		return collective(ExitInput, "jobs: %w", err)
 	}
-	shard := p.Shards[c.Rank()]
-	stats.Images = len(shard)
-	var merr error
-	if lfile != "" {
-		merr = checkMemory(lfile, lw, lh, model, cfg.Model, cfg.BatchSize, c.LocalSize())
+	if err := checkSharedOut(c, cfg.Out, res.Probe); err != nil {
+		return err
 	}
-	if err := agreeErr(c, ExitInput, merr); err != nil {
+	run := &tileRun{c: c, cfg: cfg, ix: ix, rasters: rasters, labels: labels, crops: crops, model: model, global: model.globalBatching(), out: out, stats: &stats,
+		left: make([]int, len(rasters)), finished: make([]bool, len(rasters)), held: map[int]*heldRaster{}, resumed: map[int]bool{}, slow: slowWindowForTest()}
+	if err := run.resume(res, f[7]); err != nil {
+		return err
+	}
+	if err := tileMemory(c, cfg, model, run); err != nil {
 		return err
 	}
 	stats.Seconds["load"] = since(t0)
 
-	t1 := time.Now()
 	det, err := model.openDetector(c, labels, cfg.Progress)
 	if err != nil {
 		return err
@@ -422,211 +361,53 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	for i := range rasters {
 		files[i] = rasters[i].File
 	}
-	rs := &rasterSet{files: files, open: map[int]*gdal.Raster{}}
-	defer rs.close()
-	names := make([]box.Image, len(all)) // detectShard's item names (unused with input)
-	input := func(i int) infer.Input {
-		g := all[i]
-		name := fmt.Sprintf("%s window %d (%d,%d %dx%d)", rasters[g.r].Path, i-offset[g.r], g.w.X, g.w.Y, g.w.W, g.w.H)
-		return infer.Input{Index: i, Path: name, File: name, Pixels: func() (imagefile.Image, error) { return rs.read(g.r, g.w) }}
+	run.det, run.rs = det, &rasterSet{files: files, open: map[int]*gdal.Raster{}}
+	defer run.rs.close()
+	if run.pw, err = createParts(cfg.Out, res.Probe, res.Attempt, c.Rank(), time.Second); err != nil {
+		return localErr(ExitInternal, "jobs: %w", err)
 	}
-	mine, derr := detectShard(ctx, det, shardOptions{batchSize: cfg.BatchSize, progress: cfg.Progress, input: input, unit: "windows", global: model.globalBatching()},
-		names, shard, c.Rank(), func([]wire.Image, []parts.Identity) error { return nil })
-	if errors.Is(derr, gdal.ErrRaster) {
-		derr = &Error{Code: ExitInput, Err: derr}
-	}
-	if err := detectErr(derr, "predict keeps no part files, run it again: "); err != nil {
-		return err
-	}
-	for _, im := range mine {
-		stats.Detections += len(im.Dets)
-	}
-	stats.Seconds["detect"] = since(t1)
-	printLayerTimes(cfg.Progress, det)
-
-	dets, _, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, nil, len(all), &stats)
-	if err != nil {
-		return err
-	}
-	t2 := time.Now()
-	images := make([]box.Image, len(rasters))
-	merged := make([][]box.Detection, len(rasters))
-	windowDets := 0
-	for i := range rasters {
-		images[i] = box.Image{Path: rasters[i].Path}
-		for _, d := range dets[offset[i]:offset[i+1]] {
-			windowDets += len(d)
+	defer func() {
+		if run.pw != nil {
+			run.pw.Close()
 		}
-		merged[i] = tile.Merge(rasters[i].wins, dets[offset[i]:offset[i+1]], cfg.IoU)
-		rasters[i].Detections = len(merged[i])
+	}()
+	if err := run.run(ctx); err != nil {
+		return err
 	}
-	stats.Seconds["merge"] = since(t2)
-	var table *cropTable
+	if err := run.pw.Close(); err != nil {
+		return localErr(ExitInternal, "jobs: %w", err)
+	}
+	run.pw = nil
+	stats.Seconds["detect"], stats.Seconds["gather"], stats.Seconds["merge"] = run.detect.Seconds(), run.gather.Seconds(), run.merge.Seconds()
 	if crops != nil {
-		t3 := time.Now()
-		if table, err = classifyCrops(ctx, c, crops, &rasterCrops{rs: rs, rasters: rasters}, merged); err != nil {
-			return err
-		}
-		if cfg.Eval == nil {
-			merged = table.dropZero(merged)
-			for i := range rasters {
-				rasters[i].Detections = len(merged[i])
-			}
-		}
-		crops.stats.Seconds = since(t3)
+		crops.stats.Seconds = run.crop.Seconds()
 		stats.Seconds["crops"] = crops.stats.Seconds
 	}
-	var res metrics.Result
-	var metricJSON []byte
-	if cfg.Eval != nil {
-		for i := range images {
-			images[i] = truthImages[i]
-		}
-		fam := cfg.Eval.Families
-		if fam == 0 {
-			fam = metrics.All
-		}
-		if res, err = metrics.Compute(metrics.Input{Images: images, Dets: merged, Labels: labels},
-			metrics.Options{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics}, fam, cfg.Eval.ClassMetrics); err != nil {
-			return collective(ExitInternal, "jobs: %w", err)
-		}
-		metricJSON = MetricsJSON(res.Values)
-		if err := agree(c, metricJSON); err != nil {
-			return err
-		}
-	}
-	return writeReport(c, stats, "predictions", func(allStats []rankStats) error {
-		tw := time.Now()
-		var rep tileReport
-		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
-			Ranks: c.Size(), Images: len(rasters), Model: &model.info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot,
-			PerRank: allStats}
-		for _, d := range merged {
-			rep.Boxes += len(d)
-		}
-		rep.setCrops(crops)
-		rep.Tile.PatchSize, rep.Tile.PatchOverlap, rep.Tile.IoU = cfg.Settings.Patch, cfg.Settings.Overlap, cfg.IoU
-		if cfg.Eval != nil {
-			rep.Eval = &tileEval{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics.String()}
-		}
-		if rc := cfg.RunConfig; rc != nil {
-			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
-			rep.Settings = rc.finishSettings(rep.Model)
-		}
-		if cfg.LabelDict != "" {
-			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: sha256Hex(f[5])}}
-		}
-		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters, rep.Tile.Truth = len(all), windowDets, rasters, vt
-		rep.Tile.Order = "rasters in input order; each raster's windows x outer, y inner (DeepForest's compute_windows)"
-		var extra []staged
-		gpkg, note, err := stageGPKG(cfg.Out, rasters, merged, labels)
-		if err != nil {
-			return err
-		}
-		if gpkg != nil {
-			extra = append(extra, *gpkg)
-			rep.Tile.GPKG = gpkgFile
-		}
-		if cfg.Eval != nil {
-			rep.Metrics = json.RawMessage(metricJSON)
-			results, err := stage(cfg.Out, "results.csv", func(w io.Writer) error {
-				return writeResults(w, images, merged, labels, res.Matches)
-			})
-			if err != nil {
-				return err
-			}
-			extra = append(extra, results)
-			h, err := stageTileHTML(cfg, &rep, f[4], rasters, rs, images, merged, labels, res, metricJSON, since(tw))
-			if err != nil {
-				for _, s := range extra {
-					os.Remove(filepath.Join(cfg.Out, s.Tmp))
-				}
-				return err
-			}
-			extra = append(extra, h...)
-		}
-		if note != "" && cfg.Progress != nil {
-			sayLine(cfg.Progress, "canopy: note: ", note)
-		}
-		err = publishPredictions(cfg.Out, images, merged, labels, table, extra, func(outputs map[string]string) any {
-			rep.Outputs = outputs
-			return rep
-		})
-		if err != nil {
-			return err
-		}
-		if err := out.commit(); err != nil {
-			return err
-		}
-		if cfg.Stdout != nil && cfg.Eval != nil {
-			printTable(cfg.Stdout, res.Values)
-			if cfg.Eval.HTML != nil {
-				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))
-			}
-		}
-		if cfg.Stdout != nil {
-			fmt.Fprintf(cfg.Stdout, "%d detections on %d rasters (%d windows, %d window detections): %s\n",
-				rep.Boxes, len(rasters), len(all), windowDets, filepath.Join(cfg.Out, "predictions.csv"))
-		}
-		return nil
-	})
+	printLayerTimes(cfg.Progress, det)
+	return finishTile(c, cfg, run, &res, model, det.Name(), f, vt, truthImages)
 }
 
-// gpkgFile holds the boxes of georeferenced rasters as polygons.
-const gpkgFile = "predictions.gpkg"
-
-// stageGPKG writes predictions.gpkg when a raster has a CRS and a
-// geotransform: one polygon layer per such raster (named as nameLayers
-// named it), each box mapped as DeepForest's image_to_geo_coordinates
-// maps it (gdal.BoxRing). note says, once, which rasters it leaves out.
-func stageGPKG(dir string, rasters []tileRaster, merged [][]box.Detection, labels box.LabelMap) (*staged, string, error) {
-	var layers []gdal.Layer
-	var without []string
-	names := labels.Names()
-	for i, r := range rasters {
-		if r.CRS == "" || r.GeoTransform == nil {
-			without = append(without, r.Path)
-			continue
-		}
-		ly := gdal.Layer{Name: r.Layer, CRS: r.CRS}
-		for _, d := range merged[i] {
-			label := ""
-			if int(d.Label) < len(names) {
-				label = names[d.Label]
-			}
-			ly.Features = append(ly.Features, gdal.BoxFeature(*r.GeoTransform, d.Box, r.Path, label, d.Score))
-		}
-		layers = append(layers, ly)
+// tileTruthImages parses eval --tile's truth (rank 0's bytes) on every
+// rank and checks its labels against the model's.
+func tileTruthImages(cfg TileConfig, data []byte, labels box.LabelMap, given *box.LabelMap, rasters int) ([]box.Image, error) {
+	parse := dataset.ParseTruthFile
+	if isVectorTruth(cfg.CSV) { // rank 0 sent it as the CSV it equals
+		parse = dataset.ParseTruth
 	}
-	note := ""
-	switch {
-	case len(layers) == 0:
-		return nil, fmt.Sprintf("no raster has a CRS: no %s is written (pixel coordinates are in predictions.csv)", gpkgFile), nil
-	case len(without) > 0:
-		note = fmt.Sprintf("%d of %d rasters have no CRS (the first: %s): %s leaves them out", len(without), len(rasters), without[0], gpkgFile)
-	}
-	f, err := os.CreateTemp(dir, "."+gpkgFile+".tmp-gdal*")
+	truth, err := parse(cfg.CSV, data)
 	if err != nil {
-		return nil, "", fmt.Errorf("jobs: %w", err)
+		return nil, &Error{Code: ExitInput, Collective: true, Err: err}
 	}
-	tmp := f.Name()
-	f.Close()
-	os.Remove(tmp) // GDAL creates it
-	defer os.Remove(tmp)
-	if err := gdal.WriteGPKG(tmp, layers); err != nil {
-		return nil, "", fmt.Errorf("jobs: %w", err)
+	var names []string
+	for _, im := range truth.Images {
+		names = append(names, im.Labels...)
 	}
-	src, err := os.Open(tmp)
-	if err != nil {
-		return nil, "", fmt.Errorf("jobs: %w", err)
+	if err := checkModelLabels(labels, given, cfg.LabelDict, names, cfg.CSV); err != nil {
+		return nil, &Error{Code: ExitModel, Collective: true, Err: err}
 	}
-	defer src.Close()
-	s, err := stage(dir, gpkgFile, func(w io.Writer) error {
-		_, err := io.Copy(w, src)
-		return err
-	})
-	if err != nil {
-		return nil, "", err
+	images, err := truth.Resolve(cfg.CSV, labels)
+	if err != nil || len(images) != rasters {
+		return nil, collective(ExitInput, "jobs: %s: truth for %d rasters of %d: %v", cfg.CSV, len(images), rasters, err)
 	}
-	return &s, note, nil
+	return images, nil
 }

@@ -37,6 +37,8 @@ func tileWindowFlags(tileUsage string) []cli.Flag {
 		&cli.Float64Flag{Name: "patch-overlap", Value: 0.05, Usage: "with --tile: fraction of a window shared with its neighbour, in [0, 1) (predict_tile's patch_overlap; CLI: patch_overlap)"},
 		&cli.Float64Flag{Name: "tile-iou", Value: tile.DefaultIoU, Usage: "with --tile: IoU above which the merge (one class-agnostic NMS over the raster's shifted, integer boxes) drops the lower-scoring box (predict_tile's iou_threshold; DeepForest's CLI --mode tile passes nms_thresh, 0.05, here)"},
 		&cli.IntFlag{Name: "gdal-cache", Value: 256, Usage: "with --tile: GDAL's block cache per rank, in MiB (bounds what a rank holds of a raster)"},
+		&cli.BoolFlag{Name: "skip-empty", Usage: "with --tile: a window whose pixels are all nodata (the raster's nodata value on bands 1-3, or alpha 0) or all one value gets no detections without running the model (off by default: DeepForest's predict_tile runs every window); report.json counts them (per_rank skipped_windows, tile.skipped_windows)"},
+		&cli.IntFlag{Name: "round-windows", Usage: "with --tile: windows per round (the job detects a round, gathers it, and publishes the rasters it completes); default: 32 detector calls per rank (at least 64 windows), fewer when the rank's memory budget asks. Outputs do not depend on it"},
 	}
 }
 
@@ -44,13 +46,18 @@ func tileWindowFlags(tileUsage string) []cli.Flag {
 type TileConfig struct {
 	Raster, CSV, Images, RootDir string
 	Out                          string
-	Force                        bool
+	Force, Resume                bool
 	BatchSize                    int
-	Settings                     tile.Settings
-	IoU                          float64
-	CacheMiB                     int
-	AllowOutsideRoot             bool
-	Model                        ModelConfig
+	// SkipEmpty: a window whose pixels are all nodata, alpha 0 or one
+	// value gives no detections without running the model.
+	SkipEmpty bool
+	// RoundWindows: windows per round (0: from the rank's memory).
+	RoundWindows     int
+	Settings         tile.Settings
+	IoU              float64
+	CacheMiB         int
+	AllowOutsideRoot bool
+	Model            ModelConfig
 	// Crops are --crop-model and --crop-label-dict.
 	Crops             CropConfig
 	Command           []string
@@ -81,7 +88,7 @@ func tileConfig(c *cli.Context, stdout io.Writer) (TileConfig, error) {
 	cfg := TileConfig{Raster: c.String("raster"), CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
 		Out: c.String("out"), Force: c.Bool("force"), Command: os.Args, Stdout: stdout, AllowOutsideRoot: c.Bool("allow-outside-root"),
 		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
-		CacheMiB: c.Int("gdal-cache")}
+		CacheMiB: c.Int("gdal-cache"), Resume: c.Bool("resume"), RoundWindows: c.Int("round-windows"), SkipEmpty: c.Bool("skip-empty")}
 	mc, err := modelConfig(c)
 	if err != nil {
 		return cfg, err
@@ -107,6 +114,10 @@ func tileConfig(c *cli.Context, stdout io.Writer) (TileConfig, error) {
 		return cfg, fmt.Errorf("--tile-iou %v is not in [0, 1]", cfg.IoU)
 	case cfg.CacheMiB < 1:
 		return cfg, fmt.Errorf("--gdal-cache %d must be at least 1 (MiB)", cfg.CacheMiB)
+	case cfg.RoundWindows < 0:
+		return cfg, fmt.Errorf("--round-windows %d must be at least 1 (0: from the memory budget)", cfg.RoundWindows)
+	case cfg.Force && cfg.Resume:
+		return cfg, errors.New("--force and --resume exclude each other")
 	}
 	return cfg, nil
 }
@@ -119,12 +130,9 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 	if c.IsSet("raw-rows") {
 		return usageError(errors.New("predict: --raw-rows goes without --tile: predict_tile's merge is one class-agnostic NMS already"))
 	}
-	rc, pos, err := loadRunConfig(c, "predict --tile", c.Args().Slice())
+	rc, err := noArgsRunConfig(c, "predict --tile")
 	if err != nil {
-		return usageError(fmt.Errorf("predict: %w", err))
-	}
-	if len(pos) > 0 {
-		return usageError(fmt.Errorf("predict --tile takes no arguments but key=value overrides, got %q", pos))
+		return err
 	}
 	cfg, err := tileConfig(c, stdout)
 	if err != nil {
@@ -162,7 +170,7 @@ func runTileJob(c *cli.Context, code *int, newComm CommFactory, stderr io.Writer
 
 // tileFlagsNeedTile refuses a tile flag given without --tile.
 func tileFlagsNeedTile(c *cli.Context, cmd string) error {
-	for _, f := range []string{"raster", "patch-size", "patch-overlap", "tile-iou", "gdal-cache"} {
+	for _, f := range []string{"raster", "patch-size", "patch-overlap", "tile-iou", "gdal-cache", "round-windows", "skip-empty"} {
 		if c.IsSet(f) {
 			return usageError(fmt.Errorf("%s: --%s needs --tile", cmd, f))
 		}
@@ -181,14 +189,13 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 	switch {
 	case ec.Predictions != "":
 		return usageError(errors.New("eval: --tile runs the model (--model), not --predictions"))
-	case ec.Resume:
-		return usageError(errors.New("eval: --tile keeps no part files: --resume does not go with it"))
 	}
 	if c.IsSet("raster") && !isVectorTruth(ec.CSV) {
 		return usageError(errors.New("eval: --raster with --tile names the raster of a shapefile or GeoPackage truth (.shp, .gpkg); a CSV truth names its rasters in image_path"))
 	}
 	cfg := TileConfig{Raster: c.String("raster"), CSV: ec.CSV, RootDir: ec.RootDir, Out: ec.Out, Force: ec.Force, BatchSize: ec.BatchSize, Model: ec.Model,
 		AllowOutsideRoot: ec.AllowOutsideRoot, Command: os.Args, Stdout: stdout, Eval: &ec, LabelDict: ec.LabelDict, LabelDictData: ec.LabelDictData,
+		Resume: ec.Resume, RoundWindows: c.Int("round-windows"), SkipEmpty: c.Bool("skip-empty"),
 		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
 		CacheMiB: c.Int("gdal-cache"), RunConfig: ec.RunConfig}
 	if cfg.RunConfig != nil {

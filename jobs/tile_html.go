@@ -21,7 +21,7 @@ import (
 // windows drawn. Their pixels are read through GDAL from the rasters the
 // run opened, only the windows drawn (never a whole raster), under the
 // run's --gdal-cache bound; the page opens no other file.
-func stageTileHTML(cfg TileConfig, rep *tileReport, truthCSV []byte, rasters []tileRaster, rs *rasterSet, images []box.Image,
+func stageTileHTML(cfg TileConfig, rep *tileReport, truthCSV []byte, rasters []tileRaster, ix tileIndex, rs *rasterSet, images []box.Image,
 	merged [][]box.Detection, labels box.LabelMap, res metrics.Result, metricJSON []byte, writeSeconds float64) ([]staged, error) {
 	ec := cfg.Eval
 	if ec == nil || ec.HTML == nil {
@@ -41,8 +41,9 @@ func stageTileHTML(cfg TileConfig, rep *tileReport, truthCSV []byte, rasters []t
 		return nil, fmt.Errorf("jobs: report.html: %w", err)
 	}
 	tl := &htmlreport.Tile{Windows: make([][]htmlreport.Window, len(rasters))}
-	for i, r := range rasters {
-		for _, w := range r.wins {
+	for i, g := range ix.grids {
+		for k := range g.Len() {
+			w := g.At(k)
 			tl.Windows[i] = append(tl.Windows[i], htmlreport.Window{X: w.X, Y: w.Y, W: w.W, H: w.H})
 		}
 	}
@@ -51,7 +52,7 @@ func stageTileHTML(cfg TileConfig, rep *tileReport, truthCSV []byte, rasters []t
 		{"tile: windows", fmt.Sprintf("%d on %d rasters; %d window detections merged into %d", rep.Tile.Windows, len(rasters), rep.Tile.WindowDets, rep.Boxes)},
 	}
 	tl.Read = func(r, k int) (image.Image, error) {
-		w := rasters[r].wins[k]
+		w := ix.grids[r].At(k)
 		px, err := rs.pixels(r, w)
 		if err != nil {
 			return nil, err

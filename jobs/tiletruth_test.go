@@ -49,7 +49,7 @@ func vectorTruthRows(t *testing.T, file, raster string) ([]dataset.Row, *tileTru
 	if err != nil {
 		return nil, nil, err
 	}
-	rasters, err := openRasters(TileConfig{CSV: file, Raster: raster, Eval: &EvalConfig{}, vector: vt, Settings: tile.Settings{Patch: 400, Overlap: 0.05}})
+	rasters, _, err := openRasters(TileConfig{CSV: file, Raster: raster, Eval: &EvalConfig{}, vector: vt, Settings: tile.Settings{Patch: 400, Overlap: 0.05}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -449,7 +449,7 @@ func BenchmarkVectorTruth(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		rasters, err := openRasters(TileConfig{CSV: file, Eval: &EvalConfig{}, vector: vt, Settings: tile.Settings{Patch: 400, Overlap: 0.05}})
+		rasters, _, err := openRasters(TileConfig{CSV: file, Eval: &EvalConfig{}, vector: vt, Settings: tile.Settings{Patch: 400, Overlap: 0.05}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -75,10 +75,25 @@ type Comm interface {
 	// lands at offset sum(counts[:r]). Counts and totals are int64: parts
 	// above 2 GiB are legal.
 	Allgatherv(send []byte, counts []int64, recv []byte) error
+	// NewCounter is a collective: a shared int64, starting at 0, held by
+	// rank 0, that any rank then adds to alone (Counter.FetchAdd: MPI-3
+	// MPI_Fetch_and_op on an RMA window, passive target), as a run-time
+	// dealer of work uses it. Every rank frees it (Counter.Free, a
+	// collective) before the next NewCounter.
+	NewCounter() (Counter, error)
 
 	// Abort ends every rank of the job with the given exit code. It does
 	// not return.
 	Abort(code int)
+}
+
+// Counter is a shared counter (Comm.NewCounter).
+type Counter interface {
+	// FetchAdd adds n and returns the value before, atomically with
+	// respect to every rank's FetchAdd. It is not a collective.
+	FetchAdd(n int64) (int64, error)
+	// Free releases the counter: a collective.
+	Free() error
 }
 
 // ErrCounts reports an Allgatherv whose arguments disagree with the counts.

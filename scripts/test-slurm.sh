@@ -33,6 +33,10 @@
 #      script resubmitted with the same CANOPY_OUT and --resume: exit 0, equal
 #      metrics, and report.json run.resume shows images taken from the part
 #      files (attempt 1, images_from_parts > 0, from_parts + computed = all)
+#   t  canopy-1node.sbatch with CANOPY_RASTERS (predict --tile over a raster
+#      list, CANOPY_TEST_SLOW_MS per window), requeued part way: the script
+#      adds --resume, the job exits 0 and rasters/* and predictions.csv equal
+#      mpirun -np 1's, with windows or rasters kept from the first attempt
 #   q  scontrol requeue of such a job submitted with --requeue
 #      --open-mode=append: it runs again by itself (Restarts=1; the test lifts
 #      the ~2 minutes BeginTime hold Slurm puts on a requeued job with
@@ -86,6 +90,7 @@ cp testdata/sets/multi/truth.csv "$S/in 'put'/truth's.csv"
 cp testdata/sets/multi/predictions.csv "$S/in 'put'/pred 1.csv"
 cp testdata/sets/multi/predictions.csv "$S/in 'put'/pred '2'.csv"
 BIN="$S/bin dir/canopy"
+DEMO_MODEL="$PWD/testdata/models/canopy-demo-r18"
 CSV="$S/in 'put'/truth's.csv"
 PRED="$S/in 'put'/pred 1.csv"
 
@@ -194,6 +199,27 @@ wait_parts() {
 	done
 	return 1
 }
+
+# requeue_now ID: scontrol requeue the running job ID (requeued=1 when
+# done) and start it again at once (released=1): Slurm 22.05 holds a
+# requeued job until requeue + ~121 s (Reason=BeginTime).
+requeue_now() {
+	requeued=0
+	released=0
+	scontrol requeue "$1" && requeued=1
+	for ((i = 0; i < 200 && requeued == 1; i++)); do
+		case $(squeue -h -j "$1" -o %T 2>/dev/null) in
+		PENDING) scontrol update jobid="$1" StartTime=now 2>/dev/null && released=1 && break ;;
+		RUNNING | COMPLETING | CONFIGURING) ;;
+		*) break ;;
+		esac
+		sleep 0.1
+	done
+}
+
+# want CHECK: whether CANOPY_SLURM_CHECKS (a comma list; default all)
+# names it (the tile check t only, for now).
+want() { [ -z "${CANOPY_SLURM_CHECKS:-}" ] || [[ ",$CANOPY_SLURM_CHECKS," == *",$1,"* ]]; }
 
 # elapsed T0: seconds since date +%s.%N printed T0, two decimals.
 elapsed() { python3 -c "import sys, time; print('%.2f' % (time.time() - float(sys.argv[1])))" "$1"; }
@@ -378,19 +404,7 @@ parts_q=0
 wait_parts "$id" "$outq" && parts_q=1
 sleep 0.5
 tq=$(date +%s.%N)
-requeued=0
-scontrol requeue "$id" && requeued=1
-# Slurm 22.05 holds a requeued job until requeue + ~121 s (Reason=BeginTime);
-# start it now, once it is pending again.
-released=0
-for ((i = 0; i < 200 && requeued == 1; i++)); do
-	case $(squeue -h -j "$id" -o %T 2>/dev/null) in
-	PENDING) scontrol update jobid="$id" StartTime=now 2>/dev/null && released=1 && break ;;
-	RUNNING | COMPLETING | CONFIGURING) ;;
-	*) break ;;
-	esac
-	sleep 0.1
-done
+requeue_now "$id"
 wait_job "$id" || true
 wall_q=$(elapsed "$tq")
 node_ok q
@@ -410,6 +424,47 @@ else
 	fail q "parts=$parts_q requeued=$requeued released=$released restarts=${restarts:-?} state=$JOB_STATE rc=$JOB_RC metrics equal=$eq_q resume(attempt from_parts computed)=${res_q:-none} banners=$n_banner (want Restarts=1, COMPLETED 0, equal metrics, 1 N>0 $ref_images-N, 2 banners)"
 	show_log "canopy q-$id"
 	ls -la "$outq" "$outq/parts" 2>&1 || true
+fi
+
+# (t): a predict --tile job over a raster list, requeued part way; the
+# script resumes it by itself and its outputs equal mpirun -np 1's.
+if want t; then
+echo "== t: predict --tile over a raster list, scontrol requeue during the run (CANOPY_TEST_SLOW_MS=$((slow_ms * 8)) per window)"
+td="$S/rasters t"
+mkdir -p -- "$td"
+printf 'image_path\n' >"$td/list.csv"
+for i in 0 1 2 3; do
+	go run ./cmd/forestgen -out "$td/src$i" -n 1 -sizes "$((380 + 40 * i))x$((300 + 30 * i))" -seed $((40 + i)) >/dev/null
+	gdal_translate -q -co TILED=YES "$td/src$i/img_0000.png" "$td/r$i.tif"
+	echo "r$i.tif" >>"$td/list.csv"
+done
+tile_flags=(--patch-size 200 --patch-overlap 0.1 --batch-size 1 --round-windows 4)
+scripts/mpirun.sh -np 1 "$BIN" predict --tile --csv "$td/list.csv" --model "$DEMO_MODEL" --out "$S/ref t" "${tile_flags[@]}" >/dev/null
+outt="$S/out t"
+id=$(submit "canopy t" CANOPY_BIN="$BIN" CANOPY_RASTERS="$td/list.csv" CANOPY_MODEL="$DEMO_MODEL" CANOPY_OUT="$outt" CANOPY_TEST_SLOW_MS=$((slow_ms * 8)) \
+	-- --requeue --open-mode=append -n 2 jobs/slurm/canopy-1node.sbatch "${tile_flags[@]}")
+log_t="$S/logs/canopy t-$id.out"
+parts_t=0
+wait_parts "$id" "$outt" && parts_t=1
+sleep 1
+requeue_now "$id"
+wait_job "$id" || true
+node_ok t
+restarts=$(scontrol show job -o "$id" 2>/dev/null | sed -n 's/.* Restarts=\([0-9]*\) .*/\1/p')
+same_t=yes
+for f in "$S/ref t"/rasters/* "$S/ref t/predictions.csv"; do
+	cmp -s "$f" "$outt/${f#"$S/ref t/"}" || same_t=no
+done
+saved_t=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["tile"].get("resume") or {}; print(r.get("windows_from_parts", 0) + r.get("rasters_finished_before", 0))' "$outt/report.json" 2>/dev/null || echo 0)
+if [ $parts_t = 1 ] && [ $requeued = 1 ] && [ $released = 1 ] && [ "$restarts" = 1 ] &&
+	[ "$JOB_STATE $JOB_RC" = "COMPLETED 0" ] && [ $same_t = yes ] && [ "$saved_t" -gt 0 ] &&
+	grep -q "restarts=1: restart 1: --resume added" "$log_t"; then
+	pass t "predict --tile requeued (Restarts=1), the script added --resume: exit 0, rasters/* and predictions.csv equal mpirun -np 1's, $saved_t windows/rasters kept from the first attempt"
+else
+	fail t "parts=$parts_t requeued=$requeued released=$released restarts=${restarts:-?} state=$JOB_STATE rc=$JOB_RC same=$same_t saved=$saved_t"
+	show_log "canopy t-$id"
+	ls -la "$outt" "$outt/parts" 2>&1 || true
+fi
 fi
 
 # (s): SIGUSR1 to the batch shell reaches every rank (srun and mpirun).

@@ -185,6 +185,9 @@ func TestLoadBadModels(t *testing.T) {
 		{pf.Ckpt, Options{LabelDict: map[string]int{"Alive": 0, "Dead": 1, "Tree": 2}}, "but --crop-label-dict gives"},
 		{det, Options{LabelDict: map[string]int{"Tree": 0}}, "is a RetinaNet detector"},
 		{filepath.Join(pf.Dir, "missing.pt"), Options{}, "no such file"},
+		// torch.save of a checkpoint whose hyper_parameters hold an
+		// OmegaConf DictConfig (CropModel(config=...)).
+		{"testdata/omegaconf.ckpt", Options{}, "save it with save_pretrained"},
 	}
 	for _, c := range cases {
 		_, err := Load(c.path, c.opts)

@@ -82,6 +82,12 @@ func readTorch(path string) (*source, error) {
 		return nil, err
 	}
 	f, err := torchfile.Open(path)
+	var fg *torchfile.ForbiddenGlobalError
+	if errors.As(err, &fg) && (strings.HasPrefix(fg.Name, "omegaconf.") || strings.HasPrefix(fg.Name, "deepforest.")) {
+		return nil, fmt.Errorf("%w: a CropModel built with config= stores its OmegaConf config as Python objects in the checkpoint, "+
+			"which canopy does not unpickle; save it with save_pretrained (a hub folder), or torch.save(crop_model.model.state_dict()) "+
+			"and give --crop-label-dict", err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,18 @@ func (r *Raster) Close() error { return nil }
 // WriteGPKG fails: this build has no GDAL.
 func WriteGPKG(path string, layers []Layer) error { return ErrUnavailable }
 
+// GPKGWriter is the stub of the GeoPackage writer.
+type GPKGWriter struct{}
+
+// CreateGPKG says GDAL is not built in.
+func CreateGPKG(path string) (*GPKGWriter, error) { return nil, ErrUnavailable }
+
+// Add says GDAL is not built in.
+func (w *GPKGWriter) Add(Layer) error { return ErrUnavailable }
+
+// Close says GDAL is not built in.
+func (w *GPKGWriter) Close() error { return ErrUnavailable }
+
 // ReadVector fails: this build has no GDAL.
 func ReadVector(path string) (*Vector, error) { return nil, ErrUnavailable }
 

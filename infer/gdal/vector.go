@@ -9,6 +9,7 @@ package gdal
 #include <ogr_api.h>
 #include <ogr_srs_api.h>
 #include <cpl_error.h>
+#include <cpl_conv.h>
 
 static void canopy_verr(char *err, int n) {
 	const char *m = CPLGetLastErrorMsg();
@@ -76,59 +77,117 @@ import "C"
 import (
 	"fmt"
 	"os"
+	"sync"
 	"unsafe"
 )
 
 // WriteGPKG writes a GeoPackage at path (which must not exist) with one
 // polygon layer per entry of layers, each in its CRS.
 func WriteGPKG(path string, layers []Layer) error {
-	initGDAL()
-	if _, err := os.Lstat(path); err == nil {
-		return fmt.Errorf("gdal: %s exists", path)
-	}
-	cp := C.CString(path)
-	defer C.free(unsafe.Pointer(cp))
-	var ebuf [errLen]C.char
-	h := C.canopy_gpkg_create(cp, &ebuf[0], errLen)
-	if h == nil {
-		return fmt.Errorf("gdal: create %s: %s", path, C.GoString(&ebuf[0]))
-	}
-	fail := func(what string) error {
-		msg := C.GoString(&ebuf[0])
-		C.GDALClose(h)
-		return fmt.Errorf("gdal: %s: %s: %s", path, what, msg)
-	}
-	if C.GDALDatasetStartTransaction(h, 0) != C.OGRERR_NONE {
-		return fail("start transaction")
+	w, err := CreateGPKG(path)
+	if err != nil {
+		return err
 	}
 	for _, ly := range layers {
-		name, wkt := C.CString(ly.Name), C.CString(ly.CRS)
-		l := C.canopy_layer(h, name, wkt, &ebuf[0], errLen)
-		C.free(unsafe.Pointer(name))
-		C.free(unsafe.Pointer(wkt))
-		if l == nil {
-			return fail("layer " + ly.Name)
-		}
-		for _, f := range ly.Features {
-			var ring [10]C.double
-			for i, p := range f.Ring {
-				ring[2*i], ring[2*i+1] = C.double(p[0]), C.double(p[1])
-			}
-			v := [5]C.double{C.double(f.Xmin), C.double(f.Ymin), C.double(f.Xmax), C.double(f.Ymax), C.double(f.Score)}
-			ip, lb := C.CString(f.ImagePath), C.CString(f.Label)
-			rc := C.canopy_feature(l, &ring[0], ip, &v[0], lb, &ebuf[0], errLen)
-			C.free(unsafe.Pointer(ip))
-			C.free(unsafe.Pointer(lb))
-			if rc != 0 {
-				return fail("feature")
-			}
+		if err := w.Add(ly); err != nil {
+			return err
 		}
 	}
-	if C.GDALDatasetCommitTransaction(h) != C.OGRERR_NONE {
-		return fail("commit")
+	return w.Close()
+}
+
+// GPKGWriter writes a GeoPackage one layer at a time (all in one
+// transaction), so a caller holds one layer's features, not all.
+type GPKGWriter struct {
+	path string
+	h    C.GDALDatasetH
+	ebuf [errLen]C.char
+}
+
+// CreateGPKG starts a GeoPackage at path (which must not exist). Its
+// gpkg_contents last_change is fixed (OGR_CURRENT_DATE, the Unix epoch),
+// so the same layers make the same bytes.
+func CreateGPKG(path string) (*GPKGWriter, error) {
+	initGDAL()
+	if _, err := os.Lstat(path); err == nil {
+		return nil, fmt.Errorf("gdal: %s exists", path)
 	}
-	if C.canopy_close(h, &ebuf[0], errLen) != 0 {
-		return fmt.Errorf("gdal: %s: close: %s", path, C.GoString(&ebuf[0]))
+	fixDate()
+	cp := C.CString(path)
+	defer C.free(unsafe.Pointer(cp))
+	w := &GPKGWriter{path: path}
+	w.h = C.canopy_gpkg_create(cp, &w.ebuf[0], errLen)
+	if w.h == nil {
+		return nil, fmt.Errorf("gdal: create %s: %s", path, C.GoString(&w.ebuf[0]))
+	}
+	if C.GDALDatasetStartTransaction(w.h, 0) != C.OGRERR_NONE {
+		return nil, w.fail("start transaction")
+	}
+	return w, nil
+}
+
+var dateOnce sync.Once
+
+func fixDate() {
+	dateOnce.Do(func() {
+		k, v := C.CString("OGR_CURRENT_DATE"), C.CString("1970-01-01T00:00:00.000Z")
+		C.CPLSetConfigOption(k, v)
+		C.free(unsafe.Pointer(k))
+		C.free(unsafe.Pointer(v))
+	})
+}
+
+// fail closes the dataset after an error (the file is the caller's to remove).
+func (w *GPKGWriter) fail(what string) error {
+	msg := C.GoString(&w.ebuf[0])
+	if w.h != nil {
+		C.GDALClose(w.h)
+		w.h = nil
+	}
+	return fmt.Errorf("gdal: %s: %s: %s", w.path, what, msg)
+}
+
+// Add writes one polygon layer.
+func (w *GPKGWriter) Add(ly Layer) error {
+	if w.h == nil {
+		return fmt.Errorf("gdal: %s: closed", w.path)
+	}
+	name, wkt := C.CString(ly.Name), C.CString(ly.CRS)
+	l := C.canopy_layer(w.h, name, wkt, &w.ebuf[0], errLen)
+	C.free(unsafe.Pointer(name))
+	C.free(unsafe.Pointer(wkt))
+	if l == nil {
+		return w.fail("layer " + ly.Name)
+	}
+	for _, f := range ly.Features {
+		var ring [10]C.double
+		for i, p := range f.Ring {
+			ring[2*i], ring[2*i+1] = C.double(p[0]), C.double(p[1])
+		}
+		v := [5]C.double{C.double(f.Xmin), C.double(f.Ymin), C.double(f.Xmax), C.double(f.Ymax), C.double(f.Score)}
+		ip, lb := C.CString(f.ImagePath), C.CString(f.Label)
+		rc := C.canopy_feature(l, &ring[0], ip, &v[0], lb, &w.ebuf[0], errLen)
+		C.free(unsafe.Pointer(ip))
+		C.free(unsafe.Pointer(lb))
+		if rc != 0 {
+			return w.fail("feature")
+		}
+	}
+	return nil
+}
+
+// Close commits and closes the file.
+func (w *GPKGWriter) Close() error {
+	if w.h == nil {
+		return fmt.Errorf("gdal: %s: closed", w.path)
+	}
+	if C.GDALDatasetCommitTransaction(w.h) != C.OGRERR_NONE {
+		return w.fail("commit")
+	}
+	h := w.h
+	w.h = nil
+	if C.canopy_close(h, &w.ebuf[0], errLen) != 0 {
+		return fmt.Errorf("gdal: %s: close: %s", w.path, C.GoString(&w.ebuf[0]))
 	}
 	return nil
 }

@@ -23,9 +23,9 @@ type windowsFixture struct {
 	} `json:"cases"`
 }
 
-// TestWindowsDeepForest: the window lists equal what DeepForest's
-// compute_windows cut (tools/tile/windows.py), element by element, in order.
-func TestWindowsDeepForest(t *testing.T) {
+// readWindowsFixture reads tools/tile/windows.py's cases.
+func readWindowsFixture(t *testing.T) windowsFixture {
+	t.Helper()
 	b, err := os.ReadFile("testdata/windows.json")
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +34,13 @@ func TestWindowsDeepForest(t *testing.T) {
 	if err := json.Unmarshal(b, &fx); err != nil {
 		t.Fatal(err)
 	}
+	return fx
+}
+
+// TestWindowsDeepForest: the window lists equal what DeepForest's
+// compute_windows cut (tools/tile/windows.py), element by element, in order.
+func TestWindowsDeepForest(t *testing.T) {
+	fx := readWindowsFixture(t)
 	if len(fx.Cases) < 100 {
 		t.Fatalf("fixture has %d cases", len(fx.Cases))
 	}
@@ -211,5 +218,58 @@ func BenchmarkMerge(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		Merge(wins, dets, DefaultIoU)
+	}
+}
+
+// TestGridEqualsWindows: the arithmetic grid gives DeepForest's list,
+// window by window, on every fixture case and on random sizes.
+func TestGridEqualsWindows(t *testing.T) {
+	fx := readWindowsFixture(t)
+	type tc struct {
+		w, h int
+		s    Settings
+	}
+	var cases []tc
+	for _, c := range fx.Cases {
+		cases = append(cases, tc{c.Width, c.Height, Settings{c.Patch, c.Overlap}})
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 500 {
+		cases = append(cases, tc{1 + r.IntN(3000), 1 + r.IntN(3000), Settings{1 + r.IntN(900), float64(r.IntN(99)) / 100}})
+	}
+	for _, c := range cases {
+		want, err := Windows(c.w, c.h, c.s)
+		if err != nil {
+			continue
+		}
+		g, err := NewGrid(c.w, c.h, c.s)
+		if err != nil || g.Len() != len(want) {
+			t.Fatalf("%dx%d %+v: grid of %d (%v), list of %d", c.w, c.h, c.s, g.Len(), err, len(want))
+		}
+		for k, w := range want {
+			if g.At(k) != w {
+				t.Fatalf("%dx%d %+v: window %d is %+v, list %+v", c.w, c.h, c.s, k, g.At(k), w)
+			}
+		}
+	}
+}
+
+// TestGridAtScale: issue 35.3's raster, 7400×7400 at patch 400 and
+// overlap 0.999 (49,014,001 windows, 1.5 GB as a list), costs no
+// allocation as a grid, and its windows are the rule's.
+func TestGridAtScale(t *testing.T) {
+	s := Settings{Patch: 400, Overlap: 0.999}
+	var g Grid
+	allocs := testing.AllocsPerRun(3, func() { g, _ = NewGrid(7400, 7400, s) })
+	if allocs != 0 || g.Len() != 7001*7001 {
+		t.Fatalf("grid of %d windows, %v allocations", g.Len(), allocs)
+	}
+	for _, c := range []struct {
+		k    int
+		want Window
+	}{{0, Window{0, 0, 400, 400}}, {1, Window{0, 1, 400, 400}}, {7001, Window{1, 0, 400, 400}}, {g.Len() - 1, Window{7000, 7000, 400, 400}}} {
+		if got := g.At(c.k); got != c.want {
+			t.Fatalf("window %d: %+v, want %+v", c.k, got, c.want)
+		}
 	}
 }

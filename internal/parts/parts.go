@@ -22,6 +22,7 @@
 package parts
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -281,47 +282,128 @@ func Decode(files []File, nImages int) (map[int]Done, Stats, error) {
 				st.Dropped++
 				break
 			}
-			idx, ids, wb, err := splitIdent(b[8 : 8+n])
-			var imgs []wire.Image
-			if err == nil {
-				imgs, err = wire.Decode(wb)
-			}
-			if err == nil && len(ids) > 0 && len(ids) != len(imgs) {
-				err = fmt.Errorf("parts: %s: a record with %d identities for %d images", f.Name, len(ids), len(imgs))
-			}
+			torn, err := decodeRecord(f.Name, b[8:8+n], nImages, nil, done, &st)
 			if err != nil {
-				if errors.Is(err, wire.ErrCorrupt) {
-					st.Dropped++
-					break
-				}
 				return nil, st, err
 			}
-			st.Records++
-			for k, im := range imgs {
-				if im.Index < 0 || im.Index >= nImages {
-					return nil, st, fmt.Errorf("parts: %s holds image %d of %d", f.Name, im.Index, nImages)
-				}
-				if err := checkDets(im); err != nil {
-					return nil, st, fmt.Errorf("parts: %s: %w", f.Name, err)
-				}
-				if _, dup := done[im.Index]; dup {
-					st.Duplicates++
-					continue
-				}
-				d := Done{Image: im}
-				if len(ids) > 0 {
-					if idx[k] != im.Index {
-						return nil, st, fmt.Errorf("parts: %s: identity of image %d recorded for image %d", f.Name, idx[k], im.Index)
-					}
-					d.Ident = &ids[k]
-				}
-				done[im.Index] = d
+			if torn {
+				break
 			}
 			b = b[8+n:]
 		}
 	}
 	st.Images = len(done)
 	return done, st, nil
+}
+
+// Scan is Decode over the part files of out read one record at a time,
+// keeping only the images keep accepts: what it holds is the images kept,
+// never a whole file. names are the files read, in name order (for
+// NextAttempt).
+func Scan(out string, nImages int, keep func(index int) bool) (map[int]Done, Stats, []File, error) {
+	paths, err := filepath.Glob(filepath.Join(out, Dir, "*.part"))
+	if err != nil {
+		return nil, Stats{}, nil, fmt.Errorf("parts: %w", err)
+	}
+	sort.Strings(paths)
+	done := map[int]Done{}
+	var st Stats
+	var names []File
+	for _, p := range paths {
+		names = append(names, File{Name: filepath.Base(p)})
+		if err := scanFile(p, nImages, keep, done, &st); err != nil {
+			return nil, st, nil, err
+		}
+	}
+	st.Images = len(done)
+	return done, st, names, nil
+}
+
+func scanFile(path string, nImages int, keep func(int) bool, done map[int]Done, st *Stats) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("parts: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("parts: %w", err)
+	}
+	left := fi.Size()
+	r := bufio.NewReaderSize(f, 1<<20)
+	var head [8]byte
+	var payload []byte
+	for left > 0 {
+		if left < 8 {
+			st.Dropped++
+			return nil
+		}
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return fmt.Errorf("parts: %s: %w", path, err)
+		}
+		left -= 8
+		n := binary.LittleEndian.Uint64(head[:])
+		if n > uint64(left) { // a length no record of this file can have: cut short
+			st.Dropped++
+			return nil
+		}
+		payload = append(payload[:0], make([]byte, n)...)
+		if _, err := io.ReadFull(r, payload); err != nil {
+			return fmt.Errorf("parts: %s: %w", path, err)
+		}
+		left -= int64(n)
+		torn, err := decodeRecord(filepath.Base(path), payload, nImages, keep, done, st)
+		if err != nil || torn {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeRecord files one record's images in done (those keep accepts,
+// all when keep is nil); torn is a record whose checksum fails (the rest
+// of its file is dropped).
+func decodeRecord(name string, payload []byte, nImages int, keep func(int) bool, done map[int]Done, st *Stats) (torn bool, err error) {
+	idx, ids, wb, err := splitIdent(payload)
+	var imgs []wire.Image
+	if err == nil {
+		imgs, err = wire.Decode(wb)
+	}
+	if err == nil && len(ids) > 0 && len(ids) != len(imgs) {
+		err = fmt.Errorf("parts: %s: a record with %d identities for %d images", name, len(ids), len(imgs))
+	}
+	if err != nil {
+		if errors.Is(err, wire.ErrCorrupt) {
+			st.Dropped++
+			return true, nil
+		}
+		return false, err
+	}
+	st.Records++
+	for k, im := range imgs {
+		if im.Index < 0 || im.Index >= nImages {
+			return false, fmt.Errorf("parts: %s holds image %d of %d", name, im.Index, nImages)
+		}
+		if err := checkDets(im); err != nil {
+			return false, fmt.Errorf("parts: %s: %w", name, err)
+		}
+		if keep != nil && !keep(im.Index) {
+			continue
+		}
+		if _, dup := done[im.Index]; dup {
+			st.Duplicates++
+			continue
+		}
+		d := Done{Image: im}
+		if len(ids) > 0 {
+			if idx[k] != im.Index {
+				return false, fmt.Errorf("parts: %s: identity of image %d recorded for image %d", name, idx[k], im.Index)
+			}
+			d.Ident = &ids[k]
+		}
+		done[im.Index] = d
+	}
+	return false, nil
 }
 
 // checkDets refuses a detection no detector makes: a non-finite value or

@@ -165,3 +165,49 @@ func TestIdentities(t *testing.T) {
 		t.Fatalf("a corrupt identity: %d images %+v", len(done), st)
 	}
 }
+
+// TestScanEqualsDecode: reading record by record from disk finds what
+// Decode finds in the bytes (a torn tail included), and keep filters.
+func TestScanEqualsDecode(t *testing.T) {
+	dir := t.TempDir()
+	if err := Prepare(dir, "run"); err != nil {
+		t.Fatal(err)
+	}
+	dets := []box.Detection{{Box: box.Box{Xmin: 1, Ymin: 2, Xmax: 3, Ymax: 4}, Label: 1, Score: 0.5}}
+	for rank := range 2 {
+		w, err := Create(dir, "run", 0, rank, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range 5 {
+			if err := w.Append([]wire.Image{{Index: 10*rank + k, Dets: dets}}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.Close()
+	}
+	p := filepath.Join(dir, Dir, "part-000-00001.part")
+	b, _ := os.ReadFile(p)
+	os.WriteFile(p, b[:len(b)-5], 0o644) // the last record torn
+	files, err := ReadAll(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, wst, err := Decode(files, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, gst, names, err := Scan(dir, 20, nil)
+	if err != nil || len(names) != 2 || gst != wst || len(got) != len(want) || len(got) != 9 {
+		t.Fatalf("scan: %v %+v (decode %+v), %d images, decode %d, files %v", err, gst, wst, len(got), len(want), names)
+	}
+	for i, d := range want {
+		if g, ok := got[i]; !ok || g.Index != d.Index || len(g.Dets) != len(d.Dets) {
+			t.Fatalf("image %d: %+v, decode %+v", i, g, d)
+		}
+	}
+	even, _, _, _ := Scan(dir, 20, func(i int) bool { return i%2 == 0 })
+	if len(even) != 5 {
+		t.Fatalf("keep: %d images", len(even))
+	}
+}

@@ -35,6 +35,7 @@ package cmpi
 
 /*
 #include <mpi.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 static MPI_Comm cmpi_comm_world(void) { return MPI_COMM_WORLD; }
@@ -63,6 +64,32 @@ static int cmpi_allreduce_in_place(void *buf, int count, MPI_Datatype dt, MPI_Op
 }
 static int cmpi_allgatherv_in_place(void *recv, const int *counts, const int *displs, MPI_Datatype dt, MPI_Comm comm) {
 	return MPI_Allgatherv(MPI_IN_PLACE, 0, dt, recv, counts, displs, dt, comm);
+}
+
+// The shared counter (mpi.Counter): an int64 in rank 0's window, every
+// rank in a passive-target epoch (lock_all) for the counter's life.
+static int cmpi_counter_new(MPI_Comm comm, int rank, MPI_Win *win) {
+	int64_t *base = NULL;
+	int rc = MPI_Win_allocate(rank == 0 ? sizeof(int64_t) : 0, sizeof(int64_t), MPI_INFO_NULL, comm, &base, win);
+	if (rc != MPI_SUCCESS) return rc;
+	MPI_Win_set_errhandler(*win, MPI_ERRORS_RETURN);
+	if (rank == 0) {
+		if ((rc = MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, *win)) != MPI_SUCCESS) return rc;
+		*base = 0;
+		if ((rc = MPI_Win_unlock(0, *win)) != MPI_SUCCESS) return rc;
+	}
+	if ((rc = MPI_Barrier(comm)) != MPI_SUCCESS) return rc;
+	return MPI_Win_lock_all(0, *win);
+}
+static int cmpi_counter_fetch_add(MPI_Win win, int64_t n, int64_t *old) {
+	int rc = MPI_Fetch_and_op(&n, old, MPI_INT64_T, 0, 0, MPI_SUM, win);
+	if (rc != MPI_SUCCESS) return rc;
+	return MPI_Win_flush(0, win);
+}
+static int cmpi_counter_free(MPI_Win *win) {
+	int rc = MPI_Win_unlock_all(*win);
+	if (rc != MPI_SUCCESS) return rc;
+	return MPI_Win_free(win);
 }
 */
 import "C"
@@ -640,6 +667,52 @@ func (c *Comm) allgathervBlocked(send []byte, counts []int64, recv []byte) error
 		src := int64(displ[r]) * b
 		copy(recv[off:off+n], scratch[src:src+n])
 		off += n
+	}
+	return nil
+}
+
+// counter is the MPI-3 shared counter: rank 0's window of one int64.
+type counter struct {
+	c   *Comm
+	win C.MPI_Win
+}
+
+// NewCounter implements mpi.Comm (MPI_Win_allocate, a collective).
+func (c *Comm) NewCounter() (mpi.Counter, error) {
+	if err := c.lock("NewCounter"); err != nil {
+		return nil, fmt.Errorf("cmpi: counter: %w", err)
+	}
+	defer c.mu.Unlock()
+	k := &counter{c: c}
+	if err := check("MPI_Win_allocate", C.cmpi_counter_new(c.world, C.int(c.rank), &k.win)); err != nil {
+		return nil, fmt.Errorf("cmpi: counter: %w", err)
+	}
+	return k, nil
+}
+
+// FetchAdd implements mpi.Counter (MPI_Fetch_and_op, MPI_SUM, then
+// MPI_Win_flush): rank 0 takes no part.
+func (k *counter) FetchAdd(n int64) (int64, error) {
+	k.c.mu.Lock()
+	defer k.c.mu.Unlock()
+	if k.c.done {
+		return 0, ErrFinalized
+	}
+	var old C.int64_t
+	if err := check("MPI_Fetch_and_op", C.cmpi_counter_fetch_add(k.win, C.int64_t(n), &old)); err != nil {
+		return 0, fmt.Errorf("cmpi: counter: %w", err)
+	}
+	return int64(old), nil
+}
+
+// Free implements mpi.Counter (MPI_Win_free, a collective).
+func (k *counter) Free() error {
+	if err := k.c.lock("CounterFree"); err != nil {
+		return fmt.Errorf("cmpi: counter: %w", err)
+	}
+	defer k.c.mu.Unlock()
+	if err := check("MPI_Win_free", C.cmpi_counter_free(&k.win)); err != nil {
+		return fmt.Errorf("cmpi: counter: %w", err)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -438,4 +439,43 @@ func (c *Comm) Allgatherv(send []byte, counts []int64, recv []byte) error {
 		}
 		return nil
 	})
+}
+
+// counter is the in-process shared counter: one int64 all ranks' handles
+// point at.
+type counter struct {
+	c *Comm
+	v *atomic.Int64
+}
+
+// NewCounter implements mpi.Comm: rank 0's counter, shared by all.
+func (c *Comm) NewCounter() (mpi.Counter, error) {
+	mine := &atomic.Int64{}
+	var got *atomic.Int64
+	err := c.collective("NewCounter", mine, func(ins []any) error {
+		got = ins[0].(*atomic.Int64)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &counter{c: c, v: got}, nil
+}
+
+// FetchAdd implements mpi.Counter; after an Abort it fails as a
+// collective would.
+func (k *counter) FetchAdd(n int64) (int64, error) {
+	select {
+	case <-k.c.g.abort:
+		k.c.g.mu.Lock()
+		defer k.c.g.mu.Unlock()
+		return 0, k.c.g.aerr
+	default:
+	}
+	return k.v.Add(n) - n, nil
+}
+
+// Free implements mpi.Counter.
+func (k *counter) Free() error {
+	return k.c.collective("CounterFree", nil, func([]any) error { return nil })
 }

@@ -32,6 +32,7 @@ func Cases() []Case {
 		{"AllgathervInPlace", testAllgathervInPlace},
 		{"AllgatherBytes", testAllgatherBytes},
 		{"BadArguments", testBadArguments},
+		{"Counter", testCounter},
 	}
 }
 
@@ -501,6 +502,77 @@ func testBadArguments(r *R) {
 	for x, v := range got {
 		if v != int64(x) {
 			r.Errorf("AllgatherInt64 after bad arguments: [%d] = %d", x, v)
+		}
+	}
+}
+
+// testCounter: every rank fetch-and-adds its own increments, unevenly
+// (rank r takes 1+r per call, r calls more than rank 0): the values each
+// FetchAdd returned partition [0, total) with no gap or overlap, a new
+// counter starts again at 0, and Free is a collective.
+func testCounter(r *R) {
+	c := r.C
+	for trial := range 2 {
+		k, err := c.NewCounter()
+		if err != nil {
+			r.Errorf("NewCounter: %v", err)
+			c.Abort(1)
+		}
+		step := int64(1 + c.Rank())
+		calls := 20 + c.Rank()
+		var mine []int64
+		for range calls {
+			v, err := k.FetchAdd(step)
+			if err != nil {
+				r.Errorf("FetchAdd: %v", err)
+				c.Abort(1)
+			}
+			for d := range step {
+				mine = append(mine, v+d)
+			}
+		}
+		// Every rank's claimed values, gathered: each of [0, total) once.
+		buf := make([]byte, 0, 8*len(mine))
+		for _, v := range mine {
+			buf = append(buf, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
+		}
+		all, err := mpi.AllgatherBytes(c, buf)
+		if err != nil {
+			r.Errorf("gather: %v", err)
+			c.Abort(1)
+		}
+		var total int64
+		for q := range c.Size() {
+			total += int64((20 + q) * (1 + q))
+		}
+		seen := make([]int, total)
+		for q, b := range all {
+			for i := 0; i+4 <= len(b); i += 4 {
+				v := int64(b[i]) | int64(b[i+1])<<8 | int64(b[i+2])<<16 | int64(b[i+3])<<24
+				if v < 0 || v >= total {
+					r.Errorf("trial %d: rank %d got %d, outside [0, %d)", trial, q, v, total)
+					continue
+				}
+				seen[v]++
+			}
+		}
+		for v, n := range seen {
+			if n != 1 {
+				r.Errorf("trial %d: value %d handed out %d times", trial, v, n)
+				break
+			}
+		}
+		last, err := k.FetchAdd(0)
+		if err != nil || last != total {
+			r.Errorf("trial %d: the counter ends at %d (%v), want %d", trial, last, err, total)
+		}
+		if err := c.Barrier(); err != nil { // every rank read the end before the free
+			r.Errorf("barrier: %v", err)
+			c.Abort(1)
+		}
+		if err := k.Free(); err != nil {
+			r.Errorf("Free: %v", err)
+			c.Abort(1)
 		}
 	}
 }

@@ -1,0 +1,471 @@
+package jobs
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/gdal"
+	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/geoparquet"
+	"github.com/canopy-hpc/canopy/internal/wire"
+	"github.com/canopy-hpc/canopy/metrics"
+	"github.com/canopy-hpc/canopy/mpi"
+	"github.com/canopy-hpc/canopy/report"
+)
+
+// A raster's merge and its outputs, the step predict --tile and eval
+// --tile share: once every window of a raster is detected, the rank that
+// owns it merges them (tile.Merge) and publishes OUT/rasters/<name>.csv
+// (and .gpkg when the raster has a CRS), then its done record. The
+// combined predictions.csv and predictions.gpkg are built from these
+// files at the end, one raster at a time, in raster order.
+
+// rastersDir holds the per-raster outputs.
+const rastersDir = "rasters"
+
+// rasterNames are the rasters' output names: the file name without its
+// extension; a name already taken (compared without case, as a
+// case-insensitive filesystem would) by an earlier raster of the list gets
+// "-2", "-3", … (the first free), so names follow the input order; a name
+// that is empty or starts with "." is prefixed "raster".
+func rasterNames(paths []string) []string {
+	taken := map[string]bool{}
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		base := filepath.Base(p)
+		base = strings.TrimSuffix(base, filepath.Ext(base))
+		if base == "" || strings.HasPrefix(base, ".") {
+			base = "raster" + base
+		}
+		name := base
+		for k := 2; taken[strings.ToLower(name)]; k++ {
+			name = base + "-" + strconv.Itoa(k)
+		}
+		taken[strings.ToLower(name)] = true
+		out[i] = name
+	}
+	return out
+}
+
+// heldRaster is what a raster's owner holds until the raster is merged:
+// the windows with detections (the others add no row).
+type heldRaster struct {
+	wins []wire.Image
+}
+
+// mergeHeld is tile.Merge of a raster's held windows, in window order.
+func mergeHeld(g tile.Grid, first int, h *heldRaster, iou float64) (merged []box.Detection, windowDets int) {
+	sort.Slice(h.wins, func(a, b int) bool { return h.wins[a].Index < h.wins[b].Index })
+	wins := make([]tile.Window, len(h.wins))
+	dets := make([][]box.Detection, len(h.wins))
+	for k, im := range h.wins {
+		wins[k], dets[k] = g.At(im.Index-first), im.Dets
+		windowDets += len(im.Dets)
+	}
+	return tile.Merge(wins, dets, iou), windowDets
+}
+
+// publishRaster writes raster i's outputs under OUT/rasters, each staged
+// and synced before any is renamed into place (a full disk publishes
+// none), the CSV last; then its done record.
+func publishRaster(out string, i int, r tileRaster, merged []box.Detection, windowDets int, crops *cropTable, labels box.LabelMap) error {
+	dir := filepath.Join(out, rastersDir)
+	var set []staged
+	drop := func() {
+		for _, s := range set {
+			os.Remove(filepath.Join(dir, s.Tmp))
+		}
+	}
+	if r.CRS != "" && r.GeoTransform != nil {
+		g, _, err := stageGPKG(dir, r.Name+".gpkg", []tileRaster{r}, func(int) ([]box.Detection, error) { return merged, nil }, labels)
+		if err != nil {
+			return err
+		}
+		set = append(set, *g)
+	}
+	pq, err := stage(dir, r.Name+".parquet", func(w io.Writer) error {
+		crs, rows, err := parquetRows(r, merged, labels)
+		if err != nil {
+			return err
+		}
+		return geoparquet.Write(w, crs, rows)
+	})
+	if err != nil {
+		drop()
+		return err
+	}
+	set = append(set, pq)
+	c, err := stage(dir, r.Name+".csv", func(w io.Writer) error {
+		if err := rasterFault(r.Name + ".csv"); err != nil {
+			return err
+		}
+		return writePredictionRows(w, []box.Image{{Path: r.Path}}, [][]box.Detection{merged}, labels, crops)
+	})
+	if err != nil {
+		drop()
+		return err
+	}
+	set = append(set, c)
+	d := rasterDone{Index: i, Path: r.Path, Name: r.Name, WindowDets: windowDets, Detections: len(merged), Outputs: map[string]string{}}
+	for k, s := range set {
+		if err := os.Rename(filepath.Join(dir, s.Tmp), filepath.Join(dir, s.Name)); err != nil {
+			set = set[k:]
+			drop()
+			return ioErr("jobs: publish %s: %w", s.Name, err)
+		}
+		d.Outputs[rastersDir+"/"+s.Name] = s.SHA256
+	}
+	syncDir(dir)
+	b, _ := json.Marshal(d)
+	if err := writeAtomic(doneDir(out), doneFile(i), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+		return ioErr("%w", err)
+	}
+	return nil
+}
+
+// readRasterRows reads a raster's rows back from its CSV (which canopy
+// wrote: the columns of predictions.csv, labels by name).
+func readRasterRows(path string, labels box.LabelMap) ([]box.Detection, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, ioErr("jobs: %w", err)
+	}
+	defer f.Close()
+	ids := map[string]int32{}
+	for id, n := range labels.Names() {
+		ids[n] = int32(id)
+	}
+	r := csv.NewReader(bufio.NewReader(f))
+	r.FieldsPerRecord = -1 // the crop models' columns follow score
+	var out []box.Detection
+	for line := 0; ; line++ {
+		rec, err := r.Read()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, ioErr("jobs: %s: %w", path, err)
+		}
+		if line == 0 {
+			continue
+		}
+		if len(rec) < 7 {
+			return nil, ioErr("jobs: %s line %d: %d fields", path, line+1, len(rec))
+		}
+		var v [5]float64
+		for k, s := range []string{rec[1], rec[2], rec[3], rec[4], rec[6]} {
+			if v[k], err = strconv.ParseFloat(s, 64); err != nil {
+				return nil, ioErr("jobs: %s line %d: %w", path, line+1, err)
+			}
+		}
+		id, ok := ids[rec[5]]
+		if !ok {
+			return nil, ioErr("jobs: %s line %d: label %q is not the model's", path, line+1, rec[5])
+		}
+		out = append(out, box.Detection{Box: box.Box{Xmin: v[0], Ymin: v[1], Xmax: v[2], Ymax: v[3]}, Label: id, Score: v[4]})
+	}
+}
+
+// rasterCSV is raster r's published CSV.
+func rasterCSV(out string, r tileRaster) string { return filepath.Join(out, rastersDir, r.Name+".csv") }
+
+// stageCombinedCSV stages predictions.csv: the header, then each
+// raster's CSV without its header, in raster order (never all in memory).
+func stageCombinedCSV(out string, rasters []tileRaster, cs *cropSet) (staged, error) {
+	header := predictionsHeader(cs)
+	return stage(out, "predictions.csv", func(w io.Writer) error {
+		if _, err := io.WriteString(w, header); err != nil {
+			return err
+		}
+		for _, r := range rasters {
+			f, err := os.Open(rasterCSV(out, r))
+			if err != nil {
+				return err
+			}
+			br := bufio.NewReader(f)
+			head, err := br.ReadString('\n')
+			if err == nil && head != header {
+				err = fmt.Errorf("%s: not canopy's header", rasterCSV(out, r))
+			}
+			if err == nil {
+				_, err = io.Copy(w, br)
+			}
+			f.Close()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// rasterLayer is raster r's polygon layer: each box mapped as DeepForest's
+// image_to_geo_coordinates maps it (gdal.BoxFeature), named as
+// nameLayers named it.
+func rasterLayer(r tileRaster, merged []box.Detection, names []string) gdal.Layer {
+	ly := gdal.Layer{Name: r.Layer, CRS: r.CRS}
+	for _, d := range merged {
+		label := ""
+		if int(d.Label) < len(names) {
+			label = names[d.Label]
+		}
+		ly.Features = append(ly.Features, gdal.BoxFeature(*r.GeoTransform, d.Box, r.Path, label, d.Score))
+	}
+	return ly
+}
+
+// parquetRows are raster r's rows as GeoParquet rows and its CRS as
+// PROJJSON: with a CRS and a geotransform, the polygons of its GeoPackage
+// layer (gdal.BoxFeature); without, the boxes as polygons in pixels (the
+// same ring order) and no CRS ("crs": null).
+func parquetRows(r tileRaster, merged []box.Detection, labels box.LabelMap) ([]byte, []geoparquet.Row, error) {
+	names := labels.Names()
+	geo := r.CRS != "" && r.GeoTransform != nil
+	var crs []byte
+	if geo {
+		var err error
+		if crs, err = gdal.PROJJSON(r.CRS); err != nil {
+			return nil, nil, err
+		}
+	}
+	pixel := [6]float64{-0.5, 1, 0, -0.5, 0, 1} // BoxRing's pixel centres back on the pixel grid
+	rows := make([]geoparquet.Row, len(merged))
+	for i, d := range merged {
+		label := ""
+		if int(d.Label) < len(names) {
+			label = names[d.Label]
+		}
+		if geo {
+			rows[i] = geoparquet.Row(gdal.BoxFeature(*r.GeoTransform, d.Box, r.Path, label, d.Score))
+			continue
+		}
+		f := gdal.BoxFeature(pixel, d.Box, r.Path, label, d.Score)
+		f.Xmin, f.Ymin, f.Xmax, f.Ymax = d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax
+		rows[i] = geoparquet.Row(f)
+	}
+	return crs, rows, nil
+}
+
+// gpkgFile holds the boxes of georeferenced rasters as polygons.
+const gpkgFile = "predictions.gpkg"
+
+// stageGPKG stages the GeoPackage name in dir with one polygon layer per
+// raster that has a CRS and a geotransform, written one raster at a time
+// (rows(i) gives raster i's merged rows). note says, once, which rasters
+// it leaves out; no raster with a CRS writes nothing.
+func stageGPKG(dir, name string, rasters []tileRaster, rows func(i int) ([]box.Detection, error), labels box.LabelMap) (*staged, string, error) {
+	var without []string
+	for _, r := range rasters {
+		if r.CRS == "" || r.GeoTransform == nil {
+			without = append(without, r.Path)
+		}
+	}
+	note := ""
+	switch {
+	case len(without) == len(rasters):
+		return nil, fmt.Sprintf("no raster has a CRS: no %s is written (pixel coordinates are in predictions.csv)", name), nil
+	case len(without) > 0:
+		note = fmt.Sprintf("%d of %d rasters have no CRS (the first: %s): %s leaves them out", len(without), len(rasters), without[0], name)
+	}
+	f, err := os.CreateTemp(dir, "."+name+".tmp-gdal*")
+	if err != nil {
+		return nil, "", fmt.Errorf("jobs: %w", err)
+	}
+	tmp := f.Name()
+	f.Close()
+	os.Remove(tmp) // GDAL creates it
+	defer os.Remove(tmp)
+	w, err := gdal.CreateGPKG(tmp)
+	if err != nil {
+		return nil, "", fmt.Errorf("jobs: %w", err)
+	}
+	names := labels.Names()
+	for i, r := range rasters {
+		if r.CRS == "" || r.GeoTransform == nil {
+			continue
+		}
+		merged, err := rows(i)
+		if err == nil {
+			err = w.Add(rasterLayer(r, merged, names))
+		}
+		if err != nil {
+			w.Close()
+			return nil, "", fmt.Errorf("jobs: %w", err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, "", fmt.Errorf("jobs: %w", err)
+	}
+	src, err := os.Open(tmp)
+	if err != nil {
+		return nil, "", fmt.Errorf("jobs: %w", err)
+	}
+	defer src.Close()
+	s, err := stage(dir, name, func(w io.Writer) error {
+		_, err := io.Copy(w, src)
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return &s, note, nil
+}
+
+// finishTile ends a tile run: rank 0 reads the done records, eval --tile
+// scores the merged rows (read back from the per-raster files on every
+// rank), and rank 0 publishes the combined outputs and report.json.
+func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model *loadedModel, detName string, f [][]byte, vt *tileTruth, truthImages []box.Image) error {
+	rasters, labels := run.rasters, run.labels
+	var res2 metrics.Result
+	var metricJSON []byte
+	images := make([]box.Image, len(rasters))
+	for i := range rasters {
+		images[i] = box.Image{Path: rasters[i].Path}
+	}
+	var merged [][]box.Detection // eval --tile only
+	if cfg.Eval != nil {
+		copy(images, truthImages)
+		merged = make([][]box.Detection, len(rasters))
+		var rerr error
+		for i, r := range rasters {
+			if merged[i], rerr = readRasterRows(rasterCSV(cfg.Out, r), labels); rerr != nil {
+				break
+			}
+		}
+		if err := agreeErr(c, ExitInternal, rerr); err != nil {
+			return err
+		}
+		fam := cfg.Eval.Families
+		if fam == 0 {
+			fam = metrics.All
+		}
+		var err error
+		if res2, err = metrics.Compute(metrics.Input{Images: images, Dets: merged, Labels: labels},
+			metrics.Options{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics}, fam, cfg.Eval.ClassMetrics); err != nil {
+			return collective(ExitInternal, "jobs: %w", err)
+		}
+		metricJSON = MetricsJSON(res2.Values)
+		if err := agree(c, metricJSON); err != nil {
+			return err
+		}
+	}
+	return writeReport(c, *run.stats, "predictions", func(allStats []rankStats) error {
+		tw := time.Now()
+		var rep tileReport
+		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
+			Ranks: c.Size(), Images: len(rasters), Model: &model.info, Detector: detName, AllowOutsideRoot: cfg.AllowOutsideRoot,
+			PerRank: allStats}
+		rep.setCrops(run.crops)
+		outputs := map[string]string{}
+		windowDets := 0
+		for i := range rasters {
+			d, ok, err := readDone(cfg.Out, i)
+			if err != nil || !ok {
+				return ioErr("jobs: raster %q has no done record (%v)", rasters[i].Path, err)
+			}
+			rasters[i].WindowDets, rasters[i].Detections = d.WindowDets, d.Detections
+			rep.Boxes += d.Detections
+			windowDets += d.WindowDets
+			for k, v := range d.Outputs {
+				outputs[k] = v
+			}
+		}
+		rep.Tile.PatchSize, rep.Tile.PatchOverlap, rep.Tile.IoU = cfg.Settings.Patch, cfg.Settings.Overlap, cfg.IoU
+		if cfg.Eval != nil {
+			rep.Eval = &tileEval{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics.String()}
+		}
+		if rc := cfg.RunConfig; rc != nil {
+			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
+			rep.Settings = rc.finishSettings(rep.Model)
+		}
+		if cfg.LabelDict != "" {
+			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: sha256Hex(f[5])}}
+		}
+		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters, rep.Tile.Truth = run.ix.total(), windowDets, rasters, vt
+		rep.Tile.SkipEmpty = cfg.SkipEmpty
+		for _, s := range allStats {
+			rep.Tile.Skipped += s.Skipped
+		}
+		rep.Tile.Order = "rasters in input order; each raster's windows x outer, y inner (DeepForest's compute_windows)"
+		if cfg.Resume {
+			rep.Tile.Resume = &tileResumeInfo{Attempt: res.Attempt, RastersFinished: len(res.Finished), WindowsSaved: res.Windows, RecordsDropped: res.Dropped}
+		}
+		var set []staged
+		drop := func() {
+			for _, s := range set {
+				os.Remove(filepath.Join(cfg.Out, s.Tmp))
+			}
+		}
+		preds, err := stageCombinedCSV(cfg.Out, rasters, run.crops)
+		if err != nil {
+			return err
+		}
+		set = append(set, preds)
+		rows := func(i int) ([]box.Detection, error) {
+			if merged != nil {
+				return merged[i], nil
+			}
+			return readRasterRows(rasterCSV(cfg.Out, rasters[i]), labels)
+		}
+		gpkg, note, err := stageGPKG(cfg.Out, gpkgFile, rasters, rows, labels)
+		if err != nil {
+			drop()
+			return err
+		}
+		if gpkg != nil {
+			set = append(set, *gpkg)
+			rep.Tile.GPKG = gpkgFile
+		}
+		if cfg.Eval != nil {
+			rep.Metrics = json.RawMessage(metricJSON)
+			results, err := stage(cfg.Out, "results.csv", func(w io.Writer) error {
+				return writeResults(w, images, merged, labels, res2.Matches)
+			})
+			if err != nil {
+				drop()
+				return err
+			}
+			set = append(set, results)
+			h, err := stageTileHTML(cfg, &rep, f[4], rasters, run.ix, run.rs, images, merged, labels, res2, metricJSON, since(tw))
+			if err != nil {
+				drop()
+				return err
+			}
+			set = append(set, h...)
+		}
+		if note != "" && cfg.Progress != nil {
+			sayLine(cfg.Progress, "canopy: note: ", note)
+		}
+		for _, s := range set {
+			outputs[s.Name] = s.SHA256
+		}
+		rep.Outputs = outputs
+		if err := publishSet(cfg.Out, set, rep); err != nil {
+			return err
+		}
+		if err := run.out.commit(); err != nil {
+			return err
+		}
+		if cfg.Stdout != nil && cfg.Eval != nil {
+			printTable(cfg.Stdout, res2.Values)
+			if cfg.Eval.HTML != nil {
+				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))
+			}
+		}
+		if cfg.Stdout != nil {
+			fmt.Fprintf(cfg.Stdout, "%d detections on %d rasters (%d windows, %d window detections): %s\n",
+				rep.Boxes, len(rasters), run.ix.total(), windowDets, filepath.Join(cfg.Out, "predictions.csv"))
+		}
+		return nil
+	})
+}
