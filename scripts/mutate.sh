@@ -7,7 +7,8 @@
 #                                    internal/parts, metrics: the whole
 #                                    package and its tests
 #   nms anchors transform loss post  infer/retinanet, one file (or two) at a
-#                                    time: the others are excluded from
+#                                    time (post: forward.go's postprocess and
+#                                    finite.go's checks): the others are excluded from
 #                                    mutation and only the tests that exercise
 #                                    the file run (GOFLAGS=-run=...), since the
 #                                    package's full suite takes minutes
@@ -69,7 +70,7 @@ for t in "${targets[@]}"; do
 	anchors) retinanet anchors "anchors.go" '^(TestGoldenDemoModel|TestGoldenDemoOnSample|TestLossThreads|TestTargets)$' ;;
 	transform) retinanet transform "transform.go" '^(TestResizeSizeTable|TestParseRules|TestBlendFixture|TestGoldenDemoModel|TestGoldenLegacyResize/demo)$' ;;
 	loss) retinanet loss "loss.go" '^(TestLossGolden|TestLossThreads|TestTargets)$' ;;
-	post) retinanet post "forward.go" '^(TestGoldenDemoModel|TestGoldenDemoOnSample|TestNMSTies|TestBatchedNMSTies)$' ;;
+	post) retinanet post "forward.go finite.go" '^(TestGoldenDemoModel|TestGoldenDemoOnSample|TestNMSTies|TestBatchedNMSTies|TestNonFiniteOutputs|TestDecodeClampsScale)$' ;;
 	*)
 		echo "mutate: unknown target $t" >&2
 		exit 2
