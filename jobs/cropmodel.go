@@ -35,6 +35,7 @@ type oneCropModel struct {
 func (o *oneCropModel) Labels() []string { return o.m.Labels() }
 func (o *oneCropModel) Info() any        { return o.info }
 func (o *oneCropModel) Expand() int      { return o.m.Transform.Expand }
+func (o *oneCropModel) BatchSize() int   { return o.m.BatchSize }
 
 // Classify transforms and classifies the crops; each one's score is
 // DeepForest's postprocess_predictions value (Output.Best).

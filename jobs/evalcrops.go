@@ -38,8 +38,9 @@ type EvalCropsConfig struct {
 	// without labels, its label,id CSV.
 	CropModel, CropLabelDict string
 	// BatchSize is canopy's crops per classifier call (no effect on the
-	// results); LossBatch is DeepForest's cropmodel.batch_size, the
-	// batches Lightning averages val_loss over.
+	// results); LossBatch is --loss-batch-size (0: the crop model's
+	// stored cropmodel.batch_size, else DeepForest's 4), the batches
+	// Lightning averages val_loss over.
 	BatchSize, LossBatch int
 	Threads              int
 	MaxImagePixels       int64
@@ -69,7 +70,12 @@ type cropClassifier interface {
 	Info() any
 	// Expand is the context its crops of boxes take (cropmodel.expand).
 	Expand() int
+	// BatchSize is its stored cropmodel.batch_size (0: not stated).
+	BatchSize() int
 }
+
+// defaultLossBatch is DeepForest 2.1.0's cropmodel.batch_size.
+const defaultLossBatch = 4
 
 type evalCropsReport struct {
 	Canopy  string          `json:"canopy"`
@@ -83,8 +89,10 @@ type evalCropsReport struct {
 	Crops     int           `json:"crops"`
 	Input     cropInput     `json:"input"`
 	CropModel any           `json:"crop_model"`
-	// LossBatch is cropmodel.batch_size: val_loss averages its batches.
+	// LossBatch is cropmodel.batch_size: val_loss averages its batches;
+	// LossBatchFrom says where it came from (flag, crop model, default).
 	LossBatch        int               `json:"loss_batch_size"`
+	LossBatchFrom    string            `json:"loss_batch_size_from"`
 	Semantics        string            `json:"semantics"`
 	AllowOutsideRoot bool              `json:"allow_outside_root,omitempty"`
 	PerRank          []rankStats       `json:"per_rank"`
@@ -120,7 +128,7 @@ type cropInput struct {
 // (the same bytes, agreed by hash) and rank 0 writes crops.csv,
 // report.json and report.html.
 func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error) {
-	cfg.BatchSize, cfg.LossBatch = batchOrOne(cfg.BatchSize), batchOrOne(cfg.LossBatch)
+	cfg.BatchSize = batchOrOne(cfg.BatchSize)
 	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
 	var out *outRun
@@ -135,6 +143,14 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 	model, err := loadCropModel(c, cfg.CropModel, cfg.CropLabelDict, cfg.Threads)
 	if err != nil {
 		return err
+	}
+	lossFrom := "--loss-batch-size"
+	switch {
+	case cfg.LossBatch > 0:
+	case model.BatchSize() > 0:
+		cfg.LossBatch, lossFrom = model.BatchSize(), "crop model cropmodel.batch_size"
+	default:
+		cfg.LossBatch, lossFrom = defaultLossBatch, "DeepForest's default"
 	}
 	labels := model.Labels()
 	id := make(map[string]int32, len(labels))
@@ -207,7 +223,7 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 	return writeReport(c, stats, "eval-crops outputs", func(allStats []rankStats) error {
 		rep := evalCropsReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command, Ranks: c.Size(),
 			Metrics: mj, Confusion: cropConfusion{Labels: labels, Matrix: table.Confusion}, Crops: n, CropModel: model.Info(),
-			LossBatch: cfg.LossBatch, AllowOutsideRoot: cfg.AllowOutsideRoot, PerRank: allStats,
+			LossBatch: cfg.LossBatch, LossBatchFrom: lossFrom, AllowOutsideRoot: cfg.AllowOutsideRoot, PerRank: allStats,
 			Semantics: "DeepForest 2.1.0 CropModel validation (torchmetrics multiclass, Lightning epoch mean of val_loss)",
 			Input:     in.report}
 		if err := writeCropOutputs(cfg, rep, samples, labels, table, scores); err != nil {

@@ -40,7 +40,7 @@ func evalCropsCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) 
 			&cli.StringFlag{Name: "root-dir", Usage: "folder the CSV's image_path values are relative to (default: the CSV's folder)"},
 			&cli.StringFlag{Name: "out", Value: "canopy-eval-crops", Usage: "output folder; refused if it holds a previous run unless --force"},
 			&cli.BoolFlag{Name: "force", Usage: "replace the previous run in --out (set aside until the new outputs are written, put back if the run fails before that)"},
-			&cli.IntFlag{Name: "loss-batch-size", Value: 4, Usage: "DeepForest's cropmodel.batch_size: val_loss is Lightning's mean over batches of this many crops (each batch's mean weighted by its size), so it decides val_loss's last bits; the other metrics do not depend on it"},
+			&cli.IntFlag{Name: "loss-batch-size", Usage: "DeepForest's cropmodel.batch_size (default: the crop model's stored config's, else DeepForest's 4): val_loss is Lightning's mean over batches of this many crops (each batch's mean weighted by its size), so it decides val_loss's last bits; the other metrics do not depend on it"},
 			&cli.IntFlag{Name: "threads", Usage: "compute threads per rank (default: the cores this rank may use)"},
 			&cli.Int64Flag{Name: "max-image-pixels", Value: 178956970, Usage: "refuse an image of more pixels (PIL's decompression-bomb limit; 0: no limit)"},
 			&cli.BoolFlag{Name: "allow-outside-root", Usage: "follow symlinks that lead out of FOLDER (default: such a link is an input error)"},
@@ -64,7 +64,7 @@ func evalCropsCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) 
 			switch {
 			case cfg.CropModel == "":
 				return usageError(errors.New("eval-crops: --crop-model is required"))
-			case cfg.LossBatch < 1:
+			case c.IsSet("loss-batch-size") && cfg.LossBatch < 1:
 				return usageError(fmt.Errorf("eval-crops: --loss-batch-size %d must be at least 1", cfg.LossBatch))
 			case cfg.Threads < 0:
 				return usageError(fmt.Errorf("eval-crops: --threads %d", cfg.Threads))

@@ -71,20 +71,25 @@ func TestEvalCropsDeepForest(t *testing.T) {
 	var ref []byte
 	for _, ranks := range []int{1, 3} {
 		out := filepath.Join(dir, "out", string(rune('0'+ranks)))
-		cfg := EvalCropsConfig{Folder: cropTestFolder, Out: out, CropModel: model, BatchSize: 5, LossBatch: 4, Threads: 1}
+		cfg := EvalCropsConfig{Folder: cropTestFolder, Out: out, CropModel: model, BatchSize: 5, Threads: 1}
 		for r, err := range runEvalCrops(t, ranks, cfg) {
 			if err != nil {
 				t.Fatalf("%d ranks: rank %d: %v", ranks, r, err)
 			}
 		}
 		var rep struct {
-			Metrics map[string]float64
+			Metrics       map[string]float64
+			LossBatch     int    `json:"loss_batch_size"`
+			LossBatchFrom string `json:"loss_batch_size_from"`
 		}
 		raw, _ := os.ReadFile(filepath.Join(out, "report.json"))
 		if err := json.Unmarshal(raw, &rep); err != nil {
 			t.Fatal(err)
 		}
 		csv, _ := os.ReadFile(filepath.Join(out, cropsFile))
+		if rep.LossBatch != 4 || rep.LossBatchFrom != "crop model cropmodel.batch_size" {
+			t.Errorf("loss batch %d from %q; want the hub config's 4", rep.LossBatch, rep.LossBatchFrom)
+		}
 		if ref == nil {
 			ref = csv
 			// Each crop's predicted label is the argmax of torch's logits.

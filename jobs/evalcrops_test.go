@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,11 +32,15 @@ const cropTestFolder = "testdata/cropfolder/val"
 // fakeCrops is a stand-in crop model: each crop's logits are a fixed
 // float32 function of its mean colour and size, so the job's plumbing
 // (listing, shards, gather, table, outputs) is tested without a network.
-type fakeCrops struct{ labels []string }
+type fakeCrops struct {
+	labels []string
+	batch  int // its stored cropmodel.batch_size
+}
 
 func (f fakeCrops) Labels() []string { return f.labels }
 func (f fakeCrops) Info() any        { return map[string]any{"path": "fake"} }
 func (f fakeCrops) Expand() int      { return 0 }
+func (f fakeCrops) BatchSize() int   { return f.batch }
 func (f fakeCrops) Classify(_ context.Context, crops []imagefile.Image) ([][]float32, []float32, error) {
 	var logits [][]float32
 	var scores []float32
@@ -192,6 +197,58 @@ func TestEvalCropsPage(t *testing.T) {
 			t.Fatalf("the page lacks the confusion cell %s after offset %d", c, pos)
 		}
 		pos += k + len(c)
+	}
+}
+
+// TestEvalCropsLossBatch: val_loss's batches are --loss-batch-size, else
+// the crop model's stored cropmodel.batch_size, else DeepForest's 4; the
+// report says which, and val_loss is ComputeCropTable's at that size.
+func TestEvalCropsLossBatch(t *testing.T) {
+	labels := []string{"Abies", "Picea", "Pinus", "Tsuga"}
+	for _, c := range []struct {
+		flag, stored, want int
+		from               string
+	}{{0, 0, 4, "DeepForest's default"}, {0, 1, 1, "crop model cropmodel.batch_size"}, {7, 1, 7, "--loss-batch-size"}} {
+		prev := loadCropModel
+		loadCropModel = func(mpi.Comm, string, string, int) (cropClassifier, error) {
+			return fakeCrops{labels: labels, batch: c.stored}, nil
+		}
+		out := t.TempDir()
+		cfg := EvalCropsConfig{Folder: cropTestFolder, Out: out, CropModel: "m", BatchSize: 4, LossBatch: c.flag}
+		errs := runEvalCrops(t, 1, cfg)
+		loadCropModel = prev
+		if errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		var rep struct {
+			Metrics       map[string]float64
+			LossBatch     int    `json:"loss_batch_size"`
+			LossBatchFrom string `json:"loss_batch_size_from"`
+		}
+		b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		csv, _ := os.ReadFile(filepath.Join(out, cropsFile))
+		var logits []float32
+		var targets []int32
+		for _, line := range strings.Split(strings.TrimSpace(string(csv)), "\n")[1:] {
+			p := strings.Split(line, ",")
+			im, err := imagefile.Read(filepath.Join(cropTestFolder, p[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, _, _ := fakeCrops{labels: labels}.Classify(context.Background(), []imagefile.Image{im})
+			logits = append(logits, l[0]...)
+			targets = append(targets, int32(slices.Index(labels, p[1])))
+		}
+		tab, err := metrics.ComputeCropTable(logits, 4, targets, c.want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.LossBatch != c.want || rep.LossBatchFrom != c.from || rep.Metrics["val_loss"] != float64(tab.ValLoss) {
+			t.Errorf("%+v: loss batch %d from %q, val_loss %v; want %d from %q, %v", c, rep.LossBatch, rep.LossBatchFrom, rep.Metrics["val_loss"], c.want, c.from, tab.ValLoss)
+		}
 	}
 }
 
