@@ -913,3 +913,69 @@ func TestMPICropModelsBitIdentical(t *testing.T) {
 		}
 	}
 }
+
+// TestMPITileKillThenResume: kill -9 of one rank of a predict --tile run
+// (CANOPY_TEST_SLOW_MS stretches each window) once both ranks have saved
+// windows: mpirun ends the job, what was written survives, and --resume
+// on another rank count finishes with the uninterrupted bytes.
+func TestMPITileKillThenResume(t *testing.T) {
+	list := tileRasters(t, 3)
+	args := func(out string, more ...string) []string {
+		return append([]string{"predict", "--tile", "--csv", list, "--model", demoModel, "--patch-size", "300", "--patch-overlap", "0.1",
+			"--out", out, "--batch-size", "1", "--threads", "1", "--round-windows", "4"}, more...)
+	}
+	refOut := t.TempDir()
+	if r := mpirun(t, 1, nil, args(refOut)...); r.code != 0 {
+		t.Fatalf("np1: exit %d\n%s", r.code, r.stderr)
+	}
+	want := tileFiles(t, refOut)
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", append([]string{"-np", "2", canopyBin}, args(out)...)...)
+	cmd.Env = append(os.Environ(), "CANOPY_TEST_SLOW_MS=400")
+	var se bytes.Buffer
+	cmd.Stderr = &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ok := waitParts(out, 2)
+	pids, _ := exec.Command("pgrep", "-f", "--", "^"+canopyBin+" predict .*--out "+out).Output()
+	ranks := strings.Fields(string(pids))
+	if !ok || len(ranks) != 2 {
+		for _, p := range ranks {
+			exec.Command("kill", "-9", p).Run()
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("no part records from both ranks (ranks %v)\n%s", ranks, se.String())
+	}
+	exec.Command("kill", "-KILL", ranks[1]).Run()
+	if err := cmd.Wait(); err == nil {
+		t.Fatalf("the job succeeded although a rank was killed\n%s", se.String())
+	}
+	if r := mpirun(t, 3, nil, args(out, "--resume")...); r.code != 0 {
+		t.Fatalf("resume np3 after kill -9: exit %d\n%s", r.code, r.stderr)
+	}
+	got := tileFiles(t, out)
+	if len(got) != len(want) {
+		t.Fatalf("resumed: %d outputs, want %d", len(got), len(want))
+	}
+	for n, b := range want {
+		if !bytes.Equal(got[n], b) {
+			t.Fatalf("resumed after kill -9: %s differs from np1's", n)
+		}
+	}
+	var rep struct {
+		Tile struct {
+			Resume struct {
+				Windows int `json:"windows_from_parts"`
+			}
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+	if json.Unmarshal(b, &rep); rep.Tile.Resume.Windows < 1 {
+		t.Fatalf("the resume took no window from the part files: %s", b)
+	}
+	t.Logf("after kill -9: %d windows from the part files", rep.Tile.Resume.Windows)
+}

@@ -139,7 +139,7 @@ func TestPredictLabelDict(t *testing.T) {
 		want string
 	}{
 		{[]string{"--model", pt}, "holds no labels"},
-		{[]string{"--model", model, "--label-dict", wrong}, "disagrees with the model's label_dict"},
+		{[]string{"--model", model, "--label-dict", wrong}, "contradicts the model's own label_dict"},
 	} {
 		code, msg := cliRun(t, append([]string{"predict", "--csv", csv, "--out", filepath.Join(dir, "o"), "--device", "cpu"}, c.args...)...)
 		if code != ExitModel || !strings.Contains(msg, c.want) {

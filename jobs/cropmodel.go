@@ -1,13 +1,53 @@
 package jobs
 
 import (
-	"errors"
-	"fmt"
+	"context"
 
-	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/crop"
+	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/mpi"
 )
 
-// openCropModel loads a crop model (--crop-model) for eval-crops.
-func openCropModel(path, labelDict string, threads int) (cropClassifier, error) { //nolint:unparam // wired to infer/crop next
-	return nil, fmt.Errorf("%w: %w", errors.New("the crop classifier (infer/crop) is not in this build yet"), infer.ErrModel)
+// openCropModel loads eval-crops' crop model (--crop-model) on every rank
+// as predict's crop stage loads its models (openCropModels: one
+// collective error, every rank's weights rank 0's) and classifies with its
+// runner: threads workers (default: the rank's share of the cores).
+func openCropModel(c mpi.Comm, path, labelDict string, threads int) (cropClassifier, error) {
+	cc := CropConfig{Models: []string{path}}
+	if labelDict != "" {
+		cc.LabelDicts = []string{labelDict}
+	}
+	cs, err := openCropModels(c, cc, defaultCropWorkers(threads, c.LocalSize()))
+	if err != nil {
+		return nil, err
+	}
+	m := cs.models[0]
+	return &oneCropModel{m: m, info: cs.info[0], run: crop.NewRunner(m.Net(), cs.workers)}, nil
+}
+
+// oneCropModel is a loaded crop model as eval-crops uses it.
+type oneCropModel struct {
+	m    *crop.Model
+	info cropModelInfo
+	run  *crop.Runner
+}
+
+func (o *oneCropModel) Labels() []string { return o.m.Labels() }
+func (o *oneCropModel) Info() any        { return o.info }
+func (o *oneCropModel) Expand() int      { return o.m.Transform.Expand }
+func (o *oneCropModel) BatchSize() int   { return o.m.BatchSize }
+
+// Classify transforms and classifies the crops; each one's score is
+// DeepForest's postprocess_predictions value (Output.Best).
+func (o *oneCropModel) Classify(ctx context.Context, crops []imagefile.Image) ([][]float32, []float32, error) {
+	out, err := o.run.Classify(ctx, o.m.Transform, crops)
+	if err != nil {
+		return nil, nil, err
+	}
+	logits, scores := make([][]float32, len(out)), make([]float32, len(out))
+	for i, r := range out {
+		logits[i] = r.Logits
+		_, scores[i] = r.Best()
+	}
+	return logits, scores, nil
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
-	"github.com/canopy-hpc/canopy/infer/retinanet"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/internal/plan"
 )
 
@@ -15,8 +15,8 @@ import (
 // gpuOptions loads this rank's cuDNN and plan file for the GPU detector.
 // A missing or wrong library, or a plan file for another stack, is a GPU
 // error (exit 5) that names what was searched or what differs.
-func (lm *loadedModel) gpuOptions(info cuda.Info) (retinanet.GPUOptions, error) {
-	o := retinanet.GPUOptions{Precision: lm.precision}
+func (lm *loadedModel) gpuOptions(info cuda.Info) (gpu.Options, error) {
+	o := gpu.Options{Precision: lm.precision}
 	if !lm.precision.Cudnn() {
 		if lm.planPath != "" {
 			return o, &Error{Code: ExitUsage, Err: fmt.Errorf("jobs: --plan is for --precision fp32, tf32 or bf16 (cuDNN), not %s", lm.precision)}
@@ -56,7 +56,7 @@ func (lm *loadedModel) gpuOptions(info cuda.Info) (retinanet.GPUOptions, error) 
 // noteCUDNN records, after detection, the cuDNN path's library, plan and
 // engines in the report's model section (rank 0's detector).
 func (lm *loadedModel) noteCUDNN(det any) {
-	if d, ok := det.(interface{ CUDNN() *retinanet.CUDNNReport }); ok {
+	if d, ok := det.(interface{ CUDNN() *gpu.CUDNNReport }); ok {
 		lm.info.CUDNN = d.CUDNN()
 	}
 }

@@ -9,11 +9,13 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/crop"
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/internal/dataset"
@@ -27,14 +29,18 @@ import (
 // EvalCropsConfig is the configuration of one `canopy eval-crops` run.
 type EvalCropsConfig struct {
 	Folder string // an ImageFolder: one sub-folder per class
-	Out    string
-	Force  bool
+	// CSV (instead of Folder): an annotation CSV whose truth boxes are the
+	// crops, read from the images under RootDir (default: the CSV's folder).
+	CSV, RootDir string
+	Out          string
+	Force        bool
 	// CropModel and CropLabelDict: the classifier and, for a file
 	// without labels, its label,id CSV.
 	CropModel, CropLabelDict string
 	// BatchSize is canopy's crops per classifier call (no effect on the
-	// results); LossBatch is DeepForest's cropmodel.batch_size, the
-	// batches Lightning averages val_loss over.
+	// results); LossBatch is --loss-batch-size (0: the crop model's
+	// stored cropmodel.batch_size, else DeepForest's 4), the batches
+	// Lightning averages val_loss over.
 	BatchSize, LossBatch int
 	Threads              int
 	MaxImagePixels       int64
@@ -61,10 +67,15 @@ type cropClassifier interface {
 	// probability (DeepForest's postprocess_predictions).
 	Classify(ctx context.Context, crops []imagefile.Image) (logits [][]float32, scores []float32, err error)
 	// Info is what report.json records of the model.
-	Info() map[string]any
-	// SHA256 is the weights file's digest, which every rank must share.
-	SHA256() string
+	Info() any
+	// Expand is the context its crops of boxes take (cropmodel.expand).
+	Expand() int
+	// BatchSize is its stored cropmodel.batch_size (0: not stated).
+	BatchSize() int
 }
+
+// defaultLossBatch is DeepForest 2.1.0's cropmodel.batch_size.
+const defaultLossBatch = 4
 
 type evalCropsReport struct {
 	Canopy  string          `json:"canopy"`
@@ -74,12 +85,14 @@ type evalCropsReport struct {
 	Ranks   int             `json:"ranks"`
 	Metrics json.RawMessage `json:"metrics"`
 	// Confusion[t][p] counts crops of class t predicted p (labels by id).
-	Confusion cropConfusion  `json:"confusion"`
-	Crops     int            `json:"crops"`
-	Input     cropInput      `json:"input"`
-	CropModel map[string]any `json:"crop_model"`
-	// LossBatch is cropmodel.batch_size: val_loss averages its batches.
+	Confusion cropConfusion `json:"confusion"`
+	Crops     int           `json:"crops"`
+	Input     cropInput     `json:"input"`
+	CropModel any           `json:"crop_model"`
+	// LossBatch is cropmodel.batch_size: val_loss averages its batches;
+	// LossBatchFrom says where it came from (flag, crop model, default).
 	LossBatch        int               `json:"loss_batch_size"`
+	LossBatchFrom    string            `json:"loss_batch_size_from"`
 	Semantics        string            `json:"semantics"`
 	AllowOutsideRoot bool              `json:"allow_outside_root,omitempty"`
 	PerRank          []rankStats       `json:"per_rank"`
@@ -92,8 +105,14 @@ type cropConfusion struct {
 }
 
 type cropInput struct {
-	Folder  string   `json:"folder"`
+	Folder  string   `json:"folder,omitempty"`
+	CSV     string   `json:"csv,omitempty"`
+	RootDir string   `json:"root_dir,omitempty"`
+	Images  int      `json:"images,omitempty"`
 	Classes []string `json:"classes"`
+	// DroppedZeroSize (--csv): truth boxes of zero width or height, which
+	// DeepForest's crop step drops.
+	DroppedZeroSize int `json:"dropped_zero_size,omitempty"`
 	// Skipped: files of other extensions ImageFolder skips; Dropped:
 	// images in sub-folders that name no label, which DeepForest's
 	// FixedClassImageFolder drops.
@@ -109,7 +128,7 @@ type cropInput struct {
 // (the same bytes, agreed by hash) and rank 0 writes crops.csv,
 // report.json and report.html.
 func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error) {
-	cfg.BatchSize, cfg.LossBatch = batchOrOne(cfg.BatchSize), batchOrOne(cfg.LossBatch)
+	cfg.BatchSize = batchOrOne(cfg.BatchSize)
 	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
 	var out *outRun
@@ -121,15 +140,17 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 	if err := agreeErr(c, ExitUsage, oerr); err != nil {
 		return err
 	}
-	model, merr := loadCropModel(cfg.CropModel, cfg.CropLabelDict, cfg.Threads)
-	if merr != nil {
-		merr = fmt.Errorf("jobs: --crop-model %s: %w", cfg.CropModel, merr)
-	}
-	if err := agreeErr(c, ExitModel, merr); err != nil {
+	model, err := loadCropModel(c, cfg.CropModel, cfg.CropLabelDict, cfg.Threads)
+	if err != nil {
 		return err
 	}
-	if err := sameOnEveryRank(c, model.SHA256(), "the crop model's sha256"); err != nil {
-		return err
+	lossFrom := "--loss-batch-size"
+	switch {
+	case cfg.LossBatch > 0:
+	case model.BatchSize() > 0:
+		cfg.LossBatch, lossFrom = model.BatchSize(), "crop model cropmodel.batch_size"
+	default:
+		cfg.LossBatch, lossFrom = defaultLossBatch, "DeepForest's default"
 	}
 	labels := model.Labels()
 	id := make(map[string]int32, len(labels))
@@ -138,19 +159,20 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 	}
 	var pkt []byte
 	if c.Rank() == 0 {
-		pkt = packFolder(cfg, func(s string) bool { _, ok := id[s]; return ok })
+		pkt = packCropInput(cfg, func(s string) bool { _, ok := id[s]; return ok })
 	}
-	f, err := bcastFields(c, pkt, 4)
+	f, err := bcastFields(c, pkt, 2)
 	if err != nil {
 		return err
 	}
-	folder, err := unpackFolder(f)
+	in, err := unpackCropInput(cfg, f, id, labels)
 	if err != nil {
-		return collective(ExitInternal, "jobs: %w", err)
+		return err
 	}
-	n := len(folder.Samples)
+	samples := in.samples
+	n := len(samples)
 	targets := make([]int32, n)
-	for i, s := range folder.Samples {
+	for i, s := range samples {
 		targets[i] = id[s.Class]
 	}
 	p, err := plan.Blocks(n, c.Size())
@@ -159,17 +181,19 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 	}
 	shard := p.Shards[c.Rank()]
 	stats.Images = len(shard)
-	paths := make([]string, len(shard))
-	for k, i := range shard {
-		paths[k] = folder.Samples[i].Path
+	var paths []string // the shard's files, each once
+	for _, i := range shard {
+		if p := samples[i].Path; len(paths) == 0 || paths[len(paths)-1] != p {
+			paths = append(paths, p)
+		}
 	}
-	if err := preflight(c, cfg.Folder, paths, cfg.AllowOutsideRoot, nil, ModelConfig{MaxImagePixels: cfg.MaxImagePixels}, cfg.BatchSize); err != nil {
+	if err := preflight(c, in.root, paths, cfg.AllowOutsideRoot, nil, ModelConfig{MaxImagePixels: cfg.MaxImagePixels}, cfg.BatchSize); err != nil {
 		return err
 	}
 	stats.Seconds["load"] = since(t0)
 
 	t1 := time.Now()
-	mine, cerr := classifyShard(ctx, model, cfg, shard, paths)
+	mine, cerr := classifyShard(ctx, model, cfg, in, shard)
 	if cerr != nil {
 		return localErr(Code(cerr), "jobs: %w", cerr)
 	}
@@ -199,11 +223,10 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 	return writeReport(c, stats, "eval-crops outputs", func(allStats []rankStats) error {
 		rep := evalCropsReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command, Ranks: c.Size(),
 			Metrics: mj, Confusion: cropConfusion{Labels: labels, Matrix: table.Confusion}, Crops: n, CropModel: model.Info(),
-			LossBatch: cfg.LossBatch, AllowOutsideRoot: cfg.AllowOutsideRoot, PerRank: allStats,
+			LossBatch: cfg.LossBatch, LossBatchFrom: lossFrom, AllowOutsideRoot: cfg.AllowOutsideRoot, PerRank: allStats,
 			Semantics: "DeepForest 2.1.0 CropModel validation (torchmetrics multiclass, Lightning epoch mean of val_loss)",
-			Input: cropInput{Folder: cfg.Folder, Classes: folder.Classes, Skipped: len(folder.Skipped), SkippedFiles: firstN(folder.Skipped),
-				Dropped: len(folder.Dropped), DroppedFiles: firstN(folder.Dropped)}}
-		if err := writeCropOutputs(cfg, rep, folder, labels, table, scores); err != nil {
+			Input:     in.report}
+		if err := writeCropOutputs(cfg, rep, samples, labels, table, scores); err != nil {
 			return err
 		}
 		if err := out.commit(); err != nil {
@@ -211,7 +234,7 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 		}
 		if cfg.Stdout != nil {
 			printTable(cfg.Stdout, vals)
-			if k := len(folder.Dropped); k > 0 {
+			if k := in.report.Dropped; k > 0 {
 				fmt.Fprintf(cfg.Stdout, "note: %d images in sub-folders that name no class were left out, as DeepForest's FixedClassImageFolder leaves them out (report.json input.dropped_files)\n", k)
 			}
 		}
@@ -221,32 +244,92 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 
 func firstN(s []string) []string { return s[:min(len(s), maxListed)] }
 
-// sameOnEveryRank checks that every rank holds the same value (exit 4
-// naming the ranks that differ from rank 0).
-func sameOnEveryRank(c mpi.Comm, v, what string) error {
-	all, err := mpi.AllgatherBytes(c, []byte(v))
-	if err != nil {
-		return localErr(ExitMPI, "jobs: %w", err)
-	}
-	var differ []int
-	for r, b := range all {
-		if string(b) != string(all[0]) {
-			differ = append(differ, r)
-		}
-	}
-	if len(differ) > 0 {
-		return collective(ExitModel, "jobs: ranks %v see %s other than rank 0's: the ranks read different files: %w", differ, what, infer.ErrModel)
-	}
-	return nil
+// cropSample is one crop: a whole image file (an ImageFolder's) or a
+// truth box of an image (--csv), and its class.
+type cropSample struct {
+	Path, Class string
+	Box         *box.Box
 }
 
-// packFolder is rank 0's packet: the folder listing, or its error.
-func packFolder(cfg EvalCropsConfig, isLabel func(string) bool) []byte {
+// cropInputs are the crops every rank holds: samples in DeepForest's
+// order, the folder their paths are relative to, and report.json's input.
+type cropInputs struct {
+	samples []cropSample
+	root    string
+	report  cropInput
+}
+
+// packCropInput is rank 0's packet: "folder" and the folder listing, or
+// "csv" and the annotation CSV's bytes; or its error.
+func packCropInput(cfg EvalCropsConfig, isLabel func(string) bool) []byte {
+	if cfg.CSV != "" {
+		data, err := readNamedInput(cfg.CSV)
+		if err != nil {
+			return append([]byte{ExitInput}, fmt.Sprintf("jobs: %v", err)...)
+		}
+		return packFields([]byte{0}, []byte("csv"), data)
+	}
 	f, err := dataset.ReadImageFolder(cfg.Folder, isLabel, cfg.AllowOutsideRoot)
 	if err != nil {
 		return append([]byte{ExitInput}, err.Error()...)
 	}
-	return packFields([]byte{0}, folderFields(f)...)
+	return packFields([]byte{0}, append([][]byte{[]byte("folder")}, folderFields(f)...)...)
+}
+
+// unpackCropInput is every rank's reading of the packet. A CSV's truth
+// boxes are the crops in the CSV's order (images in order of first
+// appearance), 0,0,0,0 rows left out; a box of zero width or height is
+// dropped, as DeepForest's _predict_crop_model_ drops it; a label the
+// crop model does not know is bad input (exit 3).
+func unpackCropInput(cfg EvalCropsConfig, f [][]byte, id map[string]int32, labels []string) (*cropInputs, error) {
+	switch string(f[0]) {
+	case "folder":
+		folder, err := unpackFolder(f[1:])
+		if err != nil {
+			return nil, collective(ExitInternal, "jobs: %w", err)
+		}
+		in := &cropInputs{root: cfg.Folder, report: cropInput{Folder: cfg.Folder, Classes: folder.Classes,
+			Skipped: len(folder.Skipped), SkippedFiles: firstN(folder.Skipped), Dropped: len(folder.Dropped), DroppedFiles: firstN(folder.Dropped)}}
+		for _, s := range folder.Samples {
+			in.samples = append(in.samples, cropSample{Path: s.Path, Class: s.Class})
+		}
+		return in, nil
+	case "csv":
+		t, err := dataset.ParseTruth(cfg.CSV, f[1])
+		if err != nil {
+			return nil, &Error{Code: ExitInput, Collective: true, Err: err}
+		}
+		root := cfg.RootDir
+		if root == "" {
+			root = filepath.Dir(cfg.CSV)
+		}
+		in := &cropInputs{root: root, report: cropInput{CSV: cfg.CSV, RootDir: root, Images: len(t.Images)}}
+		seen := map[string]bool{}
+		for _, im := range t.Images {
+			for _, r := range im.Rows {
+				if _, ok := id[r.Label]; !ok {
+					return nil, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("jobs: %s line %d: label %q is not a class of the crop model (%s): %w",
+						cfg.CSV, r.Line, r.Label, strings.Join(labels, ", "), dataset.ErrInput)}
+				}
+				if crop.ZeroSize(r.Box.Xmin, r.Box.Ymin, r.Box.Xmax, r.Box.Ymax) {
+					in.report.DroppedZeroSize++
+					continue
+				}
+				b := r.Box
+				in.samples = append(in.samples, cropSample{Path: im.Path, Class: r.Label, Box: &b})
+				if !seen[r.Label] {
+					seen[r.Label] = true
+					in.report.Classes = append(in.report.Classes, r.Label)
+				}
+			}
+		}
+		sort.Strings(in.report.Classes)
+		if len(in.samples) == 0 {
+			return nil, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("jobs: %s: no truth box to crop: %w", cfg.CSV, dataset.ErrInput)}
+		}
+		return in, nil
+	}
+	return nil, collective(ExitInternal, "jobs: malformed eval-crops input packet")
 }
 
 // folderFields are a listing's packet fields: classes, samples (class and
@@ -284,22 +367,58 @@ func unpackFolder(f [][]byte) (*dataset.ImageFolder, error) {
 // classifyShard reads and classifies the rank's crops in batches and
 // encodes their outputs: per crop its global index (uint32), its score
 // and its logits (float32 bits), little-endian.
-func classifyShard(ctx context.Context, m cropClassifier, cfg EvalCropsConfig, shard []int, paths []string) ([]byte, error) {
+func classifyShard(ctx context.Context, m cropClassifier, cfg EvalCropsConfig, in *cropInputs, shard []int) ([]byte, error) {
 	k := len(m.Labels())
 	buf := make([]byte, 0, len(shard)*(8+4*k))
 	prog := newProgress(cfg.Progress, len(shard))
 	if prog != nil {
 		prog.unit = "crops"
 	}
+	// --csv: each image is decoded once while its crops are cut (a rank's
+	// crops of one image are contiguous), as predict's crop stage reads them.
+	var files []string
+	index := map[string]int{}
+	for _, i := range shard {
+		if p := in.samples[i].Path; in.samples[i].Box != nil {
+			if _, ok := index[p]; !ok {
+				index[p] = len(files)
+				files = append(files, p)
+			}
+		}
+	}
+	src := newImageCrops(in.root, files, cfg.AllowOutsideRoot)
+	read := func(s cropSample) (imagefile.Image, error) {
+		if s.Box == nil {
+			return imagefile.Read(imageFile(in.root, filepath.FromSlash(s.Path)))
+		}
+		f := index[s.Path]
+		w, h, err := src.open(f)
+		if err != nil {
+			return imagefile.Image{}, err
+		}
+		b := *s.Box
+		r, err := crop.Window(b.Xmin, b.Ymin, b.Xmax, b.Ymax, m.Expand(), w, h)
+		if err != nil {
+			return imagefile.Image{}, fmt.Errorf("%s: box %v: %w", s.Path, b, err)
+		}
+		return src.read(f, r)
+	}
 	for b := 0; b < len(shard); b += cfg.BatchSize {
 		e := min(b+cfg.BatchSize, len(shard))
 		crops := make([]imagefile.Image, 0, e-b)
-		for _, p := range paths[b:e] {
-			im, err := imagefile.Read(filepath.Join(cfg.Folder, filepath.FromSlash(p)))
+		for _, i := range shard[b:e] {
+			im, err := read(in.samples[i])
 			if err != nil {
 				return nil, &Error{Code: ExitInput, Err: err}
 			}
 			crops = append(crops, im)
+		}
+		if e < len(shard) {
+			for _, i := range shard[b:e] {
+				if s := in.samples[i]; s.Box != nil && s.Path != in.samples[shard[e]].Path {
+					src.release(index[s.Path])
+				}
+			}
 		}
 		out, scores, err := m.Classify(ctx, crops)
 		if err != nil {
@@ -374,7 +493,7 @@ func cropValues(t metrics.CropTable, labels []string) []metrics.Value {
 // writeCropOutputs stages crops.csv (path, label, predicted label, score:
 // the softmax's largest probability, as postprocess_predictions gives
 // it), report.html and report.json, and publishes them as one set.
-func writeCropOutputs(cfg EvalCropsConfig, rep evalCropsReport, folder *dataset.ImageFolder, labels []string,
+func writeCropOutputs(cfg EvalCropsConfig, rep evalCropsReport, samples []cropSample, labels []string,
 	t metrics.CropTable, scores []float32) error {
 	var set []staged
 	cleanup := func() {
@@ -383,12 +502,24 @@ func writeCropOutputs(cfg EvalCropsConfig, rep evalCropsReport, folder *dataset.
 		}
 	}
 	s, err := stage(cfg.Out, cropsFile, func(w io.Writer) error {
-		if _, err := io.WriteString(w, "path,label,predicted_label,score\n"); err != nil {
+		head := "path,label,predicted_label,score\n"
+		if cfg.CSV != "" {
+			head = "image_path,xmin,ymin,xmax,ymax,label,predicted_label,score\n"
+		}
+		if _, err := io.WriteString(w, head); err != nil {
 			return err
 		}
-		for i, smp := range folder.Samples {
-			line := csvField(smp.Path) + "," + csvField(smp.Class) + "," + csvField(labels[t.Pred[i]]) + "," + report.FormatFloat(float64(scores[i])) + "\n"
-			if _, err := io.WriteString(w, line); err != nil {
+		var line []byte
+		for i, smp := range samples {
+			line = append(line[:0], csvField(smp.Path)...)
+			if b := smp.Box; b != nil {
+				for _, v := range [4]float64{b.Xmin, b.Ymin, b.Xmax, b.Ymax} {
+					line = report.AppendFloat(append(line, ','), v)
+				}
+			}
+			line = append(append(append(append(line, ','), csvField(smp.Class)...), ','), csvField(labels[t.Pred[i]])...)
+			line = append(report.AppendFloat(append(line, ','), float64(scores[i])), '\n')
+			if _, err := w.Write(line); err != nil {
 				return err
 			}
 		}
@@ -399,21 +530,24 @@ func writeCropOutputs(cfg EvalCropsConfig, rep evalCropsReport, folder *dataset.
 	}
 	set = append(set, s)
 	if cfg.HTML {
-		page := htmlreport.Crops{Title: "canopy eval-crops: " + cfg.Folder, Labels: labels, Confusion: t.Confusion,
-			Run: [][2]string{{"crop model", fmt.Sprint(rep.CropModel["path"])}, {"sha256", fmt.Sprint(rep.CropModel["sha256"])},
-				{"crops", strconv.Itoa(rep.Crops)}, {"ranks", strconv.Itoa(rep.Ranks)}, {"loss batch size", strconv.Itoa(rep.LossBatch)},
+		page := htmlreport.Crops{Title: "canopy eval-crops: " + cfg.Folder + cfg.CSV, Labels: labels, Confusion: t.Confusion,
+			Run: [][2]string{{"crop model", cfg.CropModel}, {"crops", strconv.Itoa(rep.Crops)}, {"ranks", strconv.Itoa(rep.Ranks)}, {"loss batch size", strconv.Itoa(rep.LossBatch)},
 				{"command", strings.Join(rep.Command, " ")}}}
 		for _, v := range cropValues(t, labels) {
 			page.Metrics = append(page.Metrics, [2]string{v.Key, formatValue(v)})
 		}
-		for i, smp := range folder.Samples {
+		for i, smp := range samples {
 			if lt := labels[t.Pred[i]]; lt != smp.Class {
 				if page.WrongTotal++; len(page.Wrong) < htmlreport.MaxWrong {
-					page.Wrong = append(page.Wrong, [4]string{smp.Path, smp.Class, lt, report.FormatFloat(float64(scores[i]))})
+					name := smp.Path
+					if b := smp.Box; b != nil {
+						name = fmt.Sprintf("%s (%v, %v, %v, %v)", smp.Path, b.Xmin, b.Ymin, b.Xmax, b.Ymax)
+					}
+					page.Wrong = append(page.Wrong, [4]string{name, smp.Class, lt, report.FormatFloat(float64(scores[i]))})
 				}
 			}
 		}
-		if n := len(folder.Dropped); n > 0 {
+		if n := rep.Input.Dropped; n > 0 {
 			page.Notes = append(page.Notes, fmt.Sprintf("%d images in sub-folders that name no class were left out, as DeepForest's FixedClassImageFolder leaves them out.", n))
 		}
 		s, err := stage(cfg.Out, "report.html", func(w io.Writer) error { return htmlreport.WriteCrops(w, page) })

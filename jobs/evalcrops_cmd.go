@@ -18,7 +18,7 @@ func evalCropsCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) 
 	return &cli.Command{
 		Name:      "eval-crops",
 		Usage:     "validate a crop model (DeepForest's CropModel) on a folder of class sub-folders, on every rank",
-		ArgsUsage: "FOLDER",
+		ArgsUsage: "FOLDER | --csv annotations.csv",
 		Description: "FOLDER is what DeepForest's CropModel.load_from_disk takes as its val_dir: one sub-folder per class\n" +
 			"(torchvision's ImageFolder: classes in name order; each class's tree walked, symlinks followed, folders\n" +
 			"in sorted order of their paths, files in name order; .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp in\n" +
@@ -28,23 +28,32 @@ func evalCropsCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) 
 			"table (val_loss, Class Accuracy_<label>, Micro-Average Accuracy, Micro-Average Precision, Macro-Average\n" +
 			"Precision: torchmetrics' and Lightning's arithmetic, the same bits for any rank count); rank 0 writes\n" +
 			"OUT/crops.csv (path,label,predicted_label,score), OUT/report.json (the table, the confusion matrix, the\n" +
-			"crop model) and OUT/report.html (the confusion matrix).\n\n" + ExitTable,
+			"crop model) and OUT/report.html (the confusion matrix).\n\n" +
+			"With --csv instead of FOLDER, the crops are the truth boxes of an annotation CSV (image_path, xmin, ymin,\n" +
+			"xmax, ymax, label; images under --root-dir), cut from their images as DeepForest's BoundingBoxDataset\n" +
+			"cuts them (cropmodel.expand pixels of context), in the CSV's order; 0,0,0,0 rows and boxes of zero width\n" +
+			"or height are left out (counted in report.json).\n\n" + ExitTable,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "crop-model", Usage: "the crop model: a Lightning checkpoint (.ckpt, labels from its label_dict), a hub folder (config.json + model.safetensors) or a torch.save state dict (.pt, labels from --crop-label-dict)"},
 			&cli.StringFlag{Name: "crop-label-dict", Usage: "label,id CSV naming the crop model's classes, for a file that holds none"},
+			&cli.StringFlag{Name: "csv", Usage: "instead of FOLDER: an annotation CSV whose truth boxes are the crops (their labels the classes)"},
+			&cli.StringFlag{Name: "root-dir", Usage: "folder the CSV's image_path values are relative to (default: the CSV's folder)"},
 			&cli.StringFlag{Name: "out", Value: "canopy-eval-crops", Usage: "output folder; refused if it holds a previous run unless --force"},
 			&cli.BoolFlag{Name: "force", Usage: "replace the previous run in --out (set aside until the new outputs are written, put back if the run fails before that)"},
-			&cli.IntFlag{Name: "loss-batch-size", Value: 4, Usage: "DeepForest's cropmodel.batch_size: val_loss is Lightning's mean over batches of this many crops (each batch's mean weighted by its size), so it decides val_loss's last bits; the other metrics do not depend on it"},
+			&cli.IntFlag{Name: "loss-batch-size", Usage: "DeepForest's cropmodel.batch_size (default: the crop model's stored config's, else DeepForest's 4): val_loss is Lightning's mean over batches of this many crops (each batch's mean weighted by its size), so it decides val_loss's last bits; the other metrics do not depend on it"},
 			&cli.IntFlag{Name: "threads", Usage: "compute threads per rank (default: the cores this rank may use)"},
 			&cli.Int64Flag{Name: "max-image-pixels", Value: 178956970, Usage: "refuse an image of more pixels (PIL's decompression-bomb limit; 0: no limit)"},
 			&cli.BoolFlag{Name: "allow-outside-root", Usage: "follow symlinks that lead out of FOLDER (default: such a link is an input error)"},
 			&cli.BoolFlag{Name: "html", Value: true, Usage: "rank 0 writes OUT/report.html: the table, the confusion matrix, the misclassified crops; --html=false turns it off"},
 		}, shardJobFlags("longest wait for every rank to reach a collective, then exit 5 (0 disables)")...),
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return usageError(errors.New("eval-crops: give one FOLDER of class sub-folders"))
+			if (c.NArg() == 1) == (c.String("csv") != "") || c.NArg() > 1 {
+				return usageError(errors.New("eval-crops: give one FOLDER of class sub-folders, or --csv"))
 			}
-			cfg := EvalCropsConfig{Folder: c.Args().First(), Out: c.String("out"), Force: c.Bool("force"),
+			if c.String("root-dir") != "" && c.String("csv") == "" {
+				return usageError(errors.New("eval-crops: --root-dir goes with --csv"))
+			}
+			cfg := EvalCropsConfig{Folder: c.Args().First(), CSV: c.String("csv"), RootDir: c.String("root-dir"), Out: c.String("out"), Force: c.Bool("force"),
 				CropModel: c.String("crop-model"), CropLabelDict: c.String("crop-label-dict"), LossBatch: c.Int("loss-batch-size"),
 				Threads: c.Int("threads"), MaxImagePixels: c.Int64("max-image-pixels"), AllowOutsideRoot: c.Bool("allow-outside-root"),
 				HTML: c.Bool("html"), Command: os.Args, Stdout: stdout}
@@ -55,7 +64,7 @@ func evalCropsCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) 
 			switch {
 			case cfg.CropModel == "":
 				return usageError(errors.New("eval-crops: --crop-model is required"))
-			case cfg.LossBatch < 1:
+			case c.IsSet("loss-batch-size") && cfg.LossBatch < 1:
 				return usageError(fmt.Errorf("eval-crops: --loss-batch-size %d must be at least 1", cfg.LossBatch))
 			case cfg.Threads < 0:
 				return usageError(fmt.Errorf("eval-crops: --threads %d", cfg.Threads))

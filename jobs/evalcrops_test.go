@@ -6,9 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	"image/draw"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +20,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
@@ -27,11 +32,15 @@ const cropTestFolder = "testdata/cropfolder/val"
 // fakeCrops is a stand-in crop model: each crop's logits are a fixed
 // float32 function of its mean colour and size, so the job's plumbing
 // (listing, shards, gather, table, outputs) is tested without a network.
-type fakeCrops struct{ labels []string }
+type fakeCrops struct {
+	labels []string
+	batch  int // its stored cropmodel.batch_size
+}
 
-func (f fakeCrops) Labels() []string     { return f.labels }
-func (f fakeCrops) SHA256() string       { return "fake" }
-func (f fakeCrops) Info() map[string]any { return map[string]any{"path": "fake", "sha256": "fake"} }
+func (f fakeCrops) Labels() []string { return f.labels }
+func (f fakeCrops) Info() any        { return map[string]any{"path": "fake"} }
+func (f fakeCrops) Expand() int      { return 0 }
+func (f fakeCrops) BatchSize() int   { return f.batch }
 func (f fakeCrops) Classify(_ context.Context, crops []imagefile.Image) ([][]float32, []float32, error) {
 	var logits [][]float32
 	var scores []float32
@@ -61,9 +70,9 @@ func (f fakeCrops) Classify(_ context.Context, crops []imagefile.Image) ([][]flo
 func useFakeCrops(t *testing.T) {
 	t.Helper()
 	prev := loadCropModel
-	loadCropModel = func(path, _ string, _ int) (cropClassifier, error) {
+	loadCropModel = func(c mpi.Comm, path, _ string, _ int) (cropClassifier, error) {
 		if path == "bad" {
-			return nil, errors.New("not a crop model: " + infer.ErrModel.Error())
+			return nil, agreeErr(c, ExitModel, errors.New("not a crop model: "+infer.ErrModel.Error()))
 		}
 		return fakeCrops{labels: []string{"Abies", "Picea", "Pinus", "Tsuga"}}, nil
 	}
@@ -191,6 +200,58 @@ func TestEvalCropsPage(t *testing.T) {
 	}
 }
 
+// TestEvalCropsLossBatch: val_loss's batches are --loss-batch-size, else
+// the crop model's stored cropmodel.batch_size, else DeepForest's 4; the
+// report says which, and val_loss is ComputeCropTable's at that size.
+func TestEvalCropsLossBatch(t *testing.T) {
+	labels := []string{"Abies", "Picea", "Pinus", "Tsuga"}
+	for _, c := range []struct {
+		flag, stored, want int
+		from               string
+	}{{0, 0, 4, "DeepForest's default"}, {0, 1, 1, "crop model cropmodel.batch_size"}, {7, 1, 7, "--loss-batch-size"}} {
+		prev := loadCropModel
+		loadCropModel = func(mpi.Comm, string, string, int) (cropClassifier, error) {
+			return fakeCrops{labels: labels, batch: c.stored}, nil
+		}
+		out := t.TempDir()
+		cfg := EvalCropsConfig{Folder: cropTestFolder, Out: out, CropModel: "m", BatchSize: 4, LossBatch: c.flag}
+		errs := runEvalCrops(t, 1, cfg)
+		loadCropModel = prev
+		if errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		var rep struct {
+			Metrics       map[string]float64
+			LossBatch     int    `json:"loss_batch_size"`
+			LossBatchFrom string `json:"loss_batch_size_from"`
+		}
+		b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		csv, _ := os.ReadFile(filepath.Join(out, cropsFile))
+		var logits []float32
+		var targets []int32
+		for _, line := range strings.Split(strings.TrimSpace(string(csv)), "\n")[1:] {
+			p := strings.Split(line, ",")
+			im, err := imagefile.Read(filepath.Join(cropTestFolder, p[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, _, _ := fakeCrops{labels: labels}.Classify(context.Background(), []imagefile.Image{im})
+			logits = append(logits, l[0]...)
+			targets = append(targets, int32(slices.Index(labels, p[1])))
+		}
+		tab, err := metrics.ComputeCropTable(logits, 4, targets, c.want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.LossBatch != c.want || rep.LossBatchFrom != c.from || rep.Metrics["val_loss"] != float64(tab.ValLoss) {
+			t.Errorf("%+v: loss batch %d from %q, val_loss %v; want %d from %q, %v", c, rep.LossBatch, rep.LossBatchFrom, rep.Metrics["val_loss"], c.want, c.from, tab.ValLoss)
+		}
+	}
+}
+
 // TestEvalCropsBadInput: bad folders and models end with their exit code
 // and a message naming the cause, never a hang (a FIFO named .png is
 // never opened).
@@ -261,5 +322,96 @@ func TestEvalCropsBadInput(t *testing.T) {
 				t.Errorf("exit %d, %q; want %d with %q", code, msg, c.code, c.msg)
 			}
 		})
+	}
+}
+
+// TestEvalCropsCSV: --csv cuts each truth box from its image. The
+// folder's crops pasted into two canvases, with a CSV whose boxes are
+// exactly the pasted rectangles (in the folder's order), give the folder's
+// table and scores; a 0,0,0,0 row and a box of zero width are left out
+// (counted), a label the model does not know is exit 3.
+func TestEvalCropsCSV(t *testing.T) {
+	useFakeCrops(t)
+	f, err := dataset.ReadImageFolder(cropTestFolder, func(s string) bool { return s != "b" && s != "x" && s != "x-y" && s != "z" }, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var rows strings.Builder
+	rows.WriteString("image_path,xmin,ymin,xmax,ymax,label\n")
+	canvases := [2]*image.NRGBA{image.NewNRGBA(image.Rect(0, 0, 700, 700)), image.NewNRGBA(image.Rect(0, 0, 700, 700))}
+	x, y, rowH, k := 3, 5, 0, 0
+	for i, s := range f.Samples {
+		if i == len(f.Samples)/2 {
+			k, x, y, rowH = 1, 3, 5, 0
+		}
+		fh, err := os.Open(filepath.Join(cropTestFolder, s.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		im, err := png.Decode(fh)
+		fh.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, h := im.Bounds().Dx(), im.Bounds().Dy()
+		if x+w > 700 {
+			x, y, rowH = 3, y+rowH+2, 0
+		}
+		draw.Draw(canvases[k], image.Rect(x, y, x+w, y+h), im, image.Point{}, draw.Src)
+		fmt.Fprintf(&rows, "c%d.png,%d,%d,%d,%d,%s\n", k, x, y, x+w, y+h, s.Class)
+		if i == 2 {
+			fmt.Fprintf(&rows, "c%d.png,10,10,10,30,Abies\n", k) // zero width: dropped
+		}
+		x, rowH = x+w+2, max(rowH, h)
+	}
+	rows.WriteString("empty.png,0,0,0,0,Abies\n")
+	for k, c := range canvases {
+		g, _ := os.Create(filepath.Join(dir, fmt.Sprintf("c%d.png", k)))
+		png.Encode(g, c)
+		g.Close()
+	}
+	os.WriteFile(filepath.Join(dir, "truth.csv"), []byte(rows.String()), 0o644)
+
+	run := func(cfg EvalCropsConfig) (map[string]any, []byte) {
+		t.Helper()
+		for r, err := range runEvalCrops(t, 2, cfg) {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		var rep map[string]any
+		b, _ := os.ReadFile(filepath.Join(cfg.Out, "report.json"))
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		csv, _ := os.ReadFile(filepath.Join(cfg.Out, cropsFile))
+		return rep, csv
+	}
+	fold, fcsv := run(EvalCropsConfig{Folder: cropTestFolder, Out: filepath.Join(dir, "f"), CropModel: "m", BatchSize: 4, LossBatch: 4})
+	csvRep, ccsv := run(EvalCropsConfig{CSV: filepath.Join(dir, "truth.csv"), Out: filepath.Join(dir, "c"), CropModel: "m", BatchSize: 3, LossBatch: 4})
+	if fmt.Sprint(fold["metrics"]) != fmt.Sprint(csvRep["metrics"]) {
+		t.Errorf("--csv metrics %v, the folder's %v", csvRep["metrics"], fold["metrics"])
+	}
+	in := csvRep["input"].(map[string]any)
+	if in["dropped_zero_size"] != 1.0 || in["images"] != 3.0 || csvRep["crops"] != float64(len(f.Samples)) {
+		t.Errorf("--csv input %v, crops %v", in, csvRep["crops"])
+	}
+	score := func(csv []byte) []string {
+		var out []string
+		for _, l := range strings.Split(strings.TrimSpace(string(csv)), "\n")[1:] {
+			p := strings.Split(l, ",")
+			out = append(out, strings.Join(p[len(p)-3:], ","))
+		}
+		return out
+	}
+	if a, b := score(fcsv), score(ccsv); strings.Join(a, ";") != strings.Join(b, ";") {
+		t.Errorf("--csv crops.csv labels and scores differ from the folder's:\n%v\n%v", b, a)
+	}
+	bad := strings.Replace(rows.String(), ",Pinus\n", ",Quercus\n", 1)
+	os.WriteFile(filepath.Join(dir, "bad.csv"), []byte(bad), 0o644)
+	code, msg := cliRun(t, "eval-crops", "--csv", filepath.Join(dir, "bad.csv"), "--crop-model", "m", "--out", filepath.Join(dir, "b"))
+	if code != ExitInput || !strings.Contains(msg, `label "Quercus" is not a class of the crop model`) {
+		t.Errorf("unknown label: exit %d, %q", code, msg)
 	}
 }

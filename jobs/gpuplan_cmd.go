@@ -13,6 +13,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/urfave/cli/v2"
@@ -118,7 +119,7 @@ func gpuPlan(cfg gpuPlanConfig, stdout io.Writer) error {
 		return &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: gpu-plan: %w", err)}
 	}
 	defer dev.Close()
-	r, err := retinanet.NewGPURunnerWith(m, dev, retinanet.GPUOptions{Precision: cfg.Precision, CUDNN: lib, Timing: true, Repeat: cfg.Repeat})
+	r, err := retinanet.NewGPURunnerWith(m, dev, gpu.Options{Precision: cfg.Precision, CUDNN: lib, Timing: true, Repeat: cfg.Repeat})
 	if err != nil {
 		return &Error{Code: ExitMPI, Err: err}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/crop"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
@@ -122,7 +123,7 @@ type modelInfo struct {
 	LossBatchNorm string `json:"loss_batchnorm,omitempty"`
 	// CUDNN is the cuDNN path's record (fp32, tf32, bf16): the library,
 	// the plan (sha256 or "heuristic"), each layer's engine.
-	CUDNN *retinanet.CUDNNReport `json:"cudnn,omitempty"`
+	CUDNN *gpu.CUDNNReport `json:"cudnn,omitempty"`
 	// Batching is the global batching of the cuDNN path.
 	Batching *batching `json:"batching,omitempty"`
 	// Detector is rank 0's detector name (backend, precision, arch, GPU).

@@ -212,6 +212,7 @@ func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 	if err != nil {
 		return fail(Code(err), err)
 	}
+	res.Aside = out.aside
 	rb, err := json.Marshal(rasters)
 	rj, _ := json.Marshal(res)
 	if err != nil {
@@ -344,6 +345,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	run := &tileRun{c: c, cfg: cfg, ix: ix, rasters: rasters, labels: labels, crops: crops, model: model, global: model.globalBatching(), out: out, stats: &stats,
 		left: make([]int, len(rasters)), finished: make([]bool, len(rasters)), held: map[int]*heldRaster{}, resumed: map[int]bool{}, slow: slowWindowForTest()}
+	run.aside = res.Aside
 	if err := run.resume(res, f[7]); err != nil {
 		return err
 	}

@@ -144,8 +144,8 @@ func TestTileLabelDict(t *testing.T) {
 		want string
 	}{
 		{[]string{"predict", "--raster", pngFile, "--tile", "--model", pt}, "holds no labels"},
-		{[]string{"predict", "--raster", pngFile, "--tile", "--model", demoModelDir, "--label-dict", wrong}, "disagrees with the model's label_dict"},
-		{[]string{"eval", "--csv", truth, "--tile", "--model", demoModelDir, "--label-dict", wrong, "--html=false"}, "disagrees with the model's label_dict"},
+		{[]string{"predict", "--raster", pngFile, "--tile", "--model", demoModelDir, "--label-dict", wrong}, "contradicts the model's own label_dict"},
+		{[]string{"eval", "--csv", truth, "--tile", "--model", demoModelDir, "--label-dict", wrong, "--html=false"}, "contradicts the model's own label_dict"},
 	} {
 		codes, _, stderr := runMain(3, append(c.args, "--out", filepath.Join(t.TempDir(), "o"), "--threads", "1")...)
 		for r, code := range codes {

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gdal"
@@ -34,27 +36,38 @@ import (
 const rastersDir = "rasters"
 
 // rasterNames are the rasters' output names: the file name without its
-// extension; a name already taken (compared without case, as a
-// case-insensitive filesystem would) by an earlier raster of the list gets
-// "-2", "-3", … (the first free), so names follow the input order; a name
-// that is empty or starts with "." is prefixed "raster".
+// extension, its characters that a terminal would act on (controls,
+// bidirectional overrides, bytes that are not UTF-8) as '_', at most
+// maxNameBytes bytes (the staging names add ".…tmp…" to it, under the
+// 255 bytes of a file name); a name that is empty or starts with "." is
+// prefixed "raster"; a name already taken (compared without case, as a
+// case-insensitive filesystem would) by another raster of the list gets
+// "-2", "-3", … (box.UniqueNames), so names follow the input order and a
+// resumed run finds its files again.
 func rasterNames(paths []string) []string {
-	taken := map[string]bool{}
-	out := make([]string, len(paths))
-	for i, p := range paths {
-		base := filepath.Base(p)
-		base = strings.TrimSuffix(base, filepath.Ext(base))
-		if base == "" || strings.HasPrefix(base, ".") {
-			base = "raster" + base
+	return box.UniqueNames(paths, rasterName, "-")
+}
+
+// maxNameBytes bounds a raster's output name.
+const maxNameBytes = 200
+
+func rasterName(p string) string {
+	base := filepath.Base(p)
+	base = strings.TrimSuffix(base, filepath.Ext(base))
+	base = strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return '_'
 		}
-		name := base
-		for k := 2; taken[strings.ToLower(name)]; k++ {
-			name = base + "-" + strconv.Itoa(k)
-		}
-		taken[strings.ToLower(name)] = true
-		out[i] = name
+		return r
+	}, strings.ToValidUTF8(base, "\uFFFD"))
+	for len(base) > maxNameBytes {
+		_, n := utf8.DecodeLastRuneInString(base)
+		base = base[:len(base)-n]
 	}
-	return out
+	if base == "" || strings.HasPrefix(base, ".") {
+		base = "raster" + base
+	}
+	return base
 }
 
 // heldRaster is what a raster's owner holds until the raster is merged:

@@ -166,6 +166,9 @@ type tileResume struct {
 	Windows, Dropped int
 	// Notes: what rank 0 found and recomputes (an output removed by hand).
 	Notes []string `json:"notes,omitempty"`
+	// Aside: a --force run set a previous run aside (it comes back if this
+	// run stops before it commits).
+	Aside bool `json:"aside,omitempty"`
 }
 
 // rasterDone is a raster's done record, OUT/parts/rasters/<index>.json,

@@ -360,3 +360,35 @@ func TestTileSkipEmpty(t *testing.T) {
 		sameOutputs(t, "--skip-empty at 3 ranks", got, want)
 	}
 }
+
+// TestTileForceStopBeforeCommit: a --force tile run over a previous run,
+// stopped before its first round is saved, exits 1 saying the previous
+// run comes back (a resume could not continue it: exit 8 would be false),
+// and the next start puts the previous run back byte for byte; the same
+// stop of a --force run into a fresh folder is resumable (exit 8).
+func TestTileForceStopBeforeCommit(t *testing.T) {
+	_, tif := tileRasterFile(t, 380, 300, 5)
+	out := t.TempDir()
+	cfg := tileCfg(out, tif)
+	cfg.BatchSize = 1 // 2 windows, 2 batches: the stop comes between them
+	if codes, msg := runTileCodes(t, 1, cfg, ""); codes[0] != 0 {
+		t.Fatalf("previous run: %v\n%s", codes, msg)
+	}
+	before := tileOutputs(t, out)
+	cfg.Force = true
+	if codes, msg := runTileCodes(t, 1, cfg, "0:1"); codes[0] != ExitInternal || !strings.Contains(msg, "comes back at the next start") {
+		t.Fatalf("--force stopped before its first round: exit %v, want %d:\n%s", codes, ExitInternal, msg)
+	}
+	o, err := openOut(out) // the next start
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.finish(nil)
+	sameOutputs(t, "the previous run after the next start", tileOutputs(t, out), before)
+
+	fresh := tileCfg(t.TempDir(), tif)
+	fresh.Force, fresh.BatchSize = true, 1
+	if codes, msg := runTileCodes(t, 1, fresh, "0:1"); codes[0] != ExitResumable || !strings.Contains(msg, "--resume") {
+		t.Fatalf("--force into a fresh folder, stopped: exit %v, want %d:\n%s", codes, ExitResumable, msg)
+	}
+}

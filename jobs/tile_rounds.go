@@ -139,11 +139,17 @@ func (s *rasterSet) closeRaster(r int) {
 	}
 }
 
-// opened is the number of rasters open now.
-func (s *rasterSet) opened() int {
+// closeDone closes the open rasters done says this rank has read for
+// the last time.
+func (s *rasterSet) closeDone(done func(r int) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.open)
+	for r, ras := range s.open {
+		if done(r) {
+			ras.Close()
+			delete(s.open, r)
+		}
+	}
 }
 
 func (s *rasterSet) close() {
@@ -169,6 +175,7 @@ type tileRun struct {
 	rs      *rasterSet
 	pw      *parts.Writer
 	out     *outRun // rank 0
+	aside   bool    // a --force run set a previous run aside (every rank knows)
 	stats   *rankStats
 	round   int           // windows per round
 	slow    time.Duration // a test's delay per window (slowWindowForTest)
@@ -272,6 +279,13 @@ func (t *tileRun) share(round []int) ([]int, error) {
 // first and the empty ones get no detections without the model.
 func (t *tileRun) detectWindows(ctx context.Context, shard []int) ([]wire.Image, error) {
 	batch := batchOrOne(t.cfg.BatchSize)
+	if len(shard) > 0 {
+		// A rank takes its windows in increasing order, round after
+		// round: a raster that ends before this shard is never read
+		// again by it, so its dataset (and its cached blocks) go now.
+		first := shard[0]
+		t.rs.closeDone(func(r int) bool { return t.ix.offset[r+1] <= first })
+	}
 	if !t.cfg.SkipEmpty {
 		return t.detectInputs(ctx, shard, t.input)
 	}
@@ -458,7 +472,7 @@ func (t *tileRun) stopped(derr error) error {
 	if cerr != nil {
 		return localErr(ExitInternal, "jobs: %s --tile: interrupted by a signal, and this rank's part file could not be saved: %w", cmd, cerr)
 	}
-	if t.rounds == 0 && t.cfg.Force && !t.cfg.Resume {
+	if t.rounds == 0 && t.aside {
 		return localErr(ExitInternal, "jobs: %s --tile --force: interrupted by a signal before the first round was saved: the previous run in %s comes back at the next start; run again with --force", cmd, t.cfg.Out)
 	}
 	return localErr(ExitResumable, "jobs: %s --tile: interrupted by a signal; the finished rasters and the detected windows are saved in %s: run the same command with --resume to continue (any rank count)", cmd, t.cfg.Out)

@@ -119,16 +119,9 @@ run() {
 	load0=$(cut -d' ' -f1 /proc/loadavg)
 	local t0
 	t0=$(date +%s.%N)
-	( # the first raster's outputs
-		while [ -z "$(ls "$out"/rasters/*.csv 2>/dev/null | head -1)" ] && [ ! -f "$t/done" ]; do sleep 0.1; done
-		date +%s.%N >"$t/first"
-	) &
-	local watcher=$!
 	local rc=0
 	env "${envs[@]}" scripts/mpirun.sh -np 2 sh -c 'exec /usr/bin/time -o "$0/rank-${OMPI_COMM_WORLD_RANK:-0}" -f "%M %e %U %S" "$@"' "$t" \
 		"$bin" predict --tile --csv "$list" --out "$out" "${FLAGS[@]}" "$@" >"$t/stdout" 2>"$t/stderr" || rc=$?
-	touch "$t/done"
-	wait "$watcher" || true
 	local t1
 	t1=$(date +%s.%N)
 	load1=$(cut -d' ' -f1 /proc/loadavg)
@@ -143,9 +136,11 @@ for f in sorted(glob.glob(os.path.join(t, "rank-*"))):
         if len(p) == 4 and p[0].isdigit():
             rss.append(int(p[0]) / 1024)
             cpu += float(p[2]) + float(p[3])
-first = None
-if os.path.exists(os.path.join(t, "first")) and os.path.exists(os.path.join(out, "rasters")):
-    first = float(open(os.path.join(t, "first")).read()) - t0
+first = None  # the first raster's outputs: the oldest rasters/*.csv of this run
+csvs = [os.path.getmtime(f) for f in glob.glob(os.path.join(out, "rasters", "*.csv"))]
+csvs = [m for m in csvs if m >= t0]
+if csvs:
+    first = min(csvs) - t0
 wins = None
 try:
     rep = json.load(open(os.path.join(out, "report.json")))
@@ -184,7 +179,8 @@ for r in $RUNS; do
 	balance-dealt) FLAGS=(--model "$MODEL" --patch-size 400 --patch-overlap 0.05 --threads 1 --batch-size 1 --skip-empty)
 		run balance-dealt "$BIN" "$W/balance/list.csv" "$W/out-balance-dealt" -- --force ;;
 	stop-resume)
-		run stop-100 "$BIN" "$W/set/100.csv" "$W/out-stop" CANOPY_TEST_INTERRUPT=0:25 -- --force
+		rm -rf "$W/out-stop"
+		run stop-100 "$BIN" "$W/set/100.csv" "$W/out-stop" CANOPY_TEST_INTERRUPT=0:25 --
 		run resume-100 "$BIN" "$W/set/100.csv" "$W/out-stop" -- --resume
 		;;
 	esac

@@ -13,6 +13,9 @@ import (
 // config, a few kB).
 const MaxConfigBytes = 1 << 20
 
+// MaxBatchSize bounds cropmodel.batch_size.
+const MaxBatchSize = 1 << 20
+
 // MaxClasses bounds a crop model's class count (the hub's species model
 // has 148).
 const MaxClasses = 100000
@@ -25,7 +28,10 @@ type Settings struct {
 	LabelDict    map[string]int // nil when the config has none
 	Transform    Transform
 	Architecture string // "" when not stated
-	Set          []string
+	// BatchSize is cropmodel.batch_size (0 when not stated): the batches
+	// of DeepForest's val_dataloader, which its val_loss averages.
+	BatchSize int
+	Set       []string
 }
 
 // DefaultSettings are DeepForest 2.1.0's (no labels).
@@ -126,6 +132,13 @@ func (s *Settings) apply(cm map[string]json.RawMessage, where string) error {
 			}
 			s.Transform.Normalize = on
 			s.Set = append(s.Set, fmt.Sprintf("normalize=%v", on))
+		case "batch_size":
+			x, err := json.Number(strings.TrimSpace(string(v))).Int64()
+			if err != nil || x < 1 || x > MaxBatchSize {
+				return bad(fmt.Sprintf("an integer 1..%d", MaxBatchSize))
+			}
+			s.BatchSize = int(x)
+			s.Set = append(s.Set, fmt.Sprintf("batch_size=%d", x))
 		case "resize_interpolation":
 			var m string
 			if strictJSON(v, &m) != nil || m != "bilinear" {

@@ -24,6 +24,9 @@ func TestParseConfigDeepForest(t *testing.T) {
 	if s.Transform != DefaultTransform() {
 		t.Errorf("transform %+v, want the default %+v", s.Transform, DefaultTransform())
 	}
+	if s.BatchSize != 4 {
+		t.Errorf("batch_size %d, want DeepForest's 4", s.BatchSize)
+	}
 }
 
 func TestParseConfigRules(t *testing.T) {
@@ -39,6 +42,7 @@ func TestParseConfigRules(t *testing.T) {
 		{`{"cropmodel": {"normalize": false, "architecture": "resnet18", "resize_interpolation": "bilinear"}}`, func(s Settings) bool {
 			return !s.Transform.Normalize && s.Architecture == "resnet18"
 		}},
+		{`{"cropmodel": {"batch_size": 16}}`, func(s Settings) bool { return s.BatchSize == 16 }},
 		{`{"cropmodel": {"label_dict": {"b": 1, "a": 0}, "lr": "x"}}`, func(s Settings) bool {
 			return strings.Join(Names(s.LabelDict), ",") == "a,b"
 		}},
@@ -57,6 +61,8 @@ func TestParseConfigRules(t *testing.T) {
 		`{"cropmodel": {"resize": [224, 100000]}}`:           "resize",
 		`{"cropmodel": {"expand": -1}}`:                      "expand",
 		`{"cropmodel": {"expand": 1.5}}`:                     "expand",
+		`{"cropmodel": {"batch_size": 0}}`:                   "batch_size",
+		`{"cropmodel": {"batch_size": "4"}}`:                 "batch_size",
 		`{"cropmodel": {"architecture": "vit"}}`:             "architecture",
 		`{"cropmodel": {"normalize": {"mean": [0, 0, 0]}}}`:  "normalize",
 		`{"cropmodel": {"resize_interpolation": "nearest"}}`: "resize_interpolation",

@@ -48,6 +48,9 @@ type Model struct {
 	Transform Transform
 	// Set lists the config keys that were given (for the report).
 	Set []string
+	// BatchSize is the stored config's cropmodel.batch_size (0: not
+	// stated): eval-crops averages val_loss over batches of it.
+	BatchSize int
 	// DTypes counts the weight tensors by stored dtype.
 	DTypes map[string]int
 
@@ -97,7 +100,7 @@ func load(path string, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("crop: %s: the classifier has %d classes (fc.weight), but its labels (%s) name %d: %s",
 			path, net.Classes, from, len(ld), labelString(ld))
 	}
-	return &Model{Path: path, SHA256: s.digest, Form: s.form, LabelsFrom: from, Transform: s.settings.Transform,
+	return &Model{Path: path, SHA256: s.digest, Form: s.form, LabelsFrom: from, Transform: s.settings.Transform, BatchSize: s.settings.BatchSize,
 		Set: s.settings.Set, DTypes: s.dtypes, labels: Names(ld), net: net}, nil
 }
 

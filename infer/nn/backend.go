@@ -9,7 +9,7 @@ package nn
 
 // Backend is what a network needs from a compute engine, over its
 // tensor type T: the CPU engine (infer/cpu's Fmap) and the GPU engine
-// (dmap, a batch on a cuda.Device) run the same networks (resnet.Features,
+// (infer/gpu's Map, a batch on a cuda.Device) run the same networks (resnet.Features,
 // RetinaNet's FPN and heads).
 type Backend[T any] interface {
 	// Conv computes relu?(conv(x) + b [+ res]).

@@ -7,223 +7,9 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/infer/nn"
 )
-
-// dmap is a batch of feature maps on a cuda.Device: [n, c, h, w] float32,
-// or on the cuDNN path (gpucudnn.go) [n, h, w, c] (nhwc), in BF16 (half).
-type dmap struct {
-	n, c, h, w int
-	p          cuda.Ptr
-	nhwc, half bool
-}
-
-func (d dmap) size() int { return d.n * d.c * d.h * d.w }
-
-// words is the allocation's size in float32 words.
-func (d dmap) words() int {
-	if d.half {
-		return (d.size() + 1) / 2
-	}
-	return d.size()
-}
-
-// gpuEngine runs the network on a cuda.Device: every layer is one kernel
-// launch over the whole batch, queued in order; only the head outputs (and,
-// when tracing, the pyramid levels) come back to the host, where the
-// postprocessing is the CPU engine's, line for line. Launch errors are
-// sticky (err): the forward runs to its end and the caller checks once.
-type gpuEngine struct {
-	dev   cuda.Device
-	prec  cuda.Precision
-	wts   map[*nn.Conv][2]cuda.Ptr // weights and bias, uploaded on first use
-	free  map[int][]cuda.Ptr       // dead buffers by float count
-	shape [3]int                   // the batch shape the free list was filled for
-	// During a graph capture (gpugraph.go): owned collects every new
-	// allocation, and put leaves the buffers in keep alone.
-	owned *[]cuda.Ptr
-	keep  map[cuda.Ptr]bool
-	err   error
-	times *nn.Times
-	dnn   *dnn // the cuDNN path (fp32, tf32, bf16); nil for canopy's kernels
-}
-
-var _ nn.Backend[dmap] = (*gpuEngine)(nil)
-
-func newGPUEngine(dev cuda.Device, p cuda.Precision) *gpuEngine {
-	return &gpuEngine{dev: dev, prec: p, wts: map[*nn.Conv][2]cuda.Ptr{}, free: map[int][]cuda.Ptr{}}
-}
-
-func (g *gpuEngine) fail(err error) {
-	if err != nil && g.err == nil {
-		g.err = err
-	}
-}
-
-func (g *gpuEngine) alloc(n, c, h, w int) dmap {
-	return g.allocMap(dmap{n: n, c: c, h: h, w: w})
-}
-
-// allocAs allocates an NHWC map of the cuDNN path, BF16 when half.
-func (g *gpuEngine) allocAs(n, c, h, w int, half bool) dmap {
-	return g.allocMap(dmap{n: n, c: c, h: h, w: w, nhwc: true, half: half})
-}
-
-func (g *gpuEngine) allocMap(d dmap) dmap {
-	sz := d.words()
-	if l := g.free[sz]; len(l) > 0 {
-		d.p = l[len(l)-1]
-		g.free[sz] = l[:len(l)-1]
-		return d
-	}
-	p, err := g.dev.Alloc(sz)
-	g.fail(err)
-	d.p = p
-	if err == nil && g.owned != nil {
-		*g.owned = append(*g.owned, p)
-	}
-	return d
-}
-
-func (g *gpuEngine) Put(xs ...dmap) {
-	for _, x := range xs {
-		if x.p != 0 && !g.keep[x.p] {
-			g.free[x.words()] = append(g.free[x.words()], x.p)
-		}
-	}
-}
-
-// reuseFor frees the cached buffers when the batch shape changes, so a run
-// of mixed sizes does not hold buffers of every size.
-func (g *gpuEngine) reuseFor(n, h, w int) {
-	if g.shape == [3]int{n, h, w} {
-		return
-	}
-	g.shape = [3]int{n, h, w}
-	g.release()
-}
-
-func (g *gpuEngine) release() {
-	g.fail(g.dev.Sync())
-	for _, l := range g.free {
-		for _, p := range l {
-			g.dev.Free(p)
-		}
-	}
-	g.free = map[int][]cuda.Ptr{}
-}
-
-func (g *gpuEngine) Same(a, b dmap) bool { return a.p != 0 && a.p == b.p }
-
-// timed measures a layer group when layer times are on: it waits for the
-// device before and after, so the time is the group's own.
-func (g *gpuEngine) timed(group string) func() {
-	if g.times == nil {
-		return func() {}
-	}
-	g.fail(g.dev.Sync())
-	t := g.times.Now()
-	return func() {
-		g.fail(g.dev.Sync())
-		g.times.Add(group, t)
-	}
-}
-
-func (g *gpuEngine) weights(c *nn.Conv) [2]cuda.Ptr {
-	if w, ok := g.wts[c]; ok {
-		return w
-	}
-	var w [2]cuda.Ptr
-	for i, src := range [][]float32{c.W, c.B} {
-		p, err := g.dev.Alloc(len(src))
-		g.fail(err)
-		if err == nil {
-			g.fail(g.dev.Upload(p, src))
-		}
-		w[i] = p
-	}
-	g.wts[c] = w
-	return w
-}
-
-func (g *gpuEngine) Conv(c *nn.Conv, x dmap, relu bool, res *dmap) dmap {
-	defer g.timed(nn.GroupOf(c.Name))()
-	if g.dnn != nil {
-		return g.dnnConv(c, x, relu, res)
-	}
-	oh := (x.h+2*c.Pad-c.KH)/c.Stride + 1
-	ow := (x.w+2*c.Pad-c.KW)/c.Stride + 1
-	y := g.alloc(x.n, c.Out, oh, ow)
-	w := g.weights(c)
-	a := cuda.ConvArgs{X: x.p, W: w[0], B: w[1], Y: y.p,
-		N: x.n, C: x.c, H: x.h, Wd: x.w, M: c.Out, KH: c.KH, KW: c.KW, S: c.Stride, P: c.Pad,
-		OH: oh, OW: ow, Relu: relu}
-	if res != nil {
-		a.Res = res.p
-	}
-	if g.err == nil {
-		g.fail(g.dev.Conv(a, g.prec))
-	}
-	return y
-}
-
-func (g *gpuEngine) MaxPool3s2(x dmap) dmap {
-	defer g.timed("maxpool")()
-	oh, ow := (x.h+2-3)/2+1, (x.w+2-3)/2+1
-	if x.nhwc {
-		y := g.allocAs(x.n, x.c, oh, ow, x.half)
-		if g.err == nil {
-			g.fail(g.dev.NHWC(cuda.NHWCArgs{Op: cuda.MaxPool3s2NHWC, X: x.p, Y: y.p, N: x.n, C: x.c, H: x.h, W: x.w, OH: oh, OW: ow, BF16: x.half}))
-		}
-		return y
-	}
-	y := g.alloc(x.n, x.c, oh, ow)
-	if g.err == nil {
-		g.fail(g.dev.MaxPool3s2(x.p, y.p, x.n, x.c, x.h, x.w, oh, ow))
-	}
-	return y
-}
-
-func (g *gpuEngine) UpsampleAdd(lat, top dmap) {
-	defer g.timed("fpn")()
-	if lat.nhwc {
-		if g.err == nil {
-			g.fail(g.dev.NHWC(cuda.NHWCArgs{Op: cuda.UpsampleAddNHWC, X: lat.p, Y: top.p, N: lat.n, C: lat.c, H: lat.h, W: lat.w, OH: top.h, OW: top.w, BF16: lat.half}))
-		}
-		return
-	}
-	if g.err == nil {
-		g.fail(g.dev.UpsampleAdd(lat.p, top.p, lat.n, lat.c, lat.h, lat.w, top.h, top.w))
-	}
-}
-
-func (g *gpuEngine) ReluCopy(x dmap) dmap {
-	defer g.timed("fpn")()
-	if x.nhwc {
-		y := g.allocAs(x.n, x.c, x.h, x.w, x.half)
-		if g.err == nil {
-			g.fail(g.dev.NHWC(cuda.NHWCArgs{Op: cuda.ReluAny, X: x.p, Y: y.p, N: x.n, C: x.c, H: x.h, W: x.w, BF16: x.half}))
-		}
-		return y
-	}
-	y := g.alloc(x.n, x.c, x.h, x.w)
-	if g.err == nil {
-		g.fail(g.dev.ReluCopy(x.p, y.p, x.size()))
-	}
-	return y
-}
-
-func (g *gpuEngine) download(x dmap) []float32 {
-	if x.nhwc { // a level of a trace on the cuDNN path: NCHW FP32 first
-		x.p, x.nhwc, x.half = g.nchwCopy(x), false, false
-		defer g.Put(x)
-	}
-	out := make([]float32, x.size())
-	if g.err == nil {
-		g.fail(g.dev.Download(out, x.p))
-	}
-	return out
-}
 
 // GPURunner runs a Model on a cuda.Device. Images of one padded size that
 // follow each other in a DetectBatch call go through the network as one
@@ -233,7 +19,7 @@ func (g *gpuEngine) download(x dmap) []float32 {
 // (gputransform.go). Not safe for concurrent use.
 type GPURunner struct {
 	m     *Model
-	g     *gpuEngine
+	g     *gpu.Engine
 	cells cuda.Ptr // the levels' cell anchors (postprocess, losses), uploaded once
 	graphState
 }
@@ -248,7 +34,7 @@ func NewGPURunner(m *Model, dev cuda.Device, p cuda.Precision) *GPURunner {
 	if m.Released() {
 		panic(errReleased)
 	}
-	r := &GPURunner{m: m, g: newGPUEngine(dev, p)}
+	r := &GPURunner{m: m, g: gpu.NewEngine(dev, p)}
 	r.graphState.init(dev)
 	return r
 }
@@ -257,37 +43,27 @@ func NewGPURunner(m *Model, dev cuda.Device, p cuda.Precision) *GPURunner {
 func (r *GPURunner) Model() *Model { return r.m }
 
 // Device is the runner's device.
-func (r *GPURunner) Device() cuda.Device { return r.g.dev }
+func (r *GPURunner) Device() cuda.Device { return r.g.Dev }
 
 // Precision is the convolution precision.
-func (r *GPURunner) Precision() cuda.Precision { return r.g.prec }
+func (r *GPURunner) Precision() cuda.Precision { return r.g.Prec }
 
 // Close frees the device memory the runner holds (not the device).
 func (r *GPURunner) Close() error {
 	r.dropGraphs()
-	r.g.release()
-	for _, w := range r.g.wts {
-		r.g.dev.Free(w[0])
-		r.g.dev.Free(w[1])
-	}
-	r.g.wts = map[*nn.Conv][2]cuda.Ptr{}
-	if r.g.dnn != nil {
-		g := r.g
-		g.fail(g.dnn.close(g.dev))
-		g.dnn = nil
-	}
+	r.g.Close()
 	if r.cells != 0 {
-		r.g.dev.Free(r.cells)
+		r.g.Dev.Free(r.cells)
 		r.cells = 0
 	}
-	return r.g.err
+	return r.g.Err
 }
 
 // launched is a group whose forward is queued on the device.
 type launched struct {
 	prepared
-	p        [5]dmap
-	cls, reg [5]dmap
+	p        [5]gpu.Map
+	cls, reg [5]gpu.Map
 	// graph, when not nil, is the replayed graph whose buffers hold the
 	// group's head outputs and detections.
 	graph *fwdGraph
@@ -298,7 +74,7 @@ type launched struct {
 func (r *GPURunner) launch(p prepared) launched {
 	n := len(p.imgs)
 	g := r.g
-	g.reuseFor(n, p.ph, p.pw)
+	g.ReuseFor(n, p.ph, p.pw)
 	if fg := r.graphFor(p); fg != nil {
 		return r.replay(p, fg)
 	}
@@ -308,17 +84,17 @@ func (r *GPURunner) launch(p prepared) launched {
 // launchEager queues a group's transform and forward launch by launch.
 func (r *GPURunner) launchEager(p prepared) launched {
 	g := r.g
-	g.reuseFor(len(p.imgs), p.ph, p.pw)
+	g.ReuseFor(len(p.imgs), p.ph, p.pw)
 	x := r.transform(p)
-	if g.dnn != nil { // the cuDNN path: NHWC (and BF16) from here on
-		x = g.toNHWC(x)
+	if g.DNN != nil { // the cuDNN path: NHWC (and BF16) from here on
+		x = g.ToNHWC(x)
 	}
 	l := launched{prepared: p}
-	l.p = features[dmap](r.m, g, x)
+	l.p = features[gpu.Map](r.m, g, x)
 	for L := 0; L < 5; L++ {
-		l.cls[L], l.reg[L] = head[dmap](r.m, g, l.p[L])
-		if g.dnn != nil {
-			l.cls[L], l.reg[L] = g.toNCHW(l.cls[L]), g.toNCHW(l.reg[L])
+		l.cls[L], l.reg[L] = head[gpu.Map](r.m, g, l.p[L])
+		if g.DNN != nil {
+			l.cls[L], l.reg[L] = g.ToNCHW(l.cls[L]), g.ToNCHW(l.reg[L])
 		}
 	}
 	return l
@@ -339,7 +115,7 @@ func (r *GPURunner) collect(l launched, tr *Trace) ([][]Detection, []box.Loss) {
 		return r.postDownload(l.graph.out, len(l.imgs)), losses
 	}
 	dets := r.postprocess(l)
-	for _, ds := range [][5]dmap{l.cls, l.reg, l.p} {
+	for _, ds := range [][5]gpu.Map{l.cls, l.reg, l.p} {
 		r.g.Put(ds[:]...)
 	}
 	return dets, losses
@@ -353,45 +129,45 @@ func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Los
 	all := make([][]cand, n)
 	var accs []*lossAcc
 	if l.targets != nil {
-		t0 := g.times.Now()
-		gr := grids(l.p, func(d dmap) (int, int) { return d.h, d.w })
+		t0 := g.Times.Now()
+		gr := grids(l.p, func(d gpu.Map) (int, int) { return d.H, d.W })
 		for i, img := range l.imgs {
 			accs = append(accs, r.m.newLossAcc(l.targets[i], img.H, img.W, l.rh[i], l.rw[i], l.ph, l.pw, gr))
 		}
-		g.times.Add("loss", t0)
+		g.Times.Add("loss", t0)
 	}
 	var levels [5][]float32
 	for L := 0; L < 5; L++ {
-		cls, reg := g.download(l.cls[L]), g.download(l.reg[L])
+		cls, reg := g.Download(l.cls[L]), g.Download(l.reg[L])
 		if tr != nil {
-			levels[L] = g.download(l.p[L])
+			levels[L] = g.Download(l.p[L])
 		}
 		g.Put(l.cls[L], l.reg[L], l.p[L])
-		if g.err != nil {
-			for _, rest := range [][5]dmap{l.cls, l.reg, l.p} {
+		if g.Err != nil {
+			for _, rest := range [][5]gpu.Map{l.cls, l.reg, l.p} {
 				g.Put(rest[L+1:]...)
 			}
 			return nil, nil
 		}
-		t1 := g.times.Now()
-		gh, gw := l.p[L].h, l.p[L].w
+		t1 := g.Times.Now()
+		gh, gw := l.p[L].H, l.p[L].W
 		cs, rs := len(cls)/n, len(reg)/n
 		for i := 0; i < n; i++ {
 			lo := levelOut{gh: gh, gw: gw,
-				cls: cpu.Fmap{C: l.cls[L].c, H: gh, W: gw, D: cls[i*cs : (i+1)*cs]},
-				reg: cpu.Fmap{C: l.reg[L].c, H: gh, W: gw, D: reg[i*rs : (i+1)*rs]}}
+				cls: cpu.Fmap{C: l.cls[L].C, H: gh, W: gw, D: cls[i*cs : (i+1)*cs]},
+				reg: cpu.Fmap{C: l.reg[L].C, H: gh, W: gw, D: reg[i*rs : (i+1)*rs]}}
 			if accs != nil {
 				accs[i].addLevel(lo, L)
 			}
 			all[i] = append(all[i], r.m.levelCandidates(lo, L, l.ph, l.pw, l.rh[i], l.rw[i], tr)...)
 		}
 		if tr != nil {
-			tr.Levels[L] = cpu.Fmap{C: l.p[L].c, H: gh, W: gw, D: levels[L]}
+			tr.Levels[L] = cpu.Fmap{C: l.p[L].C, H: gh, W: gw, D: levels[L]}
 		}
-		g.times.Add("postprocess", t1)
+		g.Times.Add("postprocess", t1)
 	}
-	t2 := g.times.Now()
-	defer g.times.Add("postprocess", t2)
+	t2 := g.Times.Now()
+	defer g.Times.Add("postprocess", t2)
 	out := make([][]Detection, n)
 	for i, img := range l.imgs {
 		out[i] = r.m.finish(all[i], img.H, img.W, l.ph, l.pw, l.rh[i], l.rw[i], tr)
@@ -470,8 +246,8 @@ func (r *GPURunner) detectBatch(imgs []Image, u8 [][]byte, targets [][]Target, m
 			next = prep(gs[i+1])
 		}
 		dets, ls := r.collect(l, nil)
-		if r.g.err != nil {
-			return nil, nil, fmt.Errorf("retinanet: %s: %w", r.g.dev.Info().Backend, r.g.err)
+		if r.g.Err != nil {
+			return nil, nil, fmt.Errorf("retinanet: %s: %w", r.g.Dev.Info().Backend, r.g.Err)
 		}
 		out = append(out, dets...)
 		losses = append(losses, ls...)
@@ -485,8 +261,8 @@ func (r *GPURunner) DetectTrace(img Image) ([]Detection, *Trace, error) {
 	tr := &Trace{}
 	l := r.launchEager(r.prepare([]Image{img}, nil, nil)) // collectHost reads and frees the head outputs
 	dets, _ := r.collect(l, tr)
-	if r.g.err != nil {
-		return nil, nil, fmt.Errorf("retinanet: %s: %w", r.g.dev.Info().Backend, r.g.err)
+	if r.g.Err != nil {
+		return nil, nil, fmt.Errorf("retinanet: %s: %w", r.g.Dev.Info().Backend, r.g.Err)
 	}
 	return dets[0], tr, nil
 }
@@ -494,8 +270,8 @@ func (r *GPURunner) DetectTrace(img Image) ([]Detection, *Trace, error) {
 // EnableLayerTimes makes the runner time every layer group, waiting for
 // the device around each (slower; for profiles).
 func (r *GPURunner) EnableLayerTimes() {
-	r.g.times = nn.NewTimes()
+	r.g.Times = nn.NewTimes()
 }
 
 // LayerTimes returns the time per layer group so far, slowest first.
-func (r *GPURunner) LayerTimes() []nn.LayerTime { return r.g.times.List() }
+func (r *GPURunner) LayerTimes() []nn.LayerTime { return r.g.Times.List() }

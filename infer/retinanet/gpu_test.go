@@ -20,6 +20,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/infer/nn"
 )
 
@@ -57,10 +58,10 @@ func batchOf(fs ...cpu.Fmap) []float32 {
 	return out
 }
 
-func upload(t *testing.T, g *gpuEngine, n, c, h, w int, data []float32) dmap {
+func upload(t *testing.T, g *gpu.Engine, n, c, h, w int, data []float32) gpu.Map {
 	t.Helper()
-	d := g.alloc(n, c, h, w)
-	if err := g.dev.Upload(d.p, data); err != nil {
+	d := g.Alloc(n, c, h, w)
+	if err := g.Dev.Upload(d.P, data); err != nil {
 		t.Fatal(err)
 	}
 	return d
@@ -81,8 +82,8 @@ func maxRel(a, b []float32) float64 {
 
 // newTestEngine is a GPU engine on the test device: the host shim, or the
 // GPU in the cuda build.
-func newTestEngine(t testing.TB, p cuda.Precision) *gpuEngine {
-	return newGPUEngine(newTestDevice(t), p)
+func newTestEngine(t testing.TB, p cuda.Precision) *gpu.Engine {
+	return gpu.NewEngine(newTestDevice(t), p)
 }
 
 // TestKernelsMatchCPU: every convolution shape RetinaNet uses (stem 7×7/2,
@@ -115,15 +116,15 @@ func TestKernelsMatchCPU(t *testing.T) {
 			for _, prec := range []cuda.Precision{cuda.Exact, cuda.KernelTF32} {
 				g := newTestEngine(t, prec)
 				x := upload(t, g, 2, c.in, c.h, c.w, batchOf(x0, x1))
-				var rd *dmap
+				var rd *gpu.Map
 				if withRes {
 					d := upload(t, g, 2, y0.C, y0.H, y0.W, batchOf(res0, res1))
 					rd = &d
 				}
 				y := g.Conv(cv, x, withRes, rd)
-				got := g.download(y)
-				if g.err != nil {
-					t.Fatal(g.err)
+				got := g.Download(y)
+				if g.Err != nil {
+					t.Fatal(g.Err)
 				}
 				tol := 1e-5
 				if cpu.UseWinograd(cv) {
@@ -151,10 +152,10 @@ func TestKernelsMatchCPU(t *testing.T) {
 	a, b := randMap(r, 5, 17, 12), randMap(r, 5, 17, 12)
 	a.D[7] = float32(math.NaN())
 	x := upload(t, g, 2, 5, 17, 12, batchOf(a, b))
-	if got, want := g.download(g.MaxPool3s2(x)), batchOf(host.MaxPool3s2(a), host.MaxPool3s2(b)); !sameBits(got, want) {
+	if got, want := g.Download(g.MaxPool3s2(x)), batchOf(host.MaxPool3s2(a), host.MaxPool3s2(b)); !sameBits(got, want) {
 		t.Error("maxpool3s2 differs from the CPU engine")
 	}
-	if got, want := g.download(g.ReluCopy(x)), batchOf(host.ReluCopy(a), host.ReluCopy(b)); !sameBits(got, want) {
+	if got, want := g.Download(g.ReluCopy(x)), batchOf(host.ReluCopy(a), host.ReluCopy(b)); !sameBits(got, want) {
 		t.Error("relu_copy differs from the CPU engine")
 	}
 	for _, sz := range [][4]int{{4, 3, 8, 6}, {5, 4, 9, 7}, {3, 2, 7, 5}} {
@@ -165,12 +166,12 @@ func TestKernelsMatchCPU(t *testing.T) {
 		g.UpsampleAdd(lat, top)
 		cpu.AddUpsampled(lat0, top0, cpu.NewEngine(1).Parallel)
 		cpu.AddUpsampled(lat1, top1, cpu.NewEngine(3).Parallel)
-		if !sameBits(g.download(lat), batchOf(lat0, lat1)) {
+		if !sameBits(g.Download(lat), batchOf(lat0, lat1)) {
 			t.Errorf("upsample_add %dx%d -> %dx%d differs from the CPU engine", sz[0], sz[1], sz[2], sz[3])
 		}
 	}
-	if g.err != nil {
-		t.Fatal(g.err)
+	if g.Err != nil {
+		t.Fatal(g.Err)
 	}
 }
 
@@ -381,7 +382,7 @@ func BenchmarkGPUDetect(b *testing.B) {
 				batch[i] = imgs[i%2] // the two 400×400 images
 			}
 			b.Run(fmt.Sprintf("r50/%s/batch=%d", prec, bs), func(b *testing.B) {
-				o := GPUOptions{Precision: prec}
+				o := gpu.Options{Precision: prec}
 				if prec.Cudnn() {
 					o.CUDNN = testCUDNN(b, dev)
 				}
@@ -457,10 +458,10 @@ func TestFP32BitsMatchShim(t *testing.T) {
 		cv := randConv(r, c.out, c.in, c.k, c.s, c.p)
 		x := batchOf(randMap(r, c.in, c.h, c.w), randMap(r, c.in, c.h, c.w))
 		var outs [2][]float32
-		for i, g := range []*gpuEngine{newTestEngine(t, cuda.Exact), newGPUEngine(hostkern.New(), cuda.Exact)} {
-			outs[i] = g.download(g.Conv(cv, upload(t, g, 2, c.in, c.h, c.w, x), true, nil))
-			if g.err != nil {
-				t.Fatal(g.err)
+		for i, g := range []*gpu.Engine{newTestEngine(t, cuda.Exact), gpu.NewEngine(hostkern.New(), cuda.Exact)} {
+			outs[i] = g.Download(g.Conv(cv, upload(t, g, 2, c.in, c.h, c.w, x), true, nil))
+			if g.Err != nil {
+				t.Fatal(g.Err)
 			}
 		}
 		if !sameBits(outs[0], outs[1]) {

@@ -14,9 +14,10 @@ import (
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn/fake"
 	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 )
 
-// The cuDNN path of the GPU engine (gpucudnn.go) against the CPU engine:
+// The cuDNN path of the GPU engine (infer/gpu/cudnn.go) against the CPU engine:
 // on the host shim with the fake libcudnn.so.9 (built here with cc), or on
 // a GPU with the real library named by CANOPY_CUDNN (tools/gpu/check.sh).
 
@@ -55,9 +56,9 @@ func testCUDNN(t testing.TB, dev cuda.Device) *cudnn.Lib {
 
 var cudnnModes = []cuda.Precision{cuda.FP32, cuda.TF32, cuda.BF16}
 
-func newCUDNNEngine(t testing.TB, m *Model, p cuda.Precision) *gpuEngine {
+func newCUDNNEngine(t testing.TB, m *Model, p cuda.Precision) *gpu.Engine {
 	dev := newTestDevice(t)
-	r, err := NewGPURunnerWith(m, dev, GPUOptions{Precision: p, CUDNN: testCUDNN(t, dev)})
+	r, err := NewGPURunnerWith(m, dev, gpu.Options{Precision: p, CUDNN: testCUDNN(t, dev)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,8 +67,8 @@ func newCUDNNEngine(t testing.TB, m *Model, p cuda.Precision) *gpuEngine {
 }
 
 // nhwcIn uploads an NCHW batch and turns it into the cuDNN path's layout.
-func nhwcIn(t *testing.T, g *gpuEngine, n, c, h, w int, data []float32) dmap {
-	return g.toNHWC(upload(t, g, n, c, h, w, data))
+func nhwcIn(t *testing.T, g *gpu.Engine, n, c, h, w int, data []float32) gpu.Map {
+	return g.ToNHWC(upload(t, g, n, c, h, w, data))
 }
 
 // TestCUDNNLayersMatchCPU: every convolution shape RetinaNet uses, fused
@@ -100,14 +101,14 @@ func TestCUDNNLayersMatchCPU(t *testing.T) {
 			for _, prec := range cudnnModes {
 				g := newCUDNNEngine(t, m, prec)
 				x := nhwcIn(t, g, 2, c.in, c.h, c.w, batchOf(x0, x1))
-				var rd *dmap
+				var rd *gpu.Map
 				if withRes {
 					d := nhwcIn(t, g, 2, y0.C, y0.H, y0.W, batchOf(res0, res1))
 					rd = &d
 				}
-				got := g.download(g.Conv(cv, x, withRes, rd))
-				if g.err != nil {
-					t.Fatal(g.err)
+				got := g.Download(g.Conv(cv, x, withRes, rd))
+				if g.Err != nil {
+					t.Fatal(g.Err)
 				}
 				name := fmt.Sprintf("conv %dx%d/%d %d->%d res=%v %s", c.k, c.k, c.s, c.in, c.out, withRes, prec)
 				d := maxRel(got, want)
@@ -117,7 +118,7 @@ func TestCUDNNLayersMatchCPU(t *testing.T) {
 				if prec != cuda.FP32 && d < 1e-5 {
 					t.Errorf("%s: max error %.3g: the operands were not rounded", name, d)
 				}
-				t.Logf("%s: max error %.3g, engine %s", name, d, g.dnn.layers[cv.Name].Engine)
+				t.Logf("%s: max error %.3g, engine %s", name, d, g.DNN.Layers[cv.Name].Engine)
 			}
 		}
 	}
@@ -132,10 +133,10 @@ func TestCUDNNLayersMatchCPU(t *testing.T) {
 			tol = 3e-2
 		}
 		x := nhwcIn(t, g, 2, 5, 13, 10, batchOf(x0, x1))
-		if d := maxRel(g.download(g.MaxPool3s2(x)), batchOf(host.MaxPool3s2(x0), host.MaxPool3s2(x1))); !(d <= tol) {
+		if d := maxRel(g.Download(g.MaxPool3s2(x)), batchOf(host.MaxPool3s2(x0), host.MaxPool3s2(x1))); !(d <= tol) {
 			t.Errorf("maxpool %s: %.3g", prec, d)
 		}
-		if d := maxRel(g.download(g.ReluCopy(x)), batchOf(host.ReluCopy(x0), host.ReluCopy(x1))); !(d <= tol) {
+		if d := maxRel(g.Download(g.ReluCopy(x)), batchOf(host.ReluCopy(x0), host.ReluCopy(x1))); !(d <= tol) {
 			t.Errorf("relu %s: %.3g", prec, d)
 		}
 		lat, top := nhwcIn(t, g, 2, 5, 14, 10, batchOf(lat0, lat1)), nhwcIn(t, g, 2, 5, 7, 5, batchOf(top0, top1))
@@ -145,11 +146,11 @@ func TestCUDNNLayersMatchCPU(t *testing.T) {
 		copy(l1.D, lat1.D)
 		host.UpsampleAdd(l0, top0)
 		host.UpsampleAdd(l1, top1)
-		if d := maxRel(g.download(lat), batchOf(l0, l1)); !(d <= 2*tol) {
+		if d := maxRel(g.Download(lat), batchOf(l0, l1)); !(d <= 2*tol) {
 			t.Errorf("upsample-add %s: %.3g", prec, d)
 		}
-		if g.err != nil {
-			t.Fatal(g.err)
+		if g.Err != nil {
+			t.Fatal(g.Err)
 		}
 	}
 }
@@ -163,7 +164,7 @@ func TestCUDNNEngineMatchesCPU(t *testing.T) {
 	cpu := NewRunner(m, 2)
 	for _, prec := range cudnnModes {
 		dev := newTestDevice(t)
-		gr, err := NewGPURunnerWith(m, dev, GPUOptions{Precision: prec, CUDNN: testCUDNN(t, dev)})
+		gr, err := NewGPURunnerWith(m, dev, gpu.Options{Precision: prec, CUDNN: testCUDNN(t, dev)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +218,7 @@ func TestCUDNNPlanRoundTrip(t *testing.T) {
 	imgs := smallImages(2, 64, 48, 5)
 	dev := newTestDevice(t)
 	lib := testCUDNN(t, dev)
-	timer, err := NewGPURunnerWith(m, dev, GPUOptions{Precision: cuda.TF32, CUDNN: lib, Timing: true, Repeat: 1})
+	timer, err := NewGPURunnerWith(m, dev, gpu.Options{Precision: cuda.TF32, CUDNN: lib, Timing: true, Repeat: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +241,7 @@ func TestCUDNNPlanRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	timer.Close()
-	r, err := NewGPURunnerWith(m, newTestDevice(t), GPUOptions{Precision: cuda.TF32, CUDNN: lib, Plans: back, PlanSHA: "abc"})
+	r, err := NewGPURunnerWith(m, newTestDevice(t), gpu.Options{Precision: cuda.TF32, CUDNN: lib, Plans: back, PlanSHA: "abc"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +285,7 @@ func TestCUDNNSlotInvariance(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, prec := range append([]cuda.Precision{cuda.Exact}, cudnnModes...) {
 		dev := newTestDevice(t)
-		o := GPUOptions{Precision: prec}
+		o := gpu.Options{Precision: prec}
 		if prec.Cudnn() {
 			o.CUDNN = testCUDNN(t, dev)
 		}
@@ -335,9 +336,9 @@ func slotLayers(t *testing.T, gr *GPURunner, batch []Image, slot int) [][]byte {
 	g := gr.g
 	l := gr.launch(gr.prepare(batch, nil, nil))
 	var out [][]byte
-	for _, set := range [][5]dmap{l.p, l.cls, l.reg} {
+	for _, set := range [][5]gpu.Map{l.p, l.cls, l.reg} {
 		for L := 0; L < 5; L++ {
-			all := g.download(set[L])
+			all := g.Download(set[L])
 			per := len(all) / len(batch)
 			var b bytes.Buffer
 			for _, v := range all[slot*per : (slot+1)*per] {
@@ -346,11 +347,11 @@ func slotLayers(t *testing.T, gr *GPURunner, batch []Image, slot int) [][]byte {
 			out = append(out, b.Bytes())
 		}
 	}
-	for _, set := range [][5]dmap{l.p, l.cls, l.reg} {
+	for _, set := range [][5]gpu.Map{l.p, l.cls, l.reg} {
 		g.Put(set[:]...)
 	}
-	if g.err != nil {
-		t.Fatal(g.err)
+	if g.Err != nil {
+		t.Fatal(g.Err)
 	}
 	return out
 }
@@ -367,7 +368,7 @@ func TestCUDNNDetectSlots(t *testing.T) {
 	imgs := smallImages(n, 90, 70, 21)
 	odd := smallImages(1, 64, 100, 22)[0]
 	dev := newTestDevice(t)
-	gr, err := NewGPURunnerWith(m, dev, GPUOptions{Precision: cuda.TF32, CUDNN: testCUDNN(t, dev)})
+	gr, err := NewGPURunnerWith(m, dev, gpu.Options{Precision: cuda.TF32, CUDNN: testCUDNN(t, dev)})
 	if err != nil {
 		t.Fatal(err)
 	}

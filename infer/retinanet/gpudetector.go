@@ -8,6 +8,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/infer/nn"
 )
 
@@ -114,7 +115,7 @@ func NewGPUDetector(m *Model, dev cuda.Device, p cuda.Precision, labels []int32)
 // cuDNN path). slots > 0 batches by global position: every Detect call
 // holds images of one global batch k (Input.Index in [kN, kN+N)), each run
 // in slot Index mod N of a batch of N (DetectSlots).
-func NewGPUDetectorWith(m *Model, dev cuda.Device, o GPUOptions, labels []int32, slots int) (*GPUDetector, error) {
+func NewGPUDetectorWith(m *Model, dev cuda.Device, o gpu.Options, labels []int32, slots int) (*GPUDetector, error) {
 	if len(labels) != m.Classes {
 		return nil, fmt.Errorf("retinanet: %d label ids for a %d-class model: %w", len(labels), m.Classes, infer.ErrModel)
 	}
@@ -128,7 +129,7 @@ func NewGPUDetectorWith(m *Model, dev cuda.Device, o GPUOptions, labels []int32,
 }
 
 // CUDNN reports the detector's cuDNN use (nil off the cuDNN path).
-func (d *GPUDetector) CUDNN() *CUDNNReport { return d.r.CUDNN() }
+func (d *GPUDetector) CUDNN() *gpu.CUDNNReport { return d.r.CUDNN() }
 
 // Name implements infer.Detector.
 func (d *GPUDetector) Name() string { return d.name }
@@ -218,7 +219,7 @@ func (d *GPUDetector) Close() error {
 	}
 	d.pending = nil
 	err := d.r.Close()
-	if cerr := d.r.g.dev.Close(); err == nil {
+	if cerr := d.r.g.Dev.Close(); err == nil {
 		err = cerr
 	}
 	return err
@@ -231,4 +232,4 @@ func (d *GPUDetector) EnableLayerTimes() { d.r.EnableLayerTimes() }
 func (d *GPUDetector) LayerTimes() []nn.LayerTime { return d.r.LayerTimes() }
 
 // Device describes the detector's device.
-func (d *GPUDetector) Device() cuda.Info { return d.r.g.dev.Info() }
+func (d *GPUDetector) Device() cuda.Info { return d.r.g.Dev.Info() }

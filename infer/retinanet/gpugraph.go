@@ -2,6 +2,7 @@ package retinanet
 
 import (
 	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 )
 
 // CUDA graphs: the forward of a batch shape (n images padded to ph×pw),
@@ -29,8 +30,8 @@ const maxGraphs = 2
 type fwdGraph struct {
 	id          cuda.Graph
 	key         [3]int
-	x, ip, out  dmap
-	p, cls, reg [5]dmap
+	x, ip, out  gpu.Map
+	p, cls, reg [5]gpu.Map
 	owned       []cuda.Ptr
 }
 
@@ -64,7 +65,7 @@ func (r *GPURunner) GraphError() error { return r.err }
 // shape's second batch, nil for the launch-by-launch path.
 func (r *GPURunner) graphFor(p prepared) *fwdGraph {
 	// The cuDNN path runs launch by launch (its plans are not captured).
-	if r.cap == nil || r.off || r.g.times != nil || r.g.err != nil || r.g.dnn != nil {
+	if r.cap == nil || r.off || r.g.Times != nil || r.g.Err != nil || r.g.DNN != nil {
 		return nil
 	}
 	key := [3]int{len(p.imgs), p.ph, p.pw}
@@ -88,38 +89,38 @@ func (r *GPURunner) graphFor(p prepared) *fwdGraph {
 func (r *GPURunner) capture(key [3]int, p prepared) *fwdGraph {
 	g := r.g
 	var owned []cuda.Ptr
-	saved, savedErr := g.free, g.err
-	g.free, g.owned = map[int][]cuda.Ptr{}, &owned
+	saved, savedErr := g.Free, g.Err
+	g.Free, g.Owned = map[int][]cuda.Ptr{}, &owned
 	fg := &fwdGraph{key: key}
-	fg.x = g.alloc(key[0], 3, key[1], key[2])
-	fg.ip = g.scratch(4 * key[0])
-	g.keep = map[cuda.Ptr]bool{fg.x.p: true, fg.ip.p: true}
-	err := g.err
+	fg.x = g.Alloc(key[0], 3, key[1], key[2])
+	fg.ip = g.Scratch(4 * key[0])
+	g.Keep = map[cuda.Ptr]bool{fg.x.P: true, fg.ip.P: true}
+	err := g.Err
 	if err == nil {
 		err = r.cap.BeginCapture()
 	}
 	if err == nil {
 		l := launched{prepared: p}
-		l.p = features[dmap](r.m, g, fg.x)
+		l.p = features[gpu.Map](r.m, g, fg.x)
 		for L := 0; L < 5; L++ {
-			l.cls[L], l.reg[L] = head[dmap](r.m, g, l.p[L])
+			l.cls[L], l.reg[L] = head[gpu.Map](r.m, g, l.p[L])
 		}
 		fg.out = r.postLaunch(l, fg.ip)
 		fg.p, fg.cls, fg.reg = l.p, l.cls, l.reg
 		id, cerr := r.cap.EndCapture()
 		fg.id, err = id, cerr
-		if g.err != nil {
-			err = g.err
+		if g.Err != nil {
+			err = g.Err
 		}
 	}
-	g.free, g.owned, g.keep, g.err = saved, nil, nil, savedErr
+	g.Free, g.Owned, g.Keep, g.Err = saved, nil, nil, savedErr
 	fg.owned = owned
 	if err != nil {
 		if fg.id != 0 {
 			r.cap.DropGraph(fg.id)
 		}
 		for _, b := range owned {
-			g.dev.Free(b)
+			g.Dev.Free(b)
 		}
 		r.err = err
 		r.failed[key] = true
@@ -140,18 +141,18 @@ func (r *GPURunner) replay(p prepared, fg *fwdGraph) launched {
 	r.transformInto(p, fg.x)
 	l := launched{prepared: p, p: fg.p, cls: fg.cls, reg: fg.reg, graph: fg}
 	r.imageSizes(l, fg.ip)
-	if g.err == nil {
-		g.fail(r.cap.Replay(fg.id))
+	if g.Err == nil {
+		g.Fail(r.cap.Replay(fg.id))
 		r.replays++
 	}
 	return l
 }
 
 func (r *GPURunner) drop(fg *fwdGraph) {
-	r.g.fail(r.g.dev.Sync())
+	r.g.Fail(r.g.Dev.Sync())
 	r.cap.DropGraph(fg.id)
 	for _, b := range fg.owned {
-		r.g.dev.Free(b)
+		r.g.Dev.Free(b)
 	}
 }
 

@@ -3,6 +3,7 @@ package retinanet
 import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 )
 
 // The validation losses on the device: kernels.cu's loss_* kernels match
@@ -15,7 +16,7 @@ import (
 // losses computes a launched group's losses against its targets.
 func (r *GPURunner) losses(l launched) []box.Loss {
 	g := r.g
-	defer g.timed("loss")()
+	defer g.Timed("loss")()
 	n, K := len(l.imgs), r.m.Classes
 	G := 1
 	for _, ts := range l.targets {
@@ -36,36 +37,36 @@ func (r *GPURunner) losses(l launched) []box.Loss {
 	NA := 0
 	for L := 0; L < 5; L++ {
 		c := l.cls[L]
-		lv = append(lv, float32(c.h), float32(c.w), float32(NA))
-		NA += c.h * c.w * NumAnchors
+		lv = append(lv, float32(c.H), float32(c.W), float32(NA))
+		NA += c.H * c.W * NumAnchors
 	}
-	up := func(v []float32) dmap {
-		d := g.scratch(len(v))
-		g.uploadAsync(d.p, v)
+	up := func(v []float32) gpu.Map {
+		d := g.Scratch(len(v))
+		g.UploadAsync(d.P, v)
 		return d
 	}
 	gd, gn, lvd := up(gt), up(gtn), up(lv)
 	cells := r.cellBuffer()
-	match, arg := g.scratch(n*NA), g.scratch(n*NA)
-	gtbest, fg := g.scratch(n*G), g.scratch(n)
-	g.launchN(kernels.FillU32, n*G, gtbest.p, int64(n*G), 0)
-	g.launchN(kernels.FillU32, n, fg.p, int64(n), 0)
-	g.launchN(kernels.LossMatch, n*NA, gd.p, gn.p, cells, lvd.p, match.p, arg.p, gtbest.p, n, NA, G, l.ph, l.pw)
-	g.launchN(kernels.LossLowQ, n*NA, gd.p, gn.p, cells, lvd.p, match.p, arg.p, gtbest.p, fg.p, n, NA, G, l.ph, l.pw)
+	match, arg := g.Scratch(n*NA), g.Scratch(n*NA)
+	gtbest, fg := g.Scratch(n*G), g.Scratch(n)
+	g.LaunchN(kernels.FillU32, n*G, gtbest.P, int64(n*G), 0)
+	g.LaunchN(kernels.FillU32, n, fg.P, int64(n), 0)
+	g.LaunchN(kernels.LossMatch, n*NA, gd.P, gn.P, cells, lvd.P, match.P, arg.P, gtbest.P, n, NA, G, l.ph, l.pw)
+	g.LaunchN(kernels.LossLowQ, n*NA, gd.P, gn.P, cells, lvd.P, match.P, arg.P, gtbest.P, fg.P, n, NA, G, l.ph, l.pw)
 	CH := NumAnchors*K + NumAnchors*4
-	sums := g.scratch(2 * n * 5 * CH)
+	sums := g.Scratch(2 * n * 5 * CH)
 	for L := 0; L < 5; L++ {
-		g.launchN(kernels.LossSums, n*CH, l.cls[L].p, l.reg[L].p, gd.p, cells, lvd.p, match.p, sums.p,
+		g.LaunchN(kernels.LossSums, n*CH, l.cls[L].P, l.reg[L].P, gd.P, cells, lvd.P, match.P, sums.P,
 			n, NA, G, K, L, l.ph, l.pw)
 	}
-	out := g.scratch(3 * n)
-	g.launchN(kernels.LossFinal, n, sums.p, fg.p, out.p, n, K)
+	out := g.Scratch(3 * n)
+	g.LaunchN(kernels.LossFinal, n, sums.P, fg.P, out.P, n, K)
 	host := make([]float32, 3*n)
-	if g.err == nil {
-		g.fail(g.dev.Download(host, out.p))
+	if g.Err == nil {
+		g.Fail(g.Dev.Download(host, out.P))
 	}
 	g.Put(gd, gn, lvd, match, arg, gtbest, fg, sums, out)
-	if g.err != nil {
+	if g.Err != nil {
 		return nil
 	}
 	res := make([]box.Loss, n)

@@ -1,10 +1,9 @@
 package retinanet
 
 import (
-	"unsafe"
-
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 )
 
 // The postprocess on the device: kernels.cu's post_* kernels compute
@@ -17,27 +16,6 @@ import (
 // code's float32 operations, so the detections and their order are the
 // CPU postprocess's, bit for bit (TestDevicePostprocessBits). Only the
 // final detections come back.
-
-// uploadAsync copies v to p through the device's double-buffered byte
-// upload, which waits only for its staging buffer's previous copy (Upload
-// drains the stream first: a wait inside a batch that the data do not
-// need).
-func (g *gpuEngine) uploadAsync(p cuda.Ptr, v []float32) {
-	if g.err == nil && len(v) > 0 {
-		g.fail(g.dev.UploadBytes(p, unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))))
-	}
-}
-
-// launchN queues kernel name over count threads (elementwise geometry);
-// nothing for none.
-func (g *gpuEngine) launchN(name string, count int, args ...any) {
-	if g.err == nil && count > 0 {
-		g.fail(g.dev.Launch(name, kernels.Elem(count), args...))
-	}
-}
-
-// scratch is a device buffer of n floats from the free list.
-func (g *gpuEngine) scratch(n int) dmap { return g.alloc(1, 1, 1, max(n, 1)) }
 
 // cellBuffer uploads the levels' cell anchors, [5][A][4] (once per
 // runner).
@@ -52,27 +30,27 @@ func (r *GPURunner) cellBuffer() cuda.Ptr {
 			flat = append(flat, a[:]...)
 		}
 	}
-	p, err := g.dev.Alloc(len(flat))
-	g.fail(err)
+	p, err := g.Dev.Alloc(len(flat))
+	g.Fail(err)
 	if err == nil {
-		g.fail(g.dev.Upload(p, flat))
+		g.Fail(g.Dev.Upload(p, flat))
 		r.cells = p
 	}
 	return r.cells
 }
 
 // imageSizes uploads each image's size and resized size (H, W, rh, rw)
-// to ip, or to a new buffer when ip is the zero dmap.
-func (r *GPURunner) imageSizes(l launched, ip dmap) dmap {
+// to ip, or to a new buffer when ip is the zero gpu.Map.
+func (r *GPURunner) imageSizes(l launched, ip gpu.Map) gpu.Map {
 	g := r.g
 	imgp := make([]float32, 0, 4*len(l.imgs))
 	for i, img := range l.imgs {
 		imgp = append(imgp, float32(img.H), float32(img.W), float32(l.rh[i]), float32(l.rw[i]))
 	}
-	if ip.p == 0 {
-		ip = g.scratch(len(imgp))
+	if ip.P == 0 {
+		ip = g.Scratch(len(imgp))
 	}
-	g.uploadAsync(ip.p, imgp)
+	g.UploadAsync(ip.P, imgp)
 	return ip
 }
 
@@ -88,7 +66,7 @@ func nextPow2(n int) int {
 // postprocess runs a launched group's postprocess on the device and
 // downloads its detections.
 func (r *GPURunner) postprocess(l launched) [][]Detection {
-	ip := r.imageSizes(l, dmap{})
+	ip := r.imageSizes(l, gpu.Map{})
 	out := r.postLaunch(l, ip)
 	dets := r.postDownload(out, len(l.imgs))
 	r.g.Put(ip, out)
@@ -98,62 +76,62 @@ func (r *GPURunner) postprocess(l launched) [][]Detection {
 // postLaunch queues the postprocess kernels of a launched group (ip: its
 // image sizes, imageSizes) and returns the buffer its detections land in:
 // per image a count and DetectionsPerImg × PostCand floats.
-func (r *GPURunner) postLaunch(l launched, ip dmap) dmap {
+func (r *GPURunner) postLaunch(l launched, ip gpu.Map) gpu.Map {
 	g := r.g
-	defer g.timed("postprocess")()
+	defer g.Timed("postprocess")()
 	o := r.m.Opt
 	n, K := len(l.imgs), r.m.Classes
 	AK := NumAnchors * K
 	topk, dets := o.TopkCandidates, o.DetectionsPerImg
 	S := 1
 	for L := 0; L < 5; L++ {
-		S = max(S, nextPow2(AK*l.cls[L].h*l.cls[L].w))
+		S = max(S, nextPow2(AK*l.cls[L].H*l.cls[L].W))
 	}
 	cells := r.cellBuffer()
 	total := n * 5 * S
-	keys := g.scratch(2 * total)
+	keys := g.Scratch(2 * total)
 	for L := 0; L < 5; L++ {
 		c := l.cls[L]
-		g.launchN(kernels.PostKeys, n*S, c.p, keys.p, n, AK, K, c.h*c.w, S, L, o.ScoreThresh)
+		g.LaunchN(kernels.PostKeys, n*S, c.P, keys.P, n, AK, K, c.H*c.W, S, L, o.ScoreThresh)
 	}
 	for k := 2; k <= S; k <<= 1 {
 		for j := k >> 1; j > 0; j >>= 1 {
-			g.launchN(kernels.BitonicStep, total, keys.p, int64(total), S, j, k)
+			g.LaunchN(kernels.BitonicStep, total, keys.P, int64(total), S, j, k)
 		}
 	}
 	N := 5 * topk
-	cand := g.scratch(n * N * kernels.PostCand)
+	cand := g.Scratch(n * N * kernels.PostCand)
 	for L := 0; L < 5; L++ {
 		c := l.reg[L]
-		g.launchN(kernels.PostDecode, n*topk, keys.p, c.p, cells, ip.p, cand.p,
-			n, topk, S, L, K, c.h, c.w, l.ph, l.pw, bboxClip)
+		g.LaunchN(kernels.PostDecode, n*topk, keys.P, c.P, cells, ip.P, cand.P,
+			n, topk, S, L, K, c.H, c.W, l.ph, l.pw, bboxClip)
 	}
-	sorted := g.scratch(n * N * kernels.PostCand)
-	g.launchN(kernels.PostMerge, n*N, cand.p, sorted.p, n, topk)
-	meta := g.scratch(3 * n)
-	g.launchN(kernels.PostNMSPrep, n, cand.p, meta.p, n, topk)
+	sorted := g.Scratch(n * N * kernels.PostCand)
+	g.LaunchN(kernels.PostMerge, n*N, cand.P, sorted.P, n, topk)
+	meta := g.Scratch(3 * n)
+	g.LaunchN(kernels.PostNMSPrep, n, cand.P, meta.P, n, topk)
 	W := (N + 63) / 64
-	mask := g.scratch(2 * n * N * W)
-	g.launchN(kernels.PostNMSMask, n*N*W, sorted.p, meta.p, mask.p, n, N, W, o.NMSThresh)
-	removed := g.scratch(2 * n * W)
-	out := g.scratch(n * (1 + dets*kernels.PostCand))
-	ord := g.scratch(n * N) // int32 each
-	g.launchN(kernels.PostNMSScan, n, sorted.p, meta.p, mask.p, removed.p, ip.p, out.p, n, N, W, dets,
-		cand.p, ord.p, topk)
+	mask := g.Scratch(2 * n * N * W)
+	g.LaunchN(kernels.PostNMSMask, n*N*W, sorted.P, meta.P, mask.P, n, N, W, o.NMSThresh)
+	removed := g.Scratch(2 * n * W)
+	out := g.Scratch(n * (1 + dets*kernels.PostCand))
+	ord := g.Scratch(n * N) // int32 each
+	g.LaunchN(kernels.PostNMSScan, n, sorted.P, meta.P, mask.P, removed.P, ip.P, out.P, n, N, W, dets,
+		cand.P, ord.P, topk)
 	g.Put(keys, cand, sorted, meta, mask, removed, ord)
 	return out
 }
 
 // postDownload brings n images' detections back from out (postLaunch).
-func (r *GPURunner) postDownload(out dmap, n int) [][]Detection {
+func (r *GPURunner) postDownload(out gpu.Map, n int) [][]Detection {
 	g := r.g
-	defer g.timed("download")()
+	defer g.Timed("download")()
 	per := 1 + r.m.Opt.DetectionsPerImg*kernels.PostCand
 	host := make([]float32, n*per)
-	if g.err == nil {
-		g.fail(g.dev.Download(host, out.p))
+	if g.Err == nil {
+		g.Fail(g.Dev.Download(host, out.P))
 	}
-	if g.err != nil {
+	if g.Err != nil {
 		return nil
 	}
 	res := make([][]Detection, n)

@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
 	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 )
 
@@ -79,17 +80,17 @@ func TestDeviceTransformBits(t *testing.T) {
 					t.Fatalf("%s: 8-bit images not sent as bytes, or float32 ones as bytes", name)
 				}
 				x := r.transform(p)
-				got := r.g.download(x)
+				got := r.g.Download(x)
 				r.g.Put(x)
 				if err := r.Close(); err != nil {
 					t.Fatal(err)
 				}
 				e := cpu.NewEngine(1)
-				plane := 3 * x.h * x.w
+				plane := 3 * x.H * x.W
 				for i, img := range imgs {
 					want, rh, rw := normalizeResizePad(e, img, opt)
-					if want.H != x.h || want.W != x.w || rh != p.rh[i] || rw != p.rw[i] {
-						t.Fatalf("%s: sizes %dx%d (%dx%d), CPU %dx%d (%dx%d)", name, x.h, x.w, p.rh[i], p.rw[i], want.H, want.W, rh, rw)
+					if want.H != x.H || want.W != x.W || rh != p.rh[i] || rw != p.rw[i] {
+						t.Fatalf("%s: sizes %dx%d (%dx%d), CPU %dx%d (%dx%d)", name, x.H, x.W, p.rh[i], p.rw[i], want.H, want.W, rh, rw)
 					}
 					if d := firstDiff(got[i*plane:(i+1)*plane], want.D); d >= 0 {
 						t.Errorf("%s image %d: element %d is %v, CPU %v", name, i, d, got[i*plane+d], want.D[d])
@@ -136,8 +137,8 @@ func hostAndDevice(t *testing.T, r *GPURunner, l launched) (dev, host [][]Detect
 	t.Helper()
 	dev = r.postprocess(l)
 	host, _ = r.collectHost(l, nil)
-	if r.g.err != nil {
-		t.Fatal(r.g.err)
+	if r.g.Err != nil {
+		t.Fatal(r.g.Err)
 	}
 	return dev, host
 }
@@ -236,24 +237,24 @@ func TestDeviceTorchSort(t *testing.T) {
 			sorted[j*kernels.PostCand] = float32(j)
 			sorted[j*kernels.PostCand+4] = s.Values[j]
 		}
-		bufs := []dmap{
+		bufs := []gpu.Map{
 			upload(t, g, 1, 1, 1, len(sorted), sorted),
 			upload(t, g, 1, 1, 1, 3, []float32{float32(m), 0, 0}),
 			upload(t, g, 1, 1, 1, 2*m*W, make([]float32, 2*m*W)),
-			g.scratch(2 * W),
+			g.Scratch(2 * W),
 			upload(t, g, 1, 1, 1, 4, []float32{1, 1, 1, 1}),
-			g.scratch(1 + m*kernels.PostCand),
+			g.Scratch(1 + m*kernels.PostCand),
 			upload(t, g, 1, 1, 1, len(cand), cand),
-			g.scratch(m),
+			g.Scratch(m),
 		}
-		g.launchN(kernels.PostNMSScan, 1, bufs[0].p, bufs[1].p, bufs[2].p, bufs[3].p, bufs[4].p, bufs[5].p,
-			1, m, W, m, bufs[6].p, bufs[7].p, m)
+		g.LaunchN(kernels.PostNMSScan, 1, bufs[0].P, bufs[1].P, bufs[2].P, bufs[3].P, bufs[4].P, bufs[5].P,
+			1, m, W, m, bufs[6].P, bufs[7].P, m)
 		out := make([]float32, 1+m*kernels.PostCand)
-		if g.err == nil {
-			g.fail(g.dev.Download(out, bufs[5].p))
+		if g.Err == nil {
+			g.Fail(g.Dev.Download(out, bufs[5].P))
 		}
-		if g.err != nil {
-			t.Fatal(g.err)
+		if g.Err != nil {
+			t.Fatal(g.Err)
 		}
 		got := make([]int, int(out[0]))
 		for j := range got {
@@ -295,7 +296,7 @@ func tiedHeads(t *testing.T, r *GPURunner, n int) launched {
 		}
 		l.cls[L] = upload(t, r.g, n, NumAnchors*K, gh, gw, cls)
 		l.reg[L] = upload(t, r.g, n, NumAnchors*4, gh, gw, reg)
-		l.p[L] = dmap{n: n, c: 1, h: gh, w: gw}
+		l.p[L] = gpu.Map{N: n, C: 1, H: gh, W: gw}
 	}
 	return l
 }
@@ -319,8 +320,8 @@ func TestDeviceLosses(t *testing.T) {
 	l := r.launch(r.prepare(imgs, nil, targets))
 	got := r.losses(l)
 	_, want := r.collectHost(l, nil)
-	if r.g.err != nil {
-		t.Fatal(r.g.err)
+	if r.g.Err != nil {
+		t.Fatal(r.g.Err)
 	}
 	for i := range want {
 		for _, c := range [][2]float32{{got[i].Classification, want[i].Classification}, {got[i].BoxRegression, want[i].BoxRegression}} {

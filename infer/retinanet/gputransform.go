@@ -5,6 +5,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 )
 
 // The transform on the device: each image goes up as its 8-bit samples
@@ -50,8 +51,8 @@ type prepared struct {
 // u8, when not nil, holds samples the decoders already made (nil entries
 // are made here).
 func (r *GPURunner) prepare(imgs []Image, u8 [][]byte, targets [][]Target) prepared {
-	t0 := r.g.times.Now()
-	defer r.g.times.Add("prepare", t0)
+	t0 := r.g.Times.Now()
+	defer r.g.Times.Add("prepare", t0)
 	p := prepared{imgs: imgs, targets: targets, u8: make([][]byte, len(imgs))}
 	for i, img := range imgs {
 		rh, rw := resizeSize(img.H, img.W, r.m.Opt)
@@ -73,37 +74,37 @@ func (r *GPURunner) prepare(imgs []Image, u8 [][]byte, targets [][]Target) prepa
 
 // transform uploads a prepared group and queues transform_img for each
 // image: the batch [n, 3, ph, pw] the network reads.
-func (r *GPURunner) transform(p prepared) dmap {
-	x := r.g.alloc(len(p.imgs), 3, p.ph, p.pw)
+func (r *GPURunner) transform(p prepared) gpu.Map {
+	x := r.g.Alloc(len(p.imgs), 3, p.ph, p.pw)
 	r.transformInto(p, x)
 	return x
 }
 
 // transformInto is transform into the batch buffer x.
-func (r *GPURunner) transformInto(p prepared, x dmap) {
+func (r *GPURunner) transformInto(p prepared, x gpu.Map) {
 	g := r.g
 	o := r.m.Opt
 	for i, img := range p.imgs {
-		if g.err != nil {
+		if g.Err != nil {
 			break
 		}
-		done := g.timed("upload")
-		var src dmap
+		done := g.Timed("upload")
+		var src gpu.Map
 		var s8, s32 cuda.Ptr
 		if p.u8[i] != nil {
-			src = g.alloc(1, 1, 1, (len(p.u8[i])+3)/4)
-			g.fail(g.dev.UploadBytes(src.p, p.u8[i]))
-			s8 = src.p
+			src = g.Alloc(1, 1, 1, (len(p.u8[i])+3)/4)
+			g.Fail(g.Dev.UploadBytes(src.P, p.u8[i]))
+			s8 = src.P
 		} else {
-			src = g.alloc(1, 1, 1, len(img.Pix))
-			g.uploadAsync(src.p, img.Pix)
-			s32 = src.p
+			src = g.Alloc(1, 1, 1, len(img.Pix))
+			g.UploadAsync(src.P, img.Pix)
+			s32 = src.P
 		}
 		done()
-		done = g.timed("transform")
-		if g.err == nil {
-			g.fail(g.dev.Launch(kernels.TransformImg, kernels.Elem(3*p.ph*p.pw),
-				s8, s32, x.p, int64(i*3*p.ph*p.pw), img.H, img.W, p.rh[i], p.rw[i], p.ph, p.pw,
+		done = g.Timed("transform")
+		if g.Err == nil {
+			g.Fail(g.Dev.Launch(kernels.TransformImg, kernels.Elem(3*p.ph*p.pw),
+				s8, s32, x.P, int64(i*3*p.ph*p.pw), img.H, img.W, p.rh[i], p.rw[i], p.ph, p.pw,
 				o.ImageMean[0], o.ImageMean[1], o.ImageMean[2], o.ImageStd[0], o.ImageStd[1], o.ImageStd[2],
 				int(o.Blend)))
 		}

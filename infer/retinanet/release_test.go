@@ -8,6 +8,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 )
 
 // TestDetectorReleasesWeights: the CPU detector drops the 3×3 weights of
@@ -52,7 +53,7 @@ func TestDetectorReleasesWeights(t *testing.T) {
 			t.Fatalf("%s (tile %d): F(2×2) filters %d, F(4×4) filters %d", c.Name, cpu.WinoTile(c), u, u4)
 		}
 	}
-	if _, err := NewGPURunnerWith(rel, hostkern.New(), GPUOptions{Precision: cuda.Exact}); !errors.Is(err, errReleased) {
+	if _, err := NewGPURunnerWith(rel, hostkern.New(), gpu.Options{Precision: cuda.Exact}); !errors.Is(err, errReleased) {
 		t.Fatalf("GPU runner on a released model: %v", err)
 	}
 }

@@ -156,14 +156,22 @@ def save_models(out, skeleton, r50, r18):
                 pkl = [n for n in z.namelist() if n.endswith("/data.pkl")]
                 with open(os.path.join(skeleton, name + ".data.pkl"), "wb") as f:
                     f.write(z.read(pkl[0]))
-        with open(os.path.join(hub, "config.json")) as src, open(os.path.join(skeleton, "hub-config.json"), "w") as dst:
-            dst.write(src.read())
-        with open(os.path.join(hub, "model.safetensors"), "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            hdr = f.read(n)
-        with open(os.path.join(skeleton, "hub-header.json"), "wb") as f:
-            f.write(hdr)
+        hub_skeleton(hub, skeleton)
     return files
+
+
+def hub_skeleton(hub, skeleton):
+    """Keeps a save_pretrained folder's config.json and its safetensors
+    header in skeleton (hub-config.json, hub-header.json), from which
+    internal/testsupport/torchckpt rebuilds model.safetensors."""
+    os.makedirs(skeleton, exist_ok=True)
+    with open(os.path.join(hub, "config.json")) as src, open(os.path.join(skeleton, "hub-config.json"), "w") as dst:
+        dst.write(src.read())
+    with open(os.path.join(hub, "model.safetensors"), "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        hdr = f.read(n)
+    with open(os.path.join(skeleton, "hub-header.json"), "wb") as f:
+        f.write(hdr)
 
 
 def probs(model, ds):

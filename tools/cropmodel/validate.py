@@ -29,7 +29,7 @@ fixture of canopy eval-crops (metrics.CropTable, jobs TestEvalCropsDeepForest).
     ATEN_CPU_CAPABILITY=avx2 /opt/canopy-peers/venv/bin/python tools/cropmodel/validate.py \\
         --make-folder jobs/testdata/cropfolder
     ATEN_CPU_CAPABILITY=avx2 /opt/canopy-peers/venv/bin/python tools/cropmodel/validate.py \\
-        --folder jobs/testdata/cropfolder > metrics/testdata/croptable.json
+        --folder jobs/testdata/cropfolder --skeleton jobs/testdata/cropmodel > metrics/testdata/croptable.json
 
 AVX2: torch's float32 sums (the log-softmax's exp sum, torch.sum) then run
 8 lanes wide, the order metrics/torchsum.go follows.
@@ -114,7 +114,25 @@ def fill(net):
             t.copy_(torch.from_numpy(v))
 
 
-def table(folder):
+def save_skeleton(m, skeleton):
+    """The crop model as DeepForest's save_pretrained writes it (with the
+    config push_to_hub_in_memory gives it: cropmodel.label_dict), kept as
+    its safetensors header and config.json: internal/testsupport/torchckpt
+    rebuilds model.safetensors from them, the weight generator (seed 36)
+    and fc_bias."""
+    import tempfile
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.to_container(m.config, resolve=True, enum_to_str=True)
+    config["cropmodel"]["label_dict"] = m.label_dict
+    from parity import hub_skeleton
+
+    with tempfile.TemporaryDirectory() as d:
+        m.save_pretrained(d, config=config)
+        hub_skeleton(d, skeleton)
+
+
+def table(folder, skeleton=None):
     import pytorch_lightning as pl
     from deepforest import model as dfmodel
 
@@ -134,6 +152,8 @@ def table(folder):
     trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False)
     res = trainer.validate(m, dataloaders=m.val_dataloader(), verbose=False)[0]
+    if skeleton:
+        save_skeleton(m, skeleton)
     logits = torch.cat(captured)
     root = os.path.join(folder, "val")
     samples = [[os.path.relpath(p, root), int(t)] for p, t in m.val_ds.samples]
@@ -222,13 +242,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--make-folder")
     ap.add_argument("--folder")
+    ap.add_argument("--skeleton", help="write the model's hub-header.json and hub-config.json here")
     a = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(2)
     if a.make_folder:
         make_folder(a.make_folder)
     if a.folder:
-        table(a.folder)
+        table(a.folder, a.skeleton)
 
 
 if __name__ == "__main__":

@@ -116,8 +116,9 @@ def main():
         if not r.get("crs") or not r.get("geotransform"):
             continue
         raster = os.path.join(a.rasters, r["image_path"]) if a.rasters else r["file"]
-        base = os.path.basename(r["image_path"])
-        name = os.path.splitext(base)[0]
+        # report.json names each raster's outputs (tile.rasters[].name); an
+        # older report: the file name without its extension
+        name = r.get("name") or os.path.splitext(os.path.basename(r["image_path"]))[0]
         verdict["files"].append(check_file(os.path.join(pdir, name + ".parquet"), raster,
                                            preds[preds.image_path == r["image_path"]]))
     verdict["ok"] = bool(verdict["files"]) and all(f["ok"] for f in verdict["files"])

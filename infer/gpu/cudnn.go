@@ -1,4 +1,4 @@
-package retinanet
+package gpu
 
 import (
 	"fmt"
@@ -6,7 +6,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
 	"github.com/canopy-hpc/canopy/infer/nn"
@@ -23,8 +22,8 @@ import (
 // Activations are FP32 (fp32, tf32) or BF16 (bf16; the heads' last
 // convolutions write FP32).
 
-// GPUOptions configures a GPURunner.
-type GPUOptions struct {
+// Options configures a GPURunner.
+type Options struct {
 	Precision cuda.Precision
 	// CUDNN is the library (needed for fp32, tf32 and bf16).
 	CUDNN *cudnn.Lib
@@ -40,11 +39,11 @@ type GPUOptions struct {
 	Repeat int
 }
 
-// dnn is the engine's cuDNN state: one handle on the device's stream, the
+// DNN is the engine's cuDNN state: one handle on the device's stream, the
 // weights in the graph's layout, a plan per layer shape, one workspace
 // sized to the largest plan.
-type dnn struct {
-	o       GPUOptions
+type DNN struct {
+	o       Options
 	math    cudnn.Math
 	h       *cudnn.Handle
 	wts     map[*nn.Conv][2]cuda.Ptr
@@ -53,8 +52,8 @@ type dnn struct {
 	outF32  map[*nn.Conv]bool // the heads' last convolutions (BF16: FP32 out)
 	ws      cuda.Ptr
 	wsBytes int64
-	// layers records, by layer name, its plan key and engine (report).
-	layers map[string]LayerEngine
+	// Layers records, by layer name, its plan key and engine (report).
+	Layers map[string]LayerEngine
 	timed  map[string]cudnn.LayerPlan // gpu-plan: what the timing chose
 }
 
@@ -75,12 +74,18 @@ func mathOf(p cuda.Precision) cudnn.Math {
 	return cudnn.TF32
 }
 
-func newDNN(dev cuda.Device, m *Model, o GPUOptions) (*dnn, error) {
+// NewDNN is the cuDNN state of an engine on dev as o says (o.CUDNN
+// loaded); outF32 are the convolutions that write FP32 under BF16 (the
+// network's last: RetinaNet's cls_logits and bbox_reg).
+func NewDNN(dev cuda.Device, outF32 []*nn.Conv, o Options) (*DNN, error) {
 	if o.CUDNN == nil {
 		return nil, fmt.Errorf("retinanet: --precision %s runs on cuDNN, and no library was given", o.Precision)
 	}
-	d := &dnn{o: o, math: mathOf(o.Precision), wts: map[*nn.Conv][2]cuda.Ptr{}, plans: map[string]*cudnn.Plan{}, from: map[string]string{},
-		outF32: map[*nn.Conv]bool{m.cls: true, m.reg: true}, layers: map[string]LayerEngine{}, timed: map[string]cudnn.LayerPlan{}}
+	d := &DNN{o: o, math: mathOf(o.Precision), wts: map[*nn.Conv][2]cuda.Ptr{}, plans: map[string]*cudnn.Plan{}, from: map[string]string{},
+		outF32: map[*nn.Conv]bool{}, Layers: map[string]LayerEngine{}, timed: map[string]cudnn.LayerPlan{}}
+	for _, c := range outF32 {
+		d.outF32[c] = true
+	}
 	err := dev.WithStream(func(s uintptr) error {
 		var err error
 		d.h, err = o.CUDNN.NewHandle(s)
@@ -92,10 +97,10 @@ func newDNN(dev cuda.Device, m *Model, o GPUOptions) (*dnn, error) {
 	return d, nil
 }
 
-func (d *dnn) bf16() bool { return d.math == cudnn.BF16 }
+func (d *DNN) bf16() bool { return d.math == cudnn.BF16 }
 
 // release frees the device memory and the plans (the handle stays).
-func (d *dnn) release(dev cuda.Device) {
+func (d *DNN) release(dev cuda.Device) {
 	for _, w := range d.wts {
 		dev.Free(w[0])
 		dev.Free(w[1])
@@ -111,7 +116,7 @@ func (d *dnn) release(dev cuda.Device) {
 	}
 }
 
-func (d *dnn) close(dev cuda.Device) error {
+func (d *DNN) Close(dev cuda.Device) error {
 	d.release(dev)
 	var err error
 	if d.h != nil {
@@ -151,8 +156,8 @@ func packBF16(v []float32) []float32 {
 
 // weights uploads c's filter in KRSC ([M, KH, KW, C], BF16 when the
 // activations are) and its bias (FP32), once.
-func (g *gpuEngine) dnnWeights(c *nn.Conv) [2]cuda.Ptr {
-	d := g.dnn
+func (g *Engine) dnnWeights(c *nn.Conv) [2]cuda.Ptr {
+	d := g.DNN
 	if w, ok := d.wts[c]; ok {
 		return w
 	}
@@ -171,10 +176,10 @@ func (g *gpuEngine) dnnWeights(c *nn.Conv) [2]cuda.Ptr {
 	}
 	var w [2]cuda.Ptr
 	for i, src := range [][]float32{krsc, c.B} {
-		p, err := g.dev.Alloc(len(src))
-		g.fail(err)
+		p, err := g.Dev.Alloc(len(src))
+		g.Fail(err)
 		if err == nil {
-			g.fail(g.dev.Upload(p, src))
+			g.Fail(g.Dev.Upload(p, src))
 		}
 		w[i] = p
 	}
@@ -184,11 +189,11 @@ func (g *gpuEngine) dnnWeights(c *nn.Conv) [2]cuda.Ptr {
 
 // plan returns the plan of spec for layer c: from the plan file when it
 // has the shape, else timed (gpu-plan) or the heuristic's.
-func (g *gpuEngine) dnnPlan(c *nn.Conv, spec cudnn.Conv) *cudnn.Plan {
-	d := g.dnn
+func (g *Engine) dnnPlan(c *nn.Conv, spec cudnn.Conv) *cudnn.Plan {
+	d := g.DNN
 	key := spec.Key()
 	if p, ok := d.plans[key]; ok {
-		d.layers[c.Name] = LayerEngine{Shape: key, Engine: p.Engine.String(), From: d.from[key]}
+		d.Layers[c.Name] = LayerEngine{Shape: key, Engine: p.Engine.String(), From: d.from[key]}
 		return p
 	}
 	var pin *cudnn.Engine
@@ -202,7 +207,7 @@ func (g *gpuEngine) dnnPlan(c *nn.Conv, spec cudnn.Conv) *cudnn.Plan {
 	if pin == nil && d.o.Timing {
 		e, lp, err := g.timeEngines(spec)
 		if err != nil {
-			g.fail(err)
+			g.Fail(err)
 			return nil
 		}
 		lp.Layer = c.Name
@@ -210,43 +215,43 @@ func (g *gpuEngine) dnnPlan(c *nn.Conv, spec cudnn.Conv) *cudnn.Plan {
 		pin, from = &e, "timed"
 	}
 	var p *cudnn.Plan
-	err := g.dev.WithStream(func(uintptr) error {
+	err := g.Dev.WithStream(func(uintptr) error {
 		var err error
 		p, err = d.h.NewPlan(spec, pin)
 		return err
 	})
 	if err != nil {
-		g.fail(fmt.Errorf("retinanet: layer %s: %w", c.Name, err))
+		g.Fail(fmt.Errorf("retinanet: layer %s: %w", c.Name, err))
 		return nil
 	}
 	d.plans[key], d.from[key] = p, from
-	d.layers[c.Name] = LayerEngine{Shape: key, Engine: p.Engine.String(), From: from}
+	d.Layers[c.Name] = LayerEngine{Shape: key, Engine: p.Engine.String(), From: from}
 	return p
 }
 
 // workspace makes the rank's one workspace hold n bytes (it grows to the
 // largest plan's need, after the queued work that may use it).
-func (g *gpuEngine) workspace(n int64) cuda.Ptr {
-	d := g.dnn
+func (g *Engine) workspace(n int64) cuda.Ptr {
+	d := g.DNN
 	if n <= d.wsBytes && d.ws != 0 {
 		return d.ws
 	}
 	if d.ws != 0 {
-		g.fail(g.dev.Sync())
-		g.dev.Free(d.ws)
+		g.Fail(g.Dev.Sync())
+		g.Dev.Free(d.ws)
 	}
-	p, err := g.dev.Alloc(int((n + 3) / 4))
-	g.fail(err)
+	p, err := g.Dev.Alloc(int((n + 3) / 4))
+	g.Fail(err)
 	d.ws, d.wsBytes = p, max(n, 4)
 	return p
 }
 
 // timeEngines runs every eligible engine cuDNN's heuristic offers for
 // spec on scratch buffers and returns the fastest (gpu-plan).
-func (g *gpuEngine) timeEngines(spec cudnn.Conv) (cudnn.Engine, cudnn.LayerPlan, error) {
-	d := g.dnn
+func (g *Engine) timeEngines(spec cudnn.Conv) (cudnn.Engine, cudnn.LayerPlan, error) {
+	d := g.DNN
 	var cands []cudnn.Candidate
-	err := g.dev.WithStream(func(uintptr) error {
+	err := g.Dev.WithStream(func(uintptr) error {
 		var err error
 		cands, err = d.h.Candidates(spec)
 		return err
@@ -263,13 +268,13 @@ func (g *gpuEngine) timeEngines(spec cudnn.Conv) (cudnn.Engine, cudnn.LayerPlan,
 	var bufs [5]cuda.Ptr
 	sizes := [5]int{words(spec.N * spec.C * spec.H * spec.W), words(spec.M * spec.C * spec.KH * spec.KW), spec.M, words(spec.N * spec.M * oh * ow), spec.N * spec.M * oh * ow}
 	for i, n := range sizes {
-		p, err := g.dev.Alloc(n)
+		p, err := g.Dev.Alloc(n)
 		if err != nil {
 			return cudnn.Engine{}, cudnn.LayerPlan{}, err
 		}
-		g.fail(g.dev.Upload(p, make([]float32, n)))
+		g.Fail(g.Dev.Upload(p, make([]float32, n)))
 		bufs[i] = p
-		defer g.dev.Free(p)
+		defer g.Dev.Free(p)
 	}
 	best, bestT, tried := cudnn.Engine{}, time.Duration(math.MaxInt64), 0
 	for _, cd := range cands {
@@ -277,7 +282,7 @@ func (g *gpuEngine) timeEngines(spec cudnn.Conv) (cudnn.Engine, cudnn.LayerPlan,
 			continue
 		}
 		var p *cudnn.Plan
-		if err := g.dev.WithStream(func(uintptr) error {
+		if err := g.Dev.WithStream(func(uintptr) error {
 			var err error
 			p, err = d.h.NewPlan(spec, &cd.Engine)
 			return err
@@ -286,7 +291,7 @@ func (g *gpuEngine) timeEngines(spec cudnn.Conv) (cudnn.Engine, cudnn.LayerPlan,
 		}
 		ws := g.workspace(p.Workspace)
 		run := func() error {
-			return g.dev.WithStream(func(uintptr) error {
+			return g.Dev.WithStream(func(uintptr) error {
 				return p.Execute(uintptr(bufs[0]), uintptr(bufs[1]), uintptr(bufs[2]), uintptr(bufs[3]), uintptr(bufs[4]), uintptr(ws))
 			})
 		}
@@ -294,12 +299,12 @@ func (g *gpuEngine) timeEngines(spec cudnn.Conv) (cudnn.Engine, cudnn.LayerPlan,
 			p.Close()
 			continue
 		}
-		g.fail(g.dev.Sync())
+		g.Fail(g.Dev.Sync())
 		t0 := time.Now()
 		for i := 0; i < max(d.o.Repeat, 1); i++ {
-			g.fail(run())
+			g.Fail(run())
 		}
-		g.fail(g.dev.Sync())
+		g.Fail(g.Dev.Sync())
 		t := time.Since(t0) / time.Duration(max(d.o.Repeat, 1))
 		p.Close()
 		tried++
@@ -314,53 +319,53 @@ func (g *gpuEngine) timeEngines(spec cudnn.Conv) (cudnn.Engine, cudnn.LayerPlan,
 }
 
 // dnnConv is conv on cuDNN: y = relu?(conv(x) + b [+ res]) in NHWC.
-func (g *gpuEngine) dnnConv(c *nn.Conv, x dmap, relu bool, res *dmap) dmap {
-	d := g.dnn
-	oh := (x.h+2*c.Pad-c.KH)/c.Stride + 1
-	ow := (x.w+2*c.Pad-c.KW)/c.Stride + 1
+func (g *Engine) dnnConv(c *nn.Conv, x Map, relu bool, res *Map) Map {
+	d := g.DNN
+	oh := (x.H+2*c.Pad-c.KH)/c.Stride + 1
+	ow := (x.W+2*c.Pad-c.KW)/c.Stride + 1
 	outF32 := !d.bf16() || d.outF32[c]
-	y := g.allocAs(x.n, c.Out, oh, ow, !outF32)
-	spec := cudnn.Conv{N: x.n, C: x.c, H: x.h, W: x.w, M: c.Out, KH: c.KH, KW: c.KW, Stride: c.Stride, Pad: c.Pad,
+	y := g.AllocAs(x.N, c.Out, oh, ow, !outF32)
+	spec := cudnn.Conv{N: x.N, C: x.C, H: x.H, W: x.W, M: c.Out, KH: c.KH, KW: c.KW, Stride: c.Stride, Pad: c.Pad,
 		Relu: relu, Residual: res != nil, Math: d.math, OutFP32: d.bf16() && outF32}
 	w := g.dnnWeights(c)
-	if g.err != nil {
+	if g.Err != nil {
 		return y
 	}
 	p := g.dnnPlan(c, spec)
-	if g.err != nil {
+	if g.Err != nil {
 		return y
 	}
 	ws := g.workspace(p.Workspace)
 	var r cuda.Ptr
 	if res != nil {
-		r = res.p
+		r = res.P
 	}
-	if g.err == nil {
-		g.fail(g.dev.WithStream(func(uintptr) error {
-			return p.Execute(uintptr(x.p), uintptr(w[0]), uintptr(w[1]), uintptr(r), uintptr(y.p), uintptr(ws))
+	if g.Err == nil {
+		g.Fail(g.Dev.WithStream(func(uintptr) error {
+			return p.Execute(uintptr(x.P), uintptr(w[0]), uintptr(w[1]), uintptr(r), uintptr(y.P), uintptr(ws))
 		}))
 	}
 	return y
 }
 
-// toNHWC turns the uploaded NCHW FP32 batch into the cuDNN path's layout
+// ToNHWC turns the uploaded NCHW FP32 batch into the cuDNN path's layout
 // and type.
-func (g *gpuEngine) toNHWC(x dmap) dmap {
-	y := g.allocAs(x.n, x.c, x.h, x.w, g.dnn.bf16())
-	if g.err == nil {
-		g.fail(g.dev.NHWC(cuda.NHWCArgs{Op: cuda.ToNHWC, X: x.p, Y: y.p, N: x.n, C: x.c, H: x.h, W: x.w, BF16: y.half}))
+func (g *Engine) ToNHWC(x Map) Map {
+	y := g.AllocAs(x.N, x.C, x.H, x.W, g.DNN.bf16())
+	if g.Err == nil {
+		g.Fail(g.Dev.NHWC(cuda.NHWCArgs{Op: cuda.ToNHWC, X: x.P, Y: y.P, N: x.N, C: x.C, H: x.H, W: x.W, BF16: y.Half}))
 	}
 	g.Put(x)
 	return y
 }
 
-// toNCHW turns an NHWC map into NCHW FP32 (the heads' outputs, and the
+// ToNCHW turns an NHWC map into NCHW FP32 (the heads' outputs, and the
 // levels of a trace).
-func (g *gpuEngine) toNCHW(x dmap) dmap {
-	if !x.nhwc {
+func (g *Engine) ToNCHW(x Map) Map {
+	if !x.NHWC {
 		return x
 	}
-	y := dmap{n: x.n, c: x.c, h: x.h, w: x.w, p: g.nchwCopy(x)}
+	y := Map{N: x.N, C: x.C, H: x.H, W: x.W, P: g.NCHWCopy(x)}
 	g.Put(x)
 	return y
 }
@@ -376,9 +381,18 @@ type CUDNNReport struct {
 	Layers map[string]LayerEngine `json:"layers"`
 }
 
-// CUDNN reports the runner's cuDNN use (nil for exact and kernel-tf32).
-func (r *GPURunner) CUDNN() *CUDNNReport {
-	d := r.g.dnn
+// NCHWCopy returns a new NCHW FP32 allocation holding x (NHWC); x stays.
+func (g *Engine) NCHWCopy(x Map) cuda.Ptr {
+	y := g.Alloc(x.N, x.C, x.H, x.W)
+	if g.Err == nil {
+		g.Fail(g.Dev.NHWC(cuda.NHWCArgs{Op: cuda.ToNCHW, X: x.P, Y: y.P, N: x.N, C: x.C, H: x.H, W: x.W, BF16: x.Half}))
+	}
+	return y.P
+}
+
+// CUDNN reports the engine's cuDNN use (nil for exact and kernel-tf32).
+func (g *Engine) CUDNN() *CUDNNReport {
+	d := g.DNN
 	if d == nil {
 		return nil
 	}
@@ -387,7 +401,7 @@ func (r *GPURunner) CUDNN() *CUDNNReport {
 		plan = d.o.PlanSHA
 	}
 	out := &CUDNNReport{Library: d.o.CUDNN.Path, Version: d.o.CUDNN.Version, FoundBy: d.o.CUDNN.Where, Plan: plan, Workspace: d.wsBytes, Layers: map[string]LayerEngine{}}
-	for k, v := range d.layers {
+	for k, v := range d.Layers {
 		out.Layers[k] = v
 	}
 	return out
@@ -395,125 +409,18 @@ func (r *GPURunner) CUDNN() *CUDNNReport {
 
 // TimedPlans returns what Timing chose per layer shape (gpu-plan), in
 // key order.
-func (r *GPURunner) TimedPlans() map[string]cudnn.LayerPlan {
-	if r.g.dnn == nil {
+func (g *Engine) TimedPlans() map[string]cudnn.LayerPlan {
+	if g.DNN == nil {
 		return nil
 	}
 	out := map[string]cudnn.LayerPlan{}
-	keys := make([]string, 0, len(r.g.dnn.timed))
-	for k := range r.g.dnn.timed {
+	keys := make([]string, 0, len(g.DNN.timed))
+	for k := range g.DNN.timed {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		out[k] = r.g.dnn.timed[k]
+		out[k] = g.DNN.timed[k]
 	}
 	return out
-}
-
-// NewGPURunnerWith runs m on dev as o says: canopy's kernels (exact,
-// kernel-tf32) or cuDNN (fp32, tf32, bf16; o.CUDNN must be loaded).
-func NewGPURunnerWith(m *Model, dev cuda.Device, o GPUOptions) (*GPURunner, error) {
-	if m.Released() {
-		return nil, errReleased
-	}
-	r := NewGPURunner(m, dev, o.Precision)
-	if o.Precision.Cudnn() {
-		d, err := newDNN(dev, m, o)
-		if err != nil {
-			return nil, err
-		}
-		r.g.dnn = d
-	}
-	return r, nil
-}
-
-// nchwCopy returns a new NCHW FP32 allocation holding x (NHWC); x stays.
-func (g *gpuEngine) nchwCopy(x dmap) cuda.Ptr {
-	y := g.alloc(x.n, x.c, x.h, x.w)
-	if g.err == nil {
-		g.fail(g.dev.NHWC(cuda.NHWCArgs{Op: cuda.ToNCHW, X: x.p, Y: y.p, N: x.n, C: x.c, H: x.h, W: x.w, BF16: x.half}))
-	}
-	return y.p
-}
-
-// DetectSlots runs the images of one global batch k of size n: idx[i] is
-// image i's global position (all in [kN, kN+N)), and it runs in slot
-// idx[i] mod n of a batch of exactly n, the other slots black images of
-// the same size. Images of different padded sizes run as separate
-// sub-batches (in order of first appearance), each padded to n, each image
-// in its own slot. So an image's batch-mates are fixed by the input order
-// and n alone: the same for any rank count, whatever cuDNN's engine does
-// with its batch. targets as DetectBatchLoss (nil: no losses).
-func (r *GPURunner) DetectSlots(imgs []Image, idx []int, targets [][]Target, n int) ([][]Detection, []box.Loss, error) {
-	if len(imgs) != len(idx) || n < 1 {
-		return nil, nil, fmt.Errorf("retinanet: %d images, %d positions, batch %d", len(imgs), len(idx), n)
-	}
-	if len(imgs) == 0 {
-		return nil, nil, nil
-	}
-	k := idx[0] / n
-	used := map[int]bool{}
-	for _, i := range idx {
-		if i/n != k || used[i%n] {
-			return nil, nil, fmt.Errorf("retinanet: positions %v are not one global batch of %d", idx, n)
-		}
-		used[i%n] = true
-	}
-	var keys [][2]int
-	byKey := map[[2]int][]int{}
-	for i, img := range imgs {
-		oh, ow := resizeSize(img.H, img.W, r.m.Opt)
-		key := [2]int{(oh + 31) / 32 * 32, (ow + 31) / 32 * 32}
-		if _, ok := byKey[key]; !ok {
-			keys = append(keys, key)
-		}
-		byKey[key] = append(byKey[key], i)
-	}
-	dets := make([][]Detection, len(imgs))
-	var losses []box.Loss
-	if targets != nil {
-		losses = make([]box.Loss, len(imgs))
-	}
-	for _, key := range keys {
-		members := byKey[key]
-		first := imgs[members[0]]
-		pad := Image{W: first.W, H: first.H, Pix: make([]float32, len(first.Pix))}
-		batch := make([]Image, n)
-		var tg [][]Target
-		if targets != nil {
-			tg = make([][]Target, n)
-		}
-		at := make([]int, n) // slot → image, -1 for a pad
-		for s := range batch {
-			batch[s], at[s] = pad, -1
-		}
-		for _, i := range members {
-			s := idx[i] % n
-			batch[s], at[s] = imgs[i], i
-			if tg != nil {
-				tg[s] = targets[i]
-			}
-		}
-		var out [][]Detection
-		var ls []box.Loss
-		var err error
-		if tg != nil {
-			out, ls, err = r.DetectBatchLoss(batch, tg, n)
-		} else {
-			out, err = r.DetectBatch(batch, n)
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		for s, i := range at {
-			if i >= 0 {
-				dets[i] = out[s]
-				if losses != nil {
-					losses[i] = ls[s]
-				}
-			}
-		}
-	}
-	return dets, losses, nil
 }
