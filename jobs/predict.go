@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -239,7 +240,12 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	defer det.Close()
 	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, global: model.globalBatching()},
 		images, shard, c.Rank(), func([]wire.Image, []parts.Identity) error { return nil })
-	if err := detectErr(derr, "predict keeps no part files, run it again: "); err != nil {
+	if errors.Is(derr, errInterrupted) {
+		// exit 8 says a --resume continues: predict over whole images
+		// keeps no part files, so an interruption is not resumable
+		return localErr(ExitInternal, "jobs: predict: interrupted by a signal; predict over whole images keeps no part files (there is nothing to --resume): run it again")
+	}
+	if err := detectErr(derr, ""); err != nil {
 		return err
 	}
 	for k, im := range mine {

@@ -392,3 +392,32 @@ func TestTileForceStopBeforeCommit(t *testing.T) {
 		t.Fatalf("--force into a fresh folder, stopped: exit %v, want %d:\n%s", codes, ExitResumable, msg)
 	}
 }
+
+// TestPredictInterruptNotResumable: plain predict (whole images) keeps no
+// part files, so a signal ends it with exit 1 and says to run it again
+// (issue 35.8: exit 8 only when --resume can continue; it used to exit 8
+// saying "finished images are saved, continue with --resume").
+func TestPredictInterruptNotResumable(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command("go", "run", "./cmd/forestgen", "-out", dir, "-n", "3", "-sizes", "300x300", "-seed", "5")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("forestgen: %v\n%s", err, out)
+	}
+	os.Remove(filepath.Join(dir, "annotations.csv"))
+	cfg := PredictConfig{Images: dir, Out: t.TempDir(), BatchSize: 1, Model: tileCfg("", "").Model}
+	t.Setenv(InterruptEnv, "0:1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	old := interruptSelf
+	interruptSelf = func(int) { cancel() }
+	defer func() { interruptSelf = old }()
+	var stderr bytes.Buffer
+	codes := runLocalJob(t, 1, func(int) context.Context { return ctx }, &stderr, func(ctx context.Context, c mpi.Comm) error {
+		return Predict(ctx, c, cfg)
+	})
+	msg := stderr.String()
+	if codes[0] != ExitInternal || !strings.Contains(msg, "nothing to --resume") || strings.Contains(msg, "continue with --resume") {
+		t.Fatalf("exit %d, want %d and a true message:\n%s", codes[0], ExitInternal, msg)
+	}
+}
