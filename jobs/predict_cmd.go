@@ -20,7 +20,9 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 		Usage: "run the detector on unlabelled images on every rank and write their predictions",
 		Description: "Each rank detects its shard of the images; the detections are gathered and rank 0\n" +
 			"writes OUT/predictions.csv (image_path,xmin,ymin,xmax,ymax,label,score, image_path as\n" +
-			"given in the CSV or relative to --images) and OUT/report.json. Whole images; --tile cuts\n" +
+			"given in the CSV or relative to --images) and OUT/report.json. Whole images; each rank\n" +
+			"appends its finished images to OUT/parts/, so a signal (exit 8) is continued by --resume\n" +
+			"at any rank count. --tile cuts\n" +
 			"large rasters into windows and merges them as DeepForest's predict_tile.\n\n" + ExitTable,
 		Flags: concatFlags([]cli.Flag{
 			configFlag(),
