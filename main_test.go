@@ -869,6 +869,53 @@ func TestMPITileStopResume(t *testing.T) {
 	}
 }
 
+// TestMPIPredictStopResume: plain predict (whole images) under the real
+// mpirun (issue 34.2): stopped by SIGTERM at np 3 it exits 8 saying
+// "continue with --resume", doctor names predict --resume, and --resume at
+// np 2 takes the saved images from the part files and gives np 1's
+// predictions.csv byte for byte.
+func TestMPIPredictStopResume(t *testing.T) {
+	csv := demoImages(t, 6)
+	args := func(out string, more ...string) []string {
+		return append([]string{"predict", "--csv", csv, "--model", demoModel, "--out", out, "--batch-size", "1", "--threads", "1"}, more...)
+	}
+	refOut := t.TempDir()
+	if r := mpirun(t, 1, nil, args(refOut)...); r.code != 0 {
+		t.Fatalf("np1: exit %d\n%s", r.code, r.stderr)
+	}
+	want, err := os.ReadFile(filepath.Join(refOut, "predictions.csv"))
+	if err != nil || bytes.Count(want, []byte("\n")) < 7 {
+		t.Fatalf("reference predictions.csv: %v\n%s", err, want)
+	}
+	out := t.TempDir()
+	r := mpirun(t, 3, []string{jobs.InterruptEnv + "=0:1"}, args(out)...)
+	if r.code != jobs.ExitResumable || !strings.Contains(r.stderr, "continue with --resume") {
+		t.Fatalf("stopped np3: exit %d, want %d\n%s", r.code, jobs.ExitResumable, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "predictions.csv")); err == nil {
+		t.Fatal("the stopped run published predictions.csv")
+	}
+	d := run1(t, "doctor", "--out", out)
+	if d.code != jobs.ExitResumable || !strings.Contains(d.stdout+d.stderr, "canopy predict --resume") {
+		t.Fatalf("doctor on the stopped run: exit %d\n%s%s", d.code, d.stdout, d.stderr)
+	}
+	if r := mpirun(t, 2, nil, args(out, "--resume")...); r.code != 0 {
+		t.Fatalf("resume np2: exit %d\n%s", r.code, r.stderr)
+	}
+	if got, err := os.ReadFile(filepath.Join(out, "predictions.csv")); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("resumed predictions.csv differs from np1's (%v):\n%s\nwant:\n%s", err, got, want)
+	}
+	var rep struct {
+		Resumed struct {
+			FromParts int `json:"images_from_parts"`
+		} `json:"resumed"`
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+	if json.Unmarshal(b, &rep); rep.Resumed.FromParts < 1 {
+		t.Fatalf("the resume took no image from the part files: %s", b)
+	}
+}
+
 // predict --tile --crop-model under the real mpirun (issue 36): the crop
 // parity raster, the demo detector and the ResNet-18 crop model given
 // twice (two column pairs; one --crop-label-dict for both); predictions.csv,
