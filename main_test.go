@@ -832,21 +832,7 @@ func TestMPITileStopResume(t *testing.T) {
 	if len(want) < 10 || bytes.Count(want["predictions.csv"], []byte("\n")) < 20 {
 		t.Fatalf("reference: %d outputs", len(want))
 	}
-	out := t.TempDir()
-	r := mpirun(t, 3, []string{jobs.InterruptEnv + "=0:2"}, args(out)...)
-	if r.code != jobs.ExitResumable || !strings.Contains(r.stderr, "--resume") {
-		t.Fatalf("stopped np3: exit %d, want %d\n%s", r.code, jobs.ExitResumable, r.stderr)
-	}
-	if _, err := os.Stat(filepath.Join(out, "report.json")); err == nil {
-		t.Fatal("the stopped run published report.json")
-	}
-	d := run1(t, "doctor", "--out", out)
-	if d.code != jobs.ExitResumable || !strings.Contains(d.stdout+d.stderr, "predict --tile --resume") {
-		t.Fatalf("doctor on the stopped run: exit %d\n%s%s", d.code, d.stdout, d.stderr)
-	}
-	if r := mpirun(t, 2, nil, args(out, "--resume")...); r.code != 0 {
-		t.Fatalf("resume np2: exit %d\n%s", r.code, r.stderr)
-	}
+	out := stopThenResume(t, args, 2, "--resume", "report.json", "predict --tile --resume")
 	got := tileFiles(t, out)
 	if len(got) != len(want) {
 		t.Fatalf("resumed: %d outputs, want %d", len(got), len(want))
@@ -869,6 +855,30 @@ func TestMPITileStopResume(t *testing.T) {
 	}
 }
 
+// stopThenResume runs args (a new --out) at np 3, rank 0 signalled by the
+// test hook after its batch `after`: exit 8 saying says, nothing published (the file published), and doctor --out
+// exit 8 naming resume; then the same args with --resume at np 2, which
+// must exit 0. It returns the output folder.
+func stopThenResume(t *testing.T, args func(out string, more ...string) []string, after int, says, published, resume string) string {
+	t.Helper()
+	out := t.TempDir()
+	r := mpirun(t, 3, []string{fmt.Sprintf("%s=0:%d", jobs.InterruptEnv, after)}, args(out)...)
+	if r.code != jobs.ExitResumable || !strings.Contains(r.stderr, says) {
+		t.Fatalf("stopped np3: exit %d, want %d saying %q\n%s", r.code, jobs.ExitResumable, says, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, published)); err == nil {
+		t.Fatalf("the stopped run published %s", published)
+	}
+	d := run1(t, "doctor", "--out", out)
+	if d.code != jobs.ExitResumable || !strings.Contains(d.stdout+d.stderr, resume) {
+		t.Fatalf("doctor on the stopped run: exit %d, want %d naming %s\n%s%s", d.code, jobs.ExitResumable, resume, d.stdout, d.stderr)
+	}
+	if r := mpirun(t, 2, nil, args(out, "--resume")...); r.code != 0 {
+		t.Fatalf("resume np2: exit %d\n%s", r.code, r.stderr)
+	}
+	return out
+}
+
 // TestMPIPredictStopResume: plain predict (whole images) under the real
 // mpirun (issue 34.2): stopped by SIGTERM at np 3 it exits 8 saying
 // "continue with --resume", doctor names predict --resume, and --resume at
@@ -887,21 +897,7 @@ func TestMPIPredictStopResume(t *testing.T) {
 	if err != nil || bytes.Count(want, []byte("\n")) < 7 {
 		t.Fatalf("reference predictions.csv: %v\n%s", err, want)
 	}
-	out := t.TempDir()
-	r := mpirun(t, 3, []string{jobs.InterruptEnv + "=0:1"}, args(out)...)
-	if r.code != jobs.ExitResumable || !strings.Contains(r.stderr, "continue with --resume") {
-		t.Fatalf("stopped np3: exit %d, want %d\n%s", r.code, jobs.ExitResumable, r.stderr)
-	}
-	if _, err := os.Stat(filepath.Join(out, "predictions.csv")); err == nil {
-		t.Fatal("the stopped run published predictions.csv")
-	}
-	d := run1(t, "doctor", "--out", out)
-	if d.code != jobs.ExitResumable || !strings.Contains(d.stdout+d.stderr, "canopy predict --resume") {
-		t.Fatalf("doctor on the stopped run: exit %d\n%s%s", d.code, d.stdout, d.stderr)
-	}
-	if r := mpirun(t, 2, nil, args(out, "--resume")...); r.code != 0 {
-		t.Fatalf("resume np2: exit %d\n%s", r.code, r.stderr)
-	}
+	out := stopThenResume(t, args, 1, "continue with --resume", "predictions.csv", "canopy predict --resume")
 	if got, err := os.ReadFile(filepath.Join(out, "predictions.csv")); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("resumed predictions.csv differs from np1's (%v):\n%s\nwant:\n%s", err, got, want)
 	}
