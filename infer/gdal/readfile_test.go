@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -148,5 +149,64 @@ func TestReadVectorRefuses(t *testing.T) {
 		if _, err := ReadVector(p); err == nil || !errors.Is(err, ErrVector) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", p, err, want)
 		}
+	}
+}
+
+// TestVectorTypesColumnsCRS: the shapely geometry type of each feature (""
+// for one without geometry), the columns found, and the CRS helpers
+// (SameCRS, CRSName) on DeepForest's fixture files. (Mutation survivors of
+// vecread.go, issue 35.)
+func TestVectorTypesColumnsCRS(t *testing.T) {
+	dir := filepath.Join("..", "..", "jobs", "testdata", "readfile")
+	read := func(name string) *Vector {
+		t.Helper()
+		v, err := ReadVector(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return v
+	}
+	types := func(v *Vector) map[string]int {
+		m := map[string]int{}
+		for _, f := range v.Features {
+			m[f.Type]++
+		}
+		return m
+	}
+	if m := types(read("points.shp")); m["Point"] == 0 || len(m) != 1 {
+		t.Errorf("points.shp: %v", m)
+	}
+	if m := types(read("mixed.shp")); m["Polygon"] == 0 || m["MultiPolygon"] == 0 || len(m) != 2 {
+		t.Errorf("mixed.shp: %v", m)
+	}
+	utm, merc := read("utm.shp"), read("merc.shp")
+	if m := types(utm); m["Polygon"] != len(utm.Features) {
+		t.Errorf("utm.shp: %v", m)
+	}
+	if v := read("no_image_path.shp"); v.ImagePathField || !v.LabelField {
+		t.Errorf("no_image_path.shp: image_path %v, label %v", v.ImagePathField, v.LabelField)
+	}
+	if !utm.LabelField || !utm.ImagePathField || utm.LabelType != "String" {
+		t.Errorf("utm.shp: columns %v %v %q", utm.LabelField, utm.ImagePathField, utm.LabelType)
+	}
+	if !SameCRS(utm.CRS, read("utm.gpkg").CRS) || SameCRS(utm.CRS, merc.CRS) {
+		t.Error("SameCRS")
+	}
+	if CRSName(utm.CRS) != utm.CRSName || !strings.HasPrefix(utm.CRSName, "EPSG:") || CRSName(merc.CRS) == utm.CRSName {
+		t.Errorf("CRSName %q %q", CRSName(utm.CRS), CRSName(merc.CRS))
+	}
+	if n := CRSName(`LOCAL_CS["nowhere",UNIT["metre",1]]`); n != "" {
+		t.Errorf("a CRS without authority: %q", n)
+	}
+	// A feature without geometry has no type.
+	tmp := t.TempDir()
+	src, dst := filepath.Join(tmp, "g.csv"), filepath.Join(tmp, "g.gpkg")
+	os.WriteFile(src, []byte("WKT,image_path,label\n\"POLYGON ((0 0, 1 0, 1 1, 0 0))\",r.tif,Tree\n,r.tif,Tree\n"), 0o644)
+	if out, err := exec.Command("ogr2ogr", "-q", "-f", "GPKG", dst, src, "-oo", "GEOM_POSSIBLE_NAMES=WKT", "-oo", "KEEP_GEOM_COLUMNS=NO").CombinedOutput(); err != nil {
+		t.Fatalf("ogr2ogr: %v\n%s", err, out)
+	}
+	v, err := ReadVector(dst)
+	if err != nil || len(v.Features) != 2 || v.Features[0].Type != "Polygon" || v.Features[1].Type != "" {
+		t.Fatalf("%+v %v", v, err)
 	}
 }
