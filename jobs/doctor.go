@@ -184,8 +184,15 @@ func outState(dir string) (int, string) {
 	if len(done) == 0 {
 		return ExitInternal, busy + "a run that stopped before it saved any image (a failed start); run it again, --resume has nothing to continue"
 	}
-	return ExitResumable, fmt.Sprintf("%sresumable: an interrupted run, %d image(s) saved in %d part file(s) (%d torn record(s) dropped); continue it with canopy eval --resume and the same inputs",
-		busy, len(done), len(files), st.Dropped)
+	job := "eval"
+	if b, err := os.ReadFile(filepath.Join(dir, manifestFile)); err == nil {
+		var m manifest
+		if json.Unmarshal(b, &m) == nil && m.Job != "" {
+			job = m.Job
+		}
+	}
+	return ExitResumable, fmt.Sprintf("%sresumable: an interrupted %s run, %d image(s) saved in %d part file(s) (%d torn record(s) dropped); continue it with canopy %s --resume and the same inputs, at any rank count",
+		busy, job, len(done), len(files), st.Dropped, job)
 }
 
 // tileOutState is outState for an unfinished tile run (ok false for

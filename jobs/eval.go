@@ -2,8 +2,6 @@ package jobs
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,7 +17,6 @@ import (
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/parts"
-	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -97,13 +94,9 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	// 1. Read once, agree everywhere.
 	stopForTest(c.Rank(), "start")
 	in, out, err := loadInputs(c, cfg)
-	defer func() {
-		// rank 0: a --force run that fails (or is interrupted) before it
-		// saved anything puts the previous run back
-		if out.finish(err) && errors.Is(err, errInterrupted) {
-			err = &Error{Code: Code(err), Err: fmt.Errorf("%w (the new --force run had saved nothing yet: the previous run in %s is back; run again with --force)", err, cfg.Out)}
-		}
-	}()
+	// rank 0: a --force run that fails (or is interrupted) before it saved
+	// anything puts the previous run back
+	defer finishImagesRun(out, cfg.Out, &err)
 	if err != nil {
 		return err
 	}
@@ -177,14 +170,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			sayLine(cfg.Warnings, "canopy: warning: ", w)
 		}
 	}
-	if err := checkSharedOut(c, cfg.Out, in.probe); err != nil {
-		return err
-	}
-	done, pst, err := parts.Decode(in.parts, len(images))
+	done, pst, err := resumedImages(c, cfg.Out, cfg.RootDir, savedRun{probe: in.probe, attempt: in.attempt, parts: in.parts}, images, model != nil)
 	if err != nil {
-		return collective(ExitInput, "jobs: --resume: %w", err)
-	}
-	if err := checkResumedImages(c, cfg, images, done, model != nil); err != nil {
 		return err
 	}
 	stats.Seconds["load"] = since(t0)
@@ -234,33 +221,13 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		det = rd
 	}
 	defer det.Close()
-	pw, err := createParts(cfg.Out, in.probe, in.attempt, c.Rank(), time.Second)
+	rec, err := openRecorder(out, cfg.Out, savedRun{probe: in.probe, attempt: in.attempt}, c.Rank())
 	if err != nil {
-		return localErr(ExitInternal, "jobs: %w", err)
-	}
-	// A part file that cannot be written is an I/O error of canopy's own
-	// files (exit 1), whatever the detector; rank 0's first saved record
-	// commits a --force run (the previous run is removed).
-	record := func(ims []wire.Image, ids []parts.Identity) error {
-		if err := pw.Append(ims, ids); err != nil {
-			return &Error{Code: ExitInternal, Err: err}
-		}
-		if err := out.commit(); err != nil {
-			return &Error{Code: ExitInternal, Err: err}
-		}
-		return nil
+		return err
 	}
 	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, losses: model != nil, identify: model != nil, global: model.globalBatching()},
-		images, shard, c.Rank(), record)
-	if err := pw.Close(); err != nil && derr == nil {
-		derr = &Error{Code: ExitInternal, Err: err}
-	}
-	if derr == nil {
-		if err := out.commit(); err != nil { // rank 0 saved nothing: an empty shard
-			derr = &Error{Code: ExitInternal, Err: err}
-		}
-	}
-	if err := detectErr(derr, ""); err != nil {
+		images, shard, c.Rank(), rec.record)
+	if err := detectErr(rec.close(derr), ""); err != nil {
 		return err
 	}
 	for _, im := range mine {
@@ -272,13 +239,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 
 	// 4-5. Encode, gather, merge (with the images the part files hold).
 	stopForTest(c.Rank(), "gather")
-	prev := make([]wire.Image, 0, len(done))
-	for i := range images {
-		if d, ok := done[i]; ok {
-			prev = append(prev, d.Image)
-		}
-	}
-	dets, losses, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, prev, len(images), &stats)
+	dets, losses, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, savedImages(done, len(images)), len(images), &stats)
 	if err != nil {
 		return err
 	}
@@ -417,11 +378,8 @@ func packInputs(cfg EvalConfig) ([]byte, *outRun) {
 	if err != nil {
 		return fail(Code(err), err)
 	}
-	fields := [][]byte{in.csv, in.preds, in.labels, []byte(in.probe), binary.LittleEndian.AppendUint64(nil, uint64(in.attempt)),
-		[]byte(in.modelDir), []byte(in.modelDigest), []byte(in.modelConfig), boolByte(in.truthFolder)}
-	for _, f := range in.parts {
-		fields = append(fields, f.Data)
-	}
+	fields := [][]byte{in.csv, in.preds, in.labels, []byte(in.modelDir), []byte(in.modelDigest), []byte(in.modelConfig), boolByte(in.truthFolder)}
+	fields = packSaved(fields, savedRun{probe: in.probe, attempt: in.attempt, parts: in.parts})
 	return packFields([]byte{0}, fields...), out
 }
 
@@ -430,16 +388,14 @@ func unpackInputs(pkt []byte) (inputs, error) {
 	if err != nil {
 		return inputs{}, err
 	}
-	if len(f[4]) != 8 || len(f[8]) != 1 {
+	saved, err := unpackSaved(f[7:])
+	if err != nil || len(f[6]) != 1 {
 		return inputs{}, collective(ExitInternal, "jobs: malformed input broadcast")
 	}
-	in := inputs{csv: f[0], preds: f[1], probe: string(f[3]), attempt: int(binary.LittleEndian.Uint64(f[4])),
-		modelDir: string(f[5]), modelDigest: string(f[6]), modelConfig: string(f[7]), truthFolder: f[8][0] == 1}
+	in := inputs{csv: f[0], preds: f[1], probe: saved.probe, attempt: saved.attempt, parts: saved.parts,
+		modelDir: string(f[3]), modelDigest: string(f[4]), modelConfig: string(f[5]), truthFolder: f[6][0] == 1}
 	if len(f[2]) > 0 {
 		in.labels = f[2]
-	}
-	for k, d := range f[9:] {
-		in.parts = append(in.parts, parts.File{Name: fmt.Sprintf("part %d", k), Data: d})
 	}
 	return in, nil
 }

@@ -94,7 +94,7 @@ func outputsMatch(dir string) bool {
 // folder's steps (set aside, staging, journal, publication, discard), for
 // each command over another command's run: after the next canopy start in
 // the folder, it holds either the previous run byte for byte or the new
-// run complete (eval and the tile runs: or the new run's saved part files
+// run complete (eval, predict and the tile runs: or the new run's saved part files
 // and published rasters, resumable, once it has committed), never a mix,
 // never neither; and canopy doctor --out, before
 // that start, never says the new run saved nothing when its outputs are
@@ -156,7 +156,7 @@ func TestForceKilledAtEveryStepLosesNothing(t *testing.T) {
 					if strings.Contains(msg, "puts it back") {
 						t.Errorf("killed after step %d %q: the new run is kept, but doctor says %q", i+1, step, msg)
 					}
-				case name != "predict" && partialOf(got, final): // eval and the tile runs commit once they saved work: resumable
+				case partialOf(got, final): // a run with part files commits once it saved work: resumable
 					kept["new, resumable"]++
 				default:
 					t.Errorf("killed after step %d %q: the folder holds %v: neither the previous run %v nor the new %v",

@@ -388,8 +388,9 @@ func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
 		t.Fatal(codes)
 	}
 	before := snapshot(t, out)
-	if len(before) != 2 {
-		t.Fatalf("predict wrote %v", names(before))
+	if got := " " + strings.Join(names(before), " ") + " "; !strings.Contains(got, " manifest.json ") || !strings.Contains(got, " predictions.csv ") ||
+		!strings.Contains(got, " report.json ") || !strings.Contains(got, " parts/part-000-00000.part ") {
+		t.Fatalf("predict wrote %v, want its manifest, part files, predictions.csv and report.json", names(before))
 	}
 	badCSV := filepath.Join(t.TempDir(), "bad.csv")
 	os.WriteFile(badCSV, []byte("path\nx.png\n"), 0o644)
@@ -465,8 +466,15 @@ func TestPredictForceReplacesEvalRun(t *testing.T) {
 	if code := predict(cfg); code != ExitOK {
 		t.Fatalf("--force: exit %d", code)
 	}
-	if got := names(snapshot(t, out)); strings.Join(got, " ") != "predictions.csv report.json" {
-		t.Fatalf("after predict --force the folder holds %v, want predictions.csv and report.json only", got)
+	got := names(snapshot(t, out))
+	for _, n := range got {
+		if n == "results.csv" || n == "report.html" {
+			t.Fatalf("after predict --force the folder holds %v: the eval's %s is left", got, n)
+		}
+	}
+	var m manifest
+	if b, err := os.ReadFile(filepath.Join(out, manifestFile)); err != nil || json.Unmarshal(b, &m) != nil || m.Job != "predict" {
+		t.Fatalf("after predict --force the folder holds %v and a manifest that is not predict's (%v)", got, err)
 	}
 }
 

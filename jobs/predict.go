@@ -2,8 +2,8 @@ package jobs
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,18 +16,19 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/dataset"
-	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
 // PredictConfig is the configuration of one `canopy predict` run.
 type PredictConfig struct {
-	CSV       string // images by image_path (other columns ignored)
-	Images    string // or: every image file in this folder
-	RootDir   string // default: the CSV's folder, or Images
-	Out       string
-	Force     bool
+	CSV     string // images by image_path (other columns ignored)
+	Images  string // or: every image file in this folder
+	RootDir string // default: the CSV's folder, or Images
+	Out     string
+	Force   bool
+	// Resume continues the interrupted run in Out from its part files.
+	Resume    bool
 	BatchSize int
 	// AllowOutsideRoot lets image paths leave RootDir (absolute, "..",
 	// symlinks out).
@@ -77,7 +78,30 @@ func listImages(dir string) ([]string, error) {
 	return out, nil
 }
 
-// packPredict is rank 0's packet: the image list and the model.
+// predictManifest is plain predict's OUT/manifest.json: what its part
+// files were computed from (the image list, the model and its settings,
+// the label dict, the root folder). The part files hold the detector's
+// rows; the predict_image rows (or --raw-rows) are made from them at the
+// end, so that choice is not part of the identity.
+func predictManifest(cfg PredictConfig, paths []string, labels []byte, digest, config string) manifest {
+	m := manifest{Job: "predict", Canopy: Version, Images: sha256Hex(packFields(nil, stringsBytes(paths)...)),
+		Detector: "retinanet weights sha256 " + digest, DetectorSettings: detectorSettings(cfg.Model, config), RootDir: absPath(cfg.RootDir)}
+	if labels != nil {
+		m.LabelDict = sha256Hex(labels)
+	}
+	return m
+}
+
+func stringsBytes(ss []string) [][]byte {
+	out := make([][]byte, len(ss))
+	for i, s := range ss {
+		out[i] = []byte(s)
+	}
+	return out
+}
+
+// packPredict is rank 0's packet: the model, the label dict, the image
+// count and list, then the saved run (packSaved).
 func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 	fail := func(code int, err error) ([]byte, *outRun) { return append([]byte{byte(code)}, err.Error()...), nil }
 	var paths []string
@@ -106,15 +130,13 @@ func packPredict(cfg PredictConfig) ([]byte, *outRun) {
 	if err != nil {
 		return fail(ExitModel, err)
 	}
-	out, err := prepareRunOut(cfg.Out, cfg.Force)
+	out, saved, err := openImagesRun(cfg.Out, cfg.Resume, cfg.Force, predictManifest(cfg, paths, labels, digest, config))
 	if err != nil {
 		return fail(Code(err), err)
 	}
-	fields := [][]byte{[]byte(dir), []byte(digest), []byte(config), labels}
-	for _, p := range paths {
-		fields = append(fields, []byte(p))
-	}
-	return packFields([]byte{0}, fields...), out
+	fields := [][]byte{[]byte(dir), []byte(digest), []byte(config), labels, binary.LittleEndian.AppendUint64(nil, uint64(len(paths)))}
+	fields = append(fields, stringsBytes(paths)...)
+	return packFields([]byte{0}, packSaved(fields, saved)...), out
 }
 
 type predictReport struct {
@@ -137,6 +159,8 @@ type predictReport struct {
 	Rows          string   `json:"rows"`
 	RowsIoU       *float64 `json:"across_class_nms_iou,omitempty"`
 	RawDetections int      `json:"raw_detections"`
+	// Resumed: a --resume run's attempt and where its images came from.
+	Resumed *resumeInfo `json:"resumed,omitempty"`
 	// Outputs: the sha256 of the predictions.csv published with this report.
 	Outputs map[string]string `json:"outputs,omitempty"`
 	// AllowOutsideRoot records --allow-outside-root.
@@ -158,8 +182,10 @@ func (r *predictReport) setCrops(cs *cropSet) {
 }
 
 // Predict runs the predict job on this rank: every rank detects its shard,
-// the detections are gathered, rank 0 writes OUT/predictions.csv (DeepForest
-// prediction columns) and OUT/report.json.
+// appending each finished batch to its part file (as eval does), the
+// detections are gathered, rank 0 writes OUT/predictions.csv (DeepForest
+// prediction columns) and OUT/report.json. A signal ends it with exit 8;
+// --resume continues it at any rank count from the part files.
 func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	cfg.BatchSize = batchOrOne(cfg.BatchSize)
 	if cfg.RootDir == "" {
@@ -176,14 +202,22 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	if c.Rank() == 0 {
 		pkt, out = packPredict(cfg)
 	}
-	defer func() { out.finish(err) }() // rank 0 releases the folder
-	f, err := bcastFields(c, pkt, 5)
+	defer finishImagesRun(out, cfg.Out, &err) // rank 0 releases the folder
+	f, err := bcastFields(c, pkt, 7)
 	if err != nil {
 		return err
 	}
-	paths := make([]string, len(f)-4)
-	for i, b := range f[4:] {
+	if len(f[4]) != 8 || binary.LittleEndian.Uint64(f[4]) > uint64(len(f)-7) {
+		return collective(ExitInternal, "jobs: malformed input broadcast")
+	}
+	n := int(binary.LittleEndian.Uint64(f[4]))
+	paths := make([]string, n)
+	for i, b := range f[5 : 5+n] {
 		paths[i] = string(b)
+	}
+	saved, err := unpackSaved(f[5+n:])
+	if err != nil {
+		return err
 	}
 	mc := cfg.Model
 	var given box.LabelMap
@@ -213,15 +247,24 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		images[i] = box.Image{Path: p}
 		costs[i] = 1
 	}
-	todo := make([]int, len(paths))
-	for i := range todo {
-		todo[i] = i
+	done, pst, err := resumedImages(c, cfg.Out, cfg.RootDir, saved, images, true)
+	if err != nil {
+		return err
 	}
-	p, err := model.plan(todo, costs, cfg.BatchSize, c.Size())
+	var todo []int
+	for i := range images {
+		if _, ok := done[i]; !ok {
+			todo = append(todo, i)
+		}
+	}
+	p, err := model.plan(todo, costs[:len(todo)], cfg.BatchSize, c.Size())
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
 	}
-	shard := p.Shards[c.Rank()]
+	shard := make([]int, len(p.Shards[c.Rank()]))
+	for k, j := range p.Shards[c.Rank()] {
+		shard[k] = todo[j]
+	}
 	stats.Images = len(shard)
 	shardPaths := make([]string, len(shard))
 	for k, i := range shard {
@@ -238,27 +281,37 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		return err
 	}
 	defer det.Close()
-	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, global: model.globalBatching()},
-		images, shard, c.Rank(), func([]wire.Image, []parts.Identity) error { return nil })
-	if errors.Is(derr, errInterrupted) {
-		// exit 8 says a --resume continues: predict over whole images
-		// keeps no part files, so an interruption is not resumable
-		return localErr(ExitInternal, "jobs: predict: interrupted by a signal; predict over whole images keeps no part files (there is nothing to --resume): run it again")
-	}
-	if err := detectErr(derr, ""); err != nil {
+	rec, err := openRecorder(out, cfg.Out, saved, c.Rank())
+	if err != nil {
 		return err
 	}
-	for k, im := range mine {
+	// The part files keep the detector's rows; the rows of
+	// predictions.csv are made from them here and from the saved ones below.
+	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, identify: true, global: model.globalBatching()},
+		images, shard, c.Rank(), rec.record)
+	if err := detectErr(rec.close(derr), ""); err != nil {
+		return err
+	}
+	prev := savedImages(done, len(images))
+	rawPrev := 0
+	for _, im := range prev {
+		rawPrev += len(im.Dets)
+	}
+	for _, im := range mine {
 		stats.Detections += len(im.Dets)
-		if !cfg.RawRows {
-			mine[k].Dets = tile.AcrossClassNMS(im.Dets, model.m.Opt.NMSThresh)
+	}
+	if !cfg.RawRows {
+		for _, set := range [][]wire.Image{mine, prev} {
+			for k := range set {
+				set[k].Dets = tile.AcrossClassNMS(set[k].Dets, model.m.Opt.NMSThresh)
+			}
 		}
 	}
 	stats.Seconds["detect"] = since(t1)
 	printLayerTimes(cfg.Progress, det)
 	model.noteCUDNN(det)
 
-	dets, _, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, nil, len(images), &stats)
+	dets, _, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, prev, len(images), &stats)
 	if err != nil {
 		return err
 	}
@@ -287,6 +340,10 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		}
 		for _, s := range allStats {
 			rep.RawDetections += s.Detections
+		}
+		rep.RawDetections += rawPrev // the detector's rows of the saved images
+		if cfg.Resume {
+			rep.Resumed = &resumeInfo{Attempt: saved.attempt, FromParts: len(done), Computed: len(todo), RecordsDropped: pst.Dropped}
 		}
 		rep.setCrops(crops)
 		if rc := cfg.RunConfig; rc != nil {

@@ -20,16 +20,18 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 		Usage: "run the detector on unlabelled images on every rank and write their predictions",
 		Description: "Each rank detects its shard of the images; the detections are gathered and rank 0\n" +
 			"writes OUT/predictions.csv (image_path,xmin,ymin,xmax,ymax,label,score, image_path as\n" +
-			"given in the CSV or relative to --images) and OUT/report.json. Whole images; --tile cuts\n" +
+			"given in the CSV or relative to --images) and OUT/report.json. Whole images; each rank\n" +
+			"appends its finished images to OUT/parts/, so a signal (exit 8) is continued by --resume\n" +
+			"at any rank count. --tile cuts\n" +
 			"large rasters into windows and merges them as DeepForest's predict_tile.\n\n" + ExitTable,
 		Flags: concatFlags([]cli.Flag{
 			configFlag(),
 			&cli.StringFlag{Name: "csv", Usage: "CSV whose image_path column lists the images (other columns ignored; each path once, in order of first appearance)"},
 			&cli.StringFlag{Name: "images", Usage: "or: a folder whose .png .jpg .jpeg .tif .tiff files (any case, not recursive, sorted by name) are the images"},
 			rootDirFlag(),
-			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder; refused if it holds a previous run (predict's or eval's) unless --force, and (exit 2, naming the holder) while another run holds its lock"},
-			&cli.BoolFlag{Name: "force", Usage: "replace the previous run in --out, predict's or eval's: it is set aside until the new predictions are written, and put back if the run fails before that"},
-			&cli.BoolFlag{Name: "resume", Usage: "with --tile: continue the interrupted run in --out, at any rank count: rasters whose outputs are published are not read again, windows in its part files are not detected again; refused (exit 2, naming the difference) unless the rasters, model, window and merge settings match its manifest"},
+			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder, on a filesystem every rank sees; each rank appends finished images to OUT/parts/ so an interrupted run (exit 8) can --resume; refused if it holds a previous run (predict's or eval's) unless --force or --resume, and (exit 2, naming the holder) while another run holds its lock"},
+			&cli.BoolFlag{Name: "force", Usage: "replace the previous run in --out, predict's or eval's: it is set aside until the new run has saved its first images, and put back if the run fails before that"},
+			&cli.BoolFlag{Name: "resume", Usage: "continue the interrupted run (exit 8) in --out, at any rank count. Whole images: images in its part files are not detected again; refused (exit 2, naming the difference or the changed image) unless the image list, model, its settings, label dict and root folder match its manifest and every saved image is unchanged. With --tile: rasters whose outputs are published are not read again, windows in its part files are not detected again; refused (exit 2, naming the difference) unless the rasters, model, window and merge settings match its manifest"},
 			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV naming the model's classes: needed for a bare .pt state dict, which holds no labels (a .ckpt or a model folder carries its own, which this must then equal); with --tile as without"},
 			&cli.BoolFlag{Name: "raw-rows", Usage: "write every detection as the detector gives it (float boxes, NMS per class only: DeepForest 2.1.0's predict_file rows) instead of predict_image's rows, which by default reduce an image whose detections carry more than one label by one class-agnostic NMS at nms_thresh with integer boxes (across_class_nms); report.json's \"rows\" says which. Not with --tile, whose merge is class-agnostic already"},
 		}, shardJobFlags("longest wait for every rank to reach a collective, then exit 5 (ranks other than 0 wait twice this, so rank 0 reports first; 0 disables)"),
@@ -38,15 +40,15 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			if err := tileAction(c, code, newComm, stdout, stderr); err != nil || c.Bool("tile") {
 				return err
 			}
-			if c.Bool("resume") {
-				return usageError(errors.New("predict: --resume goes with --tile (predict over whole images keeps no part files: run it again)"))
+			if c.Bool("resume") && c.Bool("force") {
+				return usageError(errors.New("predict: --force and --resume exclude each other"))
 			}
 			rc, err := noArgsRunConfig(c, "predict")
 			if err != nil {
 				return err
 			}
 			cfg := PredictConfig{CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
-				Out: c.String("out"), Force: c.Bool("force"), Command: os.Args, Stdout: stdout,
+				Out: c.String("out"), Force: c.Bool("force"), Resume: c.Bool("resume"), Command: os.Args, Stdout: stdout,
 				AllowOutsideRoot: c.Bool("allow-outside-root"), LabelDict: c.String("label-dict"), RawRows: c.Bool("raw-rows")}
 			mc, err := modelConfig(c)
 			if err != nil {

@@ -8,6 +8,7 @@ import (
 	"image/color"
 	"image/draw"
 	"image/png"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/infer/gdal"
+	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -83,8 +85,19 @@ func sameOutputs(t *testing.T, what string, got, want map[string][]byte) {
 
 func runTileCodes(t *testing.T, n int, cfg TileConfig, interrupt string) ([]int, string) {
 	t.Helper()
+	return runStoppable(t, n, interrupt, func(ctx context.Context, c mpi.Comm, stderr io.Writer) error {
+		cfg := cfg
+		cfg.Progress = stderr
+		return PredictTile(ctx, c, cfg)
+	})
+}
+
+// runStoppable runs job on n in-process ranks; interrupt is InterruptEnv's
+// value ("" none), whose signal cancels that rank's context. It returns
+// every rank's exit code and what the job wrote to stderr (job's writer).
+func runStoppable(t *testing.T, n int, interrupt string, job func(ctx context.Context, c mpi.Comm, stderr io.Writer) error) ([]int, string) {
+	t.Helper()
 	var stderr bytes.Buffer
-	cfg.Progress = &stderr
 	ctxs := make([]context.Context, n)
 	cancels := make([]context.CancelFunc, n)
 	for r := range ctxs {
@@ -99,7 +112,7 @@ func runTileCodes(t *testing.T, n int, cfg TileConfig, interrupt string) ([]int,
 		defer func() { interruptSelf = old }()
 	}
 	codes := runLocalJob(t, n, func(r int) context.Context { return ctxs[r] }, &stderr, func(ctx context.Context, c mpi.Comm) error {
-		return PredictTile(ctx, c, cfg)
+		return job(ctx, c, &stderr)
 	})
 	return codes, stderr.String()
 }
@@ -393,31 +406,117 @@ func TestTileForceStopBeforeCommit(t *testing.T) {
 	}
 }
 
-// TestPredictInterruptNotResumable: plain predict (whole images) keeps no
-// part files, so a signal ends it with exit 1 and says to run it again
-// (issue 35.8: exit 8 only when --resume can continue; it used to exit 8
-// saying "finished images are saved, continue with --resume").
-func TestPredictInterruptNotResumable(t *testing.T) {
+// TestPredictStopResumeIdentical (issue 34.2, plain predict over whole
+// images): a run stopped by a signal at 3 ranks ends with exit 8 and a
+// true "continue with --resume"; canopy doctor --out calls it resumable;
+// --resume at 2 ranks does not detect the saved images again and gives a
+// predictions.csv byte-identical to an uninterrupted 1-rank run. A resume
+// with other settings, or after a saved image changed, is refused (exit
+// 2), naming the difference or the image.
+func TestPredictStopResumeIdentical(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command("go", "run", "./cmd/forestgen", "-out", dir, "-n", "3", "-sizes", "300x300", "-seed", "5")
+	cmd := exec.Command("go", "run", "./cmd/forestgen", "-out", dir, "-n", "6", "-sizes", "300x300", "-seed", "5")
 	cmd.Dir = ".."
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("forestgen: %v\n%s", err, out)
 	}
 	os.Remove(filepath.Join(dir, "annotations.csv"))
-	cfg := PredictConfig{Images: dir, Out: t.TempDir(), BatchSize: 1, Model: tileCfg("", "").Model}
-	t.Setenv(InterruptEnv, "0:1")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	old := interruptSelf
-	interruptSelf = func(int) { cancel() }
-	defer func() { interruptSelf = old }()
-	var stderr bytes.Buffer
-	codes := runLocalJob(t, 1, func(int) context.Context { return ctx }, &stderr, func(ctx context.Context, c mpi.Comm) error {
-		return Predict(ctx, c, cfg)
-	})
-	msg := stderr.String()
-	if codes[0] != ExitInternal || !strings.Contains(msg, "nothing to --resume") || strings.Contains(msg, "continue with --resume") {
-		t.Fatalf("exit %d, want %d and a true message:\n%s", codes[0], ExitInternal, msg)
+	base := PredictConfig{Images: dir, BatchSize: 1, Model: tileCfg("", "").Model}
+	run := func(n int, cfg PredictConfig, interrupt string) ([]int, string) {
+		t.Helper()
+		return runStoppable(t, n, interrupt, func(ctx context.Context, c mpi.Comm, _ io.Writer) error {
+			return Predict(ctx, c, cfg)
+		})
+	}
+	read := func(out string) []byte {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(out, "predictions.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+
+	ref := base
+	ref.Out = t.TempDir()
+	if codes, msg := run(1, ref, ""); codes[0] != ExitOK {
+		t.Fatalf("uninterrupted 1-rank run: exit %v\n%s", codes, msg)
+	}
+	want := read(ref.Out)
+
+	stop := base
+	stop.Out = t.TempDir()
+	codes, msg := run(3, stop, "0:1")
+	if codes[0] != ExitResumable || !strings.Contains(msg, "continue with --resume") {
+		t.Fatalf("stopped run: exit %v, want %d and \"continue with --resume\":\n%s", codes, ExitResumable, msg)
+	}
+	if _, err := os.Stat(filepath.Join(stop.Out, "predictions.csv")); err == nil {
+		t.Fatal("the stopped run published predictions.csv")
+	}
+	if code, say := outState(stop.Out); code != ExitResumable || !strings.Contains(say, "canopy predict --resume") {
+		t.Fatalf("doctor --out on the stopped run: %d %q, want %d naming canopy predict --resume", code, say, ExitResumable)
+	}
+	files, err := parts.ReadAll(stop.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, _, err := parts.Decode(files, 6)
+	if err != nil || len(done) == 0 || len(done) == 6 {
+		t.Fatalf("part files of the stopped run hold %d of 6 images (%v), want some but not all", len(done), err)
+	}
+	spare := t.TempDir() // a copy of the stopped run, for the refusals below
+	if out, err := exec.Command("cp", "-a", stop.Out+"/.", spare).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+
+	res := base
+	res.Out, res.Resume = stop.Out, true
+	if codes, msg := run(2, res, ""); codes[0] != ExitOK || codes[1] != ExitOK {
+		t.Fatalf("--resume at 2 ranks: exit %v\n%s", codes, msg)
+	}
+	if got := read(res.Out); !bytes.Equal(got, want) {
+		t.Fatalf("predictions.csv after stop at 3 ranks and --resume at 2 differs from the uninterrupted 1-rank run:\n%s\nwant:\n%s", got, want)
+	}
+	var rep predictReport
+	if b, err := os.ReadFile(filepath.Join(res.Out, "report.json")); err != nil || json.Unmarshal(b, &rep) != nil {
+		t.Fatalf("report.json: %v", err)
+	}
+	detected := 0
+	for _, s := range rep.PerRank {
+		detected += s.Images
+	}
+	if rep.Resumed == nil || rep.Resumed.FromParts != len(done) || detected != 6-len(done) {
+		t.Fatalf("--resume took %+v from the part files and detected %d images; want %d saved, %d detected", rep.Resumed, detected, len(done), 6-len(done))
+	}
+	if code, say := outState(res.Out); code != ExitOK {
+		t.Fatalf("doctor --out after the resume: %d %q", code, say)
+	}
+
+	other := res
+	other.Out = spare
+	other.Model.ScoreThresh = 0.5
+	if codes, msg := run(1, other, ""); codes[0] != ExitUsage || !strings.Contains(msg, "score_thresh") {
+		t.Fatalf("--resume with another score threshold: exit %v, want %d naming it:\n%s", codes, ExitUsage, msg)
+	}
+	names, err := listImages(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changed string
+	for i := range done { // any saved image
+		changed = names[i]
+	}
+	p := filepath.Join(dir, changed)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, append(b, 0), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	again := res
+	again.Out = spare
+	if codes, msg := run(2, again, ""); codes[0] != ExitUsage || !strings.Contains(msg, changed) || !strings.Contains(msg, "changed") {
+		t.Fatalf("--resume after saved image %s changed: exit %v, want %d naming it:\n%s", changed, codes, ExitUsage, msg)
 	}
 }
