@@ -1022,3 +1022,208 @@ func TestMPITileKillThenResume(t *testing.T) {
 	}
 	t.Logf("after kill -9: %d windows from the part files", rep.Tile.Resume.Windows)
 }
+
+// waitSaved waits (at most 60 s) until a tile run in out has saved a
+// round: a part file holding records or a published raster; it says
+// whether one did.
+func waitSaved(out string) bool {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if done, _ := filepath.Glob(filepath.Join(out, "rasters", "*")); len(done) > 0 {
+			return true
+		}
+		files, _ := filepath.Glob(filepath.Join(out, "parts", "*.part"))
+		for _, f := range files {
+			if st, err := os.Stat(f); err == nil && st.Size() > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestMPITileSigtermThenResume: a real SIGTERM from outside stops
+// `mpirun -np 3 canopy predict --tile` (and eval --tile) once it has
+// saved a round (CANOPY_TEST_SLOW_MS stretches each window), then
+// `mpirun -np 2 … --resume` gives rasters/*, predictions.csv and
+// predictions.gpkg (eval: results.csv and the metrics too) byte-identical
+// to an uninterrupted -np 1 run, keeping what the stopped run saved. Two
+// stops: SIGTERM to every rank's pid (what scancel does): mpirun exits 8,
+// the interruption said once; and SIGTERM to mpirun itself: Open MPI
+// forwards it to the ranks and kills them a moment later, so mpirun exits
+// 1 (docs/reliability.md X3), and doctor --out calls the run resumable.
+func TestMPITileSigtermThenResume(t *testing.T) {
+	list := tileRasters(t, 4)
+	// eval --tile's truth: each raster's forestgen boxes (pixels)
+	truth := filepath.Join(filepath.Dir(list), "truth.csv")
+	rows := []byte("image_path,xmin,ymin,xmax,ymax,label\n")
+	for i := range 4 {
+		a, err := os.ReadFile(filepath.Join(filepath.Dir(list), fmt.Sprintf("src%d", i), "annotations.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, body, _ := bytes.Cut(a, []byte("\n"))
+		rows = append(rows, bytes.ReplaceAll(body, []byte("img_0000.png"), []byte(fmt.Sprintf("r%02d.tif", i)))...)
+	}
+	if err := os.WriteFile(truth, rows, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := func(cmd, out string, more ...string) []string {
+		csv := list
+		if cmd == "eval" {
+			csv = truth
+		}
+		return append([]string{cmd, "--tile", "--csv", csv, "--model", demoModel, "--patch-size", "300", "--patch-overlap", "0.1",
+			"--out", out, "--batch-size", "1", "--threads", "1", "--round-windows", "3"}, more...)
+	}
+	outputs := func(cmd, out string) map[string][]byte {
+		got := tileFiles(t, out)
+		if cmd == "eval" {
+			r, err := os.ReadFile(filepath.Join(out, "results.csv"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got["results.csv"], got["metrics"] = r, metricsOf(t, out)
+		}
+		return got
+	}
+	want := map[string]map[string][]byte{}
+	for _, c := range []string{"predict", "eval"} {
+		refOut := t.TempDir()
+		if r := mpirun(t, 1, nil, args(c, refOut)...); r.code != 0 {
+			t.Fatalf("%s np1: exit %d\n%s", c, r.code, r.stderr)
+		}
+		want[c] = outputs(c, refOut)
+		if len(want[c]) < 8 || bytes.Count(want[c]["predictions.csv"], []byte("\n")) < 20 || (c == "eval" && len(want[c]["metrics"]) < 10) {
+			t.Fatalf("%s reference: %d outputs", c, len(want[c]))
+		}
+	}
+	for _, tc := range []struct{ cmd, target string }{{"predict", "ranks"}, {"predict", "mpirun"}, {"eval", "ranks"}} {
+		t.Run(tc.cmd+"/"+tc.target, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "tile out")
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", append([]string{"-np", "3", canopyBin}, args(tc.cmd, out)...)...)
+			cmd.Env = append(os.Environ(), "CANOPY_TEST_SLOW_MS=500", "CANOPY_MPIRUN_TIMEOUT=140")
+			var se bytes.Buffer
+			cmd.Stderr = &se
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			ok := waitSaved(out)
+			// the ranks, and mpirun: the child of the wrapper's timeout
+			pids, _ := exec.Command("pgrep", "-f", "--", "^"+canopyBin+" "+tc.cmd+" .*--out "+out).Output()
+			ranks := strings.Fields(string(pids))
+			mp, _ := exec.Command("pgrep", "-P", fmt.Sprint(cmd.Process.Pid), "-x", "mpirun").Output()
+			launcher := strings.Fields(string(mp))
+			if !ok || len(ranks) != 3 || len(launcher) != 1 {
+				for _, p := range ranks {
+					exec.Command("kill", "-9", p).Run() // no rank outlives the test
+				}
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("saved a round: %v; ranks %v, mpirun %v\n%s", ok, ranks, launcher, se.String())
+			}
+			perRaster := 0
+			for n := range want[tc.cmd] {
+				if strings.HasPrefix(n, "rasters"+string(filepath.Separator)) {
+					perRaster++
+				}
+			}
+			if done, _ := filepath.Glob(filepath.Join(out, "rasters", "*")); len(done) >= perRaster {
+				t.Fatalf("all %d raster files were published before the stop: nothing left to resume", len(done))
+			}
+			victims := ranks
+			if tc.target == "mpirun" {
+				victims = launcher
+			}
+			for _, p := range victims {
+				exec.Command("kill", "-TERM", p).Run()
+			}
+			sent := time.Now()
+			err := cmd.Wait()
+			took := time.Since(sent)
+			code := -1
+			var ee *exec.ExitError
+			if err == nil {
+				code = 0
+			} else if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			}
+			t.Logf("SIGTERM to %s %v: exit %d after %v", tc.target, victims, code, took)
+			if ctx.Err() != nil || took > 30*time.Second {
+				t.Fatalf("the job took %v to end after SIGTERM\n%s", took, se.String())
+			}
+			if _, err := os.Stat(filepath.Join(out, "report.json")); err == nil {
+				t.Fatal("the stopped run published report.json")
+			}
+			if tc.target == "ranks" {
+				if code != jobs.ExitResumable || !strings.Contains(se.String(), tc.cmd+" --tile: interrupted by a signal") {
+					t.Fatalf("SIGTERM to every rank: exit %d, want %d\n%s", code, jobs.ExitResumable, se.String())
+				}
+				if n := strings.Count(se.String(), "interrupted by a signal"); n != 1 {
+					t.Errorf("the interruption was reported %d times, want once per job:\n%s", n, se.String())
+				}
+			} else if code != 1 {
+				t.Fatalf("SIGTERM to mpirun: exit %d, want Open MPI's 1\n%s", code, se.String())
+			}
+			// the rasters the stopped run recorded done (OUT/parts/rasters/
+			// <index>.json, written once their outputs are published): not
+			// read again
+			finished := map[int]bool{}
+			recs, _ := filepath.Glob(filepath.Join(out, "parts", "rasters", "*.json"))
+			for _, f := range recs {
+				var i int
+				if _, err := fmt.Sscanf(filepath.Base(f), "%d.json", &i); err != nil {
+					t.Fatalf("done record %s: %v", f, err)
+				}
+				finished[i] = true
+			}
+			d := run1(t, "doctor", "--out", out)
+			if d.code != jobs.ExitResumable || !strings.Contains(d.stdout+d.stderr, tc.cmd+" --tile --resume") {
+				t.Fatalf("doctor on the stopped run: exit %d\n%s%s", d.code, d.stdout, d.stderr)
+			}
+			if r := mpirun(t, 2, nil, args(tc.cmd, out, "--resume")...); r.code != 0 {
+				t.Fatalf("resume np2: exit %d\n%s", r.code, r.stderr)
+			}
+			got := outputs(tc.cmd, out)
+			if len(got) != len(want[tc.cmd]) {
+				t.Fatalf("resumed: %d outputs, want %d", len(got), len(want[tc.cmd]))
+			}
+			for n, b := range want[tc.cmd] {
+				if !bytes.Equal(got[n], b) {
+					t.Fatalf("resumed: %s differs from np1's", n)
+				}
+			}
+			// only what the stopped run did not save is detected again
+			var rep struct {
+				PerRank []struct{ Images int } `json:"per_rank"`
+				Tile    struct {
+					Windows int
+					Rasters []struct{ Windows int }
+					Resume  struct {
+						Windows int `json:"windows_from_parts"`
+						Rasters int `json:"rasters_finished_before"`
+					}
+				}
+			}
+			b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+			if err := json.Unmarshal(b, &rep); err != nil || len(rep.PerRank) != 2 {
+				t.Fatalf("report.json: %v\n%s", err, b)
+			}
+			left, detected := rep.Tile.Windows-rep.Tile.Resume.Windows, 0
+			for i, r := range rep.Tile.Rasters {
+				if finished[i] {
+					left -= r.Windows
+				}
+			}
+			for _, r := range rep.PerRank {
+				detected += r.Images
+			}
+			res := rep.Tile.Resume
+			if res.Windows+res.Rasters < 1 || res.Rasters != len(finished) || detected != left {
+				t.Fatalf("resume %+v (%d rasters recorded done before): %d windows detected again, want %d of %d", res, len(finished), detected, left, rep.Tile.Windows)
+			}
+			t.Logf("resume np2: %d rasters finished before, %d windows from the part files, %d of %d detected again", res.Rasters, res.Windows, detected, rep.Tile.Windows)
+		})
+	}
+}
