@@ -833,13 +833,21 @@ func TestMPITileStopResume(t *testing.T) {
 		t.Fatalf("reference: %d outputs", len(want))
 	}
 	out := stopThenResume(t, args, 2, "--resume", "report.json", "predict --tile --resume")
+	sameResumedTile(t, out, want, "resumed")
+}
+
+// sameResumedTile checks a resumed tile run's outputs against np 1's, byte
+// for byte, and that the resume took at least one window from the part
+// files; it returns how many.
+func sameResumedTile(t *testing.T, out string, want map[string][]byte, what string) (windowsFromParts int) {
+	t.Helper()
 	got := tileFiles(t, out)
 	if len(got) != len(want) {
-		t.Fatalf("resumed: %d outputs, want %d", len(got), len(want))
+		t.Fatalf("%s: %d outputs, want %d", what, len(got), len(want))
 	}
 	for n, b := range want {
 		if !bytes.Equal(got[n], b) {
-			t.Fatalf("resumed: %s differs from np1's", n)
+			t.Fatalf("%s: %s differs from np1's", what, n)
 		}
 	}
 	var rep struct {
@@ -851,8 +859,9 @@ func TestMPITileStopResume(t *testing.T) {
 	}
 	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
 	if json.Unmarshal(b, &rep); rep.Tile.Resume.Windows < 1 {
-		t.Fatalf("the resume took no window from the part files: %s", b)
+		t.Fatalf("%s: the resume took no window from the part files: %s", what, b)
 	}
+	return rep.Tile.Resume.Windows
 }
 
 // stopThenResume runs args (a new --out) at np 3, rank 0 signalled by the
@@ -1000,27 +1009,8 @@ func TestMPITileKillThenResume(t *testing.T) {
 	if r := mpirun(t, 3, nil, args(out, "--resume")...); r.code != 0 {
 		t.Fatalf("resume np3 after kill -9: exit %d\n%s", r.code, r.stderr)
 	}
-	got := tileFiles(t, out)
-	if len(got) != len(want) {
-		t.Fatalf("resumed: %d outputs, want %d", len(got), len(want))
-	}
-	for n, b := range want {
-		if !bytes.Equal(got[n], b) {
-			t.Fatalf("resumed after kill -9: %s differs from np1's", n)
-		}
-	}
-	var rep struct {
-		Tile struct {
-			Resume struct {
-				Windows int `json:"windows_from_parts"`
-			}
-		}
-	}
-	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
-	if json.Unmarshal(b, &rep); rep.Tile.Resume.Windows < 1 {
-		t.Fatalf("the resume took no window from the part files: %s", b)
-	}
-	t.Logf("after kill -9: %d windows from the part files", rep.Tile.Resume.Windows)
+	n := sameResumedTile(t, out, want, "resumed after kill -9")
+	t.Logf("after kill -9: %d windows from the part files", n)
 }
 
 // waitSaved waits (at most 60 s) until a tile run in out has saved a
