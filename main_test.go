@@ -650,7 +650,7 @@ func TestMPIRunSigtermIsResumable(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != jobs.ExitResumable {
 		t.Fatalf("batch script: %v, want exit 8\n%s\n%s", err, so.String(), se.String())
 	}
-	for _, want := range []string{"the launcher exited 1", "resumable: an interrupted run", "resubmit with --resume"} {
+	for _, want := range []string{"the launcher exited 1", "resumable: an interrupted eval run", "resubmit with --resume"} {
 		if !strings.Contains(se.String(), want) {
 			t.Errorf("the script's stderr lacks %q:\n%s", want, se.String())
 		}
