@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -253,7 +254,7 @@ func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err 
 	}
 	marker := ""
 	if opt.out != "" {
-		marker = filepath.Join(opt.out, fmt.Sprintf("%s-%d", faultPrefix, comm.Rank()))
+		marker = filepath.Join(opt.out, fmt.Sprintf("%s-%d", outdir.FaultPrefix, comm.Rank()))
 	}
 	if code != ExitResumable {
 		if marker != "" {
@@ -266,7 +267,7 @@ func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err 
 		time.Sleep(interruptGrace)
 	}
 	if opt.out != "" {
-		if m, _ := filepath.Glob(filepath.Join(opt.out, faultPrefix+"-*")); len(m) > 0 {
+		if m, _ := filepath.Glob(filepath.Join(opt.out, outdir.FaultPrefix+"-*")); len(m) > 0 {
 			return // a peer's fault stopped this rank; that rank has said why
 		}
 	}

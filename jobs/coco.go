@@ -6,6 +6,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 )
 
 // The --coco-out files: the truth as a COCO dataset and the predictions in
@@ -27,7 +28,7 @@ type cocoResult struct {
 // are 1.. in the truth's order, annotation ids 1.. (pycocotools counts id
 // 0 as unmatched), category ids the label map's ids; bbox is [xmin, ymin,
 // xmax-xmin, ymax-ymin].
-func stageCOCO(cfg EvalConfig, images []box.Image, dets [][]box.Detection, labels box.LabelMap) ([]staged, error) {
+func stageCOCO(cfg EvalConfig, images []box.Image, dets [][]box.Detection, labels box.LabelMap) ([]outdir.Staged, error) {
 	if !cfg.COCOOut {
 		return nil, nil
 	}
@@ -50,15 +51,15 @@ func stageCOCO(cfg EvalConfig, images []box.Image, dets [][]box.Detection, label
 			res = append(res, cocoResult{ImageID: imgID, CategoryID: int64(d.Label), BBox: xywh(d.Box), Score: d.Score})
 		}
 	}
-	t, err := stage(cfg.Out, cocoTruthFile, func(w io.Writer) error { return json.NewEncoder(w).Encode(ds) })
+	t, err := outdir.Stage(cfg.Out, cocoTruthFile, func(w io.Writer) error { return json.NewEncoder(w).Encode(ds) })
 	if err != nil {
 		return nil, err
 	}
-	p, err := stage(cfg.Out, cocoPredFile, func(w io.Writer) error { return json.NewEncoder(w).Encode(res) })
+	p, err := outdir.Stage(cfg.Out, cocoPredFile, func(w io.Writer) error { return json.NewEncoder(w).Encode(res) })
 	if err != nil {
-		return []staged{t}, err
+		return []outdir.Staged{t}, err
 	}
-	return []staged{t, p}, nil
+	return []outdir.Staged{t, p}, nil
 }
 
 func crowd(t box.Truth) int {

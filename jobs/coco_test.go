@@ -6,14 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/canopy-hpc/canopy/box"
-	"github.com/canopy-hpc/canopy/internal/dataset"
-	"github.com/canopy-hpc/canopy/internal/htmlreport"
-	"github.com/canopy-hpc/canopy/metrics"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/metrics"
 )
 
 // TestCOCOOutIsWhatPycocotoolsEvaluated: --coco-out on testdata/sets/coco
@@ -47,7 +49,7 @@ func TestCOCOOutIsWhatPycocotoolsEvaluated(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := sha256Hex(data); got != want {
+			if got := outdir.SHA256Hex(data); got != want {
 				t.Errorf("np%d: %s sha256 %s, pycocotools %s evaluated %s", n, f, got, g.Pycocotools, want)
 			}
 		}
@@ -110,7 +112,7 @@ func TestCOCOTruthCheckedAtInput(t *testing.T) {
 		if codes[0] != ExitInput || codes[1] != ExitInput || !strings.Contains(stderr.String(), filepath.Base(truth)+": annotation 31") {
 			t.Errorf("%s: codes %v\n%s", ann, codes, stderr.String())
 		}
-		if present := presentRunFiles(out); len(present) > 0 && present[0] != manifestFile {
+		if present := outNames.Present(out); len(present) > 0 && present[0] != outdir.ManifestFile {
 			t.Errorf("%s: published %v", ann, present)
 		}
 	}
@@ -125,7 +127,7 @@ func TestFailedStagePublishesNothing(t *testing.T) {
 	cfg.COCOOut = true
 	var calls int
 	err := writeOutputs(cfg, reportRecord{metrics: []byte("{}")}, nil, nil, box.LabelMap{}, metrics.Result{},
-		func(rj []byte) ([]staged, error) {
+		func(rj []byte) ([]outdir.Staged, error) {
 			calls++
 			set, err := stageCOCO(cfg, nil, nil, box.LabelMap{})
 			if err != nil || len(set) != 2 || !bytes.Contains(rj, []byte(`"metrics": {}`)) {

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/report"
 	"github.com/urfave/cli/v2"
 )
@@ -193,7 +194,7 @@ func compareReports(opts CompareOptions) (*report.Result, error) {
 // writeFileAtomic writes path through a temporary file in its folder,
 // renamed into place (writeAtomic).
 func writeFileAtomic(path string, fill func(io.Writer) error) error {
-	return writeAtomic(filepath.Dir(path), filepath.Base(path), fill)
+	return outdir.WriteAtomic(filepath.Dir(path), filepath.Base(path), fill)
 }
 
 // checkOutputPath refuses, before any work, an output file path that

@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/report"
@@ -154,7 +155,7 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 				break
 			}
 			opts.LabelDict, opts.Fallback = labelDictOf(lm), len(cc.LabelDicts) == 1 && len(cc.Models) > 1
-			file = &report.File{Path: name, SHA256: sha256Hex(dicts[k])}
+			file = &report.File{Path: name, SHA256: outdir.SHA256Hex(dicts[k])}
 		}
 		dir := ""
 		if _, err := os.Stat(p); err != nil {

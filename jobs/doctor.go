@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/canopy-hpc/canopy/infer/gemm"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -108,7 +109,7 @@ func doctor(c mpi.Comm, stdout io.Writer) error {
 // rank's): its message and exit code; ok is false when there is none or
 // its code is not recorded.
 func faultOf(dir string) (msg string, code int, ok bool) {
-	m, _ := filepath.Glob(filepath.Join(dir, faultPrefix+"-*"))
+	m, _ := filepath.Glob(filepath.Join(dir, outdir.FaultPrefix+"-*"))
 	sort.Strings(m)
 	for _, f := range m {
 		b, err := os.ReadFile(f)
@@ -131,39 +132,39 @@ func outState(dir string) (int, string) {
 		return ExitInternal, fmt.Sprintf("no output folder (%v)", err)
 	}
 	busy := ""
-	if f, err := os.Open(filepath.Join(dir, lockName)); err == nil {
-		h := readHolder(f)
+	if f, err := os.Open(filepath.Join(dir, outdir.LockName)); err == nil {
+		h := outdir.ReadHolder(f)
 		if syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB) != nil {
 			busy = fmt.Sprintf("in use by a running canopy job (%s); ", h)
 		}
 		f.Close()
 	}
 	has := func(n string) bool { _, err := os.Stat(filepath.Join(dir, n)); return err == nil }
-	if _, _, err := readJournal(dir); err != nil {
+	if _, _, err := outdir.ReadJournal(dir); err != nil {
 		return ExitInternal, fmt.Sprintf("%sdamaged: %v; canopy cannot finish or undo that publication and refuses the folder (exit 1)", busy, err)
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, previousDir, movedList)); has(previousDir) && (err == nil && json.Unmarshal(b, new([]string)) != nil || err != nil && !os.IsNotExist(err)) {
-		return ExitInternal, fmt.Sprintf("%sdamaged: the run set aside in %s has an unreadable %s; canopy cannot put it back and refuses the folder (exit 1): keep what you need of it and remove %s, or choose another --out", busy, previousDir, movedList, previousDir)
+	if b, err := os.ReadFile(filepath.Join(dir, outdir.PreviousDir, outdir.MovedList)); has(outdir.PreviousDir) && (err == nil && json.Unmarshal(b, new([]string)) != nil || err != nil && !os.IsNotExist(err)) {
+		return ExitInternal, fmt.Sprintf("%sdamaged: the run set aside in %s has an unreadable %s; canopy cannot put it back and refuses the folder (exit 1): keep what you need of it and remove %s, or choose another --out", busy, outdir.PreviousDir, outdir.MovedList, outdir.PreviousDir)
 	}
-	if has(previousDir) && has(journalName) {
-		return ExitInternal, busy + "a --force run was stopped while publishing its complete outputs; the next canopy run in this folder finishes the publication and removes the previous run set aside in " + previousDir
+	if has(outdir.PreviousDir) && has(outdir.JournalName) {
+		return ExitInternal, busy + "a --force run was stopped while publishing its complete outputs; the next canopy run in this folder finishes the publication and removes the previous run set aside in " + outdir.PreviousDir
 	}
-	if has(previousDir) {
-		return ExitInternal, busy + "a --force run stopped before it committed (nothing of it is kept); its previous run is set aside in " + previousDir + " and the next canopy run in this folder puts it back"
+	if has(outdir.PreviousDir) {
+		return ExitInternal, busy + "a --force run stopped before it committed (nothing of it is kept); its previous run is set aside in " + outdir.PreviousDir + " and the next canopy run in this folder puts it back"
 	}
-	if has("report.json") && !has(journalName) {
+	if has("report.json") && !has(outdir.JournalName) {
 		if bad := verifyOutputs(dir); bad != "" {
 			return ExitInternal, busy + bad
 		}
 		return ExitOK, busy + "complete: " + completeSet(dir)
 	}
-	if has(journalName) {
+	if has(outdir.JournalName) {
 		return ExitInternal, busy + "a run was stopped while publishing its outputs; the next canopy run in this folder finishes the publication"
 	}
-	if !has(manifestFile) {
+	if !has(outdir.ManifestFile) {
 		return ExitInternal, busy + "no canopy run (no manifest.json, no report.json)"
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, manifestFile)); err != nil || json.Unmarshal(b, &manifest{}) != nil {
+	if b, err := os.ReadFile(filepath.Join(dir, outdir.ManifestFile)); err != nil || json.Unmarshal(b, &manifest{}) != nil {
 		return ExitInternal, busy + "manifest.json is empty, truncated or unreadable (a run killed as it started, or a damaged folder): --resume refuses it (exit 2); start again with --force"
 	}
 	if code, msg, ok := tileOutState(dir); ok {
@@ -185,7 +186,7 @@ func outState(dir string) (int, string) {
 		return ExitInternal, busy + "a run that stopped before it saved any image (a failed start); run it again, --resume has nothing to continue"
 	}
 	job := "eval"
-	if b, err := os.ReadFile(filepath.Join(dir, manifestFile)); err == nil {
+	if b, err := os.ReadFile(filepath.Join(dir, outdir.ManifestFile)); err == nil {
 		var m manifest
 		if json.Unmarshal(b, &m) == nil && m.Job != "" {
 			job = m.Job
@@ -199,7 +200,7 @@ func outState(dir string) (int, string) {
 // another run): how many rasters are published and intact, how many
 // windows the part files hold, and the command that continues it.
 func tileOutState(dir string) (int, string, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	b, err := os.ReadFile(filepath.Join(dir, outdir.ManifestFile))
 	var m tileManifest
 	if err != nil || json.Unmarshal(b, &m) != nil || m.Command == "" {
 		return 0, "", false
@@ -285,7 +286,7 @@ func verifyOutputs(dir string) string {
 		case !st.Mode().IsRegular():
 			changed = append(changed, name+" (not a regular file)")
 		default:
-			if got, err := hashFile(p); err != nil || got != outs[name] {
+			if got, err := outdir.HashFile(p); err != nil || got != outs[name] {
 				changed = append(changed, name)
 			}
 		}

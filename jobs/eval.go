@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/replay"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -298,7 +299,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		tw := time.Now()
 		rep.run.Warnings = warnings
 		rep.run.AllowOutsideRoot = cfg.AllowOutsideRoot && (model != nil || cfg.HTML != nil)
-		more := func(rj []byte) ([]staged, error) {
+		more := func(rj []byte) ([]outdir.Staged, error) {
 			set, err := stageCOCO(cfg, images, dets, labels)
 			if err != nil {
 				return set, err
@@ -323,9 +324,9 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 // loadInputs: rank 0 checks the output folder and reads the inputs, then
 // broadcasts either the bytes or its error, so every rank fails alike.
 // Rank 0 also returns its hold on the output folder (nil elsewhere).
-func loadInputs(c mpi.Comm, cfg EvalConfig) (inputs, *outRun, error) {
+func loadInputs(c mpi.Comm, cfg EvalConfig) (inputs, *outdir.Run, error) {
 	var pkt []byte
-	var out *outRun
+	var out *outdir.Run
 	if c.Rank() == 0 {
 		pkt, out = packInputs(cfg)
 	}
@@ -337,8 +338,8 @@ func loadInputs(c mpi.Comm, cfg EvalConfig) (inputs, *outRun, error) {
 	return in, out, err
 }
 
-func packInputs(cfg EvalConfig) ([]byte, *outRun) {
-	fail := func(code int, err error) ([]byte, *outRun) {
+func packInputs(cfg EvalConfig) ([]byte, *outdir.Run) {
+	fail := func(code int, err error) ([]byte, *outdir.Run) {
 		return append([]byte{byte(code)}, err.Error()...), nil
 	}
 	var in inputs

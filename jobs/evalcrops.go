@@ -20,6 +20,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -131,12 +132,12 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 	cfg.BatchSize = batchOrOne(cfg.BatchSize)
 	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
-	var out *outRun
+	var out *outdir.Run
 	var oerr error
 	if c.Rank() == 0 {
-		out, oerr = prepareRunOut(cfg.Out, cfg.Force)
+		out, oerr = outdir.Prepare(cfg.Out, cfg.Force, outNames)
 	}
-	defer func() { out.finish(err) }()
+	defer func() { out.Finish(err) }()
 	if err := agreeErr(c, ExitUsage, oerr); err != nil {
 		return err
 	}
@@ -229,7 +230,7 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 		if err := writeCropOutputs(cfg, rep, samples, labels, table, scores); err != nil {
 			return err
 		}
-		if err := out.commit(); err != nil {
+		if err := out.Commit(); err != nil {
 			return err
 		}
 		if cfg.Stdout != nil {
@@ -495,13 +496,13 @@ func cropValues(t metrics.CropTable, labels []string) []metrics.Value {
 // it), report.html and report.json, and publishes them as one set.
 func writeCropOutputs(cfg EvalCropsConfig, rep evalCropsReport, samples []cropSample, labels []string,
 	t metrics.CropTable, scores []float32) error {
-	var set []staged
+	var set []outdir.Staged
 	cleanup := func() {
 		for _, s := range set {
-			discard(cfg.Out, s.Tmp)
+			outdir.Discard(cfg.Out, s.Tmp)
 		}
 	}
-	s, err := stage(cfg.Out, cropsFile, func(w io.Writer) error {
+	s, err := outdir.Stage(cfg.Out, cropsFile, func(w io.Writer) error {
 		head := "path,label,predicted_label,score\n"
 		if cfg.CSV != "" {
 			head = "image_path,xmin,ymin,xmax,ymax,label,predicted_label,score\n"
@@ -550,7 +551,7 @@ func writeCropOutputs(cfg EvalCropsConfig, rep evalCropsReport, samples []cropSa
 		if n := rep.Input.Dropped; n > 0 {
 			page.Notes = append(page.Notes, fmt.Sprintf("%d images in sub-folders that name no class were left out, as DeepForest's FixedClassImageFolder leaves them out.", n))
 		}
-		s, err := stage(cfg.Out, "report.html", func(w io.Writer) error { return htmlreport.WriteCrops(w, page) })
+		s, err := outdir.Stage(cfg.Out, "report.html", func(w io.Writer) error { return htmlreport.WriteCrops(w, page) })
 		if err != nil {
 			cleanup()
 			return err
@@ -561,7 +562,7 @@ func writeCropOutputs(cfg EvalCropsConfig, rep evalCropsReport, samples []cropSa
 	for _, s := range set {
 		rep.Outputs[s.Name] = s.SHA256
 	}
-	rj, err := stage(cfg.Out, "report.json", func(w io.Writer) error {
+	rj, err := outdir.Stage(cfg.Out, "report.json", func(w io.Writer) error {
 		e := json.NewEncoder(w)
 		e.SetIndent("", "  ")
 		return e.Encode(rep)
@@ -570,5 +571,5 @@ func writeCropOutputs(cfg EvalCropsConfig, rep evalCropsReport, samples []cropSa
 		cleanup()
 		return err
 	}
-	return publish(cfg.Out, append(set, rj))
+	return outdir.Publish(cfg.Out, append(set, rj))
 }

@@ -5,92 +5,41 @@ import (
 	"fmt"
 	"hash/fnv"
 
+	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
-// Exit codes, the table printed by --help and written in the README and
-// docs/design.md.
+// The exit codes and error kinds live in internal/errkind, where every
+// room below the commands can return them; these names are jobs' public
+// face of them (main and the tests use them).
 const (
-	ExitOK         = 0 // success
-	ExitInternal   = 1 // internal error (a bug, or an I/O failure of canopy's own files)
-	ExitUsage      = 2 // bad command line, or an output folder holding a previous run or in use
-	ExitInput      = 3 // bad input data (CSV, label map, predictions)
-	ExitModel      = 4 // model or detector error
-	ExitMPI        = 5 // MPI, launcher or topology error
-	ExitDisagree   = 6 // ranks disagree on the metrics
-	ExitRegression = 7 // regression detected (compare)
-	ExitResumable  = 8 // interrupted, resumable
+	ExitOK         = errkind.ExitOK
+	ExitInternal   = errkind.ExitInternal
+	ExitUsage      = errkind.ExitUsage
+	ExitInput      = errkind.ExitInput
+	ExitModel      = errkind.ExitModel
+	ExitMPI        = errkind.ExitMPI
+	ExitDisagree   = errkind.ExitDisagree
+	ExitRegression = errkind.ExitRegression
+	ExitResumable  = errkind.ExitResumable
 )
 
 // ExitTable is the exit-code table as printed in --help.
-const ExitTable = `EXIT CODES:
-   0  success
-   1  internal error, or an I/O error on canopy's own files (a full disk)
-   2  usage error (bad flags, output folder holds a previous run or is in
-      use by another run)
-   3  bad input data (CSV, label map, predictions, an image over the pixel
-      cap or too large for the rank's memory)
-   4  model error
-   5  MPI, launcher, topology or GPU error (no usable GPU in the cuda build,
-      --device cuda with none visible, --exclusive-gpu refused a shared GPU,
-      no usable cuDNN 9, a --plan file of another stack; --precision
-      other than exact, --plan, --cudnn or --exclusive-gpu where no GPU
-      runs)
-   6  ranks disagree on the metrics
-   7  regression detected (canopy compare)
-   8  interrupted, resumable`
+const ExitTable = errkind.ExitTable
 
-// Error carries an exit code. Collective errors are ones every rank sees
-// identically (they come from bytes every rank holds): rank 0 prints them
-// and every rank exits with the code. Local errors are seen by one rank
-// only: that rank prints them with its rank and host and aborts the job.
-type Error struct {
-	Code       int
-	Collective bool
-	Err        error
-}
-
-func (e *Error) Error() string { return e.Err.Error() }
-func (e *Error) Unwrap() error { return e.Err }
-
-func collective(code int, format string, a ...any) *Error {
-	return &Error{Code: code, Collective: true, Err: fmt.Errorf(format, a...)}
-}
-
-func localErr(code int, format string, a ...any) *Error {
-	return &Error{Code: code, Err: fmt.Errorf(format, a...)}
-}
+// Error carries an exit code (errkind.Error).
+type Error = errkind.Error
 
 // Code returns the exit code for err (0 for nil, 1 when err carries none).
-func Code(err error) int {
-	if err == nil {
-		return ExitOK
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ExitInternal
-}
+func Code(err error) int { return errkind.Code(err) }
 
-// usageError is a command-line error: exit 2, unless err already carries
-// another code (a GPU flag on a build without a GPU backend: 5).
-func usageError(err error) error {
-	code := ExitUsage
-	if e := (*Error)(nil); errors.As(err, &e) {
-		code = e.Code
-	}
-	return &Error{Code: code, Collective: true, Err: err}
-}
-
-func usageErr(format string, a ...any) *Error {
-	return &Error{Code: ExitUsage, Collective: true, Err: fmt.Errorf(format, a...)}
-}
-
-// ioErr is an I/O failure on canopy's own files: exit 1.
-func ioErr(format string, a ...any) *Error {
-	return &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf(format, a...)}
-}
+var (
+	collective = errkind.Collective
+	localErr   = errkind.Local
+	usageError = errkind.UsageError
+	usageErr   = errkind.Usage
+	ioErr      = errkind.IO
+)
 
 // agreeErr is a collective: every rank passes its own error (or nil) and
 // every rank returns the same outcome: nil when no rank failed, else a
@@ -192,7 +141,7 @@ func detectErr(derr error, note string) error {
 	switch {
 	case derr == nil:
 		return nil
-	case errors.Is(derr, errInterrupted):
+	case errors.Is(derr, errkind.ErrInterrupted):
 		return localErr(ExitResumable, "jobs: %s%w", note, derr)
 	}
 	code := ExitModel

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -27,7 +28,7 @@ func copyTree(t *testing.T, src, dst string) {
 			return err
 		}
 		rel, _ := filepath.Rel(src, p)
-		if fi.Name() == lockName {
+		if fi.Name() == outdir.LockName {
 			return nil
 		}
 		if fi.IsDir() {
@@ -113,12 +114,12 @@ func TestForceKilledAtEveryStepLosesNothing(t *testing.T) {
 			old := snapshot(t, out)
 			var steps []string
 			shots := t.TempDir()
-			outStepHook = func(step string) {
+			outdir.StepHook = func(step string) {
 				steps = append(steps, step)
 				copyTree(t, out, filepath.Join(shots, fmt.Sprintf("%03d", len(steps))))
 			}
 			code, stderr := runArgs(t, append(cmds[name], "--out", out, "--force")...)
-			outStepHook = nil
+			outdir.StepHook = nil
 			if code != 0 {
 				t.Fatalf("--force: exit %d\n%s", code, stderr)
 			}
@@ -130,19 +131,19 @@ func TestForceKilledAtEveryStepLosesNothing(t *testing.T) {
 			journaled, wasNew := false, false
 			for i, step := range steps {
 				// the journal is the commit: from its write on, the new run stays
-				journaled = journaled || step == "write "+journalName
+				journaled = journaled || step == "write "+outdir.JournalName
 				d := filepath.Join(shots, fmt.Sprintf("%03d", i+1))
-				_, perr := os.Stat(filepath.Join(d, previousDir))
-				_, jerr := os.Stat(filepath.Join(d, journalName))
+				_, perr := os.Stat(filepath.Join(d, outdir.PreviousDir))
+				_, jerr := os.Stat(filepath.Join(d, outdir.JournalName))
 				_, msg := outState(d)
 				if perr == nil && jerr == nil && !strings.Contains(msg, "publishing") {
 					t.Errorf("killed after %q: doctor says %q", step, msg)
 				}
-				o, err := openOut(d) // any canopy start in the folder
+				o, err := outdir.Open(d, outNames) // any canopy start in the folder
 				if err != nil {
 					t.Fatalf("killed after %q: the next start: %v", step, err)
 				}
-				o.finish(nil)
+				o.Finish(nil)
 				got := snapshot(t, d)
 				switch {
 				case sameFiles(got, old):
@@ -187,14 +188,14 @@ func sameFiles(a, b map[string]string) bool {
 // partialOf: a new eval run not yet published: its manifest and part
 // files (each a prefix of the final one's), no report.
 func partialOf(got, final map[string]string) bool {
-	if _, ok := got["report.json"]; ok || got[manifestFile] != final[manifestFile] || got[manifestFile] == "" {
+	if _, ok := got["report.json"]; ok || got[outdir.ManifestFile] != final[outdir.ManifestFile] || got[outdir.ManifestFile] == "" {
 		return false
 	}
 	for k, v := range got {
 		w, ok := final[k]
 		published := strings.HasPrefix(k, rastersDir+string(filepath.Separator)) // a tile run's finished raster
 		if !ok || !strings.HasPrefix(w, v) || (published && w != v) ||
-			(k != manifestFile && !published && !strings.HasPrefix(k, "parts"+string(filepath.Separator))) {
+			(k != outdir.ManifestFile && !published && !strings.HasPrefix(k, "parts"+string(filepath.Separator))) {
 			return false
 		}
 	}
@@ -345,16 +346,16 @@ func TestTileLayerNamesAndGeoTransformAtPreflight(t *testing.T) {
 // canopy doctor --out, which does not promise the next run will mend it.
 func TestDamagedSafetyFilesNamed(t *testing.T) {
 	for _, c := range []struct{ path, what string }{
-		{journalName, journalName + " is damaged"},
-		{filepath.Join(previousDir, movedList), "unreadable " + movedList},
+		{outdir.JournalName, outdir.JournalName + " is damaged"},
+		{filepath.Join(outdir.PreviousDir, outdir.MovedList), "unreadable " + outdir.MovedList},
 	} {
 		out := t.TempDir()
-		os.MkdirAll(filepath.Join(out, previousDir), 0o755)
+		os.MkdirAll(filepath.Join(out, outdir.PreviousDir), 0o755)
 		os.WriteFile(filepath.Join(out, c.path), []byte("{{{"), 0o644)
 		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "damaged") || !strings.Contains(msg, c.what) || strings.Contains(msg, "the next canopy run") {
 			t.Errorf("%s: doctor: exit %d %q", c.path, code, msg)
 		}
-		if _, err := openOut(out); err == nil || Code(err) != ExitInternal || !strings.Contains(err.Error(), "is damaged") || !strings.Contains(err.Error(), "remove") {
+		if _, err := outdir.Open(out, outNames); err == nil || Code(err) != ExitInternal || !strings.Contains(err.Error(), "is damaged") || !strings.Contains(err.Error(), "remove") {
 			t.Errorf("%s: start: %v", c.path, err)
 		}
 	}

@@ -8,13 +8,14 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
 // stageHTML stages OUT/report.html from report.json's bytes (rank 0,
 // after the metrics; writeSeconds is its time writing the other files);
 // writeOutputs publishes it with the rest.
-func stageHTML(cfg EvalConfig, rj []byte, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result, writeSeconds float64) ([]staged, error) {
+func stageHTML(cfg EvalConfig, rj []byte, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result, writeSeconds float64) ([]outdir.Staged, error) {
 	if cfg.HTML == nil {
 		return nil, nil
 	}
@@ -27,14 +28,14 @@ func stageHTML(cfg EvalConfig, rj []byte, images []box.Image, dets [][]box.Detec
 	}
 	opt.Open = drawnImage(cfg.AllowOutsideRoot, maxPixels)
 	stopForTest(0, "html") // rank 0 alone writes the outputs
-	s, err := stage(cfg.Out, "report.html", func(w io.Writer) error {
+	s, err := outdir.Stage(cfg.Out, "report.html", func(w io.Writer) error {
 		return htmlreport.WriteEval(w, htmlreport.Eval{ReportJSON: rj, Images: images, Dets: dets, Labels: labels,
 			Matches: res.Matches, PR: res.PR, RootDir: root, CSV: csv, WriteSeconds: writeSeconds}, opt)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return []staged{s}, nil
+	return []outdir.Staged{s}, nil
 }
 
 // drawnImage opens an image for the page under the pre-flight's rules, so

@@ -21,6 +21,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -164,15 +165,15 @@ func resolveModel(spec string) (dir, digest, config string, err error) {
 		dir = abs // other ranks may start elsewhere
 	}
 	if modelfile.IsTorchFile(dir) {
-		if digest, err = hashFile(dir); err != nil {
+		if digest, err = outdir.HashFile(dir); err != nil {
 			return "", "", "", fmt.Errorf("jobs: model %s: %w: %w", spec, err, infer.ErrModel)
 		}
 		return dir, digest, "", nil
 	}
-	if digest, err = hashFile(filepath.Join(dir, "model.safetensors")); err != nil {
+	if digest, err = outdir.HashFile(filepath.Join(dir, "model.safetensors")); err != nil {
 		return "", "", "", fmt.Errorf("jobs: model %s: %w: %w", spec, err, infer.ErrModel)
 	}
-	if config, err = hashFile(filepath.Join(dir, "config.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if config, err = outdir.HashFile(filepath.Join(dir, "config.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", "", "", fmt.Errorf("jobs: model %s: %w: %w", spec, err, infer.ErrModel)
 	}
 	return dir, digest, config, nil
@@ -298,8 +299,8 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 	}
 	var ignored []string
 	if tm == nil {
-		if got := fileSHA(filepath.Join(dir, "config.json")); got != config {
-			return nil, fmt.Errorf("jobs: %s/config.json differs from rank 0's (sha256 %q here, %q there): the ranks see different files: %w", dir, shortSHA(got), shortSHA(config), infer.ErrModel)
+		if got := outdir.FileSHA(filepath.Join(dir, "config.json")); got != config {
+			return nil, fmt.Errorf("jobs: %s/config.json differs from rank 0's (sha256 %q here, %q there): the ranks see different files: %w", dir, outdir.ShortSHA(got), outdir.ShortSHA(config), infer.ErrModel)
 		}
 		// DeepForest passes its own score_thresh, nms_thresh,
 		// detections_per_img and topk_candidates to the constructor, and

@@ -19,6 +19,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/safetensors"
 	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -329,7 +330,7 @@ func TestRerunAfterFailedStart(t *testing.T) {
 	if codes := runLocal(t, 2, cfg); codes[0] != ExitInput {
 		t.Fatalf("first run: exit %v, want %d", codes, ExitInput)
 	}
-	if _, err := os.Stat(filepath.Join(out, manifestFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(out, outdir.ManifestFile)); err != nil {
 		t.Fatalf("the failed start left no manifest (the test needs one): %v", err)
 	}
 	cfg.CSV = csv
@@ -342,8 +343,8 @@ func TestRerunAfterFailedStart(t *testing.T) {
 func TestModelConfigMustMatchRank0(t *testing.T) {
 	model, _, _ := testModelSet(t)
 	mc := modelCfg(t, t.TempDir()).Model
-	w := fileSHA(filepath.Join(model, "model.safetensors"))
-	if _, err := loadModelLocal(mc, model, w, fileSHA(filepath.Join(model, "config.json")), 1); err != nil {
+	w := outdir.FileSHA(filepath.Join(model, "model.safetensors"))
+	if _, err := loadModelLocal(mc, model, w, outdir.FileSHA(filepath.Join(model, "config.json")), 1); err != nil {
 		t.Fatalf("same files: %v", err)
 	}
 	_, err := loadModelLocal(mc, model, w, "0123456789abcdef", 1)
@@ -385,7 +386,7 @@ func TestRaiseProcsKeepsThreads(t *testing.T) {
 	model, _, _ := testModelSet(t)
 	mc := modelCfg(t, t.TempDir()).Model
 	mc.Threads = 0
-	lm, err := loadModelLocal(mc, model, fileSHA(filepath.Join(model, "model.safetensors")), fileSHA(filepath.Join(model, "config.json")), 1)
+	lm, err := loadModelLocal(mc, model, outdir.FileSHA(filepath.Join(model, "model.safetensors")), outdir.FileSHA(filepath.Join(model, "config.json")), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
@@ -28,7 +29,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	m := map[string]string{}
 	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil || fi.IsDir() || fi.Name() == lockName {
+		if err != nil || fi.IsDir() || fi.Name() == outdir.LockName {
 			return nil
 		}
 		b, _ := os.ReadFile(p)
@@ -132,18 +133,18 @@ func TestSetAsideRunRestoredAtNextStart(t *testing.T) {
 		t.Fatal(codes)
 	}
 	before := snapshot(t, out)
-	present := []string{"report.json", "predictions.csv", "results.csv", manifestFile, parts.Dir}
-	if err := setAside(out, present); err != nil {
+	present := []string{"report.json", "predictions.csv", "results.csv", outdir.ManifestFile, parts.Dir}
+	if err := outdir.SetAside(out, present); err != nil {
 		t.Fatal(err)
 	}
 	// the new run got as far as its manifest and an empty part file
-	os.WriteFile(filepath.Join(out, manifestFile), []byte(`{"canopy": "new"}`), 0o644)
+	os.WriteFile(filepath.Join(out, outdir.ManifestFile), []byte(`{"canopy": "new"}`), 0o644)
 	os.MkdirAll(filepath.Join(out, parts.Dir), 0o755)
 	os.WriteFile(filepath.Join(out, parts.Dir, "part-000-00000.part"), nil, 0o644)
 	// a restore cut short after putting back two entries
-	os.Remove(filepath.Join(out, manifestFile))
-	os.Rename(filepath.Join(out, previousDir, manifestFile), filepath.Join(out, manifestFile))
-	os.Rename(filepath.Join(out, previousDir, "report.json"), filepath.Join(out, "report.json"))
+	os.Remove(filepath.Join(out, outdir.ManifestFile))
+	os.Rename(filepath.Join(out, outdir.PreviousDir, outdir.ManifestFile), filepath.Join(out, outdir.ManifestFile))
+	os.Rename(filepath.Join(out, outdir.PreviousDir, "report.json"), filepath.Join(out, "report.json"))
 	// the next run without --force: refused (the previous run is back), intact
 	codes, stderr := runLocalErr(t, 1, setCfg("three", out))
 	wantCodes(t, codes, ExitUsage, stderr)
@@ -155,7 +156,7 @@ func TestSetAsideRunRestoredAtNextStart(t *testing.T) {
 // dead process is taken over.
 func TestSecondRunRefusedWhileLocked(t *testing.T) {
 	out := t.TempDir()
-	l, err := lockOut(out)
+	l, err := outdir.TakeLock(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,22 +169,22 @@ func TestSecondRunRefusedWhileLocked(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(out, manifestFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(out, outdir.ManifestFile)); err == nil {
 		t.Fatal("the refused run wrote a manifest")
 	}
-	l.release()
+	l.Release()
 	if codes := runLocal(t, 2, setCfg("three", out)); codes[0] != 0 {
 		t.Fatal(codes)
 	}
 	// a lock file naming a process that has ended: stale, taken over
-	b, _ := json.Marshal(lockHolder{Job: "1", Host: host, PID: deadPID(t), Started: "then"})
-	os.WriteFile(filepath.Join(out, lockName), b, 0o644)
+	b, _ := json.Marshal(outdir.Holder{Job: "1", Host: host, PID: deadPID(t), Started: "then"})
+	os.WriteFile(filepath.Join(out, outdir.LockName), b, 0o644)
 	cfg := setCfg("three", out)
 	cfg.Force = true
 	if codes, stderr := runLocalErr(t, 1, cfg); codes[0] != 0 {
 		t.Fatalf("stale lock: %v\n%s", codes, stderr)
 	}
-	if b, _ := os.ReadFile(filepath.Join(out, lockName)); len(b) != 0 {
+	if b, _ := os.ReadFile(filepath.Join(out, outdir.LockName)); len(b) != 0 {
 		t.Fatalf("the lock file still names a holder after the run: %s", b)
 	}
 }
@@ -214,7 +215,7 @@ func TestLeftoversRemovedAtNextStart(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(out, ".canopy-probe-*")); len(left) > 0 {
 		t.Fatalf("probe left after an input error: %v", left)
 	}
-	junk := []string{".predictions.csv.tmp123", ".results.csv.tmp9", ".report.json.tmp1", ".canopy-probe-abc", discardPrefix + "x/y", faultPrefix + "-1"}
+	junk := []string{".predictions.csv.tmp123", ".results.csv.tmp9", ".report.json.tmp1", ".canopy-probe-abc", outdir.DiscardPrefix + "x/y", outdir.FaultPrefix + "-1"}
 	for _, j := range junk {
 		os.MkdirAll(filepath.Dir(filepath.Join(out, j)), 0o755)
 		os.WriteFile(filepath.Join(out, j), []byte("junk"), 0o644)
@@ -260,8 +261,8 @@ func TestOutputsPublishedAsOneSet(t *testing.T) {
 		}
 	}
 	steps := 0
-	publishHook = func(name string) { steps++; check("renaming " + name) }
-	defer func() { publishHook = nil }()
+	outdir.PublishHook = func(name string) { steps++; check("renaming " + name) }
+	defer func() { outdir.PublishHook = nil }()
 	for _, set := range []string{"three", "single", "three"} {
 		cfg := setCfg(set, out)
 		cfg.Force = true
@@ -275,42 +276,42 @@ func TestOutputsPublishedAsOneSet(t *testing.T) {
 	want := snapshot(t, out)
 	// a new set over a complete old one (what predict --force does)
 	for k := 0; k < 2; k++ {
-		var set []staged
+		var set []outdir.Staged
 		sums := map[string]string{}
 		for _, n := range []string{"predictions.csv", "results.csv"} {
-			s, err := stage(out, n, func(w io.Writer) error { _, err := fmt.Fprintf(w, "%s %d\n", n, k); return err })
+			s, err := outdir.Stage(out, n, func(w io.Writer) error { _, err := fmt.Fprintf(w, "%s %d\n", n, k); return err })
 			if err != nil {
 				t.Fatal(err)
 			}
 			set, sums[n] = append(set, s), s.SHA256
 		}
 		rep, _ := json.Marshal(map[string]any{"run": map[string]any{"outputs": sums}})
-		s, _ := stage(out, "report.json", func(w io.Writer) error { _, err := w.Write(rep); return err })
-		if err := publish(out, append(set, s)); err != nil {
+		s, _ := outdir.Stage(out, "report.json", func(w io.Writer) error { _, err := w.Write(rep); return err })
+		if err := outdir.Publish(out, append(set, s)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	publishHook = nil
+	outdir.PublishHook = nil
 	for n, v := range want {
 		os.WriteFile(filepath.Join(out, n), []byte(v), 0o644)
 	}
 
 	// a publication killed after its first rename: the journal and two
 	// staged files remain, the old report is gone
-	s1, _ := stage(out, "predictions.csv", func(w io.Writer) error { _, err := io.WriteString(w, want["predictions.csv"]); return err })
-	s2, _ := stage(out, "results.csv", func(w io.Writer) error { _, err := io.WriteString(w, want["results.csv"]); return err })
-	s3, _ := stage(out, "report.json", func(w io.Writer) error { _, err := io.WriteString(w, want["report.json"]); return err })
+	s1, _ := outdir.Stage(out, "predictions.csv", func(w io.Writer) error { _, err := io.WriteString(w, want["predictions.csv"]); return err })
+	s2, _ := outdir.Stage(out, "results.csv", func(w io.Writer) error { _, err := io.WriteString(w, want["results.csv"]); return err })
+	s3, _ := outdir.Stage(out, "report.json", func(w io.Writer) error { _, err := io.WriteString(w, want["report.json"]); return err })
 	os.WriteFile(filepath.Join(out, "report.json"), []byte("old"), 0o644)
 	os.WriteFile(filepath.Join(out, "results.csv"), []byte("old"), 0o644)
-	b, _ := json.Marshal([]staged{s1, s2, s3})
-	os.WriteFile(filepath.Join(out, journalName), b, 0o644)
+	b, _ := json.Marshal([]outdir.Staged{s1, s2, s3})
+	os.WriteFile(filepath.Join(out, outdir.JournalName), b, 0o644)
 	os.Remove(filepath.Join(out, "report.json"))
 	os.Rename(filepath.Join(out, s1.Tmp), filepath.Join(out, s1.Name))
-	l, err := openOut(out)
+	l, err := outdir.Open(out, outNames)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.finish(nil)
+	l.Finish(nil)
 	sameTree(t, "rolled forward", want, snapshot(t, out))
 }
 
@@ -319,20 +320,20 @@ func TestOutputsPublishedAsOneSet(t *testing.T) {
 // so this holds within one process as across hosts).
 func TestLockExclusiveAndReleased(t *testing.T) {
 	out := t.TempDir()
-	a, err := openOut(out)
+	a, err := outdir.Open(out, outNames)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := openOut(out); Code(err) != ExitUsage {
+	if _, err := outdir.Open(out, outNames); Code(err) != ExitUsage {
 		t.Fatalf("second lock: %v", err)
 	}
-	a.finish(nil)
+	a.Finish(nil)
 	deadline := time.Now().Add(time.Second)
-	b, err := openOut(out)
+	b, err := outdir.Open(out, outNames)
 	if err != nil || time.Now().After(deadline) {
 		t.Fatalf("after release: %v", err)
 	}
-	b.finish(nil)
+	b.Finish(nil)
 }
 
 // A full disk while appending a part file is an I/O error on canopy's own
@@ -413,7 +414,7 @@ func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
 		}
 		sameTree(t, name, before, snapshot(t, out))
 	}
-	l, err := lockOut(out)
+	l, err := outdir.TakeLock(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +422,7 @@ func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
 	if codes := predict(cfg); codes[0] != ExitUsage {
 		t.Fatalf("while locked: %v", codes)
 	}
-	l.release()
+	l.Release()
 	if codes := predict(cfg); codes[0] != 0 {
 		t.Fatalf("--force: %v", codes)
 	}
@@ -473,7 +474,7 @@ func TestPredictForceReplacesEvalRun(t *testing.T) {
 		}
 	}
 	var m manifest
-	if b, err := os.ReadFile(filepath.Join(out, manifestFile)); err != nil || json.Unmarshal(b, &m) != nil || m.Job != "predict" {
+	if b, err := os.ReadFile(filepath.Join(out, outdir.ManifestFile)); err != nil || json.Unmarshal(b, &m) != nil || m.Job != "predict" {
 		t.Fatalf("after predict --force the folder holds %v and a manifest that is not predict's (%v)", got, err)
 	}
 }
@@ -491,14 +492,14 @@ func TestDoctorOutStates(t *testing.T) {
 	if code, msg := outState(out); code != ExitOK || !strings.Contains(msg, "complete") {
 		t.Fatalf("complete: %d %s", code, msg)
 	}
-	l, err := lockOut(out)
+	l, err := outdir.TakeLock(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, msg := outState(out); !strings.Contains(msg, fmt.Sprintf("in use by a running canopy job (job none on host")) {
 		t.Fatalf("locked: %s", msg)
 	}
-	l.release()
+	l.Release()
 	os.Remove(filepath.Join(out, "report.json"))
 	if code, msg := outState(out); code != ExitResumable || !strings.Contains(msg, "3 image(s) saved") {
 		t.Fatalf("resumable: %d %s", code, msg)
@@ -527,7 +528,7 @@ func TestForceRestoreRefusesLatePartFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !o.finish(errors.New("rank 0 failed")) { // rank 0: the previous run is back
+	if !o.Finish(errors.New("rank 0 failed")) { // rank 0: the previous run is back
 		t.Fatal("the previous run was not restored")
 	}
 	if _, err := createParts(out, in.probe, in.attempt, 1, time.Second); !errors.Is(err, parts.ErrNotOwner) {
@@ -547,25 +548,25 @@ func TestRestoreAbandonsFailedPublication(t *testing.T) {
 		}
 	}
 	before := snapshot(t, dir)
-	if err := setAside(dir, presentRunFiles(dir)); err != nil {
+	if err := outdir.SetAside(dir, outNames.Present(dir)); err != nil {
 		t.Fatal(err)
 	}
-	var set []staged
+	var set []outdir.Staged
 	for _, f := range []string{"predictions.csv", "report.json"} {
-		s, err := stage(dir, f, func(w io.Writer) error { _, err := io.WriteString(w, "new "+f); return err })
+		s, err := outdir.Stage(dir, f, func(w io.Writer) error { _, err := io.WriteString(w, "new "+f); return err })
 		if err != nil {
 			t.Fatal(err)
 		}
 		set = append(set, s)
 	}
 	b, _ := json.Marshal(set)
-	if err := writeAtomic(dir, journalName, func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+	if err := outdir.WriteAtomic(dir, outdir.JournalName, func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
 		t.Fatal(err)
 	}
-	if err := restorePrevious(dir); err != nil { // the failed run's way out
+	if err := outdir.RestorePrevious(dir, outNames); err != nil { // the failed run's way out
 		t.Fatal(err)
 	}
-	if err := tidyOut(dir); err != nil { // the next start
+	if err := outdir.Tidy(dir, outNames); err != nil { // the next start
 		t.Fatal(err)
 	}
 	sameTree(t, "after the restore and the next start", before, snapshot(t, dir))
@@ -582,7 +583,7 @@ func TestOutNamingAFileIsUsage(t *testing.T) {
 		if codes[0] != ExitUsage || codes[1] != ExitUsage || !strings.Contains(stderr.String(), "not a folder") {
 			t.Errorf("eval --out %s: codes %v\n%s", out, codes, stderr.String())
 		}
-		if _, err := openOut(out); Code(err) != ExitUsage {
+		if _, err := outdir.Open(out, outNames); Code(err) != ExitUsage {
 			t.Errorf("openOut(%s): %v", out, err)
 		}
 	}
@@ -603,7 +604,7 @@ func TestDoctorTellsWhatResumeDoes(t *testing.T) {
 			t.Fatal(codes)
 		}
 		os.Remove(filepath.Join(out, "report.json"))
-		os.WriteFile(filepath.Join(out, manifestFile), []byte(m), 0o644)
+		os.WriteFile(filepath.Join(out, outdir.ManifestFile), []byte(m), 0o644)
 		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "--resume refuses it (exit 2)") {
 			t.Errorf("manifest %q: doctor %d %s", m, code, msg)
 		}

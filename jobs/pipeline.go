@@ -12,6 +12,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -158,7 +159,7 @@ func sendDetections(c mpi.Comm, timeout, detect time.Duration, mine []wire.Image
 
 // detectShard runs the detector over the shard in batches, hands each
 // finished batch to record (the part file) and stops between batches when
-// ctx is cancelled (SIGTERM, SIGUSR1, SIGINT), returning errInterrupted.
+// ctx is cancelled (SIGTERM, SIGUSR1, SIGINT), returning errkind.ErrInterrupted.
 // With o.losses, each image's validation losses against its
 // truth come with its detections.
 func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images []box.Image, shard []int, rank int,
@@ -196,7 +197,7 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 			interruptSelf(rank)
 		}
 		if ctx.Err() != nil {
-			return out, errInterrupted
+			return out, errkind.ErrInterrupted
 		}
 		batch := next
 		if batch == nil {
@@ -233,7 +234,7 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 			got, err = d.Detect(ctx, batch)
 		}
 		if err != nil && ctx.Err() != nil {
-			return out, errInterrupted // the batch in flight is dropped
+			return out, errkind.ErrInterrupted // the batch in flight is dropped
 		}
 		if err != nil {
 			if errors.Is(err, imagefile.ErrImage) {

@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -84,10 +85,10 @@ func listImages(dir string) ([]string, error) {
 // rows; the predict_image rows (or --raw-rows) are made from them at the
 // end, so that choice is not part of the identity.
 func predictManifest(cfg PredictConfig, paths []string, labels []byte, digest, config string) manifest {
-	m := manifest{Job: "predict", Canopy: Version, Images: sha256Hex(packFields(nil, stringsBytes(paths)...)),
+	m := manifest{Job: "predict", Canopy: Version, Images: outdir.SHA256Hex(packFields(nil, stringsBytes(paths)...)),
 		Detector: "retinanet weights sha256 " + digest, DetectorSettings: detectorSettings(cfg.Model, config), RootDir: absPath(cfg.RootDir)}
 	if labels != nil {
-		m.LabelDict = sha256Hex(labels)
+		m.LabelDict = outdir.SHA256Hex(labels)
 	}
 	return m
 }
@@ -102,8 +103,10 @@ func stringsBytes(ss []string) [][]byte {
 
 // packPredict is rank 0's packet: the model, the label dict, the image
 // count and list, then the saved run (packSaved).
-func packPredict(cfg PredictConfig) ([]byte, *outRun) {
-	fail := func(code int, err error) ([]byte, *outRun) { return append([]byte{byte(code)}, err.Error()...), nil }
+func packPredict(cfg PredictConfig) ([]byte, *outdir.Run) {
+	fail := func(code int, err error) ([]byte, *outdir.Run) {
+		return append([]byte{byte(code)}, err.Error()...), nil
+	}
 	var paths []string
 	var err error
 	if cfg.CSV != "" {
@@ -198,7 +201,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
 	var pkt []byte
-	var out *outRun
+	var out *outdir.Run
 	if c.Rank() == 0 {
 		pkt, out = packPredict(cfg)
 	}
@@ -353,7 +356,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		if err := writePredictOutputs(cfg.Out, rep, images, dets, labels, table); err != nil {
 			return err
 		}
-		if err := out.commit(); err != nil { // published: the previous run goes
+		if err := out.Commit(); err != nil { // published: the previous run goes
 			return err
 		}
 		if cfg.Stdout != nil {
@@ -376,14 +379,14 @@ func writePredictOutputs(dir string, rep predictReport, images []box.Image, dets
 // makes it from the sha256 of every output (predictions.csv and the
 // already staged extra files), and publishes them as one set.
 func publishPredictions(dir string, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropTable,
-	extra []staged, report func(outputs map[string]string) any) error {
-	preds, err := stage(dir, "predictions.csv", func(w io.Writer) error {
+	extra []outdir.Staged, report func(outputs map[string]string) any) error {
+	preds, err := outdir.Stage(dir, "predictions.csv", func(w io.Writer) error {
 		return writePredictionRows(w, images, dets, labels, crops)
 	})
 	if err != nil {
 		return err
 	}
-	set := append([]staged{preds}, extra...)
+	set := append([]outdir.Staged{preds}, extra...)
 	outputs := map[string]string{}
 	for _, s := range set {
 		outputs[s.Name] = s.SHA256
@@ -393,8 +396,8 @@ func publishPredictions(dir string, images []box.Image, dets [][]box.Detection, 
 
 // publishSet stages report.json (rep) and publishes it with the staged
 // files as one set; on an error the staged files are removed.
-func publishSet(dir string, set []staged, rep any) error {
-	rj, err := stage(dir, "report.json", func(w io.Writer) error {
+func publishSet(dir string, set []outdir.Staged, rep any) error {
+	rj, err := outdir.Stage(dir, "report.json", func(w io.Writer) error {
 		e := json.NewEncoder(w)
 		e.SetIndent("", "  ")
 		return e.Encode(rep)
@@ -405,5 +408,5 @@ func publishSet(dir string, set []staged, rep any) error {
 		}
 		return err
 	}
-	return publish(dir, append(set, rj))
+	return outdir.Publish(dir, append(set, rj))
 }

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/report"
@@ -167,7 +168,7 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 		IoUThreshold:       cfg.IoUThreshold,
 		Detector:           "replay",
 		Ranks:              c.Size(),
-		Inputs:             map[string]report.File{"csv": {Path: cfg.CSV, SHA256: sha256Hex(in.csv)}, "predictions": {Path: cfg.Predictions, SHA256: sha256Hex(in.preds)}},
+		Inputs:             map[string]report.File{"csv": {Path: cfg.CSV, SHA256: outdir.SHA256Hex(in.csv)}, "predictions": {Path: cfg.Predictions, SHA256: outdir.SHA256Hex(in.preds)}},
 		LabelMap:           labelMapJSON(labels),
 		IgnoredPredictions: ignored,
 		Resume:             resumed,
@@ -183,7 +184,7 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 		delete(r.Inputs, "predictions")
 	}
 	if cfg.LabelDict != "" {
-		r.Inputs["label_dict"] = report.File{Path: cfg.LabelDict, SHA256: sha256Hex(in.labels)}
+		r.Inputs["label_dict"] = report.File{Path: cfg.LabelDict, SHA256: outdir.SHA256Hex(in.labels)}
 	}
 	if rc := cfg.RunConfig; rc != nil {
 		r.Config, r.ConfigIgnored = rc.File, rc.C.Ignored
@@ -218,22 +219,22 @@ func hostsOf(stats []rankStats) []string {
 // one set, report.json last: a failure in any of them publishes nothing,
 // and a kill before the publication leaves no new report.json.
 func writeOutputs(cfg EvalConfig, rep reportRecord, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result,
-	more func(reportJSON []byte) ([]staged, error)) error {
-	var set []staged
+	more func(reportJSON []byte) ([]outdir.Staged, error)) error {
+	var set []outdir.Staged
 	fail := func(err error) error {
 		for _, s := range set {
 			os.Remove(filepath.Join(cfg.Out, s.Tmp))
 		}
 		return err
 	}
-	preds, err := stage(cfg.Out, "predictions.csv", func(w io.Writer) error {
+	preds, err := outdir.Stage(cfg.Out, "predictions.csv", func(w io.Writer) error {
 		return writePredictionRows(w, images, dets, labels, rep.crops)
 	})
 	if err != nil {
 		return err
 	}
 	set = append(set, preds)
-	results, err := stage(cfg.Out, "results.csv", func(w io.Writer) error {
+	results, err := outdir.Stage(cfg.Out, "results.csv", func(w io.Writer) error {
 		return writeResults(w, images, dets, labels, res.Matches)
 	})
 	if err != nil {
@@ -253,14 +254,14 @@ func writeOutputs(cfg EvalConfig, rep reportRecord, images []box.Image, dets [][
 			return fail(err)
 		}
 	}
-	rj, err := stage(cfg.Out, "report.json", func(w io.Writer) error {
+	rj, err := outdir.Stage(cfg.Out, "report.json", func(w io.Writer) error {
 		_, err := w.Write(body)
 		return err
 	})
 	if err != nil {
 		return fail(err)
 	}
-	return publish(cfg.Out, append(set, rj))
+	return outdir.Publish(cfg.Out, append(set, rj))
 }
 
 func csvField(s string) string {

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -14,6 +12,8 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/internal/errkind"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -40,14 +40,14 @@ type manifest struct {
 }
 
 func newManifest(cfg EvalConfig, in inputs) manifest {
-	m := manifest{Canopy: Version, CSV: sha256Hex(in.csv), Predictions: sha256Hex(in.preds), Detector: "replay",
+	m := manifest{Canopy: Version, CSV: outdir.SHA256Hex(in.csv), Predictions: outdir.SHA256Hex(in.preds), Detector: "replay",
 		DetectorSettings: map[string]string{}, RootDir: absRoot(cfg)}
 	if cfg.Model.Spec != "" {
 		m.Detector = "retinanet weights sha256 " + in.modelDigest
 		m.DetectorSettings = detectorSettings(cfg.Model, in.modelConfig)
 	}
 	if in.labels != nil {
-		m.LabelDict = sha256Hex(in.labels)
+		m.LabelDict = outdir.SHA256Hex(in.labels)
 	}
 	return m
 }
@@ -159,7 +159,7 @@ func checkResumedImage(rootDir, p string, rec *parts.Identity) error {
 
 // prepareOut is rank 0's output-folder step of eval, before anything is
 // computed (openImagesRun with eval's manifest).
-func prepareOut(cfg EvalConfig, in *inputs) (*outRun, error) {
+func prepareOut(cfg EvalConfig, in *inputs) (*outdir.Run, error) {
 	o, saved, err := openImagesRun(cfg.Out, cfg.Resume, cfg.Force, newManifest(cfg, *in))
 	if err != nil {
 		return nil, err
@@ -183,30 +183,30 @@ type savedRun struct {
 // commits) and writes cur as the manifest; for --resume it checks the
 // manifest against cur and reads the part files. It also writes the
 // shared-filesystem probe that every rank reads back.
-func openImagesRun(dir string, resume, force bool, cur manifest) (*outRun, savedRun, error) {
+func openImagesRun(dir string, resume, force bool, cur manifest) (*outdir.Run, savedRun, error) {
 	var saved savedRun
-	o, err := openOut(dir)
+	o, err := outdir.Open(dir, outNames)
 	if err != nil {
 		return nil, saved, err
 	}
 	check := func(b []byte) error {
 		var old manifest
 		if err := json.Unmarshal(b, &old); err != nil {
-			return usageErr("jobs: --resume: %s: %w", manifestFile, err)
+			return usageErr("jobs: --resume: %s: %w", outdir.ManifestFile, err)
 		}
 		if d := old.diff(cur); len(d) > 0 {
 			return usageErr("jobs: --resume refused, the inputs differ from the run in %s: %s", dir, strings.Join(d, "; "))
 		}
 		return nil
 	}
-	if saved.probe, err = prepareRun(o, dir, resume, force, cur, check); err == nil && resume {
+	if saved.probe, err = outdir.PrepareRun(o, dir, resume, force, cur, check); err == nil && resume {
 		if saved.parts, err = parts.ReadAll(dir); err != nil {
 			err = ioErr("jobs: --resume: %w", err)
 		}
 		saved.attempt = parts.NextAttempt(saved.parts)
 	}
 	if err != nil {
-		o.finish(err)
+		o.Finish(err)
 		return nil, saved, err
 	}
 	return o, saved, nil
@@ -238,7 +238,7 @@ func unpackSaved(f [][]byte) (savedRun, error) {
 // files decoded, and the images they hold checked against their recorded
 // identity (checkResumedImages; model says the images were read).
 func resumedImages(c mpi.Comm, out, rootDir string, saved savedRun, images []box.Image, model bool) (map[int]parts.Done, parts.Stats, error) {
-	if err := checkSharedOut(c, out, saved.probe); err != nil {
+	if err := outdir.CheckShared(c, out, saved.probe); err != nil {
 		return nil, parts.Stats{}, err
 	}
 	done, pst, err := parts.Decode(saved.parts, len(images))
@@ -264,10 +264,10 @@ func savedImages(done map[int]parts.Done, n int) []wire.Image {
 // run (the previous run is removed).
 type partsRecorder struct {
 	pw  *parts.Writer
-	out *outRun
+	out *outdir.Run
 }
 
-func openRecorder(out *outRun, dir string, saved savedRun, rank int) (*partsRecorder, error) {
+func openRecorder(out *outdir.Run, dir string, saved savedRun, rank int) (*partsRecorder, error) {
 	pw, err := createParts(dir, saved.probe, saved.attempt, rank, time.Second)
 	if err != nil {
 		return nil, localErr(ExitInternal, "jobs: %w", err)
@@ -281,7 +281,7 @@ func (r *partsRecorder) record(ims []wire.Image, ids []parts.Identity) error {
 	if err := r.pw.Append(ims, ids); err != nil {
 		return &Error{Code: ExitInternal, Err: err}
 	}
-	if err := r.out.commit(); err != nil {
+	if err := r.out.Commit(); err != nil {
 		return &Error{Code: ExitInternal, Err: err}
 	}
 	return nil
@@ -295,7 +295,7 @@ func (r *partsRecorder) close(derr error) error {
 		derr = &Error{Code: ExitInternal, Err: err}
 	}
 	if derr == nil {
-		if err := r.out.commit(); err != nil {
+		if err := r.out.Commit(); err != nil {
 			derr = &Error{Code: ExitInternal, Err: err}
 		}
 	}
@@ -305,114 +305,10 @@ func (r *partsRecorder) close(derr error) error {
 // finishImagesRun is rank 0's end of a run over whole images (deferred):
 // the folder is released, and a --force run interrupted before it saved
 // anything says the previous run is back.
-func finishImagesRun(out *outRun, dir string, err *error) {
-	if out.finish(*err) && errors.Is(*err, errInterrupted) {
+func finishImagesRun(out *outdir.Run, dir string, err *error) {
+	if out.Finish(*err) && errors.Is(*err, errkind.ErrInterrupted) {
 		*err = &Error{Code: Code(*err), Err: fmt.Errorf("%w (the new --force run had saved nothing yet: the previous run in %s is back; run again with --force)", *err, dir)}
 	}
-}
-
-// prepareRun is the output-folder step of a resumable run (eval, predict
-// --tile, eval --tile), under the lock: --resume reads the manifest and
-// hands it to check; a new run refuses a folder holding a previous one
-// (unless force, which sets it aside until the new run commits, or a
-// start that saved nothing) and writes cur as the manifest. Then the
-// shared-filesystem probe (returned) and the parts folder.
-func prepareRun(o *outRun, dir string, resume, force bool, cur any, check func(old []byte) error) (string, error) {
-	if resume {
-		b, err := os.ReadFile(filepath.Join(dir, manifestFile))
-		if err != nil {
-			return "", usageErr("jobs: --resume: no run to resume in %s: %w", dir, err)
-		}
-		if err := check(b); err != nil {
-			return "", err
-		}
-	} else {
-		present := presentRunFiles(dir)
-		switch {
-		case len(present) == 0:
-		case force:
-			o.aside = true // finish puts back a move that failed part way
-			if err := setAside(dir, present); err != nil {
-				return "", err
-			}
-		case abortedStart(dir):
-			for _, f := range present {
-				if err := os.RemoveAll(filepath.Join(dir, f)); err != nil {
-					return "", ioErr("jobs: output folder: %w", err)
-				}
-			}
-		default:
-			return "", usageErr("jobs: output folder %s holds a previous run (%s); choose another --out, pass --resume to continue it or --force to replace it", dir, present[0])
-		}
-		b, _ := json.MarshalIndent(cur, "", " ")
-		if err := writeAtomic(dir, manifestFile, func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
-			return "", ioErr("%w", err)
-		}
-	}
-	o.probe = nonce() + nonce()
-	if err := os.WriteFile(filepath.Join(dir, probeName(o.probe)), []byte(o.probe), 0o644); err != nil {
-		return "", ioErr("jobs: output folder: %w", err)
-	}
-	// The parts folder is this run's: a rank opens its part file only there.
-	if err := parts.Prepare(dir, o.probe); err != nil {
-		return "", ioErr("jobs: output folder: %w", err)
-	}
-	return o.probe, nil
-}
-
-// abortedStart reports a folder left by a run that failed before any
-// image was saved (a model or pre-flight error after the manifest was
-// written): no report, no part file with a record. Nothing would be lost
-// by starting again, so it does not need --force.
-func abortedStart(dir string) bool {
-	for _, f := range reportFiles {
-		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
-			return false
-		}
-	}
-	if _, err := os.Stat(filepath.Join(dir, manifestFile)); err != nil {
-		return false
-	}
-	files, err := parts.ReadAll(dir)
-	if err != nil {
-		return false
-	}
-	for _, f := range files {
-		if len(f.Data) > 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func probeName(nonce string) string { return ".canopy-probe-" + nonce }
-
-// checkSharedOut: every rank reads rank 0's probe file, so a --out that is
-// not on a filesystem all ranks see fails before any work, naming the
-// ranks that cannot see it.
-func checkSharedOut(c mpi.Comm, out, probe string) error {
-	b, err := os.ReadFile(filepath.Join(out, probeName(probe)))
-	ok := int64(1)
-	if err != nil || string(b) != probe {
-		ok = 0
-	}
-	all, gerr := c.AllgatherInt64(ok)
-	if gerr != nil {
-		return localErr(ExitMPI, "jobs: shared output check: %w", gerr)
-	}
-	if c.Rank() == 0 {
-		os.Remove(filepath.Join(out, probeName(probe)))
-	}
-	var blind []string
-	for r, v := range all {
-		if v == 0 {
-			blind = append(blind, strconv.Itoa(r))
-		}
-	}
-	if len(blind) > 0 {
-		return collective(ExitMPI, "jobs: --out %s is not on a filesystem every rank sees: rank(s) %s cannot read rank 0's probe file", out, strings.Join(blind, ", "))
-	}
-	return nil
 }
 
 // packFields appends length-prefixed fields.
@@ -439,7 +335,3 @@ func unpackFields(pkt []byte) ([][]byte, error) {
 	}
 	return out, nil
 }
-
-// errInterrupted is returned by detectShard when a signal asked the job to
-// stop; the rank has synced its part file.
-var errInterrupted = errors.New("interrupted by a signal; finished images are saved, continue with --resume")

@@ -13,6 +13,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/report"
 )
@@ -158,8 +159,8 @@ func nameLayers(rasters []tileRaster) {
 // packTile is rank 0's packet: the model, the rasters, eval --tile's truth
 // (as CSV; vt records a shapefile or GeoPackage truth), the label map, and
 // what the run continues (a tileResume and the saved windows).
-func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
-	fail := func(code int, err error) ([]byte, *outRun, *tileTruth) {
+func packTile(cfg TileConfig) (pkt []byte, out *outdir.Run, vt *tileTruth) {
+	fail := func(code int, err error) ([]byte, *outdir.Run, *tileTruth) {
 		return append([]byte{byte(code)}, err.Error()...), nil, nil
 	}
 	var err error
@@ -212,11 +213,11 @@ func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 	if err != nil {
 		return fail(Code(err), err)
 	}
-	res.Aside = out.aside
+	res.Aside = out.Aside()
 	rb, err := json.Marshal(rasters)
 	rj, _ := json.Marshal(res)
 	if err != nil {
-		out.finish(err)
+		out.Finish(err)
 		return fail(ExitInternal, err)
 	}
 	if cfg.Progress != nil {
@@ -284,12 +285,12 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	t0 := time.Now()
 	gdal.SetCacheMax(int64(cfg.CacheMiB) << 20)
 	var pkt []byte
-	var out *outRun
+	var out *outdir.Run
 	var vt *tileTruth // rank 0: a shapefile or GeoPackage truth
 	if c.Rank() == 0 {
 		pkt, out, vt = packTile(cfg)
 	}
-	defer func() { out.finish(err) }()
+	defer func() { out.Finish(err) }()
 	f, err := bcastFields(c, pkt, 8)
 	if err != nil {
 		return err
@@ -340,7 +341,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	if err != nil {
 		return collective(ExitInput, "jobs: %w", err)
 	}
-	if err := checkSharedOut(c, cfg.Out, res.Probe); err != nil {
+	if err := outdir.CheckShared(c, cfg.Out, res.Probe); err != nil {
 		return err
 	}
 	run := &tileRun{c: c, cfg: cfg, ix: ix, rasters: rasters, labels: labels, crops: crops, model: model, global: model.globalBatching(), out: out, stats: &stats,

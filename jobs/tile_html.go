@@ -11,6 +11,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/report"
 )
@@ -22,7 +23,7 @@ import (
 // run opened, only the windows drawn (never a whole raster), under the
 // run's --gdal-cache bound; the page opens no other file.
 func stageTileHTML(cfg TileConfig, rep *tileReport, truthCSV []byte, rasters []tileRaster, ix tileIndex, rs *rasterSet, images []box.Image,
-	merged [][]box.Detection, labels box.LabelMap, res metrics.Result, metricJSON []byte, writeSeconds float64) ([]staged, error) {
+	merged [][]box.Detection, labels box.LabelMap, res metrics.Result, metricJSON []byte, writeSeconds float64) ([]outdir.Staged, error) {
 	ec := cfg.Eval
 	if ec == nil || ec.HTML == nil {
 		return nil, nil
@@ -31,7 +32,7 @@ func stageTileHTML(cfg TileConfig, rep *tileReport, truthCSV []byte, rasters []t
 	// --tile's report.json has its own shape, so the page gets this one.
 	run := runInfo{Canopy: rep.Canopy, Go: runtime.Version(), MPI: rep.MPI, Git: rep.Git, Command: rep.Command,
 		Semantics: ec.Semantics.String(), IoUThreshold: ec.IoUThreshold, Detector: rep.Detector, Ranks: rep.Ranks, PerRank: rep.PerRank,
-		Hosts: hostsOf(rep.PerRank), Inputs: map[string]report.File{"csv": {Path: cfg.CSV, SHA256: sha256Hex(truthCSV)}}, Model: rep.Model,
+		Hosts: hostsOf(rep.PerRank), Inputs: map[string]report.File{"csv": {Path: cfg.CSV, SHA256: outdir.SHA256Hex(truthCSV)}}, Model: rep.Model,
 		Coverage: coverage{Images: len(rasters), Processed: len(rasters)}}
 	rj, err := json.Marshal(struct {
 		Metrics json.RawMessage `json:"metrics"`
@@ -70,14 +71,14 @@ func stageTileHTML(cfg TileConfig, rep *tileReport, truthCSV []byte, rasters []t
 	}
 	root, _ = filepath.Abs(root)
 	stopForTest(0, "html") // rank 0 alone writes the outputs
-	s, err := stage(cfg.Out, "report.html", func(w io.Writer) error {
+	s, err := outdir.Stage(cfg.Out, "report.html", func(w io.Writer) error {
 		return htmlreport.WriteEval(w, htmlreport.Eval{ReportJSON: rj, Images: images, Dets: merged, Labels: labels,
 			Matches: res.Matches, PR: res.PR, RootDir: root, CSV: csv, WriteSeconds: writeSeconds, Tile: tl}, opt)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return []staged{s}, nil
+	return []outdir.Staged{s}, nil
 }
 
 // rgbImage makes an image of R, G and B planes of w×h bytes each.

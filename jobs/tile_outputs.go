@@ -19,6 +19,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/geoparquet"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -93,7 +94,7 @@ func mergeHeld(g tile.Grid, first int, h *heldRaster, iou float64) (merged []box
 // none), the CSV last; then its done record.
 func publishRaster(out string, i int, r tileRaster, merged []box.Detection, windowDets int, crops *cropTable, labels box.LabelMap) error {
 	dir := filepath.Join(out, rastersDir)
-	var set []staged
+	var set []outdir.Staged
 	drop := func() {
 		for _, s := range set {
 			os.Remove(filepath.Join(dir, s.Tmp))
@@ -106,7 +107,7 @@ func publishRaster(out string, i int, r tileRaster, merged []box.Detection, wind
 		}
 		set = append(set, *g)
 	}
-	pq, err := stage(dir, r.Name+".parquet", func(w io.Writer) error {
+	pq, err := outdir.Stage(dir, r.Name+".parquet", func(w io.Writer) error {
 		crs, rows, err := parquetRows(r, merged, labels)
 		if err != nil {
 			return err
@@ -118,7 +119,7 @@ func publishRaster(out string, i int, r tileRaster, merged []box.Detection, wind
 		return err
 	}
 	set = append(set, pq)
-	c, err := stage(dir, r.Name+".csv", func(w io.Writer) error {
+	c, err := outdir.Stage(dir, r.Name+".csv", func(w io.Writer) error {
 		if err := rasterFault(r.Name + ".csv"); err != nil {
 			return err
 		}
@@ -138,9 +139,9 @@ func publishRaster(out string, i int, r tileRaster, merged []box.Detection, wind
 		}
 		d.Outputs[rastersDir+"/"+s.Name] = s.SHA256
 	}
-	syncDir(dir)
+	outdir.SyncDir(dir)
 	b, _ := json.Marshal(d)
-	if err := writeAtomic(doneDir(out), doneFile(i), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+	if err := outdir.WriteAtomic(doneDir(out), doneFile(i), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
 		return ioErr("%w", err)
 	}
 	return nil
@@ -194,9 +195,9 @@ func rasterCSV(out string, r tileRaster) string { return filepath.Join(out, rast
 
 // stageCombinedCSV stages predictions.csv: the header, then each
 // raster's CSV without its header, in raster order (never all in memory).
-func stageCombinedCSV(out string, rasters []tileRaster, cs *cropSet) (staged, error) {
+func stageCombinedCSV(out string, rasters []tileRaster, cs *cropSet) (outdir.Staged, error) {
 	header := predictionsHeader(cs)
-	return stage(out, "predictions.csv", func(w io.Writer) error {
+	return outdir.Stage(out, "predictions.csv", func(w io.Writer) error {
 		if _, err := io.WriteString(w, header); err != nil {
 			return err
 		}
@@ -276,7 +277,7 @@ const gpkgFile = "predictions.gpkg"
 // raster that has a CRS and a geotransform, written one raster at a time
 // (rows(i) gives raster i's merged rows). note says, once, which rasters
 // it leaves out; no raster with a CRS writes nothing.
-func stageGPKG(dir, name string, rasters []tileRaster, rows func(i int) ([]box.Detection, error), labels box.LabelMap) (*staged, string, error) {
+func stageGPKG(dir, name string, rasters []tileRaster, rows func(i int) ([]box.Detection, error), labels box.LabelMap) (*outdir.Staged, string, error) {
 	var without []string
 	for _, r := range rasters {
 		if r.CRS == "" || r.GeoTransform == nil {
@@ -324,7 +325,7 @@ func stageGPKG(dir, name string, rasters []tileRaster, rows func(i int) ([]box.D
 		return nil, "", fmt.Errorf("jobs: %w", err)
 	}
 	defer src.Close()
-	s, err := stage(dir, name, func(w io.Writer) error {
+	s, err := outdir.Stage(dir, name, func(w io.Writer) error {
 		_, err := io.Copy(w, src)
 		return err
 	})
@@ -402,7 +403,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 			rep.Settings = rc.finishSettings(rep.Model)
 		}
 		if cfg.LabelDict != "" {
-			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: sha256Hex(f[5])}}
+			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: outdir.SHA256Hex(f[5])}}
 		}
 		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters, rep.Tile.Truth = run.ix.total(), windowDets, rasters, vt
 		rep.Tile.SkipEmpty = cfg.SkipEmpty
@@ -413,7 +414,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 		if cfg.Resume {
 			rep.Tile.Resume = &tileResumeInfo{Attempt: res.Attempt, RastersFinished: len(res.Finished), WindowsSaved: res.Windows, RecordsDropped: res.Dropped}
 		}
-		var set []staged
+		var set []outdir.Staged
 		drop := func() {
 			for _, s := range set {
 				os.Remove(filepath.Join(cfg.Out, s.Tmp))
@@ -441,7 +442,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 		}
 		if cfg.Eval != nil {
 			rep.Metrics = json.RawMessage(metricJSON)
-			results, err := stage(cfg.Out, "results.csv", func(w io.Writer) error {
+			results, err := outdir.Stage(cfg.Out, "results.csv", func(w io.Writer) error {
 				return writeResults(w, images, merged, labels, res2.Matches)
 			})
 			if err != nil {
@@ -466,7 +467,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 		if err := publishSet(cfg.Out, set, rep); err != nil {
 			return err
 		}
-		if err := run.out.commit(); err != nil {
+		if err := run.out.Commit(); err != nil {
 			return err
 		}
 		if cfg.Stdout != nil && cfg.Eval != nil {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/wire"
 )
@@ -244,27 +245,27 @@ func fileSHA256(path string) (string, error) {
 // folder locked, a previous run refused or set aside (prepareRun), or for
 // --resume the manifest compared, the finished rasters found and the
 // windows of the others read from the part files (returned wire-encoded).
-func prepareTileOut(cfg TileConfig, cur tileManifest, offsets []int) (*outRun, tileResume, []byte, error) {
+func prepareTileOut(cfg TileConfig, cur tileManifest, offsets []int) (*outdir.Run, tileResume, []byte, error) {
 	var res tileResume
-	o, err := openOut(cfg.Out)
+	o, err := outdir.Open(cfg.Out, outNames)
 	if err != nil {
 		return nil, res, nil, err
 	}
-	fail := func(err error) (*outRun, tileResume, []byte, error) {
-		o.finish(err)
+	fail := func(err error) (*outdir.Run, tileResume, []byte, error) {
+		o.Finish(err)
 		return nil, res, nil, err
 	}
 	check := func(b []byte) error {
 		var old tileManifest
 		if err := json.Unmarshal(b, &old); err != nil || old.Command == "" {
-			return usageErr("jobs: --resume refused: %s in %s is not a tile run's manifest (%v); start again with --force (or another --out)", manifestFile, cfg.Out, err)
+			return usageErr("jobs: --resume refused: %s in %s is not a tile run's manifest (%v); start again with --force (or another --out)", outdir.ManifestFile, cfg.Out, err)
 		}
 		if d := old.diff(cur); len(d) > 0 {
 			return usageErr("jobs: --resume refused, the run in %s was computed otherwise: %s; start again with --force (or another --out)", cfg.Out, strings.Join(d, "; "))
 		}
 		return nil
 	}
-	if res.Probe, err = prepareRun(o, cfg.Out, cfg.Resume, cfg.Force, cur, check); err != nil {
+	if res.Probe, err = outdir.PrepareRun(o, cfg.Out, cfg.Resume, cfg.Force, cur, check); err != nil {
 		return fail(err)
 	}
 	for _, d := range []string{doneDir(cfg.Out), filepath.Join(cfg.Out, rastersDir)} {
@@ -340,10 +341,10 @@ func tileManifestOf(cfg TileConfig, digest, config string, labels, truth []byte,
 		IoU: cfg.IoU, SkipEmpty: cfg.SkipEmpty, CropModels: cfg.Model.Crops, Rasters: idents}
 	if cfg.Eval != nil {
 		m.Command = "eval --tile"
-		m.Truth = sha256Hex(truth)
+		m.Truth = outdir.SHA256Hex(truth)
 	}
 	if labels != nil {
-		m.LabelDict = sha256Hex(labels)
+		m.LabelDict = outdir.SHA256Hex(labels)
 	}
 	return m
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/infer/gdal"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -392,11 +393,11 @@ func TestTileForceStopBeforeCommit(t *testing.T) {
 	if codes, msg := runTileCodes(t, 1, cfg, "0:1"); codes[0] != ExitInternal || !strings.Contains(msg, "comes back at the next start") {
 		t.Fatalf("--force stopped before its first round: exit %v, want %d:\n%s", codes, ExitInternal, msg)
 	}
-	o, err := openOut(out) // the next start
+	o, err := outdir.Open(out, outNames) // the next start
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.finish(nil)
+	o.Finish(nil)
 	sameOutputs(t, "the previous run after the next start", tileOutputs(t, out), before)
 
 	fresh := tileCfg(t.TempDir(), tif)

@@ -15,6 +15,8 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/errkind"
+	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/internal/wire"
@@ -174,8 +176,8 @@ type tileRun struct {
 	global  bool // whole global batches (the cuDNN path)
 	rs      *rasterSet
 	pw      *parts.Writer
-	out     *outRun // rank 0
-	aside   bool    // a --force run set a previous run aside (every rank knows)
+	out     *outdir.Run // rank 0
+	aside   bool        // a --force run set a previous run aside (every rank knows)
 	stats   *rankStats
 	round   int           // windows per round
 	slow    time.Duration // a test's delay per window (slowWindowForTest)
@@ -446,7 +448,7 @@ func (t *tileRun) run(ctx context.Context) error {
 		if t.rounds == 1 {
 			// every rank saved its share of a round: a --force run
 			// commits (the previous run goes)
-			if err := agreeErr(t.c, ExitInternal, t.out.commit()); err != nil {
+			if err := agreeErr(t.c, ExitInternal, t.out.Commit()); err != nil {
 				return err
 			}
 		}
@@ -466,7 +468,7 @@ func (t *tileRun) stopped(derr error) error {
 	if t.cfg.Eval != nil {
 		cmd = "eval"
 	}
-	if !errors.Is(derr, errInterrupted) {
+	if !errors.Is(derr, errkind.ErrInterrupted) {
 		return detectErr(derr, "")
 	}
 	if cerr != nil {

@@ -1,4 +1,4 @@
-package jobs
+package outdir
 
 import (
 	"crypto/sha256"
@@ -12,14 +12,14 @@ import (
 // file or of a stream (newDigest, digestHex), and their short form for
 // messages.
 
-// sha256Hex is the hex sha256 of b.
-func sha256Hex(b []byte) string {
+// SHA256Hex is the hex sha256 of b.
+func SHA256Hex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }
 
-// hashFile is the hex sha256 of a file.
-func hashFile(path string) (string, error) {
+// HashFile is the hex sha256 of a file.
+func HashFile(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
@@ -32,10 +32,10 @@ func hashFile(path string) (string, error) {
 	return digestHex(h), nil
 }
 
-// fileSHA is hashFile's digest, "" when the file cannot be read (as
+// FileSHA is hashFile's digest, "" when the file cannot be read (as
 // resolveModel records an absent config.json).
-func fileSHA(path string) string {
-	d, _ := hashFile(path)
+func FileSHA(path string) string {
+	d, _ := HashFile(path)
 	return d
 }
 
@@ -45,8 +45,8 @@ func newDigest() hash.Hash { return sha256.New() }
 // digestHex is the hex digest of h.
 func digestHex(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }
 
-// shortSHA shortens a hex digest for a message.
-func shortSHA(s string) string {
+// ShortSHA shortens a hex digest for a message.
+func ShortSHA(s string) string {
 	if len(s) > 12 {
 		return s[:12] + "…"
 	}

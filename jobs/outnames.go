@@ -1,0 +1,15 @@
+package jobs
+
+import (
+	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/parts"
+)
+
+// reportFiles are the files a run writes; any of them in --out marks a
+// previous run.
+var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cropsFile, cocoTruthFile, cocoPredFile, gpkgFile}
+
+// outNames declares the commands' entries of OUT to the output folder's
+// transaction (internal/outdir knows no output's name): the reports, the
+// part files' folder and the per-raster outputs.
+var outNames = outdir.Names{Reports: reportFiles, Others: []string{parts.Dir, rastersDir}}
