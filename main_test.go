@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 	"github.com/canopy-hpc/canopy/jobs"
 	"github.com/canopy-hpc/canopy/metrics"
@@ -175,7 +176,7 @@ func TestMPIOneRankFailsNoHang(t *testing.T) {
 }
 
 func TestMPIDisagreementExits6(t *testing.T) {
-	r := mpirun(t, 2, []string{jobs.PerturbEnv + "=1"}, "eval", "--csv", set("three", "truth.csv"),
+	r := mpirun(t, 2, []string{testhook.PerturbEnv + "=1"}, "eval", "--csv", set("three", "truth.csv"),
 		"--predictions", set("three", "predictions.csv"), "--out", t.TempDir())
 	if r.code != jobs.ExitDisagree || !strings.Contains(r.stderr, "ranks [1]") {
 		t.Fatalf("exit %d, want %d\n%s", r.code, jobs.ExitDisagree, r.stderr)
@@ -327,11 +328,11 @@ func TestMPIWatchdogFrozenAtStart(t *testing.T) {
 	frozenRank(t, "2:start", "rank 0/3", "broadcast inputs", "Bcast (collective #1)", "waiting for rank 2 (", "; hosts: ")
 }
 
-// frozenRank runs eval on 3 ranks with StopEnv=stop and a 2 s collective
+// frozenRank runs eval on 3 ranks with testhook.StopEnv=stop and a 2 s collective
 // timeout: exit 5 within 30 s, and stderr holds every one of want.
 func frozenRank(t *testing.T, stop string, want ...string) {
 	t.Helper()
-	r := mpirun(t, 3, []string{jobs.StopEnv + "=" + stop}, "eval", "--csv", set("multi", "truth.csv"),
+	r := mpirun(t, 3, []string{testhook.StopEnv + "=" + stop}, "eval", "--csv", set("multi", "truth.csv"),
 		"--predictions", set("multi", "predictions.csv"), "--out", t.TempDir(), "--collective-timeout", "2s")
 	if r.code != jobs.ExitMPI {
 		t.Fatalf("exit %d, want %d\n%s", r.code, jobs.ExitMPI, r.stderr)
@@ -695,7 +696,7 @@ func TestMPISecondRunIntoOneOutRefused(t *testing.T) {
 func TestKilledWhileWritingHTMLIsResumable(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	cmd := exec.Command(canopyBin, "eval", "--csv", set("three", "truth.csv"), "--predictions", set("three", "predictions.csv"), "--out", out, "--html")
-	cmd.Env = append(os.Environ(), jobs.StopEnv+"=0:html")
+	cmd.Env = append(os.Environ(), testhook.StopEnv+"=0:html")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -871,7 +872,7 @@ func sameResumedTile(t *testing.T, out string, want map[string][]byte, what stri
 func stopThenResume(t *testing.T, args func(out string, more ...string) []string, after int, says, published, resume string) string {
 	t.Helper()
 	out := t.TempDir()
-	r := mpirun(t, 3, []string{fmt.Sprintf("%s=0:%d", jobs.InterruptEnv, after)}, args(out)...)
+	r := mpirun(t, 3, []string{fmt.Sprintf("%s=0:%d", testhook.InterruptEnv, after)}, args(out)...)
 	if r.code != jobs.ExitResumable || !strings.Contains(r.stderr, says) {
 		t.Fatalf("stopped np3: exit %d, want %d saying %q\n%s", r.code, jobs.ExitResumable, says, r.stderr)
 	}

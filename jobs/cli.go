@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -28,7 +29,7 @@ type CommFactory func() (mpi.Comm, func() error, error)
 // Main is canopy's command line: it parses args (args[0] is the program
 // name), runs the command and returns the process exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return MainWith(ctx, args, stdout, stderr, WorldComm)
+	return MainWith(ctx, args, stdout, stderr, collective.World)
 }
 
 // MainWith is Main with a chosen communicator factory.
@@ -42,7 +43,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 	if path := os.Getenv(ProfileEnv); path != "" {
 		stop, err := startProfile(path)
 		if err != nil {
-			sayLine(errw, "canopy: ", err)
+			collective.SayLine(errw, "canopy: ", err)
 			return ExitUsage
 		}
 		defer stop()
@@ -89,7 +90,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 		if c == ExitInternal && isUsage(err) {
 			c = ExitUsage
 		}
-		sayLine(errw, "canopy: ", err)
+		collective.SayLine(errw, "canopy: ", err)
 		if c == ExitUsage {
 			fmt.Fprintln(errw, "run 'canopy --help' for usage")
 		}
@@ -208,19 +209,19 @@ func runShardJob(c *cli.Context, code *int, newComm CommFactory, stderr io.Write
 func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, opt jobOptions, job func(mpi.Comm) error) int {
 	comm, finalize, err := newComm()
 	if err != nil {
-		sayLine(stderr, "canopy: ", err)
+		collective.SayLine(stderr, "canopy: ", err)
 		return ExitMPI
 	}
-	err = checkLauncher(comm)
+	err = collective.CheckLauncher(comm)
 	if err == nil && opt.collectiveTimeout > 0 {
-		err = setTimeout(comm, opt.collectiveTimeout)
+		err = collective.SetTimeout(comm, opt.collectiveTimeout)
 	}
 	if err == nil {
 		err = job(comm)
 	}
 	if err == nil {
 		if ferr := finalize(); ferr != nil {
-			printErr(stderr, comm, ferr)
+			collective.PrintErr(stderr, comm, ferr)
 			return ExitMPI
 		}
 		return ExitOK
@@ -231,7 +232,7 @@ func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, opt jobO
 		// A launcher mismatch leaves every process rank 0 of its own
 		// world: the launcher's rank decides who prints.
 		if comm.Rank() == 0 && launcherRank() <= 0 {
-			printErr(stderr, comm, err)
+			collective.PrintErr(stderr, comm, err)
 		}
 		finalize()
 		return code
@@ -249,7 +250,7 @@ func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, opt jobO
 // interruptGrace (it alone was signalled). --verbose prints every line.
 func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err error) {
 	if opt.verbose {
-		printErr(stderr, comm, err)
+		collective.PrintErr(stderr, comm, err)
 		return
 	}
 	marker := ""
@@ -260,7 +261,7 @@ func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err 
 		if marker != "" {
 			os.WriteFile(marker, fmt.Appendf(nil, "%d %v", code, err), 0o644) // canopy doctor --out reads the code
 		}
-		printErr(stderr, comm, err)
+		collective.PrintErr(stderr, comm, err)
 		return
 	}
 	if comm.Rank() != 0 {
@@ -271,7 +272,7 @@ func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err 
 			return // a peer's fault stopped this rank; that rank has said why
 		}
 	}
-	printErr(stderr, comm, err)
+	collective.PrintErr(stderr, comm, err)
 }
 
 // ProfileEnv names a file prefix: when set, every rank writes a CPU

@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/plan"
@@ -132,10 +133,10 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 			fields = append(fields, b)
 		}
 		if pkt == nil {
-			pkt = packFields([]byte{0}, fields...)
+			pkt = collective.PackFields([]byte{0}, fields...)
 		}
 	}
-	dicts, err := bcastFields(c, pkt, len(cc.LabelDicts))
+	dicts, err := collective.BcastFields(c, pkt, len(cc.LabelDicts))
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +183,7 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 			Transform: cropTransform{Resize: t.Size, Normalize: t.Normalize, Mean: t.Mean, Std: t.Std, Expand: t.Expand,
 				Interpolate: "bilinear, antialiased (torch _upsample_bilinear2d_aa)", Sum: sumRule(t)}})
 	}
-	if err := agreeErr(c, ExitModel, lerr); err != nil {
+	if err := collective.AgreeErr(c, ExitModel, lerr); err != nil {
 		return nil, err
 	}
 	// Every rank must have read the same weights as rank 0.
@@ -198,7 +199,7 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 	if string(d0) != string(digests) {
 		derr = fmt.Errorf("jobs: rank %d on %s reads other crop model weights than rank 0 (sha256 differ): every rank must see the same --crop-model files", c.Rank(), c.Host())
 	}
-	if err := agreeErr(c, ExitModel, derr); err != nil {
+	if err := collective.AgreeErr(c, ExitModel, derr); err != nil {
 		return nil, err
 	}
 	cs.stats.Workers = cs.workers
@@ -258,7 +259,7 @@ func classifyCrops(ctx context.Context, c mpi.Comm, cs *cropSet, src cropSource,
 	cs.stats.Classified = len(items)
 	p, err := plan.Blocks(len(items), c.Size())
 	if err != nil {
-		return nil, collective(ExitInternal, "jobs: %w", err)
+		return nil, collectiveErr(ExitInternal, "jobs: %w", err)
 	}
 	shard := p.Shards[c.Rank()]
 	nm := len(cs.models)
@@ -315,7 +316,7 @@ func classifyCrops(ctx context.Context, c mpi.Comm, cs *cropSet, src cropSource,
 	if lerr != nil && !errors.As(lerr, new(*Error)) {
 		lerr = &Error{Code: ExitInput, Err: lerr}
 	}
-	if err := agreeErr(c, ExitInput, lerr); err != nil {
+	if err := collective.AgreeErr(c, ExitInput, lerr); err != nil {
 		return nil, err
 	}
 	all, err := mpi.AllgatherBytes(c, mine)
@@ -327,7 +328,7 @@ func classifyCrops(ctx context.Context, c mpi.Comm, cs *cropSet, src cropSource,
 		flat = append(flat, b...)
 	}
 	if len(flat) != 8*nm*len(items) {
-		return nil, collective(ExitInternal, "jobs: gathered %d bytes of crop results, want %d", len(flat), 8*nm*len(items))
+		return nil, collectiveErr(ExitInternal, "jobs: gathered %d bytes of crop results, want %d", len(flat), 8*nm*len(items))
 	}
 	for g, it := range items {
 		r := make([]cropResult, nm)
@@ -335,7 +336,7 @@ func classifyCrops(ctx context.Context, c mpi.Comm, cs *cropSet, src cropSource,
 			o := 8 * (g*nm + k)
 			r[k] = cropResult{label: int32(binary.LittleEndian.Uint32(flat[o:])), score: math.Float32frombits(binary.LittleEndian.Uint32(flat[o+4:]))}
 			if r[k].label < 0 || int(r[k].label) >= len(cs.models[k].Labels()) {
-				return nil, collective(ExitInternal, "jobs: crop result %d: class %d of %d", g, r[k].label, len(cs.models[k].Labels()))
+				return nil, collectiveErr(ExitInternal, "jobs: crop result %d: class %d of %d", g, r[k].label, len(cs.models[k].Labels()))
 			}
 		}
 		t.rows[it.img][it.det] = r

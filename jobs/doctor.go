@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/canopy-hpc/canopy/infer/gemm"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
 
@@ -70,7 +71,7 @@ func localInfo(c mpi.Comm) rankInfo {
 	}
 	ri.Device = doctorDevice(c.LocalRank(), c.LocalSize())
 	ri.Launcher = "none"
-	if n, from, ok := launcherSize(); ok {
+	if n, from, ok := collective.LauncherSize(); ok {
 		ri.Launcher = fmt.Sprintf("%s=%d", from, n)
 	}
 	return ri

@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
 )
@@ -26,7 +27,7 @@ func doctorCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *cl
 			}
 			if out := c.String("out"); out != "" {
 				st, msg := outState(out)
-				sayLine(stdout, "", out+": "+msg) // msg quotes the folder's files
+				collective.SayLine(stdout, "", out+": "+msg) // msg quotes the folder's files
 				*code = st
 				return nil
 			}

@@ -14,10 +14,12 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/replay"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -89,11 +91,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if cfg.RootDir == "" {
 		cfg.RootDir = filepath.Dir(cfg.CSV)
 	}
-	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}}
+	stats := collective.RankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}}
 	t0 := time.Now()
 
 	// 1. Read once, agree everywhere.
-	stopForTest(c.Rank(), "start")
+	testhook.Stop(c.Rank(), "start")
 	in, out, err := loadInputs(c, cfg)
 	// rank 0: a --force run that fails (or is interrupted) before it saved
 	// anything puts the previous run back
@@ -164,11 +166,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	warnings := inputWarnings(cfg, truth, predRows, ignored)
 	if len(warnings) > 0 && cfg.Strict {
-		return collective(ExitInput, "jobs: --strict: %s", strings.Join(warnings, "; "))
+		return collectiveErr(ExitInput, "jobs: --strict: %s", strings.Join(warnings, "; "))
 	}
 	if c.Rank() == 0 && cfg.Warnings != nil {
 		for _, w := range warnings {
-			sayLine(cfg.Warnings, "canopy: warning: ", w)
+			collective.SayLine(cfg.Warnings, "canopy: warning: ", w)
 		}
 	}
 	done, pst, err := resumedImages(c, cfg.Out, cfg.RootDir, savedRun{probe: in.probe, attempt: in.attempt, parts: in.parts}, images, model != nil)
@@ -193,7 +195,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	p, err := model.plan(todo, costs, cfg.BatchSize, c.Size())
 	if err != nil {
-		return collective(ExitInternal, "jobs: %w", err)
+		return collectiveErr(ExitInternal, "jobs: %w", err)
 	}
 	shard := make([]int, len(p.Shards[c.Rank()]))
 	for k, j := range p.Shards[c.Rank()] {
@@ -239,8 +241,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	model.noteCUDNN(det)
 
 	// 4-5. Encode, gather, merge (with the images the part files hold).
-	stopForTest(c.Rank(), "gather")
-	dets, losses, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, savedImages(done, len(images)), len(images), &stats)
+	testhook.Stop(c.Rank(), "gather")
+	dets, losses, err := collective.GatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, savedImages(done, len(images)), len(images), &stats)
 	if err != nil {
 		return err
 	}
@@ -273,7 +275,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	res, err := metrics.Compute(metricIn,
 		metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, fam, cfg.ClassMetrics)
 	if err != nil {
-		return collective(ExitInternal, "jobs: %w", err)
+		return collectiveErr(ExitInternal, "jobs: %w", err)
 	}
 	if model != nil {
 		res.Values = append(res.Values, lossValues(losses)...)
@@ -282,12 +284,12 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	stats.Seconds["metrics"] = since(t3)
 
 	// 7. Agree.
-	if err := agree(c, metricJSON); err != nil {
+	if err := collective.Agree(c, metricJSON); err != nil {
 		return err
 	}
 
 	// 8. Report: gather per-rank stats; rank 0 writes; all learn the outcome.
-	return writeReport(c, stats, "report", func(allStats []rankStats) error {
+	return collective.WriteReport(c, stats, "report", func(allStats []collective.RankStats) error {
 		rep := reportRecord{
 			metrics: metricJSON,
 			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored, resumed, model),
@@ -381,17 +383,17 @@ func packInputs(cfg EvalConfig) ([]byte, *outdir.Run) {
 	}
 	fields := [][]byte{in.csv, in.preds, in.labels, []byte(in.modelDir), []byte(in.modelDigest), []byte(in.modelConfig), boolByte(in.truthFolder)}
 	fields = packSaved(fields, savedRun{probe: in.probe, attempt: in.attempt, parts: in.parts})
-	return packFields([]byte{0}, fields...), out
+	return collective.PackFields([]byte{0}, fields...), out
 }
 
 func unpackInputs(pkt []byte) (inputs, error) {
-	f, err := unpackPacket(pkt, 9)
+	f, err := collective.UnpackPacket(pkt, 9)
 	if err != nil {
 		return inputs{}, err
 	}
 	saved, err := unpackSaved(f[7:])
 	if err != nil || len(f[6]) != 1 {
-		return inputs{}, collective(ExitInternal, "jobs: malformed input broadcast")
+		return inputs{}, collectiveErr(ExitInternal, "jobs: malformed input broadcast")
 	}
 	in := inputs{csv: f[0], preds: f[1], probe: saved.probe, attempt: saved.attempt, parts: saved.parts,
 		modelDir: string(f[3]), modelDigest: string(f[4]), modelConfig: string(f[5]), truthFolder: f[6][0] == 1}

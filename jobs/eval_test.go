@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/infer/replay"
+	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/testhook"
 )
 
 // The metrics bytes must not depend on the rank count, including runs with
@@ -52,7 +54,7 @@ func TestInjectedFailureOnOneRankAbortsAll(t *testing.T) {
 }
 
 func TestDisagreementExits6(t *testing.T) {
-	t.Setenv(PerturbEnv, "2")
+	t.Setenv(testhook.PerturbEnv, "2")
 	out := t.TempDir()
 	codes := runLocal(t, 3, setCfg("multi", out))
 	for r, c := range codes {
@@ -133,8 +135,8 @@ func TestReportCoverageAndLabelMap(t *testing.T) {
 	var rep struct {
 		Run struct {
 			Ranks    int
-			PerRank  []rankStats    `json:"per_rank"`
-			LabelMap map[string]int `json:"label_map"`
+			PerRank  []collective.RankStats `json:"per_rank"`
+			LabelMap map[string]int         `json:"label_map"`
 			Coverage coverage
 			Ignored  int `json:"ignored_predictions"`
 		}

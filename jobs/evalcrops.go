@@ -18,6 +18,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/crop"
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/outdir"
@@ -92,12 +93,12 @@ type evalCropsReport struct {
 	CropModel any           `json:"crop_model"`
 	// LossBatch is cropmodel.batch_size: val_loss averages its batches;
 	// LossBatchFrom says where it came from (flag, crop model, default).
-	LossBatch        int               `json:"loss_batch_size"`
-	LossBatchFrom    string            `json:"loss_batch_size_from"`
-	Semantics        string            `json:"semantics"`
-	AllowOutsideRoot bool              `json:"allow_outside_root,omitempty"`
-	PerRank          []rankStats       `json:"per_rank"`
-	Outputs          map[string]string `json:"outputs,omitempty"`
+	LossBatch        int                    `json:"loss_batch_size"`
+	LossBatchFrom    string                 `json:"loss_batch_size_from"`
+	Semantics        string                 `json:"semantics"`
+	AllowOutsideRoot bool                   `json:"allow_outside_root,omitempty"`
+	PerRank          []collective.RankStats `json:"per_rank"`
+	Outputs          map[string]string      `json:"outputs,omitempty"`
 }
 
 type cropConfusion struct {
@@ -130,7 +131,7 @@ type cropInput struct {
 // report.json and report.html.
 func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error) {
 	cfg.BatchSize = batchOrOne(cfg.BatchSize)
-	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
+	stats := collective.RankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
 	var out *outdir.Run
 	var oerr error
@@ -138,7 +139,7 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 		out, oerr = outdir.Prepare(cfg.Out, cfg.Force, outNames)
 	}
 	defer func() { out.Finish(err) }()
-	if err := agreeErr(c, ExitUsage, oerr); err != nil {
+	if err := collective.AgreeErr(c, ExitUsage, oerr); err != nil {
 		return err
 	}
 	model, err := loadCropModel(c, cfg.CropModel, cfg.CropLabelDict, cfg.Threads)
@@ -162,7 +163,7 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 	if c.Rank() == 0 {
 		pkt = packCropInput(cfg, func(s string) bool { _, ok := id[s]; return ok })
 	}
-	f, err := bcastFields(c, pkt, 2)
+	f, err := collective.BcastFields(c, pkt, 2)
 	if err != nil {
 		return err
 	}
@@ -178,7 +179,7 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 	}
 	p, err := plan.Blocks(n, c.Size())
 	if err != nil {
-		return collective(ExitInternal, "jobs: %w", err)
+		return collectiveErr(ExitInternal, "jobs: %w", err)
 	}
 	shard := p.Shards[c.Rank()]
 	stats.Images = len(shard)
@@ -209,19 +210,19 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 	stats.BytesSent = len(mine)
 	logits, scores, err := mergeLogits(all, n, len(labels))
 	if err != nil {
-		return collective(ExitInternal, "jobs: %w", err)
+		return collectiveErr(ExitInternal, "jobs: %w", err)
 	}
 	stats.Seconds["gather"] = since(t2)
 	table, err := metrics.ComputeCropTable(logits, len(labels), targets, cfg.LossBatch)
 	if err != nil {
-		return collective(ExitModel, "jobs: %w", err)
+		return collectiveErr(ExitModel, "jobs: %w", err)
 	}
 	vals := cropValues(table, labels)
 	mj := MetricsJSON(vals)
-	if err := agree(c, mj); err != nil {
+	if err := collective.Agree(c, mj); err != nil {
 		return err
 	}
-	return writeReport(c, stats, "eval-crops outputs", func(allStats []rankStats) error {
+	return collective.WriteReport(c, stats, "eval-crops outputs", func(allStats []collective.RankStats) error {
 		rep := evalCropsReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command, Ranks: c.Size(),
 			Metrics: mj, Confusion: cropConfusion{Labels: labels, Matrix: table.Confusion}, Crops: n, CropModel: model.Info(),
 			LossBatch: cfg.LossBatch, LossBatchFrom: lossFrom, AllowOutsideRoot: cfg.AllowOutsideRoot, PerRank: allStats,
@@ -268,13 +269,13 @@ func packCropInput(cfg EvalCropsConfig, isLabel func(string) bool) []byte {
 		if err != nil {
 			return append([]byte{ExitInput}, fmt.Sprintf("jobs: %v", err)...)
 		}
-		return packFields([]byte{0}, []byte("csv"), data)
+		return collective.PackFields([]byte{0}, []byte("csv"), data)
 	}
 	f, err := dataset.ReadImageFolder(cfg.Folder, isLabel, cfg.AllowOutsideRoot)
 	if err != nil {
 		return append([]byte{ExitInput}, err.Error()...)
 	}
-	return packFields([]byte{0}, append([][]byte{[]byte("folder")}, folderFields(f)...)...)
+	return collective.PackFields([]byte{0}, append([][]byte{[]byte("folder")}, folderFields(f)...)...)
 }
 
 // unpackCropInput is every rank's reading of the packet. A CSV's truth
@@ -287,7 +288,7 @@ func unpackCropInput(cfg EvalCropsConfig, f [][]byte, id map[string]int32, label
 	case "folder":
 		folder, err := unpackFolder(f[1:])
 		if err != nil {
-			return nil, collective(ExitInternal, "jobs: %w", err)
+			return nil, collectiveErr(ExitInternal, "jobs: %w", err)
 		}
 		in := &cropInputs{root: cfg.Folder, report: cropInput{Folder: cfg.Folder, Classes: folder.Classes,
 			Skipped: len(folder.Skipped), SkippedFiles: firstN(folder.Skipped), Dropped: len(folder.Dropped), DroppedFiles: firstN(folder.Dropped)}}
@@ -330,7 +331,7 @@ func unpackCropInput(cfg EvalCropsConfig, f [][]byte, id map[string]int32, label
 		}
 		return in, nil
 	}
-	return nil, collective(ExitInternal, "jobs: malformed eval-crops input packet")
+	return nil, collectiveErr(ExitInternal, "jobs: malformed eval-crops input packet")
 }
 
 // folderFields are a listing's packet fields: classes, samples (class and

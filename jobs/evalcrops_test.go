@@ -20,6 +20,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -72,7 +73,7 @@ func useFakeCrops(t *testing.T) {
 	prev := loadCropModel
 	loadCropModel = func(c mpi.Comm, path, _ string, _ int) (cropClassifier, error) {
 		if path == "bad" {
-			return nil, agreeErr(c, ExitModel, errors.New("not a crop model: "+infer.ErrModel.Error()))
+			return nil, collective.AgreeErr(c, ExitModel, errors.New("not a crop model: "+infer.ErrModel.Error()))
 		}
 		return fakeCrops{labels: []string{"Abies", "Picea", "Pinus", "Tsuga"}}, nil
 	}

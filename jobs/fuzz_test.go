@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 )
 
@@ -15,7 +16,7 @@ import (
 // panic, to inputs or an error carrying an exit code; what unpacks packs
 // back to the same bytes.
 func FuzzInputPacket(f *testing.F) {
-	f.Add(packFields([]byte{0}, []byte("image_path\n"), nil, []byte("Tree,0\n"), []byte("nonce"),
+	f.Add(collective.PackFields([]byte{0}, []byte("image_path\n"), nil, []byte("Tree,0\n"), []byte("nonce"),
 		binary.LittleEndian.AppendUint64(nil, 2), []byte("/m"), []byte("abc"), []byte(""), []byte("part bytes")))
 	f.Add(append([]byte{byte(ExitInput)}, "jobs: bad csv"...))
 	f.Add([]byte{0, 1, 0, 0})
@@ -32,7 +33,7 @@ func FuzzInputPacket(f *testing.F) {
 		for _, p := range in.parts {
 			fields = append(fields, p.Data)
 		}
-		if again := packFields([]byte{0}, fields...); !bytes.Equal(again, pkt) {
+		if again := collective.PackFields([]byte{0}, fields...); !bytes.Equal(again, pkt) {
 			t.Fatalf("repacked %q as %q", pkt, again)
 		}
 	})
@@ -66,12 +67,12 @@ func FuzzManifest(f *testing.F) {
 // FuzzFolderPacket: eval-crops' folder listing, as rank 0 broadcasts it:
 // a packet that unpacks packs back to a listing that unpacks the same.
 func FuzzFolderPacket(f *testing.F) {
-	f.Add(packFields([]byte{0}, folderFields(&dataset.ImageFolder{Classes: []string{"a", "b"},
+	f.Add(collective.PackFields([]byte{0}, folderFields(&dataset.ImageFolder{Classes: []string{"a", "b"},
 		Samples: []dataset.FolderSample{{Class: "a", Path: "a/x.png"}, {Class: "b", Path: "b/c/y.png"}},
 		Skipped: []string{"a/n.txt"}, Dropped: []string{"a/d/z.png"}})...))
 	f.Add(append([]byte{byte(ExitInput)}, "dataset: bad folder"...))
 	f.Fuzz(func(t *testing.T, pkt []byte) {
-		fields, err := unpackPacket(pkt, 4)
+		fields, err := collective.UnpackPacket(pkt, 4)
 		if err != nil {
 			return
 		}

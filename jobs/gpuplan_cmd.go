@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/urfave/cli/v2"
 )
 
@@ -64,7 +65,7 @@ func gpuPlanCommand(code *int, stdout, stderr io.Writer) *cli.Command {
 			}
 			if err := gpuPlan(cfg, stdout); err != nil {
 				*code = Code(err)
-				sayLine(stderr, "canopy: ", err)
+				collective.SayLine(stderr, "canopy: ", err)
 			}
 			return nil
 		},

@@ -9,6 +9,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -27,7 +28,7 @@ func stageHTML(cfg EvalConfig, rj []byte, images []box.Image, dets [][]box.Detec
 		maxPixels = cfg.Model.MaxImagePixels
 	}
 	opt.Open = drawnImage(cfg.AllowOutsideRoot, maxPixels)
-	stopForTest(0, "html") // rank 0 alone writes the outputs
+	testhook.Stop(0, "html") // rank 0 alone writes the outputs
 	s, err := outdir.Stage(cfg.Out, "report.html", func(w io.Writer) error {
 		return htmlreport.WriteEval(w, htmlreport.Eval{ReportJSON: rj, Images: images, Dets: dets, Labels: labels,
 			Matches: res.Matches, PR: res.PR, RootDir: root, CSV: csv, WriteSeconds: writeSeconds}, opt)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -83,7 +84,7 @@ func preflight(c mpi.Comm, root string, paths []string, outside bool, lm *loaded
 	if err == nil && lfile != "" {
 		err = checkMemory(lfile, lw, lh, lm, mc, batch, c.LocalSize())
 	}
-	return agreeErr(c, ExitInput, err)
+	return collective.AgreeErr(c, ExitInput, err)
 }
 
 // checkMemory compares the estimate for the rank's largest image with the
@@ -141,7 +142,7 @@ func checkMetricsMemory(c mpi.Comm, in metrics.Input, fam metrics.Family, mc Mod
 			}
 		}
 	}
-	return agreeErr(c, ExitInput, err)
+	return collective.AgreeErr(c, ExitInput, err)
 }
 
 func gib(b int64) string {
@@ -317,5 +318,5 @@ func tileMemory(c mpi.Comm, cfg TileConfig, model *loadedModel, t *tileRun) erro
 		w := t.ix.grids[lr].At(0)
 		err = checkMemory(t.rasters[lr].File, w.W, w.H, model, cfg.Model, cfg.BatchSize, c.LocalSize())
 	}
-	return agreeErr(c, ExitInput, err)
+	return collective.AgreeErr(c, ExitInput, err)
 }

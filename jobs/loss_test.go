@@ -13,7 +13,9 @@ import (
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -105,12 +107,12 @@ func TestModelResumeKeepsLosses(t *testing.T) {
 	out := t.TempDir()
 	cfg := modelCfg(t, out)
 	cfg.BatchSize = 1
-	t.Setenv(InterruptEnv, "1:1")
+	t.Setenv(testhook.InterruptEnv, "1:1")
 	var stderr bytes.Buffer
 	if codes := runLocalInterrupt(t, 2, cfg, &stderr); codes[0] != ExitResumable {
 		t.Fatalf("exit %v\n%s", codes, stderr.String())
 	}
-	os.Unsetenv(InterruptEnv)
+	os.Unsetenv(testhook.InterruptEnv)
 	cfg.Resume = true
 	if codes := runLocal(t, 3, cfg); codes[0] != 0 {
 		t.Fatalf("resume: %v", codes)
@@ -142,8 +144,8 @@ func TestGatherMergeMixedResumedLosses(t *testing.T) {
 	c := local.New(1)[0]
 	mine := []wire.Image{{Index: 2, Loss: &box.Loss{Classification: 1}}}
 	prev := []wire.Image{{Index: 0, Loss: &box.Loss{Classification: 2, BoxRegression: 1}}, {Index: 1}}
-	stats := rankStats{Seconds: map[string]float64{}}
-	dets, losses, err := gatherMerge(c, time.Minute, 0, mine, prev, 3, &stats)
+	stats := collective.RankStats{Seconds: map[string]float64{}}
+	dets, losses, err := collective.GatherMerge(c, time.Minute, 0, mine, prev, 3, &stats)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -200,11 +201,11 @@ type loadedModel struct {
 // collective error (exit 4).
 func loadModel(c mpi.Comm, mc ModelConfig, dir, digest, config string) (*loadedModel, error) {
 	lm, err := loadModelLocal(mc, dir, digest, config, c.LocalSize())
-	if err := agreeErr(c, ExitModel, err); err != nil {
+	if err := collective.AgreeErr(c, ExitModel, err); err != nil {
 		return nil, err
 	}
 	err = lm.placeDevice(mc, c.LocalRank(), c.LocalSize())
-	if err := agreeErr(c, ExitMPI, err); err != nil {
+	if err := collective.AgreeErr(c, ExitMPI, err); err != nil {
 		return nil, err
 	}
 	// The plan (global batches or not) must be every rank's: the ranks
@@ -215,7 +216,7 @@ func loadModel(c mpi.Comm, mc ModelConfig, dir, digest, config string) (*loadedM
 	}
 	for r, b := range all {
 		if string(b) != string(all[0]) {
-			return nil, collective(ExitMPI, "jobs: the ranks run different precisions: rank 0 %s, rank %d %s (give --precision and --device)", all[0], r, b)
+			return nil, collectiveErr(ExitMPI, "jobs: the ranks run different precisions: rank 0 %s, rank %d %s (give --precision and --device)", all[0], r, b)
 		}
 	}
 	return lm, nil
@@ -406,7 +407,7 @@ func (lm *loadedModel) cropWorkers() int { return max(lm.threads, lm.decoders, 1
 // model.devices). Two ranks on one GPU is a warning on rank 0's stderr.
 func (lm *loadedModel) openDetector(c mpi.Comm, labels box.LabelMap, stderr io.Writer) (infer.Detector, error) {
 	det, err := lm.detector(labels)
-	if err := agreeErr(c, ExitModel, err); err != nil {
+	if err := collective.AgreeErr(c, ExitModel, err); err != nil {
 		if det != nil {
 			det.Close()
 		}
@@ -440,7 +441,7 @@ func (lm *loadedModel) openDetector(c mpi.Comm, labels box.LabelMap, stderr io.W
 		autoCPUNote(stderr, lm.info.Devices)
 		for _, d := range lm.info.Devices {
 			if r := shared[d.UUID]; d.UUID != "" && len(r) > 1 && r[0] == d.Rank {
-				sayLine(stderr, "canopy: warning: ", fmt.Sprintf("ranks %v share GPU %s (%s on %s); each runs slower, and --exclusive-gpu makes this an error", r, d.UUID, d.Name, d.Host))
+				collective.SayLine(stderr, "canopy: warning: ", fmt.Sprintf("ranks %v share GPU %s (%s on %s); each runs slower, and --exclusive-gpu makes this an error", r, d.UUID, d.Name, d.Host))
 			}
 		}
 	}
@@ -472,7 +473,7 @@ func autoCPUNote(w io.Writer, devs []rankDevice) {
 	if len(ranks) == len(devs) {
 		all = "every rank runs"
 	}
-	sayLine(w, "canopy: note: ", fmt.Sprintf("--device auto: this cuda build has no usable GPU here; %s on the CPU (%s)", all, why))
+	collective.SayLine(w, "canopy: note: ", fmt.Sprintf("--device auto: this cuda build has no usable GPU here; %s on the CPU (%s)", all, why))
 }
 
 // detector builds this rank's detector (CPU or GPU), mapping the model's

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,8 +13,8 @@ import (
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/internal/wire"
-	"github.com/canopy-hpc/canopy/mpi"
 )
 
 // The pipeline eval and predict share: detect this rank's shard in
@@ -68,95 +67,6 @@ func batchBounds(shard []int, batchSize int, global bool) [][2]int {
 	return out
 }
 
-// gatherMerge encodes this rank's detections, gathers every rank's (plus
-// prev, images computed by an earlier attempt, from the part files) and
-// places them at their global image index, checking that each of the n
-// images comes exactly once: the result is the same on every rank. detect
-// is the rank's detection time (sendDetections' watchdog); the time spent
-// here is stats.Seconds["gather"].
-func gatherMerge(c mpi.Comm, timeout, detect time.Duration, mine, prev []wire.Image, n int, stats *rankStats) ([][]box.Detection, []*box.Loss, error) {
-	t := time.Now()
-	gathered, err := sendDetections(c, timeout, detect, mine, stats)
-	if err != nil {
-		return nil, nil, err
-	}
-	// Resumed records go in as two buffers, those with losses and those
-	// without (part files of an older canopy): a buffer holds one kind, and
-	// an image without losses makes the loss rows null (lossValues).
-	var with, without []wire.Image
-	for _, im := range prev {
-		if im.Loss != nil {
-			with = append(with, im)
-		} else {
-			without = append(without, im)
-		}
-	}
-	for _, set := range [][]wire.Image{with, without} {
-		if len(set) == 0 {
-			continue
-		}
-		pb, err := wire.Encode(nil, set)
-		if err != nil {
-			return nil, nil, collective(ExitInternal, "jobs: %w", err)
-		}
-		gathered = append(gathered, pb)
-	}
-	dets, losses, err := wire.Merge(gathered, n)
-	if err != nil {
-		return nil, nil, collective(ExitInternal, "jobs: merge: %w", err)
-	}
-	stats.Seconds["gather"] = since(t)
-	return dets, losses, nil
-}
-
-type rankStats struct {
-	Rank int    `json:"rank"`
-	Host string `json:"host"`
-	// LocalRank and LocalSize: the rank's place among the ranks of its
-	// node (MPI_COMM_TYPE_SHARED), which also picks its GPU.
-	LocalRank int `json:"local_rank"`
-	LocalSize int `json:"local_size"`
-	// SGEMM names the matrix kernels (float32 rounding differs between
-	// kernel sets, so ranks on different CPUs may differ in the last bits).
-	SGEMM      string `json:"sgemm,omitempty"`
-	Images     int    `json:"images"`
-	Detections int    `json:"detections"`
-	// Skipped: a tile run's windows --skip-empty gave no detections
-	// without the model (not in Images).
-	Skipped   int                `json:"skipped_windows,omitempty"`
-	BytesSent int                `json:"bytes_sent"`
-	Seconds   map[string]float64 `json:"seconds"`
-}
-
-// sendDetections encodes this rank's detections and gathers every rank's.
-// It is the first collective after detection: ranks that finished their
-// shard wait there for the slowest, which may take hours on a CPU. The plan
-// gives ranks equal work, so a rank waits up to the watchdog's limit plus
-// twice its own detection time before it calls the others hung (ranks
-// other than 0 one limit more, so that rank 0, which knows who is missing,
-// speaks first); then the limit is restored.
-func sendDetections(c mpi.Comm, timeout, detect time.Duration, mine []wire.Image, stats *rankStats) ([][]byte, error) {
-	buf, err := wire.Encode(nil, mine)
-	if err != nil {
-		return nil, localErr(ExitInternal, "jobs: encode: %w", err)
-	}
-	stats.BytesSent = len(buf)
-	if timeout > 0 {
-		limit := timeout + 2*detect // ranks but 0 wait twice this (cmpi)
-		if err := setTimeout(c, limit); err != nil {
-			return nil, err
-		}
-	}
-	g, err := mpi.AllgatherBytes(c, buf)
-	if err == nil && timeout > 0 {
-		err = setTimeout(c, timeout)
-	}
-	if err != nil {
-		return nil, localErr(ExitMPI, "jobs: gather detections: %w", err)
-	}
-	return g, nil
-}
-
 // detectShard runs the detector over the shard in batches, hands each
 // finished batch to record (the part file) and stops between batches when
 // ctx is cancelled (SIGTERM, SIGUSR1, SIGINT), returning errkind.ErrInterrupted.
@@ -172,7 +82,7 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 			return nil, fmt.Errorf("detector %s computes no losses: %w", d.Name(), infer.ErrModel)
 		}
 	}
-	stopAfter := interruptAfter(rank)
+	stopAfter := testhook.InterruptAfter(rank)
 	prog := newProgress(o.progress, len(shard))
 	if prog != nil && o.unit != "" {
 		prog.unit = o.unit
@@ -194,7 +104,7 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 	var next []infer.Input
 	for batches := 0; batches < len(bounds); batches++ {
 		if o.batchBase+batches == stopAfter {
-			interruptSelf(rank)
+			testhook.InterruptSelf(rank)
 		}
 		if ctx.Err() != nil {
 			return out, errkind.ErrInterrupted
@@ -261,30 +171,6 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 	return out, nil
 }
 
-// writeReport ends a job: it gathers every rank's statistics (the
-// report's per_rank, in rank order; a record that does not decode is left
-// out), rank 0 writes the outputs with them, and every rank learns whether
-// that worked (finalStatus; what names the outputs in its message).
-func writeReport(c mpi.Comm, stats rankStats, what string, write func(allStats []rankStats) error) error {
-	sb, _ := json.Marshal(stats)
-	all, err := mpi.AllgatherBytes(c, sb)
-	if err != nil {
-		return localErr(ExitMPI, "jobs: gather stats: %w", err)
-	}
-	var werr error
-	if c.Rank() == 0 {
-		decoded := make([]rankStats, 0, len(all))
-		for _, b := range all {
-			var s rankStats
-			if json.Unmarshal(b, &s) == nil {
-				decoded = append(decoded, s)
-			}
-		}
-		werr = write(decoded)
-	}
-	return finalStatus(c, werr, what)
-}
-
 // identify is the identity a part record keeps of an image file.
 func identify(file string) (parts.Identity, error) {
 	size, mtime, sum, err := imagefile.Identify(file)
@@ -300,30 +186,3 @@ func imageFile(root, p string) string {
 }
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }
-
-// bcastFields broadcasts rank 0's input packet (packFields after a zero
-// status byte, or a non-zero exit code and its error text) and returns its
-// fields on every rank: rank 0's error, the same on every rank, or at least
-// min fields. Eval, predict and predict --tile read their inputs this way.
-func bcastFields(c mpi.Comm, pkt []byte, min int) ([][]byte, error) {
-	pkt, err := c.Bcast(pkt, 0)
-	if err != nil {
-		return nil, localErr(ExitMPI, "jobs: broadcast inputs: %w", err)
-	}
-	return unpackPacket(pkt, min)
-}
-
-// unpackPacket is bcastFields' reading of the packet.
-func unpackPacket(pkt []byte, min int) ([][]byte, error) {
-	if len(pkt) == 0 {
-		return nil, collective(ExitInternal, "jobs: empty input broadcast")
-	}
-	if pkt[0] != 0 {
-		return nil, &Error{Code: int(pkt[0]), Collective: true, Err: errors.New(string(pkt[1:]))}
-	}
-	f, err := unpackFields(pkt[1:])
-	if err != nil || len(f) < min {
-		return nil, collective(ExitInternal, "jobs: malformed input broadcast")
-	}
-	return f, nil
-}

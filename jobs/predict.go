@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/wire"
@@ -85,7 +86,7 @@ func listImages(dir string) ([]string, error) {
 // rows; the predict_image rows (or --raw-rows) are made from them at the
 // end, so that choice is not part of the identity.
 func predictManifest(cfg PredictConfig, paths []string, labels []byte, digest, config string) manifest {
-	m := manifest{Job: "predict", Canopy: Version, Images: outdir.SHA256Hex(packFields(nil, stringsBytes(paths)...)),
+	m := manifest{Job: "predict", Canopy: Version, Images: outdir.SHA256Hex(collective.PackFields(nil, stringsBytes(paths)...)),
 		Detector: "retinanet weights sha256 " + digest, DetectorSettings: detectorSettings(cfg.Model, config), RootDir: absPath(cfg.RootDir)}
 	if labels != nil {
 		m.LabelDict = outdir.SHA256Hex(labels)
@@ -139,20 +140,20 @@ func packPredict(cfg PredictConfig) ([]byte, *outdir.Run) {
 	}
 	fields := [][]byte{[]byte(dir), []byte(digest), []byte(config), labels, binary.LittleEndian.AppendUint64(nil, uint64(len(paths)))}
 	fields = append(fields, stringsBytes(paths)...)
-	return packFields([]byte{0}, packSaved(fields, saved)...), out
+	return collective.PackFields([]byte{0}, packSaved(fields, saved)...), out
 }
 
 type predictReport struct {
-	Canopy   string      `json:"canopy"`
-	Git      string      `json:"git"`
-	MPI      string      `json:"mpi"`
-	Command  []string    `json:"command"`
-	Ranks    int         `json:"ranks"`
-	Images   int         `json:"images"`
-	Boxes    int         `json:"detections"`
-	Model    *modelInfo  `json:"model"`
-	PerRank  []rankStats `json:"per_rank"`
-	Detector string      `json:"detector"`
+	Canopy   string                 `json:"canopy"`
+	Git      string                 `json:"git"`
+	MPI      string                 `json:"mpi"`
+	Command  []string               `json:"command"`
+	Ranks    int                    `json:"ranks"`
+	Images   int                    `json:"images"`
+	Boxes    int                    `json:"detections"`
+	Model    *modelInfo             `json:"model"`
+	PerRank  []collective.RankStats `json:"per_rank"`
+	Detector string                 `json:"detector"`
 	// Rows says how predictions.csv's rows were made: "across_class_nms"
 	// (DeepForest predict_image's class-agnostic NMS at the model's
 	// nms_thresh, integer boxes, on every image whose detections carry
@@ -198,7 +199,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 			cfg.RootDir = cfg.Images
 		}
 	}
-	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
+	stats := collective.RankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
 	var pkt []byte
 	var out *outdir.Run
@@ -206,12 +207,12 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		pkt, out = packPredict(cfg)
 	}
 	defer finishImagesRun(out, cfg.Out, &err) // rank 0 releases the folder
-	f, err := bcastFields(c, pkt, 7)
+	f, err := collective.BcastFields(c, pkt, 7)
 	if err != nil {
 		return err
 	}
 	if len(f[4]) != 8 || binary.LittleEndian.Uint64(f[4]) > uint64(len(f)-7) {
-		return collective(ExitInternal, "jobs: malformed input broadcast")
+		return collectiveErr(ExitInternal, "jobs: malformed input broadcast")
 	}
 	n := int(binary.LittleEndian.Uint64(f[4]))
 	paths := make([]string, n)
@@ -262,7 +263,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	}
 	p, err := model.plan(todo, costs[:len(todo)], cfg.BatchSize, c.Size())
 	if err != nil {
-		return collective(ExitInternal, "jobs: %w", err)
+		return collectiveErr(ExitInternal, "jobs: %w", err)
 	}
 	shard := make([]int, len(p.Shards[c.Rank()]))
 	for k, j := range p.Shards[c.Rank()] {
@@ -314,7 +315,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	printLayerTimes(cfg.Progress, det)
 	model.noteCUDNN(det)
 
-	dets, _, err := gatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, prev, len(images), &stats)
+	dets, _, err := collective.GatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, prev, len(images), &stats)
 	if err != nil {
 		return err
 	}
@@ -328,7 +329,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		crops.stats.Seconds = since(t2)
 		stats.Seconds["crops"] = crops.stats.Seconds
 	}
-	return writeReport(c, stats, "predictions", func(allStats []rankStats) error {
+	return collective.WriteReport(c, stats, "predictions", func(allStats []collective.RankStats) error {
 		rep := predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
 			Ranks: c.Size(), Images: len(images), Model: &model.info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot,
 			PerRank: allStats, Rows: rowsAcrossClassNMS}

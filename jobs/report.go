@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -42,7 +43,7 @@ type runInfo struct {
 	Detector           string                 `json:"detector"`
 	Ranks              int                    `json:"ranks"`
 	Hosts              []string               `json:"hosts"`
-	PerRank            []rankStats            `json:"per_rank"`
+	PerRank            []collective.RankStats `json:"per_rank"`
 	Inputs             map[string]report.File `json:"inputs"`
 	LabelMap           json.RawMessage        `json:"label_map"`
 	Coverage           coverage               `json:"coverage"`
@@ -157,7 +158,7 @@ func gitRevision() string {
 	return "unknown"
 }
 
-func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allStats []rankStats, nImages, ignored int, resumed resumeInfo, model *loadedModel) runInfo {
+func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allStats []collective.RankStats, nImages, ignored int, resumed resumeInfo, model *loadedModel) runInfo {
 	r := runInfo{
 		Canopy:             Version,
 		Go:                 runtime.Version(),
@@ -201,7 +202,7 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 }
 
 // hostsOf lists the ranks' hosts once each, in rank order.
-func hostsOf(stats []rankStats) []string {
+func hostsOf(stats []collective.RankStats) []string {
 	var hosts []string
 	seen := map[string]bool{}
 	for _, s := range stats {

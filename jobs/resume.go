@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
@@ -130,7 +131,7 @@ func checkResumedImages(c mpi.Comm, rootDir string, images []box.Image, done map
 	if err != nil {
 		err = usageErr("jobs: --resume refused, %w; the finished images would not be the ones this run reads: start again with --force (or another --out)", err)
 	}
-	return agreeErr(c, ExitUsage, err)
+	return collective.AgreeErr(c, ExitUsage, err)
 }
 
 func checkResumedImage(rootDir, p string, rec *parts.Identity) error {
@@ -224,7 +225,7 @@ func packSaved(fields [][]byte, saved savedRun) [][]byte {
 
 func unpackSaved(f [][]byte) (savedRun, error) {
 	if len(f) < 2 || len(f[1]) != 8 {
-		return savedRun{}, collective(ExitInternal, "jobs: malformed input broadcast")
+		return savedRun{}, collectiveErr(ExitInternal, "jobs: malformed input broadcast")
 	}
 	saved := savedRun{probe: string(f[0]), attempt: int(binary.LittleEndian.Uint64(f[1]))}
 	for k, d := range f[2:] {
@@ -243,7 +244,7 @@ func resumedImages(c mpi.Comm, out, rootDir string, saved savedRun, images []box
 	}
 	done, pst, err := parts.Decode(saved.parts, len(images))
 	if err != nil {
-		return nil, pst, collective(ExitInput, "jobs: --resume: %w", err)
+		return nil, pst, collectiveErr(ExitInput, "jobs: --resume: %w", err)
 	}
 	return done, pst, checkResumedImages(c, rootDir, images, done, model)
 }
@@ -309,29 +310,4 @@ func finishImagesRun(out *outdir.Run, dir string, err *error) {
 	if out.Finish(*err) && errors.Is(*err, errkind.ErrInterrupted) {
 		*err = &Error{Code: Code(*err), Err: fmt.Errorf("%w (the new --force run had saved nothing yet: the previous run in %s is back; run again with --force)", *err, dir)}
 	}
-}
-
-// packFields appends length-prefixed fields.
-func packFields(pkt []byte, fields ...[]byte) []byte {
-	for _, f := range fields {
-		pkt = binary.LittleEndian.AppendUint64(pkt, uint64(len(f)))
-		pkt = append(pkt, f...)
-	}
-	return pkt
-}
-
-func unpackFields(pkt []byte) ([][]byte, error) {
-	var out [][]byte
-	for len(pkt) > 0 {
-		if len(pkt) < 8 {
-			return nil, errors.New("jobs: truncated input broadcast")
-		}
-		n := binary.LittleEndian.Uint64(pkt)
-		pkt = pkt[8:]
-		if uint64(len(pkt)) < n {
-			return nil, errors.New("jobs: truncated input broadcast")
-		}
-		out, pkt = append(out, pkt[:n:n]), pkt[n:]
-	}
-	return out, nil
 }

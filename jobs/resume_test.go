@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/internal/wire"
 )
 
@@ -24,9 +25,9 @@ func runLocalInterrupt(t *testing.T, n int, cfg EvalConfig, stderr *bytes.Buffer
 		ctxs[r], cancels[r] = context.WithCancel(context.Background())
 		defer cancels[r]()
 	}
-	old := interruptSelf
-	interruptSelf = func(rank int) { cancels[rank]() }
-	defer func() { interruptSelf = old }()
+	old := testhook.InterruptSelf
+	testhook.InterruptSelf = func(rank int) { cancels[rank]() }
+	defer func() { testhook.InterruptSelf = old }()
 	return runLocalCtx(t, n, cfg, func(r int) context.Context { return ctxs[r] }, stderr)
 }
 
@@ -53,7 +54,7 @@ func TestInterruptAndResume(t *testing.T) {
 	out := t.TempDir()
 	cfg := setCfg("multi", out)
 	cfg.BatchSize = 5
-	t.Setenv(InterruptEnv, "1:2")
+	t.Setenv(testhook.InterruptEnv, "1:2")
 	var stderr bytes.Buffer
 	codes := runLocalInterrupt(t, 3, cfg, &stderr)
 	for r, c := range codes {
@@ -67,7 +68,7 @@ func TestInterruptAndResume(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "report.json")); err == nil {
 		t.Fatal("an interrupted run wrote a report")
 	}
-	os.Unsetenv(InterruptEnv)
+	os.Unsetenv(testhook.InterruptEnv)
 
 	cfg.Resume = true
 	if codes := runLocal(t, 2, cfg); codes[0] != 0 {
@@ -160,12 +161,12 @@ func interruptedModelRun(t *testing.T) (EvalConfig, string) {
 	cfg := modelCfg(t, t.TempDir())
 	cfg.CSV = filepath.Join(root, "annotations.csv")
 	cfg.BatchSize = 1
-	t.Setenv(InterruptEnv, "0:3")
+	t.Setenv(testhook.InterruptEnv, "0:3")
 	var stderr bytes.Buffer
 	if codes := runLocalInterrupt(t, 1, cfg, &stderr); codes[0] != ExitResumable {
 		t.Fatalf("exit %v\n%s", codes, stderr.String())
 	}
-	os.Unsetenv(InterruptEnv)
+	os.Unsetenv(testhook.InterruptEnv)
 	cfg.Resume = true
 	return cfg, root
 }

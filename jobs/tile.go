@@ -12,8 +12,10 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/report"
 )
@@ -223,14 +225,14 @@ func packTile(cfg TileConfig) (pkt []byte, out *outdir.Run, vt *tileTruth) {
 	if cfg.Progress != nil {
 		if vt != nil {
 			for _, w := range vt.Warnings {
-				sayLine(cfg.Progress, "canopy: warning: ", w)
+				collective.SayLine(cfg.Progress, "canopy: warning: ", w)
 			}
 		}
 		for _, n := range res.Notes {
-			sayLine(cfg.Progress, "canopy: note: ", n)
+			collective.SayLine(cfg.Progress, "canopy: note: ", n)
 		}
 	}
-	return packFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth, labels, rj, saved), out, vt
+	return collective.PackFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth, labels, rj, saved), out, vt
 }
 
 type tileReport struct {
@@ -281,7 +283,7 @@ type tileEval struct {
 // PredictTile runs predict --tile (and eval --tile) on this rank.
 func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	cfg.BatchSize = batchOrOne(cfg.BatchSize)
-	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
+	stats := collective.RankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
 	gdal.SetCacheMax(int64(cfg.CacheMiB) << 20)
 	var pkt []byte
@@ -291,20 +293,20 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		pkt, out, vt = packTile(cfg)
 	}
 	defer func() { out.Finish(err) }()
-	f, err := bcastFields(c, pkt, 8)
+	f, err := collective.BcastFields(c, pkt, 8)
 	if err != nil {
 		return err
 	}
 	if len(f) != 8 {
-		return collective(ExitInternal, "jobs: malformed input broadcast")
+		return collectiveErr(ExitInternal, "jobs: malformed input broadcast")
 	}
 	var rasters []tileRaster
 	var res tileResume
 	if err := json.Unmarshal(f[3], &rasters); err != nil {
-		return collective(ExitInternal, "jobs: malformed raster list: %v", err)
+		return collectiveErr(ExitInternal, "jobs: malformed raster list: %v", err)
 	}
 	if err := json.Unmarshal(f[6], &res); err != nil {
-		return collective(ExitInternal, "jobs: malformed resume record: %v", err)
+		return collectiveErr(ExitInternal, "jobs: malformed resume record: %v", err)
 	}
 	// --label-dict: every rank parses rank 0's bytes; a bare .pt takes its
 	// labels from it, a model folder's or .ckpt's own must equal it.
@@ -339,13 +341,13 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	ix, err := newTileIndex(rasters, cfg.Settings)
 	if err != nil {
-		return collective(ExitInput, "jobs: %w", err)
+		return collectiveErr(ExitInput, "jobs: %w", err)
 	}
 	if err := outdir.CheckShared(c, cfg.Out, res.Probe); err != nil {
 		return err
 	}
 	run := &tileRun{c: c, cfg: cfg, ix: ix, rasters: rasters, labels: labels, crops: crops, model: model, global: model.globalBatching(), out: out, stats: &stats,
-		left: make([]int, len(rasters)), finished: make([]bool, len(rasters)), held: map[int]*heldRaster{}, resumed: map[int]bool{}, slow: slowWindowForTest()}
+		left: make([]int, len(rasters)), finished: make([]bool, len(rasters)), held: map[int]*heldRaster{}, resumed: map[int]bool{}, slow: testhook.SlowWindow()}
 	run.aside = res.Aside
 	if err := run.resume(res, f[7]); err != nil {
 		return err
@@ -410,7 +412,7 @@ func tileTruthImages(cfg TileConfig, data []byte, labels box.LabelMap, given *bo
 	}
 	images, err := truth.Resolve(cfg.CSV, labels)
 	if err != nil || len(images) != rasters {
-		return nil, collective(ExitInput, "jobs: %s: truth for %d rasters of %d: %v", cfg.CSV, len(images), rasters, err)
+		return nil, collectiveErr(ExitInput, "jobs: %s: truth for %d rasters of %d: %v", cfg.CSV, len(images), rasters, err)
 	}
 	return images, nil
 }

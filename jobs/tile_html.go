@@ -12,6 +12,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/report"
 )
@@ -70,7 +71,7 @@ func stageTileHTML(cfg TileConfig, rep *tileReport, truthCSV []byte, rasters []t
 		root = filepath.Dir(cfg.CSV)
 	}
 	root, _ = filepath.Abs(root)
-	stopForTest(0, "html") // rank 0 alone writes the outputs
+	testhook.Stop(0, "html") // rank 0 alone writes the outputs
 	s, err := outdir.Stage(cfg.Out, "report.html", func(w io.Writer) error {
 		return htmlreport.WriteEval(w, htmlreport.Eval{ReportJSON: rj, Images: images, Dets: merged, Labels: labels,
 			Matches: res.Matches, PR: res.PR, RootDir: root, CSV: csv, WriteSeconds: writeSeconds, Tile: tl}, opt)

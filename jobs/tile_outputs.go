@@ -18,6 +18,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/geoparquet"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/wire"
@@ -356,7 +357,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 				break
 			}
 		}
-		if err := agreeErr(c, ExitInternal, rerr); err != nil {
+		if err := collective.AgreeErr(c, ExitInternal, rerr); err != nil {
 			return err
 		}
 		fam := cfg.Eval.Families
@@ -366,14 +367,14 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 		var err error
 		if res2, err = metrics.Compute(metrics.Input{Images: images, Dets: merged, Labels: labels},
 			metrics.Options{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics}, fam, cfg.Eval.ClassMetrics); err != nil {
-			return collective(ExitInternal, "jobs: %w", err)
+			return collectiveErr(ExitInternal, "jobs: %w", err)
 		}
 		metricJSON = MetricsJSON(res2.Values)
-		if err := agree(c, metricJSON); err != nil {
+		if err := collective.Agree(c, metricJSON); err != nil {
 			return err
 		}
 	}
-	return writeReport(c, *run.stats, "predictions", func(allStats []rankStats) error {
+	return collective.WriteReport(c, *run.stats, "predictions", func(allStats []collective.RankStats) error {
 		tw := time.Now()
 		var rep tileReport
 		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
@@ -458,7 +459,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 			set = append(set, h...)
 		}
 		if note != "" && cfg.Progress != nil {
-			sayLine(cfg.Progress, "canopy: note: ", note)
+			collective.SayLine(cfg.Progress, "canopy: note: ", note)
 		}
 		for _, s := range set {
 			outputs[s.Name] = s.SHA256

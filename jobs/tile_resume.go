@@ -357,7 +357,7 @@ func (t *tileRun) resume(res tileResume, saved []byte) error {
 	}
 	for _, r := range res.Finished {
 		if r < 0 || r >= len(t.rasters) {
-			return collective(ExitInternal, "jobs: resume record names raster %d of %d", r, len(t.rasters))
+			return collectiveErr(ExitInternal, "jobs: resume record names raster %d of %d", r, len(t.rasters))
 		}
 		t.finished[r], t.left[r] = true, 0
 		t.nDone++
@@ -368,7 +368,7 @@ func (t *tileRun) resume(res tileResume, saved []byte) error {
 		ims, err = wire.Decode(saved)
 	}
 	if err != nil {
-		return collective(ExitInternal, "jobs: saved windows: %w", err)
+		return collectiveErr(ExitInternal, "jobs: saved windows: %w", err)
 	}
 	if err := t.place(ims, map[int]bool{}); err != nil {
 		return err

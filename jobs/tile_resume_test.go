@@ -19,8 +19,10 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/infer/gdal"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -93,7 +95,7 @@ func runTileCodes(t *testing.T, n int, cfg TileConfig, interrupt string) ([]int,
 	})
 }
 
-// runStoppable runs job on n in-process ranks; interrupt is InterruptEnv's
+// runStoppable runs job on n in-process ranks; interrupt is testhook.InterruptEnv's
 // value ("" none), whose signal cancels that rank's context. It returns
 // every rank's exit code and what the job wrote to stderr (job's writer).
 func runStoppable(t *testing.T, n int, interrupt string, job func(ctx context.Context, c mpi.Comm, stderr io.Writer) error) ([]int, string) {
@@ -106,11 +108,11 @@ func runStoppable(t *testing.T, n int, interrupt string, job func(ctx context.Co
 		defer cancels[r]()
 	}
 	if interrupt != "" {
-		t.Setenv(InterruptEnv, interrupt) // t.Setenv restores it at the test's end,
-		defer os.Unsetenv(InterruptEnv)   // this call's end unsets it
-		old := interruptSelf
-		interruptSelf = func(rank int) { cancels[rank]() }
-		defer func() { interruptSelf = old }()
+		t.Setenv(testhook.InterruptEnv, interrupt) // t.Setenv restores it at the test's end,
+		defer os.Unsetenv(testhook.InterruptEnv)   // this call's end unsets it
+		old := testhook.InterruptSelf
+		testhook.InterruptSelf = func(rank int) { cancels[rank]() }
+		defer func() { testhook.InterruptSelf = old }()
 	}
 	codes := runLocalJob(t, n, func(r int) context.Context { return ctxs[r] }, &stderr, func(ctx context.Context, c mpi.Comm) error {
 		return job(ctx, c, &stderr)
@@ -173,7 +175,7 @@ func TestTileStopResumeIdentical(t *testing.T) {
 	}
 	sameOutputs(t, "stopped at 3 ranks, resumed at 2", tileOutputs(t, out), want)
 	var rep struct {
-		PerRank []rankStats `json:"per_rank"`
+		PerRank []collective.RankStats `json:"per_rank"`
 		Tile    struct {
 			Windows int
 			Resume  *tileResumeInfo

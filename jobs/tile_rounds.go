@@ -15,10 +15,12 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/plan"
+	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -178,7 +180,7 @@ type tileRun struct {
 	pw      *parts.Writer
 	out     *outdir.Run // rank 0
 	aside   bool        // a --force run set a previous run aside (every rank knows)
-	stats   *rankStats
+	stats   *collective.RankStats
 	round   int           // windows per round
 	slow    time.Duration // a test's delay per window (slowWindowForTest)
 
@@ -206,14 +208,14 @@ func (t *tileRun) owner(r int) bool { return r%t.c.Size() == t.c.Rank() }
 func (t *tileRun) place(ims []wire.Image, touched map[int]bool) error {
 	for _, im := range ims {
 		if im.Index < 0 || im.Index >= t.ix.total() {
-			return collective(ExitInternal, "jobs: window %d of %d gathered", im.Index, t.ix.total())
+			return collectiveErr(ExitInternal, "jobs: window %d of %d gathered", im.Index, t.ix.total())
 		}
 		r := t.ix.rasterOf(im.Index)
 		if t.finished[r] {
 			continue
 		}
 		if t.left[r]--; t.left[r] < 0 {
-			return collective(ExitInternal, "jobs: raster %d: a window came twice", r)
+			return collectiveErr(ExitInternal, "jobs: raster %d: a window came twice", r)
 		}
 		touched[r] = true
 		if len(im.Dets) > 0 && t.owner(r) {
@@ -267,7 +269,7 @@ func (t *tileRun) share(round []int) ([]int, error) {
 		p, err = plan.Blocks(len(round), t.c.Size())
 	}
 	if err != nil {
-		return nil, collective(ExitInternal, "jobs: %w", err)
+		return nil, collectiveErr(ExitInternal, "jobs: %w", err)
 	}
 	mine := make([]int, len(p.Shards[t.c.Rank()]))
 	for k, j := range p.Shards[t.c.Rank()] {
@@ -358,7 +360,7 @@ func (t *tileRun) detectInputs(ctx context.Context, shard []int, input func(int)
 // shared counter): always but on the cuDNN path, whose global batches
 // are fixed by window index (share), and where CANOPY_TILE_DEAL=static
 // asks for the fixed blocks (the balance benchmark's "before").
-func (t *tileRun) dealt() bool { return !t.global && !staticDealForBench() }
+func (t *tileRun) dealt() bool { return !t.global && !testhook.StaticDeal() }
 
 // dealWindows detects chunks of the round taken from the shared counter
 // until none is left: a rank that finishes early takes more. A chunk is
@@ -420,7 +422,7 @@ func (t *tileRun) run(ctx context.Context) error {
 			return t.stopped(derr)
 		}
 		tg := time.Now()
-		bufs, err := sendDetections(t.c, t.cfg.CollectiveTimeout, t.detect, mine, t.stats)
+		bufs, err := collective.SendDetections(t.c, t.cfg.CollectiveTimeout, t.detect, mine, t.stats)
 		if err != nil {
 			return err
 		}
@@ -433,7 +435,7 @@ func (t *tileRun) run(ctx context.Context) error {
 		for _, b := range bufs {
 			ims, err := wire.Decode(b)
 			if err != nil {
-				return collective(ExitInternal, "jobs: gathered detections: %w", err)
+				return collectiveErr(ExitInternal, "jobs: gathered detections: %w", err)
 			}
 			if err := t.place(ims, touched); err != nil {
 				return err
@@ -448,7 +450,7 @@ func (t *tileRun) run(ctx context.Context) error {
 		if t.rounds == 1 {
 			// every rank saved its share of a round: a --force run
 			// commits (the previous run goes)
-			if err := agreeErr(t.c, ExitInternal, t.out.Commit()); err != nil {
+			if err := collective.AgreeErr(t.c, ExitInternal, t.out.Commit()); err != nil {
 				return err
 			}
 		}
@@ -527,7 +529,7 @@ func (t *tileRun) flush(ctx context.Context, touched map[int]bool) error {
 		}
 		werr = publishRaster(t.cfg.Out, r, t.rasters[r], merged[k], windowDets[k], rows, t.labels)
 	}
-	if err := agreeErr(t.c, ExitInternal, werr); err != nil {
+	if err := collective.AgreeErr(t.c, ExitInternal, werr); err != nil {
 		return err
 	}
 	for _, r := range complete {
@@ -561,11 +563,11 @@ func (t *tileRun) classify(ctx context.Context, complete []int, merged [][]box.D
 	for _, b := range all {
 		ims, err := wire.Decode(b)
 		if err != nil {
-			return nil, collective(ExitInternal, "jobs: gathered merged rows: %w", err)
+			return nil, collectiveErr(ExitInternal, "jobs: gathered merged rows: %w", err)
 		}
 		for _, im := range ims {
 			if im.Index < 0 || im.Index >= len(complete) {
-				return nil, collective(ExitInternal, "jobs: merged rows of raster %d of %d", im.Index, len(complete))
+				return nil, collectiveErr(ExitInternal, "jobs: merged rows of raster %d of %d", im.Index, len(complete))
 			}
 			merged[im.Index] = im.Dets
 		}

@@ -1,15 +1,15 @@
 //go:build !nompi
 
-package jobs
+package collective
 
 import (
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/cmpi"
 )
 
-// WorldComm starts MPI through the cgo binding. Run without a launcher it
+// World starts MPI through the cgo binding. Run without a launcher it
 // is a 1-rank job.
-func WorldComm() (mpi.Comm, func() error, error) {
+func World() (mpi.Comm, func() error, error) {
 	c, err := cmpi.Init()
 	if err != nil {
 		return nil, nil, err

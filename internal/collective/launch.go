@@ -1,4 +1,4 @@
-package jobs
+package collective
 
 import (
 	"fmt"
@@ -8,21 +8,22 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
-// logPrefix is the prefix of every line canopy writes to stderr once MPI
+// LogPrefix is the prefix of every line canopy writes to stderr once MPI
 // runs: rank, size and host, so interleaved logs of many ranks stay
 // readable.
-func logPrefix(c mpi.Comm) string {
+func LogPrefix(c mpi.Comm) string {
 	return fmt.Sprintf("canopy: rank %d/%d (%s): ", c.Rank(), c.Size(), c.Host())
 }
 
-// launcherSize reads the job size the launcher announced, if any:
+// LauncherSize reads the job size the launcher announced, if any:
 // Open MPI's OMPI_COMM_WORLD_SIZE, PMI's PMI_SIZE, PMIx's PMIX_SIZE, or,
 // inside a Slurm step (SLURM_STEP_ID set), SLURM_STEP_NUM_TASKS or
 // SLURM_NTASKS. The variable's name is returned for messages.
-func launcherSize() (int, string, bool) {
+func LauncherSize() (int, string, bool) {
 	for _, k := range []string{"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"} {
 		if n, ok := envInt(k); ok {
 			return n, k, true
@@ -47,11 +48,11 @@ func envInt(k string) (int, bool) {
 	return n, err == nil && n > 0
 }
 
-// checkLauncher compares the MPI size with the launcher's. A mismatch is
+// CheckLauncher compares the MPI size with the launcher's. A mismatch is
 // typically srun with a --mpi plugin the MPI library cannot use: N
 // independent 1-rank jobs start, each of which would evaluate everything.
-func checkLauncher(c mpi.Comm) error {
-	want, from, ok := launcherSize()
+func CheckLauncher(c mpi.Comm) error {
+	want, from, ok := LauncherSize()
 	if !ok || want == c.Size() {
 		return nil
 	}
@@ -59,32 +60,32 @@ func checkLauncher(c mpi.Comm) error {
 	if c.Size() == 1 {
 		hint = "; each process started as its own 1-rank job (under srun use --mpi=pmix for Open MPI)"
 	}
-	return &Error{Code: ExitMPI, Collective: true,
+	return &errkind.Error{Code: errkind.ExitMPI, Collective: true,
 		Err: fmt.Errorf("jobs: MPI has %d rank(s) but the launcher started %d (%s)%s", c.Size(), want, from, hint)}
 }
 
-// setTimeout turns on the collective watchdog when the communicator has
+// SetTimeout turns on the collective watchdog when the communicator has
 // one (the cgo binding does; the in-process one needs none).
-func setTimeout(c mpi.Comm, d time.Duration) error {
+func SetTimeout(c mpi.Comm, d time.Duration) error {
 	if w, ok := c.(interface{ SetCollectiveTimeout(time.Duration) error }); ok {
 		if err := w.SetCollectiveTimeout(d); err != nil {
-			return &Error{Code: ExitMPI, Err: err}
+			return &errkind.Error{Code: errkind.ExitMPI, Err: err}
 		}
 	}
 	return nil
 }
 
-// printErr writes err once per line with the rank prefix.
-func printErr(w io.Writer, c mpi.Comm, err error) {
-	sayLine(w, logPrefix(c), err)
+// PrintErr writes err once per line with the rank prefix.
+func PrintErr(w io.Writer, c mpi.Comm, err error) {
+	SayLine(w, LogPrefix(c), err)
 }
 
-// sayLine writes one line of canopy's stderr: prefix, then msg with what
+// SayLine writes one line of canopy's stderr: prefix, then msg with what
 // a terminal would act on escaped (box.Printable). Errors, warnings and
 // notes quote text from the files canopy reads (pickle names, dict and
 // state-dict keys, label names, image paths, raster names): this is the
 // one place that text is made harmless, whatever path brought it, and a
 // newline in it cannot start a line of its own.
-func sayLine(w io.Writer, prefix string, msg any) {
+func SayLine(w io.Writer, prefix string, msg any) {
 	fmt.Fprintf(w, "%s%s\n", prefix, box.Printable(fmt.Sprint(msg)))
 }

@@ -1,4 +1,11 @@
-package jobs
+// Package testhook holds the commands' test hooks, all in this file: the
+// environment variables a test sets (CANOPY_TEST_*, CANOPY_TILE_DEAL) and
+// InterruptSelf, which a test of package jobs replaces. Each is inert when
+// unset.
+// infer/replay has its own (FailEnv, SlowEnv); the seams that stand for a
+// room's own function (a part file's creation, a crop model's loading, a
+// raster's output, a read of compare --html) live with that room.
+package testhook
 
 import (
 	"os"
@@ -6,17 +13,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/canopy-hpc/canopy/internal/parts"
 )
 
-// The test hooks of jobs, all in this file: environment variables a test
-// sets (CANOPY_TEST_*) and seams a test of package jobs replaces. Each is
-// inert when unset. infer/replay has its own (FailEnv, SlowEnv); the
-// host-shim GPUs of a -tags hostkerngpu test build are in hostkerngpu.go.
-
-// perturbForTest reports whether rank is the one PerturbEnv names.
-func perturbForTest(rank int) bool {
+// Perturb reports whether rank is the one PerturbEnv names.
+func Perturb(rank int) bool {
 	v, ok := os.LookupEnv(PerturbEnv)
 	return ok && v == strconv.Itoa(rank)
 }
@@ -32,7 +32,8 @@ const PerturbEnv = "CANOPY_TEST_PERTURB_RANK"
 // kill there must leave no report.json).
 const StopEnv = "CANOPY_TEST_STOP_RANK"
 
-func stopForTest(rank int, at string) {
+// Stop freezes this rank (SIGSTOP) at the point StopEnv names.
+func Stop(rank int, at string) {
 	v, ok := os.LookupEnv(StopEnv)
 	r, where, _ := strings.Cut(v, ":")
 	if where == "" {
@@ -47,14 +48,16 @@ func stopForTest(rank int, at string) {
 // after N batches, as scancel or a preemption would.
 const InterruptEnv = "CANOPY_TEST_INTERRUPT"
 
-// interruptSelf delivers the hook's signal; tests of package jobs replace
+// InterruptSelf delivers the hook's signal; tests of package jobs replace
 // it, since their ranks share one process.
-var interruptSelf = func(rank int) {
+var InterruptSelf = func(rank int) {
 	syscall.Kill(os.Getpid(), syscall.SIGTERM)
 	time.Sleep(200 * time.Millisecond) // let signal.NotifyContext cancel the context
 }
 
-func interruptAfter(rank int) int {
+// InterruptAfter is the number of batches after which InterruptEnv
+// has rank signal itself (-1: never).
+func InterruptAfter(rank int) int {
 	v, ok := os.LookupEnv(InterruptEnv)
 	if !ok {
 		return -1
@@ -70,30 +73,15 @@ func interruptAfter(rank int) int {
 	return k
 }
 
-// createParts opens a rank's part file (a seam for the full-disk test).
-var createParts = parts.Create
-
-// recordedReadHook runs before compare --html reads a file a report
-// records; tests make it block, as a stalled filesystem would.
-var recordedReadHook = func(path string) {}
-
-// staticDealForBench: CANOPY_TILE_DEAL=static makes a tile run cut each
+// StaticDeal: CANOPY_TILE_DEAL=static makes a tile run cut each
 // round into fixed contiguous blocks, one per rank, instead of dealing
 // it at run time (make bench-scale's balance "before").
-func staticDealForBench() bool { return os.Getenv("CANOPY_TILE_DEAL") == "static" }
+func StaticDeal() bool { return os.Getenv("CANOPY_TILE_DEAL") == "static" }
 
-// rasterFault is a test seam: an error for a per-raster output file
-// (its name under OUT/rasters), as a full disk gives while it is staged.
-var rasterFault = func(name string) error { return nil }
-
-// slowWindowForTest: CANOPY_TEST_SLOW_MS (infer/replay's SlowEnv) makes
+// SlowWindow: CANOPY_TEST_SLOW_MS (infer/replay's SlowEnv) makes
 // each window of a tile run take that long more to read, so the Slurm
 // tests can stop a tile job part way.
-func slowWindowForTest() time.Duration {
+func SlowWindow() time.Duration {
 	ms, _ := strconv.Atoi(os.Getenv("CANOPY_TEST_SLOW_MS"))
 	return time.Duration(ms) * time.Millisecond
 }
-
-// loadCropModel loads eval-crops' classifier (openCropModel); tests of
-// package jobs replace it with a stand-in classifier.
-var loadCropModel = openCropModel
