@@ -17,6 +17,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -76,7 +77,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 						return usageError(fmt.Errorf("version takes no arguments, got %q", c.Args().Slice()))
 					}
 					fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nbuild: %s\n", Version, runtime.Version(), gitRevision(), cuda.Build())
-					if why := noGPU(); why != "" {
+					if why := modelsel.NoGPU(); why != "" {
 						fmt.Fprintf(stdout, "GPU: none usable, so the CPU: %s\n", why)
 					}
 					return nil

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/canopy-hpc/canopy/internal/confine"
+	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/report"
 	"github.com/urfave/cli/v2"
@@ -143,7 +145,7 @@ func runCompare(opts CompareOptions, stdout io.Writer) (int, error) {
 	}
 	if opts.HTML != "" {
 		if err := writeFileAtomic(opts.HTML, func(w io.Writer) error {
-			return report.WriteHTML(w, res, drawnImage(false, DefaultMaxImagePixels), recordedReader(opts.Ctx))
+			return report.WriteHTML(w, res, drawnImage(false, limits.DefaultMaxImagePixels), confine.RecordedReader(opts.Ctx))
 		}); err != nil {
 			return ExitInternal, &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: compare: --html: %w", err)}
 		}
@@ -175,11 +177,11 @@ func compareReports(opts CompareOptions) (*report.Result, error) {
 	if err != nil {
 		return nil, &Error{Code: ExitUsage, Collective: true, Err: fmt.Errorf("jobs: compare: %w", err)}
 	}
-	base, err := report.ReadWith(opts.Baseline, readNamedInput)
+	base, err := report.ReadWith(opts.Baseline, confine.ReadNamedInput)
 	if err != nil {
 		return nil, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("jobs: compare: baseline: %w", err)}
 	}
-	cur, err := report.ReadWith(opts.Current, readNamedInput)
+	cur, err := report.ReadWith(opts.Current, confine.ReadNamedInput)
 	if err != nil {
 		return nil, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("jobs: compare: current: %w", err)}
 	}

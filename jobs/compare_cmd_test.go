@@ -11,11 +11,13 @@ import (
 	"testing"
 
 	"encoding/json"
+	"syscall"
+	"time"
+
+	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/report"
 	"github.com/urfave/cli/v2"
-	"syscall"
-	"time"
 )
 
 // The fixtures in report/testdata/compare are hand-written reports, each
@@ -581,13 +583,13 @@ func TestCompareHTMLBlockedReadEnds(t *testing.T) {
 	base, cur, _ := hostileSides(t)
 	release := make(chan struct{})
 	defer close(release)
-	old := recordedReadHook
-	recordedReadHook = func(p string) {
+	old := confine.ReadHook
+	confine.ReadHook = func(p string) {
 		if filepath.Base(p) == "truth.csv" {
 			<-release
 		}
 	}
-	defer func() { recordedReadHook = old }()
+	defer func() { confine.ReadHook = old }()
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
 	page := filepath.Join(t.TempDir(), "c.html")
@@ -598,8 +600,8 @@ func TestCompareHTMLBlockedReadEnds(t *testing.T) {
 	if html, _ := os.ReadFile(page); time.Since(start) > 10*time.Second || !bytes.Contains(html, []byte("not read: interrupted")) {
 		t.Fatalf("SIGTERM: %v, note missing", time.Since(start))
 	}
-	defer func(d time.Duration) { recordedFileTimeout = d }(recordedFileTimeout)
-	recordedFileTimeout = 200 * time.Millisecond
+	defer func(d time.Duration) { confine.RecordedFileTimeout = d }(confine.RecordedFileTimeout)
+	confine.RecordedFileTimeout = 200 * time.Millisecond
 	start = time.Now()
 	if code, err := runCompare(CompareOptions{Baseline: base, Current: cur, HTML: page, Ctx: context.Background()}, &bytes.Buffer{}); err != nil || code != ExitOK {
 		t.Fatalf("%d %v", code, err)

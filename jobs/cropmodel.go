@@ -51,3 +51,19 @@ func (o *oneCropModel) Classify(ctx context.Context, crops []imagefile.Image) ([
 	}
 	return logits, scores, nil
 }
+
+// cropClassifier is what eval-crops needs of a crop model.
+type cropClassifier interface {
+	// Labels are the class names by index.
+	Labels() []string
+	// Classify classifies raw crops (imagefile's layout), in order: for
+	// each, its len(Labels()) logits and its score, the largest softmax
+	// probability (DeepForest's postprocess_predictions).
+	Classify(ctx context.Context, crops []imagefile.Image) (logits [][]float32, scores []float32, err error)
+	// Info is what report.json records of the model.
+	Info() any
+	// Expand is the context its crops of boxes take (cropmodel.expand).
+	Expand() int
+	// BatchSize is its stored cropmodel.batch_size (0: not stated).
+	BatchSize() int
+}

@@ -15,9 +15,10 @@ import (
 	"github.com/canopy-hpc/canopy/infer/crop"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/modelfile"
-	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -125,7 +126,7 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 	if c.Rank() == 0 {
 		var fields [][]byte
 		for _, p := range cc.LabelDicts {
-			b, err := readNamedInput(p)
+			b, err := confine.ReadNamedInput(p)
 			if err != nil {
 				pkt = append([]byte{byte(ExitInput)}, fmt.Sprintf("jobs: --crop-label-dict: %v", err)...)
 				break
@@ -155,7 +156,7 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 				lerr = &Error{Code: ExitInput, Err: err}
 				break
 			}
-			opts.LabelDict, opts.Fallback = labelDictOf(lm), len(cc.LabelDicts) == 1 && len(cc.Models) > 1
+			opts.LabelDict, opts.Fallback = modelsel.LabelDictOf(lm), len(cc.LabelDicts) == 1 && len(cc.Models) > 1
 			file = &report.File{Path: name, SHA256: outdir.SHA256Hex(dicts[k])}
 		}
 		dir := ""
@@ -351,7 +352,7 @@ func defaultCropWorkers(threads, localRanks int) int {
 	if threads > 0 {
 		return threads
 	}
-	return defaultThreads(startProcs, runtime.NumCPU(), localRanks)
+	return modelsel.DefaultThreads(modelsel.StartProcs, runtime.NumCPU(), localRanks)
 }
 
 // imageCrops reads crops from image files under root (predict, eval),
@@ -363,12 +364,12 @@ type imageCrops struct {
 	root    string
 	paths   []string
 	outside bool
-	conf    confiner
+	conf    confine.Confiner
 	open_   map[int]imagefile.Image
 }
 
 func newImageCrops(root string, paths []string, outside bool) *imageCrops {
-	return &imageCrops{root: root, paths: paths, outside: outside, conf: newConfiner(root), open_: map[int]imagefile.Image{}}
+	return &imageCrops{root: root, paths: paths, outside: outside, conf: confine.New(root), open_: map[int]imagefile.Image{}}
 }
 
 func (s *imageCrops) open(i int) (int, int, error) {
@@ -376,11 +377,11 @@ func (s *imageCrops) open(i int) (int, int, error) {
 		return im.W, im.H, nil
 	}
 	if !s.outside {
-		if err := s.conf.check(s.paths[i]); err != nil {
+		if err := s.conf.Check(s.paths[i]); err != nil {
 			return 0, 0, &Error{Code: ExitInput, Err: err}
 		}
 	}
-	im, err := imagefile.Read(imageFile(s.root, s.paths[i]))
+	im, err := imagefile.Read(confine.ImageFile(s.root, s.paths[i]))
 	if err != nil {
 		return 0, 0, &Error{Code: ExitInput, Err: fmt.Errorf("jobs: crops: %w", err)}
 	}
@@ -393,27 +394,6 @@ func (s *imageCrops) read(i int, r crop.Rect) (imagefile.Image, error) {
 }
 
 func (s *imageCrops) release(i int) { delete(s.open_, i) }
-
-// rasterCrops reads crops from rasters by GDAL windowed reads (predict
-// --tile, eval --tile), as DeepForest's rasterio windows.
-type rasterCrops struct {
-	rs      *rasterSet
-	rasters []tileRaster
-}
-
-func (s *rasterCrops) open(i int) (int, int, error) {
-	return s.rasters[i].Width, s.rasters[i].Height, nil
-}
-
-func (s *rasterCrops) read(i int, r crop.Rect) (imagefile.Image, error) {
-	im, err := s.rs.read(i, tile.Window{X: r.X, Y: r.Y, W: r.W, H: r.H})
-	if err != nil {
-		return im, &Error{Code: ExitInput, Err: fmt.Errorf("jobs: crops: %w", err)}
-	}
-	return im, nil
-}
-
-func (s *rasterCrops) release(int) {}
 
 // dropZero leaves out the boxes the stage dropped (zero width or
 // height), from dets and from the table, as DeepForest's predictions do

@@ -16,6 +16,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
 
@@ -38,13 +39,13 @@ type rankInfo struct {
 // "cuda:N" with its sharing (the cuda build).
 func doctorDevice(localRank, localSize int) string {
 	n := 0
-	if haveCUDA {
+	if modelsel.HaveCUDA {
 		var err error
-		if n, err = countDevices(); err != nil {
+		if n, err = modelsel.CountDevices(); err != nil {
 			return "cuda?(" + err.Error() + ")"
 		}
 	}
-	p, err := cuda.Place(cuda.Request{Kind: "auto", Index: -1}, localRank, localSize, n, haveCUDA)
+	p, err := cuda.Place(cuda.Request{Kind: "auto", Index: -1}, localRank, localSize, n, modelsel.HaveCUDA)
 	if err != nil || p.Kind == "cpu" {
 		return "cpu"
 	}
@@ -89,7 +90,7 @@ func doctor(c mpi.Comm, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nMPI: %s, %d rank(s)\nbuild: %s, SGEMM %s (%s kernels), convolution kernels %s\n",
 		Version, runtime.Version(), gitRevision(), c.Implementation(), c.Size(), cuda.Build(), gemm.Backend(), gemm.Core(), gemm.Kernels())
-	if why := noGPU(); why != "" {
+	if why := modelsel.NoGPU(); why != "" {
 		fmt.Fprintf(stdout, "GPU: none usable by rank 0, which runs on the CPU: %s\n", why)
 	}
 	fmt.Fprintln(stdout)

@@ -15,8 +15,11 @@ import (
 	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/replay"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/canopy-hpc/canopy/internal/limits"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/testhook"
@@ -56,7 +59,10 @@ type EvalConfig struct {
 	Warnings io.Writer
 	// Model, when Model.Spec is set, runs the native RetinaNet instead of
 	// replaying --predictions.
-	Model   ModelConfig
+	Model ModelConfig
+	// Crops are --crop-model and --crop-label-dict (with or without a
+	// detector: eval --predictions classifies the stored boxes).
+	Crops   CropConfig
 	Command []string
 	Stdout  io.Writer
 	// Progress receives rank 0's progress lines (nil: none).
@@ -113,7 +119,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			return &Error{Code: ExitInput, Collective: true, Err: err}
 		}
 	}
-	var model *loadedModel
+	var model *modelsel.Model
 	if cfg.Model.Spec != "" {
 		mc := cfg.Model
 		if in.labels != nil && modelfile.IsTorchFile(in.modelDir) {
@@ -122,9 +128,9 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			if err != nil {
 				return &Error{Code: ExitInput, Collective: true, Err: err}
 			}
-			mc.LabelDict = labelDictOf(lm)
+			mc.LabelDict = modelsel.LabelDictOf(lm)
 		}
-		if model, err = loadModel(c, mc, in.modelDir, in.modelDigest, in.modelConfig); err != nil {
+		if model, err = modelsel.Load(c, mc, in.modelDir, in.modelDigest, in.modelConfig); err != nil {
 			return err
 		}
 	}
@@ -143,8 +149,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		for _, im := range truth.Images {
 			names = append(names, im.Labels...)
 		}
-		labels = model.labels()
-		if err := checkModelLabels(labels, given, cfg.LabelDict, names, cfg.CSV); err != nil {
+		labels = model.Labels()
+		if err := modelsel.CheckLabels(labels, given, cfg.LabelDict, names, cfg.CSV); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 	}
@@ -154,9 +160,9 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	cropWorkers := defaultCropWorkers(cfg.Model.Threads, c.LocalSize())
 	if model != nil {
-		cropWorkers = model.cropWorkers()
+		cropWorkers = model.CropWorkers()
 	}
-	crops, err := openCropModels(c, cfg.Model.Crops, cropWorkers)
+	crops, err := openCropModels(c, cfg.Crops, cropWorkers)
 	if err != nil {
 		return err
 	}
@@ -193,7 +199,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			costs = append(costs, 1+int64(len(truth.Images[i].Rows))+int64(len(byPath[im.Path])))
 		}
 	}
-	p, err := model.plan(todo, costs, cfg.BatchSize, c.Size())
+	p, err := model.Plan(todo, costs, cfg.BatchSize, c.Size())
 	if err != nil {
 		return collectiveErr(ExitInternal, "jobs: %w", err)
 	}
@@ -211,11 +217,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		for k, i := range shard {
 			paths[k] = images[i].Path
 		}
-		if err := preflight(c, cfg.RootDir, paths, cfg.AllowOutsideRoot, model, cfg.Model, cfg.BatchSize); err != nil {
+		if err := limits.Preflight(c, cfg.RootDir, paths, cfg.AllowOutsideRoot, model, cfg.Model, cfg.BatchSize); err != nil {
 			return err
 		}
 		stats.Seconds["preflight"] = since(t1)
-		if det, err = model.openDetector(c, labels, cfg.Progress); err != nil {
+		if det, err = model.OpenDetector(c, labels, cfg.Progress); err != nil {
 			return err
 		}
 	} else {
@@ -228,7 +234,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, losses: model != nil, identify: model != nil, global: model.globalBatching()},
+	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, losses: model != nil, identify: model != nil, global: model.GlobalBatching()},
 		images, shard, c.Rank(), rec.record)
 	if err := detectErr(rec.close(derr), ""); err != nil {
 		return err
@@ -237,8 +243,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		stats.Detections += len(im.Dets)
 	}
 	stats.Seconds["detect"] = since(t1)
-	printLayerTimes(cfg.Progress, det)
-	model.noteCUDNN(det)
+	modelsel.PrintLayerTimes(cfg.Progress, det)
+	model.NoteCUDNN(det)
 
 	// 4-5. Encode, gather, merge (with the images the part files hold).
 	testhook.Stop(c.Rank(), "gather")
@@ -269,7 +275,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	metricIn := metrics.Input{Images: images, Dets: dets, Labels: labels,
 		LabelValues: pandasLabelValues(in, truth, predRows, labels)}
-	if err := checkMetricsMemory(c, metricIn, fam, cfg.Model); err != nil {
+	if err := limits.CheckMetrics(c, metricIn, fam, cfg.Model); err != nil {
 		return err
 	}
 	res, err := metrics.Compute(metricIn,
@@ -364,14 +370,14 @@ func packInputs(cfg EvalConfig) ([]byte, *outdir.Run) {
 			in.truthFolder = true
 			continue
 		}
-		data, err := readNamedInput(f)
+		data, err := confine.ReadNamedInput(f)
 		if err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 		*dst[i] = data
 	}
 	if cfg.Model.Spec != "" {
-		dir, digest, config, err := resolveModel(cfg.Model.Spec)
+		dir, digest, config, err := modelsel.Resolve(cfg.Model.Spec)
 		if err != nil {
 			return fail(ExitModel, err)
 		}

@@ -136,7 +136,7 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	if cfg.Force && cfg.Resume {
 		return cfg, errors.New("eval: --force and --resume exclude each other")
 	}
-	mc, err := modelConfig(c)
+	mc, cc, err := modelConfig(c)
 	if err != nil {
 		return cfg, fmt.Errorf("eval: %w", err)
 	}
@@ -148,7 +148,7 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 			cfg.LabelDict = rc.labelSource()
 		}
 	}
-	cfg.Model = mc
+	cfg.Model, cfg.Crops = mc, cc
 	switch {
 	case cfg.Predictions == "" && mc.Spec == "":
 		return cfg, errors.New("eval: give --model (run the detector) or --predictions (replay stored predictions)")

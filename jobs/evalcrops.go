@@ -19,8 +19,10 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/metrics"
@@ -59,22 +61,6 @@ const cropsFile = "crops.csv"
 
 // maxListed bounds the skipped and dropped files named in report.json.
 const maxListed = 20
-
-// cropClassifier is what eval-crops needs of a crop model.
-type cropClassifier interface {
-	// Labels are the class names by index.
-	Labels() []string
-	// Classify classifies raw crops (imagefile's layout), in order: for
-	// each, its len(Labels()) logits and its score, the largest softmax
-	// probability (DeepForest's postprocess_predictions).
-	Classify(ctx context.Context, crops []imagefile.Image) (logits [][]float32, scores []float32, err error)
-	// Info is what report.json records of the model.
-	Info() any
-	// Expand is the context its crops of boxes take (cropmodel.expand).
-	Expand() int
-	// BatchSize is its stored cropmodel.batch_size (0: not stated).
-	BatchSize() int
-}
 
 // defaultLossBatch is DeepForest 2.1.0's cropmodel.batch_size.
 const defaultLossBatch = 4
@@ -189,7 +175,7 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 			paths = append(paths, p)
 		}
 	}
-	if err := preflight(c, in.root, paths, cfg.AllowOutsideRoot, nil, ModelConfig{MaxImagePixels: cfg.MaxImagePixels}, cfg.BatchSize); err != nil {
+	if err := limits.Preflight(c, in.root, paths, cfg.AllowOutsideRoot, nil, ModelConfig{MaxImagePixels: cfg.MaxImagePixels}, cfg.BatchSize); err != nil {
 		return err
 	}
 	stats.Seconds["load"] = since(t0)
@@ -265,7 +251,7 @@ type cropInputs struct {
 // "csv" and the annotation CSV's bytes; or its error.
 func packCropInput(cfg EvalCropsConfig, isLabel func(string) bool) []byte {
 	if cfg.CSV != "" {
-		data, err := readNamedInput(cfg.CSV)
+		data, err := confine.ReadNamedInput(cfg.CSV)
 		if err != nil {
 			return append([]byte{ExitInput}, fmt.Sprintf("jobs: %v", err)...)
 		}
@@ -391,7 +377,7 @@ func classifyShard(ctx context.Context, m cropClassifier, cfg EvalCropsConfig, i
 	src := newImageCrops(in.root, files, cfg.AllowOutsideRoot)
 	read := func(s cropSample) (imagefile.Image, error) {
 		if s.Box == nil {
-			return imagefile.Read(imageFile(in.root, filepath.FromSlash(s.Path)))
+			return imagefile.Read(confine.ImageFile(in.root, filepath.FromSlash(s.Path)))
 		}
 		f := index[s.Path]
 		w, h, err := src.open(f)

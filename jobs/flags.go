@@ -9,6 +9,8 @@ import (
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/canopy-hpc/canopy/internal/limits"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/urfave/cli/v2"
 )
 
@@ -64,7 +66,7 @@ func modelFlags() []cli.Flag {
 		&cli.StringFlag{Name: "resize", Value: "torchvision", Usage: "the transform's resize size rule: torchvision (torchvision >= 0.16 in eager mode, as DeepForest 2.x runs it: scale min(min_size/short side, max_size/long side) in float64) or torchvision-0.15 (torchvision <= 0.15, or a model under torch.jit.script/ONNX: the scale in float32; about half of all image sizes resize one pixel smaller in one dimension)"},
 		&cli.StringFlag{Name: "blend", Value: "fma", Usage: "the bilinear resize's rounding, each bit for bit torch's on the CPU: fma (torch's AVX2 kernel with more than one thread, as the x86-64 wheels run it: fused multiply-adds), no-fma (torch with ATEN_CPU_CAPABILITY=default) or fma-1t (torch's AVX2 kernel on one thread); fma and no-fma differ by at most 2.4e-7 on a normalized pixel, fma-1t by up to 8.4e-5 where its source index moves a tap"},
 		&cli.BoolFlag{Name: "layer-times", Usage: "print, on rank 0, where the model's time went, by layer group (stem, layer1-4, fpn, heads, transform, postprocess): wall seconds, the process's CPU seconds, and the convolutions' direct-equivalent GFLOP and GFLOP/s"},
-		&cli.Int64Flag{Name: "max-image-pixels", Value: DefaultMaxImagePixels, Usage: "refuse (exit 3, at pre-flight, from the image header) an image of more pixels than this; the default is where PIL refuses one (2 x Image.MAX_IMAGE_PIXELS); 0: no limit"},
+		&cli.Int64Flag{Name: "max-image-pixels", Value: limits.DefaultMaxImagePixels, Usage: "refuse (exit 3, at pre-flight, from the image header) an image of more pixels than this; the default is where PIL refuses one (2 x Image.MAX_IMAGE_PIXELS); 0: no limit"},
 		&cli.StringFlag{Name: "rank-memory", Usage: "memory one rank may use, such as 6G (default: the node's memory, or its cgroup limit, divided by the ranks on the node); before inference each rank estimates what its largest image needs, and before the COCO metrics what they need, and refuses (exit 3) when it exceeds this"},
 		&cli.BoolFlag{Name: "allow-outside-root", Usage: "let image paths leave --root-dir: absolute paths, \"..\" elements and symlinks to files outside it (refused by default; the report records this flag)"},
 		&cli.GenericFlag{Name: "crop-model", Value: &repeated{}, Usage: "after detection, classify every box's crop with a DeepForest CropModel (species, alive/dead), as predict_tile(crop_model=...): a Lightning checkpoint (.ckpt: labels from its label_dict), a save_pretrained folder (config.json + model.safetensors; owner/name[@revision] in the local Hugging Face cache, as --model) or a torch.save state dict (.pt/.pth: labels from --crop-label-dict); ResNet-50 or ResNet-18. Repeatable: the columns are cropmodel_label and cropmodel_score for one model, cropmodel_label_<i> and cropmodel_score_<i> (i from 0, in order) for several. predict leaves out boxes of zero width or height, as DeepForest does; eval keeps them with empty cells. Crops are shared over the ranks and gathered: the same bytes for any rank count, --threads and --batch-size"},
@@ -110,73 +112,76 @@ func concatFlags(fs ...[]cli.Flag) []cli.Flag {
 	return out
 }
 
+// ModelConfig selects and tunes the native RetinaNet (modelsel.ModelConfig).
+type ModelConfig = modelsel.ModelConfig
+
 // modelConfig reads and checks the detector flags.
-func modelConfig(c *cli.Context) (ModelConfig, error) {
+func modelConfig(c *cli.Context) (ModelConfig, CropConfig, error) {
 	mc := ModelConfig{Spec: c.String("model"), Threads: c.Int("threads"), ScoreThresh: c.Float64("score-thresh"),
 		NMSThresh: c.Float64("nms-thresh"), LayerTimes: c.Bool("layer-times"), ExclusiveGPU: c.Bool("exclusive-gpu")}
-	var err error
-	if mc.Crops, err = cropConfig(c); err != nil {
-		return mc, err
+	cc, err := cropConfig(c)
+	if err != nil {
+		return mc, cc, err
 	}
 	if v := c.String("rank-memory"); v != "" {
-		n, err := parseBytes(v)
+		n, err := limits.ParseBytes(v)
 		if err != nil || n == 0 {
-			return mc, fmt.Errorf("--rank-memory: %q is not a positive size such as 512M or 4GiB", v)
+			return mc, cc, fmt.Errorf("--rank-memory: %q is not a positive size such as 512M or 4GiB", v)
 		}
 		mc.RankMemory = n
 	}
 	if mc.Spec == "" {
-		if len(mc.Crops.Models) > 0 && mc.Threads < 0 {
-			return mc, fmt.Errorf("--threads %d must be at least 1 (0: the rank's cores)", mc.Threads)
+		if len(cc.Models) > 0 && mc.Threads < 0 {
+			return mc, cc, fmt.Errorf("--threads %d must be at least 1 (0: the rank's cores)", mc.Threads)
 		}
 		for _, f := range []string{"threads", "score-thresh", "nms-thresh", "device", "precision", "cudnn", "plan", "exclusive-gpu", "layer-times", "max-image-pixels", "resize", "blend"} {
-			if c.IsSet(f) && !(f == "threads" && len(mc.Crops.Models) > 0) {
-				return mc, fmt.Errorf("--%s needs --model", f)
+			if c.IsSet(f) && !(f == "threads" && len(cc.Models) > 0) {
+				return mc, cc, fmt.Errorf("--%s needs --model", f)
 			}
 		}
-		return mc, nil
+		return mc, cc, nil
 	}
 	rule, err := retinanet.ParseResizeRule(c.String("resize"))
 	if err != nil {
-		return mc, fmt.Errorf("--resize: %w", err)
+		return mc, cc, fmt.Errorf("--resize: %w", err)
 	}
 	mc.Resize = rule
 	if mc.Blend, err = retinanet.ParseBlendRule(c.String("blend")); err != nil {
-		return mc, fmt.Errorf("--blend: %w", err)
+		return mc, cc, fmt.Errorf("--blend: %w", err)
 	}
 	if mc.Threads < 0 {
-		return mc, fmt.Errorf("--threads %d must be at least 1 (0: the rank's cores)", mc.Threads)
+		return mc, cc, fmt.Errorf("--threads %d must be at least 1 (0: the rank's cores)", mc.Threads)
 	}
 	for _, f := range []string{"score-thresh", "nms-thresh"} {
 		if v := c.Float64(f); c.IsSet(f) && !(v >= 0 && v <= 1) {
-			return mc, fmt.Errorf("--%s %v is not in [0, 1]", f, v)
+			return mc, cc, fmt.Errorf("--%s %v is not in [0, 1]", f, v)
 		}
 	}
 	if mc.MaxImagePixels = c.Int64("max-image-pixels"); mc.MaxImagePixels < 0 {
-		return mc, fmt.Errorf("--max-image-pixels %d must be at least 0 (0: no limit)", mc.MaxImagePixels)
+		return mc, cc, fmt.Errorf("--max-image-pixels %d must be at least 0 (0: no limit)", mc.MaxImagePixels)
 	}
 	dev := c.String("device")
 	req, err := cuda.ParseDevice(dev)
 	if err != nil {
-		return mc, err
+		return mc, cc, err
 	}
-	if req.Kind == "cuda" && !haveCUDA {
-		return mc, &Error{Code: ExitMPI, Collective: true, Err: fmt.Errorf("--device %s: %w", dev, cuda.ErrNoCUDA)}
+	if req.Kind == "cuda" && !modelsel.HaveCUDA {
+		return mc, cc, &Error{Code: ExitMPI, Collective: true, Err: fmt.Errorf("--device %s: %w", dev, cuda.ErrNoCUDA)}
 	}
 	mc.Device = req
 	if c.IsSet("precision") {
 		if mc.Precision, err = cuda.ParsePrecision(c.String("precision")); err != nil {
-			return mc, err
+			return mc, cc, err
 		}
 		mc.PrecisionSet = true
 	}
 	mc.CUDNN, mc.Plan = c.String("cudnn"), c.String("plan")
-	if f := gpuOnlyFlag(mc, mc.Precision); f != "" && !haveCUDA {
+	if f := modelsel.GPUOnlyFlag(mc, mc.Precision); f != "" && !modelsel.HaveCUDA {
 		// refused before any work, with placeDevice's code (a build with
 		// the cuda backend decides per rank, where it is placed)
-		return mc, &Error{Code: ExitMPI, Collective: true, Err: fmt.Errorf("%s needs a GPU: %w", f, cuda.ErrNoCUDA)}
+		return mc, cc, &Error{Code: ExitMPI, Collective: true, Err: fmt.Errorf("%s needs a GPU: %w", f, cuda.ErrNoCUDA)}
 	}
-	return mc, nil
+	return mc, cc, nil
 }
 
 // reportFlags are eval's flags of the extra outputs: report.html and COCO JSON.

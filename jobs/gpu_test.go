@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn/fake"
 	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 )
 
 var fakeLib struct {
@@ -49,12 +50,12 @@ func fakeCUDNN(t *testing.T) string {
 // GPUs (UUIDs GPU-fake-0…), seen through CUDA_VISIBLE_DEVICES as the
 // driver does.
 func withFakeGPUs(t *testing.T, n int) {
-	h, c, o, f := haveCUDA, countDevices, openDevice, findCUDNN
-	haveCUDA = true
+	h, c, o, f := modelsel.HaveCUDA, modelsel.CountDevices, modelsel.OpenDevice, modelsel.FindCUDNN
+	modelsel.HaveCUDA = true
 	lib := fakeCUDNN(t)
 	// The fake cuDNN stands in for the library's search: --cudnn (the
 	// tests of the search itself are infer/cuda/cudnn's) or else the fake.
-	findCUDNN = func(s cudnn.Search) (*cudnn.Lib, error) {
+	modelsel.FindCUDNN = func(s cudnn.Search) (*cudnn.Lib, error) {
 		if s.Flag == "" {
 			s.Flag = lib
 		}
@@ -64,15 +65,15 @@ func withFakeGPUs(t *testing.T, n int) {
 		v, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
 		return cuda.Visible(v, set, n)
 	}
-	countDevices = func() (int, error) { return len(visible()), nil }
-	openDevice = func(i int) (cuda.Device, error) {
+	modelsel.CountDevices = func() (int, error) { return len(visible()), nil }
+	modelsel.OpenDevice = func(i int) (cuda.Device, error) {
 		vis := visible()
 		if i >= len(vis) {
 			return nil, fmt.Errorf("cuda: device %d: this process sees %d", i, len(vis))
 		}
 		return hostkern.NewAs(cuda.Info{Index: i, Name: "Fake GPU", UUID: "GPU-fake-" + vis[i], SM: "9.0"}), nil
 	}
-	t.Cleanup(func() { haveCUDA, countDevices, openDevice, findCUDNN = h, c, o, f })
+	t.Cleanup(func() { modelsel.HaveCUDA, modelsel.CountDevices, modelsel.OpenDevice, modelsel.FindCUDNN = h, c, o, f })
 }
 
 var smallModel struct {
@@ -135,7 +136,7 @@ func TestGPUEvalIdenticalAcrossRanks(t *testing.T) {
 			var rep struct {
 				Run struct {
 					Detector string
-					Model    modelInfo
+					Model    modelsel.Info
 				}
 			}
 			b, _ := os.ReadFile(filepath.Join(out, "report.json"))
@@ -181,7 +182,7 @@ func TestGPUVisibleDevices(t *testing.T) {
 		t.Fatalf("exit %v", codes)
 	}
 	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
-	var rep struct{ Run struct{ Model modelInfo } }
+	var rep struct{ Run struct{ Model modelsel.Info } }
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +274,7 @@ var gpuEvalPrecisions = []string{"exact", "kernel-tf32", "tf32", "bf16"}
 // file, a FIFO or "{}" (it was silently ignored, exit 0), --cudnn,
 // --exclusive-gpu, --precision tf32 (it was exit 2) and --device cuda.
 func TestGPUFlagsOnCPUBuild(t *testing.T) {
-	if haveCUDA {
+	if modelsel.HaveCUDA {
 		t.Skip("a build with the cuda backend places ranks on GPUs: TestGPUPlacementErrors")
 	}
 	model, csv, imgDir := testModelSet(t)

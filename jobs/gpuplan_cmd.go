@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/urfave/cli/v2"
 )
 
@@ -111,11 +112,11 @@ func gpuPlan(cfg gpuPlanConfig, stdout io.Writer) error {
 	if err != nil {
 		return &Error{Code: ExitModel, Err: err}
 	}
-	lib, err := findCUDNN(cudnn.Search{Flag: cfg.CUDNN})
+	lib, err := modelsel.FindCUDNN(cudnn.Search{Flag: cfg.CUDNN})
 	if err != nil {
 		return &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: gpu-plan: %w", err)}
 	}
-	dev, err := openDevice(cfg.Device)
+	dev, err := modelsel.OpenDevice(cfg.Device)
 	if err != nil {
 		return &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: gpu-plan: %w", err)}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 )
 
 // canopy gpu-plan on a fake GPU (the host shim) with the fake cuDNN: the
@@ -38,7 +39,7 @@ func TestGPUPlanRoundTrip(t *testing.T) {
 	if pf.Key.GPU != "Fake GPU" || pf.Key.CUDNN != 91900 || pf.Batch != 4 || pf.Precision != "tf32" || len(pf.Plans) == 0 {
 		t.Fatalf("plan file %+v", pf)
 	}
-	run := func(edit func(*EvalConfig)) ([]int, string, *modelInfo) {
+	run := func(edit func(*EvalConfig)) ([]int, string, *modelsel.Info) {
 		c := gpuCfg(t, t.TempDir())
 		c.BatchSize, c.Model.Precision, c.Model.PrecisionSet, c.Model.Plan = 4, cuda.TF32, true, planPath
 		if edit != nil {
@@ -49,7 +50,7 @@ func TestGPUPlanRoundTrip(t *testing.T) {
 		if codes[0] != 0 {
 			return codes, stderr.String(), nil
 		}
-		var rep struct{ Run struct{ Model modelInfo } }
+		var rep struct{ Run struct{ Model modelsel.Info } }
 		b, _ := os.ReadFile(filepath.Join(c.Out, "report.json"))
 		if err := json.Unmarshal(b, &rep); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/infer/safetensors"
+	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -124,7 +125,7 @@ func TestNoSilentZero(t *testing.T) {
 func runPreflight(root string, paths []string, outside bool) error {
 	var got error
 	local.Run(1, func(c mpi.Comm) error {
-		got = preflight(c, root, paths, outside, nil, ModelConfig{}, 1)
+		got = limits.Preflight(c, root, paths, outside, nil, ModelConfig{}, 1)
 		return nil
 	})
 	return got

@@ -7,7 +7,9 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/metrics"
@@ -23,7 +25,7 @@ func stageHTML(cfg EvalConfig, rj []byte, images []box.Image, dets [][]box.Detec
 	csv, _ := filepath.Abs(cfg.CSV)
 	root, _ := filepath.Abs(cfg.RootDir)
 	opt := *cfg.HTML
-	maxPixels := int64(DefaultMaxImagePixels)
+	maxPixels := int64(limits.DefaultMaxImagePixels)
 	if cfg.Model.Spec != "" {
 		maxPixels = cfg.Model.MaxImagePixels
 	}
@@ -48,10 +50,10 @@ func stageHTML(cfg EvalConfig, rj []byte, images []box.Image, dets [][]box.Detec
 func drawnImage(outside bool, maxPixels int64) func(root, path string) (image.Image, error) {
 	return func(root, p string) (image.Image, error) {
 		if !outside {
-			if err := newConfiner(root).check(p); err != nil {
+			if err := confine.New(root).Check(p); err != nil {
 				return nil, err
 			}
 		}
-		return imagefile.Decode(imageFile(root, p), maxPixels)
+		return imagefile.Decode(confine.ImageFile(root, p), maxPixels)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -42,7 +43,7 @@ func limitRun(t *testing.T, img string, mc func(*ModelConfig)) ([]int, string) {
 	os.WriteFile(csv, []byte("image_path,xmin,ymin,xmax,ymax,label\n"+filepath.Base(img)+",1,1,10,10,Tree\n"), 0o644)
 	cfg := modelCfg(t, t.TempDir())
 	cfg.CSV = csv
-	cfg.Model.MaxImagePixels = DefaultMaxImagePixels
+	cfg.Model.MaxImagePixels = limits.DefaultMaxImagePixels
 	if mc != nil {
 		mc(&cfg.Model)
 	}
@@ -124,24 +125,24 @@ func writePNG(t *testing.T, path string, w, h int) {
 // The estimate grows with the image and the network input; the default
 // budget is the node's memory.
 func TestMemoryEstimateAndBudget(t *testing.T) {
-	a := memoryEstimate(0, 1000, 1000, 416, 416, 2)
+	a := limits.MemoryEstimate(0, 1000, 1000, 416, 416, 2)
 	if want := int64(2*20*1000*1000 + 400*416*416); a != want {
 		t.Fatalf("estimate %d, want %d", a, want)
 	}
-	if b := memoryEstimate(0, 2000, 2000, 416, 416, 2); b <= a {
+	if b := limits.MemoryEstimate(0, 2000, 2000, 416, 416, 2); b <= a {
 		t.Fatal("a larger image must need more")
 	}
-	n, src, err := nodeMemory()
+	n, src, err := limits.NodeMemory()
 	if err != nil || n < 64<<20 || src == "" {
 		t.Fatalf("node memory %d (%s): %v", n, src, err)
 	}
 	for s, want := range map[string]int64{"512M": 512 << 20, "4GiB": 4 << 30, "1.5G": 3 << 29, "1000": 1000, "2k": 2048} {
-		if got, err := parseBytes(s); err != nil || got != want {
+		if got, err := limits.ParseBytes(s); err != nil || got != want {
 			t.Errorf("parseBytes(%q) = %d, %v; want %d", s, got, err, want)
 		}
 	}
 	for _, s := range []string{"", "x", "-1G", "1e30T", "NaN"} {
-		if _, err := parseBytes(s); err == nil {
+		if _, err := limits.ParseBytes(s); err == nil {
 			t.Errorf("parseBytes(%q) accepted", s)
 		}
 	}
@@ -199,7 +200,7 @@ func TestCgroupMemoryLimitFollowsOwnCgroup(t *testing.T) {
 		{"5:cpu,memory:/slurm/uid_0/job_8/step_0\n", 1 << 30, "memory/slurm/uid_0/job_8/memory.limit_in_bytes"},
 		{"", 9223372036854771712, "memory/memory.limit_in_bytes"},
 	} {
-		n, from := cgroupMemoryLimit(sys, []byte(c.cgroup))
+		n, from := limits.CgroupMemoryLimit(sys, []byte(c.cgroup))
 		if want := filepath.Join(sys, c.file); n != c.want || (c.file != "" && from != want) {
 			t.Errorf("%q: %d from %s, want %d from %s", c.cgroup, n, from, c.want, want)
 		}
@@ -237,7 +238,7 @@ func TestMetricsMemoryRefusedBeforeAllocating(t *testing.T) {
 	truth, preds := writeManyClasses(t, 200, 20, 4000)
 	out := t.TempDir()
 	cfg := EvalConfig{CSV: truth, Predictions: preds, Out: out, IoUThreshold: 0.4, BatchSize: 50}
-	cfg.Model.RankMemory = residentBytes() + 32<<20 // the estimate is about 140 MiB
+	cfg.Model.RankMemory = limits.ResidentBytes() + 32<<20 // the estimate is about 140 MiB
 	var stderr bytes.Buffer
 	codes := runLocalCtx(t, 2, cfg, func(int) context.Context { return context.Background() }, &stderr)
 	msg := stderr.String()

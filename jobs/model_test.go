@@ -19,6 +19,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/safetensors"
 	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
@@ -344,10 +345,10 @@ func TestModelConfigMustMatchRank0(t *testing.T) {
 	model, _, _ := testModelSet(t)
 	mc := modelCfg(t, t.TempDir()).Model
 	w := outdir.FileSHA(filepath.Join(model, "model.safetensors"))
-	if _, err := loadModelLocal(mc, model, w, outdir.FileSHA(filepath.Join(model, "config.json")), 1); err != nil {
+	if _, err := modelsel.LoadLocal(mc, model, w, outdir.FileSHA(filepath.Join(model, "config.json")), 1); err != nil {
 		t.Fatalf("same files: %v", err)
 	}
-	_, err := loadModelLocal(mc, model, w, "0123456789abcdef", 1)
+	_, err := modelsel.LoadLocal(mc, model, w, "0123456789abcdef", 1)
 	if err == nil || !strings.Contains(err.Error(), "config.json differs") {
 		t.Fatalf("a different config.json on rank 0 was not noticed: %v", err)
 	}
@@ -361,7 +362,7 @@ func TestDefaultThreads(t *testing.T) {
 		{16, 16, 4, 4}, // srun without binding
 		{16, 16, 32, 1},
 	} {
-		if got := defaultThreads(c.maxprocs, c.ncpu, c.local); got != c.want {
+		if got := modelsel.DefaultThreads(c.maxprocs, c.ncpu, c.local); got != c.want {
 			t.Errorf("defaultThreads(%d, %d, %d) = %d, want %d", c.maxprocs, c.ncpu, c.local, got, c.want)
 		}
 	}
@@ -373,30 +374,30 @@ func TestDefaultThreads(t *testing.T) {
 func TestRaiseProcsKeepsThreads(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	runtime.GOMAXPROCS(1)
-	raiseProcs(3)
+	modelsel.RaiseProcs(3)
 	if got := runtime.GOMAXPROCS(0); got != 3 {
 		t.Fatalf("raiseProcs(3) from 1: GOMAXPROCS %d", got)
 	}
-	raiseProcs(2)
+	modelsel.RaiseProcs(2)
 	if got := runtime.GOMAXPROCS(0); got != 3 {
 		t.Fatalf("raiseProcs(2) lowered GOMAXPROCS to %d", got)
 	}
-	defer func(p int) { startProcs = p }(startProcs)
-	startProcs = 1 // as under mpirun --bind-to core
+	defer func(p int) { modelsel.StartProcs = p }(modelsel.StartProcs)
+	modelsel.StartProcs = 1 // as under mpirun --bind-to core
 	model, _, _ := testModelSet(t)
 	mc := modelCfg(t, t.TempDir()).Model
 	mc.Threads = 0
-	lm, err := loadModelLocal(mc, model, outdir.FileSHA(filepath.Join(model, "model.safetensors")), outdir.FileSHA(filepath.Join(model, "config.json")), 1)
+	lm, err := modelsel.LoadLocal(mc, model, outdir.FileSHA(filepath.Join(model, "model.safetensors")), outdir.FileSHA(filepath.Join(model, "config.json")), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 1; lm.threads != want {
-		t.Fatalf("default threads %d after GOMAXPROCS was raised to 3, want %d (from the start's %d)", lm.threads, want, startProcs)
+	if want := 1; lm.Threads != want {
+		t.Fatalf("default threads %d after GOMAXPROCS was raised to 3, want %d (from the start's %d)", lm.Threads, want, modelsel.StartProcs)
 	}
 	// The CPU detector raises GOMAXPROCS to its workers plus one.
 	runtime.GOMAXPROCS(1)
-	lm.threads = 2
-	if _, err := lm.detector(lm.labels()); err != nil {
+	lm.Threads = 2
+	if _, err := lm.Detector(lm.Labels()); err != nil {
 		t.Fatal(err)
 	}
 	if got := runtime.GOMAXPROCS(0); got != cpu.Procs(2) || got != 3 {

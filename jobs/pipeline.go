@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"time"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/testhook"
@@ -96,7 +96,7 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 				batch = append(batch, o.input(i))
 				continue
 			}
-			batch = append(batch, infer.Input{Index: i, Path: images[i].Path, File: imageFile(o.rootDir, images[i].Path)})
+			batch = append(batch, infer.Input{Index: i, Path: images[i].Path, File: confine.ImageFile(o.rootDir, images[i].Path)})
 		}
 		return batch
 	}
@@ -175,14 +175,6 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 func identify(file string) (parts.Identity, error) {
 	size, mtime, sum, err := imagefile.Identify(file)
 	return parts.Identity{Size: size, MtimeNS: mtime, SHA256: sum}, err
-}
-
-// imageFile resolves a CSV image_path against the root folder.
-func imageFile(root, p string) string {
-	if filepath.IsAbs(p) {
-		return p
-	}
-	return filepath.Join(root, p)
 }
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }

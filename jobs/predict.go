@@ -16,7 +16,10 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/limits"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -36,6 +39,8 @@ type PredictConfig struct {
 	// symlinks out).
 	AllowOutsideRoot bool
 	Model            ModelConfig
+	// Crops are --crop-model and --crop-label-dict.
+	Crops CropConfig
 	// LabelDict is --label-dict: the labels of a bare .pt state dict.
 	LabelDict string
 	// LabelDictData and RunConfig: as EvalConfig's.
@@ -112,7 +117,7 @@ func packPredict(cfg PredictConfig) ([]byte, *outdir.Run) {
 	var err error
 	if cfg.CSV != "" {
 		var data []byte
-		if data, err = readNamedInput(cfg.CSV); err != nil {
+		if data, err = confine.ReadNamedInput(cfg.CSV); err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 		paths, err = dataset.ImagePaths(cfg.CSV, data)
@@ -126,11 +131,11 @@ func packPredict(cfg PredictConfig) ([]byte, *outdir.Run) {
 	if cfg.LabelDictData != nil {
 		labels = cfg.LabelDictData
 	} else if cfg.LabelDict != "" {
-		if labels, err = readNamedInput(cfg.LabelDict); err != nil {
+		if labels, err = confine.ReadNamedInput(cfg.LabelDict); err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}
-	dir, digest, config, err := resolveModel(cfg.Model.Spec)
+	dir, digest, config, err := modelsel.Resolve(cfg.Model.Spec)
 	if err != nil {
 		return fail(ExitModel, err)
 	}
@@ -151,7 +156,7 @@ type predictReport struct {
 	Ranks    int                    `json:"ranks"`
 	Images   int                    `json:"images"`
 	Boxes    int                    `json:"detections"`
-	Model    *modelInfo             `json:"model"`
+	Model    *modelsel.Info         `json:"model"`
 	PerRank  []collective.RankStats `json:"per_rank"`
 	Detector string                 `json:"detector"`
 	// Rows says how predictions.csv's rows were made: "across_class_nms"
@@ -229,19 +234,19 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		if given, err = dataset.ParseLabelDict(cfg.LabelDict, f[3]); err != nil {
 			return &Error{Code: ExitInput, Collective: true, Err: err}
 		}
-		mc.LabelDict = labelDictOf(given)
+		mc.LabelDict = modelsel.LabelDictOf(given)
 	}
-	model, err := loadModel(c, mc, string(f[0]), string(f[1]), string(f[2]))
+	model, err := modelsel.Load(c, mc, string(f[0]), string(f[1]), string(f[2]))
 	if err != nil {
 		return err
 	}
 	if cfg.LabelDict != "" {
-		if err := checkModelLabels(model.labels(), &given, cfg.LabelDict, nil, ""); err != nil {
+		if err := modelsel.CheckLabels(model.Labels(), &given, cfg.LabelDict, nil, ""); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 	}
-	labels := model.labels()
-	crops, err := openCropModels(c, cfg.Model.Crops, model.cropWorkers())
+	labels := model.Labels()
+	crops, err := openCropModels(c, cfg.Crops, model.CropWorkers())
 	if err != nil {
 		return err
 	}
@@ -261,7 +266,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 			todo = append(todo, i)
 		}
 	}
-	p, err := model.plan(todo, costs[:len(todo)], cfg.BatchSize, c.Size())
+	p, err := model.Plan(todo, costs[:len(todo)], cfg.BatchSize, c.Size())
 	if err != nil {
 		return collectiveErr(ExitInternal, "jobs: %w", err)
 	}
@@ -274,13 +279,13 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	for k, i := range shard {
 		shardPaths[k] = paths[i]
 	}
-	if err := preflight(c, cfg.RootDir, shardPaths, cfg.AllowOutsideRoot, model, cfg.Model, cfg.BatchSize); err != nil {
+	if err := limits.Preflight(c, cfg.RootDir, shardPaths, cfg.AllowOutsideRoot, model, cfg.Model, cfg.BatchSize); err != nil {
 		return err
 	}
 	stats.Seconds["load"] = since(t0)
 
 	t1 := time.Now()
-	det, err := model.openDetector(c, labels, cfg.Progress)
+	det, err := model.OpenDetector(c, labels, cfg.Progress)
 	if err != nil {
 		return err
 	}
@@ -291,7 +296,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	}
 	// The part files keep the detector's rows; the rows of
 	// predictions.csv are made from them here and from the saved ones below.
-	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, identify: true, global: model.globalBatching()},
+	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, identify: true, global: model.GlobalBatching()},
 		images, shard, c.Rank(), rec.record)
 	if err := detectErr(rec.close(derr), ""); err != nil {
 		return err
@@ -307,13 +312,13 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	if !cfg.RawRows {
 		for _, set := range [][]wire.Image{mine, prev} {
 			for k := range set {
-				set[k].Dets = tile.AcrossClassNMS(set[k].Dets, model.m.Opt.NMSThresh)
+				set[k].Dets = tile.AcrossClassNMS(set[k].Dets, model.Net.Opt.NMSThresh)
 			}
 		}
 	}
 	stats.Seconds["detect"] = since(t1)
-	printLayerTimes(cfg.Progress, det)
-	model.noteCUDNN(det)
+	modelsel.PrintLayerTimes(cfg.Progress, det)
+	model.NoteCUDNN(det)
 
 	dets, _, err := collective.GatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, prev, len(images), &stats)
 	if err != nil {
@@ -331,12 +336,12 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	}
 	return collective.WriteReport(c, stats, "predictions", func(allStats []collective.RankStats) error {
 		rep := predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
-			Ranks: c.Size(), Images: len(images), Model: &model.info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot,
+			Ranks: c.Size(), Images: len(images), Model: &model.Info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot,
 			PerRank: allStats, Rows: rowsAcrossClassNMS}
 		if cfg.RawRows {
 			rep.Rows = rowsRaw
 		} else {
-			iou := model.m.Opt.NMSThresh
+			iou := model.Net.Opt.NMSThresh
 			rep.RowsIoU = &iou
 		}
 		for _, d := range dets {

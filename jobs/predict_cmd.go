@@ -50,7 +50,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			cfg := PredictConfig{CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
 				Out: c.String("out"), Force: c.Bool("force"), Resume: c.Bool("resume"), Command: os.Args, Stdout: stdout,
 				AllowOutsideRoot: c.Bool("allow-outside-root"), LabelDict: c.String("label-dict"), RawRows: c.Bool("raw-rows")}
-			mc, err := modelConfig(c)
+			mc, cc, err := modelConfig(c)
 			if err != nil {
 				return usageError(fmt.Errorf("predict: %w", err))
 			}
@@ -64,7 +64,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 					cfg.LabelDict = rc.labelSource()
 				}
 			}
-			cfg.Model = mc
+			cfg.Model, cfg.Crops = mc, cc
 			switch {
 			case mc.Spec == "":
 				return usageError(errors.New("predict: --model is required"))

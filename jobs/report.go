@@ -16,6 +16,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -49,7 +50,7 @@ type runInfo struct {
 	Coverage           coverage               `json:"coverage"`
 	IgnoredPredictions int                    `json:"ignored_predictions"`
 	Resume             resumeInfo             `json:"resume"`
-	Model              *modelInfo             `json:"model,omitempty"`
+	Model              *modelsel.Info         `json:"model,omitempty"`
 	// Outputs are the sha256 of the files published with this report, so a
 	// reader can check that a predictions.csv or results.csv belongs to it.
 	Outputs map[string]string `json:"outputs,omitempty"`
@@ -122,21 +123,6 @@ func formatValue(v metrics.Value) string {
 	return report.FormatFloat(v.V)
 }
 
-func labelMapJSON(m box.LabelMap) json.RawMessage {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, n := range m.Names() {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		k, _ := json.Marshal(n)
-		b.Write(k)
-		fmt.Fprintf(&b, ": %d", i)
-	}
-	b.WriteByte('}')
-	return b.Bytes()
-}
-
 func gitRevision() string {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		rev, dirty := "", false
@@ -158,7 +144,7 @@ func gitRevision() string {
 	return "unknown"
 }
 
-func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allStats []collective.RankStats, nImages, ignored int, resumed resumeInfo, model *loadedModel) runInfo {
+func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allStats []collective.RankStats, nImages, ignored int, resumed resumeInfo, model *modelsel.Model) runInfo {
 	r := runInfo{
 		Canopy:             Version,
 		Go:                 runtime.Version(),
@@ -170,7 +156,7 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 		Detector:           "replay",
 		Ranks:              c.Size(),
 		Inputs:             map[string]report.File{"csv": {Path: cfg.CSV, SHA256: outdir.SHA256Hex(in.csv)}, "predictions": {Path: cfg.Predictions, SHA256: outdir.SHA256Hex(in.preds)}},
-		LabelMap:           labelMapJSON(labels),
+		LabelMap:           modelsel.LabelMapJSON(labels),
 		IgnoredPredictions: ignored,
 		Resume:             resumed,
 	}
@@ -178,8 +164,8 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 		r.Command = []string{}
 	}
 	if model != nil {
-		r.Detector = model.info.Detector
-		info := model.info
+		r.Detector = model.Info.Detector
+		info := model.Info
 		info.LossBatchNorm = batchNormNote
 		r.Model = &info
 		delete(r.Inputs, "predictions")
@@ -263,13 +249,6 @@ func writeOutputs(cfg EvalConfig, rep reportRecord, images []box.Image, dets [][
 		return fail(err)
 	}
 	return outdir.Publish(cfg.Out, append(set, rj))
-}
-
-func csvField(s string) string {
-	if strings.ContainsAny(s, ",\"\r\n") {
-		return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
-	}
-	return s
 }
 
 // predictionsHeader is predictions.csv's first line: the columns, and

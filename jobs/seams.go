@@ -8,10 +8,6 @@ import "github.com/canopy-hpc/canopy/internal/parts"
 // createParts opens a rank's part file (a seam for the full-disk test).
 var createParts = parts.Create
 
-// recordedReadHook runs before compare --html reads a file a report
-// records; tests make it block, as a stalled filesystem would.
-var recordedReadHook = func(path string) {}
-
 // rasterFault is a test seam: an error for a per-raster output file
 // (its name under OUT/rasters), as a full disk gives while it is staged.
 var rasterFault = func(name string) error { return nil }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 
 	"github.com/canopy-hpc/canopy/internal/config"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/urfave/cli/v2"
 )
 
@@ -209,7 +210,7 @@ func (rc *runConfig) labelSource() string {
 
 // finishSettings settles the settings left to the model or the defaults,
 // from the loaded model's options, and returns the report's map.
-func (rc *runConfig) finishSettings(m *modelInfo) map[string]setting {
+func (rc *runConfig) finishSettings(m *modelsel.Info) map[string]setting {
 	if rc == nil {
 		return nil
 	}

@@ -13,7 +13,9 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -65,7 +67,7 @@ func tileSources(cfg TileConfig) (paths, files []string, err error) {
 	}
 	var data []byte
 	if cfg.vector == nil {
-		if data, err = readNamedInput(cfg.CSV); err != nil { // a FIFO or device is never waited on
+		if data, err = confine.ReadNamedInput(cfg.CSV); err != nil { // a FIFO or device is never waited on
 			return nil, nil, fmt.Errorf("jobs: %w", err)
 		}
 	}
@@ -89,14 +91,14 @@ func tileSources(cfg TileConfig) (paths, files []string, err error) {
 	if root == "" {
 		root = filepath.Dir(cfg.CSV)
 	}
-	conf := newConfiner(root)
+	conf := confine.New(root)
 	for _, p := range paths {
 		if !cfg.AllowOutsideRoot {
-			if err := conf.check(p); err != nil {
+			if err := conf.Check(p); err != nil {
 				return nil, nil, err
 			}
 		}
-		files = append(files, imageFile(root, p))
+		files = append(files, confine.ImageFile(root, p))
 	}
 	return paths, files, nil
 }
@@ -186,7 +188,7 @@ func packTile(cfg TileConfig) (pkt []byte, out *outdir.Run, vt *tileTruth) {
 		}
 		return fail(ExitInput, err)
 	}
-	dir, digest, config, err := resolveModel(cfg.Model.Spec)
+	dir, digest, config, err := modelsel.Resolve(cfg.Model.Spec)
 	if err != nil {
 		return fail(ExitModel, err)
 	}
@@ -197,13 +199,13 @@ func packTile(cfg TileConfig) (pkt []byte, out *outdir.Run, vt *tileTruth) {
 		}
 	}
 	if cfg.Eval != nil && vt == nil {
-		if truth, err = readNamedInput(cfg.CSV); err != nil {
+		if truth, err = confine.ReadNamedInput(cfg.CSV); err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}
 	labels := cfg.LabelDictData
 	if labels == nil && cfg.LabelDict != "" {
-		if labels, err = readNamedInput(cfg.LabelDict); err != nil {
+		if labels, err = confine.ReadNamedInput(cfg.LabelDict); err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}
@@ -317,19 +319,19 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		if err != nil {
 			return &Error{Code: ExitInput, Collective: true, Err: err}
 		}
-		mc.LabelDict, given = labelDictOf(lm), &lm
+		mc.LabelDict, given = modelsel.LabelDictOf(lm), &lm
 	}
-	model, err := loadModel(c, mc, string(f[0]), string(f[1]), string(f[2]))
+	model, err := modelsel.Load(c, mc, string(f[0]), string(f[1]), string(f[2]))
 	if err != nil {
 		return err
 	}
-	labels := model.labels()
-	crops, err := openCropModels(c, cfg.Model.Crops, model.cropWorkers())
+	labels := model.Labels()
+	crops, err := openCropModels(c, cfg.Crops, model.CropWorkers())
 	if err != nil {
 		return err
 	}
 	if given != nil && cfg.Eval == nil {
-		if err := checkModelLabels(labels, given, cfg.LabelDict, nil, ""); err != nil {
+		if err := modelsel.CheckLabels(labels, given, cfg.LabelDict, nil, ""); err != nil {
 			return &Error{Code: ExitModel, Collective: true, Err: err}
 		}
 	}
@@ -346,7 +348,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	if err := outdir.CheckShared(c, cfg.Out, res.Probe); err != nil {
 		return err
 	}
-	run := &tileRun{c: c, cfg: cfg, ix: ix, rasters: rasters, labels: labels, crops: crops, model: model, global: model.globalBatching(), out: out, stats: &stats,
+	run := &tileRun{c: c, cfg: cfg, ix: ix, rasters: rasters, labels: labels, crops: crops, model: model, global: model.GlobalBatching(), out: out, stats: &stats,
 		left: make([]int, len(rasters)), finished: make([]bool, len(rasters)), held: map[int]*heldRaster{}, resumed: map[int]bool{}, slow: testhook.SlowWindow()}
 	run.aside = res.Aside
 	if err := run.resume(res, f[7]); err != nil {
@@ -357,7 +359,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	stats.Seconds["load"] = since(t0)
 
-	det, err := model.openDetector(c, labels, cfg.Progress)
+	det, err := model.OpenDetector(c, labels, cfg.Progress)
 	if err != nil {
 		return err
 	}
@@ -388,7 +390,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		crops.stats.Seconds = run.crop.Seconds()
 		stats.Seconds["crops"] = crops.stats.Seconds
 	}
-	printLayerTimes(cfg.Progress, det)
+	modelsel.PrintLayerTimes(cfg.Progress, det)
 	return finishTile(c, cfg, run, &res, model, det.Name(), f, vt, truthImages)
 }
 
@@ -407,7 +409,7 @@ func tileTruthImages(cfg TileConfig, data []byte, labels box.LabelMap, given *bo
 	for _, im := range truth.Images {
 		names = append(names, im.Labels...)
 	}
-	if err := checkModelLabels(labels, given, cfg.LabelDict, names, cfg.CSV); err != nil {
+	if err := modelsel.CheckLabels(labels, given, cfg.LabelDict, names, cfg.CSV); err != nil {
 		return nil, &Error{Code: ExitModel, Collective: true, Err: err}
 	}
 	images, err := truth.Resolve(cfg.CSV, labels)

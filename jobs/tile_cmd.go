@@ -89,11 +89,11 @@ func tileConfig(c *cli.Context, stdout io.Writer) (TileConfig, error) {
 		Out: c.String("out"), Force: c.Bool("force"), Command: os.Args, Stdout: stdout, AllowOutsideRoot: c.Bool("allow-outside-root"),
 		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
 		CacheMiB: c.Int("gdal-cache"), Resume: c.Bool("resume"), RoundWindows: c.Int("round-windows"), SkipEmpty: c.Bool("skip-empty")}
-	mc, err := modelConfig(c)
+	mc, cc, err := modelConfig(c)
 	if err != nil {
 		return cfg, err
 	}
-	cfg.Model = mc
+	cfg.Model, cfg.Crops = mc, cc
 	if cfg.BatchSize, err = batchSize(c); err != nil {
 		return cfg, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/geoparquet"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
@@ -339,7 +340,7 @@ func stageGPKG(dir, name string, rasters []tileRaster, rows func(i int) ([]box.D
 // finishTile ends a tile run: rank 0 reads the done records, eval --tile
 // scores the merged rows (read back from the per-raster files on every
 // rank), and rank 0 publishes the combined outputs and report.json.
-func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model *loadedModel, detName string, f [][]byte, vt *tileTruth, truthImages []box.Image) error {
+func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model *modelsel.Model, detName string, f [][]byte, vt *tileTruth, truthImages []box.Image) error {
 	rasters, labels := run.rasters, run.labels
 	var res2 metrics.Result
 	var metricJSON []byte
@@ -378,7 +379,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 		tw := time.Now()
 		var rep tileReport
 		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
-			Ranks: c.Size(), Images: len(rasters), Model: &model.info, Detector: detName, AllowOutsideRoot: cfg.AllowOutsideRoot,
+			Ranks: c.Size(), Images: len(rasters), Model: &model.Info, Detector: detName, AllowOutsideRoot: cfg.AllowOutsideRoot,
 			PerRank: allStats}
 		rep.setCrops(run.crops)
 		outputs := map[string]string{}

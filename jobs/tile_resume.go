@@ -338,7 +338,7 @@ func removeLeftovers(dir string) error {
 func tileManifestOf(cfg TileConfig, digest, config string, labels, truth []byte, idents []rasterIdent) tileManifest {
 	m := tileManifest{Canopy: Version, Command: "predict --tile", Detector: "retinanet weights sha256 " + digest,
 		DetectorSettings: detectorSettings(cfg.Model, config), PatchSize: cfg.Settings.Patch, PatchOverlap: cfg.Settings.Overlap,
-		IoU: cfg.IoU, SkipEmpty: cfg.SkipEmpty, CropModels: cfg.Model.Crops, Rasters: idents}
+		IoU: cfg.IoU, SkipEmpty: cfg.SkipEmpty, CropModels: cfg.Crops, Rasters: idents}
 	if cfg.Eval != nil {
 		m.Command = "eval --tile"
 		m.Truth = outdir.SHA256Hex(truth)

@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/errkind"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/plan"
@@ -174,7 +175,7 @@ type tileRun struct {
 	labels  box.LabelMap
 	crops   *cropSet // --crop-model (nil: none)
 	det     infer.Detector
-	model   *loadedModel
+	model   *modelsel.Model
 	global  bool // whole global batches (the cuDNN path)
 	rs      *rasterSet
 	pw      *parts.Writer
@@ -264,7 +265,7 @@ func (t *tileRun) share(round []int) ([]int, error) {
 	var p plan.Plan
 	var err error
 	if t.global {
-		p, err = t.model.plan(round, nil, batchOrOne(t.cfg.BatchSize), t.c.Size())
+		p, err = t.model.Plan(round, nil, batchOrOne(t.cfg.BatchSize), t.c.Size())
 	} else {
 		p, err = plan.Blocks(len(round), t.c.Size())
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -371,7 +372,7 @@ func TestTileCUDNNIdenticalAcrossRanks(t *testing.T) {
 		cfg.Model.Precision, cfg.Model.PrecisionSet = precision("tf32"), true
 		cfg.BatchSize = 4
 		got := runTile(t, ranks, cfg)
-		var rep struct{ Model modelInfo }
+		var rep struct{ Model modelsel.Info }
 		b, _ := os.ReadFile(filepath.Join(out, "report.json"))
 		if err := json.Unmarshal(b, &rep); err != nil {
 			t.Fatal(err)

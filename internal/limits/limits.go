@@ -1,4 +1,8 @@
-package jobs
+// Package limits holds the pre-flight limits: the pixel cap, the memory a
+// rank may use (--rank-memory, the node's memory over its ranks, a
+// cgroup's limit) and the estimate an image or the metrics need of it,
+// checked before anything is allocated (exit 3 naming the need).
+package limits
 
 import (
 	"errors"
@@ -11,7 +15,10 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/errkind"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -36,33 +43,33 @@ const (
 	networkBytesPerPixel = 400
 )
 
-// memoryEstimate is the memory a rank needs to run an image of w×h pixels
+// MemoryEstimate is the memory a rank needs to run an image of w×h pixels
 // whose padded network input is pw×ph: what the rank holds now (the
 // weights, the runtime) plus copies decoded images (the one being run and
 // the next one decoded meanwhile; a GPU decodes whole batches) plus the
 // network's maps.
-func memoryEstimate(resident int64, w, h, pw, ph, copies int) int64 {
+func MemoryEstimate(resident int64, w, h, pw, ph, copies int) int64 {
 	return resident + int64(copies)*decodeBytesPerPixel*int64(w)*int64(h) + networkBytesPerPixel*int64(pw)*int64(ph)
 }
 
-// preflight checks, on every rank, that its images open as supported
+// Preflight checks, on every rank, that its images open as supported
 // images, hold at most the pixel cap, and fit the rank's memory, before any
 // inference: a --root-dir missing on one node, a decompression bomb or an
 // image too large for the node is one clear error (exit 3), not a half-run
 // or a Go runtime crash.
-func preflight(c mpi.Comm, root string, paths []string, outside bool, lm *loadedModel, mc ModelConfig, batch int) error {
+func Preflight(c mpi.Comm, root string, paths []string, outside bool, lm *modelsel.Model, mc modelsel.ModelConfig, batch int) error {
 	var err error
 	largest, lw, lh := int64(-1), 0, 0
 	var lfile string
-	conf := newConfiner(root)
+	conf := confine.New(root)
 	for _, p := range paths {
 		if !outside {
-			if err = conf.check(p); err != nil {
+			if err = conf.Check(p); err != nil {
 				err = fmt.Errorf("jobs: pre-flight: %w", err)
 				break
 			}
 		}
-		f := imageFile(root, p)
+		f := confine.ImageFile(root, p)
 		w, h, e := imagefile.Check(f)
 		if e != nil {
 			err = fmt.Errorf("jobs: pre-flight: %w", e)
@@ -76,85 +83,85 @@ func preflight(c mpi.Comm, root string, paths []string, outside bool, lm *loaded
 		if lm == nil {
 			continue // no model (a pre-flight of the paths alone): no estimate
 		}
-		pw, ph := lm.m.PaddedSize(w, h)
-		if e := memoryEstimate(0, w, h, pw, ph, 1); e > largest {
+		pw, ph := lm.Net.PaddedSize(w, h)
+		if e := MemoryEstimate(0, w, h, pw, ph, 1); e > largest {
 			largest, lw, lh, lfile = e, w, h, f
 		}
 	}
 	if err == nil && lfile != "" {
-		err = checkMemory(lfile, lw, lh, lm, mc, batch, c.LocalSize())
+		err = CheckMemory(lfile, lw, lh, lm, mc, batch, c.LocalSize())
 	}
-	return collective.AgreeErr(c, ExitInput, err)
+	return collective.AgreeErr(c, errkind.ExitInput, err)
 }
 
-// checkMemory compares the estimate for the rank's largest image with the
+// CheckMemory compares the estimate for the rank's largest image with the
 // rank's share of the node's memory.
-func checkMemory(file string, w, h int, lm *loadedModel, mc ModelConfig, batch, localRanks int) error {
-	budget, from, ok := rankBudget(mc, localRanks)
+func CheckMemory(file string, w, h int, lm *modelsel.Model, mc modelsel.ModelConfig, batch, localRanks int) error {
+	budget, from, ok := RankBudget(mc, localRanks)
 	if !ok {
 		return nil // unknown: no check rather than a false refusal
 	}
 	copies := 2
-	if lm.place.Kind == "cuda" {
+	if lm.Place.Kind == "cuda" {
 		copies = 2 * batch
 	}
-	pw, ph := lm.m.PaddedSize(w, h)
-	resident := residentBytes()
-	if lm.place.Kind != "cuda" {
-		resident += lm.m.CPUFilterBytes() // made by the detector, after this check
+	pw, ph := lm.Net.PaddedSize(w, h)
+	resident := ResidentBytes()
+	if lm.Place.Kind != "cuda" {
+		resident += lm.Net.CPUFilterBytes() // made by the detector, after this check
 	}
-	need := memoryEstimate(resident, w, h, pw, ph, copies)
+	need := MemoryEstimate(resident, w, h, pw, ph, copies)
 	if need <= budget {
 		return nil
 	}
-	return &Error{Code: ExitInput, Err: fmt.Errorf("jobs: pre-flight: %s: a %dx%d image (network input %dx%d) needs about %s on this rank, which may use %s (%s); "+
+	return &errkind.Error{Code: errkind.ExitInput, Err: fmt.Errorf("jobs: pre-flight: %s: a %dx%d image (network input %dx%d) needs about %s on this rank, which may use %s (%s); "+
 		"run fewer ranks per node, lower --batch-size on a GPU, shrink the image, or set --rank-memory: %w",
-		file, w, h, pw, ph, gib(need), gib(budget), from, imagefile.ErrImage)}
+		file, w, h, pw, ph, GiB(need), GiB(budget), from, imagefile.ErrImage)}
 }
 
-// rankBudget is the memory one rank may use: --rank-memory, else the
+// RankBudget is the memory one rank may use: --rank-memory, else the
 // node's memory (or its cgroup limit) over the ranks of the node; ok is
 // false when it cannot be known. from says where it came from.
-func rankBudget(mc ModelConfig, localRanks int) (budget int64, from string, ok bool) {
+func RankBudget(mc modelsel.ModelConfig, localRanks int) (budget int64, from string, ok bool) {
 	if mc.RankMemory > 0 {
 		return mc.RankMemory, "--rank-memory", true
 	}
-	node, src, err := nodeMemory()
+	node, src, err := NodeMemory()
 	if err != nil {
 		return 0, "", false
 	}
 	return node / int64(max(localRanks, 1)), fmt.Sprintf("%s over %d rank(s) of this node", src, max(localRanks, 1)), true
 }
 
-// checkMetricsMemory is a collective, before the metrics allocate: every
+// CheckMetrics is a collective, before the metrics allocate: every
 // rank computes every metric, so each needs what the COCO stage will hold
 // (estimated from the class, image and box counts) on top of what it holds
 // now. Over the rank's budget: exit 3 with the estimate and what to do.
-func checkMetricsMemory(c mpi.Comm, in metrics.Input, fam metrics.Family, mc ModelConfig) error {
+func CheckMetrics(c mpi.Comm, in metrics.Input, fam metrics.Family, mc modelsel.ModelConfig) error {
 	var err error
 	if fam&metrics.COCOmAP != 0 {
 		cost := metrics.COCOMemory(in)
-		if budget, from, ok := rankBudget(mc, c.LocalSize()); ok {
-			if need := residentBytes() + cost.Bytes; need > budget {
-				err = &Error{Code: ExitInput, Err: fmt.Errorf("jobs: the COCO metrics of %d classes over %d images and %d boxes need about %s on this rank, which may use %s (%s); "+
+		if budget, from, ok := RankBudget(mc, c.LocalSize()); ok {
+			if need := ResidentBytes() + cost.Bytes; need > budget {
+				err = &errkind.Error{Code: errkind.ExitInput, Err: fmt.Errorf("jobs: the COCO metrics of %d classes over %d images and %d boxes need about %s on this rank, which may use %s (%s); "+
 					"leave them out with --metrics recall,iou (and --class-metrics off), run fewer ranks per node, or set --rank-memory: %w",
-					cost.Classes, cost.Images, cost.Boxes, gib(need), gib(budget), from, dataset.ErrInput)}
+					cost.Classes, cost.Images, cost.Boxes, GiB(need), GiB(budget), from, dataset.ErrInput)}
 			}
 		}
 	}
-	return collective.AgreeErr(c, ExitInput, err)
+	return collective.AgreeErr(c, errkind.ExitInput, err)
 }
 
-func gib(b int64) string {
+func GiB(b int64) string {
 	if b < 1<<30 {
 		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
 	}
 	return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30))
 }
 
-// nodeMemory is the memory of this node canopy's ranks may use: MemTotal,
+// NodeMemory is the memory of this node canopy's ranks may use: MemTotal,
 // or the cgroup's limit (Slurm's, a container's) when lower.
-func nodeMemory() (int64, string, error) {
+func NodeMemory() (int64, string, error) {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0, "", err
@@ -174,19 +181,19 @@ func nodeMemory() (int64, string, error) {
 	}
 	src := "MemTotal"
 	cg, _ := os.ReadFile("/proc/self/cgroup")
-	if n, p := cgroupMemoryLimit("/sys/fs/cgroup", cg); n > 0 && n < total {
+	if n, p := CgroupMemoryLimit("/sys/fs/cgroup", cg); n > 0 && n < total {
 		total, src = n, "the cgroup limit "+p
 	}
 	return total, src, nil
 }
 
-// cgroupMemoryLimit is the lowest memory limit on the way from this
+// CgroupMemoryLimit is the lowest memory limit on the way from this
 // process's own cgroup (as /proc/self/cgroup names it, under the hierarchy
 // mounted at sys) up to the root, and the file that sets it; 0 if none.
 // Slurm puts a job's limit on the job's or the step's cgroup, not on the
 // root a container sees, so the whole path is read: cgroup v2's memory.max
 // and v1's memory controller's memory.limit_in_bytes.
-func cgroupMemoryLimit(sys string, procCgroup []byte) (int64, string) {
+func CgroupMemoryLimit(sys string, procCgroup []byte) (int64, string) {
 	var best int64
 	var from string
 	look := func(dir, rel, file string) {
@@ -225,8 +232,8 @@ func cgroupMemoryLimit(sys string, procCgroup []byte) (int64, string) {
 	return best, from
 }
 
-// residentBytes is this process's resident memory (VmRSS), 0 if unknown.
-func residentBytes() int64 {
+// ResidentBytes is this process's resident memory (VmRSS), 0 if unknown.
+func ResidentBytes() int64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
@@ -242,9 +249,9 @@ func residentBytes() int64 {
 	return 0
 }
 
-// parseBytes reads a size such as 512M, 2GiB or 1500000000 (K, M, G, T in
+// ParseBytes reads a size such as 512M, 2GiB or 1500000000 (K, M, G, T in
 // powers of 1024, an optional iB or B).
-func parseBytes(s string) (int64, error) {
+func ParseBytes(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	u := strings.ToUpper(t)
 	u = strings.TrimSuffix(strings.TrimSuffix(u, "IB"), "B")
@@ -269,54 +276,4 @@ func parseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size such as 512M or 4GiB", s)
 	}
 	return int64(v * float64(mult)), nil
-}
-
-// Bytes a round holds per window at most: a window's detections (up to
-// maxWindowDets, as this rank's result, the gathered buffer and the
-// decoded copy) and its bookkeeping.
-const (
-	maxWindowDets   = 300 // torchvision's detections_per_img ceiling
-	roundWindowCost = maxWindowDets * 3 * 56
-)
-
-// tileMemory fixes the round size and checks, on every rank, that a
-// round, the largest window and the rasters' bookkeeping fit the rank's
-// memory before anything is allocated for them: over the budget is exit
-// 3, naming the raster and the need.
-func tileMemory(c mpi.Comm, cfg TileConfig, model *loadedModel, t *tileRun) error {
-	t.round = cfg.RoundWindows
-	if t.round <= 0 {
-		// 32 detector calls per rank: a round's end (the gather, the
-		// slowest chunk) costs a few per cent, and the first rasters
-		// are published after 32·ranks·batch windows
-		t.round = max(64, 32*c.Size()*cfg.BatchSize)
-	}
-	var err error
-	largest, lr := 0, -1
-	for i, g := range t.ix.grids {
-		if w := g.At(0); w.W*w.H > largest {
-			largest, lr = w.W*w.H, i
-		}
-	}
-	budget, from, ok := rankBudget(cfg.Model, c.LocalSize())
-	if ok && cfg.RoundWindows <= 0 {
-		t.round = int(max(int64(c.Size()*cfg.BatchSize), min(int64(t.round), budget/8/roundWindowCost)))
-	}
-	if t.global && cfg.RoundWindows <= 0 { // whole global batches per round
-		t.round = (t.round + cfg.BatchSize - 1) / cfg.BatchSize * cfg.BatchSize
-	}
-	if ok {
-		book := int64(len(t.rasters))*512 + int64(len(t.resumed))*64
-		need := residentBytes() + book + int64(t.round)*roundWindowCost
-		if need > budget {
-			err = &Error{Code: ExitInput, Err: fmt.Errorf("jobs: the job's %d rasters (%d windows; the largest, %s, %d) need about %s on this rank for their bookkeeping and a round of %d windows, which may use %s (%s): "+
-				"run fewer ranks per node, give fewer rasters, a smaller --round-windows, or set --rank-memory: %w",
-				len(t.rasters), t.ix.total(), t.rasters[lr].File, t.ix.grids[lr].Len(), gib(need), t.round, gib(budget), from, dataset.ErrInput)}
-		}
-	}
-	if err == nil && lr >= 0 {
-		w := t.ix.grids[lr].At(0)
-		err = checkMemory(t.rasters[lr].File, w.W, w.H, model, cfg.Model, cfg.BatchSize, c.LocalSize())
-	}
-	return collective.AgreeErr(c, ExitInput, err)
 }

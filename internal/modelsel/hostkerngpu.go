@@ -1,6 +1,6 @@
 //go:build hostkerngpu
 
-package jobs
+package modelsel
 
 import (
 	"fmt"
@@ -24,9 +24,9 @@ func init() {
 	if err != nil || n < 1 {
 		return
 	}
-	haveCUDA = true
-	countDevices = func() (int, error) { return n, nil }
-	openDevice = func(i int) (cuda.Device, error) {
+	HaveCUDA = true
+	CountDevices = func() (int, error) { return n, nil }
+	OpenDevice = func(i int) (cuda.Device, error) {
 		if i < 0 || i >= n {
 			return nil, fmt.Errorf("cuda: device %d: this process sees %d", i, n)
 		}

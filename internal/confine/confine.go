@@ -1,4 +1,8 @@
-package jobs
+// Package confine keeps the paths canopy reads where they belong: image
+// paths inside the root folder (Confiner, ImageFile), the files a report
+// records read with a deadline (RecordedReader), and named inputs read
+// with a size cap (ReadNamedInput).
+package confine
 
 import (
 	"context"
@@ -15,17 +19,18 @@ import (
 	"github.com/canopy-hpc/canopy/internal/dataset"
 )
 
-// confiner checks that image paths stay inside the root folder: no
+// Confiner checks that image paths stay inside the root folder: no
 // absolute path, no ".." element, and a path that goes through a symlink
 // only when its target is inside the root too (--allow-outside-root lifts
 // all three). The checks before the symlink one look at the text alone, so
 // a refused path is never opened or even looked up.
-type confiner struct {
+type Confiner struct {
 	root string // --root-dir as given
 	real string // its symlinks resolved ("" when it cannot be resolved)
 }
 
-func newConfiner(root string) confiner {
+// New is the Confiner of root (--root-dir).
+func New(root string) Confiner {
 	real, err := filepath.EvalSymlinks(root)
 	if err != nil {
 		real = ""
@@ -33,11 +38,11 @@ func newConfiner(root string) confiner {
 	if abs, err := filepath.Abs(real); err == nil && real != "" {
 		real = abs
 	}
-	return confiner{root: root, real: real}
+	return Confiner{root: root, real: real}
 }
 
-// check returns an input error when the image path p leaves the root.
-func (c confiner) check(p string) error {
+// Check returns an input error when the image path p leaves the root.
+func (c Confiner) Check(p string) error {
 	refuse := func(why string) error {
 		return fmt.Errorf("image %q: %s; image paths must resolve inside --root-dir %s (--allow-outside-root lifts this): %w", p, why, c.root, dataset.ErrInput)
 	}
@@ -65,16 +70,16 @@ func (c confiner) check(p string) error {
 	return nil
 }
 
-// recordedFileTimeout bounds each read of a file a report records.
-var recordedFileTimeout = 60 * time.Second
+// RecordedFileTimeout bounds each read of a file a report records.
+var RecordedFileTimeout = 60 * time.Second
 
-// recordedReader is compare --html's reader of the files a report records
+// RecordedReader is compare --html's reader of the files a report records
 // (htmlreport.Options.Read): a path only inside root (symlinks resolved),
 // a regular file opened without blocking (imagefile.OpenRegular, as eval
 // opens images), its size under limit before anything is read, and the
 // read ended by recordedFileTimeout or by ctx (SIGTERM), whichever comes
 // first: a read stuck on a stalled filesystem is then left behind.
-func recordedReader(ctx context.Context) func(root, p string, limit int64) ([]byte, error) {
+func RecordedReader(ctx context.Context) func(root, p string, limit int64) ([]byte, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -94,7 +99,7 @@ func recordedReader(ctx context.Context) func(root, p string, limit int64) ([]by
 			b, err := readCapped(p, limit)
 			ch <- result{b, err}
 		}()
-		t := time.NewTimer(recordedFileTimeout)
+		t := time.NewTimer(RecordedFileTimeout)
 		defer t.Stop()
 		select {
 		case r := <-ch:
@@ -102,7 +107,7 @@ func recordedReader(ctx context.Context) func(root, p string, limit int64) ([]by
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%q not read: interrupted", p)
 		case <-t.C:
-			return nil, fmt.Errorf("%q not read within %v", p, recordedFileTimeout)
+			return nil, fmt.Errorf("%q not read within %v", p, RecordedFileTimeout)
 		}
 	}
 }
@@ -136,7 +141,7 @@ func insideRoot(root, p string) error {
 // open file before reading; the read is bounded too, for a file that
 // grows meanwhile).
 func readCapped(p string, limit int64) ([]byte, error) {
-	recordedReadHook(p)
+	ReadHook(p)
 	f, err := imagefile.OpenRegular(p)
 	if err != nil {
 		return nil, fmt.Errorf("%q not read: %w", p, err)
@@ -159,12 +164,12 @@ func readCapped(p string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// readNamedInput reads a file named on the command line (--csv,
+// ReadNamedInput reads a file named on the command line (--csv,
 // --predictions, --label-dict): a regular file, or a pipe (a FIFO, process
 // substitution). It is opened without blocking, so a FIFO nobody writes
 // to reads as empty instead of hanging in open(), deaf to SIGTERM; a
 // device (/dev/zero) or a socket is refused.
-func readNamedInput(p string) ([]byte, error) {
+func ReadNamedInput(p string) ([]byte, error) {
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
@@ -179,3 +184,15 @@ func readNamedInput(p string) ([]byte, error) {
 	}
 	return io.ReadAll(f)
 }
+
+// ImageFile resolves a CSV image_path against the root folder.
+func ImageFile(root, p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(root, p)
+}
+
+// ReadHook runs before compare --html reads a file a report
+// records; tests make it block, as a stalled filesystem would.
+var ReadHook = func(path string) {}

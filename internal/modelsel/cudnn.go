@@ -1,4 +1,4 @@
-package jobs
+package modelsel
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
 	"github.com/canopy-hpc/canopy/infer/gpu"
+	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/plan"
 )
 
@@ -15,17 +16,17 @@ import (
 // gpuOptions loads this rank's cuDNN and plan file for the GPU detector.
 // A missing or wrong library, or a plan file for another stack, is a GPU
 // error (exit 5) that names what was searched or what differs.
-func (lm *loadedModel) gpuOptions(info cuda.Info) (gpu.Options, error) {
+func (lm *Model) gpuOptions(info cuda.Info) (gpu.Options, error) {
 	o := gpu.Options{Precision: lm.precision}
 	if !lm.precision.Cudnn() {
 		if lm.planPath != "" {
-			return o, &Error{Code: ExitUsage, Err: fmt.Errorf("jobs: --plan is for --precision fp32, tf32 or bf16 (cuDNN), not %s", lm.precision)}
+			return o, &errkind.Error{Code: errkind.ExitUsage, Err: fmt.Errorf("jobs: --plan is for --precision fp32, tf32 or bf16 (cuDNN), not %s", lm.precision)}
 		}
 		return o, nil
 	}
-	lib, err := findCUDNN(cudnn.Search{Flag: lm.cudnnPath})
+	lib, err := FindCUDNN(cudnn.Search{Flag: lm.cudnnPath})
 	if err != nil {
-		return o, &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: --precision %s: %w (or run --precision exact, canopy's own kernels)", lm.precision, err)}
+		return o, &errkind.Error{Code: errkind.ExitMPI, Err: fmt.Errorf("jobs: --precision %s: %w (or run --precision exact, canopy's own kernels)", lm.precision, err)}
 	}
 	o.CUDNN = lib
 	if lm.planPath == "" {
@@ -33,7 +34,7 @@ func (lm *loadedModel) gpuOptions(info cuda.Info) (gpu.Options, error) {
 	}
 	pf, sum, err := cudnn.ReadPlanFile(lm.planPath)
 	if err != nil {
-		return o, &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: --plan: %w", err)}
+		return o, &errkind.Error{Code: errkind.ExitMPI, Err: fmt.Errorf("jobs: --plan: %w", err)}
 	}
 	here := cudnn.PlanKey{CUDNN: lib.Version, GPU: info.Name, CC: info.SM, SMs: info.SMs}
 	var diff []string
@@ -47,46 +48,46 @@ func (lm *loadedModel) gpuOptions(info cuda.Info) (gpu.Options, error) {
 		diff = append(diff, fmt.Sprintf("batch size %d in the file, %d here", pf.Batch, lm.batch))
 	}
 	if len(diff) > 0 {
-		return o, &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: --plan %s was made for another stack: %v (make one here: canopy gpu-plan)", lm.planPath, diff)}
+		return o, &errkind.Error{Code: errkind.ExitMPI, Err: fmt.Errorf("jobs: --plan %s was made for another stack: %v (make one here: canopy gpu-plan)", lm.planPath, diff)}
 	}
 	o.Plans, o.PlanSHA = pf, sum
 	return o, nil
 }
 
-// noteCUDNN records, after detection, the cuDNN path's library, plan and
+// NoteCUDNN records, after detection, the cuDNN path's library, plan and
 // engines in the report's model section (rank 0's detector).
-func (lm *loadedModel) noteCUDNN(det any) {
+func (lm *Model) NoteCUDNN(det any) {
 	if d, ok := det.(interface{ CUDNN() *gpu.CUDNNReport }); ok {
-		lm.info.CUDNN = d.CUDNN()
+		lm.Info.CUDNN = d.CUDNN()
 	}
 }
 
-// batching is the report's record of the global batching: batch k is
+// Batching is the report's record of the global batching: batch k is
 // images kN…kN+N−1 (in the input's order), each in slot i mod N, padded
 // to N; images of different resized sizes in one batch run as separate
 // sub-batches, each padded to N.
-type batching struct {
+type Batching struct {
 	N        int    `json:"n"`
 	Grouping string `json:"grouping"`
 }
 
-// globalBatching says whether the ranks run the cuDNN path, whose bytes
+// GlobalBatching says whether the ranks run the cuDNN path, whose bytes
 // hold only for a fixed batch and slot.
-func (lm *loadedModel) globalBatching() bool {
-	return lm != nil && lm.place.Kind == "cuda" && lm.precision.Cudnn()
+func (lm *Model) GlobalBatching() bool {
+	return lm != nil && lm.Place.Kind == "cuda" && lm.precision.Cudnn()
 }
 
-// plan assigns the images to the ranks: todo (global indices, increasing)
+// Plan assigns the images to the ranks: todo (global indices, increasing)
 // with their costs by plan.Balance; on the cuDNN path whole global batches
 // of batchSize by plan.BalanceBatches (and the report records the
-// batching). lm may be nil (replayed predictions).
-func (lm *loadedModel) plan(todo []int, costs []int64, batchSize, ranks int) (plan.Plan, error) {
-	if !lm.globalBatching() {
+// Batching). lm may be nil (replayed predictions).
+func (lm *Model) Plan(todo []int, costs []int64, batchSize, ranks int) (plan.Plan, error) {
+	if !lm.GlobalBatching() {
 		return plan.Balance(costs, ranks)
 	}
-	n := batchOrOne(batchSize)
+	n := max(batchSize, 1)
 	lm.batch = n
-	lm.info.Batching = &batching{N: n, Grouping: fmt.Sprintf("global batches of %d by input position (batch k = images %d·k…%d·k+%d, image i in slot i mod %d, padded to %d with black images); "+
+	lm.Info.Batching = &Batching{N: n, Grouping: fmt.Sprintf("global batches of %d by input position (batch k = images %d·k…%d·k+%d, image i in slot i mod %d, padded to %d with black images); "+
 		"a batch's images of different resized sizes run as separate sub-batches, each padded to %d; a rank runs whole batches", n, n, n, n-1, n, n, n)}
 	return plan.BalanceBatches(todo, n, ranks)
 }

@@ -1,4 +1,4 @@
-package jobs
+package modelsel
 
 import (
 	"bytes"
@@ -11,53 +11,53 @@ import (
 // The cuda build's front without a GPU: --device cuda names what the probe
 // saw, auto runs on the CPU and says why, cpu says nothing more.
 func TestPlaceDeviceSaysWhyNoGPU(t *testing.T) {
-	h, c, n := haveCUDA, countDevices, noGPU
-	t.Cleanup(func() { haveCUDA, countDevices, noGPU = h, c, n })
+	h, c, n := HaveCUDA, CountDevices, NoGPU
+	t.Cleanup(func() { HaveCUDA, CountDevices, NoGPU = h, c, n })
 	const why = "libcuda.so.1 cannot be loaded (probe)"
-	haveCUDA = true
-	countDevices = func() (int, error) { return 0, nil }
-	noGPU = func() string { return why }
+	HaveCUDA = true
+	CountDevices = func() (int, error) { return 0, nil }
+	NoGPU = func() string { return why }
 
-	lm := &loadedModel{threads: 1}
+	lm := &Model{Threads: 1}
 	err := lm.placeDevice(ModelConfig{Device: cuda.Request{Kind: "cuda", Index: -1}}, 0, 1)
 	if err == nil || !strings.Contains(err.Error(), "no CUDA device is visible") || !strings.Contains(err.Error(), why) {
 		t.Fatalf("--device cuda: %v, want the placement error with the probe's words", err)
 	}
-	lm = &loadedModel{threads: 1}
+	lm = &Model{Threads: 1}
 	if err := lm.placeDevice(ModelConfig{Device: cuda.Request{Kind: "auto", Index: -1}}, 0, 1); err != nil {
 		t.Fatal(err)
 	}
-	if lm.place.Kind != "cpu" || !strings.HasPrefix(lm.place.Reason, "auto:") || !strings.Contains(lm.place.Reason, why) {
-		t.Fatalf("--device auto: %+v, want the CPU with the probe's words", lm.place)
+	if lm.Place.Kind != "cpu" || !strings.HasPrefix(lm.Place.Reason, "auto:") || !strings.Contains(lm.Place.Reason, why) {
+		t.Fatalf("--device auto: %+v, want the CPU with the probe's words", lm.Place)
 	}
-	lm = &loadedModel{threads: 1}
+	lm = &Model{Threads: 1}
 	if err := lm.placeDevice(ModelConfig{Device: cuda.Request{Kind: "cpu", Index: -1}}, 0, 1); err != nil {
 		t.Fatal(err)
 	}
-	if lm.place.Reason != "--device cpu" {
-		t.Fatalf("--device cpu: reason %q", lm.place.Reason)
+	if lm.Place.Reason != "--device cpu" {
+		t.Fatalf("--device cpu: reason %q", lm.Place.Reason)
 	}
 }
 
 // One note for the job, not one per rank; none from the CPU build, none
 // for ranks that asked for the CPU.
 func TestAutoCPUNote(t *testing.T) {
-	h := haveCUDA
-	t.Cleanup(func() { haveCUDA = h })
-	auto := func(r int) rankDevice {
-		return rankDevice{Rank: r, Device: "cpu", Why: "auto: no GPU visible: probe says X"}
+	h := HaveCUDA
+	t.Cleanup(func() { HaveCUDA = h })
+	auto := func(r int) RankDevice {
+		return RankDevice{Rank: r, Device: "cpu", Why: "auto: no GPU visible: probe says X"}
 	}
 	for _, tc := range []struct {
 		cuda bool
-		devs []rankDevice
+		devs []RankDevice
 		want string // "" for no note
 	}{
-		{true, []rankDevice{auto(0), auto(1), auto(2)}, "every rank runs on the CPU (auto: no GPU visible: probe says X)"},
-		{true, []rankDevice{auto(0), {Rank: 1, Device: "cuda:0", Why: "local rank 0 mod 1 visible device(s)"}, auto(2)}, "ranks [0 2] run on the CPU"},
-		{true, []rankDevice{{Rank: 0, Device: "cpu", Why: "--device cpu"}}, ""},
-		{false, []rankDevice{{Rank: 0, Device: "cpu", Why: "auto: this build has no cuda backend"}}, ""},
+		{true, []RankDevice{auto(0), auto(1), auto(2)}, "every rank runs on the CPU (auto: no GPU visible: probe says X)"},
+		{true, []RankDevice{auto(0), {Rank: 1, Device: "cuda:0", Why: "local rank 0 mod 1 visible device(s)"}, auto(2)}, "ranks [0 2] run on the CPU"},
+		{true, []RankDevice{{Rank: 0, Device: "cpu", Why: "--device cpu"}}, ""},
+		{false, []RankDevice{{Rank: 0, Device: "cpu", Why: "auto: this build has no cuda backend"}}, ""},
 	} {
-		haveCUDA = tc.cuda
+		HaveCUDA = tc.cuda
 		var b bytes.Buffer
 		autoCPUNote(&b, tc.devs)
 		got := b.String()

@@ -1,6 +1,13 @@
-package jobs
+// Package modelsel resolves --model and the detector flags into a loaded
+// model on every rank: the model folder or hub name resolved and hashed on
+// rank 0, the weights loaded and checked on every rank, the device placed
+// (--device, --precision, the cuDNN path's library and plan file, global
+// batching), the report's record of the model and its devices, and the
+// GPU seams tests replace (HaveCUDA, CountDevices, OpenDevice, FindCUDNN).
+package modelsel
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +29,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -29,9 +37,6 @@ import (
 // ModelConfig selects and tunes the native RetinaNet (eval --model, and
 // predict).
 type ModelConfig struct {
-	// Crops are --crop-model and --crop-label-dict (given with or without
-	// a detector: eval --predictions classifies the stored boxes).
-	Crops CropConfig
 	// Spec is a model folder or owner/name[@revision] in the Hugging Face
 	// cache (modelfile.Resolve).
 	Spec string
@@ -87,8 +92,8 @@ func labelMapText(names []string) string {
 	return b.String()
 }
 
-// labelDictOf is a label map as LabelDict.
-func labelDictOf(m box.LabelMap) map[string]int {
+// LabelDictOf is a label map as LabelDict.
+func LabelDictOf(m box.LabelMap) map[string]int {
 	out := make(map[string]int, m.Len())
 	for i, n := range m.Names() {
 		out[n] = i
@@ -96,8 +101,8 @@ func labelDictOf(m box.LabelMap) map[string]int {
 	return out
 }
 
-// modelInfo is what the report records about the model.
-type modelInfo struct {
+// Info is what the report records about the model.
+type Info struct {
 	Spec       string            `json:"spec"`
 	Dir        string            `json:"dir"`
 	SHA256     string            `json:"sha256"`
@@ -118,7 +123,7 @@ type modelInfo struct {
 	LabelsFrom string   `json:"labels_from,omitempty"`
 	ConfigSet  []string `json:"checkpoint_config,omitempty"`
 	// Devices is where each rank ran, in rank order.
-	Devices []rankDevice `json:"devices,omitempty"`
+	Devices []RankDevice `json:"devices,omitempty"`
 	Ignored []string     `json:"config_keys_ignored,omitempty"`
 	// LossBatchNorm says which batch-norm statistics the validation losses
 	// use (eval only).
@@ -127,7 +132,7 @@ type modelInfo struct {
 	// the plan (sha256 or "heuristic"), each layer's engine.
 	CUDNN *gpu.CUDNNReport `json:"cudnn,omitempty"`
 	// Batching is the global batching of the cuDNN path.
-	Batching *batching `json:"batching,omitempty"`
+	Batching *Batching `json:"batching,omitempty"`
 	// Detector is rank 0's detector name (backend, precision, arch, GPU).
 	Detector string `json:"-"`
 }
@@ -135,15 +140,15 @@ type modelInfo struct {
 // The GPU seams: the cuda backend in a cuda build; tests put host-shim
 // devices (infer/cuda/hostkern) behind them.
 var (
-	haveCUDA     = cuda.HaveCUDA
-	countDevices = cuda.Count
-	openDevice   = cuda.Open
-	findCUDNN    = cudnn.Find // the cuDNN path's library (tests: the fake)
-	noGPU        = cuda.NoGPU // why a cuda build runs on the CPU ("": no more to say)
+	HaveCUDA     = cuda.HaveCUDA
+	CountDevices = cuda.Count
+	OpenDevice   = cuda.Open
+	FindCUDNN    = cudnn.Find // the cuDNN path's library (tests: the fake)
+	NoGPU        = cuda.NoGPU // why a cuda build runs on the CPU ("": no more to say)
 )
 
-// rankDevice is one rank's device, for the report.
-type rankDevice struct {
+// RankDevice is one rank's device, for the report.
+type RankDevice struct {
 	Rank   int    `json:"rank"`
 	Host   string `json:"host"`
 	Device string `json:"device"` // "cpu" or "cuda:N" (N among the rank's visible devices)
@@ -154,10 +159,10 @@ type rankDevice struct {
 	Why    string `json:"why"`
 }
 
-// resolveModel is rank 0's step: it resolves the model folder and hashes
+// Resolve is rank 0's step: it resolves the model folder and hashes
 // its weights and config.json ("" when absent), so the manifest (and every
 // rank's check) knows the model.
-func resolveModel(spec string) (dir, digest, config string, err error) {
+func Resolve(spec string) (dir, digest, config string, err error) {
 	dir, err = modelfile.Resolve(spec)
 	if err != nil {
 		return "", "", "", err
@@ -180,43 +185,43 @@ func resolveModel(spec string) (dir, digest, config string, err error) {
 	return dir, digest, config, nil
 }
 
-// loadedModel is a model loaded on this rank.
-type loadedModel struct {
-	m          *retinanet.Model
+// Model is a model loaded on this rank.
+type Model struct {
+	Net        *retinanet.Model
 	cfg        modelfile.Config
 	labelMap   box.LabelMap // the model's label_dict
-	info       modelInfo
+	Info       Info
 	layerTimes bool
-	place      cuda.Placement
+	Place      cuda.Placement
 	precision  cuda.Precision
 	cudnnPath  string // --cudnn
 	planPath   string // --plan
 	batch      int    // --batch-size: the global batch N of the cuDNN path
-	threads    int    // compute threads of the detector, resolved once (info.Threads records it)
+	Threads    int    // compute threads of the detector, resolved once (info.Threads records it)
 	decoders   int    // a GPU rank's image-decoding goroutines: its core budget
 }
 
-// loadModel loads the folder rank 0 resolved on every rank and checks that
+// Load loads the folder rank 0 resolved on every rank and checks that
 // every rank read the same weights. Any rank's failure becomes one
 // collective error (exit 4).
-func loadModel(c mpi.Comm, mc ModelConfig, dir, digest, config string) (*loadedModel, error) {
-	lm, err := loadModelLocal(mc, dir, digest, config, c.LocalSize())
-	if err := collective.AgreeErr(c, ExitModel, err); err != nil {
+func Load(c mpi.Comm, mc ModelConfig, dir, digest, config string) (*Model, error) {
+	lm, err := LoadLocal(mc, dir, digest, config, c.LocalSize())
+	if err := collective.AgreeErr(c, errkind.ExitModel, err); err != nil {
 		return nil, err
 	}
 	err = lm.placeDevice(mc, c.LocalRank(), c.LocalSize())
-	if err := collective.AgreeErr(c, ExitMPI, err); err != nil {
+	if err := collective.AgreeErr(c, errkind.ExitMPI, err); err != nil {
 		return nil, err
 	}
 	// The plan (global batches or not) must be every rank's: the ranks
 	// must resolve one precision on one kind of device.
-	all, err := mpi.AllgatherBytes(c, []byte(lm.precision.String()+" on "+lm.place.Kind))
+	all, err := mpi.AllgatherBytes(c, []byte(lm.precision.String()+" on "+lm.Place.Kind))
 	if err != nil {
-		return nil, localErr(ExitMPI, "jobs: %w", err)
+		return nil, errkind.Local(errkind.ExitMPI, "jobs: %w", err)
 	}
 	for r, b := range all {
 		if string(b) != string(all[0]) {
-			return nil, collectiveErr(ExitMPI, "jobs: the ranks run different precisions: rank 0 %s, rank %d %s (give --precision and --device)", all[0], r, b)
+			return nil, errkind.Collective(errkind.ExitMPI, "jobs: the ranks run different precisions: rank 0 %s, rank %d %s (give --precision and --device)", all[0], r, b)
 		}
 	}
 	return lm, nil
@@ -224,52 +229,52 @@ func loadModel(c mpi.Comm, mc ModelConfig, dir, digest, config string) (*loadedM
 
 // placeDevice chooses this rank's device (cuda.Place): node-local rank mod
 // the visible GPUs, or the CPU.
-func (lm *loadedModel) placeDevice(mc ModelConfig, localRank, localSize int) error {
+func (lm *Model) placeDevice(mc ModelConfig, localRank, localSize int) error {
 	lm.precision, lm.cudnnPath, lm.planPath = mc.Precision, mc.CUDNN, mc.Plan
 	req := mc.Device
 	visible := 0
 	var err error
-	if haveCUDA && req.Kind != "cpu" {
-		if visible, err = countDevices(); err != nil {
+	if HaveCUDA && req.Kind != "cpu" {
+		if visible, err = CountDevices(); err != nil {
 			return fmt.Errorf("jobs: counting CUDA devices: %w", err)
 		}
 	}
-	if lm.place, err = cuda.Place(req, localRank, localSize, visible, haveCUDA); err != nil {
-		if why := noGPU(); why != "" && visible == 0 {
+	if lm.Place, err = cuda.Place(req, localRank, localSize, visible, HaveCUDA); err != nil {
+		if why := NoGPU(); why != "" && visible == 0 {
 			err = fmt.Errorf("%w: %s", err, why) // what the cuda build's front saw
 		}
 		return err
 	}
-	if why := noGPU(); why != "" && lm.place.Kind == "cpu" && req.Kind != "cpu" {
-		lm.place.Reason += ": " + why
+	if why := NoGPU(); why != "" && lm.Place.Kind == "cpu" && req.Kind != "cpu" {
+		lm.Place.Reason += ": " + why
 	}
-	if !mc.PrecisionSet && lm.place.Kind == "cuda" {
+	if !mc.PrecisionSet && lm.Place.Kind == "cuda" {
 		lm.precision = cuda.DefaultGPUPrecision
 	}
-	if lm.place.Kind == "cpu" {
-		if f := gpuOnlyFlag(mc, lm.precision); f != "" {
-			return &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: %s needs a GPU; this rank runs on the CPU (%s), which computes exact FP32 and reads no cuDNN or plan file", f, lm.place.Reason)}
+	if lm.Place.Kind == "cpu" {
+		if f := GPUOnlyFlag(mc, lm.precision); f != "" {
+			return &errkind.Error{Code: errkind.ExitMPI, Err: fmt.Errorf("jobs: %s needs a GPU; this rank runs on the CPU (%s), which computes exact FP32 and reads no cuDNN or plan file", f, lm.Place.Reason)}
 		}
 	}
-	if lm.place.Kind == "cuda" && lm.place.Sharing > 1 && mc.ExclusiveGPU {
-		return fmt.Errorf("jobs: --exclusive-gpu: %d ranks of this node would share GPU %d (%s); start at most one rank per GPU", lm.place.Sharing, lm.place.Index, lm.place.Reason)
+	if lm.Place.Kind == "cuda" && lm.Place.Sharing > 1 && mc.ExclusiveGPU {
+		return fmt.Errorf("jobs: --exclusive-gpu: %d ranks of this node would share GPU %d (%s); start at most one rank per GPU", lm.Place.Sharing, lm.Place.Index, lm.Place.Reason)
 	}
-	lm.info.Device = lm.place.Kind
-	if lm.place.Kind == "cuda" {
-		lm.info.Device = fmt.Sprintf("cuda:%d", lm.place.Index)
-		lm.decoders = lm.threads // the rank's cores decode ahead
-		lm.threads = 1           // the host side
+	lm.Info.Device = lm.Place.Kind
+	if lm.Place.Kind == "cuda" {
+		lm.Info.Device = fmt.Sprintf("cuda:%d", lm.Place.Index)
+		lm.decoders = lm.Threads // the rank's cores decode ahead
+		lm.Threads = 1           // the host side
 	}
-	lm.info.Threads = lm.threads
-	lm.info.Precision = lm.precision.String()
+	lm.Info.Threads = lm.Threads
+	lm.Info.Precision = lm.precision.String()
 	return nil
 }
 
-// gpuOnlyFlag names the first flag given that only a GPU rank uses
+// GPUOnlyFlag names the first flag given that only a GPU rank uses
 // (--precision other than exact, --plan, --cudnn, --exclusive-gpu), ""
 // when none is: on the CPU each is exit 5, as gpu-plan's missing GPU, never
 // silently ignored.
-func gpuOnlyFlag(mc ModelConfig, p cuda.Precision) string {
+func GPUOnlyFlag(mc ModelConfig, p cuda.Precision) string {
 	switch {
 	case p != cuda.Exact:
 		return "--precision " + p.String()
@@ -283,7 +288,7 @@ func gpuOnlyFlag(mc ModelConfig, p cuda.Precision) string {
 	return ""
 }
 
-func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) (*loadedModel, error) {
+func LoadLocal(mc ModelConfig, dir, digest, config string, localRanks int) (*Model, error) {
 	m, cfg, tm, sum, err := modelfile.Load(dir, mc.LabelDict)
 	if err != nil {
 		if crop.Probe(dir) {
@@ -338,43 +343,43 @@ func loadModelLocal(mc ModelConfig, dir, digest, config string, localRanks int) 
 	m.Opt.Resize, m.Opt.Blend = mc.Resize, mc.Blend
 	threads := mc.Threads
 	if threads <= 0 {
-		threads = defaultThreads(startProcs, runtime.NumCPU(), localRanks)
+		threads = DefaultThreads(StartProcs, runtime.NumCPU(), localRanks)
 	}
 	labels, err := box.NewLabelMap(cfg.Labels)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w: %w", err, infer.ErrModel)
 	}
-	info := modelInfo{
-		Spec: mc.Spec, Dir: dir, SHA256: sum, Arch: m.Arch, LabelDict: labelMapJSON(labels),
+	info := Info{
+		Spec: mc.Spec, Dir: dir, SHA256: sum, Arch: m.Arch, LabelDict: LabelMapJSON(labels),
 		Thresholds: modelSettings(m.Opt), Threads: threads, Device: "cpu", Ignored: append(ignored, cfg.Extra...),
 		Resize: m.Opt.Resize.String(), Blend: m.Opt.Blend.String(),
 	}
 	if tm != nil {
 		info.Format, info.LabelsFrom, info.ConfigSet = string(tm.Kind), tm.LabelsFrom, tm.Set
 	}
-	return &loadedModel{m: m, cfg: cfg, labelMap: labels, info: info, layerTimes: mc.LayerTimes, threads: threads}, nil
+	return &Model{Net: m, cfg: cfg, labelMap: labels, Info: info, layerTimes: mc.LayerTimes, Threads: threads}, nil
 }
 
-// startProcs is GOMAXPROCS as the process started (the affinity mask),
+// StartProcs is GOMAXPROCS as the process started (the affinity mask),
 // before raiseProcs raises it for a CPU detector.
-var startProcs = runtime.GOMAXPROCS(0)
+var StartProcs = runtime.GOMAXPROCS(0)
 
-// raiseProcs gives the process at least n Ps (cpu.Procs: one more
+// RaiseProcs gives the process at least n Ps (cpu.Procs: one more
 // than the CPU detector's workers, which spend their time in cgo calls);
 // it never lowers GOMAXPROCS. The thread count stays the one chosen from
-// startProcs, so no more workers compute than the rank has cores.
-func raiseProcs(n int) {
+// StartProcs, so no more workers compute than the rank has cores.
+func RaiseProcs(n int) {
 	if runtime.GOMAXPROCS(0) < n {
 		runtime.GOMAXPROCS(n)
 	}
 }
 
-// defaultThreads is the thread count of a rank: the cores it may use
+// DefaultThreads is the thread count of a rank: the cores it may use
 // (GOMAXPROCS follows the affinity mask, so mpirun --bind-to core gives 1),
 // but no more than its share of the node when the mask is wider than that
 // (Open MPI binds to a socket above 2 ranks; srun may not bind at all), so
 // the ranks of a node never start more threads than it has cores.
-func defaultThreads(maxprocs, ncpu, localRanks int) int {
+func DefaultThreads(maxprocs, ncpu, localRanks int) int {
 	share := ncpu / max(localRanks, 1)
 	return max(1, min(maxprocs, share))
 }
@@ -393,67 +398,67 @@ func modelSettings(o retinanet.Options) map[string]string {
 	}
 }
 
-// labels returns the model's label map.
-func (lm *loadedModel) labels() box.LabelMap { return lm.labelMap }
+// Labels returns the model's label map.
+func (lm *Model) Labels() box.LabelMap { return lm.labelMap }
 
-// cropWorkers is the crop classifier's workers on this rank: the
-// detector's compute threads (the CPU), or the cores that decode ahead of
+// CropWorkers is the crop classifier's workers on this rank: the
+// Detector's compute threads (the CPU), or the cores that decode ahead of
 // a GPU.
-func (lm *loadedModel) cropWorkers() int { return max(lm.threads, lm.decoders, 1) }
+func (lm *Model) CropWorkers() int { return max(lm.Threads, lm.decoders, 1) }
 
-// openDetector is a collective: every rank builds its detector (opening
+// OpenDetector is a collective: every rank builds its detector (opening
 // its GPU), the ranks agree that all succeeded (so no rank waits for a peer
 // that failed), and every rank learns where the others run (the report's
 // model.devices). Two ranks on one GPU is a warning on rank 0's stderr.
-func (lm *loadedModel) openDetector(c mpi.Comm, labels box.LabelMap, stderr io.Writer) (infer.Detector, error) {
-	det, err := lm.detector(labels)
-	if err := collective.AgreeErr(c, ExitModel, err); err != nil {
+func (lm *Model) OpenDetector(c mpi.Comm, labels box.LabelMap, stderr io.Writer) (infer.Detector, error) {
+	det, err := lm.Detector(labels)
+	if err := collective.AgreeErr(c, errkind.ExitModel, err); err != nil {
 		if det != nil {
 			det.Close()
 		}
 		return nil, err
 	}
-	me := rankDevice{Rank: c.Rank(), Host: c.Host(), Device: lm.info.Device, Why: lm.place.Reason}
+	me := RankDevice{Rank: c.Rank(), Host: c.Host(), Device: lm.Info.Device, Why: lm.Place.Reason}
 	if g, ok := det.(interface{ Device() cuda.Info }); ok {
 		info := g.Device()
-		me.Name, me.UUID, me.SM, me.Shared = info.Name, info.UUID, info.SM, lm.place.Sharing
+		me.Name, me.UUID, me.SM, me.Shared = info.Name, info.UUID, info.SM, lm.Place.Sharing
 	}
 	b, _ := json.Marshal(me)
 	all, err := mpi.AllgatherBytes(c, b)
 	if err != nil {
 		det.Close()
-		return nil, localErr(ExitMPI, "jobs: %w", err)
+		return nil, errkind.Local(errkind.ExitMPI, "jobs: %w", err)
 	}
-	lm.info.Devices = lm.info.Devices[:0]
+	lm.Info.Devices = lm.Info.Devices[:0]
 	shared := map[string][]int{}
 	for _, raw := range all {
-		var d rankDevice
+		var d RankDevice
 		if err := json.Unmarshal(raw, &d); err != nil {
 			det.Close()
-			return nil, localErr(ExitInternal, "jobs: a rank's device record: %w", err)
+			return nil, errkind.Local(errkind.ExitInternal, "jobs: a rank's device record: %w", err)
 		}
-		lm.info.Devices = append(lm.info.Devices, d)
+		lm.Info.Devices = append(lm.Info.Devices, d)
 		if d.UUID != "" {
 			shared[d.UUID] = append(shared[d.UUID], d.Rank)
 		}
 	}
 	if c.Rank() == 0 && stderr != nil {
-		autoCPUNote(stderr, lm.info.Devices)
-		for _, d := range lm.info.Devices {
+		autoCPUNote(stderr, lm.Info.Devices)
+		for _, d := range lm.Info.Devices {
 			if r := shared[d.UUID]; d.UUID != "" && len(r) > 1 && r[0] == d.Rank {
 				collective.SayLine(stderr, "canopy: warning: ", fmt.Sprintf("ranks %v share GPU %s (%s on %s); each runs slower, and --exclusive-gpu makes this an error", r, d.UUID, d.Name, d.Host))
 			}
 		}
 	}
-	lm.info.Detector = det.Name()
+	lm.Info.Detector = det.Name()
 	return det, nil
 }
 
 // autoCPUNote is the one line a cuda build prints (rank 0) when --device
 // auto put ranks on the CPU for want of a GPU: which ranks, and why (the
 // first such rank's reason; the report has every rank's).
-func autoCPUNote(w io.Writer, devs []rankDevice) {
-	if !haveCUDA {
+func autoCPUNote(w io.Writer, devs []RankDevice) {
+	if !HaveCUDA {
 		return
 	}
 	var ranks []int
@@ -476,9 +481,9 @@ func autoCPUNote(w io.Writer, devs []rankDevice) {
 	collective.SayLine(w, "canopy: note: ", fmt.Sprintf("--device auto: this cuda build has no usable GPU here; %s on the CPU (%s)", all, why))
 }
 
-// detector builds this rank's detector (CPU or GPU), mapping the model's
+// Detector builds this rank's detector (CPU or GPU), mapping the model's
 // ids onto labels.
-func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
+func (lm *Model) Detector(labels box.LabelMap) (infer.Detector, error) {
 	ids := make([]int32, len(lm.cfg.Labels))
 	for k, name := range lm.cfg.Labels {
 		id, ok := labels.ID(name)
@@ -487,10 +492,10 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 		}
 		ids[k] = id
 	}
-	if lm.place.Kind == "cuda" {
-		dev, err := openDevice(lm.place.Index)
+	if lm.Place.Kind == "cuda" {
+		dev, err := OpenDevice(lm.Place.Index)
 		if err != nil {
-			return nil, &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: %w", err)}
+			return nil, &errkind.Error{Code: errkind.ExitMPI, Err: fmt.Errorf("jobs: %w", err)}
 		}
 		opts, err := lm.gpuOptions(dev.Info())
 		if err != nil {
@@ -498,10 +503,10 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 			return nil, err
 		}
 		slots := 0
-		if lm.globalBatching() {
+		if lm.GlobalBatching() {
 			slots = lm.batch
 		}
-		g, err := retinanet.NewGPUDetectorWith(lm.m, dev, opts, ids, slots)
+		g, err := retinanet.NewGPUDetectorWith(lm.Net, dev, opts, ids, slots)
 		if err != nil {
 			dev.Close()
 			return nil, err
@@ -512,20 +517,20 @@ func (lm *loadedModel) detector(labels box.LabelMap) (infer.Detector, error) {
 		g.SetDecodeWorkers(lm.decoders)
 		return g, nil
 	}
-	d, err := retinanet.NewDetector(lm.m, lm.threads, ids)
+	d, err := retinanet.NewDetector(lm.Net, lm.Threads, ids)
 	if err != nil {
 		return nil, err
 	}
-	raiseProcs(cpu.Procs(lm.threads))
+	RaiseProcs(cpu.Procs(lm.Threads))
 	if lm.layerTimes {
 		d.EnableLayerTimes()
 	}
 	return d, nil
 }
 
-// printLayerTimes writes the detector's time per layer group (rank 0, with
+// PrintLayerTimes writes the detector's time per layer group (rank 0, with
 // --layer-times).
-func printLayerTimes(w io.Writer, d infer.Detector) {
+func PrintLayerTimes(w io.Writer, d infer.Detector) {
 	lt, ok := d.(interface{ LayerTimes() []nn.LayerTime })
 	if w == nil || !ok {
 		return
@@ -550,7 +555,7 @@ func printLayerTimes(w io.Writer, d infer.Detector) {
 	}
 }
 
-// checkModelLabels: with --model, the label map is the model's label_dict;
+// CheckLabels: with --model, the label map is the model's label_dict;
 // a given map (--label-dict, or a config's or an override's label_dict,
 // named by from) must equal it, and every truth label must be one of the
 // model's. A model that carries labels keeps them, as DeepForest 2.1.0
@@ -558,7 +563,7 @@ func printLayerTimes(w io.Writer, d infer.Detector) {
 // on_load_checkpoint the checkpoint's), so a map that says otherwise is
 // refused, naming both, never silently dropped (a bare .pt, which holds
 // none, takes the given map at loading).
-func checkModelLabels(model box.LabelMap, given *box.LabelMap, from string, truthLabels []string, csvName string) error {
+func CheckLabels(model box.LabelMap, given *box.LabelMap, from string, truthLabels []string, csvName string) error {
 	if given != nil {
 		a, b := given.Names(), model.Names()
 		same := len(a) == len(b)
@@ -575,4 +580,19 @@ func checkModelLabels(model box.LabelMap, given *box.LabelMap, from string, trut
 		}
 	}
 	return nil
+}
+
+func LabelMapJSON(m box.LabelMap) json.RawMessage {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, n := range m.Names() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		k, _ := json.Marshal(n)
+		b.Write(k)
+		fmt.Fprintf(&b, ": %d", i)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
 }
