@@ -14,6 +14,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -89,7 +90,7 @@ func TestCropTileMatchesDeepForest(t *testing.T) {
 	for _, v := range []struct{ ranks, threads, batch int }{{1, 2, 1}, {2, 1, 3}, {3, 1, 2}} {
 		cfg := TileConfig{Raster: pf.Tile, Out: filepath.Join(t.TempDir(), "out"), BatchSize: v.batch,
 			Settings: tile.Settings{Patch: fx.Tile.Patch, Overlap: fx.Tile.Overlap}, IoU: fx.Tile.IoU, CacheMiB: 16,
-			Model: ModelConfig{Spec: hub, Threads: v.threads, ScoreThresh: -1, NMSThresh: -1, Device: device("cpu")}, Crops: CropConfig{Models: []string{pf.Ckpt}}}
+			Model: ModelConfig{Spec: hub, Threads: v.threads, ScoreThresh: -1, NMSThresh: -1, Device: device("cpu")}, Crops: cropstage.CropConfig{Models: []string{pf.Ckpt}}}
 		got := runTile(t, v.ranks, cfg)
 		if ref != nil {
 			if !bytes.Equal(got, ref) {
@@ -129,8 +130,8 @@ func TestCropTileMatchesDeepForest(t *testing.T) {
 			t.Errorf("cropmodel_score differs from DeepForest's by %g; want within 1e-5", scoreWorst)
 		}
 		var rep struct {
-			CropModels []cropModelInfo `json:"crop_models"`
-			Crops      cropStats       `json:"crops"`
+			CropModels []cropstage.ModelInfo `json:"crop_models"`
+			Crops      cropstage.Stats       `json:"crops"`
 		}
 		rb, err := os.ReadFile(filepath.Join(cfg.Out, "report.json"))
 		if err != nil {
@@ -172,7 +173,7 @@ func TestCropModelsEvalReplay(t *testing.T) {
 	for _, n := range []int{1, 3} {
 		out := filepath.Join(dir, "out"+strconv.Itoa(n))
 		cfg := EvalConfig{CSV: truth, Predictions: preds, Out: out, IoUThreshold: 0.4, BatchSize: 1,
-			Model: ModelConfig{Threads: n}, Crops: CropConfig{Models: []string{pf.R18, pf.Hub}, LabelDicts: []string{ld}}}
+			Model: ModelConfig{Threads: n}, Crops: cropstage.CropConfig{Models: []string{pf.R18, pf.Hub}, LabelDicts: []string{ld}}}
 		for _, code := range runLocal(t, n, cfg) {
 			if code != 0 {
 				t.Fatalf("%d ranks: exit %d", n, code)
@@ -205,7 +206,7 @@ func TestCropModelsEvalReplay(t *testing.T) {
 	os.WriteFile(preds, []byte("image_path,xmin,ymin,xmax,ymax,label,score\nimg.png,12,11,58,61,Tree,0.9\nimg.png,600,500,640,540,Tree,0.5\n"), 0o644)
 	for _, n := range []int{1, 2} {
 		cfg := EvalConfig{CSV: truth, Predictions: preds, Out: filepath.Join(dir, "bad"+strconv.Itoa(n)), IoUThreshold: 0.4, BatchSize: 1,
-			Crops: CropConfig{Models: []string{pf.R18}, LabelDicts: []string{ld}}}
+			Crops: cropstage.CropConfig{Models: []string{pf.R18}, LabelDicts: []string{ld}}}
 		codes, msg := runLocalErr(t, n, cfg)
 		t.Logf("%d ranks: %v %s", n, codes, strings.TrimSpace(msg))
 		for r, code := range codes {
@@ -271,7 +272,7 @@ func TestCropPredictImages(t *testing.T) {
 	for _, v := range []struct{ ranks, threads, batch int }{{1, 2, 1}, {2, 1, 2}} {
 		cfg := PredictConfig{Images: dir, Out: filepath.Join(t.TempDir(), "out"), BatchSize: v.batch,
 			Model: ModelConfig{Spec: demoModelDir, Threads: v.threads, ScoreThresh: -1, NMSThresh: -1, Device: device("cpu")},
-			Crops: CropConfig{Models: []string{pf.R18}, LabelDicts: []string{ld}}}
+			Crops: cropstage.CropConfig{Models: []string{pf.R18}, LabelDicts: []string{ld}}}
 		for r, err := range local.Run(v.ranks, func(c mpi.Comm) error { return Predict(context.Background(), c, cfg) }) {
 			if err != nil {
 				t.Fatalf("%d ranks: rank %d: %v", v.ranks, r, err)
@@ -388,7 +389,7 @@ func TestCropModelHubCache(t *testing.T) {
 	}
 	var rep struct {
 		Run struct {
-			CropModels []cropModelInfo `json:"crop_models"`
+			CropModels []cropstage.ModelInfo `json:"crop_models"`
 		} `json:"run"`
 	}
 	b, err := os.ReadFile(filepath.Join(out, "report.json"))

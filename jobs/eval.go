@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/replay"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/confine"
+	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/limits"
@@ -62,7 +63,7 @@ type EvalConfig struct {
 	Model ModelConfig
 	// Crops are --crop-model and --crop-label-dict (with or without a
 	// detector: eval --predictions classifies the stored boxes).
-	Crops   CropConfig
+	Crops   cropstage.CropConfig
 	Command []string
 	Stdout  io.Writer
 	// Progress receives rank 0's progress lines (nil: none).
@@ -158,11 +159,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
 	}
-	cropWorkers := defaultCropWorkers(cfg.Model.Threads, c.LocalSize())
+	cropWorkers := cropstage.DefaultWorkers(cfg.Model.Threads, c.LocalSize())
 	if model != nil {
 		cropWorkers = model.CropWorkers()
 	}
-	crops, err := openCropModels(c, cfg.Crops, cropWorkers)
+	crops, err := cropstage.Open(c, cfg.Crops, cropWorkers)
 	if err != nil {
 		return err
 	}
@@ -253,18 +254,18 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		return err
 	}
 	resumed := resumeInfo{Attempt: in.attempt, FromParts: len(done), Computed: len(todo), RecordsDropped: pst.Dropped}
-	var table *cropTable
+	var table *cropstage.Table
 	if crops != nil {
 		tc := time.Now()
 		paths := make([]string, len(images))
 		for i := range images {
 			paths[i] = images[i].Path
 		}
-		if table, err = classifyCrops(ctx, c, crops, newImageCrops(cfg.RootDir, paths, cfg.AllowOutsideRoot), dets); err != nil {
+		if table, err = cropstage.Classify(ctx, c, crops, cropstage.NewImageCrops(cfg.RootDir, paths, cfg.AllowOutsideRoot), dets); err != nil {
 			return err
 		}
-		crops.stats.Seconds = since(tc)
-		stats.Seconds["crops"] = crops.stats.Seconds
+		crops.Stats.Seconds = since(tc)
+		stats.Seconds["crops"] = crops.Stats.Seconds
 	}
 
 	// 6. Score.
@@ -302,7 +303,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			crops:   table,
 		}
 		if crops != nil {
-			rep.run.CropModels, rep.run.Crops = crops.info, &crops.stats
+			rep.run.CropModels, rep.run.Crops = crops.Info, &crops.Stats
 		}
 		tw := time.Now()
 		rep.run.Warnings = warnings

@@ -20,6 +20,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/confine"
+	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/limits"
@@ -355,7 +356,7 @@ func unpackFolder(f [][]byte) (*dataset.ImageFolder, error) {
 // classifyShard reads and classifies the rank's crops in batches and
 // encodes their outputs: per crop its global index (uint32), its score
 // and its logits (float32 bits), little-endian.
-func classifyShard(ctx context.Context, m cropClassifier, cfg EvalCropsConfig, in *cropInputs, shard []int) ([]byte, error) {
+func classifyShard(ctx context.Context, m cropstage.Classifier, cfg EvalCropsConfig, in *cropInputs, shard []int) ([]byte, error) {
 	k := len(m.Labels())
 	buf := make([]byte, 0, len(shard)*(8+4*k))
 	prog := newProgress(cfg.Progress, len(shard))
@@ -374,13 +375,13 @@ func classifyShard(ctx context.Context, m cropClassifier, cfg EvalCropsConfig, i
 			}
 		}
 	}
-	src := newImageCrops(in.root, files, cfg.AllowOutsideRoot)
+	src := cropstage.NewImageCrops(in.root, files, cfg.AllowOutsideRoot)
 	read := func(s cropSample) (imagefile.Image, error) {
 		if s.Box == nil {
 			return imagefile.Read(confine.ImageFile(in.root, filepath.FromSlash(s.Path)))
 		}
 		f := index[s.Path]
-		w, h, err := src.open(f)
+		w, h, err := src.Open(f)
 		if err != nil {
 			return imagefile.Image{}, err
 		}
@@ -389,7 +390,7 @@ func classifyShard(ctx context.Context, m cropClassifier, cfg EvalCropsConfig, i
 		if err != nil {
 			return imagefile.Image{}, fmt.Errorf("%s: box %v: %w", s.Path, b, err)
 		}
-		return src.read(f, r)
+		return src.Read(f, r)
 	}
 	for b := 0; b < len(shard); b += cfg.BatchSize {
 		e := min(b+cfg.BatchSize, len(shard))
@@ -404,7 +405,7 @@ func classifyShard(ctx context.Context, m cropClassifier, cfg EvalCropsConfig, i
 		if e < len(shard) {
 			for _, i := range shard[b:e] {
 				if s := in.samples[i]; s.Box != nil && s.Path != in.samples[shard[e]].Path {
-					src.release(index[s.Path])
+					src.Release(index[s.Path])
 				}
 			}
 		}
@@ -499,13 +500,13 @@ func writeCropOutputs(cfg EvalCropsConfig, rep evalCropsReport, samples []cropSa
 		}
 		var line []byte
 		for i, smp := range samples {
-			line = append(line[:0], csvField(smp.Path)...)
+			line = append(line[:0], dataset.CSVField(smp.Path)...)
 			if b := smp.Box; b != nil {
 				for _, v := range [4]float64{b.Xmin, b.Ymin, b.Xmax, b.Ymax} {
 					line = report.AppendFloat(append(line, ','), v)
 				}
 			}
-			line = append(append(append(append(line, ','), csvField(smp.Class)...), ','), csvField(labels[t.Pred[i]])...)
+			line = append(append(append(append(line, ','), dataset.CSVField(smp.Class)...), ','), dataset.CSVField(labels[t.Pred[i]])...)
 			line = append(report.AppendFloat(append(line, ','), float64(scores[i])), '\n')
 			if _, err := w.Write(line); err != nil {
 				return err

@@ -21,6 +21,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -71,7 +72,7 @@ func (f fakeCrops) Classify(_ context.Context, crops []imagefile.Image) ([][]flo
 func useFakeCrops(t *testing.T) {
 	t.Helper()
 	prev := loadCropModel
-	loadCropModel = func(c mpi.Comm, path, _ string, _ int) (cropClassifier, error) {
+	loadCropModel = func(c mpi.Comm, path, _ string, _ int) (cropstage.Classifier, error) {
 		if path == "bad" {
 			return nil, collective.AgreeErr(c, ExitModel, errors.New("not a crop model: "+infer.ErrModel.Error()))
 		}
@@ -211,7 +212,7 @@ func TestEvalCropsLossBatch(t *testing.T) {
 		from               string
 	}{{0, 0, 4, "DeepForest's default"}, {0, 1, 1, "crop model cropmodel.batch_size"}, {7, 1, 7, "--loss-batch-size"}} {
 		prev := loadCropModel
-		loadCropModel = func(mpi.Comm, string, string, int) (cropClassifier, error) {
+		loadCropModel = func(mpi.Comm, string, string, int) (cropstage.Classifier, error) {
 			return fakeCrops{labels: labels, batch: c.stored}, nil
 		}
 		out := t.TempDir()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
+	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
@@ -82,8 +83,8 @@ func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 func (r *repeated) String() string     { return strings.Join(*r, " ") }
 
 // cropConfig reads --crop-model and --crop-label-dict.
-func cropConfig(c *cli.Context) (CropConfig, error) {
-	var cc CropConfig
+func cropConfig(c *cli.Context) (cropstage.CropConfig, error) {
+	var cc cropstage.CropConfig
 	if r, ok := c.Generic("crop-model").(*repeated); ok {
 		cc.Models = append(cc.Models, *r...)
 	}
@@ -116,7 +117,7 @@ func concatFlags(fs ...[]cli.Flag) []cli.Flag {
 type ModelConfig = modelsel.ModelConfig
 
 // modelConfig reads and checks the detector flags.
-func modelConfig(c *cli.Context) (ModelConfig, CropConfig, error) {
+func modelConfig(c *cli.Context) (ModelConfig, cropstage.CropConfig, error) {
 	mc := ModelConfig{Spec: c.String("model"), Threads: c.Int("threads"), ScoreThresh: c.Float64("score-thresh"),
 		NMSThresh: c.Float64("nms-thresh"), LayerTimes: c.Bool("layer-times"), ExclusiveGPU: c.Bool("exclusive-gpu")}
 	cc, err := cropConfig(c)

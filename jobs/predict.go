@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/confine"
+	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
@@ -40,7 +41,7 @@ type PredictConfig struct {
 	AllowOutsideRoot bool
 	Model            ModelConfig
 	// Crops are --crop-model and --crop-label-dict.
-	Crops CropConfig
+	Crops cropstage.CropConfig
 	// LabelDict is --label-dict: the labels of a bare .pt state dict.
 	LabelDict string
 	// LabelDictData and RunConfig: as EvalConfig's.
@@ -179,14 +180,14 @@ type predictReport struct {
 	Settings      map[string]setting `json:"settings,omitempty"`
 	ConfigIgnored []string           `json:"config_ignored,omitempty"`
 	// CropModels and Crops: the --crop-model stage, when given.
-	CropModels []cropModelInfo `json:"crop_models,omitempty"`
-	Crops      *cropStats      `json:"crops,omitempty"`
+	CropModels []cropstage.ModelInfo `json:"crop_models,omitempty"`
+	Crops      *cropstage.Stats      `json:"crops,omitempty"`
 }
 
 // setCrops records the crop stage.
-func (r *predictReport) setCrops(cs *cropSet) {
+func (r *predictReport) setCrops(cs *cropstage.Set) {
 	if cs != nil {
-		r.CropModels, r.Crops = cs.info, &cs.stats
+		r.CropModels, r.Crops = cs.Info, &cs.Stats
 	}
 }
 
@@ -246,7 +247,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		}
 	}
 	labels := model.Labels()
-	crops, err := openCropModels(c, cfg.Crops, model.CropWorkers())
+	crops, err := cropstage.Open(c, cfg.Crops, model.CropWorkers())
 	if err != nil {
 		return err
 	}
@@ -324,15 +325,15 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	var table *cropTable
+	var table *cropstage.Table
 	if crops != nil {
 		t2 := time.Now()
-		if table, err = classifyCrops(ctx, c, crops, newImageCrops(cfg.RootDir, paths, cfg.AllowOutsideRoot), dets); err != nil {
+		if table, err = cropstage.Classify(ctx, c, crops, cropstage.NewImageCrops(cfg.RootDir, paths, cfg.AllowOutsideRoot), dets); err != nil {
 			return err
 		}
-		dets = table.dropZero(dets)
-		crops.stats.Seconds = since(t2)
-		stats.Seconds["crops"] = crops.stats.Seconds
+		dets = table.DropZero(dets)
+		crops.Stats.Seconds = since(t2)
+		stats.Seconds["crops"] = crops.Stats.Seconds
 	}
 	return collective.WriteReport(c, stats, "predictions", func(allStats []collective.RankStats) error {
 		rep := predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
@@ -374,7 +375,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 
 // writePredictOutputs stages predictions.csv and report.json (which
 // records the predictions' sha256) and publishes them as one set.
-func writePredictOutputs(dir string, rep predictReport, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropTable) error {
+func writePredictOutputs(dir string, rep predictReport, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropstage.Table) error {
 	return publishPredictions(dir, images, dets, labels, crops, nil, func(outputs map[string]string) any {
 		rep.Outputs = outputs
 		return rep
@@ -384,7 +385,7 @@ func writePredictOutputs(dir string, rep predictReport, images []box.Image, dets
 // publishPredictions stages predictions.csv, then report.json as report
 // makes it from the sha256 of every output (predictions.csv and the
 // already staged extra files), and publishes them as one set.
-func publishPredictions(dir string, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropTable,
+func publishPredictions(dir string, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropstage.Table,
 	extra []outdir.Staged, report func(outputs map[string]string) any) error {
 	preds, err := outdir.Stage(dir, "predictions.csv", func(w io.Writer) error {
 		return writePredictionRows(w, images, dets, labels, crops)

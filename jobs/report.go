@@ -16,6 +16,8 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/cropstage"
+	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/metrics"
@@ -30,7 +32,7 @@ var Version = "0.1.0"
 type reportRecord struct {
 	metrics []byte
 	run     runInfo
-	crops   *cropTable // the crop models' columns of predictions.csv
+	crops   *cropstage.Table // the crop models' columns of predictions.csv
 }
 
 type runInfo struct {
@@ -66,8 +68,8 @@ type runInfo struct {
 	Settings      map[string]setting `json:"settings,omitempty"`
 	ConfigIgnored []string           `json:"config_ignored,omitempty"`
 	// CropModels and Crops: the --crop-model stage, when given.
-	CropModels []cropModelInfo `json:"crop_models,omitempty"`
-	Crops      *cropStats      `json:"crops,omitempty"`
+	CropModels []cropstage.ModelInfo `json:"crop_models,omitempty"`
+	Crops      *cropstage.Stats      `json:"crops,omitempty"`
 }
 
 // resumeInfo tells how much of the run came from part files of earlier
@@ -253,11 +255,11 @@ func writeOutputs(cfg EvalConfig, rep reportRecord, images []box.Image, dets [][
 
 // predictionsHeader is predictions.csv's first line: the columns, and
 // the crop models' after score (cs nil: none).
-func predictionsHeader(cs *cropSet) string {
+func predictionsHeader(cs *cropstage.Set) string {
 	head := "image_path,xmin,ymin,xmax,ymax,label,score"
 	if cs != nil {
-		for _, c := range cs.columns() {
-			head += "," + csvField(c)
+		for _, c := range cs.Columns() {
+			head += "," + dataset.CSVField(c)
 		}
 	}
 	return head + "\n"
@@ -269,10 +271,10 @@ func writePredictions(w io.Writer, images []box.Image, dets [][]box.Detection, l
 
 // writePredictionRows writes predictions.csv with the crop models'
 // columns after score (crops nil: none; a dropped box's cells empty).
-func writePredictionRows(w io.Writer, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropTable) error {
-	var cs *cropSet
+func writePredictionRows(w io.Writer, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropstage.Table) error {
+	var cs *cropstage.Set
 	if crops != nil {
-		cs = crops.set
+		cs = crops.Set
 	}
 	if _, err := io.WriteString(w, predictionsHeader(cs)); err != nil {
 		return err
@@ -280,7 +282,7 @@ func writePredictionRows(w io.Writer, images []box.Image, dets [][]box.Detection
 	names := csvNames(labels)
 	var line []byte
 	for i, im := range images {
-		p := csvField(im.Path)
+		p := dataset.CSVField(im.Path)
 		for j, d := range dets[i] {
 			line = append(line[:0], p...)
 			for _, v := range [4]float64{d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax} {
@@ -289,7 +291,7 @@ func writePredictionRows(w io.Writer, images []box.Image, dets [][]box.Detection
 			line = append(append(append(line, ','), names(d.Label)...), ',')
 			line = report.AppendFloat(line, d.Score)
 			if crops != nil {
-				line = crops.appendCells(line, i, j)
+				line = crops.AppendCells(line, i, j)
 			}
 			line = append(line, '\n')
 			if _, err := w.Write(line); err != nil {
@@ -304,13 +306,13 @@ func writePredictionRows(w io.Writer, images []box.Image, dets [][]box.Detection
 func csvNames(labels box.LabelMap) func(int32) string {
 	names := labels.Names()
 	for i := range names {
-		names[i] = csvField(names[i])
+		names[i] = dataset.CSVField(names[i])
 	}
 	return func(id int32) string {
 		if id >= 0 && int(id) < len(names) {
 			return names[id]
 		}
-		return csvField(labels.Name(id))
+		return dataset.CSVField(labels.Name(id))
 	}
 }
 
@@ -323,7 +325,7 @@ func writeResults(w io.Writer, images []box.Image, dets [][]box.Detection, label
 	last, p := -1, ""
 	for _, m := range matches {
 		if m.Image != last {
-			last, p = m.Image, csvField(images[m.Image].Path)
+			last, p = m.Image, dataset.CSVField(images[m.Image].Path)
 		}
 		line = append(append(line[:0], p...), ',')
 		line = append(strconv.AppendInt(line, int64(m.TruthID), 10), ',')

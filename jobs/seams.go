@@ -1,6 +1,9 @@
 package jobs
 
-import "github.com/canopy-hpc/canopy/internal/parts"
+import (
+	"github.com/canopy-hpc/canopy/internal/cropstage"
+	"github.com/canopy-hpc/canopy/internal/parts"
+)
 
 // The test seams of jobs: functions a test of package jobs replaces
 // (internal/testhook holds the environment hooks).
@@ -14,4 +17,4 @@ var rasterFault = func(name string) error { return nil }
 
 // loadCropModel loads eval-crops' classifier (openCropModel); tests of
 // package jobs replace it with a stand-in classifier.
-var loadCropModel = openCropModel
+var loadCropModel = cropstage.OpenOne

@@ -13,6 +13,7 @@ import (
 	"strconv"
 
 	"github.com/canopy-hpc/canopy/internal/config"
+	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/urfave/cli/v2"
 )
@@ -193,7 +194,7 @@ func (rc *runConfig) labelCSV(c *cli.Context) []byte {
 	var b bytes.Buffer
 	b.WriteString("label,id\n")
 	for _, n := range names {
-		fmt.Fprintf(&b, "%s,%d\n", csvField(n), ld.V[n])
+		fmt.Fprintf(&b, "%s,%d\n", dataset.CSVField(n), ld.V[n])
 	}
 	rc.Settings["label_dict"] = setting{b.String(), ld.Src}
 	return b.Bytes()

@@ -14,6 +14,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/confine"
+	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
@@ -326,7 +327,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		return err
 	}
 	labels := model.Labels()
-	crops, err := openCropModels(c, cfg.Crops, model.CropWorkers())
+	crops, err := cropstage.Open(c, cfg.Crops, model.CropWorkers())
 	if err != nil {
 		return err
 	}
@@ -387,8 +388,8 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	run.pw = nil
 	stats.Seconds["detect"], stats.Seconds["gather"], stats.Seconds["merge"] = run.detect.Seconds(), run.gather.Seconds(), run.merge.Seconds()
 	if crops != nil {
-		crops.stats.Seconds = run.crop.Seconds()
-		stats.Seconds["crops"] = crops.stats.Seconds
+		crops.Stats.Seconds = run.crop.Seconds()
+		stats.Seconds["crops"] = crops.Stats.Seconds
 	}
 	modelsel.PrintLayerTimes(cfg.Progress, det)
 	return finishTile(c, cfg, run, &res, model, det.Name(), f, vt, truthImages)

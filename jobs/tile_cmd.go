@@ -10,6 +10,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/config"
+	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
 )
@@ -59,7 +60,7 @@ type TileConfig struct {
 	AllowOutsideRoot bool
 	Model            ModelConfig
 	// Crops are --crop-model and --crop-label-dict.
-	Crops             CropConfig
+	Crops             cropstage.CropConfig
 	Command           []string
 	Stdout            io.Writer
 	Progress          io.Writer

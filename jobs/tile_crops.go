@@ -15,11 +15,11 @@ type rasterCrops struct {
 	rasters []tileRaster
 }
 
-func (s *rasterCrops) open(i int) (int, int, error) {
+func (s *rasterCrops) Open(i int) (int, int, error) {
 	return s.rasters[i].Width, s.rasters[i].Height, nil
 }
 
-func (s *rasterCrops) read(i int, r crop.Rect) (imagefile.Image, error) {
+func (s *rasterCrops) Read(i int, r crop.Rect) (imagefile.Image, error) {
 	im, err := s.rs.read(i, tile.Window{X: r.X, Y: r.Y, W: r.W, H: r.H})
 	if err != nil {
 		return im, &Error{Code: ExitInput, Err: fmt.Errorf("jobs: crops: %w", err)}
@@ -27,4 +27,4 @@ func (s *rasterCrops) read(i int, r crop.Rect) (imagefile.Image, error) {
 	return im, nil
 }
 
-func (s *rasterCrops) release(int) {}
+func (s *rasterCrops) Release(int) {}

@@ -19,6 +19,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/geoparquet"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
@@ -94,7 +95,7 @@ func mergeHeld(g tile.Grid, first int, h *heldRaster, iou float64) (merged []box
 // publishRaster writes raster i's outputs under OUT/rasters, each staged
 // and synced before any is renamed into place (a full disk publishes
 // none), the CSV last; then its done record.
-func publishRaster(out string, i int, r tileRaster, merged []box.Detection, windowDets int, crops *cropTable, labels box.LabelMap) error {
+func publishRaster(out string, i int, r tileRaster, merged []box.Detection, windowDets int, crops *cropstage.Table, labels box.LabelMap) error {
 	dir := filepath.Join(out, rastersDir)
 	var set []outdir.Staged
 	drop := func() {
@@ -197,7 +198,7 @@ func rasterCSV(out string, r tileRaster) string { return filepath.Join(out, rast
 
 // stageCombinedCSV stages predictions.csv: the header, then each
 // raster's CSV without its header, in raster order (never all in memory).
-func stageCombinedCSV(out string, rasters []tileRaster, cs *cropSet) (outdir.Staged, error) {
+func stageCombinedCSV(out string, rasters []tileRaster, cs *cropstage.Set) (outdir.Staged, error) {
 	header := predictionsHeader(cs)
 	return outdir.Stage(out, "predictions.csv", func(w io.Writer) error {
 		if _, err := io.WriteString(w, header); err != nil {

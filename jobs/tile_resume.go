@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/wire"
@@ -64,18 +65,18 @@ func identifyRaster(path, file string) (rasterIdent, error) {
 // tileManifest is a tile run's OUT/manifest.json: a --resume continues
 // only when every field is the same now.
 type tileManifest struct {
-	Canopy           string            `json:"canopy"`
-	Command          string            `json:"command"`
-	Detector         string            `json:"detector"`
-	DetectorSettings map[string]string `json:"detector_settings"`
-	LabelDict        string            `json:"label_dict_sha256"`
-	Truth            string            `json:"truth_sha256,omitempty"`
-	PatchSize        int               `json:"patch_size"`
-	PatchOverlap     float64           `json:"patch_overlap"`
-	IoU              float64           `json:"tile_iou"`
-	SkipEmpty        bool              `json:"skip_empty"`
-	CropModels       CropConfig        `json:"crop_models"`
-	Rasters          []rasterIdent     `json:"rasters"`
+	Canopy           string               `json:"canopy"`
+	Command          string               `json:"command"`
+	Detector         string               `json:"detector"`
+	DetectorSettings map[string]string    `json:"detector_settings"`
+	LabelDict        string               `json:"label_dict_sha256"`
+	Truth            string               `json:"truth_sha256,omitempty"`
+	PatchSize        int                  `json:"patch_size"`
+	PatchOverlap     float64              `json:"patch_overlap"`
+	IoU              float64              `json:"tile_iou"`
+	SkipEmpty        bool                 `json:"skip_empty"`
+	CropModels       cropstage.CropConfig `json:"crop_models"`
+	Rasters          []rasterIdent        `json:"rasters"`
 }
 
 // diff names every difference between the run to resume (m) and now (o);

@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
@@ -173,7 +174,7 @@ type tileRun struct {
 	ix      tileIndex
 	rasters []tileRaster
 	labels  box.LabelMap
-	crops   *cropSet // --crop-model (nil: none)
+	crops   *cropstage.Set // --crop-model (nil: none)
 	det     infer.Detector
 	model   *modelsel.Model
 	global  bool // whole global batches (the cuDNN path)
@@ -509,14 +510,14 @@ func (t *tileRun) flush(ctx context.Context, touched map[int]bool) error {
 		delete(t.held, r)
 	}
 	t.merge += time.Since(tm)
-	var table *cropTable
+	var table *cropstage.Table
 	if t.crops != nil && len(complete) > 0 {
 		var err error
 		if table, err = t.classify(ctx, complete, merged); err != nil {
 			return err
 		}
 		if t.cfg.Eval == nil { // predict drops zero-size boxes, as DeepForest
-			merged = table.dropZero(merged)
+			merged = table.DropZero(merged)
 		}
 	}
 	var werr error
@@ -524,9 +525,9 @@ func (t *tileRun) flush(ctx context.Context, touched map[int]bool) error {
 		if !t.owner(r) || werr != nil {
 			continue
 		}
-		var rows *cropTable
+		var rows *cropstage.Table
 		if table != nil {
-			rows = &cropTable{set: table.set, rows: [][][]cropResult{table.rows[k]}}
+			rows = &cropstage.Table{Set: table.Set, Rows: [][][]cropstage.Result{table.Rows[k]}}
 		}
 		werr = publishRaster(t.cfg.Out, r, t.rasters[r], merged[k], windowDets[k], rows, t.labels)
 	}
@@ -544,7 +545,7 @@ func (t *tileRun) flush(ctx context.Context, touched map[int]bool) error {
 // classify is the crop stage over the rasters completed in a round: the
 // owners' merged rows are shared (every rank then holds them, as
 // classifyCrops wants), their crops dealt to the ranks and gathered.
-func (t *tileRun) classify(ctx context.Context, complete []int, merged [][]box.Detection) (*cropTable, error) {
+func (t *tileRun) classify(ctx context.Context, complete []int, merged [][]box.Detection) (*cropstage.Table, error) {
 	tc := time.Now()
 	defer func() { t.crop += time.Since(tc) }()
 	var mine []wire.Image
@@ -573,9 +574,9 @@ func (t *tileRun) classify(ctx context.Context, complete []int, merged [][]box.D
 			merged[im.Index] = im.Dets
 		}
 	}
-	before := t.crops.stats.Classified
-	table, err := classifyCrops(ctx, t.c, t.crops, &roundCrops{rs: t.rs, rasters: t.rasters, ids: complete}, merged)
-	t.crops.stats.Classified += before // classifyCrops counts one call's
+	before := t.crops.Stats.Classified
+	table, err := cropstage.Classify(ctx, t.c, t.crops, &roundCrops{rs: t.rs, rasters: t.rasters, ids: complete}, merged)
+	t.crops.Stats.Classified += before // classifyCrops counts one call's
 	return table, err
 }
 
@@ -587,16 +588,16 @@ type roundCrops struct {
 	ids     []int
 }
 
-func (s *roundCrops) open(k int) (int, int, error) {
+func (s *roundCrops) Open(k int) (int, int, error) {
 	r := s.rasters[s.ids[k]]
 	return r.Width, r.Height, nil
 }
 
-func (s *roundCrops) read(k int, r crop.Rect) (imagefile.Image, error) {
-	return (&rasterCrops{rs: s.rs, rasters: s.rasters}).read(s.ids[k], r)
+func (s *roundCrops) Read(k int, r crop.Rect) (imagefile.Image, error) {
+	return (&rasterCrops{rs: s.rs, rasters: s.rasters}).Read(s.ids[k], r)
 }
 
-func (s *roundCrops) release(int) {}
+func (s *roundCrops) Release(int) {}
 
 // progress is rank 0's line after a round: rasters published of all,
 // windows detected, windows per second and the ETA of the whole job.

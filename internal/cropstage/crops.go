@@ -1,4 +1,8 @@
-package jobs
+// Package cropstage is the crop models' stage (--crop-model) and eval-crops'
+// classifier: the models loaded and hash-checked on every rank, the job's
+// crops dealt, read, classified and gathered, and the crop columns of
+// predictions.csv.
+package cropstage
 
 import (
 	"cmp"
@@ -18,6 +22,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/plan"
@@ -57,8 +62,8 @@ func (cc CropConfig) labelDictFor(i int) string {
 	return cc.LabelDicts[i]
 }
 
-// cropModelInfo is report.json's record of one crop model.
-type cropModelInfo struct {
+// ModelInfo is report.json's record of one crop model.
+type ModelInfo struct {
 	Path       string         `json:"path"`
 	Dir        string         `json:"dir,omitempty"` // the Hugging Face cache's folder of an owner/name path
 	SHA256     string         `json:"sha256"`
@@ -68,14 +73,14 @@ type cropModelInfo struct {
 	LabelsFrom string         `json:"labels_from"`
 	LabelDict  *report.File   `json:"label_dict,omitempty"`
 	Columns    [2]string      `json:"columns"`
-	Transform  cropTransform  `json:"transform"`
+	Transform  Transform      `json:"transform"`
 	Config     []string       `json:"config_set,omitempty"`
 	DTypes     map[string]int `json:"dtypes"`
 	Device     string         `json:"device"`
 }
 
-// cropTransform is a crop model's transform as report.json records it.
-type cropTransform struct {
+// Transform is a crop model's transform as report.json records it.
+type Transform struct {
 	Resize      [2]int     `json:"resize"`
 	Normalize   bool       `json:"normalize"`
 	Mean        [3]float32 `json:"mean"`
@@ -85,8 +90,8 @@ type cropTransform struct {
 	Sum         string     `json:"sum_rule"`
 }
 
-// cropStats is report.json's "crops".
-type cropStats struct {
+// Stats is report.json's "crops".
+type Stats struct {
 	Classified int `json:"classified"`
 	// DroppedZeroSize counts the boxes of zero width or height, which
 	// DeepForest's _predict_crop_model_ drops (predict leaves their rows
@@ -96,29 +101,29 @@ type cropStats struct {
 	Seconds         float64 `json:"seconds"`
 }
 
-// cropSet is the job's loaded crop models.
-type cropSet struct {
+// Set is the job's loaded crop models.
+type Set struct {
 	models  []*crop.Model
-	info    []cropModelInfo
+	Info    []ModelInfo
 	workers int
-	stats   cropStats
+	Stats   Stats
 }
 
-// columns are the predictions' crop columns, in order.
-func (cs *cropSet) columns() []string {
+// Columns are the predictions' crop columns, in order.
+func (cs *Set) Columns() []string {
 	var out []string
-	for _, in := range cs.info {
+	for _, in := range cs.Info {
 		out = append(out, in.Columns[0], in.Columns[1])
 	}
 	return out
 }
 
-// openCropModels loads the crop models on every rank: rank 0 reads the
+// Open loads the crop models on every rank: rank 0 reads the
 // --crop-label-dict files and broadcasts them, every rank loads every
 // model (a loading error on any rank is one collective error, exit 4), and
 // each rank's weights must hash to rank 0's. threads is the rank's
 // compute threads (the classifier's workers).
-func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
+func Open(c mpi.Comm, cc CropConfig, threads int) (*Set, error) {
 	if len(cc.Models) == 0 {
 		return nil, nil
 	}
@@ -128,7 +133,7 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 		for _, p := range cc.LabelDicts {
 			b, err := confine.ReadNamedInput(p)
 			if err != nil {
-				pkt = append([]byte{byte(ExitInput)}, fmt.Sprintf("jobs: --crop-label-dict: %v", err)...)
+				pkt = append([]byte{byte(errkind.ExitInput)}, fmt.Sprintf("jobs: --crop-label-dict: %v", err)...)
 				break
 			}
 			fields = append(fields, b)
@@ -141,7 +146,7 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	cs := &cropSet{workers: max(threads, 1)}
+	cs := &Set{workers: max(threads, 1)}
 	var lerr error
 	for i, p := range cc.Models {
 		var opts crop.Options
@@ -153,7 +158,7 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 			}
 			lm, err := dataset.ParseLabelDict(name, dicts[k])
 			if err != nil {
-				lerr = &Error{Code: ExitInput, Err: err}
+				lerr = &errkind.Error{Code: errkind.ExitInput, Err: err}
 				break
 			}
 			opts.LabelDict, opts.Fallback = modelsel.LabelDictOf(lm), len(cc.LabelDicts) == 1 && len(cc.Models) > 1
@@ -170,7 +175,7 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 		}
 		m, err := crop.Load(cmp.Or(dir, p), opts)
 		if err != nil {
-			lerr = &Error{Code: ExitModel, Err: fmt.Errorf("jobs: --crop-model %s: %w", p, err)}
+			lerr = &errkind.Error{Code: errkind.ExitModel, Err: fmt.Errorf("jobs: --crop-model %s: %w", p, err)}
 			break
 		}
 		cs.models = append(cs.models, m)
@@ -179,12 +184,12 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 			cols = [2]string{"cropmodel_label_" + strconv.Itoa(i), "cropmodel_score_" + strconv.Itoa(i)}
 		}
 		t := m.Transform
-		cs.info = append(cs.info, cropModelInfo{Path: p, Dir: dir, SHA256: m.SHA256, Form: m.Form, Arch: m.Arch(), Labels: m.Labels(),
+		cs.Info = append(cs.Info, ModelInfo{Path: p, Dir: dir, SHA256: m.SHA256, Form: m.Form, Arch: m.Arch(), Labels: m.Labels(),
 			LabelsFrom: m.LabelsFrom, LabelDict: file, Columns: cols, Config: m.Set, DTypes: m.DTypes, Device: "cpu",
-			Transform: cropTransform{Resize: t.Size, Normalize: t.Normalize, Mean: t.Mean, Std: t.Std, Expand: t.Expand,
+			Transform: Transform{Resize: t.Size, Normalize: t.Normalize, Mean: t.Mean, Std: t.Std, Expand: t.Expand,
 				Interpolate: "bilinear, antialiased (torch _upsample_bilinear2d_aa)", Sum: sumRule(t)}})
 	}
-	if err := collective.AgreeErr(c, ExitModel, lerr); err != nil {
+	if err := collective.AgreeErr(c, errkind.ExitModel, lerr); err != nil {
 		return nil, err
 	}
 	// Every rank must have read the same weights as rank 0.
@@ -194,16 +199,16 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 	}
 	d0, err := c.Bcast(digests, 0)
 	if err != nil {
-		return nil, localErr(ExitMPI, "jobs: broadcast crop model digests: %w", err)
+		return nil, errkind.Local(errkind.ExitMPI, "jobs: broadcast crop model digests: %w", err)
 	}
 	var derr error
 	if string(d0) != string(digests) {
 		derr = fmt.Errorf("jobs: rank %d on %s reads other crop model weights than rank 0 (sha256 differ): every rank must see the same --crop-model files", c.Rank(), c.Host())
 	}
-	if err := collective.AgreeErr(c, ExitModel, derr); err != nil {
+	if err := collective.AgreeErr(c, errkind.ExitModel, derr); err != nil {
 		return nil, err
 	}
-	cs.stats.Workers = cs.workers
+	cs.Stats.Workers = cs.workers
 	return cs, nil
 }
 
@@ -217,50 +222,50 @@ func sumRule(t crop.Transform) string {
 // cropItem is one box to classify: image (or raster) img, detection det.
 type cropItem struct{ img, det int }
 
-// cropSource reads the crops of one image: its size, and a window's
+// Source reads the crops of one image: its size, and a window's
 // pixels (imagefile's planes, k/255).
-type cropSource interface {
-	open(img int) (w, h int, err error)
-	read(img int, r crop.Rect) (imagefile.Image, error)
-	release(img int)
+type Source interface {
+	Open(img int) (w, h int, err error)
+	Read(img int, r crop.Rect) (imagefile.Image, error)
+	Release(img int)
 }
 
-// cropResult is one crop's class index and score, per model.
-type cropResult struct {
-	label int32
-	score float32
+// Result is one crop's class index and score, per model.
+type Result struct {
+	Label int32
+	Score float32
 }
 
-// cropTable is the stage's result: for image i, detection j, model k,
+// Table is the stage's result: for image i, detection j, model k,
 // rows[i][j][k]; rows[i][j] is nil for a dropped (zero-size) box.
-type cropTable struct {
-	set  *cropSet
-	rows [][][]cropResult
+type Table struct {
+	Set  *Set
+	Rows [][][]Result
 }
 
 // cropBatch is how many crops a rank reads and classifies at once (memory
 // bound; the results do not depend on it).
 const cropBatch = 64
 
-// classifyCrops is the crop stage on every rank (a collective: every rank
+// Classify is the crop stage on every rank (a collective: every rank
 // calls it with the same merged detections).
-func classifyCrops(ctx context.Context, c mpi.Comm, cs *cropSet, src cropSource, dets [][]box.Detection) (*cropTable, error) {
-	t := &cropTable{set: cs, rows: make([][][]cropResult, len(dets))}
+func Classify(ctx context.Context, c mpi.Comm, cs *Set, src Source, dets [][]box.Detection) (*Table, error) {
+	t := &Table{Set: cs, Rows: make([][][]Result, len(dets))}
 	var items []cropItem
 	for i, ds := range dets {
-		t.rows[i] = make([][]cropResult, len(ds))
+		t.Rows[i] = make([][]Result, len(ds))
 		for j, d := range ds {
 			if crop.ZeroSize(d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax) {
-				cs.stats.DroppedZeroSize++
+				cs.Stats.DroppedZeroSize++
 				continue
 			}
 			items = append(items, cropItem{i, j})
 		}
 	}
-	cs.stats.Classified = len(items)
+	cs.Stats.Classified = len(items)
 	p, err := plan.Blocks(len(items), c.Size())
 	if err != nil {
-		return nil, collectiveErr(ExitInternal, "jobs: %w", err)
+		return nil, errkind.Collective(errkind.ExitInternal, "jobs: %w", err)
 	}
 	shard := p.Shards[c.Rank()]
 	nm := len(cs.models)
@@ -277,16 +282,16 @@ func classifyCrops(ctx context.Context, c mpi.Comm, cs *cropSet, src cropSource,
 				crops := make([]imagefile.Image, 0, hi-lo)
 				for _, g := range shard[lo:hi] {
 					it := items[g]
-					w, h, err := src.open(it.img)
+					w, h, err := src.Open(it.img)
 					if err != nil {
 						return err
 					}
 					b := dets[it.img][it.det].Box
 					r, err := crop.Window(b.Xmin, b.Ymin, b.Xmax, b.Ymax, m.Transform.Expand, w, h)
 					if err != nil {
-						return &Error{Code: ExitInput, Err: fmt.Errorf("jobs: crop of detection %d of image %d: %w", it.det, it.img, err)}
+						return &errkind.Error{Code: errkind.ExitInput, Err: fmt.Errorf("jobs: crop of detection %d of image %d: %w", it.det, it.img, err)}
 					}
-					im, err := src.read(it.img, r)
+					im, err := src.Read(it.img, r)
 					if err != nil {
 						return err
 					}
@@ -307,48 +312,48 @@ func classifyCrops(ctx context.Context, c mpi.Comm, cs *cropSet, src cropSource,
 			if hi < len(shard) {
 				for _, g := range shard[lo:hi] {
 					if items[g].img != items[shard[hi]].img {
-						src.release(items[g].img)
+						src.Release(items[g].img)
 					}
 				}
 			}
 		}
 		return nil
 	}()
-	if lerr != nil && !errors.As(lerr, new(*Error)) {
-		lerr = &Error{Code: ExitInput, Err: lerr}
+	if lerr != nil && !errors.As(lerr, new(*errkind.Error)) {
+		lerr = &errkind.Error{Code: errkind.ExitInput, Err: lerr}
 	}
-	if err := collective.AgreeErr(c, ExitInput, lerr); err != nil {
+	if err := collective.AgreeErr(c, errkind.ExitInput, lerr); err != nil {
 		return nil, err
 	}
 	all, err := mpi.AllgatherBytes(c, mine)
 	if err != nil {
-		return nil, localErr(ExitMPI, "jobs: gather crop results: %w", err)
+		return nil, errkind.Local(errkind.ExitMPI, "jobs: gather crop results: %w", err)
 	}
 	var flat []byte
 	for _, b := range all {
 		flat = append(flat, b...)
 	}
 	if len(flat) != 8*nm*len(items) {
-		return nil, collectiveErr(ExitInternal, "jobs: gathered %d bytes of crop results, want %d", len(flat), 8*nm*len(items))
+		return nil, errkind.Collective(errkind.ExitInternal, "jobs: gathered %d bytes of crop results, want %d", len(flat), 8*nm*len(items))
 	}
 	for g, it := range items {
-		r := make([]cropResult, nm)
+		r := make([]Result, nm)
 		for k := range r {
 			o := 8 * (g*nm + k)
-			r[k] = cropResult{label: int32(binary.LittleEndian.Uint32(flat[o:])), score: math.Float32frombits(binary.LittleEndian.Uint32(flat[o+4:]))}
-			if r[k].label < 0 || int(r[k].label) >= len(cs.models[k].Labels()) {
-				return nil, collectiveErr(ExitInternal, "jobs: crop result %d: class %d of %d", g, r[k].label, len(cs.models[k].Labels()))
+			r[k] = Result{Label: int32(binary.LittleEndian.Uint32(flat[o:])), Score: math.Float32frombits(binary.LittleEndian.Uint32(flat[o+4:]))}
+			if r[k].Label < 0 || int(r[k].Label) >= len(cs.models[k].Labels()) {
+				return nil, errkind.Collective(errkind.ExitInternal, "jobs: crop result %d: class %d of %d", g, r[k].Label, len(cs.models[k].Labels()))
 			}
 		}
-		t.rows[it.img][it.det] = r
+		t.Rows[it.img][it.det] = r
 	}
 	return t, nil
 }
 
-// defaultCropWorkers is the classifier's workers when no detector says
+// DefaultWorkers is the classifier's workers when no detector says
 // (eval --predictions): --threads, else the rank's share of the cores, as
 // the detector's default.
-func defaultCropWorkers(threads, localRanks int) int {
+func DefaultWorkers(threads, localRanks int) int {
 	if threads > 0 {
 		return threads
 	}
@@ -368,63 +373,63 @@ type imageCrops struct {
 	open_   map[int]imagefile.Image
 }
 
-func newImageCrops(root string, paths []string, outside bool) *imageCrops {
+func NewImageCrops(root string, paths []string, outside bool) *imageCrops {
 	return &imageCrops{root: root, paths: paths, outside: outside, conf: confine.New(root), open_: map[int]imagefile.Image{}}
 }
 
-func (s *imageCrops) open(i int) (int, int, error) {
+func (s *imageCrops) Open(i int) (int, int, error) {
 	if im, ok := s.open_[i]; ok {
 		return im.W, im.H, nil
 	}
 	if !s.outside {
 		if err := s.conf.Check(s.paths[i]); err != nil {
-			return 0, 0, &Error{Code: ExitInput, Err: err}
+			return 0, 0, &errkind.Error{Code: errkind.ExitInput, Err: err}
 		}
 	}
 	im, err := imagefile.Read(confine.ImageFile(s.root, s.paths[i]))
 	if err != nil {
-		return 0, 0, &Error{Code: ExitInput, Err: fmt.Errorf("jobs: crops: %w", err)}
+		return 0, 0, &errkind.Error{Code: errkind.ExitInput, Err: fmt.Errorf("jobs: crops: %w", err)}
 	}
 	s.open_[i] = im
 	return im.W, im.H, nil
 }
 
-func (s *imageCrops) read(i int, r crop.Rect) (imagefile.Image, error) {
+func (s *imageCrops) Read(i int, r crop.Rect) (imagefile.Image, error) {
 	return crop.Cut(s.open_[i], r), nil
 }
 
-func (s *imageCrops) release(i int) { delete(s.open_, i) }
+func (s *imageCrops) Release(i int) { delete(s.open_, i) }
 
-// dropZero leaves out the boxes the stage dropped (zero width or
+// DropZero leaves out the boxes the stage dropped (zero width or
 // height), from dets and from the table, as DeepForest's predictions do
 // (predict and predict --tile; eval keeps them for its metrics, with empty
 // crop cells).
-func (t *cropTable) dropZero(dets [][]box.Detection) [][]box.Detection {
+func (t *Table) DropZero(dets [][]box.Detection) [][]box.Detection {
 	out := make([][]box.Detection, len(dets))
 	for i, ds := range dets {
-		var rows [][]cropResult
+		var rows [][]Result
 		for j, d := range ds {
-			if t.rows[i][j] != nil {
+			if t.Rows[i][j] != nil {
 				out[i] = append(out[i], d)
-				rows = append(rows, t.rows[i][j])
+				rows = append(rows, t.Rows[i][j])
 			}
 		}
-		t.rows[i] = rows
+		t.Rows[i] = rows
 	}
 	return out
 }
 
-// appendCells appends ",label,score" per model for row j of image i
+// AppendCells appends ",label,score" per model for row j of image i
 // (empty cells for a dropped box).
-func (t *cropTable) appendCells(line []byte, i, j int) []byte {
-	r := t.rows[i][j]
-	for k, m := range t.set.models {
+func (t *Table) AppendCells(line []byte, i, j int) []byte {
+	r := t.Rows[i][j]
+	for k, m := range t.Set.models {
 		if r == nil {
 			line = append(line, ',', ',')
 			continue
 		}
-		line = append(append(line, ','), csvField(m.Labels()[r[k].label])...)
-		line = report.AppendFloat(append(line, ','), float64(r[k].score))
+		line = append(append(line, ','), dataset.CSVField(m.Labels()[r[k].Label])...)
+		line = report.AppendFloat(append(line, ','), float64(r[k].Score))
 	}
 	return line
 }

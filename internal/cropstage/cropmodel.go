@@ -1,4 +1,4 @@
-package jobs
+package cropstage
 
 import (
 	"context"
@@ -8,27 +8,27 @@ import (
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
-// openCropModel loads eval-crops' crop model (--crop-model) on every rank
+// OpenOne loads eval-crops' crop model (--crop-model) on every rank
 // as predict's crop stage loads its models (openCropModels: one
 // collective error, every rank's weights rank 0's) and classifies with its
 // runner: threads workers (default: the rank's share of the cores).
-func openCropModel(c mpi.Comm, path, labelDict string, threads int) (cropClassifier, error) {
+func OpenOne(c mpi.Comm, path, labelDict string, threads int) (Classifier, error) {
 	cc := CropConfig{Models: []string{path}}
 	if labelDict != "" {
 		cc.LabelDicts = []string{labelDict}
 	}
-	cs, err := openCropModels(c, cc, defaultCropWorkers(threads, c.LocalSize()))
+	cs, err := Open(c, cc, DefaultWorkers(threads, c.LocalSize()))
 	if err != nil {
 		return nil, err
 	}
 	m := cs.models[0]
-	return &oneCropModel{m: m, info: cs.info[0], run: crop.NewRunner(m.Net(), cs.workers)}, nil
+	return &oneCropModel{m: m, info: cs.Info[0], run: crop.NewRunner(m.Net(), cs.workers)}, nil
 }
 
 // oneCropModel is a loaded crop model as eval-crops uses it.
 type oneCropModel struct {
 	m    *crop.Model
-	info cropModelInfo
+	info ModelInfo
 	run  *crop.Runner
 }
 
@@ -52,8 +52,8 @@ func (o *oneCropModel) Classify(ctx context.Context, crops []imagefile.Image) ([
 	return logits, scores, nil
 }
 
-// cropClassifier is what eval-crops needs of a crop model.
-type cropClassifier interface {
+// Classifier is what eval-crops needs of a crop model.
+type Classifier interface {
 	// Labels are the class names by index.
 	Labels() []string
 	// Classify classifies raw crops (imagefile's layout), in order: for
