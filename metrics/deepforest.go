@@ -277,7 +277,11 @@ func PyFloatRepr(v float64) string {
 
 // matchImage is DeepForest's match_polygons for one image: the assignment
 // that maximises total intersection area, one row per truth box (Match
-// left false: the threshold applies in the reduction).
+// left false: the threshold applies in the reduction). DeepForest
+// solves it with scipy on the dense truth × prediction matrix; canopy gives
+// scipy's answer, ties and zero-overlap pairs included, from the
+// overlapping pairs alone (AssignSparseMax), so memory grows with the boxes
+// and the overlaps, not their product.
 func matchImage(img int, truth []box.Truth, dets []box.Detection) ([]Match, error) {
 	rows := make([]Match, len(truth))
 	for t := range truth {
@@ -286,14 +290,7 @@ func matchImage(img int, truth []box.Truth, dets []box.Detection) ([]Match, erro
 	if len(dets) == 0 {
 		return rows, nil
 	}
-	nt, np := len(truth), len(dets)
-	inter := make([]float64, nt*np)
-	for t := range truth {
-		for p := range dets {
-			inter[t*np+p] = Intersection(truth[t].Box, dets[p].Box)
-		}
-	}
-	col, err := Assign(inter, nt, np, true)
+	col, err := AssignSparseMax(len(truth), len(dets), overlapEntries(truth, dets))
 	if err != nil {
 		return nil, err
 	}
@@ -305,9 +302,26 @@ func matchImage(img int, truth []box.Truth, dets []box.Detection) ([]Match, erro
 		r.PredID = p
 		r.Score = dets[p].Score
 		r.PredLabel = dets[p].Label
-		r.IoU = iouFrom(inter[t*np+p], truth[t].Box, dets[p].Box)
+		r.IoU = IoU(truth[t].Box, dets[p].Box)
 	}
 	return rows, nil
+}
+
+// overlapEntries lists the truth × detection pairs of positive
+// intersection area (row: truth index, column: detection index).
+func overlapEntries(truth []box.Truth, dets []box.Detection) []Entry {
+	db := make([]box.Box, len(dets))
+	for k, d := range dets {
+		db[k] = d.Box
+	}
+	ix := newOverlapIndex(db)
+	var es []Entry
+	for t := range truth {
+		ix.each(db, truth[t].Box, func(k int, area float64) {
+			es = append(es, Entry{Row: t, Col: k, Value: area})
+		})
+	}
+	return es
 }
 
 // Intersection is the area of the overlap of a and b (0 when they only
