@@ -232,4 +232,3 @@ func TestGeometryPointValidationAsDeepForest(t *testing.T) {
 		}
 	}
 }
-

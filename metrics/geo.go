@@ -218,9 +218,11 @@ func matchPoints(img int, truth, preds []box.Geo, thr float64) ([]GeoMatch, erro
 
 // matchPolygons is DeepForest's match_polygons: the assignment that
 // maximises the total intersection area over every truth × prediction pair
-// (0 where they do not intersect), IoU = intersection / union of the pair
-// assigned (0 when they do not intersect). Pairs whose envelopes do not
-// touch are not asked of GEOS: they cannot intersect.
+// (0 where they do not intersect: the sparse solver assigns as scipy does
+// on the dense matrix, zero pairs included, in O(n + m + overlapping
+// pairs) memory), IoU = intersection / union of the pair assigned (0 when
+// they do not intersect). Pairs whose envelopes do not touch are not asked
+// of GEOS: they cannot intersect.
 func matchPolygons(img int, truth, preds []box.Geo, thr float64, areas AreasFunc) ([]GeoMatch, error) {
 	if areas == nil {
 		return nil, fmt.Errorf("no polygon area backend (built with -tags nogeos?)")
@@ -230,9 +232,8 @@ func matchPolygons(img int, truth, preds []box.Geo, thr float64, areas AreasFunc
 		return nil, err
 	}
 	defer done()
-	nt, np := len(truth), len(preds)
 	tb, pb := shapeBounds(truth), shapeBounds(preds)
-	inter := make([]float64, nt*np)
+	var entries []Entry
 	for t := range truth {
 		for p := range preds {
 			if !envelopesMeet(tb[t], pb[p]) {
@@ -242,12 +243,12 @@ func matchPolygons(img int, truth, preds []box.Geo, thr float64, areas AreasFunc
 			if err != nil {
 				return nil, err
 			}
-			if ok {
-				inter[t*np+p] = v
+			if ok && v > 0 {
+				entries = append(entries, Entry{Row: t, Col: p, Value: v})
 			}
 		}
 	}
-	col, err := Assign(inter, nt, np, true)
+	col, err := AssignSparseMax(len(truth), len(preds), entries)
 	if err != nil {
 		return nil, err
 	}
