@@ -351,7 +351,11 @@ func overlapEntries(truth []box.Truth, dets []box.Detection) []Entry {
 		db[k] = d.Box
 	}
 	ix := newOverlapIndex(db)
-	var es []Entry
+	n := 0 // count first: the entries are allocated once, at their size
+	for t := range truth {
+		ix.each(db, truth[t].Box, func(int, float64) { n++ })
+	}
+	es := make([]Entry, 0, n)
 	for t := range truth {
 		ix.each(db, truth[t].Box, func(k int, area float64) {
 			es = append(es, Entry{Row: t, Col: k, Value: area})
