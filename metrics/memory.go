@@ -21,14 +21,15 @@ type MatchCost struct {
 // structures: per box, the implicit solver's per-column state (potentials,
 // assignment, per-search stamps, two ordered sets: about 80 B), the
 // overlap grid (at most 64 cells a box plus the cell table: 272 B), a match
-// row (64 B) and the IoU family's per-box share (rank, labels: 32 B); per
-// overlapping pair, the solver's entry and row storage (24 + 12 B) and the
-// IoU family's pair (12 B), image term and class term (16 + 16 B, twice:
-// the terms of all images grow by appending, and a slice being grown is
-// briefly held twice).
+// row in the record and in the result, which grows by appending (3 × 64 B),
+// and the IoU family's per-box share (rank, labels: 32 B); per overlapping
+// pair, the solver's entry and row storage (24 + 12 B), the IoU family's
+// pair (12 B) and record entry (24 B), and the reduction's image and class
+// terms (16 + 16 B, twice: they grow by appending, and a slice being grown
+// is briefly held twice).
 const (
-	matchBytesPerBox  = 80 + 272 + 64 + 32
-	matchBytesPerPair = 24 + 12 + 12 + 2*(16+16)
+	matchBytesPerBox  = 80 + 272 + 3*64 + 32
+	matchBytesPerPair = 24 + 12 + 12 + 24 + 2*(16+16)
 )
 
 // MatchMemory estimates the memory of the recall and IoU families over in

@@ -202,7 +202,7 @@ func TestMatchImageEqualsDense(t *testing.T) {
 		for k := range dets {
 			dets[k] = box.Detection{Box: pb[k], Score: float64(rng.IntN(4)) / 4, Label: int32(rng.IntN(2))}
 		}
-		rows, err := matchImage(trial, truth, dets, 0.4)
+		rows, err := matchImage(trial, truth, dets)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +225,7 @@ func TestMatchImageEqualsDense(t *testing.T) {
 			if r.PredID != col[i] {
 				t.Fatalf("trial %d truth %d: matched %d, dense scipy port %d", trial, i, r.PredID, col[i])
 			}
-			if r.PredID >= 0 && (r.IoU != IoU(tb[i], pb[r.PredID]) || r.Score != dets[r.PredID].Score || r.Match != (r.IoU > 0.4)) {
+			if r.PredID >= 0 && (r.IoU != IoU(tb[i], pb[r.PredID]) || r.Score != dets[r.PredID].Score || r.Match) {
 				t.Fatalf("trial %d truth %d: row %+v", trial, i, r)
 			}
 		}
