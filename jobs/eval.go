@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -269,11 +270,16 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if err := checkMetricsMemory(c, metricIn, fam, cfg.Model); err != nil {
 		return err
 	}
-	res, err := metrics.Compute(metricIn,
-		metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, fam, cfg.ClassMetrics)
+	matched, err := matchShard(shard, done, metricIn, c.Size(), c.Rank())
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
 	}
+	scored, err := scoreShard(c, metricIn, matched, shardmetrics.Config{
+		Options: metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, Families: fam, ClassMetrics: cfg.ClassMetrics}, &stats)
+	if err != nil {
+		return err
+	}
+	res := scored.Result
 	if model != nil {
 		res.Values = append(res.Values, lossValues(losses)...)
 	}
