@@ -48,7 +48,7 @@ type bigTileGolden struct {
 // canopy's a+b-inter).
 func TestBigTileEqualsDeepForest(t *testing.T) {
 	for _, n := range []int{6000, 20000} {
-		path := filepath.Join("..", "testdata", "golden", "deepforest", fmt.Sprintf("bigtile-%d.json", n))
+		path := filepath.Join("..", "testdata", "golden", "bigtile", fmt.Sprintf("deepforest-%d.json", n))
 		if _, err := os.Stat(path); os.IsNotExist(err) && n != 6000 {
 			continue // only the 6,000 case is required
 		}

@@ -10,7 +10,7 @@ Then, with DeepForest 1bad4419 on the path:
 
   PYTHONPATH=/tmp/deepforest/src /opt/canopy-peers/venv/bin/python \
     tools/deepforest/bigtile.py --dir bin/bigtile-6000 --crowns 6000 \
-    --out testdata/golden/deepforest/bigtile-6000.json
+    --out testdata/golden/bigtile/deepforest-6000.json
 
 reads the two CSVs as golden.py does (by header name, numbers by float()),
 runs deepforest.evaluate.evaluate_boxes(predictions, ground_df,
