@@ -36,6 +36,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.BoolFlag{Name: "strict", Usage: "make the input warnings errors (exit 3): no prediction joins the truth, over 10% of the predictions name no truth image, exact duplicate rows"},
 		}, modelFlags(), []cli.Flag{
 			&cli.Float64Flag{Name: "iou-threshold", Value: 0.4, Usage: "a truth box is matched when IoU is strictly greater than this, in [0, 1]"},
+			&cli.StringFlag{Name: "iou-sweep", Usage: "further IoU thresholds, comma-separated plain decimals in [0, 1] (e.g. 0.5,0.6,0.75; at most 64, none twice): the recall and iou families are also computed at each from the same matching, into report.json's metrics_by_iou_threshold; metrics, results.csv and the table stay at --iou-threshold; COCO has its own ten thresholds; a score threshold cannot be swept (it changes what is matched)"},
 			&cli.StringFlag{Name: "semantics", Value: "validation", Usage: "DeepForest definition of box recall/precision: validation (trainer.validate's RecallPrecision) or evaluate_boxes"},
 			&cli.StringFlag{Name: "metrics", Value: "all", Usage: "metric families, comma-separated: recall (DeepForest box recall/precision), iou (torchmetrics IntersectionOverUnion), coco (COCO mAP/mAR), or all"},
 			&cli.BoolFlag{Name: "class-metrics", Usage: "report map_per_class and mar_100_per_class as arrays by label id, and the ids as \"classes\" (else -1, as DeepForest logs them)"},
@@ -159,6 +160,11 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	}
 	if !(cfg.IoUThreshold >= 0 && cfg.IoUThreshold <= 1) {
 		return cfg, fmt.Errorf("eval: --iou-threshold %v is not in [0, 1]", cfg.IoUThreshold)
+	}
+	if c.IsSet("iou-sweep") {
+		if cfg.IoUSweep, err = metrics.ParseThresholds(c.String("iou-sweep")); err != nil {
+			return cfg, fmt.Errorf("eval: --iou-sweep: %w", err)
+		}
 	}
 	if cfg.BatchSize, err = batchSize(c); err != nil {
 		return cfg, fmt.Errorf("eval: %w", err)

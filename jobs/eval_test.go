@@ -234,3 +234,63 @@ func checkMetricStages(t *testing.T, out string, n int) {
 		t.Fatalf("np%d: the ranks matched %d images of %d (rank 1: %d)", n, sum, rep.Run.Coverage.Images, rep.Run.PerRank[1%n].MetricsImages)
 	}
 }
+
+// TestIoUSweepEqualsSeparateRuns: --iou-sweep reduces the one matching at
+// each further threshold; every entry of metrics_by_iou_threshold is the
+// metrics object of a separate run at that threshold (recall and iou
+// families) byte for byte, at np 1 and 3 under both semantics; the main
+// metrics and results.csv stay those of --iou-threshold.
+func TestIoUSweepEqualsSeparateRuns(t *testing.T) {
+	sweep := []float64{0.5, 0, 0.75}
+	for _, sem := range []metrics.Semantics{metrics.Validation, metrics.EvaluateBoxes} {
+		plainOut := t.TempDir()
+		plain := setCfg("multi", plainOut)
+		plain.Semantics = sem
+		if codes := runLocal(t, 1, plain); codes[0] != 0 {
+			t.Fatalf("codes %v", codes)
+		}
+		refMetrics, _ := reportMetrics(t, plainOut)
+		separate := make([][]byte, len(sweep))
+		for k, thr := range sweep {
+			out := t.TempDir()
+			cfg := setCfg("multi", out)
+			cfg.Semantics, cfg.IoUThreshold, cfg.Families = sem, thr, metrics.Recall|metrics.IoUMean
+			if codes := runLocal(t, 1, cfg); codes[0] != 0 {
+				t.Fatalf("codes %v", codes)
+			}
+			separate[k], _ = reportMetrics(t, out)
+		}
+		for _, n := range []int{1, 3} {
+			out := t.TempDir()
+			cfg := setCfg("multi", out)
+			cfg.Semantics, cfg.IoUSweep = sem, sweep
+			if codes := runLocal(t, n, cfg); codes[0] != 0 {
+				t.Fatalf("np%d: codes %v", n, codes)
+			}
+			var rep struct {
+				Metrics json.RawMessage `json:"metrics"`
+				Sweep   []struct {
+					IoU     float64         `json:"iou_threshold"`
+					Metrics json.RawMessage `json:"metrics"`
+				} `json:"metrics_by_iou_threshold"`
+			}
+			if err := json.Unmarshal(readOut(t, out, "report.json"), &rep); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(rep.Metrics, refMetrics) || !bytes.Equal(readOut(t, out, "results.csv"), readOut(t, plainOut, "results.csv")) {
+				t.Fatalf("%s np%d: the sweep changed the first threshold's metrics or results.csv", sem, n)
+			}
+			if len(rep.Sweep) != len(sweep) {
+				t.Fatalf("%s np%d: %d sweep entries", sem, n, len(rep.Sweep))
+			}
+			for k, e := range rep.Sweep {
+				if e.IoU != sweep[k] || !bytes.Equal(e.Metrics, separate[k]) {
+					t.Fatalf("%s np%d: entry %d (IoU %v)\n%s\ndiffers from a separate run at %v\n%s", sem, n, k, e.IoU, e.Metrics, sweep[k], separate[k])
+				}
+			}
+			if bytes.Equal(separate[0], separate[2]) {
+				t.Fatal("thresholds 0.5 and 0.75 give the same metrics: the test does not discriminate")
+			}
+		}
+	}
+}
