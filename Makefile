@@ -56,7 +56,7 @@ test: deps check-fmt check-tags check-cuda test-unit test-mpi
 check-tags:
 	$(GO) vet -tags nompi,noblas,nogdal ./...
 	$(GO) build -tags nompi,noblas,nogdal -o bin/canopy-nompi .
-	@if ldd bin/canopy-nompi | grep -E 'libmpi|openblas|libgdal'; then echo "nompi,noblas,nogdal binary links MPI, OpenBLAS or GDAL"; exit 1; fi
+	@if ldd bin/canopy-nompi | grep -E 'libmpi|openblas|libgdal|libgeos'; then echo "nompi,noblas,nogdal binary links MPI, OpenBLAS, GDAL or GEOS"; exit 1; fi
 	bin/canopy-nompi doctor | grep -q 'in-process, 1 rank'
 
 # The cuda build, two binaries (docs/design.md, "The cuda build without a

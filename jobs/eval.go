@@ -69,6 +69,12 @@ type EvalConfig struct {
 	HTML *htmlreport.Options
 	// COCOOut: rank 0 also writes the truth and the predictions as COCO JSON.
 	COCOOut bool
+	// Geometry forces the inputs' geometry (nil: detected, as DeepForest's
+	// determine_geometry_type; see dataset.CSVKind).
+	Geometry *box.Kind
+	// DistanceThreshold: a truth point is matched when its distance to the
+	// assigned prediction is below this (DeepForest's point.distance_threshold).
+	DistanceThreshold float64
 }
 
 // inputs is what rank 0 reads and broadcasts: the files' bytes, and for
@@ -103,6 +109,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	defer finishImagesRun(out, cfg.Out, &err)
 	if err != nil {
 		return err
+	}
+	if kind, err := inputKinds(cfg, in); err != nil {
+		return &Error{Code: ExitInput, Collective: true, Err: err}
+	} else if kind != box.KindBox {
+		return evalGeometry(c, cfg, in, out, kind)
 	}
 	truth, err := dataset.ParseTruthFile(cfg.CSV, in.csv)
 	if err != nil {

@@ -11,9 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/canopy-hpc/canopy/infer/modelfile"
-	"github.com/canopy-hpc/canopy/infer/nn"
-	"github.com/canopy-hpc/canopy/infer/safetensors"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 )
@@ -80,20 +77,7 @@ var fullModel struct {
 func loadFull(t testing.TB) *Model {
 	d := refDir(t)
 	fullModel.once.Do(func() {
-		ts, _, err := safetensors.Read(filepath.Join(d, "hub", "model.safetensors"))
-		if err != nil {
-			fullModel.err = err
-			return
-		}
-		w := nn.Weights{}
-		for k, v := range ts {
-			w[k] = nn.Tensor{Shape: v.Shape, Data: v.Data}
-		}
-		if w, err = modelfile.Normalize(w); err != nil {
-			fullModel.err = err
-			return
-		}
-		fullModel.m, fullModel.err = New(w, B3)
+		fullModel.m, _, _, fullModel.err = Load(filepath.Join(d, "hub"), nil)
 	})
 	if fullModel.err != nil {
 		t.Fatal(fullModel.err)
