@@ -79,7 +79,7 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 		given = labelDictOf(m)
 	}
 	cfg := points.Config{Model: model, RootDir: root, Out: c.String("out"), Force: c.Bool("force"), Tile: tiled,
-		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")},
+		Settings:  tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")},
 		LabelDict: given, Command: os.Args, Version: Version,
 		List: func() ([]string, error) {
 			switch {
