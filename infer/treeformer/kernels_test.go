@@ -160,10 +160,10 @@ func TestThreadsSameBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, w := 96, 64
-	rgb := testweights.Bytes("threads", h*w*3, 1)
+	im := imageOf(testweights.Bytes("threads", h*w*3, 1), h, w)
 	var maps [2][]float32
 	for i, th := range []int{1, 3} {
-		d, err := NewRunner(m, th).Forward(rgb, h, w)
+		d, err := NewRunner(m, th).Forward(im, whole(im))
 		if err != nil {
 			t.Fatal(err)
 		}
