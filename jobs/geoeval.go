@@ -30,7 +30,7 @@ import (
 // Truth and predictions of different geometry are an input error naming
 // both files.
 func inputKinds(cfg EvalConfig, in inputs) (box.Kind, error) {
-	if in.truthFolder || isVectorTruth(cfg.CSV) {
+	if in.truthFolder {
 		return box.KindBox, nil
 	}
 	switch strings.ToLower(filepath.Ext(cfg.CSV)) {
