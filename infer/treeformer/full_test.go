@@ -247,7 +247,7 @@ func BenchmarkWindow512(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric((nn.ProcessCPU() - c0).Seconds()/float64(b.N), "cpu-s/op")
+	b.ReportMetric((nn.ProcessCPU()-c0).Seconds()/float64(b.N), "cpu-s/op")
 }
 
 func benchThreads() int {
