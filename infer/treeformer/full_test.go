@@ -5,10 +5,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 )
@@ -225,4 +227,32 @@ func TestFullPredictEndToEnd(t *testing.T) {
 		pts[k] = WindowPoints(dm, DefaultPeaks)
 	}
 	check("tile", Mosaic(wins, pts, NMSDistance), refList(ref.Tile.Points))
+}
+
+// BenchmarkWindow512 is one 512² window of the full pvt_v2_b3 TreeFormer
+// (the reference's weights) on 2 workers: report CPU seconds per window
+// (cpu-s/op) beside wall time, as the machine is shared.
+func BenchmarkWindow512(b *testing.B) {
+	d := refDir(b)
+	m := loadFull(b)
+	im := readImage(b, filepath.Join(d, "img_0000.png"))
+	r := NewRunner(m, benchThreads())
+	if _, err := r.Forward(im, tile.Window{W: 512, H: 512}); err != nil { // warm
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	c0 := nn.ProcessCPU()
+	for i := 0; i < b.N; i++ {
+		if _, err := r.Forward(im, tile.Window{W: 512, H: 512}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric((nn.ProcessCPU()-c0).Seconds()/float64(b.N), "cpu-s/op")
+}
+
+func benchThreads() int {
+	if n, err := strconv.Atoi(os.Getenv("CANOPY_BENCH_THREADS")); err == nil && n > 0 {
+		return n
+	}
+	return 2
 }
