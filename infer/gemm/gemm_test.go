@@ -353,3 +353,16 @@ func TestResizeRowFMAClones(t *testing.T) {
 		t.Fatal("a tap at the row's width was accepted")
 	}
 }
+
+// TestForcedKernels: a forced path is the one that runs (make test-isa
+// forces each path the CPU runs; OpenBLAS ignores a kernel set it does not
+// know, or one this CPU cannot run, and would silently test the default).
+func TestForcedKernels(t *testing.T) {
+	if v := os.Getenv(SIMDEnv); v != "" && Kernels().String() != v {
+		t.Fatalf("%s=%s, but the %s clone runs", SIMDEnv, v, Kernels())
+	}
+	if v := os.Getenv("OPENBLAS_CORETYPE"); v != "" && os.Getenv(reexecEnv) == "" && Backend() == "openblas" && !strings.EqualFold(Core(), v) {
+		t.Fatalf("OPENBLAS_CORETYPE=%s, but OpenBLAS runs its %s kernels", v, Core())
+	}
+	t.Logf("%s SGEMM, %s kernels; C clone %s", Backend(), Core(), Kernels())
+}
