@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -65,6 +66,12 @@ type EvalConfig struct {
 	HTML *htmlreport.Options
 	// COCOOut: rank 0 also writes the truth and the predictions as COCO JSON.
 	COCOOut bool
+	// Geometry forces the inputs' geometry (nil: detected, as DeepForest's
+	// determine_geometry_type; see dataset.CSVKind).
+	Geometry *box.Kind
+	// DistanceThreshold: a truth point is matched when its distance to the
+	// assigned prediction is below this (DeepForest's point.distance_threshold).
+	DistanceThreshold float64
 }
 
 // inputs is what rank 0 reads and broadcasts: the files' bytes, and for
@@ -99,6 +106,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	defer finishImagesRun(out, cfg.Out, &err)
 	if err != nil {
 		return err
+	}
+	if kind, err := inputKinds(cfg, in); err != nil {
+		return &Error{Code: ExitInput, Collective: true, Err: err}
+	} else if kind != box.KindBox {
+		return evalGeometry(c, cfg, in, out, kind)
 	}
 	truth, err := dataset.ParseTruthFile(cfg.CSV, in.csv)
 	if err != nil {
@@ -269,11 +281,16 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if err := checkMetricsMemory(c, metricIn, fam, cfg.Model); err != nil {
 		return err
 	}
-	res, err := metrics.Compute(metricIn,
-		metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, fam, cfg.ClassMetrics)
+	matched, err := matchShard(shard, done, metricIn, c.Size(), c.Rank())
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
 	}
+	scored, err := scoreShard(c, metricIn, matched, shardmetrics.Config{
+		Options: metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, Families: fam, ClassMetrics: cfg.ClassMetrics}, &stats)
+	if err != nil {
+		return err
+	}
+	res := scored.Result
 	if model != nil {
 		res.Values = append(res.Values, lossValues(losses)...)
 	}

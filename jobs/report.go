@@ -65,6 +65,12 @@ type runInfo struct {
 	// CropModels and Crops: the --crop-model stage, when given.
 	CropModels []cropModelInfo `json:"crop_models,omitempty"`
 	Crops      *cropStats      `json:"crops,omitempty"`
+	// Geometry: "point" or "polygon" for those inputs (boxes: absent);
+	// DistanceThreshold the points' match distance; GEOS the version of
+	// the library that computed the polygon areas.
+	Geometry          string  `json:"geometry,omitempty"`
+	DistanceThreshold float64 `json:"distance_threshold,omitempty"`
+	GEOS              string  `json:"geos,omitempty"`
 }
 
 // resumeInfo tells how much of the run came from part files of earlier

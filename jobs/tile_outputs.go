@@ -19,6 +19,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/geoparquet"
+	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -362,11 +363,24 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 		if fam == 0 {
 			fam = metrics.All
 		}
-		var err error
-		if res2, err = metrics.Compute(metrics.Input{Images: images, Dets: merged, Labels: labels},
-			metrics.Options{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics}, fam, cfg.Eval.ClassMetrics); err != nil {
+		tm := time.Now()
+		mIn := metrics.Input{Images: images, Dets: merged, Labels: labels}
+		costs := make([]int64, len(images))
+		for i := range costs {
+			costs[i] = shardmetrics.Cost(mIn, i)
+		}
+		split, err := shardmetrics.Shards(costs, c.Size())
+		if err != nil {
 			return collective(ExitInternal, "jobs: %w", err)
 		}
+		scored, err := scoreShard(c, mIn, split[c.Rank()], shardmetrics.Config{
+			Options:  metrics.Options{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics},
+			Families: fam, ClassMetrics: cfg.Eval.ClassMetrics}, run.stats)
+		if err != nil {
+			return err
+		}
+		res2 = scored.Result
+		run.stats.Seconds["metrics"] = since(tm)
 		metricJSON = MetricsJSON(res2.Values)
 		if err := agree(c, metricJSON); err != nil {
 			return err
