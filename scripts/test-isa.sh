@@ -18,9 +18,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 TAGS=${TAGS:-}
-RUN_RN='^(TestKernelsMatchCPU|TestGPUEngineMatchesCPU|TestCUDNNLayersMatchCPU|TestCUDNNEngineMatchesCPU|TestWinoCoef)$'
-RUN_CPU='^(TestWinogradMatchesDirect)$'
-RUN_GEMM='^(TestForcedKernels|TestWinoMatchesGo)$'
+RUN_RN='^(TestKernelsMatchCPU|TestGPUEngineMatchesCPU|TestCUDNNLayersMatchCPU|TestCUDNNEngineMatchesCPU)$'
+RUN_CPU='^(TestWinogradMatchesDirect|TestWinogradBoundCatchesPlantedBugs)$'
+RUN_GEMM='^(TestForcedKernels|TestAgainstNaive|TestWinoMatchesGo)$'
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
 has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
 

@@ -11,271 +11,44 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+	"github.com/canopy-hpc/canopy/internal/testsupport/bound"
 )
 
-// The parity tests' tolerances, derived from the arithmetic of each side
-// (docs/testing.md, "Tolerances").
+// The network parity tests (TestGPUEngineMatchesCPU,
+// TestCUDNNEngineMatchesCPU) hold every layer to the one-layer bound of
+// internal/testsupport/bound, derived from each side's arithmetic.
 //
-// One layer. Each side's output is within its own bound of the exact
-// result of the input that side holds, so two sides holding inputs x_A
-// and x_B differ by at most
-//
-//	|ŷ_A − ŷ_B| ≤ |W|·|x_A − x_B| + |res_A − res_B| + e_A + e_B,
-//	e_s = c_s·(Σ_s|terms|) (+ u_store·|ŷ_s| where the side stores BF16),
-//
-// per element, whatever order each side sums in (ReLU and max-pool are
-// 1-Lipschitz, so they keep the bound):
-//
-//   - direct convolution (im2col + SGEMM of any blocking: OpenBLAS's
-//     kernels of any ISA, gonum's under -tags noblas; the GPU engine's
-//     fmaf chain; the fake cuDNN): a dot product of K = in·kh·kw terms
-//     plus the bias and the residual, K+2 terms, so (Higham, Accuracy and
-//     Stability of Numerical Algorithms, 3.5) c = γ_{K+2}, Σ|terms| =
-//     Σ|w|·|x| + |b| + |res|; with the operands rounded to TF32 (or the
-//     filters to BF16) first, c = (1+u_x)(1+u_w)(1+γ_{K+2}) − 1.
-//   - Winograd (the CPU engine's 3×3/1 layers, cpu.UseWinograd): every
-//     term passes through the input transform (kernels_body.h: 3 rounded
-//     operations per pass, two passes, for F(4×4,3×3); 1 per pass for
-//     F(2×2,3×3)), the filter transform (float64, rounded once), the
-//     channel dot product (in terms), the output transform (3 per pass
-//     F(4×4), 2 per pass F(2×2)) and the bias and residual adds:
-//     c = γ_{in+15} (F(4×4)) or γ_{in+9} (F(2×2)), relative not to
-//     Σ|w||x| but to the same product with every transform matrix replaced
-//     by its absolute value, |Aᵀ|[Σ_c (|G||g_c||Gᵀ|) ⊙ (|Bᵀ||d_c||B|)]|A|
-//     (winoAbs: F(4×4)'s ±5 and ±8 make it up to several times Σ|w||x|,
-//     which the old fixed 5e-5 "Winograd" tolerance stood for).
-//
-// The whole network. The same bound carried through every layer
-// (|W|·e_in from each layer's input error) is rigorous but useless: |W|
-// ignores the signs that make the errors cancel, and it grows by about
-// Σ|w| ≈ 0.8·√K per layer, 10²⁶ times the activations at P3 on
-// smallModel. A probabilistic bound (independent roundings, variances
-// through W²) is 2–4% of the mean |x| at the pyramid levels: 2000 times
-// the measured difference, and blind to a swapped pair of weights in
-// layer1 or layer3 (measured: 0.35 and 0.06 of that bound). So the
-// network tests compare the right quantity instead: pairRun runs the
-// network on both engines at once, each on its own inputs, and holds
-// every layer's output to the one-layer bound above, given the inputs
-// each side actually holds; then each runner's pyramid levels must be
-// the bits of its side of pairRun. A swapped weight, a layout mistake, a
-// missing ReLU or residual is then O(|y|) at one layer, against a bound of
-// about γ_K of Σ|terms|.
+// The same bound carried through the whole network (|W|·e_in from each
+// layer's input error) is rigorous but useless: |W| ignores the signs that
+// make the errors cancel, and it grows by about Σ|w| ≈ 0.8·√K per layer,
+// 10²⁶ times the activations at P3 on smallModel. A probabilistic bound
+// (independent roundings, variances through W²) is 2–4% of the mean |x|
+// at the pyramid levels: 2000 times the measured difference, and blind to
+// a swapped pair of weights in layer1 or layer3 (measured: 0.35 and 0.06
+// of that bound). So the tests compare the right quantity instead:
+// pairRun runs the network on both engines at once, each on its own
+// inputs, and holds every layer's output to the one-layer bound, given the
+// inputs each side actually holds; then each runner's pyramid levels must
+// be the bits of its side of pairRun. A swapped weight, a layout mistake,
+// a missing ReLU or residual is then O(|y|) at one layer, against a bound
+// of about γ_K of Σ|terms|.
 
-// side is one engine's arithmetic as the bound sees it.
-type side struct {
-	name   string
-	wino   bool    // cpu.UseWinograd layers run as Winograd (the CPU engine)
-	uX, uW float64 // activations, filters (and bias) rounded before the products
-	uStore float64 // every stored value rounded (BF16 data)
+// cpuTile is the CPU engine's Winograd tile of a layer (0: im2col).
+func cpuTile(c *nn.Conv) int {
+	if cpu.UseWinograd(c) {
+		return cpu.WinoTile(c)
+	}
+	return 0
 }
 
 var (
-	sideCPU  = side{name: "cpu", wino: true}
-	sideFP32 = side{name: "fp32"}                                     // GPU exact kernels, cuDNN FP32
-	sideTF32 = side{name: "tf32", uX: approx.UTF32, uW: approx.UTF32} // GPU kernel-tf32, cuDNN TF32
+	sideCPU  = bound.Side{Name: "cpu", Tile: cpuTile}
+	sideFP32 = bound.Side{Name: "fp32"}                                     // GPU exact kernels, cuDNN FP32
+	sideTF32 = bound.Side{Name: "tf32", UX: approx.UTF32, UW: approx.UTF32} // GPU kernel-tf32, cuDNN TF32
 	// sideBF16 is cuDNN BF16: BF16 data (every output stored rounded) and
 	// filters, products exact in FP32 (8+8 significand bits), FP32 sums.
-	sideBF16 = side{name: "bf16", uW: approx.UBF16, uStore: approx.UBF16}
+	sideBF16 = bound.Side{Name: "bf16", UW: approx.UBF16, UStore: approx.UBF16}
 )
-
-// convBound is c_s of side sd for convolution c, and its Winograd tile (0:
-// direct).
-func (sd side) convBound(c *nn.Conv) (cs float64, tile int) {
-	n := c.In*c.KH*c.KW + 2 // K products, the bias, the residual
-	if sd.wino && cpu.UseWinograd(c) {
-		tile = cpu.WinoTile(c)
-		n = c.In + 15 // F(4×4): 6 (input) + 1 (filter) + in (dot) + 6 (output) + 2 (bias, residual)
-		if tile == 2 {
-			n = c.In + 9 // F(2×2): 2 + 1 + in + 4 + 2
-		}
-	}
-	return approx.Chain(sd.uX, sd.uW, approx.Gamma32(n)), tile
-}
-
-// ConvBound is the one-layer bound on |ŷ_A − ŷ_B| for sides a and b
-// holding inputs xa, xb (and residuals ra, rb, or nil), yb side b's
-// output (for its storage rounding). Every part but the Winograd one is
-// |W| applied to something, so it takes one float64 convolution of
-// |Δx| + c_a·|x_a| + c_b·|x_b| (two with a Winograd side).
-func convBound(c *nn.Conv, h, w int, a, b side, xa, xb, ra, rb, yb []float32) []float64 {
-	ca, tileA := a.convBound(c)
-	cb, tileB := b.convBound(c)
-	if tileB != 0 {
-		panic("convBound: side b runs Winograd; put it first")
-	}
-	in := make([]float64, len(xa))
-	for i := range xa {
-		va, vb := float64(xa[i]), float64(xb[i])
-		in[i] = math.Abs(va-vb) + cb*math.Abs(vb)
-		if tileA == 0 {
-			in[i] += ca * math.Abs(va)
-		}
-	}
-	bound := conv64(c, in, h, w, absW)
-	if tileA != 0 {
-		for i := range in {
-			in[i] = math.Abs(float64(xa[i]))
-		}
-		addScaled(bound, ca, winoAbs(c, in, h, w, tileA))
-	}
-	hw := len(bound) / c.Out
-	for i := range bound {
-		bound[i] += (ca+cb)*math.Abs(float64(c.B[i/hw])) + b.uStore/(1-b.uStore)*math.Abs(float64(yb[i]))
-		if ra != nil {
-			bound[i] += math.Abs(float64(ra[i])-float64(rb[i])) + ca*math.Abs(float64(ra[i])) + cb*math.Abs(float64(rb[i]))
-		}
-	}
-	return bound
-}
-
-// addScaled is dst += a·src.
-func addScaled(dst []float64, a float64, src []float64) {
-	for i, v := range src {
-		dst[i] += a * v
-	}
-}
-
-// convOut is a convolution's output size.
-func convOut(c *nn.Conv, h, w int) (int, int) {
-	return (h+2*c.Pad-c.KH)/c.Stride + 1, (w+2*c.Pad-c.KW)/c.Stride + 1
-}
-
-// Weight modes of conv64.
-const (
-	signed  = iota // Σ w·x
-	absW           // Σ |w|·x
-	squareW        // Σ w²·x (variances)
-)
-
-// conv64 is Σ w·x (absW: Σ |w|·x, squareW: Σ w²·x) in float64, without
-// the bias.
-func conv64(c *nn.Conv, x []float64, h, w int, mode int) []float64 {
-	oh, ow := convOut(c, h, w)
-	y := make([]float64, c.Out*oh*ow)
-	for o := 0; o < c.Out; o++ {
-		yo := y[o*oh*ow : (o+1)*oh*ow]
-		for ci := 0; ci < c.In; ci++ {
-			xc := x[ci*h*w : (ci+1)*h*w]
-			for ky := 0; ky < c.KH; ky++ {
-				for kx := 0; kx < c.KW; kx++ {
-					wv := float64(c.W[((o*c.In+ci)*c.KH+ky)*c.KW+kx])
-					switch mode {
-					case absW:
-						wv = math.Abs(wv)
-					case squareW:
-						wv *= wv
-					}
-					if wv == 0 {
-						continue
-					}
-					for oy := 0; oy < oh; oy++ {
-						iy := oy*c.Stride - c.Pad + ky
-						if iy < 0 || iy >= h {
-							continue
-						}
-						row, out := xc[iy*w:(iy+1)*w], yo[oy*ow:(oy+1)*ow]
-						for ox := range out {
-							if ix := ox*c.Stride - c.Pad + kx; ix >= 0 && ix < w {
-								out[ox] += wv * row[ix]
-							}
-						}
-					}
-				}
-			}
-		}
-	}
-	return y
-}
-
-// winoCoef is T[i][k][m] = Σ_ξ |Aᵀ[i][ξ]|·|G[ξ][k]|·|Bᵀ[ξ][m]| of F(tile×tile,
-// 3×3): the weight of |g_k|·|d_m| in output i of the absolute-value
-// Winograd product (signed, it is 1 where m = i+k and 0 elsewhere:
-// TestWinoCoef).
-func winoCoef(tile int, abs bool) [][3][]float64 {
-	var at, g, bt [][]float64
-	if tile == 4 {
-		at = [][]float64{{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}}
-		g = [][]float64{{0.25, 0, 0}, {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-			{1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}}
-		bt = [][]float64{{4, 0, -5, 0, 1, 0}, {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
-			{0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}}
-	} else {
-		at = [][]float64{{1, 1, 1, 0}, {0, 1, -1, -1}}
-		g = [][]float64{{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}}
-		bt = [][]float64{{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}}
-	}
-	f := func(v float64) float64 {
-		if abs {
-			return math.Abs(v)
-		}
-		return v
-	}
-	n := tile + 2
-	T := make([][3][]float64, tile)
-	for i := range T {
-		for k := 0; k < 3; k++ {
-			T[i][k] = make([]float64, n)
-			for m := 0; m < n; m++ {
-				for xi := 0; xi < n; xi++ {
-					T[i][k][m] += f(at[i][xi]) * f(g[xi][k]) * f(bt[xi][m])
-				}
-			}
-		}
-	}
-	return T
-}
-
-// winoAbs is |Aᵀ|[Σ_c (|G||g_c||Gᵀ|) ⊙ (|Bᵀ||d_c||B|)]|A| for every output
-// of a 3×3/1/pad-1 convolution, on the engine's tiles (output rows and
-// columns tile·t.., input from tile·t − 1, zero outside), x ≥ 0.
-func winoAbs(c *nn.Conv, x []float64, h, w, tile int) []float64 {
-	T := winoCoef(tile, true)
-	n := tile + 2
-	y := make([]float64, c.Out*h*w)
-	q := make([]float64, 9*h*w) // q[k·3+l][y·w+x]: the tile sum for tap (k,l)
-	for ci := 0; ci < c.In; ci++ {
-		xc := x[ci*h*w : (ci+1)*h*w]
-		clear(q)
-		for oy := 0; oy < h; oy++ {
-			ty, i := oy/tile, oy%tile
-			for ox := 0; ox < w; ox++ {
-				tx, j := ox/tile, ox%tile
-				for m := 0; m < n; m++ {
-					iy := tile*ty - 1 + m
-					if iy < 0 || iy >= h {
-						continue
-					}
-					for nn := 0; nn < n; nn++ {
-						ix := tile*tx - 1 + nn
-						if ix < 0 || ix >= w {
-							continue
-						}
-						d := xc[iy*w+ix]
-						if d == 0 {
-							continue
-						}
-						for k := 0; k < 3; k++ {
-							tk := T[i][k][m] * d
-							for l := 0; l < 3; l++ {
-								q[(k*3+l)*h*w+oy*w+ox] += tk * T[j][l][nn]
-							}
-						}
-					}
-				}
-			}
-		}
-		for o := 0; o < c.Out; o++ {
-			yo := y[o*h*w : (o+1)*h*w]
-			for kl := 0; kl < 9; kl++ {
-				wv := math.Abs(float64(c.W[(o*c.In+ci)*9+kl]))
-				for p, v := range q[kl*h*w : (kl+1)*h*w] {
-					yo[p] += wv * v
-				}
-			}
-		}
-	}
-	return y
-}
 
 // nearest is cpu's nearest-neighbour index (torch's upsample, nearest).
 func nearest(in, out int) []int {
@@ -306,7 +79,7 @@ type pairRun struct {
 	name  string
 	host  *cpu.Engine
 	g     *gpu.Engine
-	a, b  side
+	a, b  bound.Side
 	worst float64 // the largest |Δ|/bound of a convolution
 	layer string  // where
 	fails int
@@ -325,37 +98,15 @@ func (pr *pairRun) dev(p *pmap) []float32 {
 	return p.gh
 }
 
-// within holds got to want within bound, element by element: it returns
-// the largest |Δ|/bound (+Inf for a NaN) and the elements outside.
-func within(got, want []float32, bound []float64) (worst float64, bad []int) {
-	for i := range want {
-		d := approx.Diff(float64(got[i]), float64(want[i]))
-		r := d / bound[i]
-		if bound[i] == 0 && d == 0 {
-			r = 0
-		}
-		if !(r <= worst) {
-			worst = math.Inf(1)
-			if r == r {
-				worst = r
-			}
-		}
-		if approx.Far(d, bound[i]) {
-			bad = append(bad, i)
-		}
-	}
-	return worst, bad
-}
-
 // check holds side b's y to side a's within bound; it returns the largest
 // |Δ|/bound.
-func (pr *pairRun) check(layer string, y *pmap, bound []float64) float64 {
+func (pr *pairRun) check(layer string, y *pmap, lim []float64) float64 {
 	got, want := pr.dev(y), y.c.D
-	worst, bad := within(got, want, bound)
+	worst, bad := bound.Within(got, want, lim)
 	for _, i := range bad {
 		if pr.fails++; pr.fails <= 5 && pr.plant == nil {
-			pr.t.Errorf("%s %s: element %d is %v, %s gives %v: |Δ| %.3g > bound %.3g", pr.name, layer, i, got[i], pr.a.name, want[i],
-				math.Abs(float64(got[i])-float64(want[i])), bound[i])
+			pr.t.Errorf("%s %s: element %d is %v, %s gives %v: |Δ| %.3g > bound %.3g", pr.name, layer, i, got[i], pr.a.Name, want[i],
+				math.Abs(float64(got[i])-float64(want[i])), lim[i])
 		}
 	}
 	return worst
@@ -376,7 +127,7 @@ func (pr *pairRun) Conv(c *nn.Conv, x *pmap, relu bool, res **pmap) *pmap {
 		cb = pr.plant(c)
 	}
 	y.g = pr.g.Conv(cb, x.g, relu, rg)
-	if w := pr.check(c.Name, y, convBound(c, x.c.H, x.c.W, pr.a, pr.b, x.c.D, pr.dev(x), ra, rb, pr.dev(y))); !(w <= pr.worst) {
+	if w := pr.check(c.Name, y, bound.Conv(c, x.c.H, x.c.W, pr.a, pr.b, x.c.D, pr.dev(x), ra, rb, pr.dev(y))); !(w <= pr.worst) {
 		pr.worst, pr.layer = w, c.Name
 	}
 	return y
@@ -386,7 +137,7 @@ func (pr *pairRun) MaxPool3s2(x *pmap) *pmap {
 	y := &pmap{c: pr.host.MaxPool3s2(x.c), g: pr.g.MaxPool3s2(x.g)}
 	// exact on each side: |Δ| ≤ the window's largest |Δx|
 	xd, oh, ow := pr.dev(x), y.c.H, y.c.W
-	bound := make([]float64, len(y.c.D))
+	lim := make([]float64, len(y.c.D))
 	for ch := 0; ch < x.c.C; ch++ {
 		for oy := 0; oy < oh; oy++ {
 			for ox := 0; ox < ow; ox++ {
@@ -394,13 +145,13 @@ func (pr *pairRun) MaxPool3s2(x *pmap) *pmap {
 				for iy := max(2*oy-1, 0); iy <= min(2*oy+1, x.c.H-1); iy++ {
 					for ix := max(2*ox-1, 0); ix <= min(2*ox+1, x.c.W-1); ix++ {
 						i := (ch*x.c.H+iy)*x.c.W + ix
-						bound[o] = max(bound[o], math.Abs(float64(xd[i])-float64(x.c.D[i])))
+						lim[o] = max(lim[o], math.Abs(float64(xd[i])-float64(x.c.D[i])))
 					}
 				}
 			}
 		}
 	}
-	pr.check("maxpool", y, bound)
+	pr.check("maxpool", y, lim)
 	return y
 }
 
@@ -413,28 +164,28 @@ func (pr *pairRun) UpsampleAdd(lat, top *pmap) {
 	// one rounding on each side: |Δ| ≤ |Δlat| + |Δtop| + u·(|sum_a| + |sum_b|) (+ BF16's store)
 	iy, ix := nearest(top.c.H, lat.c.H), nearest(top.c.W, lat.c.W)
 	sb := pr.dev(lat)
-	bound := make([]float64, len(la))
+	lim := make([]float64, len(la))
 	for ch := 0; ch < lat.c.C; ch++ {
 		for y := 0; y < lat.c.H; y++ {
 			for x := 0; x < lat.c.W; x++ {
 				l, t := (ch*lat.c.H+y)*lat.c.W+x, (ch*top.c.H+iy[y])*top.c.W+ix[x]
-				bound[l] = math.Abs(float64(la[l])-float64(lb[l])) + math.Abs(float64(ta[t])-float64(tb[t])) +
+				lim[l] = math.Abs(float64(la[l])-float64(lb[l])) + math.Abs(float64(ta[t])-float64(tb[t])) +
 					approx.U32*(math.Abs(float64(lat.c.D[l]))+math.Abs(float64(sb[l]))) +
-					approx.Chain(approx.U32, pr.b.uStore)*math.Abs(float64(sb[l]))
+					approx.Chain(approx.U32, pr.b.UStore)*math.Abs(float64(sb[l]))
 			}
 		}
 	}
-	pr.check("upsample-add", lat, bound)
+	pr.check("upsample-add", lat, lim)
 }
 
 func (pr *pairRun) ReluCopy(x *pmap) *pmap {
 	y := &pmap{c: pr.host.ReluCopy(x.c), g: pr.g.ReluCopy(x.g)}
 	xd := pr.dev(x)
-	bound := make([]float64, len(xd))
+	lim := make([]float64, len(xd))
 	for i := range xd {
-		bound[i] = math.Abs(float64(xd[i]) - float64(x.c.D[i])) // 1-Lipschitz, exact
+		lim[i] = math.Abs(float64(xd[i]) - float64(x.c.D[i])) // 1-Lipschitz, exact
 	}
-	pr.check("relu", y, bound)
+	pr.check("relu", y, lim)
 	return y
 }
 
@@ -453,7 +204,7 @@ type pairNet struct {
 
 // runPair runs img through m on the CPU engine (side a) and g (side b):
 // upload puts the transformed image on g in the engine's layout.
-func runPair(t *testing.T, name string, m *Model, img Image, g *gpu.Engine, a, b side, upload func(cpu.Fmap) gpu.Map,
+func runPair(t *testing.T, name string, m *Model, img Image, g *gpu.Engine, a, b bound.Side, upload func(cpu.Fmap) gpu.Map,
 	plant func(*nn.Conv) *nn.Conv) *pairNet {
 	t.Helper()
 	host := cpu.NewEngine(2)
@@ -537,7 +288,7 @@ func (pn *pairNet) detections(pr func(*pmap) []float32, m *Model, scale float64,
 // side a's, unless a score lies within its bound of the threshold, where
 // either side may keep it. TF32 and BF16 move enough scores across the
 // threshold, or boxes across the NMS's IoU, that the sets differ.
-func checkParity(t *testing.T, name string, m *Model, img Image, g *gpu.Engine, a, b side, upload func(cpu.Fmap) gpu.Map,
+func checkParity(t *testing.T, name string, m *Model, img Image, g *gpu.Engine, a, b bound.Side, upload func(cpu.Fmap) gpu.Map,
 	want, got []Detection, wtr, gtr *Trace, minFrac float64) {
 	t.Helper()
 	exact := minFrac == 1
@@ -550,10 +301,10 @@ func checkParity(t *testing.T, name string, m *Model, img Image, g *gpu.Engine, 
 	}
 	for L := 0; L < 5; L++ {
 		if !sameBits(wtr.Levels[L].D, pn.levels[L].c.D) {
-			t.Errorf("%s level %d: the %s runner's bits differ from its layers run one by one", name, L, a.name)
+			t.Errorf("%s level %d: the %s runner's bits differ from its layers run one by one", name, L, a.Name)
 		}
 		if !sameBits(gtr.Levels[L].D, dev(pn.levels[L])) {
-			t.Errorf("%s level %d: the %s runner's bits differ from its engine's layers run one by one", name, L, b.name)
+			t.Errorf("%s level %d: the %s runner's bits differ from its engine's layers run one by one", name, L, b.Name)
 		}
 	}
 	scale := max(float64(img.W)/float64(wtr.ResizedW), float64(img.H)/float64(wtr.ResizedH))
@@ -576,7 +327,7 @@ func checkParity(t *testing.T, name string, m *Model, img Image, g *gpu.Engine, 
 		cands = append(cands, m.levelCandidates(levelOut{gh: cls.H, gw: cls.W, cls: cls, reg: reg}, L, ph, pw, rh, rw, nil)...)
 	}
 	if post := m.finish(cands, img.H, img.W, ph, pw, rh, rw, nil); !bytes.Equal(detBytes([][]Detection{post}), detBytes([][]Detection{got})) {
-		t.Errorf("%s: the %s runner's %d detections are not the postprocessing of its head outputs (%d detections)", name, b.name, len(got), len(post))
+		t.Errorf("%s: the %s runner's %d detections are not the postprocessing of its head outputs (%d detections)", name, b.Name, len(got), len(post))
 	}
 	if exact && db.ambiguous == 0 && len(got) != len(want) {
 		t.Fatalf("%s: %d detections, want %d", name, len(got), len(want))
@@ -594,28 +345,6 @@ func checkParity(t *testing.T, name string, m *Model, img Image, g *gpu.Engine, 
 		t.Errorf("%s: %d of the %d detections matched (score ± %.3g, box ± %.3g px)", name, matched, len(want), db.score, db.box)
 	}
 	t.Logf("%s: %d detections, %d match the %d wanted (score ± %.3g, box ± %.3g px, %d ambiguous)", name, len(got), matched, len(want), db.score, db.box, db.ambiguous)
-}
-
-// TestWinoCoef: the signed Winograd coefficients reproduce the direct
-// convolution (1 where m = i+k, 0 elsewhere), so winoAbs uses the engine's
-// matrices; their absolute values are at least that.
-func TestWinoCoef(t *testing.T) {
-	for _, tile := range []int{2, 4} {
-		T, A := winoCoef(tile, false), winoCoef(tile, true)
-		for i := 0; i < tile; i++ {
-			for k := 0; k < 3; k++ {
-				for m := 0; m < tile+2; m++ {
-					want := 0.0
-					if m == i+k {
-						want = 1
-					}
-					if approx.Far(approx.Diff(T[i][k][m], want), 1e-12) || A[i][k][m] < want {
-						t.Errorf("F(%d): T[%d][%d][%d] = %g (abs %g), want %g", tile, i, k, m, T[i][k][m], A[i][k][m], want)
-					}
-				}
-			}
-		}
-	}
 }
 
 // TestParityCatchesPlantedBugs: the derived bounds are tight enough to
@@ -678,20 +407,4 @@ func TestParityCatchesPlantedBugs(t *testing.T) {
 			t.Errorf("%s: every layer within its bound (largest |Δ|/bound %.3g): the bound would miss this bug", name, pn.worst)
 		}
 	}
-}
-
-// batchBound is convBound for a batch of images laid end to end (ra, rb
-// nil without a residual).
-func batchBound(c *nn.Conv, h, w int, a, b side, xa, xb, ra, rb, yb []float32) []float64 {
-	oh, ow := convOut(c, h, w)
-	per, po := c.In*h*w, c.Out*oh*ow
-	var out []float64
-	for i := 0; i < len(xa)/per; i++ {
-		var ri, rj []float32
-		if ra != nil {
-			ri, rj = ra[i*po:(i+1)*po], rb[i*po:(i+1)*po]
-		}
-		out = append(out, convBound(c, h, w, a, b, xa[i*per:(i+1)*per], xb[i*per:(i+1)*per], ri, rj, yb[i*po:(i+1)*po])...)
-	}
-	return out
 }

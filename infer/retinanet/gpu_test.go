@@ -16,6 +16,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+	"github.com/canopy-hpc/canopy/internal/testsupport/bound"
 
 	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/cuda"
@@ -136,9 +137,9 @@ func TestKernelsMatchCPU(t *testing.T) {
 				if withRes {
 					ra, rb = batchOf(res0, res1), g.Download(*rd)
 				}
-				bound := batchBound(cv, c.h, c.w, sideCPU, sd, batchOf(x0, x1), g.Download(x), ra, rb, got)
+				lim := bound.Batch(cv, c.h, c.w, sideCPU, sd, batchOf(x0, x1), g.Download(x), ra, rb, got)
 				name := fmt.Sprintf("conv %dx%d/%d %d->%d res=%v %s", c.k, c.k, c.s, c.in, c.out, withRes, prec)
-				if worst, bad := within(got, want, bound); len(bad) > 0 {
+				if worst, bad := bound.Within(got, want, lim); len(bad) > 0 {
 					t.Errorf("%s: %d elements outside the derived bound (bound_test.go), |Δ|/bound up to %.3g", name, len(bad), worst)
 				} else {
 					t.Logf("%s: |Δ|/bound up to %.3g", name, worst)
@@ -243,7 +244,7 @@ func TestGPUEngineMatchesCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			up := func(x cpu.Fmap) gpu.Map { return upload(t, g, 1, x.C, x.H, x.W, x.D) }
-			checkParity(t, fmt.Sprintf("%s image %d", prec, i), m, img, g, sideCPU, []side{sideFP32, sideTF32}[pi], up,
+			checkParity(t, fmt.Sprintf("%s image %d", prec, i), m, img, g, sideCPU, []bound.Side{sideFP32, sideTF32}[pi], up,
 				want, got, wtr, gtr, []float64{1, 0.9}[pi])
 		}
 		if err := gr.Close(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
 	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+	"github.com/canopy-hpc/canopy/internal/testsupport/bound"
 )
 
 // The cuDNN path of the GPU engine (infer/gpu/cudnn.go) against the CPU engine:
@@ -83,7 +84,7 @@ func TestCUDNNLayersMatchCPU(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	host := cpu.NewEngine(1)
 	m := smallModel(t)
-	sides := map[cuda.Precision]side{cuda.FP32: sideFP32, cuda.TF32: sideTF32, cuda.BF16: sideBF16}
+	sides := map[cuda.Precision]bound.Side{cuda.FP32: sideFP32, cuda.TF32: sideTF32, cuda.BF16: sideBF16}
 	for _, c := range []struct{ out, in, k, s, p, h, w int }{
 		{16, 3, 7, 2, 3, 37, 30},
 		{24, 16, 3, 1, 1, 19, 13},
@@ -114,12 +115,12 @@ func TestCUDNNLayersMatchCPU(t *testing.T) {
 				if withRes {
 					ra, rb = batchOf(res0, res1), g.Download(*rd)
 				}
-				bound := batchBound(cv, c.h, c.w, sideCPU, sides[prec], batchOf(x0, x1), g.Download(x), ra, rb, got)
+				lim := bound.Batch(cv, c.h, c.w, sideCPU, sides[prec], batchOf(x0, x1), g.Download(x), ra, rb, got)
 				if g.Err != nil {
 					t.Fatal(g.Err)
 				}
 				name := fmt.Sprintf("conv %dx%d/%d %d->%d res=%v %s", c.k, c.k, c.s, c.in, c.out, withRes, prec)
-				worst, bad := within(got, want, bound)
+				worst, bad := bound.Within(got, want, lim)
 				if len(bad) > 0 {
 					t.Errorf("%s: %d elements outside the derived bound, |Δ|/bound up to %.3g", name, len(bad), worst)
 				}
@@ -141,7 +142,7 @@ func TestCUDNNLayersMatchCPU(t *testing.T) {
 		// Max and ReLU are exact; BF16 rounds the inputs (to nearest, a
 		// monotone map: the max of the rounded is the rounded max), so
 		// |Δ| ≤ u_bf16·|y| / (1 − u_bf16) of the device's y.
-		u := sides[prec].uStore
+		u := sides[prec].UStore
 		exactOf := func(got []float32) []float64 {
 			b := make([]float64, len(got))
 			for i, v := range got {
@@ -151,11 +152,11 @@ func TestCUDNNLayersMatchCPU(t *testing.T) {
 		}
 		x := nhwcIn(t, g, 2, 5, 13, 10, batchOf(x0, x1))
 		got := g.Download(g.MaxPool3s2(x))
-		if worst, bad := within(got, batchOf(host.MaxPool3s2(x0), host.MaxPool3s2(x1)), exactOf(got)); len(bad) > 0 {
+		if worst, bad := bound.Within(got, batchOf(host.MaxPool3s2(x0), host.MaxPool3s2(x1)), exactOf(got)); len(bad) > 0 {
 			t.Errorf("maxpool %s: %d elements outside, |Δ|/bound up to %.3g", prec, len(bad), worst)
 		}
 		got = g.Download(g.ReluCopy(x))
-		if worst, bad := within(got, batchOf(host.ReluCopy(x0), host.ReluCopy(x1)), exactOf(got)); len(bad) > 0 {
+		if worst, bad := bound.Within(got, batchOf(host.ReluCopy(x0), host.ReluCopy(x1)), exactOf(got)); len(bad) > 0 {
 			t.Errorf("relu %s: %d elements outside, |Δ|/bound up to %.3g", prec, len(bad), worst)
 		}
 		lat, top := nhwcIn(t, g, 2, 5, 14, 10, batchOf(lat0, lat1)), nhwcIn(t, g, 2, 5, 7, 5, batchOf(top0, top1))
@@ -172,16 +173,16 @@ func TestCUDNNLayersMatchCPU(t *testing.T) {
 		want := batchOf(l0, l1)
 		lb, tb := batchOf(lat0, lat1), batchOf(top0, top1)
 		iy, ix := nearest(7, 14), nearest(5, 10)
-		bound := make([]float64, len(got))
-		for i := range bound {
+		lim := make([]float64, len(got))
+		for i := range lim {
 			img, ch, y, xx := i/(5*14*10), i/(14*10)%5, i/10%14, i%10
 			tv := float64(tb[((img*5+ch)*7+iy[y])*5+ix[xx]])
-			bound[i] = u*(math.Abs(float64(lb[i]))+math.Abs(tv)) + approx.Chain(u, approx.U32)*math.Abs(float64(got[i]))
+			lim[i] = u*(math.Abs(float64(lb[i]))+math.Abs(tv)) + approx.Chain(u, approx.U32)*math.Abs(float64(got[i]))
 			if u == 0 {
-				bound[i] = 0
+				lim[i] = 0
 			}
 		}
-		if worst, bad := within(got, want, bound); len(bad) > 0 {
+		if worst, bad := bound.Within(got, want, lim); len(bad) > 0 {
 			t.Errorf("upsample-add %s: %d elements outside, |Δ|/bound up to %.3g", prec, len(bad), worst)
 		}
 		if g.Err != nil {
