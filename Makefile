@@ -19,7 +19,7 @@ export CGO_CFLAGS  := $(or $(CGO_CFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh 
 export CGO_LDFLAGS := $(or $(CGO_LDFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh libs)
 endif
 
-.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-skip-empty bench-scale bench-large testdata golden-retinanet golden-treeformer treeformer-ref golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
+.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-metrics-scale bench-metrics-tile bench-infer bench-tile bench-skip-empty bench-scale bench-large testdata golden-retinanet golden-treeformer treeformer-ref golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -163,7 +163,7 @@ test-mpi:
 FUZZTIME ?= 30s
 FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict internal/dataset:FuzzParseVOC \
 	infer/safetensors:FuzzParse infer/cuda/cudnn:FuzzParsePlanFile infer/torchfile:FuzzRead internal/config:FuzzLoad infer/modelfile:FuzzParseConfig infer/crop:FuzzParseConfig infer/modelfile:FuzzParseRepo infer/imagefile:FuzzRead \
-	internal/parts:FuzzDecode internal/wire:FuzzDecode internal/records:FuzzDecode jobs:FuzzInputPacket jobs:FuzzManifest jobs:FuzzFolderPacket jobs:FuzzMergeLogits report:FuzzCompareReport report:FuzzTolerances
+	internal/parts:FuzzDecode internal/wire:FuzzDecode internal/records:FuzzDecode metrics:FuzzParseThresholds jobs:FuzzInputPacket jobs:FuzzManifest jobs:FuzzFolderPacket jobs:FuzzMergeLogits report:FuzzCompareReport report:FuzzTolerances
 fuzz: deps
 	@for t in $(FUZZ_TARGETS); do echo "fuzz: $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
 		$(GO) test -tags '$(TAGS)' -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/ || exit 1; done
@@ -206,6 +206,14 @@ bench-e2e: build
 # RecallPrecision/evaluate_boxes and faster-coco-eval (peers from the venv
 # that tools/deepforest/setup.sh and tools/coco/README.md describe).
 PEER_PY ?= /opt/canopy-peers/venv/bin/python
+# Metrics at scale (docs/benchmarks.md): one big tile at 5,000, 20,000 and
+# 50,000 crowns beside DeepForest's evaluate_boxes
+# (scripts/bench-metrics-tile.sh; the many-images part is added beside it).
+bench-metrics-scale: bench-metrics-tile
+
+bench-metrics-tile: deps
+	PEER_PY=$(PEER_PY) scripts/bench-metrics-tile.sh
+
 bench-metrics: deps
 	$(GO) run ./cmd/synth -big bin/bench-2000x30
 	$(GO) run ./cmd/synth -big bin/bench-coco -images 5000 -boxes 30 -dets 50 -classes 3

@@ -38,6 +38,9 @@ type EvalConfig struct {
 	Force        bool
 	Resume       bool
 	IoUThreshold float64
+	// IoUSweep are further IoU thresholds (--iou-sweep) the recall and iou
+	// families are reduced at, from the same matching.
+	IoUSweep     []float64
 	Semantics    metrics.Semantics
 	Families     metrics.Family // 0 means all
 	ClassMetrics bool
@@ -286,7 +289,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		return collective(ExitInternal, "jobs: %w", err)
 	}
 	scored, err := scoreShard(c, metricIn, matched, shardmetrics.Config{
-		Options: metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, Families: fam, ClassMetrics: cfg.ClassMetrics}, &stats)
+		Options: metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, Families: fam, ClassMetrics: cfg.ClassMetrics,
+		Sweep: cfg.IoUSweep}, &stats)
 	if err != nil {
 		return err
 	}
@@ -295,10 +299,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		res.Values = append(res.Values, lossValues(losses)...)
 	}
 	metricJSON := MetricsJSON(res.Values)
+	sweepJSON := SweepJSON(cfg.IoUSweep, scored.Sweep)
 	stats.Seconds["metrics"] = since(t3)
 
 	// 7. Agree.
-	if err := agree(c, metricJSON); err != nil {
+	if err := agree(c, append(append([]byte(nil), metricJSON...), sweepJSON...)); err != nil {
 		return err
 	}
 
@@ -306,6 +311,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	return writeReport(c, stats, "report", func(allStats []rankStats) error {
 		rep := reportRecord{
 			metrics: metricJSON,
+			sweep:   sweepJSON,
 			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored, resumed, model),
 			crops:   table,
 		}
@@ -376,6 +382,20 @@ func packInputs(cfg EvalConfig) ([]byte, *outRun) {
 			}
 			*dst[i] = data
 			in.truthFolder = true
+			continue
+		}
+		if i == 0 && isVectorTruth(f) {
+			// points or polygons of a layer: rank 0 makes them one CSV
+			data, warns, err := vectorEvalTruth(f, cfg.RootDir)
+			if err != nil {
+				return fail(ExitInput, err)
+			}
+			for _, w := range warns {
+				if cfg.Warnings != nil {
+					sayLine(cfg.Warnings, "canopy: warning: ", w)
+				}
+			}
+			in.csv = data
 			continue
 		}
 		data, err := readNamedInput(f)

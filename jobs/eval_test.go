@@ -11,6 +11,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/replay"
 	"github.com/canopy-hpc/canopy/metrics"
+	"github.com/canopy-hpc/canopy/report"
 )
 
 // The metrics bytes must not depend on the rank count, including runs with
@@ -232,5 +233,63 @@ func checkMetricStages(t *testing.T, out string, n int) {
 	}
 	if sum != rep.Run.Coverage.Images || (n > 1 && rep.Run.PerRank[1].MetricsImages == 0) {
 		t.Fatalf("np%d: the ranks matched %d images of %d (rank 1: %d)", n, sum, rep.Run.Coverage.Images, rep.Run.PerRank[1%n].MetricsImages)
+	}
+}
+
+// TestIoUSweepEqualsSeparateRuns: --iou-sweep reduces the one matching at
+// each further threshold; every entry of metrics_by_iou_threshold is the
+// metrics object of a separate run at that threshold (recall and iou
+// families) byte for byte, at np 1 and 3 under both semantics; the main
+// metrics and results.csv stay those of --iou-threshold.
+func TestIoUSweepEqualsSeparateRuns(t *testing.T) {
+	sweep := []float64{0.5, 0, 0.75}
+	for _, sem := range []metrics.Semantics{metrics.Validation, metrics.EvaluateBoxes} {
+		plainOut := t.TempDir()
+		plain := setCfg("multi", plainOut)
+		plain.Semantics = sem
+		if codes := runLocal(t, 1, plain); codes[0] != 0 {
+			t.Fatalf("codes %v", codes)
+		}
+		refMetrics, _ := reportMetrics(t, plainOut)
+		separate := make([][]byte, len(sweep))
+		for k, thr := range sweep {
+			out := t.TempDir()
+			cfg := setCfg("multi", out)
+			cfg.Semantics, cfg.IoUThreshold, cfg.Families = sem, thr, metrics.Recall|metrics.IoUMean
+			if codes := runLocal(t, 1, cfg); codes[0] != 0 {
+				t.Fatalf("codes %v", codes)
+			}
+			separate[k], _ = reportMetrics(t, out)
+		}
+		for _, n := range []int{1, 3} {
+			out := t.TempDir()
+			cfg := setCfg("multi", out)
+			cfg.Semantics, cfg.IoUSweep = sem, sweep
+			if codes := runLocal(t, n, cfg); codes[0] != 0 {
+				t.Fatalf("np%d: codes %v", n, codes)
+			}
+			var rep map[string]json.RawMessage
+			var entries []map[string]json.RawMessage
+			if err := json.Unmarshal(readOut(t, out, "report.json"), &rep); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(rep["metrics_by_iou_threshold"], &entries); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(rep["metrics"], refMetrics) || !bytes.Equal(readOut(t, out, "results.csv"), readOut(t, plainOut, "results.csv")) {
+				t.Fatalf("%s np%d: the sweep changed the first threshold's metrics or results.csv", sem, n)
+			}
+			if len(entries) != len(sweep) {
+				t.Fatalf("%s np%d: %d sweep entries", sem, n, len(entries))
+			}
+			for k, e := range entries {
+				if thr := string(e["iou_threshold"]); thr != report.FormatFloat(sweep[k]) || !bytes.Equal(e["metrics"], separate[k]) {
+					t.Fatalf("%s np%d: entry %d (IoU %s)\n%s\ndiffers from a separate run at %v\n%s", sem, n, k, thr, e["metrics"], sweep[k], separate[k])
+				}
+			}
+			if bytes.Equal(separate[0], separate[2]) {
+				t.Fatal("thresholds 0.5 and 0.75 give the same metrics: the test does not discriminate")
+			}
+		}
 	}
 }

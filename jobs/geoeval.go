@@ -30,7 +30,7 @@ import (
 // Truth and predictions of different geometry are an input error naming
 // both files.
 func inputKinds(cfg EvalConfig, in inputs) (box.Kind, error) {
-	if in.truthFolder || isVectorTruth(cfg.CSV) {
+	if in.truthFolder {
 		return box.KindBox, nil
 	}
 	switch strings.ToLower(filepath.Ext(cfg.CSV)) {
@@ -178,6 +178,9 @@ func polygonAreas(truth, preds []box.Geo) (metrics.PairAreas, func(), error) {
 func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outRun, kind box.Kind) error {
 	stats := rankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}}
 	t0 := time.Now()
+	if len(cfg.IoUSweep) > 0 {
+		return collective(ExitUsage, "jobs: --iou-sweep applies to boxes; these inputs are %s", kind)
+	}
 	d, err := loadGeo(cfg, in, kind)
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -228,6 +229,50 @@ func TestGeometryPointValidationAsDeepForest(t *testing.T) {
 		for k, v := range peer.Validation {
 			if !sameFloat(got[k], v) {
 				t.Errorf("%s: %s = %v, DeepForest %v", dir, k, got[k], deref(v))
+			}
+		}
+	}
+}
+
+// A GeoPackage of the same points or polygons (no CRS: pixel coordinates)
+// scores as its CSV does: the layer's geometries are read whole (WKB),
+// not as bounds.
+func TestGeometryVectorTruthAsCSV(t *testing.T) {
+	if !geos.Available {
+		t.Skip("built without GEOS/GDAL (-tags nogeos/nogdal)")
+	}
+	if _, err := exec.LookPath("ogr2ogr"); err != nil {
+		t.Fatalf("ogr2ogr (gdal-bin, scripts/install-deps.sh) is needed to write the test layer: %v", err)
+	}
+	for _, c := range []struct{ dir, oo string }{
+		{"points_edge", "X_POSSIBLE_NAMES=x"},
+		{"polygons_many", "GEOM_POSSIBLE_NAMES=geometry"},
+	} {
+		dir := filepath.Join("testdata", "geometry", c.dir)
+		gpkg := filepath.Join(t.TempDir(), "truth.gpkg")
+		args := []string{"-f", "GPKG", gpkg, filepath.Join(dir, "truth.csv"), "-nln", "truth", "-oo", c.oo, "-oo", "KEEP_GEOM_COLUMNS=NO"}
+		if c.dir == "points_edge" {
+			args = append(args, "-oo", "Y_POSSIBLE_NAMES=y")
+		}
+		if out, err := exec.Command("ogr2ogr", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ogr2ogr: %v\n%s", err, out)
+		}
+		for _, sem := range []metrics.Semantics{metrics.EvaluateBoxes, metrics.Validation} {
+			want, fromLayer := t.TempDir(), t.TempDir()
+			cfg := geoCfg(dir, want, sem)
+			if codes := runLocal(t, 1, cfg); codes[0] != 0 {
+				t.Fatalf("csv: %v", codes)
+			}
+			cfg.CSV, cfg.Out = gpkg, fromLayer
+			if codes := runLocal(t, 2, cfg); codes[0] != 0 {
+				t.Fatalf("%s: %v", gpkg, codes)
+			}
+			a, _ := reportMetrics(t, want)
+			b, _ := reportMetrics(t, fromLayer)
+			ra, _ := os.ReadFile(filepath.Join(want, "results.csv"))
+			rb, _ := os.ReadFile(filepath.Join(fromLayer, "results.csv"))
+			if !bytes.Equal(a, b) || !bytes.Equal(ra, rb) {
+				t.Errorf("%s %v: layer gives %s, CSV %s", c.dir, sem, b, a)
 			}
 		}
 	}

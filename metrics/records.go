@@ -118,35 +118,57 @@ type MatchOptions struct {
 // filter) against its detections for the families in fam.
 func MatchImage(i int, im box.Image, dets []box.Detection, opt MatchOptions, fam Family) (ImageRecord, error) {
 	rec := ImageRecord{Image: i}
+	// The families read the image and write disjoint parts of the record:
+	// on a big image (one large tile) they run side by side, which changes
+	// nothing in what each computes.
+	var wg sync.WaitGroup
+	run := func(f func()) {
+		if len(im.Truth)+len(dets) >= parallelFamilies && runtime.GOMAXPROCS(0) > 1 {
+			wg.Add(1)
+			go func() { defer wg.Done(); f() }()
+			return
+		}
+		f()
+	}
+	var err error
 	if fam&Recall != 0 {
-		dim := im
-		if opt.Semantics == Validation {
-			dim = validationImage(im)
-		}
-		rec.DF.Preds = len(dets)
-		if !dim.Empty && len(dim.Truth) > 0 {
-			rows, err := matchImage(i, dim.Truth, dets)
-			if err != nil {
-				return ImageRecord{}, fmt.Errorf("metrics: image %d (%s): %w", i, im.Path, err)
+		run(func() {
+			dim := im
+			if opt.Semantics == Validation {
+				dim = validationImage(im)
 			}
-			rec.DF.Truth, rec.DF.Rows = len(dim.Truth), rows
+			rec.DF.Preds = len(dets)
+			if !dim.Empty && len(dim.Truth) > 0 {
+				rows, e := matchImage(i, dim.Truth, dets)
+				if e != nil {
+					err = fmt.Errorf("metrics: image %d (%s): %w", i, im.Path, e)
+					return
+				}
+				rec.DF.Truth, rec.DF.Rows = len(dim.Truth), rows
+			}
+		})
+	}
+	if fam&(IoUMean|COCOmAP) != 0 {
+		vim := validationImage(im)
+		if !vim.Empty && len(vim.Truth) > 0 {
+			if fam&IoUMean != 0 {
+				run(func() { rec.IoU = iouRecord(vim.Truth, dets, float32(opt.MinIoU)) })
+			}
+			if fam&COCOmAP != 0 {
+				run(func() { rec.COCO = cocoMatchImage(vim.Truth, dets) })
+			}
 		}
 	}
-	if fam&(IoUMean|COCOmAP) == 0 {
-		return rec, nil
-	}
-	vim := validationImage(im)
-	if vim.Empty || len(vim.Truth) == 0 {
-		return rec, nil
-	}
-	if fam&IoUMean != 0 {
-		rec.IoU = iouRecord(vim.Truth, dets, float32(opt.MinIoU))
-	}
-	if fam&COCOmAP != 0 {
-		rec.COCO = cocoMatchImage(vim.Truth, dets)
+	wg.Wait()
+	if err != nil {
+		return ImageRecord{}, err
 	}
 	return rec, nil
 }
+
+// parallelFamilies is the box count from which one image's families are
+// matched concurrently.
+const parallelFamilies = 4096
 
 // MatchImages matches the images idx (global indices into in) on up to
 // GOMAXPROCS goroutines; the records come in the order of idx.
