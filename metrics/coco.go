@@ -236,23 +236,25 @@ func (c *catImg) prepare(scratch []int32) []int32 {
 	if len(c.dts) > maxDet {
 		c.dts = c.dts[:maxDet]
 	}
-	ng := len(c.gts)
-	c.ious = make([]float64, len(c.dts)*ng)
-	for d := range c.dts {
-		for g := range c.gts {
-			c.ious[d*ng+g] = bbIoU(c.dts[d], c.gts[g])
-		}
-	}
+	c.cands = matchable(c.dts, c.gts)
 	return scratch
 }
 
 // catImg is one (category, image) pair: its detections in stable
 // descending score order truncated to maxDets[-1], its ground truth in
-// annotation order, and the IoU matrix (detection-major), computed once and
-// shared by every area range, as COCOeval.computeIoU does.
+// annotation order, and per detection the ground truths it could ever match
+// (IoU >= 0.5, the lowest threshold) in annotation order: COCOeval's IoU
+// matrix without the entries that can never match, computed once and
+// shared by every area range.
 type catImg struct {
 	dts, gts []cocoBox
-	ious     []float64
+	cands    [][]gtIoU
+}
+
+// gtIoU is a ground truth (annotation index) and its IoU with a detection.
+type gtIoU struct {
+	g   int32
+	iou float64
 }
 
 type cocoEval struct {
@@ -464,6 +466,32 @@ const (
 	flagIgnored uint8 = 2
 )
 
+// matchable lists, per detection, the ground truths of IoU >= 0.5 in
+// annotation order, found through the overlap index (an IoU > 0 needs an
+// overlap of the very xywh sums bbIoU subtracts), so no pair that can
+// never match is stored.
+func matchable(dts, gts []cocoBox) [][]gtIoU {
+	out := make([][]gtIoU, len(dts))
+	if len(gts) == 0 {
+		return out
+	}
+	xyxy := func(b cocoBox) box.Box { return box.Box{Xmin: b.x, Ymin: b.y, Xmax: b.x + b.w, Ymax: b.y + b.h} }
+	gb := make([]box.Box, len(gts))
+	for g, b := range gts {
+		gb[g] = xyxy(b)
+	}
+	ix := newOverlapIndex(gb)
+	for d := range dts {
+		ix.each(gb, xyxy(dts[d]), func(g int, _ float64) {
+			if v := bbIoU(dts[d], gts[g]); v >= cocoIoUThresholds[0] {
+				out[d] = append(out[d], gtIoU{int32(g), v})
+			}
+		})
+		slices.SortFunc(out[d], func(a, b gtIoU) int { return cmp.Compare(a.g, b.g) })
+	}
+	return out
+}
+
 // bbIoU is maskUtils.iou of two boxes: intersection over union, or over
 // the detection's area alone when g is a crowd region.
 func bbIoU(d, g cocoBox) float64 {
@@ -522,10 +550,8 @@ func evaluateImg(c *catImg, area [2]float64, flags []uint8, n, off int) int {
 	}
 	cands := make([][]cand, nd)
 	for d := 0; d < nd; d++ {
-		for g := 0; g < ng; g++ {
-			if v := c.ious[d*ng+g]; v >= cocoIoUThresholds[0] {
-				cands[d] = append(cands[d], cand{pos[g], v})
-			}
+		for _, x := range c.cands[d] {
+			cands[d] = append(cands[d], cand{pos[x.g], x.iou})
 		}
 		slices.SortFunc(cands[d], func(a, b cand) int { return cmp.Compare(a.j, b.j) })
 	}
@@ -660,12 +686,14 @@ type COCOCost struct {
 // per class, the precision kept at maxDets 100 for 4 areas × 10 IoU × 101
 // recall thresholds, the recall array, two PR curves and the bookkeeping;
 // per box, its COCO copies, its (category, image) pair share and the
-// matching's per-detection arrays (flags, orders, candidates); per
-// IoU-matrix entry, one float64.
+// matching's per-detection arrays (flags, orders, candidates); per pair
+// that could match (a kept detection, at most 100 per image and category,
+// × a ground truth of its category: an upper bound of the pairs of IoU
+// >= 0.5 that are stored), a gtIoU and evaluateImg's cand.
 const (
 	cocoBytesPerClass = nA*nT*nR*8 + nT*nA*nM*8 + 2*(nR*8+64) + 256
 	cocoBytesPerBox   = 768
-	cocoBytesPerIoU   = 8
+	cocoBytesPerIoU   = 16 + 16
 )
 
 // COCOMemory estimates the COCO stage's memory from the class, image and
@@ -691,9 +719,35 @@ func COCOMemory(in Input) COCOCost {
 			seen[d.Label] = struct{}{}
 		}
 		c.Boxes += len(im.Truth) + len(dets)
-		ious += int64(len(dets)) * int64(len(im.Truth)) // an upper bound of the pairs of equal labels
+		ious += cocoPairBound(im.Truth, dets)
 	}
 	c.Classes = len(seen)
 	c.Bytes = int64(c.Classes)*cocoBytesPerClass + int64(c.Boxes)*cocoBytesPerBox + ious*cocoBytesPerIoU
 	return c
+}
+
+// cocoPairBound bounds the (detection, ground truth) pairs COCO may store
+// for one image: per category, min(detections, maxDets) × ground truths.
+func cocoPairBound(truth []box.Truth, dets []box.Detection) int64 {
+	type count struct{ d, g int64 }
+	per := map[int32]*count{}
+	get := func(l int32) *count {
+		c := per[l]
+		if c == nil {
+			c = &count{}
+			per[l] = c
+		}
+		return c
+	}
+	for _, t := range truth {
+		get(t.Label).g++
+	}
+	for _, d := range dets {
+		get(d.Label).d++
+	}
+	var n int64
+	for _, c := range per {
+		n += min(c.d, int64(cocoMaxDets[nM-1])) * c.g
+	}
+	return n
 }

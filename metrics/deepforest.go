@@ -315,7 +315,11 @@ func overlapEntries(truth []box.Truth, dets []box.Detection) []Entry {
 		db[k] = d.Box
 	}
 	ix := newOverlapIndex(db)
-	var es []Entry
+	n := 0 // count first: the entries are allocated once, at their size
+	for t := range truth {
+		ix.each(db, truth[t].Box, func(int, float64) { n++ })
+	}
+	es := make([]Entry, 0, n)
 	for t := range truth {
 		ix.each(db, truth[t].Box, func(k int, area float64) {
 			es = append(es, Entry{Row: t, Col: k, Value: area})
@@ -359,7 +363,7 @@ func validationTruth(images []box.Image) []box.Image {
 	out := images
 	copied := false
 	for i, im := range images {
-		kept := im.Truth[:0:0]
+		kept := make([]box.Truth, 0, len(im.Truth))
 		drop := false
 		for _, t := range im.Truth {
 			w := float32(float32(t.Box.Xmax) - float32(t.Box.Xmin))

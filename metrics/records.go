@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
 	"slices"
@@ -43,26 +44,45 @@ type DFRecord struct {
 	Rows []Match
 }
 
-// IoURecord is one image's share of torchmetrics' IntersectionOverUnion.
+// IoURecord is one image's share of torchmetrics' IntersectionOverUnion,
+// in memory linear in the image's boxes and overlapping pairs: zero
+// entries are counted, never listed.
 type IoURecord struct {
 	// Passed: the image has truth after the dataset filter (it counts).
 	Passed bool
-	// NoDets: the image has no detections; Entries are then the zeros that
-	// count at every threshold, one per truth box.
+	// NoDets: the image has no detections; its Pairs zeros (one per truth
+	// box, Counts by label) count at every threshold.
 	NoDets bool
-	// Entries are the entries of the preds × truth float32 box_iou matrix
-	// between boxes of one label that are valid at the lowest threshold
-	// matched for, in row-major order, with their label.
+	// Every: matched for a lowest threshold <= 0, where every same-label
+	// entry of the matrix is valid, zeros included: Pairs is their number
+	// and Counts, per label, the size of the label's column mat[:, gt == c];
+	// Entries hold the non-zero ones with their positions.
+	Every bool
+	Pairs int64
+	// Counts are per label (increasing), with NoDets or Every.
+	Counts []IoUCount
+	// Entries are the non-zero entries of the preds × truth float32
+	// box_iou matrix between boxes of one label that are valid at the
+	// lowest threshold matched for, in row-major order, with their label.
 	Entries []IoUEntry
 	// Labels are the sorted distinct labels of the image's truth and
 	// detections (the classes the family reports).
 	Labels []int32
 }
 
-// IoUEntry is one valid box_iou entry and its (common) label.
+// IoUEntry is one valid non-zero box_iou entry and its (common) label;
+// with IoURecord.Every also its position among the image's valid entries
+// (Pos) and in its label's column (ClassPos).
 type IoUEntry struct {
-	V     float32
+	V             float32
+	Label         int32
+	Pos, ClassPos int64
+}
+
+// IoUCount is the number of valid entries of one label's column.
+type IoUCount struct {
 	Label int32
+	N     int64
 }
 
 // COCOCat is COCOeval's evaluateImg of one (category, image) pair over the
@@ -98,35 +118,57 @@ type MatchOptions struct {
 // filter) against its detections for the families in fam.
 func MatchImage(i int, im box.Image, dets []box.Detection, opt MatchOptions, fam Family) (ImageRecord, error) {
 	rec := ImageRecord{Image: i}
+	// The families read the image and write disjoint parts of the record:
+	// on a big image (one large tile) they run side by side, which changes
+	// nothing in what each computes.
+	var wg sync.WaitGroup
+	run := func(f func()) {
+		if len(im.Truth)+len(dets) >= parallelFamilies && runtime.GOMAXPROCS(0) > 1 {
+			wg.Add(1)
+			go func() { defer wg.Done(); f() }()
+			return
+		}
+		f()
+	}
+	var err error
 	if fam&Recall != 0 {
-		dim := im
-		if opt.Semantics == Validation {
-			dim = validationImage(im)
-		}
-		rec.DF.Preds = len(dets)
-		if !dim.Empty && len(dim.Truth) > 0 {
-			rows, err := matchImage(i, dim.Truth, dets)
-			if err != nil {
-				return ImageRecord{}, fmt.Errorf("metrics: image %d (%s): %w", i, im.Path, err)
+		run(func() {
+			dim := im
+			if opt.Semantics == Validation {
+				dim = validationImage(im)
 			}
-			rec.DF.Truth, rec.DF.Rows = len(dim.Truth), rows
+			rec.DF.Preds = len(dets)
+			if !dim.Empty && len(dim.Truth) > 0 {
+				rows, e := matchImage(i, dim.Truth, dets)
+				if e != nil {
+					err = fmt.Errorf("metrics: image %d (%s): %w", i, im.Path, e)
+					return
+				}
+				rec.DF.Truth, rec.DF.Rows = len(dim.Truth), rows
+			}
+		})
+	}
+	if fam&(IoUMean|COCOmAP) != 0 {
+		vim := validationImage(im)
+		if !vim.Empty && len(vim.Truth) > 0 {
+			if fam&IoUMean != 0 {
+				run(func() { rec.IoU = iouRecord(vim.Truth, dets, float32(opt.MinIoU)) })
+			}
+			if fam&COCOmAP != 0 {
+				run(func() { rec.COCO = cocoMatchImage(vim.Truth, dets) })
+			}
 		}
 	}
-	if fam&(IoUMean|COCOmAP) == 0 {
-		return rec, nil
-	}
-	vim := validationImage(im)
-	if vim.Empty || len(vim.Truth) == 0 {
-		return rec, nil
-	}
-	if fam&IoUMean != 0 {
-		rec.IoU = iouRecord(vim.Truth, dets, float32(opt.MinIoU))
-	}
-	if fam&COCOmAP != 0 {
-		rec.COCO = cocoMatchImage(vim.Truth, dets)
+	wg.Wait()
+	if err != nil {
+		return ImageRecord{}, err
 	}
 	return rec, nil
 }
+
+// parallelFamilies is the box count from which one image's families are
+// matched concurrently.
+const parallelFamilies = 4096
 
 // MatchImages matches the images idx (global indices into in) on up to
 // GOMAXPROCS goroutines; the records come in the order of idx.
@@ -217,6 +259,11 @@ func ReduceSweep(f Frame, recs []ImageRecord, opt Options, fam Family, threshold
 func reduceDeepForest(f Frame, recs []ImageRecord, opt Options) (Result, error) {
 	var res Result
 	per := make([]imageScore, len(recs))
+	rows := 0
+	for i := range recs {
+		rows += len(recs[i].DF.Rows)
+	}
+	res.Matches = make([]Match, 0, rows)
 	for i := range recs {
 		d := &recs[i].DF
 		per[i] = imageScore{nTruth: d.Truth, nPred: d.Preds}
@@ -240,7 +287,11 @@ func reduceDeepForest(f Frame, recs []ImageRecord, opt Options) (Result, error) 
 }
 
 // iouRecord keeps the image's entries valid at threshold t32 (and, with no
-// detections, the zeros that are always valid).
+// detections, counts the zeros that are always valid). Above a positive
+// threshold only overlapping pairs can be valid (a float32 IoU > 0 needs a
+// float64 overlap: rounding is monotone), found through the overlap grid.
+// At or below 0 every same-label pair is valid: the zeros are counted and
+// the non-zero entries placed where the full matrix has them.
 func iouRecord(truth []box.Truth, dets []box.Detection, t32 float32) IoURecord {
 	r := IoURecord{Passed: true, NoDets: len(dets) == 0}
 	for _, t := range truth {
@@ -251,25 +302,96 @@ func iouRecord(truth []box.Truth, dets []box.Detection, t32 float32) IoURecord {
 	}
 	slices.Sort(r.Labels)
 	r.Labels = slices.Compact(r.Labels)
+	nTruth := map[int32]int64{}
+	rank := make([]int64, len(truth)) // among the truths of its label
+	for t, g := range truth {
+		rank[t] = nTruth[g.Label]
+		nTruth[g.Label]++
+	}
 	if r.NoDets {
 		// zeros(M, M) with eye(M) as the label mask: M valid zeros
-		for _, t := range truth {
-			r.Entries = append(r.Entries, IoUEntry{0, t.Label})
+		r.Pairs = int64(len(truth))
+		r.Counts = iouCounts(nTruth, func(l int32) int64 { return nTruth[l] })
+		return r
+	}
+	ps := iouPairs(truth, dets, nil)
+	r.Entries = make([]IoUEntry, 0, len(ps))
+	if t32 > 0 {
+		for _, p := range ps {
+			if !(p.v < t32) {
+				r.Entries = append(r.Entries, IoUEntry{V: p.v, Label: truth[p.t].Label})
+			}
 		}
 		return r
 	}
-	// The matrix is preds × gt, row-major: valid entries in that order.
-	for _, d := range dets {
-		for _, t := range truth {
-			if d.Label != t.Label {
-				continue
-			}
-			if v := boxIoU32(d.Box, t.Box); !(v < t32) {
-				r.Entries = append(r.Entries, IoUEntry{v, t.Label})
+	// Entry (d, t) of label c sits at (entries of the detections before d)
+	// + rank(t), and in c's column at idx_c(d)·|truth of c| + rank(t).
+	r.Every = true
+	nDet := map[int32]int64{}
+	k := 0
+	for d := range dets {
+		l := dets[d].Label
+		for ; k < len(ps) && int(ps[k].d) == d; k++ {
+			if p := ps[k]; p.v != 0 {
+				r.Entries = append(r.Entries, IoUEntry{V: p.v, Label: l,
+					Pos: r.Pairs + rank[p.t], ClassPos: nDet[l]*nTruth[l] + rank[p.t]})
 			}
 		}
+		r.Pairs += nTruth[l]
+		nDet[l]++
 	}
+	r.Counts = iouCounts(nTruth, func(l int32) int64 { return nDet[l] * nTruth[l] })
 	return r
+}
+
+// iouCounts lists n(l) for the labels of the truth with n(l) > 0, in
+// increasing label order.
+func iouCounts(nTruth map[int32]int64, n func(int32) int64) []IoUCount {
+	var out []IoUCount
+	for l := range nTruth {
+		if c := n(l); c > 0 {
+			out = append(out, IoUCount{l, c})
+		}
+	}
+	slices.SortFunc(out, func(a, b IoUCount) int { return cmp.Compare(a.Label, b.Label) })
+	return out
+}
+
+// iouPair is a detection × truth pair of one label that overlaps, with its
+// float32 box_iou.
+type iouPair struct {
+	d, t int32
+	v    float32
+}
+
+// iouPairs lists the overlapping same-label pairs in the matrix's
+// row-major order (detection, then truth), appending to ps.
+func iouPairs(truth []box.Truth, dets []box.Detection, ps []iouPair) []iouPair {
+	tb := make([]box.Box, len(truth))
+	for k, t := range truth {
+		tb[k] = t.Box
+	}
+	ix := newOverlapIndex(tb)
+	n := 0 // count first: the pairs are allocated once, at their size
+	for d := range dets {
+		ix.each(tb, dets[d].Box, func(t int, _ float64) {
+			if truth[t].Label == dets[d].Label {
+				n++
+			}
+		})
+	}
+	ps = slices.Grow(ps, n)
+	for d := range dets {
+		from := len(ps)
+		ix.each(tb, dets[d].Box, func(t int, _ float64) {
+			if truth[t].Label == dets[d].Label {
+				ps = append(ps, iouPair{int32(d), int32(t), boxIoU32(dets[d].Box, truth[t].Box)})
+			}
+		})
+		row := ps[from:]
+		slices.SortFunc(row, func(a, b iouPair) int { return cmp.Compare(a.t, b.t) })
+	}
+	return ps
 }
 
 // reduceIoU is IntersectionOverUnion from the records: "iou" is the
@@ -277,16 +399,25 @@ func iouRecord(truth []box.Truth, dets []box.Detection, t32 float32) IoURecord {
 // the float32 sum of its per-image torch sums over its count. An entry of
 // class c is valid in c's column exactly when it is valid in the matrix
 // (its truth and prediction share label c), so each image's column of c
-// is its valid entries of label c, in matrix order.
+// is its valid entries of label c, in matrix order. Zero entries change no
+// float32 partial sum, so they are counted and placed (torchSum32Sparse),
+// not listed.
 func reduceIoU(recs []ImageRecord, thr float64) []Value {
 	t32 := float32(thr)
-	var all []float32
+	var all []sparseTerm
+	var nAll int64
 	clsSum := map[int32]float32{}
-	clsN := map[int32]int{}
+	clsN := map[int32]int64{}
 	seen := map[int32]bool{}
 	passed := 0
+	var terms []sparseTerm
 	var col []float32
 	var order []int32
+	n := 0
+	for i := range recs {
+		n += len(recs[i].IoU.Entries)
+	}
+	all = make([]sparseTerm, 0, n)
 	for i := range recs {
 		r := &recs[i].IoU
 		if !r.Passed {
@@ -296,45 +427,65 @@ func reduceIoU(recs []ImageRecord, thr float64) []Value {
 		for _, l := range r.Labels {
 			seen[l] = true
 		}
-		valid := func(e IoUEntry) bool { return r.NoDets || !(e.V < t32) }
-		for _, e := range r.Entries {
-			if valid(e) {
-				all = append(all, e.V)
+		switch {
+		case r.NoDets: // zeros, valid at every threshold
+			nAll += r.Pairs
+			for _, c := range r.Counts {
+				clsN[c.Label] += c.N
 			}
-		}
-		// the classes of the image's entries, each summed once
-		order = order[:0]
-		for _, e := range r.Entries {
-			if !slices.Contains(order, e.Label) {
-				order = append(order, e.Label)
-			}
-		}
-		for _, c := range order {
-			col = col[:0]
+		case r.Every && !(t32 > 0): // every same-label entry is valid
 			for _, e := range r.Entries {
-				if e.Label == c && valid(e) {
-					col = append(col, e.V)
+				all = append(all, sparseTerm{nAll + e.Pos, e.V})
+			}
+			nAll += r.Pairs
+			for _, c := range r.Counts {
+				terms = terms[:0]
+				for _, e := range r.Entries {
+					if e.Label == c.Label {
+						terms = append(terms, sparseTerm{e.ClassPos, e.V})
+					}
+				}
+				clsSum[c.Label] = float32(clsSum[c.Label] + torchSum32Sparse(c.N, terms))
+				clsN[c.Label] += c.N
+			}
+		default: // the valid entries are the non-zero ones at or above t32
+			order = order[:0]
+			for _, e := range r.Entries {
+				if !(e.V < t32) {
+					all = append(all, sparseTerm{nAll, e.V})
+					nAll++
+					if !slices.Contains(order, e.Label) {
+						order = append(order, e.Label)
+					}
 				}
 			}
-			clsSum[c] = float32(clsSum[c] + torchSum32(col))
-			clsN[c] += len(col)
+			for _, c := range order {
+				col = col[:0]
+				for _, e := range r.Entries {
+					if e.Label == c && !(e.V < t32) {
+						col = append(col, e.V)
+					}
+				}
+				clsSum[c] = float32(clsSum[c] + torchSum32(col))
+				clsN[c] += int64(len(col))
+			}
 		}
 	}
 	if passed == 0 {
 		return nil
 	}
-	return iouValues(all, clsSum, clsN, seen)
+	return iouValues(torchSum32Sparse(nAll, all), nAll, clsSum, clsN, seen)
 }
 
-func iouValues(all []float32, clsSum map[int32]float32, clsN map[int32]int, seen map[int32]bool) []Value {
-	mean := func(s float32, c int) float64 {
+func iouValues(sum float32, n int64, clsSum map[int32]float32, clsN map[int32]int64, seen map[int32]bool) []Value {
+	mean := func(s float32, c int64) float64 {
 		v := float32(s / float32(c))
 		if c == 0 || v != v { // torchmetrics: no valid entry, or NaN, gives 0
 			return 0
 		}
 		return float64(v)
 	}
-	vals := []Value{{Key: "iou", V: mean(torchSum32(all), len(all))}}
+	vals := []Value{{Key: "iou", V: mean(sum, n)}}
 	ids := make([]int32, 0, len(seen))
 	for id := range seen {
 		ids = append(ids, id)

@@ -11,9 +11,14 @@
 //	recall: truth count T, prediction count P, then T rows:
 //	        true label, prediction id + 1 (0: none) and, when assigned,
 //	        the prediction's label, IoU (float64) and score (float64)
-//	iou:    a flag byte (1 passed, 2 no detections); when passed: the
-//	        label count and labels (strictly increasing), the entry count
-//	        and entries (float32 value, label)
+//	iou:    a flag byte (1 passed, 2 no detections, 4 every pair valid);
+//	        when passed: the label count and labels (strictly increasing);
+//	        with no detections or every pair valid, the pair count and the
+//	        per-label counts (count, then label and count, labels strictly
+//	        increasing, counts positive and summing to the pair count);
+//	        the entry count and entries (float32 value, label and, with
+//	        every pair valid, the position among the pairs and in the
+//	        label's column, both increasing and below their counts)
 //	coco:   the category count, then per category (strictly increasing
 //	        labels): label, the four non-ignored truth counts, the kept
 //	        detection count D (at most 100), D float32 scores (not NaN) and D × 10
@@ -41,9 +46,13 @@ const (
 
 	iouPassed = 1
 	iouNoDets = 2
+	iouEvery  = 4
 
 	// maxCount bounds every count (boxes, labels, images) the format holds.
 	maxCount = 1 << 31
+	// maxPairs bounds the IoU family's pair counts and positions (a
+	// product of two box counts).
+	maxPairs = 1 << 62
 	// flagBytes is one COCO detection's packed flags: 2 bits × 4 areas × 10
 	// thresholds.
 	flagBytes = metrics.COCOAreas * metrics.COCOThresholds * 2 / 8
@@ -103,16 +112,31 @@ func appendRecord(dst []byte, r *metrics.ImageRecord, mask byte) []byte {
 		if r.IoU.NoDets {
 			fl |= iouNoDets
 		}
+		if r.IoU.Every {
+			fl |= iouEvery
+		}
 		dst = append(dst, fl)
 		if r.IoU.Passed {
 			u(len(r.IoU.Labels))
 			for _, l := range r.IoU.Labels {
 				u(int(l))
 			}
+			if r.IoU.NoDets || r.IoU.Every {
+				dst = binary.AppendUvarint(dst, uint64(r.IoU.Pairs))
+				u(len(r.IoU.Counts))
+				for _, c := range r.IoU.Counts {
+					u(int(c.Label))
+					dst = binary.AppendUvarint(dst, uint64(c.N))
+				}
+			}
 			u(len(r.IoU.Entries))
 			for _, e := range r.IoU.Entries {
 				f32(e.V)
 				u(int(e.Label))
+				if r.IoU.Every {
+					dst = binary.AppendUvarint(dst, uint64(e.Pos))
+					dst = binary.AppendUvarint(dst, uint64(e.ClassPos))
+				}
 			}
 		}
 	}
@@ -339,11 +363,11 @@ func decodeDF(r *reader, rec *metrics.ImageRecord, lim Limits) {
 
 func decodeIoU(r *reader, rec *metrics.ImageRecord, lim Limits) {
 	fl := r.byte1("iou flags")
-	if fl&^(iouPassed|iouNoDets) != 0 || fl == iouNoDets {
+	if fl&^(iouPassed|iouNoDets|iouEvery) != 0 || (fl&iouPassed == 0 && fl != 0) || fl&(iouNoDets|iouEvery) == iouNoDets|iouEvery {
 		r.fail("image %d: iou flag byte %#x", rec.Image, fl)
 		return
 	}
-	rec.IoU.Passed, rec.IoU.NoDets = fl&iouPassed != 0, fl&iouNoDets != 0
+	rec.IoU.Passed, rec.IoU.NoDets, rec.IoU.Every = fl&iouPassed != 0, fl&iouNoDets != 0, fl&iouEvery != 0
 	if !rec.IoU.Passed {
 		return
 	}
@@ -356,12 +380,57 @@ func decodeIoU(r *reader, rec *metrics.ImageRecord, lim Limits) {
 		}
 		rec.IoU.Labels = append(rec.IoU.Labels, l)
 	}
+	counted := rec.IoU.NoDets || rec.IoU.Every
+	if counted {
+		rec.IoU.Pairs = int64(r.uv("iou pair count", maxPairs))
+		nc := r.count("iou label count", 2)
+		rec.IoU.Counts = make([]metrics.IoUCount, 0, nc)
+		var sum int64
+		for k := 0; k < nc && r.err == nil; k++ {
+			l := r.label("iou count label", lim)
+			n := int64(r.uv("iou label pair count", maxPairs))
+			if r.err == nil && (n == 0 || (k > 0 && l <= rec.IoU.Counts[k-1].Label)) {
+				r.fail("image %d: iou label counts out of order or zero", rec.Image)
+			}
+			sum += n
+			if r.err == nil && sum > rec.IoU.Pairs {
+				r.fail("image %d: iou label counts exceed the pair count %d", rec.Image, rec.IoU.Pairs)
+			}
+			rec.IoU.Counts = append(rec.IoU.Counts, metrics.IoUCount{Label: l, N: n})
+		}
+		if r.err == nil && sum != rec.IoU.Pairs {
+			r.fail("image %d: iou label counts sum to %d, not the pair count %d", rec.Image, sum, rec.IoU.Pairs)
+		}
+	}
 	ne := r.count("iou entry count", 5)
+	if r.err == nil && rec.IoU.NoDets && ne != 0 {
+		r.fail("image %d: iou entries without detections", rec.Image)
+	}
 	rec.IoU.Entries = make([]metrics.IoUEntry, 0, ne)
+	next := map[int32]int64{} // per label, the least next column position
 	for k := 0; k < ne && r.err == nil; k++ {
-		v := r.f32("iou entry")
-		l := r.label("iou entry label", lim)
-		rec.IoU.Entries = append(rec.IoU.Entries, metrics.IoUEntry{V: v, Label: l})
+		e := metrics.IoUEntry{V: r.f32("iou entry"), Label: r.label("iou entry label", lim)}
+		if rec.IoU.Every {
+			e.Pos = int64(r.uv("iou entry position", maxPairs))
+			e.ClassPos = int64(r.uv("iou entry column position", maxPairs))
+			n, ok := int64(0), false
+			for _, c := range rec.IoU.Counts {
+				if c.Label == e.Label {
+					n, ok = c.N, true
+				}
+			}
+			switch {
+			case r.err != nil:
+			case !(e.V > 0):
+				r.fail("image %d: iou entry %v is not a positive value", rec.Image, e.V)
+			case !ok || e.ClassPos < next[e.Label] || e.ClassPos >= n:
+				r.fail("image %d: iou entry column position %d out of order or range", rec.Image, e.ClassPos)
+			case (k > 0 && e.Pos <= rec.IoU.Entries[k-1].Pos) || e.Pos >= rec.IoU.Pairs:
+				r.fail("image %d: iou entry position %d out of order or range", rec.Image, e.Pos)
+			}
+			next[e.Label] = e.ClassPos + 1
+		}
+		rec.IoU.Entries = append(rec.IoU.Entries, e)
 	}
 }
 
