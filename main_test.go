@@ -111,8 +111,9 @@ func inProcess(t *testing.T, n int, cfg jobs.EvalConfig) []byte {
 func TestMPIRankCountsBitIdentical(t *testing.T) {
 	for _, s := range []string{"multi", "single"} {
 		for _, sem := range []metrics.Semantics{metrics.Validation, metrics.EvaluateBoxes} {
+			refOut := t.TempDir()
 			ref := inProcess(t, 1, jobs.EvalConfig{CSV: set(s, "truth.csv"), Predictions: set(s, "predictions.csv"),
-				Out: t.TempDir(), IoUThreshold: 0.4, Semantics: sem, BatchSize: 1})
+				Out: refOut, IoUThreshold: 0.4, Semantics: sem, BatchSize: 1})
 			for np := 1; np <= 4; np++ {
 				out := t.TempDir()
 				r := mpirun(t, np, nil, "eval", "--csv", set(s, "truth.csv"), "--predictions", set(s, "predictions.csv"),
@@ -122,6 +123,15 @@ func TestMPIRankCountsBitIdentical(t *testing.T) {
 				}
 				if got := metricsOf(t, out); !bytes.Equal(got, ref) {
 					t.Fatalf("%s %s np%d: metrics\n%s\ndiffer from the in-process run\n%s", s, sem, np, got, ref)
+				}
+				// each rank matched its own images: the tables rank 0
+				// writes from the gathered records are np 1's bytes
+				for _, f := range []string{"results.csv", "predictions.csv"} {
+					a, errA := os.ReadFile(filepath.Join(out, f))
+					b, errB := os.ReadFile(filepath.Join(refOut, f))
+					if errA != nil || errB != nil || len(b) == 0 || !bytes.Equal(a, b) {
+						t.Fatalf("%s %s np%d: %s differs from the in-process np 1 run (%v, %v)", s, sem, np, f, errA, errB)
+					}
 				}
 				if n := strings.Count(r.stdout, "Validate metric"); n != 1 {
 					t.Errorf("np%d: the table was printed %d times", np, n)
@@ -1216,5 +1226,39 @@ func TestMPITileSigtermThenResume(t *testing.T) {
 			}
 			t.Logf("resume np2: %d rasters finished before, %d windows from the part files, %d of %d detected again", res.Rasters, res.Windows, detected, rep.Tile.Windows)
 		})
+	}
+}
+
+// Points and polygons under the real mpirun: np 1 and np 3 write the same
+// report metrics, results.csv and predictions.csv (each rank matched its
+// own images; rank 0 wrote from the gathered records).
+func TestMPIGeometryRankCounts(t *testing.T) {
+	for _, c := range []string{"points_many", "polygons_many"} {
+		dir := filepath.Join("jobs", "testdata", "geometry", c)
+		for _, sem := range []string{"validation", "evaluate_boxes"} {
+			var ref string
+			for _, np := range []int{1, 3} {
+				out := t.TempDir()
+				r := mpirun(t, np, nil, "eval", "--csv", filepath.Join(dir, "truth.csv"), "--predictions", filepath.Join(dir, "preds.csv"),
+					"--root-dir", dir, "--semantics", sem, "--out", out, "--force")
+				if r.code != 0 {
+					t.Fatalf("%s %s np%d: exit %d\n%s", c, sem, np, r.code, r.stderr)
+				}
+				if ref == "" {
+					ref = out
+					continue
+				}
+				if !bytes.Equal(metricsOf(t, out), metricsOf(t, ref)) {
+					t.Fatalf("%s %s: np 3 metrics %s differ from np 1's %s", c, sem, metricsOf(t, out), metricsOf(t, ref))
+				}
+				for _, f := range []string{"results.csv", "predictions.csv"} {
+					a, errA := os.ReadFile(filepath.Join(out, f))
+					b, errB := os.ReadFile(filepath.Join(ref, f))
+					if errA != nil || errB != nil || len(b) == 0 || !bytes.Equal(a, b) {
+						t.Fatalf("%s %s: %s differs between np 1 and np 3 (%v, %v)", c, sem, f, errA, errB)
+					}
+				}
+			}
+		}
 	}
 }

@@ -92,7 +92,7 @@ func listImages(dir string) ([]string, error) {
 // rows; the predict_image rows (or --raw-rows) are made from them at the
 // end, so that choice is not part of the identity.
 func predictManifest(cfg PredictConfig, paths []string, labels []byte, digest, config string) manifest {
-	m := manifest{Job: "predict", Canopy: Version, Images: outdir.SHA256Hex(collective.PackFields(nil, stringsBytes(paths)...)),
+	m := manifest{Job: kindPredict, Canopy: Version, Images: outdir.SHA256Hex(collective.PackFields(nil, stringsBytes(paths)...)),
 		Detector: "retinanet weights sha256 " + digest, DetectorSettings: detectorSettings(cfg.Model, config), RootDir: absPath(cfg.RootDir)}
 	if labels != nil {
 		m.LabelDict = outdir.SHA256Hex(labels)

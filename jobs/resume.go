@@ -192,6 +192,9 @@ func openImagesRun(dir string, resume, force bool, cur manifest) (*outdir.Run, s
 		return nil, saved, err
 	}
 	check := func(b []byte) error {
+		if err := checkRunKind(dir, b, cur.kind()); err != nil {
+			return err
+		}
 		var old manifest
 		if err := json.Unmarshal(b, &old); err != nil {
 			return usageErr("jobs: --resume: %s: %w", outdir.ManifestFile, err)

@@ -298,7 +298,7 @@ func Classify(ctx context.Context, c mpi.Comm, cs *Set, src Source, dets [][]box
 					crops = append(crops, im)
 				}
 				if res[k], err = runners[k].Classify(ctx, m.Transform, crops); err != nil {
-					return err
+					return cropModelErr(cs.Info[k].Path, err, items, shard[lo:hi])
 				}
 			}
 			for i := range shard[lo:hi] {
@@ -348,6 +348,19 @@ func Classify(ctx context.Context, c mpi.Comm, cs *Set, src Source, dets [][]box
 		t.Rows[it.img][it.det] = r
 	}
 	return t, nil
+}
+
+// cropModelErr is a crop model's error at run time: non-finite logits or
+// probabilities (crop.NonFiniteError) are a model error (exit 4), as the
+// detector's, naming the model and the detection; any other error is
+// returned as it is.
+func cropModelErr(model string, err error, items []cropItem, batch []int) error {
+	var ne *crop.NonFiniteError
+	if !errors.As(err, &ne) || ne.Crop < 0 || ne.Crop >= len(batch) {
+		return err
+	}
+	it := items[batch[ne.Crop]]
+	return &errkind.Error{Code: errkind.ExitModel, Err: fmt.Errorf("jobs: --crop-model %s, detection %d of image %d: %w", model, it.det, it.img, err)}
 }
 
 // DefaultWorkers is the classifier's workers when no detector says
