@@ -550,7 +550,7 @@ func TestMPIModelRankCountsBitIdentical(t *testing.T) {
 }
 
 // The GPU engine under the real mpirun: a binary built with -tags
-// hostkerngpu sees fake GPUs that are host shims (jobs/hostkerngpu.go), one
+// hostkerngpu sees fake GPUs that are host shims (internal/modelsel/hostkerngpu.go), one
 // per rank; eval --model (the device transform, postprocess and losses,
 // CUDA graphs) gives byte-identical metrics and predictions for -np 1, 2
 // and 3 at batch 2. The model is a small generated ResNet-18-FPN32 at

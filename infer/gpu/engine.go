@@ -44,7 +44,7 @@ type Engine struct {
 	wts   map[*nn.Conv][2]cuda.Ptr // weights and bias, uploaded on first use
 	Free  map[int][]cuda.Ptr       // dead buffers by float count
 	shape [3]int                   // the batch shape the free list was filled for
-	// During a graph capture (retinanet's gpugraph.go, which sets the
+	// During a graph capture (retinanet's gpu_graph.go, which sets the
 	// free list aside): Owned collects every new allocation, and Put
 	// leaves the buffers in Keep alone.
 	Owned *[]cuda.Ptr

@@ -7,7 +7,15 @@
 // size.
 //
 // The ResNet body is infer/resnet's, the layers infer/nn's; the network
-// runs on the CPU engine (infer/cpu) or the GPU engine (gpu*.go).
+// runs on the CPU engine (infer/cpu) or the GPU engine (gpu_*.go: the
+// runner, its slots and cuDNN options, the detector, CUDA graphs, the
+// device transform, postprocess and losses).
+//
+// The gpu_*.go files carry no build tag and stay in the default build on
+// purpose: they drive a cuda.Device through infer/gpu's engine and never
+// call CUDA themselves, so the host-shim tests (infer/cuda/hostkern, the
+// kernels compiled for the CPU) compile and run them on every machine;
+// only the device behind -tags cuda (infer/cuda) needs the driver.
 package retinanet
 
 import (

@@ -204,7 +204,7 @@ stage_times() {
 		-test.run 'TestDeviceTransformBits|TestDevicePostprocessBits|TestDeviceTorchSort|TestDeviceLosses|TestGraphsMatchEager|TestGPUStageTimes') \
 		>"$OUT/stages.txt" 2>&1
 	echo "rc=$?" >>"$OUT/stages.txt"
-	grep -E '^(--- |ok|FAIL|rc=)| stage ' "$OUT/stages.txt" | sed 's/^ *gpupost_test.go:[0-9]*: //'
+	grep -E '^(--- |ok|FAIL|rc=)| stage ' "$OUT/stages.txt" | sed 's/^ *gpu_postprocess_test.go:[0-9]*: //'
 }
 
 # dmon_mean is the mean SM utilisation (%) in an nvidia-smi dmon -o T log.

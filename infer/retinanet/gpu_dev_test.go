@@ -10,5 +10,5 @@ import (
 )
 
 // newTestDevice is the host shim in the default build; with -tags cuda it
-// is the GPU (gpudev_cuda_test.go), so the same tests check the real kernels.
+// is the GPU (gpu_dev_cuda_test.go), so the same tests check the real kernels.
 func newTestDevice(t testing.TB) cuda.Device { return hostkern.New() }

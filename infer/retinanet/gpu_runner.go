@@ -16,7 +16,7 @@ import (
 // batch; every output element is reduced by one thread in a fixed order, so
 // an image's detections do not depend on the batch (tested on the host
 // shim). The transform (normalize, resize, pad) runs on the device too
-// (gputransform.go). Not safe for concurrent use.
+// (gpu_transform.go). Not safe for concurrent use.
 type GPURunner struct {
 	m     *Model
 	g     *gpu.Engine
@@ -70,7 +70,7 @@ type launched struct {
 }
 
 // launch queues a group's transform and forward: by replaying the graph
-// captured for its batch shape (gpugraph.go), or launch by launch.
+// captured for its batch shape (gpu_graph.go), or launch by launch.
 func (r *GPURunner) launch(p prepared) launched {
 	n := len(p.imgs)
 	g := r.g
@@ -101,7 +101,7 @@ func (r *GPURunner) launchEager(p prepared) launched {
 }
 
 // collect postprocesses a launched group and computes its losses (when it
-// has targets) on the device (gpupost.go, gpuloss.go); with a trace, on the
+// has targets) on the device (gpu_postprocess.go, gpu_loss.go); with a trace, on the
 // host (collectHost), which needs the head outputs.
 // Head outputs, detections and losses that are not finite are a
 // *NonFiniteError, as the CPU's (the device's postprocess skips NaN scores
