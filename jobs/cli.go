@@ -203,6 +203,29 @@ func runShardJob(c *cli.Context, code *int, newComm CommFactory, stderr io.Write
 	return nil
 }
 
+// rankOutputs are the fields of a command's config that differ by rank:
+// its stdout (rank 0's alone), its progress lines (rank 0's, on stderr)
+// and the collective timeout.
+type rankOutputs struct {
+	stdout, progress *io.Writer
+	timeout          *time.Duration
+}
+
+// runRankedJob is runShardJob for the commands whose rank 0 alone prints
+// its table and its progress (predict, predict --tile and eval --tile,
+// eval-crops): it sets o on each rank, then runs job.
+func runRankedJob(c *cli.Context, code *int, newComm CommFactory, stderr io.Writer, out string, o rankOutputs, job func(comm mpi.Comm) error) error {
+	return runShardJob(c, code, newComm, stderr, out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
+		if !rank0 {
+			*o.stdout = nil
+		} else {
+			*o.progress = stderr
+		}
+		*o.timeout = timeout
+		return job(comm)
+	})
+}
+
 // runJob starts the communicator, checks the launcher, runs job and applies
 // the error rule: a collective error is printed by rank 0 and every rank
 // returns its code; a local error is printed by its rank with rank and

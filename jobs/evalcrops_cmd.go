@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
@@ -69,13 +68,7 @@ func evalCropsCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) 
 			case cfg.Threads < 0:
 				return usageError(fmt.Errorf("eval-crops: --threads %d", cfg.Threads))
 			}
-			return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
-				if !rank0 {
-					cfg.Stdout = nil
-				} else {
-					cfg.Progress = stderr
-				}
-				cfg.CollectiveTimeout = timeout
+			return runRankedJob(c, code, newComm, stderr, cfg.Out, rankOutputs{&cfg.Stdout, &cfg.Progress, &cfg.CollectiveTimeout}, func(comm mpi.Comm) error {
 				return EvalCrops(c.Context, comm, cfg)
 			})
 		},

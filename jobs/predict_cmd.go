@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
@@ -78,13 +77,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			case cfg.Images != "" && cfg.RootDir != "":
 				return usageError(errors.New("predict: --root-dir goes with --csv; --images paths are relative to that folder"))
 			}
-			return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
-				if !rank0 {
-					cfg.Stdout = nil
-				} else {
-					cfg.Progress = stderr
-				}
-				cfg.CollectiveTimeout = timeout
+			return runRankedJob(c, code, newComm, stderr, cfg.Out, rankOutputs{&cfg.Stdout, &cfg.Progress, &cfg.CollectiveTimeout}, func(comm mpi.Comm) error {
 				return Predict(c.Context, comm, cfg)
 			})
 		},

@@ -158,13 +158,7 @@ func runTileJob(c *cli.Context, code *int, newComm CommFactory, stderr io.Writer
 	if err := cfg.Settings.Check(); err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("%s: --patch-size/--patch-overlap: %w", cmd, err)}
 	}
-	return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
-		if !rank0 {
-			cfg.Stdout = nil
-		} else {
-			cfg.Progress = stderr
-		}
-		cfg.CollectiveTimeout = timeout
+	return runRankedJob(c, code, newComm, stderr, cfg.Out, rankOutputs{&cfg.Stdout, &cfg.Progress, &cfg.CollectiveTimeout}, func(comm mpi.Comm) error {
 		return PredictTile(c.Context, comm, cfg)
 	})
 }
