@@ -191,7 +191,7 @@ bench-go: deps
 # (torch all_gather_object over gloo, mpi4py allgather) in the same run.
 bench-gather: build
 	scripts/install-deps.sh python3-torch python3-mpi4py python3-pandas python3-shapely
-	$(GO) test -c -o bin/gatherbench.test ./internal/testsupport/gatherbench
+	$(GO) test -c -o bin/gatherbench.test ./internal/collective/gatherbench
 	$(MPIRUN) -np 2 --tag-output bin/gatherbench.test -test.run '^$$' -test.bench . -test.benchtime 10x | tee bin/bench-gather.txt
 	tools/gatherbench/run.sh 2 --boxes 1000000 --out bin/peers-result.json
 	$(MPIRUN) -np 2 --tag-output bin/gatherbench.test -test.run '^$$' -test.bench . -test.benchtime 10x | tee -a bin/bench-gather.txt
@@ -401,7 +401,7 @@ golden-geoparquet: build
 		> tools/geoparquet/testdata/run/report.json
 
 # The Slurm tests: a one-node Slurm 22.05 with fake GPUs under /tmp; every
-# jobs/slurm script submitted against testdata (root; installs slurm-wlm munge).
+# scripts/slurm script submitted against testdata (root; installs slurm-wlm munge).
 test-slurm: build
 	scripts/test-slurm.sh
 

@@ -643,7 +643,7 @@ func TestMPIRunSigtermIsResumable(t *testing.T) {
 	wd, _ := os.Getwd()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "jobs/slurm/canopy-mpirun.sbatch", "--batch-size", "2")
+	cmd := exec.CommandContext(ctx, "bash", "scripts/slurm/canopy-mpirun.sbatch", "--batch-size", "2")
 	cmd.Env = append(os.Environ(), "SLURM_JOB_ID=e2e", "SLURM_NTASKS=2", "CANOPY_CSV="+truth, "CANOPY_PREDICTIONS="+preds,
 		"CANOPY_OUT="+out, "CANOPY_BIN="+canopyBin, "CANOPY_MPIRUN="+filepath.Join(wd, "scripts", "mpirun.sh"), "CANOPY_TEST_SLOW_MS=20")
 	var so, se bytes.Buffer

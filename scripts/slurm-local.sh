@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # scripts/slurm-local.sh start|stop|status|env [DIR] -- a one-node Slurm 22.05
 # cluster on this machine, every file of it under one scratch folder, for
-# canopy's Slurm tests (scripts/test-slurm.sh) and for trying jobs/slurm/.
+# canopy's Slurm tests (scripts/test-slurm.sh) and for trying scripts/slurm/.
 #
 #   eval "$(scripts/slurm-local.sh start)"   # start; stdout is: export SLURM_CONF=...
-#   sbatch -n 2 jobs/slurm/canopy-1node.sbatch ...
+#   sbatch -n 2 scripts/slurm/canopy-1node.sbatch ...
 #   scripts/slurm-local.sh stop              # kill by PID file, wait; safe twice
 #
 # DIR defaults to ${CANOPY_SLURM_DIR:-/tmp/canopy-slurm}. It must be an

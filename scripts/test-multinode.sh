@@ -22,7 +22,7 @@
 #            other hosts (veth counters), printed against the wire total
 #   srun     srun --mpi=pmix --kill-on-bad-exit=1 -N3 -n6 under the 3-node
 #            Slurm, model and replay: exit 0, equal metrics, same placement
-#   sbatch   jobs/slurm/canopy-multinode.sbatch (srun) and canopy-mpirun.sbatch
+#   sbatch   scripts/slurm/canopy-multinode.sbatch (srun) and canopy-mpirun.sbatch
 #            (mpirun in the allocation), -N3 -n6, replay: exit 0, equal
 #            metrics, same placement; their command lines hold
 #            --kill-on-bad-exit=1 and the oob keepalive flags
@@ -242,7 +242,7 @@ if want srun; then
 	done
 fi
 
-# sbatch_job SCRIPT: submit jobs/slurm/SCRIPT.sbatch on the 3 nodes (replay,
+# sbatch_job SCRIPT: submit scripts/slurm/SCRIPT.sbatch on the 3 nodes (replay,
 # out $S/sbatch-SCRIPT), wait for it (squeue every 0.1 s, at most 180 s;
 # sbatch --wait polls only every few seconds), print its log; the job's exit
 # code is the function's.
@@ -250,7 +250,7 @@ sbatch_job() {
 	local id i
 	id=$(CANOPY_CSV=$S/replay/truth.csv CANOPY_PREDICTIONS=$S/replay/predictions.csv CANOPY_OUT=$S/sbatch-$1 \
 		timeout -k 5 30 $C run h1 sbatch --parsable -N3 -n6 --ntasks-per-node=2 --gpus-per-task=0 --job-name="$1" \
-		--output="$S/logs/$1-%j.out" "jobs/slurm/$1.sbatch") || return 1
+		--output="$S/logs/$1-%j.out" "scripts/slurm/$1.sbatch") || return 1
 	for ((i = 0; i < 1800; i++)); do
 		[ -z "$($C run h1 squeue -h -j "$id" -o %A 2>/dev/null)" ] && break
 		sleep 0.1
@@ -263,7 +263,7 @@ sbatch_job() {
 if want sbatch; then
 	mkdir -p "$S/logs"
 	for script in canopy-multinode canopy-mpirun; do
-		echo "== sbatch: -N3 -n6 --ntasks-per-node=2 --gpus-per-task=0 (no GPUs here) jobs/slurm/$script.sbatch (replay)"
+		echo "== sbatch: -N3 -n6 --ntasks-per-node=2 --gpus-per-task=0 (no GPUs here) scripts/slurm/$script.sbatch (replay)"
 		t=$(now)
 		job "sbatch-$script" "$S/sbatch-$script" sbatch_job $script
 		echo "TIME sbatch -N3 $script.sbatch: $(since "$t") s"

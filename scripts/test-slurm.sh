@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/test-slurm.sh -- the Slurm tests (make test-slurm): start a one-node
-# Slurm 22.05 (scripts/slurm-local.sh, fake GPUs), submit jobs/slurm/*.sbatch
+# Slurm 22.05 (scripts/slurm-local.sh, fake GPUs), submit scripts/slurm/*.sbatch
 # against testdata/sets/multi and check what they do. Needs root (the local
 # Slurm runs as root). Installs slurm-wlm and munge through
 # scripts/install-deps.sh when missing; builds bin/canopy only when it is missing
@@ -240,7 +240,7 @@ common=(CANOPY_BIN="$BIN" CANOPY_CSV="$CSV" CANOPY_PREDICTIONS="$PRED")
 # (a) + (b): 1 node, 2 tasks, 1 GPU each, per-rank logs.
 echo "== a, b: canopy-1node.sbatch -n 2 --gpus-per-task=1"
 t0=$(date +%s.%N)
-id=$(submit "canopy a" "${common[@]}" CANOPY_OUT="$S/out a" CANOPY_RANK_LOGS=1 CANOPY_LOG_DIR="$S/logs/ranks 'a'" -- -n 2 --gpus-per-task=1 jobs/slurm/canopy-1node.sbatch --metrics all)
+id=$(submit "canopy a" "${common[@]}" CANOPY_OUT="$S/out a" CANOPY_RANK_LOGS=1 CANOPY_LOG_DIR="$S/logs/ranks 'a'" -- -n 2 --gpus-per-task=1 scripts/slurm/canopy-1node.sbatch --metrics all)
 wait_job "$id" || true
 t1=$(date +%s.%N)
 node_ok a
@@ -265,7 +265,7 @@ fi
 
 # (c): a failing rank.
 echo "== c: CANOPY_TEST_FAIL_RANK=1"
-id=$(submit "canopy c" "${common[@]}" CANOPY_OUT="$S/out c" CANOPY_TEST_FAIL_RANK=1 -- -n 2 jobs/slurm/canopy-1node.sbatch)
+id=$(submit "canopy c" "${common[@]}" CANOPY_OUT="$S/out c" CANOPY_TEST_FAIL_RANK=1 -- -n 2 scripts/slurm/canopy-1node.sbatch)
 wait_job "$id" || true
 node_ok c
 if [ "$JOB_RC" = 4 ] && [ "$JOB_STATE" = FAILED ] && [ ! -f "$S/out c/report.json" ]; then
@@ -277,7 +277,7 @@ fi
 
 # (d): mpirun inside the allocation.
 echo "== d: canopy-mpirun.sbatch -n 2"
-id=$(submit "canopy d" "${common[@]}" CANOPY_OUT="$S/out d" CANOPY_BIND=core -- -n 2 jobs/slurm/canopy-mpirun.sbatch)
+id=$(submit "canopy d" "${common[@]}" CANOPY_OUT="$S/out d" CANOPY_BIND=core -- -n 2 scripts/slurm/canopy-mpirun.sbatch)
 wait_job "$id" || true
 node_ok d
 if [ "$JOB_STATE $JOB_RC" = "COMPLETED 0" ] && [ -f "$S/out d/report.json" ] && [ "$(metrics "$S/out d/report.json")" = "$ref" ]; then
@@ -289,7 +289,7 @@ fi
 
 # (m): the multinode body, on the one node there is.
 echo "== m: canopy-multinode.sbatch --nodes=1 --ntasks-per-node=2"
-id=$(submit "canopy m" "${common[@]}" CANOPY_OUT="$S/out m" -- --nodes=1 --ntasks-per-node=2 jobs/slurm/canopy-multinode.sbatch)
+id=$(submit "canopy m" "${common[@]}" CANOPY_OUT="$S/out m" -- --nodes=1 --ntasks-per-node=2 scripts/slurm/canopy-multinode.sbatch)
 wait_job "$id" || true
 node_ok m
 if [ "$JOB_STATE $JOB_RC" = "COMPLETED 0" ] && [ -f "$S/out m/report.json" ] && [ "$(metrics "$S/out m/report.json")" = "$ref" ]; then
@@ -303,8 +303,8 @@ fi
 echo "== e: canopy-array.sbatch --array=0-1, summarize.sh"
 list="$S/in 'put'/list of preds.txt"
 printf '%s\n' "$S/in 'put'/pred 1.csv" "$S/in 'put'/pred '2'.csv" >"$list"
-arr=$(submit "canopy e" CANOPY_BIN="$BIN" CANOPY_CSV="$CSV" CANOPY_LIST="$list" CANOPY_OUT="$S/out e" -- --array=0-1 jobs/slurm/canopy-array.sbatch)
-sum=$(submit "canopy e-sum" -- --dependency=afterany:"$arr" jobs/slurm/summarize.sh "$S/out e")
+arr=$(submit "canopy e" CANOPY_BIN="$BIN" CANOPY_CSV="$CSV" CANOPY_LIST="$list" CANOPY_OUT="$S/out e" -- --array=0-1 scripts/slurm/canopy-array.sbatch)
+sum=$(submit "canopy e-sum" -- --dependency=afterany:"$arr" scripts/slurm/summarize.sh "$S/out e")
 wait_job "$arr" || true
 arr_state=$JOB_STATE
 wait_job "$sum" || true
@@ -318,7 +318,7 @@ for k in 0 1; do
 		echo "task $k: no report, other metrics or exit_code not 0"
 	fi
 done
-direct=$(jobs/slurm/summarize.sh "$S/out e" || true)
+direct=$(scripts/slurm/summarize.sh "$S/out e" || true)
 echo "$direct"
 n_ok=$(grep -c $'\tok$' <<<"$direct" || true)
 n_lines=$(grep -c . <<<"$direct" || true)
@@ -335,7 +335,7 @@ fi
 # (f): outside Slurm.
 echo "== f: scripts run without SLURM_JOB_ID"
 okf=1
-for f in jobs/slurm/*.sbatch; do
+for f in scripts/slurm/*.sbatch; do
 	rc=0
 	msg=$(env -u SLURM_JOB_ID "${common[@]}" "$f" 2>&1 >/dev/null) || rc=$?
 	if [ $rc != 2 ] || ! grep -q SLURM_JOB_ID <<<"$msg"; then
@@ -344,14 +344,14 @@ for f in jobs/slurm/*.sbatch; do
 	fi
 done
 if [ $okf = 1 ]; then
-	pass f "all $(ls jobs/slurm/*.sbatch | wc -l) scripts exit 2 outside Slurm: $msg"
+	pass f "all $(ls scripts/slurm/*.sbatch | wc -l) scripts exit 2 outside Slurm: $msg"
 else
 	fail f "a script outside Slurm did not exit 2 with a clear message"
 fi
 
 # (g): missing input.
 echo "== g: missing CANOPY_CSV file"
-id=$(submit "canopy g" "${common[@]}" CANOPY_CSV="$S/in 'put'/no such.csv" CANOPY_OUT="$S/out g" -- -n 2 jobs/slurm/canopy-1node.sbatch)
+id=$(submit "canopy g" "${common[@]}" CANOPY_CSV="$S/in 'put'/no such.csv" CANOPY_OUT="$S/out g" -- -n 2 scripts/slurm/canopy-1node.sbatch)
 wait_job "$id" || true
 node_ok g
 if [ "$JOB_RC" = 3 ] && grep -q "no readable file" "$S/logs/canopy g-$id.out"; then
@@ -364,7 +364,7 @@ fi
 # (k): scancel a running job, then resubmit it with --resume.
 echo "== k: scancel during the run, resubmit with --resume (CANOPY_TEST_SLOW_MS=$slow_ms)"
 outk="$S/out k"
-id=$(submit "canopy k" "${common[@]}" CANOPY_OUT="$outk" CANOPY_TEST_SLOW_MS="$slow_ms" -- -n 2 jobs/slurm/canopy-1node.sbatch)
+id=$(submit "canopy k" "${common[@]}" CANOPY_OUT="$outk" CANOPY_TEST_SLOW_MS="$slow_ms" -- -n 2 scripts/slurm/canopy-1node.sbatch)
 parts_k=0
 wait_parts "$id" "$outk" && parts_k=1
 sleep 0.5 # a few more batches into the part files
@@ -376,7 +376,7 @@ state_k="$JOB_STATE"
 report_k=no
 [ -e "$outk/report.json" ] && report_k=yes
 log_k="$S/logs/canopy k-$id.out"
-id2=$(submit "canopy k-resume" "${common[@]}" CANOPY_OUT="$outk" -- -n 2 jobs/slurm/canopy-1node.sbatch --resume)
+id2=$(submit "canopy k-resume" "${common[@]}" CANOPY_OUT="$outk" -- -n 2 scripts/slurm/canopy-1node.sbatch --resume)
 wait_job "$id2" || true
 wall_k=$(elapsed "$tk")
 node_ok k
@@ -398,7 +398,7 @@ fi
 # (q): scontrol requeue a running job; the script resumes by itself.
 echo "== q: scontrol requeue during the run (--requeue --open-mode=append, CANOPY_TEST_SLOW_MS=$slow_ms)"
 outq="$S/out q"
-id=$(submit "canopy q" "${common[@]}" CANOPY_OUT="$outq" CANOPY_TEST_SLOW_MS="$slow_ms" -- --requeue --open-mode=append -n 2 jobs/slurm/canopy-1node.sbatch)
+id=$(submit "canopy q" "${common[@]}" CANOPY_OUT="$outq" CANOPY_TEST_SLOW_MS="$slow_ms" -- --requeue --open-mode=append -n 2 scripts/slurm/canopy-1node.sbatch)
 log_q="$S/logs/canopy q-$id.out"
 parts_q=0
 wait_parts "$id" "$outq" && parts_q=1
@@ -442,7 +442,7 @@ tile_flags=(--patch-size 200 --patch-overlap 0.1 --batch-size 1 --round-windows 
 scripts/mpirun.sh -np 1 "$BIN" predict --tile --csv "$td/list.csv" --model "$DEMO_MODEL" --out "$S/ref t" "${tile_flags[@]}" >/dev/null
 outt="$S/out t"
 id=$(submit "canopy t" CANOPY_BIN="$BIN" CANOPY_RASTERS="$td/list.csv" CANOPY_MODEL="$DEMO_MODEL" CANOPY_OUT="$outt" CANOPY_TEST_SLOW_MS=$((slow_ms * 8)) \
-	-- --requeue --open-mode=append -n 2 jobs/slurm/canopy-1node.sbatch "${tile_flags[@]}")
+	-- --requeue --open-mode=append -n 2 scripts/slurm/canopy-1node.sbatch "${tile_flags[@]}")
 log_t="$S/logs/canopy t-$id.out"
 parts_t=0
 wait_parts "$id" "$outt" && parts_t=1
@@ -486,7 +486,7 @@ for script in canopy-1node canopy-mpirun; do
 	echo "== s: SIGUSR1 forwarding, $script"
 	sd="$S/stub $script"
 	mkdir -p -- "$sd"
-	id=$(submit "canopy s $script" "${common[@]}" CANOPY_BIN="$stub" CANOPY_STUB_DIR="$sd" CANOPY_OUT="$S/out s" -- -n 2 "jobs/slurm/$script.sbatch")
+	id=$(submit "canopy s $script" "${common[@]}" CANOPY_BIN="$stub" CANOPY_STUB_DIR="$sd" CANOPY_OUT="$S/out s" -- -n 2 "scripts/slurm/$script.sbatch")
 	for ((i = 0; i < 300; i++)); do
 		[ -f "$sd/started.0" ] && [ -f "$sd/started.1" ] && break
 		sleep 0.1

@@ -6,6 +6,6 @@
 // measures DeepForest's way (pickled DataFrames through torch's
 // all_gather_object and mpi4py's allgather) on the same shape of data.
 //
-// Run: go test -c -o bin/gatherbench.test ./internal/testsupport/gatherbench &&
+// Run: go test -c -o bin/gatherbench.test ./internal/collective/gatherbench &&
 // scripts/mpirun.sh -np 2 bin/gatherbench.test -test.run '^$' -test.bench . -test.benchtime 10x
 package gatherbench

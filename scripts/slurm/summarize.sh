@@ -3,7 +3,7 @@
 #SBATCH --ntasks=1
 #SBATCH --output=%x-%j.out
 #
-# jobs/slurm/summarize.sh DIR -- one line per task folder DIR/task-K/ of a
+# scripts/slurm/summarize.sh DIR -- one line per task folder DIR/task-K/ of a
 # canopy-array.sbatch run, in task order, tab-separated:
 #   PATH  box_recall=V  map=V  STATE
 # PATH is the task folder; V is the value in its report.json "metrics"
@@ -16,7 +16,7 @@
 #
 # Run it yourself after the array, or as a job that starts when every array
 # task has ended (any state):
-#   sbatch --dependency=afterany:$ARRAY_JOB_ID jobs/slurm/summarize.sh DIR
+#   sbatch --dependency=afterany:$ARRAY_JOB_ID scripts/slurm/summarize.sh DIR
 # (its #SBATCH lines make it a 1-task job logging to %x-%j.out).
 #
 # Reads no variables. Needs python3 to read report.json when present
@@ -26,7 +26,7 @@
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
-	echo "usage: jobs/slurm/summarize.sh DIR   (DIR: the CANOPY_OUT of canopy-array.sbatch)" >&2
+	echo "usage: scripts/slurm/summarize.sh DIR   (DIR: the CANOPY_OUT of canopy-array.sbatch)" >&2
 	exit 2
 fi
 dir=${1%/}
