@@ -18,6 +18,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/detect"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
@@ -104,7 +105,7 @@ type inputs struct {
 // Eval runs the eval job on this rank. It returns an *Error whose
 // Collective flag says whether every rank returns the same error.
 func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
-	cfg.BatchSize = batchOrOne(cfg.BatchSize)
+	cfg.BatchSize = detect.BatchOrOne(cfg.BatchSize)
 	if cfg.RootDir == "" {
 		cfg.RootDir = filepath.Dir(cfg.CSV)
 	}
@@ -250,7 +251,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, losses: model != nil, identify: model != nil, global: model.GlobalBatching()},
+	mine, derr := detect.Shard(ctx, det, detect.Options{RootDir: cfg.RootDir, BatchSize: cfg.BatchSize, Progress: cfg.Progress, Losses: model != nil, Identify: model != nil, Global: model.GlobalBatching()},
 		images, shard, c.Rank(), rec.record)
 	if err := detectErr(rec.close(derr), ""); err != nil {
 		return err

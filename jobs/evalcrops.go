@@ -22,6 +22,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/detect"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/outdir"
@@ -117,7 +118,7 @@ type cropInput struct {
 // (the same bytes, agreed by hash) and rank 0 writes crops.csv,
 // report.json and report.html.
 func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error) {
-	cfg.BatchSize = batchOrOne(cfg.BatchSize)
+	cfg.BatchSize = detect.BatchOrOne(cfg.BatchSize)
 	stats := collective.RankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
 	var out *outdir.Run
@@ -359,9 +360,9 @@ func unpackFolder(f [][]byte) (*dataset.ImageFolder, error) {
 func classifyShard(ctx context.Context, m cropstage.Classifier, cfg EvalCropsConfig, in *cropInputs, shard []int) ([]byte, error) {
 	k := len(m.Labels())
 	buf := make([]byte, 0, len(shard)*(8+4*k))
-	prog := newProgress(cfg.Progress, len(shard))
+	prog := detect.NewProgress(cfg.Progress, len(shard))
 	if prog != nil {
-		prog.unit = "crops"
+		prog.Unit = "crops"
 	}
 	// --csv: each image is decoded once while its crops are cut (a rank's
 	// crops of one image are contiguous), as predict's crop stage reads them.
@@ -427,7 +428,7 @@ func classifyShard(ctx context.Context, m cropstage.Classifier, cfg EvalCropsCon
 			}
 		}
 		if prog != nil {
-			prog.add(e - b)
+			prog.Add(e - b)
 		}
 	}
 	return buf, nil

@@ -19,6 +19,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/detect"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
@@ -197,7 +198,7 @@ func (r *predictReport) setCrops(cs *cropstage.Set) {
 // prediction columns) and OUT/report.json. A signal ends it with exit 8;
 // --resume continues it at any rank count from the part files.
 func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
-	cfg.BatchSize = batchOrOne(cfg.BatchSize)
+	cfg.BatchSize = detect.BatchOrOne(cfg.BatchSize)
 	if cfg.RootDir == "" {
 		if cfg.CSV != "" {
 			cfg.RootDir = filepath.Dir(cfg.CSV)
@@ -297,7 +298,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	}
 	// The part files keep the detector's rows; the rows of
 	// predictions.csv are made from them here and from the saved ones below.
-	mine, derr := detectShard(ctx, det, shardOptions{rootDir: cfg.RootDir, batchSize: cfg.BatchSize, progress: cfg.Progress, identify: true, global: model.GlobalBatching()},
+	mine, derr := detect.Shard(ctx, det, detect.Options{RootDir: cfg.RootDir, BatchSize: cfg.BatchSize, Progress: cfg.Progress, Identify: true, Global: model.GlobalBatching()},
 		images, shard, c.Rank(), rec.record)
 	if err := detectErr(rec.close(derr), ""); err != nil {
 		return err

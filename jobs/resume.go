@@ -14,6 +14,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/confine"
+	"github.com/canopy-hpc/canopy/internal/detect"
 	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
@@ -139,7 +140,7 @@ func checkResumedImage(rootDir, p string, rec *parts.Identity) error {
 	if rec == nil {
 		return fmt.Errorf("the part files keep no identity for image %q (written by an older canopy), so it cannot be checked", p)
 	}
-	cur, err := identify(confine.ImageFile(rootDir, p))
+	cur, err := detect.Identify(confine.ImageFile(rootDir, p))
 	if err != nil {
 		return fmt.Errorf("image %q of the run to resume: %w", p, err)
 	}

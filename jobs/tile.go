@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/detect"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/testhook"
@@ -287,7 +288,7 @@ type tileEval struct {
 
 // PredictTile runs predict --tile (and eval --tile) on this rank.
 func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
-	cfg.BatchSize = batchOrOne(cfg.BatchSize)
+	cfg.BatchSize = detect.BatchOrOne(cfg.BatchSize)
 	stats := collective.RankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
 	gdal.SetCacheMax(int64(cfg.CacheMiB) << 20)

@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/cropstage"
+	"github.com/canopy-hpc/canopy/internal/detect"
 	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
@@ -266,7 +267,7 @@ func (t *tileRun) share(round []int) ([]int, error) {
 	var p plan.Plan
 	var err error
 	if t.global {
-		p, err = t.model.Plan(round, nil, batchOrOne(t.cfg.BatchSize), t.c.Size())
+		p, err = t.model.Plan(round, nil, detect.BatchOrOne(t.cfg.BatchSize), t.c.Size())
 	} else {
 		p, err = plan.Blocks(len(round), t.c.Size())
 	}
@@ -284,7 +285,7 @@ func (t *tileRun) share(round []int) ([]int, error) {
 // batch in the part file; with --skip-empty each batch's windows are read
 // first and the empty ones get no detections without the model.
 func (t *tileRun) detectWindows(ctx context.Context, shard []int) ([]wire.Image, error) {
-	batch := batchOrOne(t.cfg.BatchSize)
+	batch := detect.BatchOrOne(t.cfg.BatchSize)
 	if len(shard) > 0 {
 		// A rank takes its windows in increasing order, round after
 		// round: a raster that ends before this shard is never read
@@ -347,9 +348,9 @@ func (t *tileRun) detectInputs(ctx context.Context, shard []int, input func(int)
 		return nil
 	}
 	t0 := time.Now()
-	mine, err := detectShard(ctx, t.det, shardOptions{batchSize: batchOrOne(t.cfg.BatchSize), input: input, unit: "windows", global: t.global, batchBase: t.batches},
+	mine, err := detect.Shard(ctx, t.det, detect.Options{BatchSize: detect.BatchOrOne(t.cfg.BatchSize), Input: input, Unit: "windows", Global: t.global, BatchBase: t.batches},
 		nil, shard, t.c.Rank(), record)
-	t.batches += len(batchBounds(shard, batchOrOne(t.cfg.BatchSize), t.global))
+	t.batches += len(detect.BatchBounds(shard, detect.BatchOrOne(t.cfg.BatchSize), t.global))
 	t.detect += time.Since(t0)
 	t.stats.Images += len(mine)
 	for _, im := range mine {
@@ -369,7 +370,7 @@ func (t *tileRun) dealt() bool { return !t.global && !testhook.StaticDeal() }
 // one detector call (--batch-size windows), contiguous in the round, so
 // neighbouring windows still share GDAL blocks.
 func (t *tileRun) dealWindows(ctx context.Context, k mpi.Counter, round []int) ([]wire.Image, error) {
-	chunk := batchOrOne(t.cfg.BatchSize)
+	chunk := detect.BatchOrOne(t.cfg.BatchSize)
 	var mine []wire.Image
 	for {
 		start, err := k.FetchAdd(int64(chunk))

@@ -1,4 +1,4 @@
-package jobs
+package detect
 
 import (
 	"fmt"
@@ -8,23 +8,23 @@ import (
 	"time"
 )
 
-// progress reports rank 0's own shard: on a terminal one line redrawn in
+// Progress reports rank 0's own shard: on a terminal one line redrawn in
 // place with an ETA, otherwise (logs, Slurm output files) a plain line at
 // most every interval, and always a last line.
-type progress struct {
+type Progress struct {
 	w           io.Writer
 	tty         bool
 	total, done int
 	start, last time.Time
 	interval    time.Duration
-	unit        string // what is counted: "images" (the default) or "windows"
+	Unit        string // what is counted: "images" (the default) or "windows"
 }
 
-func newProgress(w io.Writer, total int) *progress {
+func NewProgress(w io.Writer, total int) *Progress {
 	if w == nil || total == 0 {
 		return nil
 	}
-	p := &progress{w: w, total: total, start: time.Now(), interval: 10 * time.Second, unit: "images"}
+	p := &Progress{w: w, total: total, start: time.Now(), interval: 10 * time.Second, Unit: "images"}
 	if f, ok := w.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 			p.tty = true
@@ -34,7 +34,7 @@ func newProgress(w io.Writer, total int) *progress {
 	return p
 }
 
-func (p *progress) add(n int) {
+func (p *Progress) Add(n int) {
 	if p == nil {
 		return
 	}
@@ -45,10 +45,10 @@ func (p *progress) add(n int) {
 	}
 	p.last = now
 	el := now.Sub(p.start)
-	line := fmt.Sprintf("canopy: rank 0: %d/%d %s, %.1f s", p.done, p.total, p.unit, el.Seconds())
+	line := fmt.Sprintf("canopy: rank 0: %d/%d %s, %.1f s", p.done, p.total, p.Unit, el.Seconds())
 	if p.done > 0 && p.done < p.total {
 		eta := time.Duration(float64(el) / float64(p.done) * float64(p.total-p.done))
-		line += fmt.Sprintf(", %.2f s/%s, ETA %s", el.Seconds()/float64(p.done), strings.TrimSuffix(p.unit, "s"), eta.Round(time.Second))
+		line += fmt.Sprintf(", %.2f s/%s, ETA %s", el.Seconds()/float64(p.done), strings.TrimSuffix(p.Unit, "s"), eta.Round(time.Second))
 	}
 	if p.tty {
 		end := ""

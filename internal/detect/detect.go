@@ -1,11 +1,15 @@
-package jobs
+// Package detect runs a rank's shard of images (or windows) through the
+// detector in batches (Shard): the batch cuts, global batches of the cuDNN
+// path, part records of finished images, the interrupt check between
+// batches, and rank 0's progress lines (Progress). The gathers that follow
+// are internal/collective's.
+package detect
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer"
@@ -17,41 +21,37 @@ import (
 	"github.com/canopy-hpc/canopy/internal/wire"
 )
 
-// The pipeline eval and predict share: detect this rank's shard in
-// batches (detectShard), then encode, gather and merge every rank's
-// detections (gatherMerge), with the per-rank statistics both report.
-
-// batchOrOne is a job config's batch size: the CLI passes --batch-size,
+// BatchOrOne is a job config's batch size: the CLI passes --batch-size,
 // checked there (batchSize); a config built in code that leaves it 0 gets
 // one image per detector call.
-func batchOrOne(n int) int { return max(n, 1) }
+func BatchOrOne(n int) int { return max(n, 1) }
 
-// shardOptions are what detectShard needs of a job's settings.
-type shardOptions struct {
-	rootDir   string    // image paths are relative to it
-	batchSize int       // images per detector call, at least 1
-	progress  io.Writer // progress lines, nil for none
-	losses    bool      // a model run: each image's validation losses too
+// Options are what Shard needs of a job's settings.
+type Options struct {
+	RootDir   string    // image paths are relative to it
+	BatchSize int       // images per detector call, at least 1
+	Progress  io.Writer // progress lines, nil for none
+	Losses    bool      // a model run: each image's validation losses too
 	// global: batches are global batches (the cuDNN path): images
 	// kN…kN+N−1 of the input order, N = batchSize, never mixed in one
 	// detector call (a rank takes whole batches: plan.BalanceBatches).
-	global bool
+	Global bool
 	// input, when set, makes item i's detector input (predict --tile: a
 	// raster window read through GDAL) instead of the image file; unit
 	// names the items in the progress line (default "images").
-	input func(i int) infer.Input
-	unit  string
+	Input func(i int) infer.Input
+	Unit  string
 	// identify: record each image file's identity (size, mtime, sha256)
 	// beside its detections, so --resume can check the file is the same.
-	identify bool
+	Identify bool
 	// batchBase: detector calls this rank made before this shard (the
 	// interrupt hook counts them all; a tile run calls once per round).
-	batchBase int
+	BatchBase int
 }
 
-// batchBounds cuts a shard into detector calls: batchSize images at a
+// BatchBounds cuts a shard into detector calls: batchSize images at a
 // time, or, global, the runs of one global batch (index / batchSize).
-func batchBounds(shard []int, batchSize int, global bool) [][2]int {
+func BatchBounds(shard []int, batchSize int, global bool) [][2]int {
 	var out [][2]int
 	for start := 0; start < len(shard); {
 		end := min(start+batchSize, len(shard))
@@ -67,43 +67,43 @@ func batchBounds(shard []int, batchSize int, global bool) [][2]int {
 	return out
 }
 
-// detectShard runs the detector over the shard in batches, hands each
+// Shard runs the detector over the shard in batches, hands each
 // finished batch to record (the part file) and stops between batches when
 // ctx is cancelled (SIGTERM, SIGUSR1, SIGINT), returning errkind.ErrInterrupted.
 // With o.losses, each image's validation losses against its
 // truth come with its detections.
-func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images []box.Image, shard []int, rank int,
+func Shard(ctx context.Context, d infer.Detector, o Options, images []box.Image, shard []int, rank int,
 	record func([]wire.Image, []parts.Identity) error) ([]wire.Image, error) {
 	out := make([]wire.Image, 0, len(shard))
 	var ld infer.LossDetector
-	if o.losses {
+	if o.Losses {
 		var ok bool
 		if ld, ok = d.(infer.LossDetector); !ok {
 			return nil, fmt.Errorf("detector %s computes no losses: %w", d.Name(), infer.ErrModel)
 		}
 	}
 	stopAfter := testhook.InterruptAfter(rank)
-	prog := newProgress(o.progress, len(shard))
-	if prog != nil && o.unit != "" {
-		prog.unit = o.unit
+	prog := NewProgress(o.Progress, len(shard))
+	if prog != nil && o.Unit != "" {
+		prog.Unit = o.Unit
 	}
-	bounds := batchBounds(shard, o.batchSize, o.global)
+	bounds := BatchBounds(shard, o.BatchSize, o.Global)
 	batchAt := func(b int) []infer.Input {
 		start, end := bounds[b][0], bounds[b][1]
 		batch := make([]infer.Input, 0, end-start)
 		for _, i := range shard[start:end] {
-			if o.input != nil {
-				batch = append(batch, o.input(i))
+			if o.Input != nil {
+				batch = append(batch, o.Input(i))
 				continue
 			}
-			batch = append(batch, infer.Input{Index: i, Path: images[i].Path, File: confine.ImageFile(o.rootDir, images[i].Path)})
+			batch = append(batch, infer.Input{Index: i, Path: images[i].Path, File: confine.ImageFile(o.RootDir, images[i].Path)})
 		}
 		return batch
 	}
 	pf, _ := d.(infer.Prefetcher)
 	var next []infer.Input
 	for batches := 0; batches < len(bounds); batches++ {
-		if o.batchBase+batches == stopAfter {
+		if o.BatchBase+batches == stopAfter {
 			testhook.InterruptSelf(rank)
 		}
 		if ctx.Err() != nil {
@@ -114,12 +114,12 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 			batch = batchAt(batches)
 		}
 		var ids []parts.Identity
-		if o.identify {
+		if o.Identify {
 			ids = make([]parts.Identity, len(batch))
 			for k, in := range batch {
 				var err error
-				if ids[k], err = identify(in.File); err != nil {
-					return nil, &Error{Code: ExitInput, Err: err}
+				if ids[k], err = Identify(in.File); err != nil {
+					return nil, &errkind.Error{Code: errkind.ExitInput, Err: err}
 				}
 			}
 		}
@@ -148,7 +148,7 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 		}
 		if err != nil {
 			if errors.Is(err, imagefile.ErrImage) {
-				return nil, &Error{Code: ExitInput, Err: err}
+				return nil, &errkind.Error{Code: errkind.ExitInput, Err: err}
 			}
 			return nil, err
 		}
@@ -166,15 +166,13 @@ func detectShard(ctx context.Context, d infer.Detector, o shardOptions, images [
 		if err := record(out[n:], ids); err != nil {
 			return nil, err
 		}
-		prog.add(len(batch))
+		prog.Add(len(batch))
 	}
 	return out, nil
 }
 
-// identify is the identity a part record keeps of an image file.
-func identify(file string) (parts.Identity, error) {
+// Identify is the identity a part record keeps of an image file.
+func Identify(file string) (parts.Identity, error) {
 	size, mtime, sum, err := imagefile.Identify(file)
 	return parts.Identity{Size: size, MtimeNS: mtime, SHA256: sum}, err
 }
-
-func since(t time.Time) float64 { return time.Since(t).Seconds() }
