@@ -1,6 +1,6 @@
 // Command memprobe measures the CPU detector's peak memory on one image
 // size: the calibration of the job's per-rank memory estimate
-// (jobs/limits.go, docs/reliability.md).
+// (internal/limits, docs/reliability.md).
 //
 //	go run ./cmd/memprobe MODEL_DIR W H [MIN_SIZE MAX_SIZE]
 //

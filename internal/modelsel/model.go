@@ -60,7 +60,7 @@ type ModelConfig struct {
 	LayerTimes bool
 	// MaxImagePixels refuses larger images at pre-flight (0: no limit);
 	// RankMemory is the memory a rank may use (0: the node's memory over
-	// its ranks). See limits.go.
+	// its ranks). See internal/limits.
 	MaxImagePixels int64
 	RankMemory     int64
 	// Resize is --resize: the transform's size rule (the zero value is
