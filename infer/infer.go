@@ -1,7 +1,7 @@
 // Package infer defines the Detector interface that every inference backend
 // implements (infer/replay: stored predictions; infer/retinanet: the native
 // RetinaNet on the CPU or, through infer/cuda, on a GPU). jobs/ runs any
-// Detector the same way; only jobs/model.go, which builds the detectors,
+// Detector the same way; only internal/modelsel, which builds the detectors,
 // learns of a new backend. Its sub-packages hold what the backends share:
 // infer/imagefile (images as DeepForest reads them), infer/safetensors
 // (weight files) and infer/gemm (SGEMM and the convolution kernels).
