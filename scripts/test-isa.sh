@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 TAGS=${TAGS:-}
-RUN_RN='^(TestKernelsMatchCPU|TestGPUEngineMatchesCPU|TestCUDNNLayersMatchCPU|TestCUDNNEngineMatchesCPU)$'
+RUN_RN='^(TestKernelsMatchCPU|TestGPUEngineMatchesCPU|TestCUDNNLayersMatchCPU|TestCUDNNEngineMatchesCPU|TestGoldenResNet18|TestGoldenDemoModel)$'
 RUN_CPU='^(TestWinogradMatchesDirect|TestWinogradBoundCatchesPlantedBugs)$'
 RUN_GEMM='^(TestForcedKernels|TestAgainstNaive|TestWinoMatchesGo)$'
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
