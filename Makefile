@@ -19,7 +19,7 @@ export CGO_CFLAGS  := $(or $(CGO_CFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh 
 export CGO_LDFLAGS := $(or $(CGO_LDFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh libs)
 endif
 
-.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-skip-empty bench-scale bench-large testdata golden-retinanet golden-treeformer treeformer-ref golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
+.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-skip-empty bench-scale bench-metrics-scale bench-large testdata golden-retinanet golden-treeformer treeformer-ref golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -199,6 +199,13 @@ bench-e2e: build
 # RecallPrecision/evaluate_boxes and faster-coco-eval (peers from the venv
 # that tools/deepforest/setup.sh and tools/coco/README.md describe).
 PEER_PY ?= /opt/canopy-peers/venv/bin/python
+# Issue 45's many-image metric benchmark: the sharded metric stage at np 1
+# and np 2 (GOMAXPROCS=1 per rank) on 360,000 truth and 150,000
+# predictions over 5,000 images, and a projection to 64 ranks
+# (scripts/bench-metrics-scale.sh; results in bin/bench-metrics-scale/).
+bench-metrics-scale: build
+	scripts/bench-metrics-scale.sh
+
 bench-metrics: deps
 	$(GO) run ./cmd/synth -big bin/bench-2000x30
 	$(GO) run ./cmd/synth -big bin/bench-coco -images 5000 -boxes 30 -dets 50 -classes 3
