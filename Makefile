@@ -19,7 +19,7 @@ export CGO_CFLAGS  := $(or $(CGO_CFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh 
 export CGO_LDFLAGS := $(or $(CGO_LDFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh libs)
 endif
 
-.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-skip-empty bench-scale bench-metrics-scale bench-large testdata golden-retinanet golden-treeformer treeformer-ref golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
+.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-metrics-scale bench-metrics-tile bench-metrics-images bench-infer bench-tile bench-skip-empty bench-scale bench-large testdata golden-retinanet golden-treeformer treeformer-ref golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -48,7 +48,7 @@ demo: build
 demo-baseline: demo
 	mkdir -p testdata/golden/demo && cp canopy-out/report.json testdata/golden/demo/report.json
 
-test: deps check-fmt check-tags check-cuda test-unit test-mpi
+test: deps check-fmt check-tags check-cuda test-unit test-isa test-mpi
 
 # The optional build tags compile and vet: -tags noblas (gonum SGEMM),
 # -tags nompi (one process, no MPI library) and -tags nogdal (no raster
@@ -127,6 +127,13 @@ check-fmt:
 test-unit: test-deps fake-cudnn
 	$(GO) test -tags '$(TAGS)' -count=1 -timeout 1800s ./...
 
+# The GPU-shim and parity tests with the CPU kernels forced to each path
+# this machine runs (OPENBLAS_CORETYPE, CANOPY_SIMD, -tags noblas), so an
+# AVX-512 machine also runs an AVX2 machine's (scripts/test-isa.sh).
+.PHONY: test-isa
+test-isa: deps
+	TAGS='$(TAGS)' scripts/test-isa.sh
+
 # The fake libcudnn.so.9 (infer/cuda/cudnn/fake): cuDNN 9's graph API over
 # host memory, for canopy --cudnn bin/fake-cudnn on machines without a GPU
 # (the tests build their own copy with cc).
@@ -199,11 +206,18 @@ bench-e2e: build
 # RecallPrecision/evaluate_boxes and faster-coco-eval (peers from the venv
 # that tools/deepforest/setup.sh and tools/coco/README.md describe).
 PEER_PY ?= /opt/canopy-peers/venv/bin/python
-# Issue 45's many-image metric benchmark: the sharded metric stage at np 1
-# and np 2 (GOMAXPROCS=1 per rank) on 360,000 truth and 150,000
-# predictions over 5,000 images, and a projection to 64 ranks
+# Metrics at scale (docs/benchmarks.md): one big tile at 5,000, 20,000 and
+# 50,000 crowns beside DeepForest's evaluate_boxes
+# (scripts/bench-metrics-tile.sh), and the many-images part: the sharded
+# metric stage at np 1 and np 2 (GOMAXPROCS=1 per rank) on 360,000 truth
+# and 150,000 predictions over 5,000 images, with a projection to 64 ranks
 # (scripts/bench-metrics-scale.sh; results in bin/bench-metrics-scale/).
-bench-metrics-scale: build
+bench-metrics-scale: bench-metrics-tile bench-metrics-images
+
+bench-metrics-tile: deps
+	PEER_PY=$(PEER_PY) scripts/bench-metrics-tile.sh
+
+bench-metrics-images: build
 	scripts/bench-metrics-scale.sh
 
 bench-metrics: deps

@@ -384,6 +384,20 @@ func packInputs(cfg EvalConfig) ([]byte, *outRun) {
 			in.truthFolder = true
 			continue
 		}
+		if i == 0 && isVectorTruth(f) {
+			// points or polygons of a layer: rank 0 makes them one CSV
+			data, warns, err := vectorEvalTruth(f, cfg.RootDir)
+			if err != nil {
+				return fail(ExitInput, err)
+			}
+			for _, w := range warns {
+				if cfg.Warnings != nil {
+					sayLine(cfg.Warnings, "canopy: warning: ", w)
+				}
+			}
+			in.csv = data
+			continue
+		}
 		data, err := readNamedInput(f)
 		if err != nil {
 			return fail(ExitInput, fmt.Errorf("jobs: %w", err))

@@ -61,8 +61,8 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			if err != nil {
 				return usageError(err)
 			}
-			if isVectorTruth(cfg.CSV) {
-				return usageError(fmt.Errorf("eval: %s: a shapefile or GeoPackage truth goes with --tile (it is converted to the pixels of the rasters it names)", cfg.CSV))
+			if isVectorTruth(cfg.CSV) && cfg.Predictions == "" {
+				return usageError(fmt.Errorf("eval: %s: a shapefile or GeoPackage truth goes with --tile (it is converted to the pixels of the rasters it names), or with --predictions of points or polygons", cfg.CSV))
 			}
 			return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
 				if !rank0 {

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/geos"
+	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -229,6 +231,74 @@ func TestGeometryPointValidationAsDeepForest(t *testing.T) {
 			if !sameFloat(got[k], v) {
 				t.Errorf("%s: %s = %v, DeepForest %v", dir, k, got[k], deref(v))
 			}
+		}
+	}
+}
+
+// A GeoPackage of the same points or polygons (no CRS: pixel coordinates)
+// scores as its CSV does: the layer's geometries are read whole (WKB),
+// not as bounds.
+func TestGeometryVectorTruthAsCSV(t *testing.T) {
+	if !geos.Available {
+		t.Skip("built without GEOS/GDAL (-tags nogeos/nogdal)")
+	}
+	if _, err := exec.LookPath("ogr2ogr"); err != nil {
+		t.Fatalf("ogr2ogr (gdal-bin, scripts/install-deps.sh) is needed to write the test layer: %v", err)
+	}
+	for _, c := range []struct{ dir, oo string }{
+		{"points_edge", "X_POSSIBLE_NAMES=x"},
+		{"polygons_many", "GEOM_POSSIBLE_NAMES=geometry"},
+	} {
+		dir := filepath.Join("testdata", "geometry", c.dir)
+		gpkg := filepath.Join(t.TempDir(), "truth.gpkg")
+		args := []string{"-f", "GPKG", gpkg, filepath.Join(dir, "truth.csv"), "-nln", "truth", "-oo", c.oo, "-oo", "KEEP_GEOM_COLUMNS=NO"}
+		if c.dir == "points_edge" {
+			args = append(args, "-oo", "Y_POSSIBLE_NAMES=y")
+		}
+		if out, err := exec.Command("ogr2ogr", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ogr2ogr: %v\n%s", err, out)
+		}
+		for _, sem := range []metrics.Semantics{metrics.EvaluateBoxes, metrics.Validation} {
+			want, fromLayer := t.TempDir(), t.TempDir()
+			cfg := geoCfg(dir, want, sem)
+			if codes := runLocal(t, 1, cfg); codes[0] != 0 {
+				t.Fatalf("csv: %v", codes)
+			}
+			cfg.CSV, cfg.Out = gpkg, fromLayer
+			if codes := runLocal(t, 2, cfg); codes[0] != 0 {
+				t.Fatalf("%s: %v", gpkg, codes)
+			}
+			a, _ := reportMetrics(t, want)
+			b, _ := reportMetrics(t, fromLayer)
+			ra, _ := os.ReadFile(filepath.Join(want, "results.csv"))
+			rb, _ := os.ReadFile(filepath.Join(fromLayer, "results.csv"))
+			if !bytes.Equal(a, b) || !bytes.Equal(ra, rb) {
+				t.Errorf("%s %v: layer gives %s, CSV %s", c.dir, sem, b, a)
+			}
+		}
+	}
+}
+
+// --html on points and polygons: report.html draws the worst images (the
+// geometries over them) and is published with the rest.
+func TestGeometryHTML(t *testing.T) {
+	for _, c := range []string{"points_edge", "polygons_edge"} {
+		if c == "polygons_edge" && !geos.Available {
+			continue
+		}
+		out := t.TempDir()
+		cfg := geoCfg(filepath.Join("testdata", "geometry", c), out, metrics.Validation)
+		opt := htmlreport.DefaultOptions
+		cfg.HTML = &opt
+		if codes := runLocal(t, 2, cfg); codes[0] != 0 {
+			t.Fatalf("%s: %v", c, codes)
+		}
+		b, err := os.ReadFile(filepath.Join(out, "report.html"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := bytes.Count(b, []byte("data:image/jpeg;base64,")); n < 2 {
+			t.Errorf("%s: %d images drawn", c, n)
 		}
 	}
 }

@@ -142,7 +142,7 @@ func checkMetricsMemory(c mpi.Comm, in metrics.Input, fam metrics.Family, mc Mod
 	if fam&(metrics.Recall|metrics.IoUMean) != 0 {
 		// The matching holds the boxes and the overlapping pairs only;
 		// counting them stops as soon as the budget is passed.
-		cost := metrics.MatchMemory(in, budget-resident)
+		cost := metrics.MatchMemory(in, max(1, budget-resident))
 		match = cost.Bytes
 		if need := resident + cost.Bytes; need > budget {
 			pairs := fmt.Sprintf("%d overlapping pairs", cost.Pairs)

@@ -108,6 +108,9 @@ func (r *Runner) Run(ctx context.Context, xs [][]float32, size [2]int) ([]Output
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := checkFinite(out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -134,6 +137,9 @@ func (r *Runner) Classify(ctx context.Context, tr Transform, crops []imagefile.I
 		if err != nil {
 			return nil, err
 		}
+	}
+	if err := checkFinite(out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

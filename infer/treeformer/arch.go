@@ -26,6 +26,11 @@ var B3 = Arch{
 	SR:        [4]int{8, 4, 2, 1},
 }
 
+// Tiny is pvt_v2_b3 with one block per stage: the model of the committed
+// fixtures and of the command tests (tools/treeformer/reference.py builds
+// it with DeepForest's own code under this backbone name).
+var Tiny = Arch{Name: "canopy-test/pvt_v2_b3", Depths: [4]int{1, 1, 1, 1}, Widths: B3.Widths, Heads: B3.Heads, MLPRatios: B3.MLPRatios, SR: B3.SR}
+
 // LNEps is PvtV2Config.layer_norm_eps.
 const LNEps = 1e-6
 
@@ -52,6 +57,9 @@ var pvtSizes = []string{"pvt_v2_b0", "pvt_v2_b1", "pvt_v2_b2", "pvt_v2_b3", "pvt
 // it ("pvt_v2_b3" or "OpenGVLab/pvt_v2_b3"). The other PvT sizes are
 // refused by name.
 func ArchByName(name string) (Arch, error) {
+	if name == Tiny.Name {
+		return Tiny, nil
+	}
 	v := name[strings.LastIndexByte(name, '/')+1:]
 	if v == B3.Name {
 		return B3, nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/gemm"
+	"github.com/canopy-hpc/canopy/infer/tile"
 )
 
 // Trace receives each stage's output when set (tests compare them with
@@ -23,22 +24,31 @@ type Density struct {
 	Count      float32   // the count the map was scaled to
 }
 
-// Normalize turns an h×w RGB window (HWC bytes) into the network's input:
-// x/255 in float32, zero padded on the right and bottom to a multiple of
-// 32, then (x − mean)/std per channel in float32 (so padding is −mean/std),
-// as TreeFormerModel.forward and PvtImageProcessor do. Returns the CHW
+// Image is an RGB image as infer/imagefile reads it: three planes (R, G,
+// B) of H rows of W values k/255 in float32 (torch's image/255).
+type Image struct {
+	W, H int
+	Pix  []float32
+}
+
+// Normalize turns window win of im into the network's input: the window's
+// values zero padded on the right and bottom to a multiple of 32, then
+// (x − mean)/std per channel in float32 (so padding is −mean/std), as
+// TreeFormerModel.forward and PvtImageProcessor do. It returns the CHW
 // input and its padded size.
-func Normalize(rgb []uint8, h, w int) ([]float32, int, int) {
+func Normalize(im Image, win tile.Window) ([]float32, int, int) {
+	h, w := win.H, win.W
 	ph, pw := (h+31)/32*32, (w+31)/32*32
 	out := make([]float32, 3*ph*pw)
 	for c := 0; c < 3; c++ {
 		pad := (0 - Mean[c]) / Std[c]
 		plane := out[c*ph*pw : (c+1)*ph*pw]
+		src := im.Pix[c*im.W*im.H:]
 		for y := 0; y < ph; y++ {
 			for x := 0; x < pw; x++ {
 				v := pad
 				if y < h && x < w {
-					v = (float32(rgb[(y*w+x)*3+c])/255 - Mean[c]) / Std[c]
+					v = (src[(win.Y+y)*im.W+win.X+x] - Mean[c]) / Std[c]
 				}
 				plane[y*pw+x] = v
 			}
@@ -68,12 +78,17 @@ func (r *Runner) trace(name string, v []float32, shape ...int) {
 	}
 }
 
-// Forward runs one h×w window (HWC bytes).
-func (r *Runner) Forward(rgb []uint8, h, w int) (Density, error) {
-	if h < Stride || w < Stride || len(rgb) != h*w*3 {
-		return Density{}, fmt.Errorf("treeformer: a %d×%d window (%d bytes) is too small for the stride-%d map", w, h, len(rgb), Stride)
+// Forward runs the network on window win of im (predict_image: the whole
+// image).
+func (r *Runner) Forward(im Image, win tile.Window) (Density, error) {
+	h, w := win.H, win.W
+	if len(im.Pix) != 3*im.W*im.H || win.X < 0 || win.Y < 0 || win.X+w > im.W || win.Y+h > im.H {
+		return Density{}, fmt.Errorf("treeformer: window %+v of a %d×%d image (%d values)", win, im.W, im.H, len(im.Pix))
 	}
-	x, ph, pw := Normalize(rgb, h, w)
+	if h < Stride || w < Stride {
+		return Density{}, fmt.Errorf("treeformer: a %d×%d window is too small for the stride-%d density map", w, h, Stride)
+	}
+	x, ph, pw := Normalize(im, win)
 	r.trace("input", x, 1, 3, ph, pw)
 	feats := r.backbone(cpu.Fmap{C: 3, H: ph, W: pw, D: x})
 	y0, count := r.decoder(feats, h, w)

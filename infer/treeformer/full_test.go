@@ -2,15 +2,15 @@ package treeformer
 
 import (
 	"encoding/binary"
-	"image"
-	"image/draw"
-	_ "image/png"
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 )
@@ -85,33 +85,12 @@ func loadFull(t testing.TB) *Model {
 	return fullModel.m
 }
 
-func readRGB(t testing.TB, path string) ([]uint8, int, int) {
-	f, err := os.Open(path)
+func readImage(t testing.TB, path string) Image {
+	im, err := imagefile.Read(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	im, _, err := image.Decode(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := im.Bounds()
-	rgba := image.NewRGBA(image.Rect(0, 0, b.Dx(), b.Dy()))
-	draw.Draw(rgba, rgba.Bounds(), im, b.Min, draw.Src)
-	out := make([]uint8, b.Dx()*b.Dy()*3)
-	for i := 0; i < b.Dx()*b.Dy(); i++ {
-		copy(out[3*i:3*i+3], rgba.Pix[4*i:4*i+3])
-	}
-	return out, b.Dy(), b.Dx()
-}
-
-func cropRGB(rgb []uint8, w int, win tile.Window) []uint8 {
-	out := make([]uint8, win.W*win.H*3)
-	for y := 0; y < win.H; y++ {
-		s := ((win.Y+y)*w + win.X) * 3
-		copy(out[y*win.W*3:(y+1)*win.W*3], rgb[s:s+win.W*3])
-	}
-	return out
+	return Image{W: im.W, H: im.H, Pix: im.Pix}
 }
 
 func readF32(t testing.TB, path string) []float32 {
@@ -132,8 +111,7 @@ func readF32(t testing.TB, path string) []float32 {
 func TestFullWindowStages(t *testing.T) {
 	d := refDir(t)
 	m := loadFull(t)
-	rgb, _, w := readRGB(t, filepath.Join(d, "img_0000.png"))
-	win := cropRGB(rgb, w, tile.Window{W: 512, H: 512})
+	im := readImage(t, filepath.Join(d, "img_0000.png"))
 	tol := stageTol(B3)
 	r := NewRunner(m, 2)
 	n := 0
@@ -151,7 +129,7 @@ func TestFullWindowStages(t *testing.T) {
 			t.Errorf("%s: relative error %.3g > %.3g", name, e, tol)
 		}
 	}
-	dm, err := r.Forward(win, 512, 512)
+	dm, err := r.Forward(im, tile.Window{W: 512, H: 512})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,8 +170,8 @@ func TestFullPostprocessOnDeepForestMaps(t *testing.T) {
 		got := ReducePoints(WindowPoints(im.Maps[0].density(t), DefaultPeaks), NMSDistance)
 		samePointList(t, name, got, refList(im.Points))
 	}
-	_, h, w := readRGB(t, filepath.Join(d, ref.Tile.Image))
-	wins, err := tile.Windows(w, h, tile.Settings{Patch: ref.Tile.PatchSize, Overlap: ref.Tile.PatchOverlap})
+	tim := readImage(t, filepath.Join(d, ref.Tile.Image))
+	wins, err := tile.Windows(tim.W, tim.H, tile.Settings{Patch: ref.Tile.PatchSize, Overlap: ref.Tile.PatchOverlap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,26 +205,54 @@ func TestFullPredictEndToEnd(t *testing.T) {
 			t.Errorf("%s: %d of %d matched, %d extra: %v vs %v", what, n, len(want), extra, got, want)
 		}
 	}
-	for name, im := range ref.Images {
-		rgb, h, w := readRGB(t, filepath.Join(d, name))
-		dm, err := r.Forward(rgb, h, w)
+	for name, ri := range ref.Images {
+		im := readImage(t, filepath.Join(d, name))
+		dm, err := r.Forward(im, whole(im))
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(name, ReducePoints(WindowPoints(dm, DefaultPeaks), NMSDistance), refList(im.Points))
+		check(name, ReducePoints(WindowPoints(dm, DefaultPeaks), NMSDistance), refList(ri.Points))
 	}
-	rgb, h, w := readRGB(t, filepath.Join(d, ref.Tile.Image))
-	wins, err := tile.Windows(w, h, tile.Settings{Patch: 512, Overlap: 0.1})
+	im := readImage(t, filepath.Join(d, ref.Tile.Image))
+	wins, err := tile.Windows(im.W, im.H, tile.Settings{Patch: 512, Overlap: 0.1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pts := make([][]Point, len(wins))
 	for k, win := range wins {
-		dm, err := r.Forward(cropRGB(rgb, w, win), win.H, win.W)
+		dm, err := r.Forward(im, win)
 		if err != nil {
 			t.Fatal(err)
 		}
 		pts[k] = WindowPoints(dm, DefaultPeaks)
 	}
 	check("tile", Mosaic(wins, pts, NMSDistance), refList(ref.Tile.Points))
+}
+
+// BenchmarkWindow512 is one 512² window of the full pvt_v2_b3 TreeFormer
+// (the reference's weights) on 2 workers: report CPU seconds per window
+// (cpu-s/op) beside wall time, as the machine is shared.
+func BenchmarkWindow512(b *testing.B) {
+	d := refDir(b)
+	m := loadFull(b)
+	im := readImage(b, filepath.Join(d, "img_0000.png"))
+	r := NewRunner(m, benchThreads())
+	if _, err := r.Forward(im, tile.Window{W: 512, H: 512}); err != nil { // warm
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	c0 := nn.ProcessCPU()
+	for i := 0; i < b.N; i++ {
+		if _, err := r.Forward(im, tile.Window{W: 512, H: 512}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric((nn.ProcessCPU()-c0).Seconds()/float64(b.N), "cpu-s/op")
+}
+
+func benchThreads() int {
+	if n, err := strconv.Atoi(os.Getenv("CANOPY_BENCH_THREADS")); err == nil && n > 0 {
+		return n
+	}
+	return 2
 }

@@ -73,15 +73,42 @@ func layerNormRows(par parallel, x []float32, n, c int, ln layerNorm, out []floa
 	})
 }
 
-// gelu is erf's GELU (nn.GELU(), approximate="none"): x/2·(1 + erf(x/√2)),
-// in float64, rounded once.
-func gelu(x float32) float32 {
-	v := float64(x)
-	return float32(0.5 * v * (1 + math.Erf(v*(1/math.Sqrt2))))
+// expFast is e^x in float64 to about 1e-8 relative (far below float32's
+// 6e-8 ulp): Cody–Waite reduction x = n·ln2 + r, |r| ≤ ln2/2, then the
+// Taylor polynomial of degree 8 (its remainder r⁹/9! < 1e-9) and 2ⁿ from
+// the exponent bits; 0 below −708 (e^x then underflows float32 anyway).
+func expFast(x float64) float64 {
+	if x < -708 {
+		return 0
+	}
+	if x > 709 {
+		return math.Inf(1)
+	}
+	n := math.Floor(x*math.Log2E + 0.5)
+	r := x - n*math.Ln2
+	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040+r*(1.0/40320))))))))
+	return p * math.Float64frombits(uint64(int64(n)+1023)<<52)
 }
 
-// softmaxRow is a float32 softmax in place: exp(x − max) (float64 exp,
-// rounded), their float64 sum, each over the sum.
+// gelu is erf's GELU (nn.GELU(), approximate="none"): x/2·(1 + erf(x/√2)),
+// in float64 and rounded once, erf by Abramowitz–Stegun 7.1.26 (absolute
+// error below 1.5e-7, so GELU's below 7.5e-8·|x|: about one float32 ulp
+// of x). For x < 0, 1 + erf(x/√2) is the formula's erfc term itself, so
+// the tail keeps its relative accuracy instead of cancelling.
+func gelu(x float32) float32 {
+	v := float64(x)
+	z := math.Abs(v) * (1 / math.Sqrt2)
+	t := 1 / (1 + 0.3275911*z)
+	erfc := t * (0.254829592 + t*(-0.284496736+t*(1.421413741+t*(-1.453152027+t*1.061405429)))) * expFast(-z*z)
+	if v < 0 {
+		return float32(0.5 * v * erfc)
+	}
+	return float32(0.5 * v * (2 - erfc))
+}
+
+// softmaxRow is a float32 softmax in place: exp(x − max) (x − max in
+// float32, as torch; exp in float64, rounded), their float64 sum, each
+// over the sum.
 func softmaxRow(x []float32) {
 	m := x[0]
 	for _, v := range x {
@@ -89,7 +116,7 @@ func softmaxRow(x []float32) {
 	}
 	var s float64
 	for i, v := range x {
-		e := float32(math.Exp(float64(v - m)))
+		e := float32(expFast(float64(v - m)))
 		x[i] = e
 		s += float64(e)
 	}
@@ -115,13 +142,11 @@ func dwconvGELU(par parallel, x []float32, h, wd, c int, w, b, out []float32) {
 			}
 			for kx := 0; kx < 3; kx++ {
 				wk := w[(ky*3+kx)*c : (ky*3+kx+1)*c]
-				for xx := 0; xx < wd; xx++ {
+				for xx := max(0, 1-kx); xx < min(wd, wd+1-kx); xx++ {
 					sx := xx + kx - 1
-					if sx < 0 || sx >= wd {
-						continue
-					}
 					src := x[(sy*wd+sx)*c : (sy*wd+sx+1)*c]
 					dst := acc[xx*c : (xx+1)*c]
+					src, wk := src[:len(dst)], wk[:len(dst)]
 					for ch := range dst {
 						dst[ch] += wk[ch] * src[ch]
 					}

@@ -100,13 +100,13 @@ func TestLoadHubAndCheckpointSame(t *testing.T) {
 	if hc.Format != "folder" || cc.Format != "lightning-checkpoint" {
 		t.Fatalf("formats %q %q", hc.Format, cc.Format)
 	}
-	rgb, _, w := readRGB(t, filepath.Join(d, "img_0000.png"))
-	win := cropRGB(rgb, w, tile.Window{X: 300, Y: 200, W: 96, H: 64})
-	a, err := NewRunner(hub, 2).Forward(win, 64, 96)
+	im := readImage(t, filepath.Join(d, "img_0000.png"))
+	win := tile.Window{X: 300, Y: 200, W: 96, H: 64}
+	a, err := NewRunner(hub, 2).Forward(im, win)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewRunner(ck, 1).Forward(win, 64, 96)
+	b, err := NewRunner(ck, 1).Forward(im, win)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,13 +3,13 @@ package treeformer
 import (
 	"testing"
 
+	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 )
 
-// small is the reduced-depth fixture's architecture (reference.py's
-// canopy-test/pvt_v2_b3: b3 with one block per stage).
-var small = Arch{Name: "canopy-test/pvt_v2_b3", Depths: [4]int{1, 1, 1, 1}, Widths: B3.Widths, Heads: B3.Heads, MLPRatios: B3.MLPRatios, SR: B3.SR}
+// small is the reduced-depth fixture's architecture.
+var small = Tiny
 
 type sampled struct {
 	Shape  []int
@@ -33,6 +33,19 @@ type smallFixture struct {
 	}
 }
 
+// imageOf is an Image of HWC bytes, k/255 in float32.
+func imageOf(rgb []uint8, h, w int) Image {
+	im := Image{W: w, H: h, Pix: make([]float32, 3*h*w)}
+	for i := 0; i < h*w; i++ {
+		for c := 0; c < 3; c++ {
+			im.Pix[c*h*w+i] = float32(rgb[3*i+c]) / 255
+		}
+	}
+	return im
+}
+
+func whole(im Image) tile.Window { return tile.Window{W: im.W, H: im.H} }
+
 func xyPoints(xy, scores []float64) []Point {
 	out := make([]Point, len(scores))
 	for i := range out {
@@ -54,7 +67,7 @@ func TestSmallStages(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, w := 150, 200
-	rgb := testweights.Bytes("treeformer-small-input", h*w*3, 46)
+	im := imageOf(testweights.Bytes("treeformer-small-input", h*w*3, 46), h, w)
 	tol := stageTol(small)
 	r := NewRunner(m, 2)
 	seen := map[string]bool{}
@@ -76,7 +89,7 @@ func TestSmallStages(t *testing.T) {
 			t.Errorf("%s: relative error %.3g > %.3g", name, d, tol)
 		}
 	}
-	d, err := r.Forward(rgb, h, w)
+	d, err := r.Forward(im, whole(im))
 	if err != nil {
 		t.Fatal(err)
 	}

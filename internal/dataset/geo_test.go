@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"strings"
@@ -165,6 +166,77 @@ func FuzzParseWKT(f *testing.F) {
 			for _, r := range p {
 				if len(r) < 3 || r[0] != r[len(r)-1] {
 					t.Fatalf("ring %v", r)
+				}
+			}
+		}
+	})
+}
+
+func wkbPolygon(rings ...[]float64) []byte {
+	b := []byte{1, 3, 0, 0, 0}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(rings)))
+	for _, r := range rings {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(r)/2))
+		for _, v := range r {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+		}
+	}
+	return b
+}
+
+func TestParseWKB(t *testing.T) {
+	pt := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{0, 0, 0, 0, 1}, math.Float64bits(1.5)), math.Float64bits(-2))
+	k, p, _, err := ParseWKB(pt)
+	if err != nil || k != box.KindPoint || p != (box.Point{X: 1.5, Y: -2}) {
+		t.Fatalf("big-endian point: %v %v %v", k, p, err)
+	}
+	sq := wkbPolygon([]float64{0, 0, 1, 0, 1, 1, 0, 0})
+	k, _, sh, err := ParseWKB(sq)
+	if err != nil || k != box.KindPolygon || len(sh.Parts) != 1 || len(sh.Parts[0][0]) != 4 {
+		t.Fatalf("polygon: %v %+v %v", k, sh, err)
+	}
+	multi := binary.LittleEndian.AppendUint32([]byte{1, 6, 0, 0, 0}, 2)
+	multi = append(append(multi, sq...), sq...)
+	if _, _, sh, err := ParseWKB(multi); err != nil || !sh.Multi || len(sh.Parts) != 2 {
+		t.Fatalf("multipolygon: %+v %v", sh, err)
+	}
+	for _, bad := range [][]byte{
+		wkbPolygon([]float64{0, 0, 1, 0, 1, 1, 0, 1}), // open ring
+		append(sq, 0),                  // trailing byte
+		sq[:len(sq)-1],                 // truncated
+		{1, 0xE9, 3, 0, 0, 0, 0, 0, 0}, // Point Z (1001)
+		binary.LittleEndian.AppendUint32([]byte{1, 3, 0, 0, 0}, 1<<30), // a count beyond the bytes
+	} {
+		if _, _, _, err := ParseWKB(bad); err == nil {
+			t.Errorf("% x accepted", bad)
+		}
+	}
+}
+
+// FuzzParseWKB: layer geometries either refuse or give closed, finite rings.
+func FuzzParseWKB(f *testing.F) {
+	f.Add(wkbPolygon([]float64{0, 0, 1, 0, 1, 1, 0, 0}, []float64{0.1, 0.1, 0.2, 0.1, 0.2, 0.2, 0.1, 0.1}))
+	f.Add(binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64([]byte{1, 1, 0, 0, 0}, math.Float64bits(1)), math.Float64bits(2)))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		k, pt, sh, err := ParseWKB(b)
+		if err != nil {
+			return
+		}
+		if k == box.KindPoint {
+			if math.IsNaN(pt.X) || math.IsInf(pt.X, 0) || math.IsNaN(pt.Y) || math.IsInf(pt.Y, 0) {
+				t.Fatalf("point %v", pt)
+			}
+			return
+		}
+		for _, p := range sh.Parts {
+			for _, r := range p {
+				if len(r) < 3 || r[0] != r[len(r)-1] {
+					t.Fatalf("ring %v", r)
+				}
+				for _, q := range r {
+					if math.IsNaN(q.X) || math.IsInf(q.X, 0) || math.IsNaN(q.Y) || math.IsInf(q.Y, 0) {
+						t.Fatalf("coordinate %v", q)
+					}
 				}
 			}
 		}
