@@ -47,7 +47,7 @@ func inputKinds(cfg EvalConfig, in inputs) (box.Kind, error) {
 	}
 	if cfg.Predictions == "" {
 		if kt != box.KindBox {
-			return 0, fmt.Errorf("jobs: %s holds %ss: canopy scores points and polygons from --predictions only (no %s detector runs here): %w", cfg.CSV, kt, kt, dataset.ErrInput)
+			return 0, fmt.Errorf("jobs: %s holds %s: canopy scores points and polygons from --predictions only (no %s detector runs here): %w", cfg.CSV, kt.Plural(), kt, dataset.ErrInput)
 		}
 		return kt, nil
 	}
@@ -59,7 +59,7 @@ func inputKinds(cfg EvalConfig, in inputs) (box.Kind, error) {
 		kp = *cfg.Geometry
 	}
 	if kt != kp {
-		return 0, fmt.Errorf("jobs: the truth %s holds %ss but the predictions %s hold %ss; both must hold one geometry (--geometry forces one): %w", cfg.CSV, kt, cfg.Predictions, kp, dataset.ErrInput)
+		return 0, fmt.Errorf("jobs: the truth %s holds %s but the predictions %s hold %s; both must hold one geometry (--geometry forces one): %w", cfg.CSV, kt.Plural(), cfg.Predictions, kp.Plural(), dataset.ErrInput)
 	}
 	return kt, nil
 }
