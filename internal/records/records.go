@@ -26,10 +26,12 @@
 package records
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/canopy-hpc/canopy/metrics"
 )
@@ -441,11 +443,10 @@ func decodeIoU(r *reader, rec *metrics.ImageRecord, lim Limits) {
 		if rec.IoU.Every {
 			e.Pos = int64(r.uv("iou entry position", maxPairs))
 			e.ClassPos = int64(r.uv("iou entry column position", maxPairs))
-			n, ok := int64(0), false
-			for _, c := range rec.IoU.Counts {
-				if c.Label == e.Label {
-					n, ok = c.N, true
-				}
+			n := int64(0)
+			ci, ok := slices.BinarySearchFunc(rec.IoU.Counts, e.Label, func(c metrics.IoUCount, l int32) int { return cmp.Compare(c.Label, l) })
+			if ok {
+				n = rec.IoU.Counts[ci].N
 			}
 			switch {
 			case r.err != nil:
