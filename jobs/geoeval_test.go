@@ -342,3 +342,18 @@ func TestGeometryHostileInputs(t *testing.T) {
 		t.Errorf("no images under --strict: exit %d", code)
 	}
 }
+
+// Options that only boxes have are refused, not ignored.
+func TestGeometryRefusesBoxOnlyOptions(t *testing.T) {
+	dir := filepath.Join("testdata", "geometry", "points_edge")
+	cfg := geoCfg(dir, t.TempDir(), metrics.Validation)
+	cfg.COCOOut = true
+	if codes := runLocal(t, 2, cfg); codes[0] != ExitUsage {
+		t.Errorf("--coco-out: exit %v", codes)
+	}
+	cfg = geoCfg(dir, t.TempDir(), metrics.Validation)
+	cfg.Families = metrics.COCOmAP
+	if codes := runLocal(t, 2, cfg); codes[0] != ExitUsage {
+		t.Errorf("--metrics coco: exit %v", codes)
+	}
+}
