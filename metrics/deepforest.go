@@ -315,7 +315,21 @@ func matchImage(img int, truth []box.Truth, dets []box.Detection) ([]Match, erro
 	if len(dets) == 0 {
 		return rows, nil
 	}
-	col, err := AssignSparseMax(len(truth), len(dets), overlapEntries(truth, dets))
+	var col []int
+	var err error
+	if nt, np := len(truth), len(dets); nt*np <= denseMax {
+		// a small image: the dense matrix is cheaper than the implicit one
+		// and gives the same pairs (both are scipy's)
+		inter := make([]float64, nt*np)
+		for t := range truth {
+			for p := range dets {
+				inter[t*np+p] = Intersection(truth[t].Box, dets[p].Box)
+			}
+		}
+		col, err = Assign(inter, nt, np, true)
+	} else {
+		col, err = AssignSparseMax(nt, np, overlapEntries(truth, dets))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -331,6 +345,10 @@ func matchImage(img int, truth []box.Truth, dets []box.Detection) ([]Match, erro
 	}
 	return rows, nil
 }
+
+// denseMax is the largest truth × detection matrix an image is matched on
+// densely (8 KiB of float64).
+const denseMax = 1024
 
 // overlapEntries lists the truth × detection pairs of positive
 // intersection area (row: truth index, column: detection index).
