@@ -182,6 +182,12 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outRun, kind box.K
 	if len(cfg.IoUSweep) > 0 {
 		return collective(ExitUsage, "jobs: --iou-sweep applies to boxes; these inputs are %s", kind)
 	}
+	switch {
+	case cfg.COCOOut:
+		return collective(ExitUsage, "eval: --coco-out writes boxes; %s holds %s", cfg.CSV, kind.Plural())
+	case cfg.Families != 0 && cfg.Families&metrics.Recall == 0:
+		return collective(ExitUsage, "eval: %s holds %s, scored by DeepForest's recall and precision only (--metrics recall or all; torchmetrics IoU and COCO mAP are for boxes)", cfg.CSV, kind.Plural())
+	}
 	d, err := loadGeo(cfg, in, kind)
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
