@@ -52,3 +52,9 @@ func im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []f
 func resizeFMA(r0, r1 []float32, i0, i1 []int32, l0, l1 []float32, h0, h1 float32, out []float32) bool {
 	return false
 }
+
+func geluRow(x []float32)    { geluRowGo(x) }
+func softmaxRow(x []float32) { softmaxRowGo(x) }
+func dwconvGELURow(x []float32, h, wd, c int, w, b []float32, y int, out []float32) {
+	dwconvGELURowGo(x, h, wd, c, w, b, y, out)
+}

@@ -8,6 +8,7 @@
 // only.
 #include "wino.h"
 #include <math.h>
+#include <string.h>
 
 // No clone may fuse a product into an add (cgo does not pass
 // -ffp-contract=off, so the pragma says it).
@@ -94,4 +95,12 @@ void canopy_maxpool(int lvl, const float *src, int h, int w, float *tmp, float *
 void canopy_resize_fma(int lvl, const float *r0, const float *r1, const int *i0, const int *i1,
 		const float *l0, const float *l1, float h0, float h1, int n, float *out) {
 	CANOPY_DISPATCH(lvl, resize_fma, r0, r1, i0, i1, l0, l1, h0, h1, n, out);
+}
+
+void canopy_gelu_row(int lvl, float *x, int n) { CANOPY_DISPATCH(lvl, gelu_row, x, n); }
+
+void canopy_softmax_row(int lvl, float *x, int n) { CANOPY_DISPATCH(lvl, softmax_row, x, n); }
+
+void canopy_dwconv_gelu_row(int lvl, const float *x, int h, int wd, int c, const float *w, const float *b, int y, float *out) {
+	CANOPY_DISPATCH(lvl, dwconv_gelu_row, x, h, wd, c, w, b, y, out);
 }

@@ -174,3 +174,11 @@ func resizeFMA(r0, r1 []float32, i0, i1 []int32, l0, l1 []float32, h0, h1 float3
 		fptr(l0), fptr(l1), C.float(h0), C.float(h1), C.int(len(out)), fptr(out))
 	return true
 }
+
+func geluRow(x []float32) { C.canopy_gelu_row(C.int(simd), fptr(x), C.int(len(x))) }
+
+func softmaxRow(x []float32) { C.canopy_softmax_row(C.int(simd), fptr(x), C.int(len(x))) }
+
+func dwconvGELURow(x []float32, h, wd, c int, w, b []float32, y int, out []float32) {
+	C.canopy_dwconv_gelu_row(C.int(simd), fptr(x), C.int(h), C.int(wd), C.int(c), fptr(w), fptr(b), C.int(y), fptr(out))
+}

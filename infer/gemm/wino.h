@@ -11,3 +11,6 @@ void canopy_im2col(int lvl, const float *x, int cin, int h, int w, int kh, int k
 void canopy_maxpool(int lvl, const float *src, int h, int w, float *tmp, float *dst);
 void canopy_resize_fma(int lvl, const float *r0, const float *r1, const int *i0, const int *i1,
 		const float *l0, const float *l1, float h0, float h1, int n, float *out);
+void canopy_gelu_row(int lvl, float *x, int n);
+void canopy_softmax_row(int lvl, float *x, int n);
+void canopy_dwconv_gelu_row(int lvl, const float *x, int h, int wd, int c, const float *w, const float *b, int y, float *out);
