@@ -19,7 +19,7 @@ export CGO_CFLAGS  := $(or $(CGO_CFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh 
 export CGO_LDFLAGS := $(or $(CGO_LDFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh libs)
 endif
 
-.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-infer bench-tile bench-skip-empty bench-scale bench-large testdata golden-retinanet golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
+.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-metrics-scale bench-metrics-tile bench-infer bench-tile bench-skip-empty bench-scale bench-large testdata golden-retinanet golden-treeformer treeformer-ref golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -56,7 +56,7 @@ test: deps check-fmt check-tags check-cuda test-unit test-mpi
 check-tags:
 	$(GO) vet -tags nompi,noblas,nogdal ./...
 	$(GO) build -tags nompi,noblas,nogdal -o bin/canopy-nompi .
-	@if ldd bin/canopy-nompi | grep -E 'libmpi|openblas|libgdal'; then echo "nompi,noblas,nogdal binary links MPI, OpenBLAS or GDAL"; exit 1; fi
+	@if ldd bin/canopy-nompi | grep -E 'libmpi|openblas|libgdal|libgeos'; then echo "nompi,noblas,nogdal binary links MPI, OpenBLAS, GDAL or GEOS"; exit 1; fi
 	bin/canopy-nompi doctor | grep -q 'in-process, 1 rank'
 
 # The cuda build, two binaries (docs/design.md, "The cuda build without a
@@ -156,7 +156,7 @@ test-mpi:
 FUZZTIME ?= 30s
 FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict internal/dataset:FuzzParseVOC \
 	infer/safetensors:FuzzParse infer/cuda/cudnn:FuzzParsePlanFile infer/torchfile:FuzzRead internal/config:FuzzLoad infer/modelfile:FuzzParseConfig infer/crop:FuzzParseConfig infer/modelfile:FuzzParseRepo infer/imagefile:FuzzRead \
-	internal/parts:FuzzDecode internal/wire:FuzzDecode jobs:FuzzInputPacket jobs:FuzzManifest jobs:FuzzFolderPacket jobs:FuzzMergeLogits report:FuzzCompareReport report:FuzzTolerances
+	internal/parts:FuzzDecode internal/wire:FuzzDecode internal/records:FuzzDecode metrics:FuzzParseThresholds jobs:FuzzInputPacket jobs:FuzzManifest jobs:FuzzFolderPacket jobs:FuzzMergeLogits report:FuzzCompareReport report:FuzzTolerances
 fuzz: deps
 	@for t in $(FUZZ_TARGETS); do echo "fuzz: $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
 		$(GO) test -tags '$(TAGS)' -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/ || exit 1; done
@@ -199,6 +199,14 @@ bench-e2e: build
 # RecallPrecision/evaluate_boxes and faster-coco-eval (peers from the venv
 # that tools/deepforest/setup.sh and tools/coco/README.md describe).
 PEER_PY ?= /opt/canopy-peers/venv/bin/python
+# Metrics at scale (docs/benchmarks.md): one big tile at 5,000, 20,000 and
+# 50,000 crowns beside DeepForest's evaluate_boxes
+# (scripts/bench-metrics-tile.sh; the many-images part is added beside it).
+bench-metrics-scale: bench-metrics-tile
+
+bench-metrics-tile: deps
+	PEER_PY=$(PEER_PY) scripts/bench-metrics-tile.sh
+
 bench-metrics: deps
 	$(GO) run ./cmd/synth -big bin/bench-2000x30
 	$(GO) run ./cmd/synth -big bin/bench-coco -images 5000 -boxes 30 -dets 50 -classes 3
@@ -298,6 +306,23 @@ testdata:
 # crops, a large non-square image and a tiny one.
 RETINANET_IMAGES = $(GO) run ./cmd/forestgen -out bin/retinanet-images -n 4 -seed 5 \
 	-sizes 400x400,400x400,1500x900,96x64 -prefix forest_
+
+# TreeFormer (issue 46): the committed fixtures of infer/treeformer (a
+# one-block-per-stage model on a seeded image; synthetic density maps), and
+# the full pvt_v2_b3 reference (hub folder, .ckpt, one window's stages,
+# predict_image and predict_tile points), 230 MB, outside the repository in
+# TREEFORMER_REF, which infer/treeformer's full tests read
+# (CANOPY_TREEFORMER_REF). DeepForest 1bad4419 from DF_SRC, offline.
+DF_SRC ?= /tmp/deepforest/src
+TREEFORMER_REF ?= /tmp/treeformer-ref
+golden-treeformer:
+	PYTHONPATH=$(DF_SRC) ATEN_CPU_CAPABILITY=avx2 $(PEER_PY) tools/treeformer/reference.py small --out infer/treeformer/testdata/small.json
+	PYTHONPATH=$(DF_SRC) ATEN_CPU_CAPABILITY=avx2 $(PEER_PY) tools/treeformer/reference.py peaks --out infer/treeformer/testdata/peaks.json
+
+treeformer-ref:
+	$(GO) run ./cmd/forestgen -out bin/treeformer-images -n 3 -seed 3 -sizes 1249x1035,400x400,625x518
+	PYTHONPATH=$(DF_SRC) ATEN_CPU_CAPABILITY=avx2 $(PEER_PY) tools/treeformer/reference.py full --out $(TREEFORMER_REF) \
+		--tile bin/treeformer-images/img_0000.png --image bin/treeformer-images/img_0001.png --image bin/treeformer-images/img_0002.png
 
 # Parity fixtures of the native RetinaNet (testdata/golden/retinanet): the
 # real torchvision (current torch/torchvision in the peers' venv, PEER_PY) on

@@ -110,8 +110,9 @@ func inProcess(t *testing.T, n int, cfg jobs.EvalConfig) []byte {
 func TestMPIRankCountsBitIdentical(t *testing.T) {
 	for _, s := range []string{"multi", "single"} {
 		for _, sem := range []metrics.Semantics{metrics.Validation, metrics.EvaluateBoxes} {
+			refOut := t.TempDir()
 			ref := inProcess(t, 1, jobs.EvalConfig{CSV: set(s, "truth.csv"), Predictions: set(s, "predictions.csv"),
-				Out: t.TempDir(), IoUThreshold: 0.4, Semantics: sem, BatchSize: 1})
+				Out: refOut, IoUThreshold: 0.4, Semantics: sem, BatchSize: 1})
 			for np := 1; np <= 4; np++ {
 				out := t.TempDir()
 				r := mpirun(t, np, nil, "eval", "--csv", set(s, "truth.csv"), "--predictions", set(s, "predictions.csv"),
@@ -121,6 +122,15 @@ func TestMPIRankCountsBitIdentical(t *testing.T) {
 				}
 				if got := metricsOf(t, out); !bytes.Equal(got, ref) {
 					t.Fatalf("%s %s np%d: metrics\n%s\ndiffer from the in-process run\n%s", s, sem, np, got, ref)
+				}
+				// each rank matched its own images: the tables rank 0
+				// writes from the gathered records are np 1's bytes
+				for _, f := range []string{"results.csv", "predictions.csv"} {
+					a, errA := os.ReadFile(filepath.Join(out, f))
+					b, errB := os.ReadFile(filepath.Join(refOut, f))
+					if errA != nil || errB != nil || len(b) == 0 || !bytes.Equal(a, b) {
+						t.Fatalf("%s %s np%d: %s differs from the in-process np 1 run (%v, %v)", s, sem, np, f, errA, errB)
+					}
 				}
 				if n := strings.Count(r.stdout, "Validate metric"); n != 1 {
 					t.Errorf("np%d: the table was printed %d times", np, n)

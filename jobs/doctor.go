@@ -181,18 +181,26 @@ func outState(dir string) (int, string) {
 		return ExitInternal, fmt.Sprintf("%sa run that failed (exit %d: %s), not an interruption: --resume with the same inputs fails the same way; fix the cause, then --resume continues from %d saved image(s) (or start again with --force)",
 			busy, code, fault, len(done))
 	}
-	if len(done) == 0 {
-		return ExitInternal, busy + "a run that stopped before it saved any image (a failed start); run it again, --resume has nothing to continue"
-	}
-	job := "eval"
+	job := kindEval
 	if b, err := os.ReadFile(filepath.Join(dir, manifestFile)); err == nil {
 		var m manifest
-		if json.Unmarshal(b, &m) == nil && m.Job != "" {
-			job = m.Job
+		if json.Unmarshal(b, &m) == nil {
+			job = m.kind()
 		}
+	}
+	if len(done) == 0 {
+		return ExitResumable, busy + savedNothing(job)
 	}
 	return ExitResumable, fmt.Sprintf("%sresumable: an interrupted %s run, %d image(s) saved in %d part file(s) (%d torn record(s) dropped); continue it with canopy %s --resume and the same inputs, at any rank count",
 		busy, job, len(done), len(files), st.Dropped, job)
+}
+
+// savedNothing is doctor's verdict on a run of kind that was stopped (not
+// failed) before it saved any work: --resume continues it, from the start,
+// as it does any stopped run (so does a run without --resume: a folder
+// that holds no saved work needs no --force).
+func savedNothing(kind string) string {
+	return fmt.Sprintf("resumable: an interrupted %s run that saved no work yet (stopped as it started); canopy %s --resume with the same inputs runs it from the start, at any rank count (so would a run without --resume: nothing is lost)", kind, kind)
 }
 
 // tileOutState is outState for an unfinished tile run (ok false for
@@ -225,7 +233,7 @@ func tileOutState(dir string) (int, string, bool) {
 			m.Command, code, fault, m.Command, finished, len(m.Rasters)), true
 	}
 	if finished == 0 && windows == 0 {
-		return ExitInternal, fmt.Sprintf("a %s run that stopped before it saved any window; run it again, --resume has nothing to continue", m.Command), true
+		return ExitResumable, savedNothing(m.Command), true
 	}
 	msg := fmt.Sprintf("resumable: an interrupted %s run, %d of %d rasters published, %d window record(s) in %d part file(s) (%d torn record(s) dropped)",
 		m.Command, finished, len(m.Rasters), windows, len(files), st.Dropped)

@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -37,6 +38,9 @@ type EvalConfig struct {
 	Force        bool
 	Resume       bool
 	IoUThreshold float64
+	// IoUSweep are further IoU thresholds (--iou-sweep) the recall and iou
+	// families are reduced at, from the same matching.
+	IoUSweep     []float64
 	Semantics    metrics.Semantics
 	Families     metrics.Family // 0 means all
 	ClassMetrics bool
@@ -65,6 +69,12 @@ type EvalConfig struct {
 	HTML *htmlreport.Options
 	// COCOOut: rank 0 also writes the truth and the predictions as COCO JSON.
 	COCOOut bool
+	// Geometry forces the inputs' geometry (nil: detected, as DeepForest's
+	// determine_geometry_type; see dataset.CSVKind).
+	Geometry *box.Kind
+	// DistanceThreshold: a truth point is matched when its distance to the
+	// assigned prediction is below this (DeepForest's point.distance_threshold).
+	DistanceThreshold float64
 }
 
 // inputs is what rank 0 reads and broadcasts: the files' bytes, and for
@@ -99,6 +109,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	defer finishImagesRun(out, cfg.Out, &err)
 	if err != nil {
 		return err
+	}
+	if kind, err := inputKinds(cfg, in); err != nil {
+		return &Error{Code: ExitInput, Collective: true, Err: err}
+	} else if kind != box.KindBox {
+		return evalGeometry(c, cfg, in, out, kind)
 	}
 	truth, err := dataset.ParseTruthFile(cfg.CSV, in.csv)
 	if err != nil {
@@ -269,19 +284,26 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if err := checkMetricsMemory(c, metricIn, fam, cfg.Model); err != nil {
 		return err
 	}
-	res, err := metrics.Compute(metricIn,
-		metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, fam, cfg.ClassMetrics)
+	matched, err := matchShard(shard, done, metricIn, c.Size(), c.Rank())
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
 	}
+	scored, err := scoreShard(c, metricIn, matched, shardmetrics.Config{
+		Options: metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, Families: fam, ClassMetrics: cfg.ClassMetrics,
+		Sweep: cfg.IoUSweep}, &stats)
+	if err != nil {
+		return err
+	}
+	res := scored.Result
 	if model != nil {
 		res.Values = append(res.Values, lossValues(losses)...)
 	}
 	metricJSON := MetricsJSON(res.Values)
+	sweepJSON := SweepJSON(cfg.IoUSweep, scored.Sweep)
 	stats.Seconds["metrics"] = since(t3)
 
 	// 7. Agree.
-	if err := agree(c, metricJSON); err != nil {
+	if err := agree(c, append(append([]byte(nil), metricJSON...), sweepJSON...)); err != nil {
 		return err
 	}
 
@@ -289,6 +311,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	return writeReport(c, stats, "report", func(allStats []rankStats) error {
 		rep := reportRecord{
 			metrics: metricJSON,
+			sweep:   sweepJSON,
 			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored, resumed, model),
 			crops:   table,
 		}
@@ -359,6 +382,20 @@ func packInputs(cfg EvalConfig) ([]byte, *outRun) {
 			}
 			*dst[i] = data
 			in.truthFolder = true
+			continue
+		}
+		if i == 0 && isVectorTruth(f) {
+			// points or polygons of a layer: rank 0 makes them one CSV
+			data, warns, err := vectorEvalTruth(f, cfg.RootDir)
+			if err != nil {
+				return fail(ExitInput, err)
+			}
+			for _, w := range warns {
+				if cfg.Warnings != nil {
+					sayLine(cfg.Warnings, "canopy: warning: ", w)
+				}
+			}
+			in.csv = data
 			continue
 		}
 		data, err := readNamedInput(f)

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 
+	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/config"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -36,7 +38,10 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			&cli.BoolFlag{Name: "strict", Usage: "make the input warnings errors (exit 3): no prediction joins the truth, over 10% of the predictions name no truth image, exact duplicate rows"},
 		}, modelFlags(), []cli.Flag{
 			&cli.Float64Flag{Name: "iou-threshold", Value: 0.4, Usage: "a truth box is matched when IoU is strictly greater than this, in [0, 1]"},
-			&cli.StringFlag{Name: "semantics", Value: "validation", Usage: "DeepForest definition of box recall/precision: validation (trainer.validate's RecallPrecision) or evaluate_boxes"},
+			&cli.StringFlag{Name: "iou-sweep", Usage: "further IoU thresholds, comma-separated plain decimals in [0, 1] (e.g. 0.5,0.6,0.75; at most 64, none twice): the recall and iou families are also computed at each from the same matching, into report.json's metrics_by_iou_threshold; metrics, results.csv and the table stay at --iou-threshold; COCO has its own ten thresholds; a score threshold cannot be swept (it changes what is matched)"},
+			&cli.StringFlag{Name: "semantics", Value: "validation", Usage: "DeepForest definition of box recall/precision: validation (trainer.validate's RecallPrecision) or evaluate_boxes; points follow the point model's validation (RecallPrecision(task=\"point\"), val_mae) or evaluate_geometry; polygons always follow evaluate_geometry"},
+			&cli.StringFlag{Name: "geometry", Value: "auto", Usage: "the inputs' geometry: auto (detected as DeepForest's determine_geometry_type: a WKT geometry column of Points, of rectangles (boxes) or of other Polygons and MultiPolygons; xmin,ymin,xmax,ymax; a WKT polygon column; x,y columns), box, point or polygon; points and polygons are scored from --predictions"},
+			&cli.Float64Flag{Name: "distance-threshold", Value: 10, Usage: "points: a truth point is matched when its distance to the assigned prediction is strictly below this, in pixels (DeepForest's point.distance_threshold)"},
 			&cli.StringFlag{Name: "metrics", Value: "all", Usage: "metric families, comma-separated: recall (DeepForest box recall/precision), iou (torchmetrics IntersectionOverUnion), coco (COCO mAP/mAR), or all"},
 			&cli.BoolFlag{Name: "class-metrics", Usage: "report map_per_class and mar_100_per_class as arrays by label id, and the ids as \"classes\" (else -1, as DeepForest logs them)"},
 			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV (DeepForest classes.csv form); default: sorted unique labels of truth and joined predictions; with --model, the model's own labels, which this must equal, except for a bare .pt state dict, which holds none and takes these; with --tile as without"},
@@ -56,8 +61,8 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			if err != nil {
 				return usageError(err)
 			}
-			if isVectorTruth(cfg.CSV) {
-				return usageError(fmt.Errorf("eval: %s: a shapefile or GeoPackage truth goes with --tile (it is converted to the pixels of the rasters it names)", cfg.CSV))
+			if isVectorTruth(cfg.CSV) && cfg.Predictions == "" {
+				return usageError(fmt.Errorf("eval: %s: a shapefile or GeoPackage truth goes with --tile (it is converted to the pixels of the rasters it names), or with --predictions of points or polygons", cfg.CSV))
 			}
 			return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
 				if !rank0 {
@@ -160,6 +165,11 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 	if !(cfg.IoUThreshold >= 0 && cfg.IoUThreshold <= 1) {
 		return cfg, fmt.Errorf("eval: --iou-threshold %v is not in [0, 1]", cfg.IoUThreshold)
 	}
+	if c.IsSet("iou-sweep") {
+		if cfg.IoUSweep, err = metrics.ParseThresholds(c.String("iou-sweep")); err != nil {
+			return cfg, fmt.Errorf("eval: --iou-sweep: %w", err)
+		}
+	}
 	if cfg.BatchSize, err = batchSize(c); err != nil {
 		return cfg, fmt.Errorf("eval: %w", err)
 	}
@@ -181,5 +191,16 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 		return cfg, fmt.Errorf("eval: %w", err)
 	}
 	cfg.COCOOut = c.Bool("coco-out")
+	if g := c.String("geometry"); g != "auto" {
+		k, err := box.ParseKind(g)
+		if err != nil {
+			return cfg, fmt.Errorf("eval: --geometry: %w", err)
+		}
+		cfg.Geometry = &k
+	}
+	cfg.DistanceThreshold = c.Float64("distance-threshold")
+	if !(cfg.DistanceThreshold > 0) || math.IsInf(cfg.DistanceThreshold, 0) {
+		return cfg, fmt.Errorf("eval: --distance-threshold %v is not a positive number", cfg.DistanceThreshold)
+	}
 	return cfg, nil
 }

@@ -126,19 +126,40 @@ func rankBudget(mc ModelConfig, localRanks int) (budget int64, from string, ok b
 }
 
 // checkMetricsMemory is a collective, before the metrics allocate: every
-// rank computes every metric, so each needs what the COCO stage will hold
-// (estimated from the class, image and box counts) on top of what it holds
-// now. Over the rank's budget: exit 3 with the estimate and what to do.
+// rank computes every metric, so each needs what the matching will hold
+// (the boxes and their overlapping pairs, counted) and what the COCO stage
+// will hold (estimated from the class, image and box counts) on top of
+// what it holds now. Over the rank's budget: exit 3 with the estimate and
+// what to do.
 func checkMetricsMemory(c mpi.Comm, in metrics.Input, fam metrics.Family, mc ModelConfig) error {
+	budget, from, ok := rankBudget(mc, c.LocalSize())
+	if !ok {
+		return agreeErr(c, ExitInput, nil)
+	}
 	var err error
-	if fam&metrics.COCOmAP != 0 {
-		cost := metrics.COCOMemory(in)
-		if budget, from, ok := rankBudget(mc, c.LocalSize()); ok {
-			if need := residentBytes() + cost.Bytes; need > budget {
-				err = &Error{Code: ExitInput, Err: fmt.Errorf("jobs: the COCO metrics of %d classes over %d images and %d boxes need about %s on this rank, which may use %s (%s); "+
-					"leave them out with --metrics recall,iou (and --class-metrics off), run fewer ranks per node, or set --rank-memory: %w",
-					cost.Classes, cost.Images, cost.Boxes, gib(need), gib(budget), from, dataset.ErrInput)}
+	resident := residentBytes()
+	var match int64
+	if fam&(metrics.Recall|metrics.IoUMean) != 0 {
+		// The matching holds the boxes and the overlapping pairs only;
+		// counting them stops as soon as the budget is passed.
+		cost := metrics.MatchMemory(in, max(1, budget-resident))
+		match = cost.Bytes
+		if need := resident + cost.Bytes; need > budget {
+			pairs := fmt.Sprintf("%d overlapping pairs", cost.Pairs)
+			if cost.Partial {
+				pairs = "more than " + pairs
 			}
+			err = &Error{Code: ExitInput, Err: fmt.Errorf("jobs: matching %d boxes over %d images (%s) needs about %s on this rank, which may use %s (%s); "+
+				"split the tiles into smaller images, run fewer ranks per node, or set --rank-memory: %w",
+				cost.Boxes, cost.Images, pairs, gib(need), gib(budget), from, dataset.ErrInput)}
+		}
+	}
+	if err == nil && fam&metrics.COCOmAP != 0 {
+		cost := metrics.COCOMemory(in)
+		if need := resident + match + cost.Bytes; need > budget {
+			err = &Error{Code: ExitInput, Err: fmt.Errorf("jobs: the COCO metrics of %d classes over %d images and %d boxes need about %s on this rank, which may use %s (%s); "+
+				"leave them out with --metrics recall,iou (and --class-metrics off), run fewer ranks per node, or set --rank-memory: %w",
+				cost.Classes, cost.Images, cost.Boxes, gib(need), gib(budget), from, dataset.ErrInput)}
 		}
 	}
 	return agreeErr(c, ExitInput, err)

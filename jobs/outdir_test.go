@@ -478,7 +478,8 @@ func TestPredictForceReplacesEvalRun(t *testing.T) {
 	}
 }
 
-// canopy doctor --out: complete, resumable, a failed start, no run, and a
+// canopy doctor --out: complete, resumable, stopped before it saved any
+// image (resumable: --resume starts it over), a failed start, no run, and a
 // folder in use.
 func TestDoctorOutStates(t *testing.T) {
 	out := t.TempDir()
@@ -504,7 +505,11 @@ func TestDoctorOutStates(t *testing.T) {
 		t.Fatalf("resumable: %d %s", code, msg)
 	}
 	os.RemoveAll(filepath.Join(out, parts.Dir))
-	if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "failed start") {
+	if code, msg := outState(out); code != ExitResumable || !strings.Contains(msg, "saved no work") {
+		t.Fatalf("stopped before it saved any image: %d %s", code, msg)
+	}
+	os.WriteFile(filepath.Join(out, faultPrefix+"-0"), []byte("4 jobs: --model: not a model"), 0o644)
+	if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "a run that failed (exit 4") {
 		t.Fatalf("failed start: %d %s", code, msg)
 	}
 }

@@ -125,6 +125,10 @@ type rankStats struct {
 	Skipped   int                `json:"skipped_windows,omitempty"`
 	BytesSent int                `json:"bytes_sent"`
 	Seconds   map[string]float64 `json:"seconds"`
+	// MetricsImages and MetricsBytesSent: the images this rank matched and
+	// the bytes of match records it sent (eval, eval --tile).
+	MetricsImages    int `json:"metrics_images,omitempty"`
+	MetricsBytesSent int `json:"metrics_bytes_sent,omitempty"`
 }
 
 // sendDetections encodes this rank's detections and gathers every rank's.

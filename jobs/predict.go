@@ -84,7 +84,7 @@ func listImages(dir string) ([]string, error) {
 // rows; the predict_image rows (or --raw-rows) are made from them at the
 // end, so that choice is not part of the identity.
 func predictManifest(cfg PredictConfig, paths []string, labels []byte, digest, config string) manifest {
-	m := manifest{Job: "predict", Canopy: Version, Images: sha256Hex(packFields(nil, stringsBytes(paths)...)),
+	m := manifest{Job: kindPredict, Canopy: Version, Images: sha256Hex(packFields(nil, stringsBytes(paths)...)),
 		Detector: "retinanet weights sha256 " + digest, DetectorSettings: detectorSettings(cfg.Model, config), RootDir: absPath(cfg.RootDir)}
 	if labels != nil {
 		m.LabelDict = sha256Hex(labels)

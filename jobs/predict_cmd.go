@@ -37,6 +37,9 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 		}, shardJobFlags("longest wait for every rank to reach a collective, then exit 5 (ranks other than 0 wait twice this, so rank 0 reports first; 0 disables)"),
 			modelFlags(), tileFlags()),
 		Action: func(c *cli.Context) error {
+			if model, ok := pointModel(c); ok {
+				return pointAction(c, code, newComm, stdout, stderr, model)
+			}
 			if err := tileAction(c, code, newComm, stdout, stderr); err != nil || c.Bool("tile") {
 				return err
 			}

@@ -26,6 +26,7 @@ var Version = "0.1.0"
 
 type reportRecord struct {
 	metrics []byte
+	sweep   []byte // metrics_by_iou_threshold (nil: no --iou-sweep)
 	run     runInfo
 	crops   *cropTable // the crop models' columns of predictions.csv
 }
@@ -65,6 +66,12 @@ type runInfo struct {
 	// CropModels and Crops: the --crop-model stage, when given.
 	CropModels []cropModelInfo `json:"crop_models,omitempty"`
 	Crops      *cropStats      `json:"crops,omitempty"`
+	// Geometry: "point" or "polygon" for those inputs (boxes: absent);
+	// DistanceThreshold the points' match distance; GEOS the version of
+	// the library that computed the polygon areas.
+	Geometry          string  `json:"geometry,omitempty"`
+	DistanceThreshold float64 `json:"distance_threshold,omitempty"`
+	GEOS              string  `json:"geos,omitempty"`
 }
 
 // resumeInfo tells how much of the run came from part files of earlier
@@ -96,6 +103,26 @@ func MetricsJSON(vals []metrics.Value) []byte {
 		b.WriteString(formatValue(v))
 	}
 	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// SweepJSON is report.json's metrics_by_iou_threshold: one entry per
+// --iou-sweep threshold, in the order given, holding the threshold and the
+// recall and iou families' values at it (MetricsJSON's form); nil without a
+// sweep.
+func SweepJSON(thresholds []float64, vals [][]metrics.Value) []byte {
+	if len(thresholds) == 0 {
+		return nil
+	}
+	var b bytes.Buffer
+	b.WriteString("[")
+	for k, thr := range thresholds {
+		if k > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, "\n  {\"iou_threshold\": %s, \"metrics\": %s}", formatValue(metrics.Value{V: thr}), bytes.TrimSpace(MetricsJSON(vals[k])))
+	}
+	b.WriteString("\n ]")
 	return b.Bytes()
 }
 
@@ -245,7 +272,11 @@ func writeOutputs(cfg EvalConfig, rep reportRecord, images []box.Image, dets [][
 	if err != nil {
 		return fail(fmt.Errorf("jobs: write report.json: %w", err))
 	}
-	body := fmt.Appendf(nil, "{\"metrics\": %s,\n \"run\": %s}\n", rep.metrics, run)
+	body := fmt.Appendf(nil, "{\"metrics\": %s,\n", rep.metrics)
+	if rep.sweep != nil {
+		body = fmt.Appendf(body, " \"metrics_by_iou_threshold\": %s,\n", rep.sweep)
+	}
+	body = fmt.Appendf(body, " \"run\": %s}\n", run)
 	if more != nil {
 		extra, err := more(body)
 		set = append(set, extra...)

@@ -190,6 +190,9 @@ func openImagesRun(dir string, resume, force bool, cur manifest) (*outRun, saved
 		return nil, saved, err
 	}
 	check := func(b []byte) error {
+		if err := checkRunKind(dir, b, cur.kind()); err != nil {
+			return err
+		}
 		var old manifest
 		if err := json.Unmarshal(b, &old); err != nil {
 			return usageErr("jobs: --resume: %s: %w", manifestFile, err)

@@ -235,6 +235,8 @@ func packTile(cfg TileConfig) (pkt []byte, out *outRun, vt *tileTruth) {
 type tileReport struct {
 	// Metrics: eval --tile's, as eval's report.json "metrics".
 	Metrics json.RawMessage `json:"metrics,omitempty"`
+	// MetricsByIoU: --iou-sweep's further thresholds (SweepJSON).
+	MetricsByIoU json.RawMessage `json:"metrics_by_iou_threshold,omitempty"`
 	// Inputs: the label map given (--label-dict or the config's
 	// label_dict), as eval's report.json "inputs" records it.
 	Inputs map[string]report.File `json:"inputs,omitempty"`

@@ -19,6 +19,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/geoparquet"
+	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -340,7 +341,7 @@ func stageGPKG(dir, name string, rasters []tileRaster, rows func(i int) ([]box.D
 func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model *loadedModel, detName string, f [][]byte, vt *tileTruth, truthImages []box.Image) error {
 	rasters, labels := run.rasters, run.labels
 	var res2 metrics.Result
-	var metricJSON []byte
+	var metricJSON, sweepJSON []byte
 	images := make([]box.Image, len(rasters))
 	for i := range rasters {
 		images[i] = box.Image{Path: rasters[i].Path}
@@ -362,13 +363,27 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 		if fam == 0 {
 			fam = metrics.All
 		}
-		var err error
-		if res2, err = metrics.Compute(metrics.Input{Images: images, Dets: merged, Labels: labels},
-			metrics.Options{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics}, fam, cfg.Eval.ClassMetrics); err != nil {
+		tm := time.Now()
+		mIn := metrics.Input{Images: images, Dets: merged, Labels: labels}
+		costs := make([]int64, len(images))
+		for i := range costs {
+			costs[i] = shardmetrics.Cost(mIn, i)
+		}
+		split, err := shardmetrics.Shards(costs, c.Size())
+		if err != nil {
 			return collective(ExitInternal, "jobs: %w", err)
 		}
+		scored, err := scoreShard(c, mIn, split[c.Rank()], shardmetrics.Config{
+			Options:  metrics.Options{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics},
+			Families: fam, ClassMetrics: cfg.Eval.ClassMetrics, Sweep: cfg.Eval.IoUSweep}, run.stats)
+		if err != nil {
+			return err
+		}
+		res2 = scored.Result
+		sweepJSON = SweepJSON(cfg.Eval.IoUSweep, scored.Sweep)
+		run.stats.Seconds["metrics"] = since(tm)
 		metricJSON = MetricsJSON(res2.Values)
-		if err := agree(c, metricJSON); err != nil {
+		if err := agree(c, append(append([]byte(nil), metricJSON...), sweepJSON...)); err != nil {
 			return err
 		}
 	}
@@ -441,6 +456,9 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 		}
 		if cfg.Eval != nil {
 			rep.Metrics = json.RawMessage(metricJSON)
+			if sweepJSON != nil {
+				rep.MetricsByIoU = json.RawMessage(sweepJSON)
+			}
 			results, err := stage(cfg.Out, "results.csv", func(w io.Writer) error {
 				return writeResults(w, images, merged, labels, res2.Matches)
 			})

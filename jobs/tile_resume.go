@@ -255,6 +255,9 @@ func prepareTileOut(cfg TileConfig, cur tileManifest, offsets []int) (*outRun, t
 		return nil, res, nil, err
 	}
 	check := func(b []byte) error {
+		if err := checkRunKind(cfg.Out, b, cur.Command); err != nil {
+			return err
+		}
 		var old tileManifest
 		if err := json.Unmarshal(b, &old); err != nil || old.Command == "" {
 			return usageErr("jobs: --resume refused: %s in %s is not a tile run's manifest (%v); start again with --force (or another --out)", manifestFile, cfg.Out, err)
@@ -335,11 +338,11 @@ func removeLeftovers(dir string) error {
 
 // tileManifestOf is the manifest of a tile run now.
 func tileManifestOf(cfg TileConfig, digest, config string, labels, truth []byte, idents []rasterIdent) tileManifest {
-	m := tileManifest{Canopy: Version, Command: "predict --tile", Detector: "retinanet weights sha256 " + digest,
+	m := tileManifest{Canopy: Version, Command: kindPredictTile, Detector: "retinanet weights sha256 " + digest,
 		DetectorSettings: detectorSettings(cfg.Model, config), PatchSize: cfg.Settings.Patch, PatchOverlap: cfg.Settings.Overlap,
 		IoU: cfg.IoU, SkipEmpty: cfg.SkipEmpty, CropModels: cfg.Model.Crops, Rasters: idents}
 	if cfg.Eval != nil {
-		m.Command = "eval --tile"
+		m.Command = kindEvalTile
 		m.Truth = sha256Hex(truth)
 	}
 	if labels != nil {

@@ -76,6 +76,12 @@ type tileTruth struct {
 // image_path column that names another is overridden with a warning, as
 // read_file warns. Errors wrap dataset.ErrInput (exit 3).
 func readVectorTruth(name, imagePath string) (*tileTruth, error) {
+	return readVectorLayer(name, imagePath, false)
+}
+
+// readVectorLayer is readVectorTruth; geometries lets Point layers through
+// (eval scores them as points, and non-rectangular polygons as polygons).
+func readVectorLayer(name, imagePath string, geometries bool) (*tileTruth, error) {
 	v, err := gdal.ReadVector(name)
 	if err != nil {
 		if err == gdal.ErrUnavailable {
@@ -131,7 +137,11 @@ func readVectorTruth(name, imagePath string) (*tileTruth, error) {
 	}
 	switch t.Geometry = v.Features[0].Type; t.Geometry {
 	case "Polygon", "MultiPolygon":
-	case "Point", "MultiPoint":
+	case "Point":
+		if !geometries {
+			return nil, bad("its features are %ss: canopy scores boxes (DeepForest keeps points as keypoints; its convert_point_to_bbox makes boxes of them)", t.Geometry)
+		}
+	case "MultiPoint":
 		return nil, bad("its features are %ss: canopy scores boxes (DeepForest keeps points as keypoints; its convert_point_to_bbox makes boxes of them)", t.Geometry)
 	default:
 		return nil, bad("its features are %s: canopy takes Polygon or MultiPolygon features, whose bounds are the boxes", typeText(t.Geometry))
@@ -157,20 +167,44 @@ func readVectorTruth(name, imagePath string) (*tileTruth, error) {
 // file order). rasters are the job's, opened from t.paths.
 func (t *tileTruth) csv(rasters []tileRaster) ([]byte, error) {
 	v := t.vec
-	frames := map[string]gdal.PixelFrame{}
-	convert := v.CRS != ""
-	if !convert {
+	frames, err := t.frames(rasters)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	w.Write([]string{"image_path", "xmin", "ymin", "xmax", "ymax", "label"})
+	g := func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+	for _, f := range v.Features {
+		xmin, ymin, xmax, ymax := f.MinX, f.MinY, f.MaxX, f.MaxY
+		if frames != nil {
+			fr, err := t.frameOf(frames, f)
+			if err != nil {
+				return nil, err
+			}
+			xmin, ymin, xmax, ymax = fr.Box(f.MinX, f.MinY, f.MaxX, f.MaxY)
+		}
+		w.Write([]string{f.ImagePath, g(xmin), g(ymin), g(xmax), g(ymax), f.Label})
+	}
+	w.Flush()
+	return b.Bytes(), w.Error()
+}
+
+// frames are the rasters' pixel frames by image_path (nil: the file has
+// no CRS, its coordinates are pixels), with t.Frame and the CRS warnings
+// set.
+func (t *tileTruth) frames(rasters []tileRaster) (map[string]gdal.PixelFrame, error) {
+	v := t.vec
+	if v.CRS == "" {
 		t.Frame = "pixels: the file has no CRS, its coordinates are taken as the raster's pixels (as DeepForest's read_file)"
 		if v.UndefinedCRS != "" {
 			t.Frame = fmt.Sprintf("pixels: the file has no CRS (its GeoPackage CRS is the placeholder %q), its coordinates are taken as the raster's pixels, as for a shapefile without one", v.UndefinedCRS)
 		}
-	} else {
-		t.Frame = "converted: (x - left)/res, (top - y)/res with each raster's rasterio bounds and res[0] (DeepForest's geo_to_image_coordinates)"
+		return nil, nil
 	}
+	t.Frame = "converted: (x - left)/res, (top - y)/res with each raster's rasterio bounds and res[0] (DeepForest's geo_to_image_coordinates)"
+	frames := map[string]gdal.PixelFrame{}
 	for _, r := range rasters {
-		if !convert {
-			break
-		}
 		if r.CRS == "" {
 			return nil, fmt.Errorf("jobs: %s is in %s but its raster %s has no CRS: its coordinates cannot be converted to pixels (DeepForest's read_file fails there too): %w",
 				t.File, t.CRS, r.File, dataset.ErrInput)
@@ -181,23 +215,16 @@ func (t *tileTruth) csv(rasters []tileRaster) ([]byte, error) {
 		}
 		frames[r.Path] = gdal.FrameOf(r.GeoTransform, r.Width, r.Height)
 	}
-	var b bytes.Buffer
-	w := csv.NewWriter(&b)
-	w.Write([]string{"image_path", "xmin", "ymin", "xmax", "ymax", "label"})
-	g := func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
-	for _, f := range v.Features {
-		xmin, ymin, xmax, ymax := f.MinX, f.MinY, f.MaxX, f.MaxY
-		if convert {
-			fr, ok := frames[dataset.TrimPath(f.ImagePath)]
-			if !ok {
-				return nil, fmt.Errorf("jobs: %s: feature %d names image_path %q, no raster of this job: %w", t.File, f.FID, f.ImagePath, dataset.ErrInput)
-			}
-			xmin, ymin, xmax, ymax = fr.Box(f.MinX, f.MinY, f.MaxX, f.MaxY)
-		}
-		w.Write([]string{f.ImagePath, g(xmin), g(ymin), g(xmax), g(ymax), f.Label})
+	return frames, nil
+}
+
+// frameOf is the frame of feature f's raster.
+func (t *tileTruth) frameOf(frames map[string]gdal.PixelFrame, f gdal.VectorFeature) (gdal.PixelFrame, error) {
+	fr, ok := frames[dataset.TrimPath(f.ImagePath)]
+	if !ok {
+		return fr, fmt.Errorf("jobs: %s: feature %d names image_path %q, no raster of this job: %w", t.File, f.FID, f.ImagePath, dataset.ErrInput)
 	}
-	w.Flush()
-	return b.Bytes(), w.Error()
+	return fr, nil
 }
 
 // crsText names a CRS by its authority name, else by the start of its WKT.

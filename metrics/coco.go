@@ -25,8 +25,11 @@ import (
 // undefined, and numpy's pairwise mean in summarize. With no image to
 // score the family is absent, as in DeepForest.
 func COCO(in Input, classMetrics bool) []Value {
-	vals, _ := cocoWithCurves(in, classMetrics)
-	return vals
+	res, err := Compute(in, Options{}, COCOmAP, classMetrics)
+	if err != nil {
+		return nil // only a detection list per image is checked
+	}
+	return res.Values
 }
 
 // PRCurve is one class's COCO precision–recall curve at one IoU threshold
@@ -44,14 +47,17 @@ type PRCurve struct {
 // PRCurve point.
 func RecallThresholds() []float64 { return append([]float64(nil), cocoRecallThresholds[:]...) }
 
-// cocoWithCurves is COCO plus the per-class PR curves at IoU 0.5 and 0.75
-// from the same precision array.
-func cocoWithCurves(in Input, classMetrics bool) ([]Value, []PRCurve) {
-	images := cocoImages(in)
-	if len(images) == 0 {
+// reduceCOCO is COCO plus the per-class PR curves at IoU 0.5 and 0.75
+// from the same precision array, from the records.
+func reduceCOCO(recs []ImageRecord, classMetrics bool) ([]Value, []PRCurve) {
+	passed := false
+	for i := range recs {
+		passed = passed || recs[i].IoU.Passed || len(recs[i].COCO) > 0
+	}
+	if !passed {
 		return nil, nil // DeepForest computes mAP only when some image has truth
 	}
-	ev := newCOCOEval(images)
+	ev := newCOCOEval(recs)
 	curves := ev.curves()
 	vals := ev.summary()
 	if classMetrics {
@@ -161,36 +167,94 @@ func toCOCO(b box.Box, label int32, score float64) cocoBox {
 		area: float64(w) * float64(h), score: float64(float32(score)), label: label}
 }
 
-// cocoImages applies DeepForest's filter (only images whose target has a
-// box after its dataset's filtering) and converts to COCO boxes.
-func cocoImages(in Input) []cocoImage {
-	images := validationTruth(in.Images)
-	var out []cocoImage
-	for i, im := range images {
-		if im.Empty || len(im.Truth) == 0 {
-			continue
+// cocoMatchImage is COCOeval's evaluateImg of one image (its truth after
+// DeepForest's dataset filter, not empty) for every category it holds a
+// box of, in category order: each category's detections in stable
+// descending score order truncated to maxDets[-1], its ground truth in
+// annotation order, the IoU matrix computed once and shared by every area
+// range, as COCOeval.computeIoU does.
+func cocoMatchImage(truth []box.Truth, dets []box.Detection) []COCOCat {
+	var labels []int32
+	for _, t := range truth {
+		labels = append(labels, t.Label)
+	}
+	for _, d := range dets {
+		labels = append(labels, d.Label)
+	}
+	slices.Sort(labels)
+	labels = slices.Compact(labels)
+	out := make([]COCOCat, len(labels))
+	var scratch []int32
+	for k, l := range labels {
+		var c catImg
+		for _, t := range truth {
+			if t.Label == l {
+				g := toCOCO(t.Box, t.Label, 0)
+				g.crowd = t.Crowd
+				c.gts = append(c.gts, g)
+			}
 		}
-		ci := cocoImage{}
-		for _, t := range im.Truth {
-			g := toCOCO(t.Box, t.Label, 0)
-			g.crowd = t.Crowd
-			ci.gt = append(ci.gt, g)
+		for _, d := range dets {
+			if d.Label == l {
+				c.dts = append(c.dts, toCOCO(d.Box, d.Label, d.Score))
+			}
 		}
-		for _, d := range in.Dets[i] {
-			ci.dt = append(ci.dt, toCOCO(d.Box, d.Label, d.Score))
+		scratch = c.prepare(scratch)
+		nd := len(c.dts)
+		cat := COCOCat{Label: l, Scores: make([]float64, nd), Flags: make([]uint8, nA*nT*nd)}
+		for d := range c.dts {
+			cat.Scores[d] = c.dts[d].score
 		}
-		out = append(out, ci)
+		for a := range nA {
+			cat.NPIG[a] = int32(evaluateImg(&c, cocoAreas[a], cat.Flags[a*nT*nd:(a+1)*nT*nd], nd, 0))
+		}
+		out[k] = cat
 	}
 	return out
 }
 
+// prepare sorts the detections by score (stable, descending), keeps the
+// first maxDets[-1] and computes the IoU matrix.
+func (c *catImg) prepare(scratch []int32) []int32 {
+	maxDet := cocoMaxDets[nM-1]
+	if len(c.dts) > 1 {
+		scores := make([]float64, len(c.dts))
+		for d := range c.dts {
+			scores[d] = c.dts[d].score
+		}
+		scratch = scratch[:0]
+		for d := range c.dts {
+			scratch = append(scratch, int32(d))
+		}
+		byScore(scores, scratch)
+		sorted := make([]cocoBox, len(c.dts))
+		for j, d := range scratch {
+			sorted[j] = c.dts[d]
+		}
+		c.dts = sorted
+	}
+	if len(c.dts) > maxDet {
+		c.dts = c.dts[:maxDet]
+	}
+	c.cands = matchable(c.dts, c.gts)
+	return scratch
+}
+
 // catImg is one (category, image) pair: its detections in stable
 // descending score order truncated to maxDets[-1], its ground truth in
-// annotation order, and the IoU matrix (detection-major), computed once and
-// shared by every area range, as COCOeval.computeIoU does.
+// annotation order, and per detection the ground truths it could ever match
+// (IoU >= 0.5, the lowest threshold) in annotation order: COCOeval's IoU
+// matrix without the entries that can never match, computed once and
+// shared by every area range.
 type catImg struct {
 	dts, gts []cocoBox
-	ious     []float64
+	cands    [][]gtIoU
+}
+
+// gtIoU is a ground truth (annotation index) and its IoU with a detection.
+type gtIoU struct {
+	g   int32
+	iou float64
 }
 
 type cocoEval struct {
@@ -237,15 +301,12 @@ func byScore(scores []float64, idx []int32) {
 	})
 }
 
-func newCOCOEval(images []cocoImage) *cocoEval {
+func newCOCOEval(recs []ImageRecord) *cocoEval {
 	e := &cocoEval{}
 	seen := map[int32]bool{}
-	for _, im := range images {
-		for _, b := range im.gt {
-			seen[b.label] = true
-		}
-		for _, b := range im.dt {
-			seen[b.label] = true
+	for i := range recs {
+		for _, c := range recs[i].COCO {
+			seen[c.Label] = true
 		}
 	}
 	for c := range seen {
@@ -261,30 +322,16 @@ func newCOCOEval(images []cocoImage) *cocoEval {
 	for k, c := range e.cats {
 		catIdx[c] = k
 	}
-	// Each category's (category, image) pairs, only for the images holding
-	// a box of it, in image order: an image without one adds nothing to
-	// the category's evaluation, so the pairs cost O(boxes), not
-	// O(categories × images).
-	per := make([][]catImg, K)
-	last := make([]int, K)
-	for k := range last {
-		last[k] = -1
-	}
-	at := func(k, i int) *catImg {
-		if last[k] != i {
-			per[k] = append(per[k], catImg{})
-			last[k] = i
-		}
-		return &per[k][len(per[k])-1]
-	}
-	for i, im := range images {
-		for _, b := range im.gt {
-			c := at(catIdx[b.label], i)
-			c.gts = append(c.gts, b)
-		}
-		for _, b := range im.dt {
-			c := at(catIdx[b.label], i)
-			c.dts = append(c.dts, b)
+	// Each category's (category, image) records, only for the images
+	// holding a box of it, in image order: an image without one adds
+	// nothing to the category's evaluation, so the pairs cost O(boxes),
+	// not O(categories × images).
+	per := make([][]*COCOCat, K)
+	for i := range recs {
+		for j := range recs[i].COCO {
+			c := &recs[i].COCO[j]
+			k := catIdx[c.Label]
+			per[k] = append(per[k], c)
 		}
 	}
 	for a := range nA {
@@ -292,7 +339,7 @@ func newCOCOEval(images []cocoImage) *cocoEval {
 		for k := range K {
 			e.slot[a][k] = -1
 			for _, c := range per[k] {
-				if regularCount(c.gts, cocoAreas[a]) > 0 {
+				if c.NPIG[a] > 0 {
 					e.slot[a][k] = int32(e.nDef[a])
 					e.nDef[a]++
 					break
@@ -301,7 +348,7 @@ func newCOCOEval(images []cocoImage) *cocoEval {
 		}
 		e.prec[a] = make([]float64, nT*nR*e.nDef[a])
 	}
-	// Categories are independent: evaluate them in parallel, each writing
+	// Categories are independent: accumulate them in parallel, each writing
 	// only its own slots, so the result does not depend on scheduling.
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
@@ -310,7 +357,7 @@ func newCOCOEval(images []cocoImage) *cocoEval {
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
-			e.evalCategory(k, per[k])
+			e.accumulate(k, per[k])
 			<-sem
 		}()
 	}
@@ -318,43 +365,13 @@ func newCOCOEval(images []cocoImage) *cocoEval {
 	return e
 }
 
-func (e *cocoEval) evalCategory(k int, imgs []catImg) {
-	maxDet := cocoMaxDets[nM-1]
-	var scratch []int32
-	for i := range imgs {
-		c := &imgs[i]
-		if len(c.dts) > 1 {
-			scores := make([]float64, len(c.dts))
-			for d := range c.dts {
-				scores[d] = c.dts[d].score
-			}
-			scratch = scratch[:0]
-			for d := range c.dts {
-				scratch = append(scratch, int32(d))
-			}
-			byScore(scores, scratch)
-			sorted := make([]cocoBox, len(c.dts))
-			for j, d := range scratch {
-				sorted[j] = c.dts[d]
-			}
-			c.dts = sorted
-		}
-		if len(c.dts) > maxDet {
-			c.dts = c.dts[:maxDet]
-		}
-		ng := len(c.gts)
-		c.ious = make([]float64, len(c.dts)*ng)
-		for d := range c.dts {
-			for g := range c.gts {
-				c.ious[d*ng+g] = bbIoU(c.dts[d], c.gts[g])
-			}
-		}
-	}
+// accumulate is COCOeval.accumulate for category k from its records.
+func (e *cocoEval) accumulate(k int, imgs []*COCOCat) {
 	// Every kept detection of the category gets a global index off[i]+d;
-	// evaluateImg writes its flags at flags[t*n + off[i] + d].
+	// the flags of area a are at flags[t*n + off[i] + d].
 	off := make([]int, len(imgs)+1)
 	for i := range imgs {
-		off[i+1] = off[i] + len(imgs[i].dts)
+		off[i+1] = off[i] + len(imgs[i].Scores)
 	}
 	n := off[len(imgs)]
 	flags := make([]uint8, nT*n)
@@ -365,9 +382,9 @@ func (e *cocoEval) evalCategory(k int, imgs []catImg) {
 		var refs []int32
 		var scores []float64
 		for i := range imgs {
-			for d := 0; d < len(imgs[i].dts) && d < md; d++ {
+			for d := 0; d < len(imgs[i].Scores) && d < md; d++ {
 				refs = append(refs, int32(off[i]+d))
-				scores = append(scores, imgs[i].dts[d].score)
+				scores = append(scores, imgs[i].Scores[d])
 			}
 		}
 		idx := make([]int32, len(refs))
@@ -384,8 +401,12 @@ func (e *cocoEval) evalCategory(k int, imgs []catImg) {
 	var pr []float64
 	for a := 0; a < nA; a++ {
 		npig := 0
-		for i := range imgs {
-			npig += evaluateImg(&imgs[i], cocoAreas[a], flags, n, off[i])
+		for i, c := range imgs {
+			npig += int(c.NPIG[a])
+			nd := len(c.Scores)
+			for t := range nT {
+				copy(flags[t*n+off[i]:t*n+off[i]+nd], c.Flags[(a*nT+t)*nd:(a*nT+t+1)*nd])
+			}
 		}
 		if npig == 0 {
 			continue
@@ -445,6 +466,32 @@ const (
 	flagIgnored uint8 = 2
 )
 
+// matchable lists, per detection, the ground truths of IoU >= 0.5 in
+// annotation order, found through the overlap index (an IoU > 0 needs an
+// overlap of the very xywh sums bbIoU subtracts), so no pair that can
+// never match is stored.
+func matchable(dts, gts []cocoBox) [][]gtIoU {
+	out := make([][]gtIoU, len(dts))
+	if len(gts) == 0 {
+		return out
+	}
+	xyxy := func(b cocoBox) box.Box { return box.Box{Xmin: b.x, Ymin: b.y, Xmax: b.x + b.w, Ymax: b.y + b.h} }
+	gb := make([]box.Box, len(gts))
+	for g, b := range gts {
+		gb[g] = xyxy(b)
+	}
+	ix := newOverlapIndex(gb)
+	for d := range dts {
+		ix.each(gb, xyxy(dts[d]), func(g int, _ float64) {
+			if v := bbIoU(dts[d], gts[g]); v >= cocoIoUThresholds[0] {
+				out[d] = append(out[d], gtIoU{int32(g), v})
+			}
+		})
+		slices.SortFunc(out[d], func(a, b gtIoU) int { return cmp.Compare(a.g, b.g) })
+	}
+	return out
+}
+
 // bbIoU is maskUtils.iou of two boxes: intersection over union, or over
 // the detection's area alone when g is a crowd region.
 func bbIoU(d, g cocoBox) float64 {
@@ -503,10 +550,8 @@ func evaluateImg(c *catImg, area [2]float64, flags []uint8, n, off int) int {
 	}
 	cands := make([][]cand, nd)
 	for d := 0; d < nd; d++ {
-		for g := 0; g < ng; g++ {
-			if v := c.ious[d*ng+g]; v >= cocoIoUThresholds[0] {
-				cands[d] = append(cands[d], cand{pos[g], v})
-			}
+		for _, x := range c.cands[d] {
+			cands[d] = append(cands[d], cand{pos[x.g], x.iou})
 		}
 		slices.SortFunc(cands[d], func(a, b cand) int { return cmp.Compare(a.j, b.j) })
 	}
@@ -641,12 +686,14 @@ type COCOCost struct {
 // per class, the precision kept at maxDets 100 for 4 areas × 10 IoU × 101
 // recall thresholds, the recall array, two PR curves and the bookkeeping;
 // per box, its COCO copies, its (category, image) pair share and the
-// matching's per-detection arrays (flags, orders, candidates); per
-// IoU-matrix entry, one float64.
+// matching's per-detection arrays (flags, orders, candidates); per pair
+// that could match (a kept detection, at most 100 per image and category,
+// × a ground truth of its category: an upper bound of the pairs of IoU
+// >= 0.5 that are stored), a gtIoU and evaluateImg's cand.
 const (
 	cocoBytesPerClass = nA*nT*nR*8 + nT*nA*nM*8 + 2*(nR*8+64) + 256
 	cocoBytesPerBox   = 768
-	cocoBytesPerIoU   = 8
+	cocoBytesPerIoU   = 16 + 16
 )
 
 // COCOMemory estimates the COCO stage's memory from the class, image and
@@ -672,9 +719,35 @@ func COCOMemory(in Input) COCOCost {
 			seen[d.Label] = struct{}{}
 		}
 		c.Boxes += len(im.Truth) + len(dets)
-		ious += int64(len(dets)) * int64(len(im.Truth)) // an upper bound of the pairs of equal labels
+		ious += cocoPairBound(im.Truth, dets)
 	}
 	c.Classes = len(seen)
 	c.Bytes = int64(c.Classes)*cocoBytesPerClass + int64(c.Boxes)*cocoBytesPerBox + ious*cocoBytesPerIoU
 	return c
+}
+
+// cocoPairBound bounds the (detection, ground truth) pairs COCO may store
+// for one image: per category, min(detections, maxDets) × ground truths.
+func cocoPairBound(truth []box.Truth, dets []box.Detection) int64 {
+	type count struct{ d, g int64 }
+	per := map[int32]*count{}
+	get := func(l int32) *count {
+		c := per[l]
+		if c == nil {
+			c = &count{}
+			per[l] = c
+		}
+		return c
+	}
+	for _, t := range truth {
+		get(t.Label).g++
+	}
+	for _, d := range dets {
+		get(d.Label).d++
+	}
+	var n int64
+	for _, c := range per {
+		n += min(c.d, int64(cocoMaxDets[nM-1])) * c.g
+	}
+	return n
 }

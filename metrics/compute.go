@@ -42,23 +42,16 @@ func ParseFamilies(s string) (Family, error) {
 }
 
 // Compute runs the selected families in a fixed order (recall, iou, coco)
-// and returns their values and DeepForest's match table.
+// and returns their values and DeepForest's match table: MatchImages over
+// every image, then Reduce.
 func Compute(in Input, opt Options, fam Family, classMetrics bool) (Result, error) {
-	var res Result
-	if fam&Recall != 0 {
-		r, err := DeepForest(in, opt)
-		if err != nil {
-			return Result{}, err
-		}
-		res = r
+	idx := make([]int, len(in.Images))
+	for i := range idx {
+		idx[i] = i
 	}
-	if fam&IoUMean != 0 {
-		res.Values = append(res.Values, IntersectionOverUnion(in, opt.IoUThreshold)...)
+	recs, err := MatchImages(in, idx, MatchOptions{Semantics: opt.Semantics, MinIoU: opt.IoUThreshold}, fam)
+	if err != nil {
+		return Result{}, err
 	}
-	if fam&COCOmAP != 0 {
-		vals, curves := cocoWithCurves(in, classMetrics)
-		res.Values = append(res.Values, vals...)
-		res.PR = curves
-	}
-	return res, nil
+	return Reduce(Frame{Images: in.Images, Labels: in.Labels, LabelValues: in.LabelValues}, recs, opt, fam, classMetrics)
 }

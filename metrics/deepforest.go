@@ -98,56 +98,21 @@ type Result struct {
 // DeepForest computes box_recall, box_precision, empty_frame_accuracy and
 // the per-class <label>_Recall / <label>_Precision of the chosen semantics.
 func DeepForest(in Input, opt Options) (Result, error) {
-	if len(in.Dets) != len(in.Images) {
-		return Result{}, fmt.Errorf("metrics: %d detection lists for %d images", len(in.Dets), len(in.Images))
-	}
-	var res Result
-	images := in.Images
-	if opt.Semantics == Validation {
-		images = validationTruth(images)
-		in.Images = images
-	}
-	perImage := make([]imageScore, len(images))
-	for i, im := range images {
-		if im.Empty || len(im.Truth) == 0 {
-			continue
-		}
-		rows, err := matchImage(i, im.Truth, in.Dets[i], opt.IoUThreshold)
-		if err != nil {
-			return Result{}, fmt.Errorf("metrics: image %d (%s): %w", i, im.Path, err)
-		}
-		tp := 0
-		for _, r := range rows {
-			if r.Match {
-				tp++
-			}
-		}
-		perImage[i] = imageScore{tp: tp, nTruth: len(im.Truth), nPred: len(in.Dets[i])}
-		res.Matches = append(res.Matches, rows...)
-	}
-	switch opt.Semantics {
-	case Validation:
-		res.Values = validation(in, perImage, res.Matches)
-	case EvaluateBoxes:
-		res.Values = evaluateBoxes(in, perImage, res.Matches)
-	default:
-		return Result{}, fmt.Errorf("metrics: unknown semantics %d", opt.Semantics)
-	}
-	return res, nil
+	return Compute(in, opt, Recall, false)
 }
 
 type imageScore struct{ tp, nTruth, nPred int }
 
 func f32Value(key string, v float32) Value { return Value{Key: key, V: float64(v)} }
 
-func validation(in Input, per []imageScore, matches []Match) []Value {
+func validation(f Frame, per []imageScore, matches []Match) []Value {
 	// torch.tensor(0.0) states are float32; `state += python_float` rounds
 	// the float64 quotient to float32 and adds in float32.
 	var recall, precision float32
 	var withPred, withGT, empty, correctEmpty int
-	for i, im := range in.Images {
-		nPred := len(in.Dets[i])
-		if im.Empty || len(im.Truth) == 0 {
+	for _, s := range per {
+		nPred := s.nPred
+		if s.nTruth == 0 {
 			empty++
 			if nPred == 0 {
 				correctEmpty++
@@ -161,7 +126,6 @@ func validation(in Input, per []imageScore, matches []Match) []Value {
 			continue
 		}
 		withPred++
-		s := per[i]
 		recall = float32(recall + float32(float64(s.tp)/float64(s.nTruth)))
 		precision = float32(precision + float32(float64(s.tp)/float64(s.nPred)))
 	}
@@ -176,8 +140,8 @@ func validation(in Input, per []imageScore, matches []Match) []Value {
 	} else {
 		vals = append(vals, Value{Key: "box_recall", Null: true})
 	}
-	if in.Labels.Len() > 1 {
-		vals = append(vals, classValues(in.Labels, matches)...)
+	if f.Labels.Len() > 1 {
+		vals = append(vals, classValues(f.Labels, matches)...)
 	}
 	if empty > 0 {
 		vals = append(vals, f32Value("empty_frame_accuracy", float32(float32(correctEmpty)/float32(empty))))
@@ -185,14 +149,14 @@ func validation(in Input, per []imageScore, matches []Match) []Value {
 	return vals
 }
 
-func evaluateBoxes(in Input, per []imageScore, matches []Match) []Value {
+func evaluateBoxes(f Frame, per []imageScore, matches []Match) []Value {
 	anyPred, anyGT := false, false
 	var order []int
-	for i, im := range in.Images {
-		if len(in.Dets[i]) > 0 {
+	for i, s := range per {
+		if s.nPred > 0 {
 			anyPred = true
 		}
-		if !im.Empty && len(im.Truth) > 0 {
+		if s.nTruth > 0 {
 			anyGT = true
 			order = append(order, i)
 		}
@@ -204,7 +168,7 @@ func evaluateBoxes(in Input, per []imageScore, matches []Match) []Value {
 		return []Value{{Key: "box_precision", V: 0}, {Key: "box_recall", Null: true}}
 	}
 	// ground_df.groupby("image_path") visits images in sorted path order.
-	sort.SliceStable(order, func(a, b int) bool { return in.Images[order[a]].Path < in.Images[order[b]].Path })
+	sort.SliceStable(order, func(a, b int) bool { return f.Images[order[a]].Path < f.Images[order[b]].Path })
 	var recalls, precisions []float64
 	for _, i := range order {
 		s := per[i]
@@ -216,10 +180,10 @@ func evaluateBoxes(in Input, per []imageScore, matches []Match) []Value {
 		precisions = append(precisions, float64(s.tp)/float64(s.nPred))
 	}
 	vals := []Value{npMean("box_precision", precisions), npMean("box_recall", recalls)}
-	if in.LabelValues != nil {
-		return append(vals, numericClassValues(in.LabelValues, matches)...)
+	if f.LabelValues != nil {
+		return append(vals, numericClassValues(f.LabelValues, matches)...)
 	}
-	return append(vals, classValues(in.Labels, matches)...)
+	return append(vals, classValues(f.Labels, matches)...)
 }
 
 func npMean(key string, a []float64) Value {
@@ -312,8 +276,13 @@ func PyFloatRepr(v float64) string {
 }
 
 // matchImage is DeepForest's match_polygons for one image: the assignment
-// that maximises total intersection area, one row per truth box.
-func matchImage(img int, truth []box.Truth, dets []box.Detection, thr float64) ([]Match, error) {
+// that maximises total intersection area, one row per truth box (Match
+// left false: the threshold applies in the reduction). DeepForest
+// solves it with scipy on the dense truth × prediction matrix; canopy gives
+// scipy's answer, ties and zero-overlap pairs included, from the
+// overlapping pairs alone (AssignSparseMax), so memory grows with the boxes
+// and the overlaps, not their product.
+func matchImage(img int, truth []box.Truth, dets []box.Detection) ([]Match, error) {
 	rows := make([]Match, len(truth))
 	for t := range truth {
 		rows[t] = Match{Image: img, TruthID: t, PredID: -1, TrueLabel: truth[t].Label, PredLabel: -1}
@@ -321,14 +290,7 @@ func matchImage(img int, truth []box.Truth, dets []box.Detection, thr float64) (
 	if len(dets) == 0 {
 		return rows, nil
 	}
-	nt, np := len(truth), len(dets)
-	inter := make([]float64, nt*np)
-	for t := range truth {
-		for p := range dets {
-			inter[t*np+p] = Intersection(truth[t].Box, dets[p].Box)
-		}
-	}
-	col, err := Assign(inter, nt, np, true)
+	col, err := AssignSparseMax(len(truth), len(dets), overlapEntries(truth, dets))
 	if err != nil {
 		return nil, err
 	}
@@ -340,10 +302,30 @@ func matchImage(img int, truth []box.Truth, dets []box.Detection, thr float64) (
 		r.PredID = p
 		r.Score = dets[p].Score
 		r.PredLabel = dets[p].Label
-		r.IoU = iouFrom(inter[t*np+p], truth[t].Box, dets[p].Box)
-		r.Match = r.IoU > thr
+		r.IoU = IoU(truth[t].Box, dets[p].Box)
 	}
 	return rows, nil
+}
+
+// overlapEntries lists the truth × detection pairs of positive
+// intersection area (row: truth index, column: detection index).
+func overlapEntries(truth []box.Truth, dets []box.Detection) []Entry {
+	db := make([]box.Box, len(dets))
+	for k, d := range dets {
+		db[k] = d.Box
+	}
+	ix := newOverlapIndex(db)
+	n := 0 // count first: the entries are allocated once, at their size
+	for t := range truth {
+		ix.each(db, truth[t].Box, func(int, float64) { n++ })
+	}
+	es := make([]Entry, 0, n)
+	for t := range truth {
+		ix.each(db, truth[t].Box, func(k int, area float64) {
+			es = append(es, Entry{Row: t, Col: k, Value: area})
+		})
+	}
+	return es
 }
 
 // Intersection is the area of the overlap of a and b (0 when they only
@@ -381,7 +363,7 @@ func validationTruth(images []box.Image) []box.Image {
 	out := images
 	copied := false
 	for i, im := range images {
-		kept := im.Truth[:0:0]
+		kept := make([]box.Truth, 0, len(im.Truth))
 		drop := false
 		for _, t := range im.Truth {
 			w := float32(float32(t.Box.Xmax) - float32(t.Box.Xmin))

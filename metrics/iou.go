@@ -1,11 +1,6 @@
 package metrics
 
-import (
-	"fmt"
-	"sort"
-
-	"github.com/canopy-hpc/canopy/box"
-)
+import "github.com/canopy-hpc/canopy/box"
 
 // IntersectionOverUnion reproduces torchmetrics' IntersectionOverUnion(class_metrics=True,
 // iou_threshold=thr) on the images DeepForest passes it: per image the
@@ -23,88 +18,11 @@ import (
 // DeepForest computes the metric only when some image passes; the keys are
 // then absent otherwise.
 func IntersectionOverUnion(in Input, thr float64) []Value {
-	images := validationTruth(in.Images)
-	t32 := float32(thr)
-	var all []float32             // every valid entry, image by image (torch.cat order)
-	clsSum := map[int32]float32{} // per class: float32 sum of per-image sums
-	clsN := map[int32]int{}
-	seen := map[int32]bool{}
-	passed := 0
-	var col []float32
-	for i, im := range images {
-		if im.Empty || len(im.Truth) == 0 {
-			continue
-		}
-		passed++
-		dets := in.Dets[i]
-		for _, t := range im.Truth {
-			seen[t.Label] = true
-		}
-		for _, d := range dets {
-			seen[d.Label] = true
-		}
-		if len(dets) == 0 {
-			// zeros(M, M) with eye(M) as the label mask: M valid zeros
-			for _, t := range im.Truth {
-				all = append(all, 0)
-				clsN[t.Label]++
-			}
-			continue
-		}
-		// The matrix is preds × gt, row-major: valid entries in that order.
-		for _, d := range dets {
-			for _, t := range im.Truth {
-				if d.Label != t.Label {
-					continue
-				}
-				if v := boxIoU32(d.Box, t.Box); !(v < t32) {
-					all = append(all, v)
-				}
-			}
-		}
-		// Per class c: mat[:, gt == c], the valid entries summed per image.
-		done := map[int32]bool{}
-		for _, t := range im.Truth {
-			c := t.Label
-			if done[c] {
-				continue
-			}
-			done[c] = true
-			col = col[:0]
-			for _, d := range dets {
-				for _, g := range im.Truth {
-					if g.Label != c || d.Label != c {
-						continue
-					}
-					if v := boxIoU32(d.Box, g.Box); !(v < t32) {
-						col = append(col, v)
-					}
-				}
-			}
-			clsSum[c] = float32(clsSum[c] + torchSum32(col))
-			clsN[c] += len(col)
-		}
+	res, err := Compute(in, Options{IoUThreshold: thr}, IoUMean, false)
+	if err != nil {
+		return nil // only a detection list per image is checked, and DeepForest checks it first
 	}
-	if passed == 0 {
-		return nil
-	}
-	mean := func(s float32, c int) float64 {
-		v := float32(s / float32(c))
-		if c == 0 || v != v { // torchmetrics: no valid entry, or NaN, gives 0
-			return 0
-		}
-		return float64(v)
-	}
-	vals := []Value{{Key: "iou", V: mean(torchSum32(all), len(all))}}
-	ids := make([]int32, 0, len(seen))
-	for id := range seen {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
-	for _, id := range ids {
-		vals = append(vals, Value{Key: fmt.Sprintf("iou/cl_%d", id), V: mean(clsSum[id], clsN[id])})
-	}
-	return vals
+	return res.Values
 }
 
 // boxIoU32 is torchvision's box_iou in float32.

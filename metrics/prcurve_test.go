@@ -48,7 +48,15 @@ func TestPRCurvesAreTheMAPArrays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := newCOCOEval(cocoImages(in))
+	idx := make([]int, len(in.Images))
+	for i := range idx {
+		idx[i] = i
+	}
+	recs, err := MatchImages(in, idx, MatchOptions{}, COCOmAP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := newCOCOEval(recs)
 	if len(res.PR) != 2*len(ev.cats) {
 		t.Fatalf("%d curves, want %d (3 classes at 2 IoUs)", len(res.PR), 2*len(ev.cats))
 	}

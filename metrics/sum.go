@@ -8,17 +8,19 @@ func pairwiseSum(a []float64) float64 {
 	return 0 + pairwise(a)
 }
 
-func pairwise(a []float64) float64 {
+// pairwise is numpy's pairwise_sum in T's arithmetic (float32 sums keep
+// float32 accumulators, as numpy's FLOAT loop does).
+func pairwise[T float32 | float64](a []T) T {
 	n := len(a)
 	switch {
 	case n < 8:
-		res := 0.0
+		var res T
 		for _, x := range a {
 			res += x
 		}
 		return res
 	case n <= 128:
-		var r [8]float64
+		var r [8]T
 		copy(r[:], a[:8])
 		i := 8
 		for ; i < n-n%8; i += 8 {

@@ -104,3 +104,135 @@ func ceilLog2(x int) int {
 	}
 	return 64 - bits.LeadingZeros64(uint64(x-1))
 }
+
+// sparseTerm is one non-zero value of a long, mostly-zero float32 vector
+// and its position.
+type sparseTerm struct {
+	pos int64
+	v   float32
+}
+
+// torchSum32Sparse is torchSum32 of the length-n vector that is zero
+// except at the given terms (positions strictly increasing, values not
+// negative), without materialising the zeros. Adding +0 leaves every
+// float32 partial sum unchanged, so only the non-zero terms and the
+// cascade's flushes that move a non-zero partial sum matter; between two
+// terms at most one flush per cascade level does, and those are replayed
+// at their boundaries.
+func torchSum32Sparse(n int64, terms []sparseTerm) float32 {
+	if n < 64 { // short: materialise
+		x := make([]float32, n)
+		for _, t := range terms {
+			x[t.pos] = t.v
+		}
+		return torchSum32(x)
+	}
+	const ilp, levels = 4, 4
+	nVec := n / torchLanes
+	size := nVec / ilp // multi_row_sum's rows of ilp vectors
+	power := max(4, ceilLog2(int(size))/levels)
+	step := int64(1) << power
+	mask := step - 1
+	fullEnd := (size / step) * step // flushes happen at step, 2·step, …, fullEnd
+	var acc [levels][ilp][torchLanes]float32
+	nonzero := func(l int) bool {
+		for k := range acc[l] {
+			for _, v := range acc[l][k] {
+				if v != 0 {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	flush := func(b int64) { // the cascade at boundary b, as multiRowSum does it
+		for j := 1; j < levels; j++ {
+			for k := range acc[j] {
+				for l := range acc[j][k] {
+					acc[j][k][l] = float32(acc[j][k][l] + acc[j-1][k][l])
+					acc[j-1][k][l] = 0
+				}
+			}
+			if b&(mask<<(j*power)) != 0 {
+				break
+			}
+		}
+	}
+	done := int64(0) // boundaries <= done are flushed
+	// advance replays the flushes at boundaries in (done, to] that move a
+	// non-zero partial sum: with level 0 non-zero the next boundary; else
+	// with level j non-zero the next multiple of step^(j+1).
+	advance := func(to int64) {
+		to = min(to, fullEnd)
+		for done < to {
+			var next int64 = -1
+			unit := step
+			for l := 0; l < levels-1; l++ {
+				if nonzero(l) {
+					next = (done/unit + 1) * unit
+					break
+				}
+				unit <<= power
+				if unit > fullEnd {
+					break
+				}
+			}
+			if next < 0 || next > to {
+				done = to
+				return
+			}
+			flush(next)
+			done = next
+		}
+	}
+	var part [torchLanes]float32 // rowSum's part[0] after multi_row_sum
+	combined := false
+	combine := func() {
+		advance(fullEnd)
+		for j := 1; j < levels; j++ {
+			for k := range acc[0] {
+				for l := range acc[0][k] {
+					acc[0][k][l] = float32(acc[0][k][l] + acc[j][k][l])
+				}
+			}
+		}
+		part = acc[0][0]
+		combined = true
+	}
+	var tail []float32
+	for _, t := range terms {
+		q := t.pos / torchLanes
+		switch {
+		case q < size*ilp:
+			g := q / ilp
+			advance(g)
+			acc[0][q%ilp][t.pos%torchLanes] = float32(acc[0][q%ilp][t.pos%torchLanes] + t.v)
+		case q < nVec:
+			if !combined {
+				combine()
+			}
+			part[t.pos%torchLanes] = float32(part[t.pos%torchLanes] + t.v)
+		default:
+			if !combined {
+				combine()
+			}
+			tail = append(tail, t.v)
+		}
+	}
+	if !combined {
+		combine()
+	}
+	for k := 1; k < ilp; k++ {
+		for l := range part {
+			part[l] = float32(part[l] + acc[0][k][l])
+		}
+	}
+	var final float32
+	for _, v := range tail {
+		final = float32(final + v)
+	}
+	for _, v := range part {
+		final = float32(final + v)
+	}
+	return final
+}

@@ -72,8 +72,12 @@ func ReadWith(path string, read func(string) ([]byte, error)) (*Report, error) {
 // Parse parses the bytes b of the report at path.
 func Parse(path string, b []byte) (*Report, error) {
 	var top struct {
-		Metrics json.RawMessage            `json:"metrics"`
-		Run     map[string]json.RawMessage `json:"run"`
+		Metrics json.RawMessage `json:"metrics"`
+		Sweep   []struct {
+			IoU     *float64        `json:"iou_threshold"`
+			Metrics json.RawMessage `json:"metrics"`
+		} `json:"metrics_by_iou_threshold"`
+		Run map[string]json.RawMessage `json:"run"`
 	}
 	if err := json.Unmarshal(b, &top); err != nil {
 		return nil, fmt.Errorf("%s: not a canopy report: %w", path, err)
@@ -85,6 +89,19 @@ func Parse(path string, b []byte) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	// --iou-sweep's thresholds: their rows are "@<threshold>/<key>"
+	seenIoU := map[float64]bool{}
+	for k, e := range top.Sweep {
+		if e.IoU == nil || !(*e.IoU >= 0 && *e.IoU <= 1) || seenIoU[*e.IoU] {
+			return nil, fmt.Errorf("%s: metrics_by_iou_threshold[%d]: want a distinct iou_threshold in [0, 1]", path, k)
+		}
+		seenIoU[*e.IoU] = true
+		sm, err := parseMetrics(e.Metrics)
+		if err != nil {
+			return nil, fmt.Errorf("%s: metrics_by_iou_threshold[%d]: %w", path, k, err)
+		}
+		m.addSweep(*e.IoU, sm)
+	}
 	r := &Report{Path: path, Inputs: map[string]File{}, metrics: m, run: top.Run}
 	if raw, ok := top.Run["inputs"]; ok {
 		if err := json.Unmarshal(raw, &r.Inputs); err != nil {
@@ -92,6 +109,23 @@ func Parse(path string, b []byte) (*Report, error) {
 		}
 	}
 	return r, nil
+}
+
+// SweepPrefix is the row prefix of an --iou-sweep threshold's metrics.
+func SweepPrefix(iou float64) string { return "@" + FormatFloat(iou) + "/" }
+
+// addSweep appends the rows of one sweep threshold, prefixed.
+func (m *Metrics) addSweep(iou float64, o Metrics) {
+	p := SweepPrefix(iou)
+	for _, k := range o.order {
+		if _, dup := m.cells[p+k]; !dup {
+			m.order = append(m.order, p+k)
+		}
+		m.cells[p+k] = o.cells[k]
+	}
+	for k := range o.arrays {
+		m.arrays[p+k] = true
+	}
 }
 
 // parseMetrics flattens the "metrics" object in its key order.

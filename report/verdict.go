@@ -163,8 +163,14 @@ const (
 	dirLower
 )
 
-// baseKey is the metric key of a row (map_per_class for map_per_class[3]).
+// baseKey is the metric key of a row (map_per_class for map_per_class[3],
+// box_recall for a sweep threshold's @0.5/box_recall).
 func baseKey(row string) string {
+	if strings.HasPrefix(row, "@") {
+		if i := strings.IndexByte(row, '/'); i > 0 {
+			row = row[i+1:]
+		}
+	}
 	if i := strings.IndexByte(row, '['); i > 0 && strings.HasSuffix(row, "]") {
 		return row[:i]
 	}

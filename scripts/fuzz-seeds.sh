@@ -58,6 +58,14 @@ rm -rf $d
 seed -dir $d/FuzzDecode -kind part -then 'int(4)' 3 0 5 1
 seed -dir $d/FuzzDecode -kind part -then 'int(1)' 2
 
+d=internal/records/testdata/fuzz
+rm -rf $d
+seed -dir $d/FuzzDecode -kind records 0 1 3 7
+
+d=metrics/testdata/fuzz
+rm -rf $d
+seed -dir $d/FuzzParseThresholds -kind string 0.5 0.4,0.5,0.75 1,.25,5e-1 0.5,0.5 NaN -0 0x1p-1 ' 0.5' 0.5,,0.6
+
 d=jobs/testdata/fuzz
 rm -rf $d
 printf 'nonce' > "$tmp/probe"; printf '\x02\0\0\0\0\0\0\0' > "$tmp/attempt"; : > "$tmp/empty"

@@ -5,6 +5,7 @@
 #     and mpirun. On a cluster with a module-loaded MPI nothing is installed:
 #     the binding finds MPI through pkg-config (PKG_CONFIG_PATH).
 #   - GDAL (libgdal-dev, gdal-bin): predict --tile's raster reads.
+#   - GEOS (libgeos-dev): polygon intersection and union areas (eval on polygons).
 #   - Go >= 1.26 must already be on PATH (it is not installed here).
 # Uses sudo when not root. Set CANOPY_NO_INSTALL=1 to only check.
 set -euo pipefail
@@ -23,6 +24,9 @@ pkg-config --exists openblas 2>/dev/null || need+=(libopenblas-dev)
 # without); gdal_translate writes infer/gdal's test rasters.
 pkg-config --exists gdal 2>/dev/null || need+=(libgdal-dev)
 command -v gdal_translate >/dev/null 2>&1 || need+=(gdal-bin)
+# GEOS: the polygon areas of eval on polygons (internal/geos; -tags nogeos
+# or nogdal does without). Debian 12 has 3.11.1.
+pkg-config --exists geos 2>/dev/null || need+=(libgeos-dev)
 for p in "$@"; do extra_ok "$p" || need+=("$p"); done
 
 if ! command -v go >/dev/null 2>&1; then

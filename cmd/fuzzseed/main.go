@@ -8,7 +8,9 @@
 // Each ARG is one seed: with -kind bytes a file whose bytes are the seed,
 // with string the seed itself, with packet files packed as canopy's rank-0
 // input broadcast (0, then each file length-prefixed, as jobs.packFields),
-// with part a wire record of ARG detections framed as a part file record.
+// with part a wire record of ARG detections framed as a part file record,
+// with records the match records (internal/records) of ARG small images,
+// every metric family, labels below 3.
 // -then appends a further argument line, in the corpus syntax, to every
 // seed (for fuzz targets of more than one argument).
 package main
@@ -24,7 +26,9 @@ import (
 	"strconv"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/internal/records"
 	"github.com/canopy-hpc/canopy/internal/wire"
+	"github.com/canopy-hpc/canopy/metrics"
 )
 
 func main() {
@@ -90,6 +94,18 @@ func run(dir, kind, then string, args []string) error {
 			rec = append(rec, b...)
 		}
 		seeds = append(seeds, "[]byte("+strconv.Quote(string(rec))+")")
+	case "records":
+		for _, a := range args {
+			n, err := strconv.Atoi(a)
+			if err != nil {
+				return err
+			}
+			b, err := matchRecords(n)
+			if err != nil {
+				return err
+			}
+			seeds = append(seeds, "[]byte("+strconv.Quote(string(b))+")")
+		}
 	default:
 		return fmt.Errorf("unknown -kind %q", kind)
 	}
@@ -104,4 +120,35 @@ func run(dir, kind, then string, args []string) error {
 		}
 	}
 	return nil
+}
+
+// matchRecords matches n small images (the second without detections,
+// the third an empty frame) and encodes their records.
+func matchRecords(n int) ([]byte, error) {
+	in := metrics.Input{Labels: box.SortedLabelMap([]string{"a", "b", "c"})}
+	idx := make([]int, n)
+	for i := range n {
+		idx[i] = i
+		im := box.Image{Path: strconv.Itoa(i)}
+		var dets []box.Detection
+		for k := range 2 + i%3 {
+			x := float64(12 * k)
+			b := box.Box{Xmin: x, Ymin: x / 2, Xmax: x + 40, Ymax: x/2 + 35}
+			im.Truth = append(im.Truth, box.Truth{Box: b, Label: int32(k % 3)})
+			if i%3 != 1 {
+				b.Xmin += float64(k)
+				dets = append(dets, box.Detection{Box: b, Label: int32((k + i) % 3), Score: 0.9 - 0.1*float64(k)})
+			}
+		}
+		if i%3 == 2 {
+			im = box.Image{Path: im.Path, Empty: true}
+		}
+		in.Images = append(in.Images, im)
+		in.Dets = append(in.Dets, dets)
+	}
+	recs, err := metrics.MatchImages(in, idx, metrics.MatchOptions{MinIoU: 0.4}, metrics.All)
+	if err != nil {
+		return nil, err
+	}
+	return records.Encode(nil, recs, metrics.All), nil
 }

@@ -26,6 +26,9 @@ const (
 	MaxString = 4096
 	// MaxStrings: bytes of all label and image_path values together.
 	MaxStrings = 256 << 20
+	// MaxWKB: bytes of one feature's geometry (ISO WKB); MaxWKBs: of all.
+	MaxWKB  = 16 << 20
+	MaxWKBs = 1 << 30
 )
 
 // VectorFeature is one feature of the layer: the geometry's type (as
@@ -40,6 +43,9 @@ type VectorFeature struct {
 	MinX, MinY, MaxX, MaxY float64
 	Label, ImagePath       string
 	HasLabel, HasImagePath bool
+	// WKB is the geometry as ISO WKB, little endian (nil without one), for
+	// point and polygon truth (dataset.ParseWKB reads it).
+	WKB []byte
 }
 
 // Vector is the first layer of a shapefile or GeoPackage.
@@ -108,10 +114,15 @@ func FrameOf(gt *[6]float64, w, h int) PixelFrame {
 // is monotonic in each coordinate, so the bounds of the converted
 // vertices are the converted envelope. Nothing is rounded or clipped.
 func (p PixelFrame) Box(minX, minY, maxX, maxY float64) (xmin, ymin, xmax, ymax float64) {
-	xf, yf := 1/p.Res, -1/p.Res
-	col := func(x float64) float64 { return float64(x-p.Left) * xf }
-	row := func(y float64) float64 { return float64(y-p.Top) * yf }
-	return col(minX), row(maxY), col(maxX), row(minY)
+	xmin, ymax = p.Pixel(minX, minY)
+	xmax, ymin = p.Pixel(maxX, maxY)
+	return xmin, ymin, xmax, ymax
+}
+
+// Pixel converts one vertex as Box does: col = (x - left)·(1/res), row =
+// (y - top)·(-1/res).
+func (p PixelFrame) Pixel(x, y float64) (col, row float64) {
+	return float64(x-p.Left) * (1 / p.Res), float64(y-p.Top) * (-1 / p.Res)
 }
 
 // PyFloat is Python's repr of a float, which str() of a label read from

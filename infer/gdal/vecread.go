@@ -108,6 +108,21 @@ static void canopy_geom(OGRFeatureH f, int *type, int *empty, double *env) {
 		env[0] = e.MinX; env[1] = e.MinY; env[2] = e.MaxX; env[3] = e.MaxY;
 	}
 }
+// canopy_geom_wkb: a feature's geometry as ISO WKB, little endian
+// (malloc'd; free it), its size in *n; NULL without a geometry, and *n = -1
+// when it is larger than max bytes.
+static unsigned char *canopy_geom_wkb(OGRFeatureH f, int *n, int max) {
+	OGRGeometryH g = OGR_F_GetGeometryRef(f);
+	*n = 0;
+	if (!g) return NULL;
+	int sz = OGR_G_WkbSize(g);
+	if (sz > max) { *n = -1; return NULL; }
+	unsigned char *b = malloc(sz > 0 ? sz : 1);
+	if (!b) return NULL;
+	if (OGR_G_ExportToIsoWkb(g, wkbNDR, b) != OGRERR_NONE) { free(b); return NULL; }
+	*n = sz;
+	return b;
+}
 */
 import "C"
 
@@ -242,6 +257,7 @@ func ReadVector(path string) (*Vector, error) {
 		}
 		return s, true, nil
 	}
+	wkbBytes := 0
 	C.OGR_L_ResetReading(l)
 	C.CPLErrorReset()
 	for {
@@ -267,6 +283,10 @@ func ReadVector(path string) (*Vector, error) {
 		vf.Empty = empty != 0
 		vf.MinX, vf.MinY, vf.MaxX, vf.MaxY = float64(env[0]), float64(env[1]), float64(env[2]), float64(env[3])
 		var err error
+		if vf.WKB, err = featureWKB(f, path, vf.FID, &wkbBytes); err != nil {
+			C.OGR_F_Destroy(f)
+			return nil, err
+		}
 		if vf.Label, vf.HasLabel, err = value(f, label, "label", vf.FID); err == nil {
 			vf.ImagePath, vf.HasImagePath, err = value(f, image, "image_path", vf.FID)
 		}
@@ -284,6 +304,25 @@ func ReadVector(path string) (*Vector, error) {
 
 // fieldIndex finds a column by its exact name (OGR's own lookup ignores
 // case; pandas does not).
+// featureWKB copies a feature's geometry as ISO WKB (nil without one),
+// refusing one over MaxWKB bytes or a layer whose geometries together
+// exceed MaxWKBs.
+func featureWKB(f C.OGRFeatureH, path string, fid int64, total *int) ([]byte, error) {
+	var n C.int
+	b := C.canopy_geom_wkb(f, &n, MaxWKB)
+	if n < 0 {
+		return nil, fmt.Errorf("gdal: %s: feature %d: its geometry is larger than %d bytes: %w", path, fid, MaxWKB, ErrVector)
+	}
+	if b == nil {
+		return nil, nil
+	}
+	defer C.free(unsafe.Pointer(b))
+	if *total += int(n); *total > MaxWKBs {
+		return nil, fmt.Errorf("gdal: %s: the geometries exceed %d bytes: %w", path, MaxWKBs, ErrVector)
+	}
+	return C.GoBytes(unsafe.Pointer(b), n), nil
+}
+
 func fieldIndex(defn C.OGRFeatureDefnH, name string) C.int {
 	for i := C.int(0); i < C.OGR_FD_GetFieldCount(defn); i++ {
 		if C.GoString(C.OGR_Fld_GetNameRef(C.OGR_FD_GetFieldDefn(defn, i))) == name {

@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/canopy-hpc/canopy/box"
 )
 
 // MaxVOCFile is the largest VOC XML file read.
@@ -326,39 +328,50 @@ func (p *wktParser) list(item func() error) error {
 
 // polygon reads one polygon's rings, widening b by its shell's bounds.
 func (p *wktParser) polygon(b *[4]float64) error {
-	ring := 0
-	return p.list(func() error {
-		ring++
-		var pts [][2]float64
+	rings, err := p.rings()
+	if err != nil {
+		return err
+	}
+	// in order, by comparison (as GEOS's envelope: the first of 0 and -0
+	// stays, where math.Min would take -0); interior rings do not widen
+	// .bounds
+	for _, c := range rings[0] {
+		for k, v := range [2]float64{c.X, c.Y} {
+			if v < b[k] {
+				b[k] = v
+			}
+			if v > b[k+2] {
+				b[k+2] = v
+			}
+		}
+	}
+	return nil
+}
+
+// rings reads one polygon's rings, shell first; each must be closed and
+// hold at least 3 points.
+func (p *wktParser) rings() (box.Polygon, error) {
+	var poly box.Polygon
+	err := p.list(func() error {
+		var ring box.Ring
 		if err := p.list(func() error {
 			xy, err := p.point()
-			pts = append(pts, xy)
+			ring = append(ring, box.Point{X: xy[0], Y: xy[1]})
 			return err
 		}); err != nil {
 			return err
 		}
-		if first, last := pts[0], pts[len(pts)-1]; first != last {
-			return fmt.Errorf("ring %d is not closed: it starts at %v %v and ends at %v %v (shapely refuses it)", ring, g(first[0]), g(first[1]), g(last[0]), g(last[1]))
+		n := len(poly) + 1
+		if first, last := ring[0], ring[len(ring)-1]; first != last {
+			return fmt.Errorf("ring %d is not closed: it starts at %v %v and ends at %v %v (shapely refuses it)", n, g(first.X), g(first.Y), g(last.X), g(last.Y))
 		}
-		if len(pts) < 3 {
-			return fmt.Errorf("ring %d has %d points, want at least 3 (shapely refuses it)", ring, len(pts))
+		if len(ring) < 3 {
+			return fmt.Errorf("ring %d has %d points, want at least 3 (shapely refuses it)", n, len(ring))
 		}
-		if ring == 1 { // the shell: interior rings do not widen .bounds
-			// in order, by comparison (as GEOS's envelope: the first of
-			// 0 and -0 stays, where math.Min would take -0)
-			for _, c := range pts {
-				for k := range 2 {
-					if c[k] < b[k] {
-						b[k] = c[k]
-					}
-					if c[k] > b[k+2] {
-						b[k+2] = c[k]
-					}
-				}
-			}
-		}
+		poly = append(poly, ring)
 		return nil
 	})
+	return poly, err
 }
 
 // point reads "x y": two finite decimal numbers.

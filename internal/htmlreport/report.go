@@ -18,6 +18,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -103,7 +104,7 @@ func WriteEval(w io.Writer, e Eval, opt Options) error {
 		return err
 	}
 	st := scoreImages(e.Images, e.Dets, e.Matches)
-	pg := page{Title: "canopy eval report", Metrics: rep.metrics, Run: runView(rep), Notes: nil}
+	pg := page{Title: "canopy eval report", Metrics: rep.metrics, Sweep: rep.sweep, Run: runView(rep), Notes: nil}
 	data := Data{Kind: "eval", CSV: e.CSV, RootDir: e.RootDir, Recall: metrics.RecallThresholds()}
 	truthCount := map[int32]int{}
 	for _, im := range e.Images {
@@ -179,6 +180,7 @@ func mapKey(iou float64) string {
 type page struct {
 	Title    string
 	Metrics  []metricRow
+	Sweep    *sweepTable // --iou-sweep's metrics (nil: none)
 	Compare  []CompareRow
 	Sides    [2]string
 	PR       []template.HTML
@@ -207,6 +209,7 @@ type metricRow struct{ Key, Value string }
 // page shows.
 type report struct {
 	metrics []metricRow
+	sweep   *sweepTable
 	raw     json.RawMessage
 	Run     struct {
 		Canopy    string   `json:"canopy"`
@@ -256,7 +259,11 @@ type report struct {
 func parseReport(b []byte) (*report, error) {
 	var top struct {
 		Metrics json.RawMessage `json:"metrics"`
-		Run     json.RawMessage `json:"run"`
+		Sweep   []struct {
+			IoU     float64         `json:"iou_threshold"`
+			Metrics json.RawMessage `json:"metrics"`
+		} `json:"metrics_by_iou_threshold"`
+		Run json.RawMessage `json:"run"`
 	}
 	if err := json.Unmarshal(b, &top); err != nil {
 		return nil, fmt.Errorf("htmlreport: report.json: %w", err)
@@ -272,7 +279,38 @@ func parseReport(b []byte) (*report, error) {
 		return nil, fmt.Errorf("htmlreport: report.json metrics: %w", err)
 	}
 	r.metrics = rows
+	if len(top.Sweep) > 0 {
+		r.sweep = &sweepTable{}
+		at := map[string]int{}
+		for k, e := range top.Sweep {
+			r.sweep.Thresholds = append(r.sweep.Thresholds, strconv.FormatFloat(e.IoU, 'g', -1, 64))
+			rows, err := orderedObject(e.Metrics)
+			if err != nil {
+				return nil, fmt.Errorf("htmlreport: report.json metrics_by_iou_threshold: %w", err)
+			}
+			for _, m := range rows {
+				i, ok := at[m.Key]
+				if !ok {
+					i, at[m.Key] = len(r.sweep.Rows), len(r.sweep.Rows)
+					r.sweep.Rows = append(r.sweep.Rows, sweepRow{Key: m.Key, Values: make([]string, len(top.Sweep))})
+				}
+				r.sweep.Rows[i].Values[k] = m.Value
+			}
+		}
+	}
 	return r, nil
+}
+
+// sweepTable is metrics_by_iou_threshold as a table: a row per metric, a
+// column per threshold (an empty cell where a threshold lacks the key).
+type sweepTable struct {
+	Thresholds []string
+	Rows       []sweepRow
+}
+
+type sweepRow struct {
+	Key    string
+	Values []string
 }
 
 // orderedObject returns a JSON object's members in order, each value as

@@ -107,3 +107,34 @@ type countWriter int
 func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); return len(p), nil }
 
 var _ io.Writer = (*countWriter)(nil)
+
+// TestSweepTable: metrics_by_iou_threshold becomes a table of a row per
+// metric and a column per threshold, on the page; a malformed entry is an
+// error.
+func TestSweepTable(t *testing.T) {
+	rj := []byte(`{"metrics": {"box_recall": 0.5},
+ "metrics_by_iou_threshold": [
+  {"iou_threshold": 0.5, "metrics": {"box_recall": 0.25, "iou": 0.75}},
+  {"iou_threshold": 0.75, "metrics": {"box_recall": 0.125}}
+ ], "run": {"ranks": 1}}`)
+	r, err := parseReport(rj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &sweepTable{Thresholds: []string{"0.5", "0.75"}, Rows: []sweepRow{{"box_recall", []string{"0.25", "0.125"}}, {"iou", []string{"0.75", ""}}}}
+	if fmt.Sprint(r.sweep) != fmt.Sprint(want) {
+		t.Fatalf("%v, want %v", r.sweep, want)
+	}
+	var page bytes.Buffer
+	if err := WriteEval(&page, Eval{ReportJSON: rj, Labels: box.SortedLabelMap([]string{"Tree"})}, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"IoU-threshold sweep", "<th>0.75</th>", `<td class="num">0.125</td>`} {
+		if !bytes.Contains(page.Bytes(), []byte(s)) {
+			t.Fatalf("the page lacks %q", s)
+		}
+	}
+	if _, err := parseReport([]byte(`{"metrics": {}, "metrics_by_iou_threshold": [{"iou_threshold": 0.5, "metrics": [1]}]}`)); err == nil {
+		t.Fatal("a sweep entry whose metrics are a list is accepted")
+	}
+}

@@ -82,6 +82,10 @@ var pageTmpl = template.Must(template.New("page").Parse(pageHead + `</style>
 <table class="metrics"><tr><th>Validate metric</th><th>DataLoader 0</th></tr>
 {{range .Metrics}}<tr><td>{{.Key}}</td><td>{{.Value}}</td></tr>
 {{end}}</table>
+{{with .Sweep}}<h3 id="sweep">IoU-threshold sweep</h3>
+<table class="metrics sweep"><tr><th>metric \ IoU threshold</th>{{range .Thresholds}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr><td>{{.Key}}</td>{{range .Values}}<td class="num">{{.}}</td>{{end}}</tr>
+{{end}}</table>{{end}}
 {{end}}
 </section><section>
 <h2 id="pr">Precision–recall curves</h2>

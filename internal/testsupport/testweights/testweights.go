@@ -93,6 +93,12 @@ func Tensor(name string, shape []int, seed uint64, basic bool) ([]float32, error
 	if err != nil {
 		return nil, err
 	}
+	return uniform(name, shape, seed, lo, hi), nil
+}
+
+// uniform is the generator: float32(lo + (hi−lo)·u_i) for the C-order
+// elements of a tensor of shape.
+func uniform(name string, shape []int, seed uint64, lo, hi float64) []float32 {
 	n := 1
 	for _, d := range shape {
 		n *= d
@@ -104,7 +110,7 @@ func Tensor(name string, shape []int, seed uint64, basic bool) ([]float32, error
 		u := float64(x>>40) * 0x1p-24
 		out[i] = float32(lo + float64((hi-lo)*u))
 	}
-	return out, nil
+	return out
 }
 
 // Bytes are n seeded bytes: floor(u_i·256) of the generator's uniforms for

@@ -1,0 +1,258 @@
+package treeformer
+
+import (
+	"encoding/binary"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/infer/nn"
+	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+)
+
+// refDir is the folder tools/treeformer/reference.py full writes (230 MB,
+// outside the repository): CANOPY_TREEFORMER_REF, or /tmp/treeformer-ref.
+func refDir(t testing.TB) string {
+	d := os.Getenv("CANOPY_TREEFORMER_REF")
+	if d == "" {
+		d = "/tmp/treeformer-ref"
+	}
+	if _, err := os.Stat(filepath.Join(d, "points.json")); err != nil {
+		t.Skipf("no full TreeFormer reference in %s (make it with tools/treeformer/reference.py full; at 230 MB it is not committed): %v", d, err)
+	}
+	return d
+}
+
+type refMap struct {
+	Padded [2]int
+	Shape  [2]int
+	B64    string
+}
+
+type refPoint struct {
+	X, Y  float64
+	Label string
+	Score float64
+}
+
+type refPoints struct {
+	Images map[string]struct {
+		Points []refPoint
+		Maps   []refMap
+	}
+	Tile struct {
+		Image        string
+		PatchSize    int     `json:"patch_size"`
+		PatchOverlap float64 `json:"patch_overlap"`
+		Points       []refPoint
+		Maps         []refMap
+	}
+}
+
+func (p refPoint) point() Point { return Point{X: p.X, Y: p.Y, Score: float32(p.Score)} }
+
+func refList(ps []refPoint) []Point {
+	out := make([]Point, len(ps))
+	for i, p := range ps {
+		out[i] = p.point()
+	}
+	return out
+}
+
+func (m refMap) density(t testing.TB) Density {
+	return Density{H: m.Shape[0], W: m.Shape[1], PadH: m.Padded[0], PadW: m.Padded[1], Map: f32s(t, m.B64)}
+}
+
+var fullModel struct {
+	once sync.Once
+	m    *Model
+	err  error
+}
+
+func loadFull(t testing.TB) *Model {
+	d := refDir(t)
+	fullModel.once.Do(func() {
+		fullModel.m, _, _, fullModel.err = Load(filepath.Join(d, "hub"), nil)
+	})
+	if fullModel.err != nil {
+		t.Fatal(fullModel.err)
+	}
+	return fullModel.m
+}
+
+func readImage(t testing.TB, path string) Image {
+	im, err := imagefile.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Image{W: im.W, H: im.H, Pix: im.Pix}
+}
+
+func readF32(t testing.TB, path string) []float32 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+// TestFullWindowStages: the pvt_v2_b3 TreeFormer saved by DeepForest's
+// code, on the tile image's first 512 window: every stage within the
+// derived tolerance of DeepForest's.
+func TestFullWindowStages(t *testing.T) {
+	d := refDir(t)
+	m := loadFull(t)
+	im := readImage(t, filepath.Join(d, "img_0000.png"))
+	tol := stageTol(B3)
+	r := NewRunner(m, 2)
+	n := 0
+	r.Trace = func(name string, shape []int, v []float32) {
+		p := filepath.Join(d, "window", name+".f32")
+		if _, err := os.Stat(p); err != nil {
+			return
+		}
+		n++
+		want := readF32(t, p)
+		if len(want) != len(v) {
+			t.Fatalf("%s: %d values, DeepForest %d", name, len(v), len(want))
+		}
+		if e := relErr(v, want, 1); approx.Far(e, tol) {
+			t.Errorf("%s: relative error %.3g > %.3g", name, e, tol)
+		}
+	}
+	dm, err := r.Forward(im, tile.Window{W: 512, H: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 26 {
+		t.Fatalf("compared %d stages", n)
+	}
+	if e := relErr(dm.Map, readF32(t, filepath.Join(d, "window", "density.f32")), 1); approx.Far(e, tol) {
+		t.Fatalf("density: relative error %.3g > %.3g", e, tol)
+	}
+}
+
+func samePointList(t *testing.T, what string, got, want []Point) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d points, DeepForest %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if got[i].X != want[i].X || got[i].Y != want[i].Y || got[i].Score != want[i].Score {
+			t.Fatalf("%s: point %d is %+v, DeepForest %+v", what, i, got[i], want[i])
+		}
+	}
+}
+
+// TestFullPostprocessOnDeepForestMaps: DeepForest's own density maps of
+// predict_image and of predict_tile's nine windows through canopy's peaks,
+// scale, reduce_points and mosaic give DeepForest's points bit for bit.
+func TestFullPostprocessOnDeepForestMaps(t *testing.T) {
+	d := refDir(t)
+	var ref refPoints
+	readJSON(t, filepath.Join(d, "points.json"), &ref)
+	if len(ref.Images) == 0 || len(ref.Tile.Maps) == 0 {
+		t.Fatal("points.json has no images or no tile maps")
+	}
+	for name, im := range ref.Images {
+		if len(im.Maps) != 1 {
+			t.Fatalf("%s: %d maps", name, len(im.Maps))
+		}
+		got := ReducePoints(WindowPoints(im.Maps[0].density(t), DefaultPeaks), NMSDistance)
+		samePointList(t, name, got, refList(im.Points))
+	}
+	tim := readImage(t, filepath.Join(d, ref.Tile.Image))
+	wins, err := tile.Windows(tim.W, tim.H, tile.Settings{Patch: ref.Tile.PatchSize, Overlap: ref.Tile.PatchOverlap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wins) != len(ref.Tile.Maps) {
+		t.Fatalf("%d windows, DeepForest %d", len(wins), len(ref.Tile.Maps))
+	}
+	pts := make([][]Point, len(wins))
+	for k, m := range ref.Tile.Maps {
+		pts[k] = WindowPoints(m.density(t), DefaultPeaks)
+	}
+	samePointList(t, "tile", Mosaic(wins, pts, NMSDistance), refList(ref.Tile.Points))
+}
+
+// TestFullPredictEndToEnd: canopy's network and postprocess on the images
+// against DeepForest's predict_image and predict_tile (512, 0.1) points:
+// every point within 0.5 px with its score within 1e-3 (the issue's
+// bar is 99%), no extra.
+func TestFullPredictEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: eleven windows of the full model")
+	}
+	d := refDir(t)
+	m := loadFull(t)
+	var ref refPoints
+	readJSON(t, filepath.Join(d, "points.json"), &ref)
+	r := NewRunner(m, 2)
+	check := func(what string, got, want []Point) {
+		n, extra := matchPoints(got, want, 1e-3)
+		t.Logf("%s: %d of DeepForest's %d points matched, %d extra", what, n, len(want), extra)
+		if n*100 < 99*len(want) || extra*100 > len(want) || len(want) == 0 {
+			t.Errorf("%s: %d of %d matched, %d extra: %v vs %v", what, n, len(want), extra, got, want)
+		}
+	}
+	for name, ri := range ref.Images {
+		im := readImage(t, filepath.Join(d, name))
+		dm, err := r.Forward(im, whole(im))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(name, ReducePoints(WindowPoints(dm, DefaultPeaks), NMSDistance), refList(ri.Points))
+	}
+	im := readImage(t, filepath.Join(d, ref.Tile.Image))
+	wins, err := tile.Windows(im.W, im.H, tile.Settings{Patch: 512, Overlap: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts := make([][]Point, len(wins))
+	for k, win := range wins {
+		dm, err := r.Forward(im, win)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pts[k] = WindowPoints(dm, DefaultPeaks)
+	}
+	check("tile", Mosaic(wins, pts, NMSDistance), refList(ref.Tile.Points))
+}
+
+// BenchmarkWindow512 is one 512² window of the full pvt_v2_b3 TreeFormer
+// (the reference's weights) on 2 workers: report CPU seconds per window
+// (cpu-s/op) beside wall time, as the machine is shared.
+func BenchmarkWindow512(b *testing.B) {
+	d := refDir(b)
+	m := loadFull(b)
+	im := readImage(b, filepath.Join(d, "img_0000.png"))
+	r := NewRunner(m, benchThreads())
+	if _, err := r.Forward(im, tile.Window{W: 512, H: 512}); err != nil { // warm
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	c0 := nn.ProcessCPU()
+	for i := 0; i < b.N; i++ {
+		if _, err := r.Forward(im, tile.Window{W: 512, H: 512}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric((nn.ProcessCPU()-c0).Seconds()/float64(b.N), "cpu-s/op")
+}
+
+func benchThreads() int {
+	if n, err := strconv.Atoi(os.Getenv("CANOPY_BENCH_THREADS")); err == nil && n > 0 {
+		return n
+	}
+	return 2
+}

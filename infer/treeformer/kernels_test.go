@@ -1,0 +1,195 @@
+package treeformer
+
+import (
+	"math"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
+)
+
+func seededF32(name string, n int, lo, hi float32) []float32 {
+	b := testweights.Bytes(name, 4*n, 7)
+	out := make([]float32, n)
+	for i := range out {
+		u := float32(uint32(b[4*i])|uint32(b[4*i+1])<<8|uint32(b[4*i+2])<<16) / (1 << 24)
+		out[i] = lo + (hi-lo)*u
+	}
+	return out
+}
+
+func serial(n int, f func(worker, job int)) {
+	for j := 0; j < n; j++ {
+		f(0, j)
+	}
+}
+
+// TestLayerNormRow against the definition in float64: one rounding apart
+// (≤ 2 ulp of the output's magnitude after the float32 products).
+func TestLayerNormRow(t *testing.T) {
+	c := 320
+	x := seededF32("ln-x", c, -3, 5)
+	ln := layerNorm{G: seededF32("ln-g", c, 0.5, 1.5), B: seededF32("ln-b", c, -0.2, 0.2)}
+	out := make([]float32, c)
+	layerNormRow(x, out, ln)
+	var m, v float64
+	for _, a := range x {
+		m += float64(a)
+	}
+	m /= float64(c)
+	for _, a := range x {
+		v += (float64(a) - m) * (float64(a) - m)
+	}
+	v /= float64(c)
+	for i, a := range x {
+		want := (float64(a)-m)/math.Sqrt(v+1e-6)*float64(ln.G[i]) + float64(ln.B[i])
+		if d := approx.Diff(float64(out[i]), want); approx.Far(d, 4*0x1p-24*math.Max(1, math.Abs(want))*2) {
+			t.Fatalf("element %d: %v, want %v", i, out[i], want)
+		}
+	}
+	// a constant row: variance 0, eps keeps it finite, output is the bias
+	layerNormRow(make([]float32, c), out, ln)
+	for i := range out {
+		if out[i] != ln.B[i] {
+			t.Fatalf("constant row: %v, want bias %v", out[i], ln.B[i])
+		}
+	}
+}
+
+// TestGELU: erf's GELU (not tanh's approximation, which differs by ~1e-4
+// near ±2) within its documented bound, 7.5e-8·|x| (the erf formula) plus
+// one float32 rounding, over [−10, 10].
+func TestGELU(t *testing.T) {
+	for i := -100000; i <= 100000; i++ {
+		x := float32(i) * 1e-4
+		want := 0.5 * float64(x) * (1 + math.Erf(float64(x)/math.Sqrt2))
+		got := float64(gelu(x))
+		if approx.Far(approx.Diff(got, want), 7.5e-8*math.Abs(float64(x))+0x1p-24*math.Abs(want)+1e-45) {
+			t.Fatalf("gelu(%v) = %v, want %v", x, got, want)
+		}
+	}
+	if gelu(-0.5) >= 0 || gelu(0) != 0 || gelu(30) != 30 {
+		t.Fatalf("gelu(-0.5) %v, gelu(0) %v, gelu(30) %v", gelu(-0.5), gelu(0), gelu(30))
+	}
+}
+
+// TestExpFast: e^x to 2e-8 relative over softmax's range (x ≤ 0), 0 far
+// below.
+func TestExpFast(t *testing.T) {
+	for i := 0; i <= 200000; i++ {
+		x := -float64(i) * 4e-4
+		want := math.Exp(x)
+		if approx.Far(approx.Diff(expFast(x), want), 2e-8*want) {
+			t.Fatalf("expFast(%v) = %v, want %v", x, expFast(x), want)
+		}
+	}
+	if expFast(-1e30) != 0 || expFast(0) != 1 {
+		t.Fatalf("expFast(-1e30) %v, expFast(0) %v", expFast(-1e30), expFast(0))
+	}
+}
+
+func TestSoftmaxRow(t *testing.T) {
+	x := seededF32("sm", 256, -30, 30)
+	want := make([]float64, len(x))
+	mx := math.Inf(-1)
+	for _, v := range x {
+		mx = math.Max(mx, float64(v))
+	}
+	var s float64
+	for i, v := range x {
+		want[i] = math.Exp(float64(v) - mx)
+		s += want[i]
+	}
+	softmaxRow(x)
+	var sum float64
+	for i := range x {
+		sum += float64(x[i])
+		// x − max is rounded to float32 (as torch does): exp's relative
+		// error is up to u·|x − max|, plus the two final roundings
+		tol := (3 + math.Abs(math.Log(want[i]))) * 0x1p-24 * want[i] / s
+		if approx.Far(approx.Diff(float64(x[i]), want[i]/s), tol+1e-45) {
+			t.Fatalf("element %d: %v, want %v", i, x[i], want[i]/s)
+		}
+	}
+	if approx.Far(math.Abs(sum-1), 1e-6) {
+		t.Fatalf("sum %v", sum)
+	}
+	// large logits do not overflow
+	y := []float32{1e30, 1e30, -1e30}
+	softmaxRow(y)
+	if y[0] != 0.5 || y[1] != 0.5 || y[2] != 0 {
+		t.Fatalf("softmax of huge logits %v", y)
+	}
+}
+
+// TestDWConvGELU against the direct definition (zero padding, taps in
+// (ky, kx) order, float32 accumulation from the bias: the same operations).
+func TestDWConvGELU(t *testing.T) {
+	h, w, c := 5, 7, 12
+	x := seededF32("dw-x", h*w*c, -2, 2)
+	wt := seededF32("dw-w", 9*c, -0.5, 0.5)
+	b := seededF32("dw-b", c, -0.1, 0.1)
+	out := make([]float32, h*w*c)
+	dwconvGELU(serial, x, h, w, c, wt, b, out)
+	for y := 0; y < h; y++ {
+		for xx := 0; xx < w; xx++ {
+			for ch := 0; ch < c; ch++ {
+				acc := b[ch]
+				for ky := 0; ky < 3; ky++ {
+					for kx := 0; kx < 3; kx++ {
+						sy, sx := y+ky-1, xx+kx-1
+						if sy >= 0 && sy < h && sx >= 0 && sx < w {
+							acc += wt[(ky*3+kx)*c+ch] * x[(sy*w+sx)*c+ch]
+						}
+					}
+				}
+				if got := out[(y*w+xx)*c+ch]; got != gelu(acc) {
+					t.Fatalf("(%d,%d,%d): %v, want %v", y, xx, ch, got, gelu(acc))
+				}
+			}
+		}
+	}
+}
+
+// TestUpsample2: align_corners=True maps the corners onto the corners and
+// interpolates linearly between (a 2×3 ramp gives exact values).
+func TestUpsample2(t *testing.T) {
+	x := []float32{0, 1, 2, 3, 4, 5} // 1 channel, 2×3: v = 3·y + x
+	out := make([]float32, 4*6)
+	upsample2(serial, x, 1, 2, 3, out)
+	for y := 0; y < 4; y++ {
+		for xx := 0; xx < 6; xx++ {
+			want := 3*float64(y)/3 + 2*float64(xx)/5
+			if approx.Far(approx.Diff(float64(out[y*6+xx]), want), 4e-7) {
+				t.Fatalf("(%d,%d): %v, want %v", y, xx, out[y*6+xx], want)
+			}
+		}
+	}
+	if out[0] != 0 || out[5] != 2 || out[23] != 5 {
+		t.Fatalf("corners %v %v %v", out[0], out[5], out[23])
+	}
+}
+
+// TestThreadsSameBytes: a block of the small model gives the same bytes on
+// 1 and 3 workers.
+func TestThreadsSameBytes(t *testing.T) {
+	m, err := New(seeded(t, small), small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, w := 96, 64
+	im := imageOf(testweights.Bytes("threads", h*w*3, 1), h, w)
+	var maps [2][]float32
+	for i, th := range []int{1, 3} {
+		d, err := NewRunner(m, th).Forward(im, whole(im))
+		if err != nil {
+			t.Fatal(err)
+		}
+		maps[i] = d.Map
+	}
+	for i := range maps[0] {
+		if math.Float32bits(maps[0][i]) != math.Float32bits(maps[1][i]) {
+			t.Fatalf("element %d: %v on 1 worker, %v on 3", i, maps[0][i], maps[1][i])
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package treeformer
+
+import (
+	"math"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+)
+
+// Tolerances against DeepForest's torch (float32 CPU, other summation
+// orders and blockings; bit equality is not expected).
+//
+// Each side's float32 result differs from the exact one by a random walk
+// of roundings: about u·√ΣK relative to the magnitude of the values, ΣK
+// the reduction lengths summed along the deepest path to the tensor
+// (Higham, Accuracy and Stability, §2.7's statistical estimate; each
+// LayerNorm and BatchNorm keeps magnitudes near one, so errors add rather
+// than multiply). Two independent sides give √2, four standard deviations
+// 4:  tol = 4·√2·u·√ΣK, u = 2⁻²⁴, compared relative to the tensor's
+// largest magnitude.
+//
+// ΣK (sumK) counts per block the query and key/value GEMMs (C each), the
+// spatial reduction (r²·C), the scores (head width d) and the context (M ≤
+// 256 keys for a 512 window), the output projection (C), fc1 (C), the
+// depthwise conv (9) and fc2 (hidden); per stage the patch embedding
+// (in·k²) and the 1×1 projection; then the decoder's chain of 3×3 convs
+// from stage 4 to the map (each 9·in, the ChannelAttention convs too).
+// GELU's erf formula (Abramowitz–Stegun, absolute error < 1.5e-7, so
+// about one ulp of its input) and the float64 exp of the softmax add one
+// rounding each: inside the per-GEMM rounding already counted.
+// The full b3 model: ΣK ≈ 1.4·10⁵, tol ≈ 1.3·10⁻⁴; the one-block fixture
+// ΣK ≈ 3.4·10⁴, tol ≈ 6.2·10⁻⁵. (Measured: at most 6·10⁻⁶ on either.)
+func sumK(a Arch) int {
+	k := 0
+	in := 3
+	for i := 0; i < 4; i++ {
+		c, r := a.Widths[i], a.SR[i]
+		ek := 9
+		if i == 0 {
+			ek = 49
+		}
+		k += in*ek + a.Widths[i] // embedding and projection
+		d := c / a.Heads[i]
+		per := c + c + d + 256 + c + c + 9 + c*a.MLPRatios[i]
+		if r > 1 {
+			per += r * r * c
+		}
+		k += a.Depths[i] * per
+		in = c
+	}
+	for _, c := range []int{1024, 512, 256, 512, 256, 128, 128, 64} {
+		k += 9 * c
+	}
+	return k
+}
+
+func stageTol(a Arch) float64 {
+	return 4 * math.Sqrt2 * 0x1p-24 * math.Sqrt(float64(sumK(a)))
+}
+
+// relErr is max |got − want| over max |want|; +Inf on a NaN in got.
+func relErr(got, want []float32, stride int) float64 {
+	var worst, amax float64
+	for i, x := range want {
+		amax = max(amax, math.Abs(float64(x)))
+		d := approx.Diff(float64(got[i*stride]), float64(x))
+		if math.IsNaN(d) {
+			return math.Inf(1)
+		}
+		worst = max(worst, d)
+	}
+	if amax == 0 {
+		return worst
+	}
+	return worst / amax
+}
+
+func TestStageTolerances(t *testing.T) {
+	if k := sumK(B3); k < 100_000 || k > 200_000 {
+		t.Fatalf("ΣK of b3 is %d", k)
+	}
+	if tol := stageTol(B3); approx.Far(tol, 2e-4) || tol < 5e-5 {
+		t.Fatalf("b3's stage tolerance %g", tol)
+	}
+}
+
+// matchPoints pairs DeepForest's points with canopy's: same label, within
+// 0.5 px, scores within tolScore (each of canopy's points used once, in
+// DeepForest's order). It returns how many matched and canopy's extras.
+func matchPoints(got []Point, want []Point, tolScore float64) (matched, extra int) {
+	used := make([]bool, len(got))
+	for _, w := range want {
+		for j, g := range got {
+			if used[j] || g.Label != w.Label {
+				continue
+			}
+			if approx.Far(math.Hypot(g.X-w.X, g.Y-w.Y), 0.5) || approx.Far(math.Abs(float64(g.Score-w.Score)), tolScore) {
+				continue
+			}
+			used[j] = true
+			matched++
+			break
+		}
+	}
+	return matched, len(got) - matched
+}

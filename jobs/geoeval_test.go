@@ -1,0 +1,279 @@
+package jobs
+
+import (
+	"bytes"
+	"encoding/csv"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/geos"
+	"github.com/canopy-hpc/canopy/metrics"
+)
+
+// peerGeo is tools/geometry/peer.py's record of one case.
+type peerGeo struct {
+	Kind             string `json:"kind"`
+	EvaluateGeometry struct {
+		Precision   *float64 `json:"precision"`
+		Recall      *float64 `json:"recall"`
+		ClassRecall []struct {
+			Label             string
+			Recall, Precision float64
+		} `json:"class_recall"`
+		Results []map[string]any `json:"results"`
+	} `json:"evaluate_geometry"`
+	Validation map[string]*float64 `json:"validation"`
+}
+
+func geoCases(t *testing.T) []string {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join("testdata", "geometry", "*", "deepforest.json"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no cases in testdata/geometry: %v", err)
+	}
+	for i := range dirs {
+		dirs[i] = filepath.Dir(dirs[i])
+	}
+	return dirs
+}
+
+func geoCfg(dir, out string, sem metrics.Semantics) EvalConfig {
+	return EvalConfig{CSV: filepath.Join(dir, "truth.csv"), Predictions: filepath.Join(dir, "preds.csv"), RootDir: dir,
+		Out: out, IoUThreshold: 0.4, DistanceThreshold: 10, Semantics: sem, BatchSize: 1}
+}
+
+// runGeo runs eval at np 1 and np 3 and returns np 1's output folder after
+// checking that both wrote the same report metrics and results.csv.
+func runGeo(t *testing.T, dir string, sem metrics.Semantics) string {
+	t.Helper()
+	var outs []string
+	for _, n := range []int{1, 3} {
+		out := t.TempDir()
+		if codes := runLocal(t, n, geoCfg(dir, out, sem)); codes[0] != 0 {
+			t.Fatalf("%s np%d %v: codes %v", dir, n, sem, codes)
+		}
+		outs = append(outs, out)
+	}
+	for _, f := range []string{"results.csv", "predictions.csv"} {
+		a, _ := os.ReadFile(filepath.Join(outs[0], f))
+		b, _ := os.ReadFile(filepath.Join(outs[1], f))
+		if len(a) == 0 || !bytes.Equal(a, b) {
+			t.Fatalf("%s %v: %s differs between np 1 and np 3 (or is empty)", dir, sem, f)
+		}
+	}
+	m1, _ := reportMetrics(t, outs[0])
+	m3, _ := reportMetrics(t, outs[1])
+	if !bytes.Equal(m1, m3) {
+		t.Fatalf("%s %v: metrics differ: np1 %s, np3 %s", dir, sem, m1, m3)
+	}
+	return outs[0]
+}
+
+// sameFloat: exact equality (the same float64 computation on both sides),
+// nil (None/NaN) only against nil.
+func sameFloat(got any, want *float64) bool {
+	g, ok := got.(float64)
+	if want == nil {
+		return got == nil
+	}
+	return ok && g == *want
+}
+
+// TestGeometryEvaluateGeometryAsDeepForest: under --semantics
+// evaluate_boxes, points and polygons give DeepForest 1bad4419's
+// evaluate_geometry: precision, recall, class table, and results.csv's
+// assignment row by row.
+func TestGeometryEvaluateGeometryAsDeepForest(t *testing.T) {
+	if !geos.Available {
+		t.Skip("built without GEOS (-tags nogeos/nogdal): the polygon cases need it")
+	}
+	for _, dir := range geoCases(t) {
+		var peer peerGeo
+		readJSONFile(t, filepath.Join(dir, "deepforest.json"), &peer)
+		out := runGeo(t, dir, metrics.EvaluateBoxes)
+		_, got := reportMetrics(t, out)
+		eg := peer.EvaluateGeometry
+		if !sameFloat(got[peer.Kind+"_precision"], eg.Precision) || !sameFloat(got[peer.Kind+"_recall"], eg.Recall) {
+			t.Errorf("%s: precision %v recall %v, DeepForest %v %v", dir, got[peer.Kind+"_precision"], got[peer.Kind+"_recall"], deref(eg.Precision), deref(eg.Recall))
+		}
+		nClass := 0
+		for k := range got {
+			if len(k) > 7 && (k[len(k)-7:] == "_Recall") {
+				nClass++
+			}
+		}
+		if nClass != len(eg.ClassRecall) {
+			t.Errorf("%s: %d classes, DeepForest %d", dir, nClass, len(eg.ClassRecall))
+		}
+		for _, c := range eg.ClassRecall {
+			r, p := c.Recall, c.Precision
+			if !sameFloat(got[c.Label+"_Recall"], &r) || !sameFloat(got[c.Label+"_Precision"], &p) {
+				t.Errorf("%s: class %s: %v %v, DeepForest %v %v", dir, c.Label, got[c.Label+"_Recall"], got[c.Label+"_Precision"], r, p)
+			}
+		}
+		compareGeoResults(t, dir, peer.Kind, filepath.Join(out, "results.csv"), eg.Results)
+	}
+}
+
+func deref(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// compareGeoResults matches results.csv's rows to DeepForest's by (image,
+// truth id): the same prediction, score, match and labels, the same
+// distance, and IoU within 1e-9 relative (GEOS 3.11 here, 3.14 in
+// shapely 2.2: the overlay may round differently in the last bits; the
+// areas are sums of a few hundred products of coordinates below 1e3, so
+// 1e-9 leaves six orders of magnitude above double rounding for that).
+func compareGeoResults(t *testing.T, dir, kind, path string, want []map[string]any) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := "IoU"
+	if kind == "point" {
+		col = "distance"
+	}
+	rows := map[string][]string{}
+	for _, r := range recs[1:] {
+		rows[r[0]+"#"+r[1]] = r
+	}
+	if len(rows) != len(want) || len(recs)-1 != len(want) {
+		t.Fatalf("%s: %d results rows, DeepForest %d", dir, len(recs)-1, len(want))
+	}
+	str := func(v any) string {
+		switch x := v.(type) {
+		case nil:
+			return ""
+		case float64:
+			if x == math.Trunc(x) && math.Abs(x) < 1e15 {
+				return strconv.FormatInt(int64(x), 10)
+			}
+			return fmt.Sprint(x)
+		}
+		return fmt.Sprint(v)
+	}
+	bad := 0
+	for _, w := range want {
+		key := fmt.Sprint(w["image_path"]) + "#" + str(w["truth_id"])
+		r, ok := rows[key]
+		if !ok {
+			t.Fatalf("%s: no row %s", dir, key)
+		}
+		match := "False"
+		if w["match"] == true {
+			match = "True"
+		}
+		same := r[2] == str(w["prediction_id"]) && r[5] == match && r[6] == fmt.Sprint(w["true_label"]) && r[7] == str(w["predicted_label"])
+		if s, ok := w["score"].(float64); ok {
+			g, _ := strconv.ParseFloat(r[4], 64)
+			same = same && g == s
+		} else {
+			same = same && r[4] == ""
+		}
+		switch v := w[col].(type) {
+		case nil:
+			same = same && r[3] == ""
+		case string: // "inf"
+			same = same && r[3] == v
+		case float64:
+			g, err := strconv.ParseFloat(r[3], 64)
+			tol := 0.0
+			if kind == "polygon" {
+				tol = 1e-9 * math.Abs(v)
+			}
+			same = same && err == nil && math.Abs(g-v) <= tol
+		}
+		if !same && bad < 5 {
+			t.Errorf("%s: row %v, DeepForest %v", dir, r, w)
+		}
+		if !same {
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%s: %d of %d rows differ", dir, bad, len(want))
+	}
+}
+
+// TestGeometryPointValidationAsDeepForest: under the default semantics,
+// points give the point model's validation: RecallPrecision(task="point")
+// over PointDataset's targets (float32, filter_points on the image sizes
+// read from the PNGs) and MeanAbsoluteError of the counts.
+func TestGeometryPointValidationAsDeepForest(t *testing.T) {
+	for _, dir := range geoCases(t) {
+		var peer peerGeo
+		readJSONFile(t, filepath.Join(dir, "deepforest.json"), &peer)
+		if peer.Kind != "point" {
+			continue
+		}
+		out := runGeo(t, dir, metrics.Validation)
+		raw, got := reportMetrics(t, out)
+		if len(got) != len(peer.Validation) {
+			t.Errorf("%s: keys %s, DeepForest %v", dir, raw, peer.Validation)
+		}
+		for k, v := range peer.Validation {
+			if !sameFloat(got[k], v) {
+				t.Errorf("%s: %s = %v, DeepForest %v", dir, k, got[k], deref(v))
+			}
+		}
+	}
+}
+
+// A GeoPackage of the same points or polygons (no CRS: pixel coordinates)
+// scores as its CSV does: the layer's geometries are read whole (WKB),
+// not as bounds.
+func TestGeometryVectorTruthAsCSV(t *testing.T) {
+	if !geos.Available {
+		t.Skip("built without GEOS/GDAL (-tags nogeos/nogdal)")
+	}
+	if _, err := exec.LookPath("ogr2ogr"); err != nil {
+		t.Fatalf("ogr2ogr (gdal-bin, scripts/install-deps.sh) is needed to write the test layer: %v", err)
+	}
+	for _, c := range []struct{ dir, oo string }{
+		{"points_edge", "X_POSSIBLE_NAMES=x"},
+		{"polygons_many", "GEOM_POSSIBLE_NAMES=geometry"},
+	} {
+		dir := filepath.Join("testdata", "geometry", c.dir)
+		gpkg := filepath.Join(t.TempDir(), "truth.gpkg")
+		args := []string{"-f", "GPKG", gpkg, filepath.Join(dir, "truth.csv"), "-nln", "truth", "-oo", c.oo, "-oo", "KEEP_GEOM_COLUMNS=NO"}
+		if c.dir == "points_edge" {
+			args = append(args, "-oo", "Y_POSSIBLE_NAMES=y")
+		}
+		if out, err := exec.Command("ogr2ogr", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ogr2ogr: %v\n%s", err, out)
+		}
+		for _, sem := range []metrics.Semantics{metrics.EvaluateBoxes, metrics.Validation} {
+			want, fromLayer := t.TempDir(), t.TempDir()
+			cfg := geoCfg(dir, want, sem)
+			if codes := runLocal(t, 1, cfg); codes[0] != 0 {
+				t.Fatalf("csv: %v", codes)
+			}
+			cfg.CSV, cfg.Out = gpkg, fromLayer
+			if codes := runLocal(t, 2, cfg); codes[0] != 0 {
+				t.Fatalf("%s: %v", gpkg, codes)
+			}
+			a, _ := reportMetrics(t, want)
+			b, _ := reportMetrics(t, fromLayer)
+			ra, _ := os.ReadFile(filepath.Join(want, "results.csv"))
+			rb, _ := os.ReadFile(filepath.Join(fromLayer, "results.csv"))
+			if !bytes.Equal(a, b) || !bytes.Equal(ra, rb) {
+				t.Errorf("%s %v: layer gives %s, CSV %s", c.dir, sem, b, a)
+			}
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package metrics
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/box"
+)
+
+// tileInput is one big tile: nTruth crowns of 20–80 px scattered over a
+// side×side image, nPred predictions that jitter a crown by up to 5 px or
+// repeat one exactly (tied duplicates), one label.
+func tileInput(seed uint64, nTruth, nPred int, side float64) Input {
+	rng := rand.New(rand.NewPCG(seed, 5))
+	im := box.Image{Path: "tile.tif"}
+	for k := 0; k < nTruth; k++ {
+		x, y := float64(rng.IntN(int(side))), float64(rng.IntN(int(side)))
+		w, h := float64(20+rng.IntN(60)), float64(20+rng.IntN(60))
+		im.Truth = append(im.Truth, box.Truth{Box: box.Box{Xmin: x, Ymin: y, Xmax: x + w, Ymax: y + h}})
+	}
+	dets := make([]box.Detection, nPred)
+	for k := range dets {
+		t := im.Truth[rng.IntN(nTruth)].Box
+		if rng.IntN(10) != 0 {
+			dx, dy := float64(rng.IntN(11)-5), float64(rng.IntN(11)-5)
+			t = box.Box{Xmin: t.Xmin + dx, Ymin: t.Ymin + dy, Xmax: t.Xmax + dx, Ymax: t.Ymax + dy}
+		}
+		dets[k] = box.Detection{Box: t, Score: float64(rng.IntN(100)) / 100}
+	}
+	return Input{Images: []box.Image{im}, Dets: [][]box.Detection{dets}, Labels: box.SortedLabelMap([]string{"Tree"})}
+}
+
+// The recall and IoU families allocate no more than MatchMemory
+// estimates, on one tile of 20,000 crowns (where the dense matrices took
+// 5.4 GB), at threshold 0.4 and at 0 (where every pair is valid: counted,
+// not stored). Checked by the bytes allocated in all
+// (runtime.MemStats.TotalAlloc), an upper bound of the peak.
+func TestMatchMemoryBoundedByEstimate(t *testing.T) {
+	in := tileInput(1, 20000, 17000, 10000)
+	est := MatchMemory(in, 0)
+	if est.Boxes != 37000 || est.Images != 1 || est.Partial || est.Pairs < 17000 {
+		t.Fatalf("estimate counted %+v", est)
+	}
+	for _, thr := range []float64{0.4, 0} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		res, err := Compute(in, Options{IoUThreshold: thr, Semantics: EvaluateBoxes}, Recall|IoUMean, false)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		used := int64(after.TotalAlloc - before.TotalAlloc)
+		if used > est.Bytes {
+			t.Errorf("threshold %v: the matching allocated %d bytes, over its estimate of %d", thr, used, est.Bytes)
+		}
+		if len(res.Matches) != 20000 || len(res.Values) == 0 {
+			t.Fatalf("threshold %v: %d matches, values %+v", thr, len(res.Matches), res.Values)
+		}
+		t.Logf("threshold %v: allocated %.1f MiB, estimated %.1f MiB (%d pairs)", thr, float64(used)/(1<<20), float64(est.Bytes)/(1<<20), est.Pairs)
+	}
+	// a limit stops the count early
+	if c := MatchMemory(in, 1<<20); !c.Partial || c.Bytes <= 1<<20 {
+		t.Fatalf("limit 1 MiB: %+v", c)
+	}
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
+)
+
+// pointSet writes a TreeFormer hub folder (the one-block test model,
+// seeded) and three forest images, one of them large enough for windows.
+func pointSet(t *testing.T) (model, images string) {
+	t.Helper()
+	dir := t.TempDir()
+	model, images = filepath.Join(dir, "model"), filepath.Join(dir, "images")
+	for _, d := range []string{model, images} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := testweights.TreeFormerFolder(model, "canopy-test/pvt_v2_b3", [4]int{1, 1, 1, 1}, 46); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range [][2]int{{200, 150}, {333, 250}, {150, 120}} {
+		im, _ := forest.Generate(9, i, s[0], s[1])
+		var b bytes.Buffer
+		if err := png.Encode(&b, im); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(images, "img_"+string(rune('a'+i))+".png"), b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return model, images
+}
+
+// TestMPIPointPredict: predict and predict --tile with a TreeFormer
+// --model write DeepForest's point columns, the same bytes on 1 and 3
+// ranks (and with 1 or 2 threads).
+func TestMPIPointPredict(t *testing.T) {
+	model, images := pointSet(t)
+	for _, tiled := range []bool{false, true} {
+		var first []byte
+		for _, run := range []struct{ np, threads int }{{1, 2}, {3, 1}} {
+			out := filepath.Join(t.TempDir(), "out")
+			args := []string{"predict", "--model", model, "--images", images, "--out", out, "--threads", string(rune('0' + run.threads))}
+			if tiled {
+				args = append(args, "--tile", "--patch-size", "128", "--patch-overlap", "0.1")
+			}
+			r := mpirun(t, run.np, nil, args...)
+			if r.code != 0 {
+				t.Fatalf("np %d tile %v: exit %d\n%s", run.np, tiled, r.code, r.stderr)
+			}
+			csv, err := os.ReadFile(filepath.Join(out, "predictions.csv"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(string(csv)), "\n")
+			if lines[0] != "image_path,x,y,label,score" || len(lines) < 4 {
+				t.Fatalf("tile %v: predictions.csv:\n%s", tiled, csv)
+			}
+			for _, l := range lines[1:] {
+				f := strings.Split(l, ",")
+				if len(f) != 5 || f[3] != "Tree" {
+					t.Fatalf("row %q", l)
+				}
+				// a score is above score_thresh 0.3 and at most 1
+				if sc, err := strconv.ParseFloat(f[4], 64); err != nil || !(sc > 0.3 && sc <= 1) {
+					t.Fatalf("row %q: score", l)
+				}
+			}
+			if first == nil {
+				first = csv
+			} else if !bytes.Equal(first, csv) {
+				t.Fatalf("tile %v: np %d differs from np 1:\n%s\nvs\n%s", tiled, run.np, csv, first)
+			}
+		}
+	}
+}
+
+// TestPointPredictRefusals: flags the point path does not take are usage
+// errors, and a point model of another PvT size is a model error.
+func TestPointPredictRefusals(t *testing.T) {
+	model, images := pointSet(t)
+	out := filepath.Join(t.TempDir(), "out")
+	r := run1(t, "predict", "--model", model, "--images", images, "--out", out, "--resume")
+	if r.code != 2 || !strings.Contains(r.stderr, "--resume is not yet available for a point model") {
+		t.Fatalf("--resume: exit %d: %s", r.code, r.stderr)
+	}
+	if err := os.WriteFile(filepath.Join(model, "config.json"), []byte(`{"backbone": "OpenGVLab/pvt_v2_b2", "label_dict": {"Tree": 0}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = run1(t, "predict", "--model", model, "--images", images, "--out", out)
+	if r.code != 4 || !strings.Contains(r.stderr, "pvt_v2_b2 is not tabulated") {
+		t.Fatalf("b2: exit %d: %s", r.code, r.stderr)
+	}
+}
