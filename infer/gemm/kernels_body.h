@@ -503,11 +503,15 @@ static inline __attribute__((always_inline)) void K(chain_tile)(const int nv, co
 				if (bias)
 					x = _mm256_add_ps(x, _mm256_set1_ps(bias[r]));
 				if (res)
-					x = _mm256_add_ps(x, _mm256_maskload_ps(res + (long)r * ldr + 8 * v, mk[v]));
+					x = _mm256_add_ps(x, full ? _mm256_loadu_ps(res + (long)r * ldr + 8 * v) : _mm256_maskload_ps(res + (long)r * ldr + 8 * v, mk[v]));
 				if (relu)
 					x = _mm256_max_ps(zero, x); // NaN (second operand) kept
 			}
-			_mm256_maskstore_ps(cp, mk[v], x);
+			// (vmaskmovps stores are slow on AMD: plain ones for full tiles)
+			if (full)
+				_mm256_storeu_ps(cp, x);
+			else
+				_mm256_maskstore_ps(cp, mk[v], x);
 		}
 	}
 }
