@@ -48,7 +48,7 @@ demo: build
 demo-baseline: demo
 	mkdir -p testdata/golden/demo && cp canopy-out/report.json testdata/golden/demo/report.json
 
-test: deps check-fmt check-tags check-cuda test-unit test-mpi
+test: deps check-fmt check-tags check-cuda test-unit test-isa test-mpi
 
 # The optional build tags compile and vet: -tags noblas (gonum SGEMM),
 # -tags nompi (one process, no MPI library) and -tags nogdal (no raster
@@ -126,6 +126,13 @@ check-fmt:
 # Unit tests, including the end-to-end mpirun tests of package main.
 test-unit: test-deps fake-cudnn
 	$(GO) test -tags '$(TAGS)' -count=1 -timeout 1800s ./...
+
+# The GPU-shim and parity tests with the CPU kernels forced to each path
+# this machine runs (OPENBLAS_CORETYPE, CANOPY_SIMD, -tags noblas), so an
+# AVX-512 machine also runs an AVX2 machine's (scripts/test-isa.sh).
+.PHONY: test-isa
+test-isa: deps
+	TAGS='$(TAGS)' scripts/test-isa.sh
 
 # The fake libcudnn.so.9 (infer/cuda/cudnn/fake): cuDNN 9's graph API over
 # host memory, for canopy --cudnn bin/fake-cudnn on machines without a GPU

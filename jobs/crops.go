@@ -290,7 +290,7 @@ func classifyCrops(ctx context.Context, c mpi.Comm, cs *cropSet, src cropSource,
 					crops = append(crops, im)
 				}
 				if res[k], err = runners[k].Classify(ctx, m.Transform, crops); err != nil {
-					return err
+					return cropModelErr(cs.info[k].Path, err, items, shard[lo:hi])
 				}
 			}
 			for i := range shard[lo:hi] {
@@ -340,6 +340,19 @@ func classifyCrops(ctx context.Context, c mpi.Comm, cs *cropSet, src cropSource,
 		t.rows[it.img][it.det] = r
 	}
 	return t, nil
+}
+
+// cropModelErr is a crop model's error at run time: non-finite logits or
+// probabilities (crop.NonFiniteError) are a model error (exit 4), as the
+// detector's, naming the model and the detection; any other error is
+// returned as it is.
+func cropModelErr(model string, err error, items []cropItem, batch []int) error {
+	var ne *crop.NonFiniteError
+	if !errors.As(err, &ne) || ne.Crop < 0 || ne.Crop >= len(batch) {
+		return err
+	}
+	it := items[batch[ne.Crop]]
+	return &Error{Code: ExitModel, Err: fmt.Errorf("jobs: --crop-model %s, detection %d of image %d: %w", model, it.det, it.img, err)}
 }
 
 // defaultCropWorkers is the classifier's workers when no detector says

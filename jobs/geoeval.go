@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/georec"
 	"github.com/canopy-hpc/canopy/internal/geos"
+	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -208,8 +209,6 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outRun, kind box.K
 		if kind == box.KindPoint && cfg.Semantics == metrics.Validation {
 			if w, h, ok := imageSize(conf, cfg, images[i].Path); ok {
 				d.in.Images[i].Width, d.in.Images[i].Height = w, h
-			} else {
-				unsized = append(unsized, images[i].Path)
 			}
 		}
 		var areas metrics.AreasFunc
@@ -229,30 +228,20 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outRun, kind box.K
 		return err
 	}
 
-	// Gather the records (and the images whose size no rank could read).
-	buf := georec.Encode(nil, mine)
-	side, _ := json.Marshal(unsized)
-	all, err := mpi.AllgatherBytes(c, packFields(nil, buf, side))
+	// Gather the records.
+	bufs, err := mpi.AllgatherBytes(c, georec.Encode(nil, mine))
 	if err != nil {
 		return localErr(ExitMPI, "jobs: gather match records: %w", err)
-	}
-	bufs := make([][]byte, len(all))
-	unsized = nil
-	for k, b := range all {
-		f, err := unpackFields(b)
-		if err != nil || len(f) != 2 {
-			return collective(ExitInternal, "jobs: rank %d's records are malformed", k)
-		}
-		bufs[k] = f[0]
-		var u []string
-		if json.Unmarshal(f[1], &u) != nil {
-			return collective(ExitInternal, "jobs: rank %d's records: bad size list", k)
-		}
-		unsized = append(unsized, u...)
 	}
 	recs, err := georec.Merge(bufs, len(images))
 	if err != nil {
 		return collective(ExitInternal, "jobs: %w", err)
+	}
+	unsized = nil
+	for _, r := range recs {
+		if kind == box.KindPoint && cfg.Semantics == metrics.Validation && r.Width == 0 {
+			unsized = append(unsized, images[r.Image].Path)
+		}
 	}
 	t3 := time.Now()
 	vals := metrics.ReduceGeo(d.in, recs, opt)
@@ -280,7 +269,7 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outRun, kind box.K
 		if kind == box.KindPolygon {
 			run.GEOS = geos.Version()
 		}
-		if err := writeGeoOutputs(cfg, metricJSON, run, d.in, recs); err != nil {
+		if err := writeGeoOutputs(cfg, metricJSON, run, d.in, recs, opt); err != nil {
 			return err
 		}
 		if err := out.commit(); err != nil {
@@ -322,7 +311,7 @@ func geoWarnings(cfg EvalConfig, d geoData, unsized []string) []string {
 
 // writeGeoOutputs stages predictions.csv, results.csv and report.json and
 // publishes them as one set.
-func writeGeoOutputs(cfg EvalConfig, metricJSON []byte, run runInfo, in metrics.GeoInput, recs []metrics.GeoRecord) error {
+func writeGeoOutputs(cfg EvalConfig, metricJSON []byte, run runInfo, in metrics.GeoInput, recs []metrics.GeoRecord, opt metrics.GeoOptions) error {
 	preds, err := stage(cfg.Out, "predictions.csv", func(w io.Writer) error { return writeGeoPredictions(w, in) })
 	if err != nil {
 		return err
@@ -344,7 +333,47 @@ func writeGeoOutputs(cfg EvalConfig, metricJSON []byte, run runInfo, in metrics.
 	if err != nil {
 		return err
 	}
-	return publish(cfg.Out, []staged{preds, results, rep})
+	set := []staged{preds, results}
+	if cfg.HTML != nil {
+		page := geoPage(in, recs, opt)
+		page.ReportJSON, page.Labels = body, in.Labels
+		h, err := stagePage(cfg, *page)
+		if err != nil {
+			return err
+		}
+		set = append(set, h...)
+	}
+	return publish(cfg.Out, append(set, rep))
+}
+
+// geoPage is the HTML page's view of a point or polygon eval: each
+// geometry's bounds as the page's boxes (its counts), the match rows, and
+// the geometries it draws.
+func geoPage(in metrics.GeoInput, recs []metrics.GeoRecord, opt metrics.GeoOptions) *htmlreport.Eval {
+	e := &htmlreport.Eval{Images: make([]box.Image, len(recs)), Dets: make([][]box.Detection, len(recs)),
+		Geo: &htmlreport.Geo{Truth: make([][]box.Geo, len(recs)), Preds: in.Preds}}
+	bounds := func(g box.Geo) box.Box {
+		if g.Shape != nil {
+			return g.Shape.Bounds()
+		}
+		return box.Box{Xmin: g.Point.X, Ymin: g.Point.Y, Xmax: g.Point.X, Ymax: g.Point.Y}
+	}
+	for i, r := range recs {
+		truth := metrics.MatchedTruth(in, r, opt)
+		e.Geo.Truth[i] = truth
+		im := box.Image{Path: in.Images[i].Path, Empty: len(truth) == 0}
+		for _, g := range truth {
+			im.Truth = append(im.Truth, box.Truth{Box: bounds(g), Label: g.Label})
+		}
+		e.Images[i] = im
+		for _, g := range in.Preds[i] {
+			e.Dets[i] = append(e.Dets[i], box.Detection{Box: bounds(g), Label: g.Label, Score: g.Score})
+		}
+		for _, m := range r.Matches {
+			e.Matches = append(e.Matches, m.Match)
+		}
+	}
+	return e
 }
 
 // writeGeoPredictions writes the joined predictions: image_path,x,y or

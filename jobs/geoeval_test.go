@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/geos"
+	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -274,6 +275,30 @@ func TestGeometryVectorTruthAsCSV(t *testing.T) {
 			if !bytes.Equal(a, b) || !bytes.Equal(ra, rb) {
 				t.Errorf("%s %v: layer gives %s, CSV %s", c.dir, sem, b, a)
 			}
+		}
+	}
+}
+
+// --html on points and polygons: report.html draws the worst images (the
+// geometries over them) and is published with the rest.
+func TestGeometryHTML(t *testing.T) {
+	for _, c := range []string{"points_edge", "polygons_edge"} {
+		if c == "polygons_edge" && !geos.Available {
+			continue
+		}
+		out := t.TempDir()
+		cfg := geoCfg(filepath.Join("testdata", "geometry", c), out, metrics.Validation)
+		opt := htmlreport.DefaultOptions
+		cfg.HTML = &opt
+		if codes := runLocal(t, 2, cfg); codes[0] != 0 {
+			t.Fatalf("%s: %v", c, codes)
+		}
+		b, err := os.ReadFile(filepath.Join(out, "report.html"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := bytes.Count(b, []byte("data:image/jpeg;base64,")); n < 2 {
+			t.Errorf("%s: %d images drawn", c, n)
 		}
 	}
 }

@@ -15,6 +15,12 @@ import (
 // after the metrics; writeSeconds is its time writing the other files);
 // writeOutputs publishes it with the rest.
 func stageHTML(cfg EvalConfig, rj []byte, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result, writeSeconds float64) ([]staged, error) {
+	return stagePage(cfg, htmlreport.Eval{ReportJSON: rj, Images: images, Dets: dets, Labels: labels,
+		Matches: res.Matches, PR: res.PR, WriteSeconds: writeSeconds})
+}
+
+// stagePage stages report.html of e (its RootDir and CSV are set here).
+func stagePage(cfg EvalConfig, e htmlreport.Eval) ([]staged, error) {
 	if cfg.HTML == nil {
 		return nil, nil
 	}
@@ -27,10 +33,8 @@ func stageHTML(cfg EvalConfig, rj []byte, images []box.Image, dets [][]box.Detec
 	}
 	opt.Open = drawnImage(cfg.AllowOutsideRoot, maxPixels)
 	stopForTest(0, "html") // rank 0 alone writes the outputs
-	s, err := stage(cfg.Out, "report.html", func(w io.Writer) error {
-		return htmlreport.WriteEval(w, htmlreport.Eval{ReportJSON: rj, Images: images, Dets: dets, Labels: labels,
-			Matches: res.Matches, PR: res.PR, RootDir: root, CSV: csv, WriteSeconds: writeSeconds}, opt)
-	})
+	e.RootDir, e.CSV = root, csv
+	s, err := stage(cfg.Out, "report.html", func(w io.Writer) error { return htmlreport.WriteEval(w, e, opt) })
 	if err != nil {
 		return nil, err
 	}

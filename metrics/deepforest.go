@@ -315,17 +315,9 @@ func overlapEntries(truth []box.Truth, dets []box.Detection) []Entry {
 		db[k] = d.Box
 	}
 	ix := newOverlapIndex(db)
-	n := 0 // count first: the entries are allocated once, at their size
-	for t := range truth {
-		ix.each(db, truth[t].Box, func(int, float64) { n++ })
-	}
-	es := make([]Entry, 0, n)
-	for t := range truth {
-		ix.each(db, truth[t].Box, func(k int, area float64) {
-			es = append(es, Entry{Row: t, Col: k, Value: area})
-		})
-	}
-	return es
+	return enumerate(len(truth), func(t int, yield func(Entry)) {
+		ix.each(db, truth[t].Box, func(k int, area float64) { yield(Entry{Row: t, Col: k, Value: area}) })
+	})
 }
 
 // Intersection is the area of the overlap of a and b (0 when they only

@@ -69,6 +69,9 @@ type GeoRecord struct {
 	// NTruth and NPred: truth rows after this semantics' rules, and
 	// predictions.
 	NTruth, NPred int
+	// Width and Height: the image's size as the matching rank read it (0:
+	// unknown), so every rank can rebuild the truth it matched.
+	Width, Height int
 	Matches       []GeoMatch
 }
 
@@ -82,10 +85,9 @@ func pointValidation(k box.Kind, opt GeoOptions) bool {
 // MatchGeoImage matches image i; areas is needed for polygons only.
 func MatchGeoImage(in GeoInput, i int, opt GeoOptions, areas AreasFunc) (GeoRecord, error) {
 	im, preds := in.Images[i], in.Preds[i]
-	rec := GeoRecord{Image: i, NPred: len(preds)}
-	var truth []box.Geo
+	rec := GeoRecord{Image: i, NPred: len(preds), Width: im.Width, Height: im.Height}
+	truth := MatchedTruth(in, rec, opt)
 	if pointValidation(in.Kind, opt) {
-		truth = validationPoints(im)
 		preds = roundPoints(preds)
 		rec.Counted = true
 		rec.EmptyFrame = len(truth) == 0 || allZero(truth)
@@ -94,7 +96,6 @@ func MatchGeoImage(in GeoInput, i int, opt GeoOptions, areas AreasFunc) (GeoReco
 			return rec, nil
 		}
 	} else {
-		truth = keptTruth(in.Kind, im.Truth)
 		rec.NTruth = len(truth)
 		rec.Counted = len(truth) > 0
 		if !rec.Counted {
@@ -114,6 +115,19 @@ func MatchGeoImage(in GeoInput, i int, opt GeoOptions, areas AreasFunc) (GeoReco
 		return GeoRecord{}, fmt.Errorf("metrics: image %d (%s): %w", i, im.Path, err)
 	}
 	return rec, nil
+}
+
+// MatchedTruth is the truth of image rec.Image as its matching saw it (the
+// rows results.csv's truth ids count): evaluate_geometry's kept rows, or
+// the point validation's float32 points filtered to the image of rec's
+// size.
+func MatchedTruth(in GeoInput, rec GeoRecord, opt GeoOptions) []box.Geo {
+	im := in.Images[rec.Image]
+	if pointValidation(in.Kind, opt) {
+		im.Width, im.Height = rec.Width, rec.Height
+		return validationPoints(im)
+	}
+	return keptTruth(in.Kind, im.Truth)
 }
 
 // keptTruth is evaluate_geometry's ground truth: points at x = 0 and y = 0

@@ -2,7 +2,9 @@ package metrics
 
 import (
 	"math"
+	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/canopy-hpc/canopy/box"
 )
@@ -137,4 +139,62 @@ func (ix *overlapIndex) each(bs []box.Box, q box.Box, fn func(k int, area float6
 			}
 		}
 	}
+}
+
+// parallelMin is the query count from which the pair enumeration is split
+// over goroutines.
+const parallelMin = 4096
+
+// queryRanges splits n queries into contiguous ranges, one per available
+// thread when n is large (one range otherwise).
+func queryRanges(n int) [][2]int {
+	k := 1
+	if n >= parallelMin {
+		k = min(runtime.GOMAXPROCS(0), n/(parallelMin/4))
+	}
+	out := make([][2]int, 0, k)
+	for i := range k {
+		out = append(out, [2]int{n * i / k, n * (i + 1) / k})
+	}
+	return out
+}
+
+// enumerate lists what emit yields for queries 0..n-1, in query order: the
+// queries' ranges are counted, then filled into their own parts of one
+// slice allocated at its final size, on one goroutine per range. emit must
+// yield the same items for a query each time it is called.
+func enumerate[T any](n int, emit func(q int, yield func(T))) []T {
+	ranges := queryRanges(n)
+	counts := make([]int, len(ranges)+1)
+	onRanges(ranges, func(k, lo, hi int) {
+		c := 0
+		for q := lo; q < hi; q++ {
+			emit(q, func(T) { c++ })
+		}
+		counts[k+1] = c
+	})
+	for k := range ranges {
+		counts[k+1] += counts[k]
+	}
+	out := make([]T, counts[len(ranges)])
+	onRanges(ranges, func(k, lo, hi int) {
+		p := counts[k]
+		for q := lo; q < hi; q++ {
+			emit(q, func(x T) { out[p] = x; p++ })
+		}
+	})
+	return out
+}
+
+func onRanges(ranges [][2]int, fn func(k, lo, hi int)) {
+	if len(ranges) == 1 {
+		fn(0, ranges[0][0], ranges[0][1])
+		return
+	}
+	var wg sync.WaitGroup
+	for k, r := range ranges {
+		wg.Add(1)
+		go func() { defer wg.Done(); fn(k, r[0], r[1]) }()
+	}
+	wg.Wait()
 }

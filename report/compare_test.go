@@ -45,6 +45,7 @@ func TestDirections(t *testing.T) {
 		"Alive_Recall": dirHigher, "Dead_Precision": dirHigher, "iou": dirHigher, "iou/cl_3": dirHigher,
 		"map": dirHigher, "map_50": dirHigher, "map_per_class[4]": dirHigher, "mar_100": dirHigher, "mar_100_per_class[0]": dirHigher,
 		"val_loss": dirLower, "loss": dirLower, "box_loss_map": dirLower, "val_classification": dirLower, "val_bbox_regression": dirLower,
+		"val_mae": dirLower, "point_recall": dirHigher, "polygon_precision": dirHigher,
 		"score_spread": dirNone, "images": dirNone, "mapping": dirNone, "marker": dirNone,
 	} {
 		if got := metricDirection(k); got != want {

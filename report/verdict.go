@@ -36,10 +36,12 @@ const (
 // --tolerance says otherwise.
 const DefaultTolerance = 1e-9
 
-// The loss metrics whose names do not say "loss": lower is better.
+// The loss metrics whose names do not say "loss", and the point model's
+// count error: lower is better.
 const (
 	KeyValClassification = "val_classification"
 	KeyValBoxRegression  = "val_bbox_regression"
+	KeyValMAE            = "val_mae"
 )
 
 // Row is one compared metric.
@@ -179,13 +181,14 @@ func baseKey(row string) string {
 
 // metricDirection tells whether a higher or a lower value of the metric is
 // better: lower for losses (val_classification and val_bbox_regression
-// too), higher for recall, precision, accuracy, iou,
+// too) and val_mae, higher for recall, precision (point_ and polygon_
+// too), accuracy, iou,
 // map and mar keys, none for others.
 func metricDirection(row string) int {
 	k := baseKey(row)
 	l := strings.ToLower(k)
 	switch {
-	case strings.Contains(l, "loss"), k == KeyValClassification, k == KeyValBoxRegression:
+	case strings.Contains(l, "loss"), k == KeyValClassification, k == KeyValBoxRegression, k == KeyValMAE:
 		return dirLower
 	case strings.HasSuffix(l, "recall"), strings.HasSuffix(l, "precision"), strings.HasSuffix(l, "accuracy"),
 		k == "iou", strings.HasPrefix(k, "iou/"),

@@ -60,7 +60,7 @@ seed -dir $d/FuzzDecode -kind part -then 'int(1)' 2
 
 d=internal/records/testdata/fuzz
 rm -rf $d
-seed -dir $d/FuzzDecode -kind records 0 1 3 7
+seed -dir $d/FuzzDecode -kind records 0 1 3 7 3@0 7@0
 
 d=metrics/testdata/fuzz
 rm -rf $d

@@ -156,6 +156,9 @@ func (r *Runner) batches(ctx context.Context, n int, size [2]int, fill func(i in
 		}
 		out = append(out, r.net.forward(r.eng, x)...)
 	}
+	if err := checkFinite(out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

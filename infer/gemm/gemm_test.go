@@ -35,9 +35,16 @@ func TestAgainstNaive(t *testing.T) {
 		for i := 0; i < m; i++ {
 			for j := 0; j < n; j++ {
 				g, w := got[i*ldc+j], want[i*ldc+j]
-				// float32 sums of k products of |x|<1: error bound ~ k·eps·sum|terms|.
-				if d := math.Abs(float64(g - w)); approx.Far(d, float64(k)*1.2e-7*float64(k)/4+1e-6) {
-					t.Fatalf("%s %v: C[%d,%d] = %v, naive %v", Backend(), s, i, j, g, w)
+				// Both are float32 sums of the k products in some order
+				// (blocked, vectorised, FMA or not; the naive loop's in
+				// k order), each within γ_k·Σ|a_il·b_lj| of the exact sum
+				// (approx.Gamma32), so they differ by at most twice that.
+				terms := 0.0
+				for l := 0; l < k; l++ {
+					terms += math.Abs(float64(a[i*lda+l]) * float64(b[l*ldb+j]))
+				}
+				if d := approx.Diff(float64(g), float64(w)); approx.Far(d, 2*approx.Gamma32(k)*terms) {
+					t.Fatalf("%s %v: C[%d,%d] = %v, naive %v: |Δ| %.3g over 2·γ_%d·Σ|terms| = %.3g", Backend(), s, i, j, g, w, d, k, 2*approx.Gamma32(k)*terms)
 				}
 			}
 			for j := n; j < ldc; j++ {
@@ -389,4 +396,17 @@ func TestResizeRowFMAClones(t *testing.T) {
 	if _, err := NewResizeTaps([]int32{0, srcW}, []int32{1, 1}, []float32{1, 1}, []float32{0, 0}, srcW); err == nil {
 		t.Fatal("a tap at the row's width was accepted")
 	}
+}
+
+// TestForcedKernels: a forced path is the one that runs (make test-isa
+// forces each path the CPU runs; OpenBLAS ignores a kernel set it does not
+// know, or one this CPU cannot run, and would silently test the default).
+func TestForcedKernels(t *testing.T) {
+	if v := os.Getenv(SIMDEnv); v != "" && Kernels().String() != v {
+		t.Fatalf("%s=%s, but the %s clone runs", SIMDEnv, v, Kernels())
+	}
+	if v := os.Getenv("OPENBLAS_CORETYPE"); v != "" && os.Getenv(reexecEnv) == "" && Backend() == "openblas" && !strings.EqualFold(Core(), v) {
+		t.Fatalf("OPENBLAS_CORETYPE=%s, but OpenBLAS runs its %s kernels", v, Core())
+	}
+	t.Logf("%s SGEMM, %s kernels; C clone %s", Backend(), Core(), Kernels())
 }

@@ -6,7 +6,7 @@
 //
 //	header  magic "CNGR" | u32 version | u32 nRecords
 //	record  u32 image | u8 flags (1 counted, 2 empty frame) | u32 nTruth |
-//	        u32 nPred | u32 nMatches | nMatches × match
+//	        u32 nPred | u32 width | u32 height | u32 nMatches | nMatches × match
 //	match   u32 truth id | i32 prediction id | f64 IoU | f64 distance |
 //	        f64 score | u8 match | i32 true label | i32 predicted label
 //	trailer u32 CRC-32C of everything before it
@@ -28,7 +28,7 @@ import (
 const (
 	magic     = "CNGR"
 	version   = 1
-	recSize   = 4 + 1 + 4 + 4 + 4
+	recSize   = 4 + 1 + 4 + 4 + 4 + 4 + 4
 	matchSize = 4 + 4 + 8 + 8 + 8 + 1 + 4 + 4
 )
 
@@ -53,6 +53,8 @@ func Encode(dst []byte, recs []metrics.GeoRecord) []byte {
 		dst = append(dst, flags)
 		dst = le.AppendUint32(dst, uint32(r.NTruth))
 		dst = le.AppendUint32(dst, uint32(r.NPred))
+		dst = le.AppendUint32(dst, uint32(r.Width))
+		dst = le.AppendUint32(dst, uint32(r.Height))
 		dst = le.AppendUint32(dst, uint32(len(r.Matches)))
 		for _, m := range r.Matches {
 			dst = le.AppendUint32(dst, uint32(m.TruthID))
@@ -97,8 +99,8 @@ func Decode(buf []byte, nImages int) ([]metrics.GeoRecord, error) {
 			return nil, errors.New("georec: truncated record")
 		}
 		r := metrics.GeoRecord{Image: int(le.Uint32(p)), Counted: p[4]&1 != 0, EmptyFrame: p[4]&2 != 0,
-			NTruth: int(le.Uint32(p[5:])), NPred: int(le.Uint32(p[9:]))}
-		nm := int(le.Uint32(p[13:]))
+			NTruth: int(le.Uint32(p[5:])), NPred: int(le.Uint32(p[9:])), Width: int(le.Uint32(p[13:])), Height: int(le.Uint32(p[17:]))}
+		nm := int(le.Uint32(p[21:]))
 		p = p[recSize:]
 		if r.Image >= nImages || nm > len(p)/matchSize {
 			return nil, fmt.Errorf("georec: record %d: image %d of %d, %d matches in %d bytes", k, r.Image, nImages, nm, len(p))

@@ -14,7 +14,7 @@ func sample() []metrics.GeoRecord {
 	}
 	return []metrics.GeoRecord{
 		{Image: 2, Counted: true, NTruth: 2, NPred: 1, Matches: []metrics.GeoMatch{m(2, 0, 0, 0.75, 3, true), m(2, 1, -1, 0, math.Inf(1), false)}},
-		{Image: 0, EmptyFrame: true, NPred: 4},
+		{Image: 0, EmptyFrame: true, NPred: 4, Width: 640, Height: 480},
 		{Image: 1, Counted: true, NTruth: 1, Matches: []metrics.GeoMatch{m(1, 0, -1, 0, math.NaN(), false)}},
 	}
 }

@@ -108,7 +108,7 @@ func WriteCompare(w io.Writer, c Compare) error {
 				if sd.data != nil {
 					root = sd.data.RootDir
 				}
-				th, err := drawImage(root, im, sd.preds[p], sd.recall[p], c.Options)
+				th, err := drawImage(root, im, sd.preds[p], sd.recall[p], c.Options, nil)
 				if err != nil {
 					return err
 				}

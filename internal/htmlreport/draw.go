@@ -48,7 +48,10 @@ const maxScoresPrinted = 40
 // pixels, truth boxes in cyan, predictions in magenta with their scores,
 // and returns it as a JPEG data URI. An image that opt.Open (or, unset,
 // openImage) does not give is drawn as its boxes on grey, and says so.
-func drawImage(root string, im box.Image, dets []box.Detection, st imageStat, opt Options) (thumb, error) {
+//
+// geo, when not nil, holds the image's points or polygons: they are drawn
+// (points as markers, polygons as outlines) in place of the boxes.
+func drawImage(root string, im box.Image, dets []box.Detection, st imageStat, opt Options, geo *geoImage) (thumb, error) {
 	t := thumb{Path: im.Path, Alt: im.Path, Caption: caption(st)}
 	if st.firstRow > 0 {
 		t.Rows = fmt.Sprintf("results.csv lines %d–%d", st.firstRow, st.lastRow)
@@ -66,20 +69,24 @@ func drawImage(root string, im box.Image, dets []box.Detection, st imageStat, op
 		t.Note = "image not drawn (" + why + "): boxes drawn on grey"
 		src = blank(im, dets)
 	}
-	return drawBoxes(t, src, im.Truth, dets, opt.Thumb)
+	return drawBoxes(t, src, im.Truth, dets, opt.Thumb, geo)
 }
 
 // drawBoxes draws src scaled so its longer side is at most size pixels,
 // with the truth boxes and detections (src's pixels) over it, into t.
-func drawBoxes(t thumb, src image.Image, truth []box.Truth, dets []box.Detection, size int) (thumb, error) {
+func drawBoxes(t thumb, src image.Image, truth []box.Truth, dets []box.Detection, size int, geo *geoImage) (thumb, error) {
 	dst := scaled(src, size)
 	sx := float64(dst.Bounds().Dx()) / float64(src.Bounds().Dx())
 	sy := float64(dst.Bounds().Dy()) / float64(src.Bounds().Dy())
-	for _, tr := range truth {
-		rect(dst, tr.Box, sx, sy, truthColor)
-	}
-	for _, d := range dets {
-		rect(dst, d.Box, sx, sy, predColor)
+	if geo != nil {
+		geo.draw(dst, sx, sy)
+	} else {
+		for _, tr := range truth {
+			rect(dst, tr.Box, sx, sy, truthColor)
+		}
+		for _, d := range dets {
+			rect(dst, d.Box, sx, sy, predColor)
+		}
 	}
 	order := make([]int, len(dets))
 	for i := range order {

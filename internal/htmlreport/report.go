@@ -76,6 +76,10 @@ type Eval struct {
 	// Tile, for eval --tile: the images are rasters, and their worst
 	// windows are drawn instead of whole images (nil: eval's page).
 	Tile *Tile
+	// Geo, for points and polygons: the geometries drawn in place of the
+	// boxes (nil: boxes). Images and Dets then hold each geometry's
+	// bounds, which the page's counts use.
+	Geo *Geo
 }
 
 // Data is the JSON block every page carries.
@@ -158,7 +162,7 @@ func WriteEval(w io.Writer, e Eval, opt Options) error {
 		}
 	} else {
 		for _, i := range worst(st, opt.Worst) {
-			th, err := drawImage(e.RootDir, e.Images[i], e.Dets[i], st[i], opt)
+			th, err := drawImage(e.RootDir, e.Images[i], e.Dets[i], st[i], opt, e.Geo.image(i))
 			if err != nil {
 				return err
 			}

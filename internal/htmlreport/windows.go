@@ -245,5 +245,5 @@ func drawWindow(im box.Image, dets []box.Detection, s windowStat, tl *Tile, opt 
 		d.Box = shift(d.Box)
 		ds = append(ds, d)
 	}
-	return drawBoxes(t, src, truth, ds, opt.Thumb)
+	return drawBoxes(t, src, truth, ds, opt.Thumb, nil)
 }

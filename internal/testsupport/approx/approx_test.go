@@ -50,3 +50,19 @@ func TestULPs32(t *testing.T) {
 		}
 	}
 }
+
+func TestGamma(t *testing.T) {
+	if g := Gamma32(1); g != U32/(1-U32) {
+		t.Errorf("Gamma32(1) = %g", g)
+	}
+	// γ₁₀₀₀ for float32: 1000·2⁻²⁴/(1−1000·2⁻²⁴) ≈ 5.96e-5.
+	if g := Gamma32(1000); Far(Diff(g, 5.9608e-5), 1e-9) {
+		t.Errorf("Gamma32(1000) = %g", g)
+	}
+	if g := Gamma(1<<11, UTF32); !math.IsInf(g, 1) {
+		t.Errorf("Gamma(2048, 2⁻¹¹) = %g, want +Inf (no bound)", g)
+	}
+	if c := Chain(UTF32, UTF32, 0); Far(Diff(c, 2*UTF32+UTF32*UTF32), 1e-18) {
+		t.Errorf("Chain = %g", c)
+	}
+}

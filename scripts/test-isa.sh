@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# scripts/test-isa.sh (make test-isa): the GPU-shim and parity tests with
+# the CPU kernels forced to each path this machine can run, so that an
+# AVX-512 machine also runs what an AVX2 machine would (docs/testing.md,
+# "Forced kernel paths"):
+#   - OpenBLAS's SGEMM kernels (OPENBLAS_CORETYPE), which set the last bits
+#     of the CPU engine's results: SkylakeX and Cooperlake where the CPU has
+#     AVX-512 (and BF16), Haswell and Zen where it has AVX2 and FMA,
+#     Sandybridge (AVX) and Prescott (SSE3) everywhere, except the set
+#     test-unit runs (OpenBLAS's own pick, or OPENBLAS_CORETYPE if set);
+#   - with each, the widest clone of canopy's C kernels that set implies
+#     (CANOPY_SIMD: avx512, avx2, generic), and the generic clone once more
+#     under the default SGEMM;
+#   - -tags noblas (gonum's SGEMM, Go kernels).
+# TestForcedKernels (infer/gemm) fails a run whose forced path did not take.
+# Usage: scripts/test-isa.sh [go test flags...]; TAGS as the Makefile's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+TAGS=${TAGS:-}
+RUN_RN='^(TestKernelsMatchCPU|TestGPUEngineMatchesCPU|TestCUDNNLayersMatchCPU|TestCUDNNEngineMatchesCPU)$'
+RUN_CPU='^(TestWinogradMatchesDirect|TestWinogradBoundCatchesPlantedBugs)$'
+RUN_GEMM='^(TestForcedKernels|TestAgainstNaive|TestWinoMatchesGo)$'
+flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
+
+mkdir -p bin/isa
+build() { # tags suffix
+	for p in retinanet cpu gemm; do
+		$GO test -tags "$1" -c -o "bin/isa/$p$2.test" "./infer/$p/"
+	done
+}
+build "$TAGS" ""
+build "${TAGS:+$TAGS,}noblas" "-noblas"
+
+runs=0
+run() { # label suffix env...
+	local label=$1 sfx=$2
+	shift 2
+	echo "test-isa: $label"
+	for p in gemm cpu retinanet; do
+		local re=$RUN_RN
+		[ $p = cpu ] && re=$RUN_CPU
+		[ $p = gemm ] && re=$RUN_GEMM
+		(cd "infer/$p" && env "$@" "../../bin/isa/$p$sfx.test" -test.run "$re" -test.count=1 -test.timeout 1200s) ||
+			{ echo "test-isa: FAIL under $label"; exit 1; }
+	done
+	runs=$((runs + 1))
+}
+
+default=$(cd infer/gemm && ../../bin/isa/gemm.test -test.run '^TestForcedKernels$' -test.v 2>/dev/null |
+	sed -n 's/.*openblas SGEMM, \([A-Za-z0-9]*\) kernels.*/\1/p' | head -1)
+echo "test-isa: test-unit runs OpenBLAS's ${default:-?} kernels here; forcing the others"
+cores=(Prescott:generic Sandybridge:generic)
+has avx2 fma && cores+=(Haswell:avx2 Zen:avx2)
+has avx512f avx512bw avx512dq avx512vl && cores+=(SkylakeX:avx512)
+has avx512f avx512bw avx512dq avx512vl avx512_bf16 && cores+=(Cooperlake:avx512)
+for cs in "${cores[@]}"; do
+	core=${cs%%:*} simd=${cs##*:}
+	[ "${core,,}" = "${default,,}" ] && continue
+	run "OPENBLAS_CORETYPE=$core CANOPY_SIMD=$simd" "" OPENBLAS_CORETYPE="$core" CANOPY_SIMD="$simd"
+done
+run "CANOPY_SIMD=generic (the default SGEMM)" "" CANOPY_SIMD=generic
+run "-tags noblas" "-noblas" CANOPY_SIMD=
+echo "test-isa: $runs forced paths pass"
