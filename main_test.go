@@ -1227,3 +1227,37 @@ func TestMPITileSigtermThenResume(t *testing.T) {
 		})
 	}
 }
+
+// Points and polygons under the real mpirun: np 1 and np 3 write the same
+// report metrics, results.csv and predictions.csv (each rank matched its
+// own images; rank 0 wrote from the gathered records).
+func TestMPIGeometryRankCounts(t *testing.T) {
+	for _, c := range []string{"points_many", "polygons_many"} {
+		dir := filepath.Join("jobs", "testdata", "geometry", c)
+		for _, sem := range []string{"validation", "evaluate_boxes"} {
+			var ref string
+			for _, np := range []int{1, 3} {
+				out := t.TempDir()
+				r := mpirun(t, np, nil, "eval", "--csv", filepath.Join(dir, "truth.csv"), "--predictions", filepath.Join(dir, "preds.csv"),
+					"--root-dir", dir, "--semantics", sem, "--out", out, "--force")
+				if r.code != 0 {
+					t.Fatalf("%s %s np%d: exit %d\n%s", c, sem, np, r.code, r.stderr)
+				}
+				if ref == "" {
+					ref = out
+					continue
+				}
+				if !bytes.Equal(metricsOf(t, out), metricsOf(t, ref)) {
+					t.Fatalf("%s %s: np 3 metrics %s differ from np 1's %s", c, sem, metricsOf(t, out), metricsOf(t, ref))
+				}
+				for _, f := range []string{"results.csv", "predictions.csv"} {
+					a, errA := os.ReadFile(filepath.Join(out, f))
+					b, errB := os.ReadFile(filepath.Join(ref, f))
+					if errA != nil || errB != nil || len(b) == 0 || !bytes.Equal(a, b) {
+						t.Fatalf("%s %s: %s differs between np 1 and np 3 (%v, %v)", c, sem, f, errA, errB)
+					}
+				}
+			}
+		}
+	}
+}

@@ -47,7 +47,7 @@ func inputKinds(cfg EvalConfig, in inputs) (box.Kind, error) {
 	}
 	if cfg.Predictions == "" {
 		if kt != box.KindBox {
-			return 0, fmt.Errorf("jobs: %s holds %ss: canopy scores points and polygons from --predictions only (no %s detector runs here): %w", cfg.CSV, kt, kt, dataset.ErrInput)
+			return 0, fmt.Errorf("jobs: %s holds %s: canopy scores points and polygons from --predictions only (no %s detector runs here): %w", cfg.CSV, kt.Plural(), kt, dataset.ErrInput)
 		}
 		return kt, nil
 	}
@@ -59,7 +59,7 @@ func inputKinds(cfg EvalConfig, in inputs) (box.Kind, error) {
 		kp = *cfg.Geometry
 	}
 	if kt != kp {
-		return 0, fmt.Errorf("jobs: the truth %s holds %ss but the predictions %s hold %ss; both must hold one geometry (--geometry forces one): %w", cfg.CSV, kt, cfg.Predictions, kp, dataset.ErrInput)
+		return 0, fmt.Errorf("jobs: the truth %s holds %s but the predictions %s hold %s; both must hold one geometry (--geometry forces one): %w", cfg.CSV, kt.Plural(), cfg.Predictions, kp.Plural(), dataset.ErrInput)
 	}
 	return kt, nil
 }
@@ -181,6 +181,12 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outRun, kind box.K
 	t0 := time.Now()
 	if len(cfg.IoUSweep) > 0 {
 		return collective(ExitUsage, "jobs: --iou-sweep applies to boxes; these inputs are %s", kind)
+	}
+	switch {
+	case cfg.COCOOut:
+		return collective(ExitUsage, "eval: --coco-out writes boxes; %s holds %s", cfg.CSV, kind.Plural())
+	case cfg.Families != 0 && cfg.Families&metrics.Recall == 0:
+		return collective(ExitUsage, "eval: %s holds %s, scored by DeepForest's recall and precision only (--metrics recall or all; torchmetrics IoU and COCO mAP are for boxes)", cfg.CSV, kind.Plural())
 	}
 	d, err := loadGeo(cfg, in, kind)
 	if err != nil {

@@ -24,6 +24,11 @@ seed -dir $d/FuzzParsePredictions -then 'bool(true)' testdata/sets/coco/predicti
 seed -dir $d/FuzzParseLabelDict testdata/sets/multi/label_dict.csv "$tmp/labels.csv" "$tmp/labels-dup.csv"
 seed -dir $d/FuzzParseVOC internal/dataset/testdata/readfile/three-voc/{a,b,c}.xml internal/dataset/testdata/readfile/missing-field.xml
 seed -dir $d/FuzzParseTruth internal/dataset/testdata/readfile/three-wkt.csv
+g=jobs/testdata/geometry
+seed -dir $d/FuzzParseGeoCSV -then 'bool(false)' $g/points_edge/{truth,preds}.csv
+seed -dir $d/FuzzParseGeoCSV -then 'bool(true)' $g/polygons_edge/{truth,preds}.csv
+seed -dir $d/FuzzParseWKT -kind string 'POINT (1.5 -2)' 'MULTIPOLYGON (((50 50, 55 50, 55 55, 50 55, 50 50)), ((60 50, 65 50, 65 55, 60 55, 60 50)))' \
+	'POLYGON ((70 70, 90 70, 90 90, 70 90, 70 70), (75 75, 80 75, 80 80, 75 80, 75 75))' 'POLYGON EMPTY' 'POLYGON ((0 0, 1 0, 0 0)'
 
 d=infer/safetensors/testdata/fuzz
 rm -rf $d

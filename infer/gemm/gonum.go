@@ -56,3 +56,9 @@ func resizeFMA(r0, r1 []float32, i0, i1 []int32, l0, l1 []float32, h0, h1 float3
 func chain(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, ep Epi) {
 	chainGo(m, n, k, a, lda, b, ldb, c, ldc, ep)
 }
+
+func geluRow(x []float32)    { geluRowGo(x) }
+func softmaxRow(x []float32) { softmaxRowGo(x) }
+func dwconvGELURow(x []float32, h, wd, c int, w, b []float32, y int, out []float32) {
+	dwconvGELURowGo(x, h, wd, c, w, b, y, out)
+}

@@ -11,6 +11,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+#include <string.h>
 
 // No clone may fuse a product into an add (cgo does not pass
 // -ffp-contract=off, so the pragma says it).
@@ -108,4 +109,12 @@ void canopy_resize_fma(int lvl, const float *r0, const float *r1, const int *i0,
 void canopy_chain(int lvl, int m, int n, int k, const float *a, long lda, const float *b, long ldb, float *c, long ldc,
 		const float *bias, const float *res, long ldr, int relu) {
 	CANOPY_DISPATCH(lvl, chain, m, n, k, a, lda, b, ldb, c, ldc, bias, res, ldr, relu);
+}
+
+void canopy_gelu_row(int lvl, float *x, int n) { CANOPY_DISPATCH(lvl, gelu_row, x, n); }
+
+void canopy_softmax_row(int lvl, float *x, int n) { CANOPY_DISPATCH(lvl, softmax_row, x, n); }
+
+void canopy_dwconv_gelu_row(int lvl, const float *x, int h, int wd, int c, const float *w, const float *b, int y, float *out) {
+	CANOPY_DISPATCH(lvl, dwconv_gelu_row, x, h, wd, c, w, b, y, out);
 }

@@ -577,3 +577,84 @@ static void K(chain)(int m, int n, int k, const float *a, long lda, const float 
 #undef CH_NR
 #undef CH_KC
 #undef CH_MC
+
+// The point model's element-wise kernels (infer/treeformer), the same
+// operations in the same order as their Go twins in wino.go (expFastGo,
+// geluGo, softmaxRowGo, dwconvGELURowGo), so every clone and the Go code
+// give the same bits. Written branch-free so the loops vectorize.
+
+// exp_fast: e^x to ~1e-8 relative: n = floor(x·log2e + 0.5), r = x − n·ln2,
+// Taylor to degree 8, times 2ⁿ built from the bits of n + 1023 + 1.5·2⁵²;
+// 0 below −708, +∞ above 709.
+static inline double K(exp_fast)(double x) {
+	double xc = x < -708.0 ? -708.0 : (x > 709.0 ? 709.0 : x);
+	double n = floor(xc * 1.4426950408889634 + 0.5);
+	double r = xc - n * 0.69314718055994529;
+	double p = 1 + r * (1 + r * (1.0 / 2 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (1.0 / 720 + r * (1.0 / 5040 + r * (1.0 / 40320))))))));
+	double m = n + 1023.0 + 6755399441055744.0;
+	unsigned long long bits;
+	memcpy(&bits, &m, 8);
+	bits <<= 52;
+	double s;
+	memcpy(&s, &bits, 8);
+	double v = p * s;
+	v = x < -708.0 ? 0.0 : v;
+	return x > 709.0 ? (double)INFINITY : v;
+}
+
+static inline float K(gelu1)(float xf) {
+	double v = xf;
+	double z = fabs(v) * 0.70710678118654757;
+	double t = 1 / (1 + 0.3275911 * z);
+	double erfc = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))) * K(exp_fast)(-z * z);
+	double g = v < 0 ? (0.5 * v) * erfc : (0.5 * v) * (2 - erfc);
+	return (float)g;
+}
+
+// gelu_row: x[i] = gelu(x[i]) in place.
+static void K(gelu_row)(float *x, int n) {
+	for (int i = 0; i < n; i++)
+		x[i] = K(gelu1)(x[i]);
+}
+
+// softmax_row: exp(x − max) (the difference in float32), the float64 sum in
+// order, each times 1/sum.
+static void K(softmax_row)(float *x, int n) {
+	float m = x[0];
+	for (int i = 0; i < n; i++)
+		m = x[i] > m ? x[i] : m;
+	for (int i = 0; i < n; i++)
+		x[i] = (float)K(exp_fast)((double)(x[i] - m));
+	double s = 0;
+	for (int i = 0; i < n; i++)
+		s += (double)x[i];
+	double inv = 1 / s;
+	for (int i = 0; i < n; i++)
+		x[i] = (float)((double)x[i] * inv);
+}
+
+// dwconv_gelu_row: output row y of the depthwise 3×3 convolution (zero
+// padding 1) of an h×wd token map of c channels (token-major), taps in
+// (ky, kx) order from the bias, then GELU. w is tap-major [9][c].
+static void K(dwconv_gelu_row)(const float *x, int h, int wd, int c, const float *w, const float *b, int y, float *out) {
+	float *acc = out + (long)y * wd * c;
+	for (int xx = 0; xx < wd; xx++)
+		for (int ch = 0; ch < c; ch++)
+			acc[(long)xx * c + ch] = b[ch];
+	for (int ky = 0; ky < 3; ky++) {
+		int sy = y + ky - 1;
+		if (sy < 0 || sy >= h)
+			continue;
+		for (int kx = 0; kx < 3; kx++) {
+			const float *wk = w + (ky * 3 + kx) * c;
+			int x0 = 1 - kx > 0 ? 1 - kx : 0, x1 = wd + 1 - kx < wd ? wd + 1 - kx : wd;
+			for (int xx = x0; xx < x1; xx++) {
+				const float *src = x + ((long)sy * wd + xx + kx - 1) * c;
+				float *dst = acc + (long)xx * c;
+				for (int ch = 0; ch < c; ch++)
+					dst[ch] += wk[ch] * src[ch];
+			}
+		}
+	}
+	K(gelu_row)(acc, wd * c);
+}

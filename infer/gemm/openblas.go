@@ -179,3 +179,11 @@ func chain(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32,
 	C.canopy_chain(C.int(simd), C.int(m), C.int(n), C.int(k), fptr(a), C.long(lda), fptr(b), C.long(ldb), fptr(c), C.long(ldc),
 		fptr(ep.Bias), fptr(ep.Res), C.long(ep.LdRes), cbool(ep.ReLU))
 }
+
+func geluRow(x []float32) { C.canopy_gelu_row(C.int(simd), fptr(x), C.int(len(x))) }
+
+func softmaxRow(x []float32) { C.canopy_softmax_row(C.int(simd), fptr(x), C.int(len(x))) }
+
+func dwconvGELURow(x []float32, h, wd, c int, w, b []float32, y int, out []float32) {
+	C.canopy_dwconv_gelu_row(C.int(simd), fptr(x), C.int(h), C.int(wd), C.int(c), fptr(w), fptr(b), C.int(y), fptr(out))
+}

@@ -13,3 +13,6 @@ void canopy_resize_fma(int lvl, const float *r0, const float *r1, const int *i0,
 		const float *l0, const float *l1, float h0, float h1, int n, float *out);
 void canopy_chain(int lvl, int m, int n, int k, const float *a, long lda, const float *b, long ldb, float *c, long ldc,
 		const float *bias, const float *res, long ldr, int relu);
+void canopy_gelu_row(int lvl, float *x, int n);
+void canopy_softmax_row(int lvl, float *x, int n);
+void canopy_dwconv_gelu_row(int lvl, const float *x, int h, int wd, int c, const float *w, const float *b, int y, float *out);
