@@ -25,6 +25,14 @@ func (k Kind) String() string {
 	return "box"
 }
 
+// Plural names the kind's rows: "boxes", "points", "polygons".
+func (k Kind) Plural() string {
+	if k == KindBox {
+		return "boxes"
+	}
+	return k.String() + "s"
+}
+
 // ParseKind maps a --geometry value ("box", "point", "polygon").
 func ParseKind(s string) (Kind, error) {
 	switch s {

@@ -47,7 +47,7 @@ func inputKinds(cfg EvalConfig, in inputs) (box.Kind, error) {
 	}
 	if cfg.Predictions == "" {
 		if kt != box.KindBox {
-			return 0, fmt.Errorf("jobs: %s holds %ss: canopy scores points and polygons from --predictions only (no %s detector runs here): %w", cfg.CSV, kt, kt, dataset.ErrInput)
+			return 0, fmt.Errorf("jobs: %s holds %s: canopy scores points and polygons from --predictions only (no %s detector runs here): %w", cfg.CSV, kt.Plural(), kt, dataset.ErrInput)
 		}
 		return kt, nil
 	}
@@ -59,7 +59,7 @@ func inputKinds(cfg EvalConfig, in inputs) (box.Kind, error) {
 		kp = *cfg.Geometry
 	}
 	if kt != kp {
-		return 0, fmt.Errorf("jobs: the truth %s holds %ss but the predictions %s hold %ss; both must hold one geometry (--geometry forces one): %w", cfg.CSV, kt, cfg.Predictions, kp, dataset.ErrInput)
+		return 0, fmt.Errorf("jobs: the truth %s holds %s but the predictions %s hold %s; both must hold one geometry (--geometry forces one): %w", cfg.CSV, kt.Plural(), cfg.Predictions, kp.Plural(), dataset.ErrInput)
 	}
 	return kt, nil
 }
@@ -182,6 +182,12 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outRun, kind box.K
 	if len(cfg.IoUSweep) > 0 {
 		return collective(ExitUsage, "jobs: --iou-sweep applies to boxes; these inputs are %s", kind)
 	}
+	switch {
+	case cfg.COCOOut:
+		return collective(ExitUsage, "eval: --coco-out writes boxes; %s holds %s", cfg.CSV, kind.Plural())
+	case cfg.Families != 0 && cfg.Families&metrics.Recall == 0:
+		return collective(ExitUsage, "eval: %s holds %s, scored by DeepForest's recall and precision only (--metrics recall or all; torchmetrics IoU and COCO mAP are for boxes)", cfg.CSV, kind.Plural())
+	}
 	d, err := loadGeo(cfg, in, kind)
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
@@ -206,7 +212,7 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outRun, kind box.K
 	var merr error
 	conf := newConfiner(cfg.RootDir)
 	for _, i := range p.Shards[c.Rank()] {
-		if kind == box.KindPoint && cfg.Semantics == metrics.Validation {
+		if kind == box.KindPolygon || cfg.Semantics == metrics.Validation {
 			if w, h, ok := imageSize(conf, cfg, images[i].Path); ok {
 				d.in.Images[i].Width, d.in.Images[i].Height = w, h
 			}
@@ -245,12 +251,28 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outRun, kind box.K
 	}
 	t3 := time.Now()
 	vals := metrics.ReduceGeo(d.in, recs, opt)
+	segmSkipped := ""
+	if kind == box.KindPolygon {
+		if sv, ok := metrics.SegmCOCO(d.in, recs); ok {
+			vals = append(vals, sv...)
+		} else {
+			for _, r := range recs {
+				if r.Width == 0 {
+					segmSkipped = fmt.Sprintf("COCO segm mAP skipped: the size of image %q (and maybe others) under --root-dir %s is unknown, and the masks are rasterised at the image's size", images[r.Image].Path, cfg.RootDir)
+					break
+				}
+			}
+		}
+	}
 	metricJSON := MetricsJSON(vals)
 	stats.Seconds["metrics"] = since(t3)
 	if err := agree(c, metricJSON); err != nil {
 		return err
 	}
 	warnings := geoWarnings(cfg, d, unsized)
+	if c.Rank() == 0 && cfg.Warnings != nil && segmSkipped != "" {
+		sayLine(cfg.Warnings, "canopy: note: ", segmSkipped)
+	}
 	if c.Rank() == 0 && cfg.Warnings != nil {
 		for _, w := range warnings {
 			sayLine(cfg.Warnings, "canopy: warning: ", w)

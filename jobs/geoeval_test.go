@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"context"
 	"encoding/csv"
 	"fmt"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/geos"
@@ -299,6 +301,96 @@ func TestGeometryHTML(t *testing.T) {
 		}
 		if n := bytes.Count(b, []byte("data:image/jpeg;base64,")); n < 2 {
 			t.Errorf("%s: %d images drawn", c, n)
+		}
+	}
+}
+
+// Hostile geometry inputs: a mix of geometries between the files, an
+// invalid polygon, and point validation without the images.
+func TestGeometryHostileInputs(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	pts := write("pts.csv", "image_path,x,y,label\na.png,1,2,Tree\n")
+	boxes := write("boxes.csv", "image_path,xmin,ymin,xmax,ymax,label,score\na.png,1,2,3,4,Tree,0.5\n")
+	bow := write("bow.csv", "image_path,geometry,label\na.png,\"POLYGON ((0 0, 2 0, 2 2, 0 2, 0 0))\",Tree\na.png,\"POLYGON ((0 0, 10 10, 10 0, 0 10, 0 0))\",Tree\n")
+	polys := write("polys.csv", "image_path,geometry,label,score\na.png,\"POLYGON ((0 0, 10 0, 10 10, 0 0))\",Tree,0.5\n")
+	ppts := write("ppts.csv", "image_path,x,y,label,score\na.png,1,3,Tree,0.5\n")
+	run := func(csv, preds string, strict bool) (int, string) {
+		var se bytes.Buffer
+		cfg := EvalConfig{CSV: csv, Predictions: preds, RootDir: dir, Out: t.TempDir(), IoUThreshold: 0.4, DistanceThreshold: 10, BatchSize: 1, Strict: strict, Warnings: &se}
+		codes := runLocalCtx(t, 2, cfg, func(int) context.Context { return context.Background() }, &se)
+		return codes[0], se.String()
+	}
+	if code, se := run(pts, boxes, false); code != ExitInput || !strings.Contains(se, "pts.csv holds points but the predictions") || !strings.Contains(se, "boxes.csv") {
+		t.Errorf("points against boxes: exit %d %q", code, se)
+	}
+	if geos.Available {
+		if code, se := run(bow, polys, false); code != ExitInput || !strings.Contains(se, "bow.csv:3") || !strings.Contains(se, "invalid polygon") {
+			t.Errorf("bow tie: exit %d %q", code, se)
+		}
+	}
+	if code, se := run(pts, ppts, false); code != 0 || !strings.Contains(se, "could not be read for their size") {
+		t.Errorf("no images: exit %d %q", code, se)
+	}
+	if code, _ := run(pts, ppts, true); code != ExitInput {
+		t.Errorf("no images under --strict: exit %d", code)
+	}
+	if geos.Available {
+		tri := write("tri.csv", "image_path,geometry,label\na.png,\"POLYGON ((0 0, 10 0, 10 10, 0 0))\",Tree\n")
+		for _, strict := range []bool{false, true} {
+			if code, se := run(tri, polys, strict); code != 0 || strings.Count(se, "COCO segm mAP skipped") != 1 {
+				t.Errorf("polygons without images (strict %v): exit %d %q", strict, code, se)
+			}
+		}
+	}
+}
+
+// Options that only boxes have are refused, not ignored.
+func TestGeometryRefusesBoxOnlyOptions(t *testing.T) {
+	dir := filepath.Join("testdata", "geometry", "points_edge")
+	cfg := geoCfg(dir, t.TempDir(), metrics.Validation)
+	cfg.COCOOut = true
+	if codes := runLocal(t, 2, cfg); codes[0] != ExitUsage {
+		t.Errorf("--coco-out: exit %v", codes)
+	}
+	cfg = geoCfg(dir, t.TempDir(), metrics.Validation)
+	cfg.Families = metrics.COCOmAP
+	if codes := runLocal(t, 2, cfg); codes[0] != ExitUsage {
+		t.Errorf("--metrics coco: exit %v", codes)
+	}
+}
+
+// Polygons with their images: the COCO segm family equals faster-coco-
+// eval's COCOeval(iou_type="segm") on the same polygons (tools/geometry/
+// peer.py's coco_segm), each value rounded to float32 as the box family
+// rounds torchmetrics' tensors (canopy's summary is float32 of the same
+// double).
+func TestGeometrySegmAsFasterCOCOEval(t *testing.T) {
+	if !geos.Available {
+		t.Skip("built without GEOS (-tags nogeos/nogdal)")
+	}
+	for _, c := range []string{"polygons_edge", "polygons_many"} {
+		dir := filepath.Join("testdata", "geometry", c)
+		var peer struct {
+			Segm map[string]float64 `json:"coco_segm"`
+		}
+		readJSONFile(t, filepath.Join(dir, "deepforest.json"), &peer)
+		if len(peer.Segm) != 12 {
+			t.Fatalf("%s: %d segm values recorded", c, len(peer.Segm))
+		}
+		out := runGeo(t, dir, metrics.Validation)
+		_, got := reportMetrics(t, out)
+		for k, v := range peer.Segm {
+			g, ok := got[k].(float64)
+			if !ok || g != float64(float32(v)) {
+				t.Errorf("%s: %s = %v, faster-coco-eval %v", c, k, got[k], v)
+			}
 		}
 	}
 }

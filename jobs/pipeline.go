@@ -13,6 +13,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -127,8 +128,9 @@ type rankStats struct {
 	Seconds   map[string]float64 `json:"seconds"`
 	// MetricsImages and MetricsBytesSent: the images this rank matched and
 	// the bytes of match records it sent (eval, eval --tile).
-	MetricsImages    int `json:"metrics_images,omitempty"`
-	MetricsBytesSent int `json:"metrics_bytes_sent,omitempty"`
+	MetricsImages    int               `json:"metrics_images,omitempty"`
+	MetricsBytesSent int               `json:"metrics_bytes_sent,omitempty"`
+	MetricsCPU       *shardmetrics.CPU `json:"metrics_cpu_seconds,omitempty"`
 }
 
 // sendDetections encodes this rank's detections and gathers every rank's.

@@ -65,3 +65,51 @@ func TestMatchMemoryBoundedByEstimate(t *testing.T) {
 		t.Fatalf("limit 1 MiB: %+v", c)
 	}
 }
+
+// TestEnumerateInQueryOrder: the pair lists of a big image, enumerated on
+// several goroutines, are the sequential lists in query order (4
+// threads forced, so the ranges split even on a small machine).
+func TestEnumerateInQueryOrder(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	in := tileInput(2, 6000, 5500, 5477)
+	truth, dets := in.Images[0].Truth, in.Dets[0]
+	if len(queryRanges(len(truth))) < 2 {
+		t.Fatal("the test must split the queries")
+	}
+	db := make([]box.Box, len(dets))
+	for k, d := range dets {
+		db[k] = d.Box
+	}
+	ix := newOverlapIndex(db)
+	var want []Entry
+	for q := range truth {
+		ix.each(db, truth[q].Box, func(k int, a float64) { want = append(want, Entry{q, k, a}) })
+	}
+	got := overlapEntries(truth, dets)
+	if len(got) != len(want) || len(got) < len(truth) {
+		t.Fatalf("%d entries, sequentially %d", len(got), len(want))
+	}
+	for k := range want {
+		if got[k] != want[k] {
+			t.Fatalf("entry %d: %+v, sequentially %+v", k, got[k], want[k])
+		}
+	}
+	ps := iouPairs(truth, dets)
+	for k := 1; k < len(ps); k++ {
+		a, b := ps[k-1], ps[k]
+		if a.d > b.d || (a.d == b.d && a.t >= b.t) {
+			t.Fatalf("pairs %d, %d out of row-major order: %+v %+v", k-1, k, a, b)
+		}
+	}
+	n := 0
+	for d := range dets {
+		for _, tr := range truth {
+			if Intersection(dets[d].Box, tr.Box) > 0 {
+				n++
+			}
+		}
+	}
+	if len(ps) != n {
+		t.Fatalf("%d IoU pairs, brute force %d", len(ps), n)
+	}
+}

@@ -2,7 +2,9 @@ package metrics
 
 import (
 	"math"
+	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/canopy-hpc/canopy/box"
 )
@@ -16,7 +18,11 @@ type overlapIndex struct {
 	start        []int32 // cell c holds ids[start[c]:start[c+1]]
 	ids          []int32
 	big          []int32 // boxes spanning more than bigSpan cells, checked against every query
+	linear       bool    // few boxes: every query scans them all, no grid
 }
+
+// linearMax is the most boxes an index scans instead of building a grid.
+const linearMax = 32
 
 // bigSpan is the most cells one box is entered in; larger boxes go to the
 // big list, so the index stays linear in the boxes whatever their sizes.
@@ -29,6 +35,10 @@ func maxGridCells(n int) int { return 4*n + 64 }
 func newOverlapIndex(bs []box.Box) *overlapIndex {
 	ix := &overlapIndex{}
 	if len(bs) == 0 {
+		return ix
+	}
+	if len(bs) <= linearMax {
+		ix.linear = true
 		return ix
 	}
 	minX, minY := math.Inf(1), math.Inf(1)
@@ -112,6 +122,14 @@ func (ix *overlapIndex) span(b box.Box) (cx0, cy0, cx1, cy1 int) {
 // order. A pair is reported only from the cell holding the corner
 // (max Xmin, max Ymin) of the overlap, which lies in both boxes' spans.
 func (ix *overlapIndex) each(bs []box.Box, q box.Box, fn func(k int, area float64)) {
+	if ix.linear {
+		for k := range bs {
+			if a := Intersection(q, bs[k]); a > 0 {
+				fn(k, a)
+			}
+		}
+		return
+	}
 	if ix.nx == 0 {
 		return
 	}
@@ -137,4 +155,62 @@ func (ix *overlapIndex) each(bs []box.Box, q box.Box, fn func(k int, area float6
 			}
 		}
 	}
+}
+
+// parallelMin is the query count from which the pair enumeration is split
+// over goroutines.
+const parallelMin = 4096
+
+// queryRanges splits n queries into contiguous ranges, one per available
+// thread when n is large (one range otherwise).
+func queryRanges(n int) [][2]int {
+	k := 1
+	if n >= parallelMin {
+		k = min(runtime.GOMAXPROCS(0), n/(parallelMin/4))
+	}
+	out := make([][2]int, 0, k)
+	for i := range k {
+		out = append(out, [2]int{n * i / k, n * (i + 1) / k})
+	}
+	return out
+}
+
+// enumerate lists what emit yields for queries 0..n-1, in query order: the
+// queries' ranges are counted, then filled into their own parts of one
+// slice allocated at its final size, on one goroutine per range. emit must
+// yield the same items for a query each time it is called.
+func enumerate[T any](n int, emit func(q int, yield func(T))) []T {
+	ranges := queryRanges(n)
+	counts := make([]int, len(ranges)+1)
+	onRanges(ranges, func(k, lo, hi int) {
+		c := 0
+		for q := lo; q < hi; q++ {
+			emit(q, func(T) { c++ })
+		}
+		counts[k+1] = c
+	})
+	for k := range ranges {
+		counts[k+1] += counts[k]
+	}
+	out := make([]T, counts[len(ranges)])
+	onRanges(ranges, func(k, lo, hi int) {
+		p := counts[k]
+		for q := lo; q < hi; q++ {
+			emit(q, func(x T) { out[p] = x; p++ })
+		}
+	})
+	return out
+}
+
+func onRanges(ranges [][2]int, fn func(k, lo, hi int)) {
+	if len(ranges) == 1 {
+		fn(0, ranges[0][0], ranges[0][1])
+		return
+	}
+	var wg sync.WaitGroup
+	for k, r := range ranges {
+		wg.Add(1)
+		go func() { defer wg.Done(); fn(k, r[0], r[1]) }()
+	}
+	wg.Wait()
 }

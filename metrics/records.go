@@ -314,7 +314,7 @@ func iouRecord(truth []box.Truth, dets []box.Detection, t32 float32) IoURecord {
 		r.Counts = iouCounts(nTruth, func(l int32) int64 { return nTruth[l] })
 		return r
 	}
-	ps := iouPairs(truth, dets, nil)
+	ps := iouPairs(truth, dets)
 	r.Entries = make([]IoUEntry, 0, len(ps))
 	if t32 > 0 {
 		for _, p := range ps {
@@ -365,33 +365,28 @@ type iouPair struct {
 }
 
 // iouPairs lists the overlapping same-label pairs in the matrix's
-// row-major order (detection, then truth), appending to ps.
-func iouPairs(truth []box.Truth, dets []box.Detection, ps []iouPair) []iouPair {
+// row-major order (detection, then truth), the detections split over
+// threads on a big image (enumerate).
+func iouPairs(truth []box.Truth, dets []box.Detection) []iouPair {
 	tb := make([]box.Box, len(truth))
 	for k, t := range truth {
 		tb[k] = t.Box
 	}
 	ix := newOverlapIndex(tb)
-	n := 0 // count first: the pairs are allocated once, at their size
-	for d := range dets {
+	return enumerate(len(dets), func(d int, yield func(iouPair)) {
+		var row [16]iouPair
+		ts := row[:0]
 		ix.each(tb, dets[d].Box, func(t int, _ float64) {
 			if truth[t].Label == dets[d].Label {
-				n++
+				ts = append(ts, iouPair{int32(d), int32(t), 0})
 			}
 		})
-	}
-	ps = slices.Grow(ps, n)
-	for d := range dets {
-		from := len(ps)
-		ix.each(tb, dets[d].Box, func(t int, _ float64) {
-			if truth[t].Label == dets[d].Label {
-				ps = append(ps, iouPair{int32(d), int32(t), boxIoU32(dets[d].Box, truth[t].Box)})
-			}
-		})
-		row := ps[from:]
-		slices.SortFunc(row, func(a, b iouPair) int { return cmp.Compare(a.t, b.t) })
-	}
-	return ps
+		slices.SortFunc(ts, func(a, b iouPair) int { return cmp.Compare(a.t, b.t) })
+		for _, p := range ts {
+			p.v = boxIoU32(dets[d].Box, truth[p.t].Box)
+			yield(p)
+		}
+	})
 }
 
 // reduceIoU is IntersectionOverUnion from the records: "iou" is the

@@ -24,6 +24,11 @@ seed -dir $d/FuzzParsePredictions -then 'bool(true)' testdata/sets/coco/predicti
 seed -dir $d/FuzzParseLabelDict testdata/sets/multi/label_dict.csv "$tmp/labels.csv" "$tmp/labels-dup.csv"
 seed -dir $d/FuzzParseVOC internal/dataset/testdata/readfile/three-voc/{a,b,c}.xml internal/dataset/testdata/readfile/missing-field.xml
 seed -dir $d/FuzzParseTruth internal/dataset/testdata/readfile/three-wkt.csv
+g=jobs/testdata/geometry
+seed -dir $d/FuzzParseGeoCSV -then 'bool(false)' $g/points_edge/{truth,preds}.csv
+seed -dir $d/FuzzParseGeoCSV -then 'bool(true)' $g/polygons_edge/{truth,preds}.csv
+seed -dir $d/FuzzParseWKT -kind string 'POINT (1.5 -2)' 'MULTIPOLYGON (((50 50, 55 50, 55 55, 50 55, 50 50)), ((60 50, 65 50, 65 55, 60 55, 60 50)))' \
+	'POLYGON ((70 70, 90 70, 90 90, 70 90, 70 70), (75 75, 80 75, 80 80, 75 80, 75 75))' 'POLYGON EMPTY' 'POLYGON ((0 0, 1 0, 0 0)'
 
 d=infer/safetensors/testdata/fuzz
 rm -rf $d
@@ -60,7 +65,7 @@ seed -dir $d/FuzzDecode -kind part -then 'int(1)' 2
 
 d=internal/records/testdata/fuzz
 rm -rf $d
-seed -dir $d/FuzzDecode -kind records 0 1 3 7
+seed -dir $d/FuzzDecode -kind records 0 1 3 7 3@0 7@0
 
 d=metrics/testdata/fuzz
 rm -rf $d
@@ -83,5 +88,5 @@ cat > "$tmp/manifest.json" <<'JSON'
 JSON
 seed -dir $d/FuzzManifest "$tmp/manifest.json"
 d=report/testdata/fuzz
-seed -dir $d/FuzzCompareReport testdata/golden/demo/report.json report/testdata/compare/{baseline,per_class_reordered,classes_length_mismatch,not_a_report}.json
+seed -dir $d/FuzzCompareReport testdata/golden/demo/report.json report/testdata/compare/{baseline,per_class_reordered,classes_length_mismatch,not_a_report,sweep}.json
 seed -dir $d/FuzzTolerances -kind string default=0.02 'map=0.01, box_recall=0' map=1e400 x=NaN x=-1 '=1' map_per_class=0x1p-4

@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/records"
@@ -96,11 +97,18 @@ func run(dir, kind, then string, args []string) error {
 		seeds = append(seeds, "[]byte("+strconv.Quote(string(rec))+")")
 	case "records":
 		for _, a := range args {
-			n, err := strconv.Atoi(a)
+			// N, or N@0: matched for a lowest IoU threshold of 0, where
+			// the IoU records count their zero pairs (every pair valid)
+			num, every := strings.CutSuffix(a, "@0")
+			n, err := strconv.Atoi(num)
 			if err != nil {
 				return err
 			}
-			b, err := matchRecords(n)
+			minIoU := 0.4
+			if every {
+				minIoU = 0
+			}
+			b, err := matchRecords(n, minIoU)
 			if err != nil {
 				return err
 			}
@@ -123,8 +131,9 @@ func run(dir, kind, then string, args []string) error {
 }
 
 // matchRecords matches n small images (the second without detections,
-// the third an empty frame) and encodes their records.
-func matchRecords(n int) ([]byte, error) {
+// the third an empty frame) for the lowest IoU threshold minIoU and
+// encodes their records.
+func matchRecords(n int, minIoU float64) ([]byte, error) {
 	in := metrics.Input{Labels: box.SortedLabelMap([]string{"a", "b", "c"})}
 	idx := make([]int, n)
 	for i := range n {
@@ -146,7 +155,7 @@ func matchRecords(n int) ([]byte, error) {
 		in.Images = append(in.Images, im)
 		in.Dets = append(in.Dets, dets)
 	}
-	recs, err := metrics.MatchImages(in, idx, metrics.MatchOptions{MinIoU: 0.4}, metrics.All)
+	recs, err := metrics.MatchImages(in, idx, metrics.MatchOptions{MinIoU: minIoU}, metrics.All)
 	if err != nil {
 		return nil, err
 	}

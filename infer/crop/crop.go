@@ -82,6 +82,9 @@ func load(path string, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := nn.Weights(s.stored()).CheckFinite(); err != nil {
+		return nil, fmt.Errorf("crop: %s: %w", path, err)
+	}
 	net, err := NewNet(w)
 	if err != nil {
 		return nil, fmt.Errorf("%w (in %s)", err, path)

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/canopy-hpc/canopy/infer"
+	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/safetensors"
 	"github.com/canopy-hpc/canopy/infer/torchfile"
 )
@@ -177,6 +178,16 @@ func readHub(dir string) (*source, error) {
 		s.dtypes[t.DType]++
 	}
 	return s, nil
+}
+
+// stored is the weights by their names in the file (a leading "model."
+// kept), for the messages that name a tensor.
+func (s *source) stored() map[string]nn.Tensor {
+	w := make(map[string]nn.Tensor, len(s.weights))
+	for k, t := range s.weights {
+		w[k] = nn.Tensor{Shape: t.Shape, Data: t.Data}
+	}
+	return w
 }
 
 // labelsFor settles a model's labels: its own, else given; both must

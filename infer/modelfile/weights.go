@@ -52,31 +52,11 @@ func Normalize(in nn.Weights) (nn.Weights, error) {
 	return out, nil
 }
 
-// CheckFinite refuses weights holding NaN or ±Inf (a corrupt or diverged
-// checkpoint: torch would load it and detect garbage with high scores). The
-// error names the first such tensor in name order, the first bad index and
-// value, and how many tensors hold one.
+// CheckFinite refuses detector weights holding NaN or ±Inf (the check of
+// nn.Weights, which the crop models' loader shares).
 func CheckFinite(w nn.Weights) error {
-	names := make([]string, 0, len(w))
-	for k := range w {
-		names = append(names, k)
+	if err := w.CheckFinite(); err != nil {
+		return fmt.Errorf("retinanet: %w", err)
 	}
-	sort.Strings(names)
-	first, at, n := "", 0, 0
-	var val float32
-	for _, k := range names {
-		for i, v := range w[k].Data {
-			if v-v != 0 { // NaN or ±Inf
-				if n == 0 {
-					first, at, val = k, i, v
-				}
-				n++
-				break
-			}
-		}
-	}
-	if n == 0 {
-		return nil
-	}
-	return fmt.Errorf("retinanet: tensor %s holds %v at index %d (%d tensors hold NaN or Inf): the weights are not usable", first, val, at, n)
+	return nil
 }

@@ -46,23 +46,13 @@ func (e *NonFiniteError) Error() string {
 // Unwrap makes the error a model error (exit 4).
 func (e *NonFiniteError) Unwrap() error { return infer.ErrModel }
 
-// firstNonFinite is the index of the first NaN or ±Inf in d, -1 if none.
-func firstNonFinite(d []float32) int {
-	for i, v := range d {
-		if v-v != 0 { // NaN and ±Inf only
-			return i
-		}
-	}
-	return -1
-}
-
 // check is the level's head outputs checked (L: the level, 0 for P3).
 func (lo levelOut) check(L int) error {
 	for _, o := range [...]struct {
 		name string
 		d    []float32
 	}{{"head.classification_head.cls_logits output", lo.cls.D}, {"head.regression_head.bbox_reg output", lo.reg.D}} {
-		if i := firstNonFinite(o.d); i >= 0 {
+		if i := nn.FirstNonFinite(o.d); i >= 0 {
 			return &NonFiniteError{Output: o.name, Level: L, Value: float64(o.d[i])}
 		}
 	}
@@ -83,6 +73,28 @@ func checkLoss(l box.Loss) error {
 	return nil
 }
 
+// checkResults refuses detections whose boxes or scores, and losses,
+// that are not finite (the GPU engine's results, whatever its head
+// outputs gave).
+func checkResults(dets [][]Detection, losses []box.Loss) error {
+	for _, ds := range dets {
+		for _, d := range ds {
+			if i := nn.FirstNonFinite(d.Box[:]); i >= 0 {
+				return &NonFiniteError{Output: "detection box", Level: -1, Value: float64(d.Box[i])}
+			}
+			if nn.FirstNonFinite([]float32{d.Score}) >= 0 {
+				return &NonFiniteError{Output: "detection score", Level: -1, Value: float64(d.Score)}
+			}
+		}
+	}
+	for _, l := range losses {
+		if err := checkLoss(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // watched is the CPU engine noting the first layer whose output is not
 // finite.
 type watched struct {
@@ -92,7 +104,7 @@ type watched struct {
 
 func (w *watched) Conv(c *nn.Conv, x cpu.Fmap, relu bool, res *cpu.Fmap) cpu.Fmap {
 	y := w.Engine.Conv(c, x, relu, res)
-	if w.first == "" && firstNonFinite(y.D) >= 0 {
+	if w.first == "" && nn.FirstNonFinite(y.D) >= 0 {
 		w.first = c.Name
 	}
 	return y
@@ -100,7 +112,7 @@ func (w *watched) Conv(c *nn.Conv, x cpu.Fmap, relu bool, res *cpu.Fmap) cpu.Fma
 
 func (w *watched) UpsampleAdd(lat, top cpu.Fmap) {
 	w.Engine.UpsampleAdd(lat, top)
-	if w.first == "" && firstNonFinite(lat.D) >= 0 {
+	if w.first == "" && nn.FirstNonFinite(lat.D) >= 0 {
 		w.first = "the FPN's top-down addition"
 	}
 }

@@ -103,27 +103,61 @@ func (r *GPURunner) launchEager(p prepared) launched {
 // collect postprocesses a launched group and computes its losses (when it
 // has targets) on the device (gpupost.go, gpuloss.go); with a trace, on the
 // host (collectHost), which needs the head outputs.
-func (r *GPURunner) collect(l launched, tr *Trace) ([][]Detection, []box.Loss) {
+// Head outputs, detections and losses that are not finite are a
+// *NonFiniteError, as the CPU's (the device's postprocess skips NaN scores
+// and clamps boxes, so its detections alone would hide them).
+func (r *GPURunner) collect(l launched, tr *Trace) ([][]Detection, []box.Loss, error) {
 	if tr != nil {
 		return r.collectHost(l, tr)
 	}
+	bad := r.checkHeads(l)
 	var losses []box.Loss
 	if l.targets != nil {
 		losses = r.losses(l)
 	}
+	var dets [][]Detection
 	if l.graph != nil {
-		return r.postDownload(l.graph.out, len(l.imgs)), losses
+		dets = r.postDownload(l.graph.out, len(l.imgs))
+	} else {
+		dets = r.postprocess(l)
+		for _, ds := range [][5]gpu.Map{l.cls, l.reg, l.p} {
+			r.g.Put(ds[:]...)
+		}
 	}
-	dets := r.postprocess(l)
-	for _, ds := range [][5]gpu.Map{l.cls, l.reg, l.p} {
-		r.g.Put(ds[:]...)
+	if bad == nil {
+		bad = checkResults(dets, losses)
 	}
-	return dets, losses
+	return dets, losses, bad
+}
+
+// checkHeads downloads a launched group's head outputs and checks them as
+// the CPU's forward pass does (levelOut.check), image by image, level by
+// level.
+func (r *GPURunner) checkHeads(l launched) error {
+	g := r.g
+	n := len(l.imgs)
+	var cls, reg [5][]float32
+	for L := 0; L < 5; L++ {
+		cls[L], reg[L] = g.Download(l.cls[L]), g.Download(l.reg[L])
+	}
+	if g.Err != nil {
+		return nil // the caller reports the device's error
+	}
+	for i := 0; i < n; i++ {
+		for L := 0; L < 5; L++ {
+			cs, rs := len(cls[L])/n, len(reg[L])/n
+			lo := levelOut{cls: cpu.Fmap{D: cls[L][i*cs : (i+1)*cs]}, reg: cpu.Fmap{D: reg[L][i*rs : (i+1)*rs]}}
+			if err := lo.check(L); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // collectHost downloads a launched group's head outputs and postprocesses
 // each image on the host, computing the losses when the group has targets.
-func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Loss) {
+func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Loss, error) {
 	g := r.g
 	n := len(l.imgs)
 	all := make([][]cand, n)
@@ -137,6 +171,7 @@ func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Los
 		g.Times.Add("loss", t0)
 	}
 	var levels [5][]float32
+	var bad error
 	for L := 0; L < 5; L++ {
 		cls, reg := g.Download(l.cls[L]), g.Download(l.reg[L])
 		if tr != nil {
@@ -147,7 +182,7 @@ func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Los
 			for _, rest := range [][5]gpu.Map{l.cls, l.reg, l.p} {
 				g.Put(rest[L+1:]...)
 			}
-			return nil, nil
+			return nil, nil, nil
 		}
 		t1 := g.Times.Now()
 		gh, gw := l.p[L].H, l.p[L].W
@@ -156,6 +191,9 @@ func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Los
 			lo := levelOut{gh: gh, gw: gw,
 				cls: cpu.Fmap{C: l.cls[L].C, H: gh, W: gw, D: cls[i*cs : (i+1)*cs]},
 				reg: cpu.Fmap{C: l.reg[L].C, H: gh, W: gw, D: reg[i*rs : (i+1)*rs]}}
+			if err := lo.check(L); err != nil && bad == nil {
+				bad = err
+			}
 			if accs != nil {
 				accs[i].addLevel(lo, L)
 			}
@@ -176,7 +214,10 @@ func (r *GPURunner) collectHost(l launched, tr *Trace) ([][]Detection, []box.Los
 	for _, a := range accs {
 		losses = append(losses, a.result())
 	}
-	return out, losses
+	if bad == nil {
+		bad = checkResults(out, losses)
+	}
+	return out, losses, bad
 }
 
 // groups cuts imgs into runs of one padded size, at most maxBatch long.
@@ -245,9 +286,12 @@ func (r *GPURunner) detectBatch(imgs []Image, u8 [][]byte, targets [][]Target, m
 		if i+1 < len(gs) {
 			next = prep(gs[i+1])
 		}
-		dets, ls := r.collect(l, nil)
+		dets, ls, bad := r.collect(l, nil)
 		if r.g.Err != nil {
 			return nil, nil, fmt.Errorf("retinanet: %s: %w", r.g.Dev.Info().Backend, r.g.Err)
+		}
+		if bad != nil {
+			return nil, nil, bad
 		}
 		out = append(out, dets...)
 		losses = append(losses, ls...)
@@ -260,9 +304,12 @@ func (r *GPURunner) detectBatch(imgs []Image, u8 [][]byte, targets [][]Target, m
 func (r *GPURunner) DetectTrace(img Image) ([]Detection, *Trace, error) {
 	tr := &Trace{}
 	l := r.launchEager(r.prepare([]Image{img}, nil, nil)) // collectHost reads and frees the head outputs
-	dets, _ := r.collect(l, tr)
+	dets, _, bad := r.collect(l, tr)
 	if r.g.Err != nil {
 		return nil, nil, fmt.Errorf("retinanet: %s: %w", r.g.Dev.Info().Backend, r.g.Err)
+	}
+	if bad != nil {
+		return nil, nil, bad
 	}
 	return dets[0], tr, nil
 }

@@ -2,7 +2,9 @@ package retinanet
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -182,15 +184,16 @@ func (d *GPUDetector) detect(ctx context.Context, batch []infer.Input, truth [][
 	} else {
 		dets, losses, err = d.r.detectBatch(imgs, r.u8, targets, len(imgs))
 	}
+	var ne *NonFiniteError
+	if errors.As(err, &ne) { // the runner checked the head outputs, the detections and the losses
+		files := make([]string, len(batch))
+		for i, in := range batch {
+			files[i] = in.File
+		}
+		return nil, nil, fmt.Errorf("%w (in the batch of %s)", err, strings.Join(files, ", "))
+	}
 	if err != nil {
 		return nil, nil, err
-	}
-	// The device postprocess does not see NaN scores (its keys skip
-	// them); the losses, when computed, do.
-	for i, l := range losses {
-		if err := checkLoss(l); err != nil {
-			return nil, nil, fmt.Errorf("%w (image %s)", err, batch[i].File)
-		}
 	}
 	out := make([][]box.Detection, len(dets))
 	for i, ds := range dets {

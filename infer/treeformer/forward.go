@@ -172,13 +172,14 @@ func (r *Runner) block(s *stage, bl *block, h []float32, hh, ww int) []float32 {
 	ctx := t // LN1's output is dead: the context reuses it
 	d := c / s.heads
 	scale := float32(math.Sqrt(float64(d)))
-	blocks := (n + rowBlock - 1) / rowBlock
+	rb := rowsFor(n)
+	blocks := (n + rb - 1) / rb
 	par(s.heads*blocks, func(wk, job int) {
 		hd, j := job/blocks, job%blocks
-		r0 := j * rowBlock
-		nb := min(rowBlock, n-r0)
-		if cap(r.bufs[wk]) < rowBlock*m {
-			r.bufs[wk] = make([]float32, rowBlock*m)
+		r0 := j * rb
+		nb := min(rb, n-r0)
+		if cap(r.bufs[wk]) < rb*m {
+			r.bufs[wk] = make([]float32, rb*m)
 		}
 		sc := r.bufs[wk][:nb*m]
 		gemm.Mul(nb, m, d, q[r0*c+hd*d:], c, kt[hd*d*m:], m, sc, m)

@@ -199,8 +199,8 @@ func TestFullPredictEndToEnd(t *testing.T) {
 	readJSON(t, filepath.Join(d, "points.json"), &ref)
 	r := NewRunner(m, 2)
 	check := func(what string, got, want []Point) {
-		n, extra := matchPoints(got, want, 1e-3)
-		t.Logf("%s: %d of DeepForest's %d points matched, %d extra", what, n, len(want), extra)
+		n, extra, worst := matchPoints(got, want, 1e-3)
+		t.Logf("%s: %d of DeepForest's %d points matched (scores within %.2g), %d extra", what, n, len(want), worst, extra)
 		if n*100 < 99*len(want) || extra*100 > len(want) || len(want) == 0 {
 			t.Errorf("%s: %d of %d matched, %d extra: %v vs %v", what, n, len(want), extra, got, want)
 		}

@@ -105,7 +105,7 @@ func TestSmallStages(t *testing.T) {
 	want := xyPoints(fx.Points.XY, fx.Points.Scores)
 	got := WindowPoints(d, DefaultPeaks)
 	// a score is a map value over the map's maximum: 2·tol
-	if n, extra := matchPoints(got, want, 2*tol); n != len(want) || extra != 0 || len(want) == 0 {
+	if n, extra, _ := matchPoints(got, want, 2*tol); n != len(want) || extra != 0 || len(want) == 0 {
 		t.Fatalf("%d of DeepForest's %d points matched, %d extra: %v vs %v", n, len(want), extra, got, want)
 	}
 }

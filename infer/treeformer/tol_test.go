@@ -86,21 +86,24 @@ func TestStageTolerances(t *testing.T) {
 
 // matchPoints pairs DeepForest's points with canopy's: same label, within
 // 0.5 px, scores within tolScore (each of canopy's points used once, in
-// DeepForest's order). It returns how many matched and canopy's extras.
-func matchPoints(got []Point, want []Point, tolScore float64) (matched, extra int) {
+// DeepForest's order). It returns how many matched, canopy's extras and
+// the largest score difference of a matched pair.
+func matchPoints(got []Point, want []Point, tolScore float64) (matched, extra int, worst float64) {
 	used := make([]bool, len(got))
 	for _, w := range want {
 		for j, g := range got {
 			if used[j] || g.Label != w.Label {
 				continue
 			}
-			if approx.Far(math.Hypot(g.X-w.X, g.Y-w.Y), 0.5) || approx.Far(math.Abs(float64(g.Score-w.Score)), tolScore) {
+			ds := math.Abs(float64(g.Score - w.Score))
+			if approx.Far(math.Hypot(g.X-w.X, g.Y-w.Y), 0.5) || approx.Far(ds, tolScore) {
 				continue
 			}
 			used[j] = true
 			matched++
+			worst = max(worst, ds)
 			break
 		}
 	}
-	return matched, len(got) - matched
+	return matched, len(got) - matched, worst
 }

@@ -230,7 +230,7 @@ func ParseGeoCSV(name string, data []byte, kind box.Kind, scored bool, opt Optio
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("dataset: %s:1: missing column(s) %s for %s rows (header: %s): %w", name, strings.Join(missing, ","), kind, strings.Join(head, ","), ErrInput)
+		return nil, fmt.Errorf("dataset: %s:1: missing column(s) %s for %s (header: %s): %w", name, strings.Join(missing, ","), kind.Plural(), strings.Join(head, ","), ErrInput)
 	}
 	var rows []GeoRow
 	for {
@@ -289,7 +289,7 @@ func geoRow(rec []string, col map[string]int, kind box.Kind, wkt string, scored 
 			return row, fmt.Errorf("column %s: %v", wkt, err)
 		}
 		if k != kind {
-			return row, fmt.Errorf("column %s holds a %s where the file's rows are %ss", wkt, k, kind)
+			return row, fmt.Errorf("column %s holds a %s where the file's rows are %s", wkt, k, kind.Plural())
 		}
 		row.Geo.Point, row.Geo.Shape = pt, sh
 	}

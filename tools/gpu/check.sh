@@ -21,7 +21,8 @@
 #                      fp32/tf32/bf16, the network vs the CPU, the plan-file
 #                      round trip, and slot invariance (each image in every
 #                      slot of a batch of 8 with random batch-mates, bits
-#                      compared per level and head output)
+#                      compared per level and head output); the non-finite
+#                      checks of head outputs, boxes, scores and losses
 #   plan-tf32.json,    canopy gpu-plan, R50, batch 8, 400x400 images
 #   plan-bf16.json       (800x800 after the transform); *.txt its table
 #   parity.json        canopy predict fp32/tf32/bf16 against torchvision
@@ -87,7 +88,7 @@ has() { case " $CHECK " in *" $1 "*) return 0 ;; esac; return 1; }
 base() {
 step tests
 (cd infer/retinanet && timeout 150 ../../bin/retinanet-cuda.test -test.v -test.timeout 145s \
-	-test.run 'TestFP32BitsMatchShim|TestKernelsMatchCPU|TestGoldenHostShim|TestGoldenTF32|TestGPUEngineMatchesCPU|TestParityCatchesPlantedBugs|TestGPUBatchInvariance|TestGPULayerTimes|TestCUDNN') \
+	-test.run 'TestFP32BitsMatchShim|TestKernelsMatchCPU|TestGoldenHostShim|TestGoldenTF32|TestGPUEngineMatchesCPU|TestParityCatchesPlantedBugs|TestGPUBatchInvariance|TestGPULayerTimes|TestCUDNN|TestGPUNonFiniteOutputs') \
 	>"$OUT/tests.txt" 2>&1
 echo "rc=$?" >>"$OUT/tests.txt"
 grep -E '^(--- |ok|FAIL|rc=)|slot .* changes' "$OUT/tests.txt"

@@ -35,21 +35,73 @@ type CropFiles struct {
 // (the fixture's seed) with fc.bias as the fixture records it, and the
 // raster checked against the fixture's sha256.
 func CropParity(root, dir string) (CropFiles, error) {
-	var fx struct {
-		Seed   uint64
-		FCBias map[string]string `json:"fc_bias"`
-		Tile   struct {
-			Width, Height int
-			RasterSHA256  string `json:"raster_sha256"`
-		}
+	pf, fx, err := cropModels(root, dir, nil)
+	if err != nil {
+		return pf, err
 	}
+	cmd := exec.Command("go", "run", "./cmd/forestgen", "-out", dir, "-n", "1", "-sizes",
+		fmt.Sprintf("%dx%d", fx.Tile.Width, fx.Tile.Height), "-seed", "36")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return pf, fmt.Errorf("forestgen: %v\n%s", err, out)
+	}
+	raw, err := os.ReadFile(pf.Tile)
+	if err != nil {
+		return pf, err
+	}
+	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != fx.Tile.RasterSHA256 {
+		return pf, errors.New("torchckpt: forestgen's raster is not the one DeepForest ran on (sha256 differs): make the crop fixture again (tools/cropmodel/parity.py)")
+	}
+	return pf, nil
+}
+
+// CropPlanted writes the crop parity models (not the raster) into dir
+// with some ResNet-50 tensors given (by name, "model." stripped; sizes
+// from CropSizes): a planted NaN or overflow in every file form.
+func CropPlanted(root, dir string, given map[string][]float32) (CropFiles, error) {
+	pf, _, err := cropModels(root, dir, given)
+	return pf, err
+}
+
+// CropClasses is the parity ResNet-50's class count (its fc.bias length).
+func CropClasses(root string) (int, error) {
+	fx, err := readCropFixture(root)
+	if err != nil {
+		return 0, err
+	}
+	return len(fx.FCBias["resnet50"]) / 8, nil // hex of float32s
+}
+
+type cropFixture struct {
+	Seed   uint64
+	FCBias map[string]string `json:"fc_bias"`
+	Tile   struct {
+		Width, Height int
+		RasterSHA256  string `json:"raster_sha256"`
+	}
+}
+
+func readCropFixture(root string) (cropFixture, error) {
+	var fx cropFixture
 	b, err := os.ReadFile(filepath.Join(root, CropFixture))
 	if err != nil {
-		return CropFiles{}, err
+		return fx, err
 	}
-	if err := json.Unmarshal(b, &fx); err != nil {
-		return CropFiles{}, err
+	return fx, json.Unmarshal(b, &fx)
+}
+
+// cropModels writes the parity models: given tensors win over the
+// ResNet-50's generated ones and the fixture's fc.bias.
+func cropModels(root, dir string, given map[string][]float32) (CropFiles, cropFixture, error) {
+	fx, err := readCropFixture(root)
+	if err != nil {
+		return CropFiles{}, fx, err
 	}
+	pf, err := writeCropModels(root, dir, fx, given)
+	return pf, fx, err
+}
+
+func writeCropModels(root, dir string, fx cropFixture, given map[string][]float32) (CropFiles, error) {
 	skel := filepath.Join(root, CropSkeletons)
 	pf := CropFiles{Dir: dir, Ckpt: filepath.Join(dir, "crop.ckpt"), PT: filepath.Join(dir, "crop.pt"),
 		R18: filepath.Join(dir, "crop-r18.pt"), Hub: filepath.Join(dir, "crop-hub"), Tile: filepath.Join(dir, "img_0000.png")}
@@ -67,6 +119,9 @@ func CropParity(root, dir string) (CropFiles, error) {
 	b50, err := bias("resnet50")
 	if err != nil {
 		return pf, err
+	}
+	for k, v := range given {
+		b50[k] = v
 	}
 	b18, err := bias("resnet18")
 	if err != nil {
@@ -100,19 +155,6 @@ func CropParity(root, dir string) (CropFiles, error) {
 	}
 	if err := os.WriteFile(filepath.Join(pf.Hub, "config.json"), cfg, 0o644); err != nil {
 		return pf, err
-	}
-	cmd := exec.Command("go", "run", "./cmd/forestgen", "-out", dir, "-n", "1", "-sizes",
-		fmt.Sprintf("%dx%d", fx.Tile.Width, fx.Tile.Height), "-seed", "36")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return pf, fmt.Errorf("forestgen: %v\n%s", err, out)
-	}
-	raw, err := os.ReadFile(pf.Tile)
-	if err != nil {
-		return pf, err
-	}
-	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != fx.Tile.RasterSHA256 {
-		return pf, errors.New("torchckpt: forestgen's raster is not the one DeepForest ran on (sha256 differs): make the crop fixture again (tools/cropmodel/parity.py)")
 	}
 	return pf, nil
 }
