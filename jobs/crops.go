@@ -95,6 +95,7 @@ type cropStats struct {
 
 // cropSet is the job's loaded crop models.
 type cropSet struct {
+	dicts   [][]byte // the --crop-label-dict files' bytes
 	models  []*crop.Model
 	info    []cropModelInfo
 	workers int
@@ -116,74 +117,37 @@ func (cs *cropSet) columns() []string {
 // each rank's weights must hash to rank 0's. threads is the rank's
 // compute threads (the classifier's workers).
 func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
+	return openCropModelsFrom(c, cc, threads, nil)
+}
+
+// openCropModelsFrom is openCropModels where rank 0 has loaded the models
+// already (pre, from loadCrops: a tile run's manifest records them before
+// the broadcast); pre is nil on the other ranks.
+func openCropModelsFrom(c mpi.Comm, cc CropConfig, threads int, pre *cropSet) (*cropSet, error) {
 	if len(cc.Models) == 0 {
 		return nil, nil
 	}
 	var pkt []byte
 	if c.Rank() == 0 {
-		var fields [][]byte
-		for _, p := range cc.LabelDicts {
-			b, err := readNamedInput(p)
-			if err != nil {
-				pkt = append([]byte{byte(ExitInput)}, fmt.Sprintf("jobs: --crop-label-dict: %v", err)...)
-				break
-			}
-			fields = append(fields, b)
-		}
-		if pkt == nil {
-			pkt = packFields([]byte{0}, fields...)
+		dicts, err := pre.labelDicts(cc)
+		if err != nil {
+			pkt = append([]byte{byte(ExitInput)}, err.Error()...)
+		} else {
+			pkt = packFields([]byte{0}, dicts...)
 		}
 	}
 	dicts, err := bcastFields(c, pkt, len(cc.LabelDicts))
 	if err != nil {
 		return nil, err
 	}
-	cs := &cropSet{workers: max(threads, 1)}
-	var lerr error
-	for i, p := range cc.Models {
-		var opts crop.Options
-		var file *report.File
-		if name := cc.labelDictFor(i); name != "" {
-			k := 0
-			if len(cc.LabelDicts) > 1 {
-				k = i
-			}
-			lm, err := dataset.ParseLabelDict(name, dicts[k])
-			if err != nil {
-				lerr = &Error{Code: ExitInput, Err: err}
-				break
-			}
-			opts.LabelDict, opts.Fallback = labelDictOf(lm), len(cc.LabelDicts) == 1 && len(cc.Models) > 1
-			file = &report.File{Path: name, SHA256: sha256Hex(dicts[k])}
-		}
-		dir := ""
-		if _, err := os.Stat(p); err != nil {
-			// owner/name[@revision] in the local Hugging Face cache, as
-			// --model resolves it (a hub folder: config.json and
-			// model.safetensors).
-			if d, rerr := modelfile.Resolve(p); rerr == nil {
-				dir = d
-			}
-		}
-		m, err := crop.Load(cmp.Or(dir, p), opts)
-		if err != nil {
-			lerr = &Error{Code: ExitModel, Err: fmt.Errorf("jobs: --crop-model %s: %w", p, err)}
-			break
-		}
-		cs.models = append(cs.models, m)
-		cols := [2]string{"cropmodel_label", "cropmodel_score"}
-		if len(cc.Models) > 1 {
-			cols = [2]string{"cropmodel_label_" + strconv.Itoa(i), "cropmodel_score_" + strconv.Itoa(i)}
-		}
-		t := m.Transform
-		cs.info = append(cs.info, cropModelInfo{Path: p, Dir: dir, SHA256: m.SHA256, Form: m.Form, Arch: m.Arch(), Labels: m.Labels(),
-			LabelsFrom: m.LabelsFrom, LabelDict: file, Columns: cols, Config: m.Set, DTypes: m.DTypes, Device: "cpu",
-			Transform: cropTransform{Resize: t.Size, Normalize: t.Normalize, Mean: t.Mean, Std: t.Std, Expand: t.Expand,
-				Interpolate: "bilinear, antialiased (torch _upsample_bilinear2d_aa)", Sum: sumRule(t)}})
+	cs, lerr := pre, error(nil)
+	if c.Rank() != 0 || pre == nil {
+		cs, lerr = loadCropSet(cc, dicts)
 	}
 	if err := agreeErr(c, ExitModel, lerr); err != nil {
 		return nil, err
 	}
+	cs.workers = max(threads, 1)
 	// Every rank must have read the same weights as rank 0.
 	var digests []byte
 	for _, m := range cs.models {
@@ -201,6 +165,89 @@ func openCropModels(c mpi.Comm, cc CropConfig, threads int) (*cropSet, error) {
 		return nil, err
 	}
 	cs.stats.Workers = cs.workers
+	return cs, nil
+}
+
+// loadCrops is rank 0 loading the crop models alone (readCropLabelDicts,
+// loadCropSet), before the broadcast (a tile run: its manifest records
+// each model's identity); nil when there is none.
+func loadCrops(cc CropConfig) (*cropSet, error) {
+	if len(cc.Models) == 0 {
+		return nil, nil
+	}
+	dicts, err := readCropLabelDicts(cc)
+	if err != nil {
+		return nil, &Error{Code: ExitInput, Err: err}
+	}
+	return loadCropSet(cc, dicts)
+}
+
+// readCropLabelDicts reads the --crop-label-dict files (rank 0).
+func readCropLabelDicts(cc CropConfig) ([][]byte, error) {
+	var out [][]byte
+	for _, p := range cc.LabelDicts {
+		b, err := readNamedInput(p)
+		if err != nil {
+			return nil, fmt.Errorf("jobs: --crop-label-dict: %v", err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// labelDicts are the --crop-label-dict files' bytes: those cs was loaded
+// from, else read now.
+func (cs *cropSet) labelDicts(cc CropConfig) ([][]byte, error) {
+	if cs != nil {
+		return cs.dicts, nil
+	}
+	return readCropLabelDicts(cc)
+}
+
+// loadCropSet loads every crop model with the --crop-label-dict files'
+// bytes (dicts); the error is an *Error (exit 3 for a label dict, 4 for a
+// model).
+func loadCropSet(cc CropConfig, dicts [][]byte) (*cropSet, error) {
+	cs := &cropSet{workers: 1, dicts: dicts}
+	for i, p := range cc.Models {
+		var opts crop.Options
+		var file *report.File
+		if name := cc.labelDictFor(i); name != "" {
+			k := 0
+			if len(cc.LabelDicts) > 1 {
+				k = i
+			}
+			lm, err := dataset.ParseLabelDict(name, dicts[k])
+			if err != nil {
+				return nil, &Error{Code: ExitInput, Err: err}
+			}
+			opts.LabelDict, opts.Fallback = labelDictOf(lm), len(cc.LabelDicts) == 1 && len(cc.Models) > 1
+			file = &report.File{Path: name, SHA256: sha256Hex(dicts[k])}
+		}
+		dir := ""
+		if _, err := os.Stat(p); err != nil {
+			// owner/name[@revision] in the local Hugging Face cache, as
+			// --model resolves it (a hub folder: config.json and
+			// model.safetensors).
+			if d, rerr := modelfile.Resolve(p); rerr == nil {
+				dir = d
+			}
+		}
+		m, err := crop.Load(cmp.Or(dir, p), opts)
+		if err != nil {
+			return nil, &Error{Code: ExitModel, Err: fmt.Errorf("jobs: --crop-model %s: %w", p, err)}
+		}
+		cs.models = append(cs.models, m)
+		cols := [2]string{"cropmodel_label", "cropmodel_score"}
+		if len(cc.Models) > 1 {
+			cols = [2]string{"cropmodel_label_" + strconv.Itoa(i), "cropmodel_score_" + strconv.Itoa(i)}
+		}
+		t := m.Transform
+		cs.info = append(cs.info, cropModelInfo{Path: p, Dir: dir, SHA256: m.SHA256, Form: m.Form, Arch: m.Arch(), Labels: m.Labels(),
+			LabelsFrom: m.LabelsFrom, LabelDict: file, Columns: cols, Config: m.Set, DTypes: m.DTypes, Device: "cpu",
+			Transform: cropTransform{Resize: t.Size, Normalize: t.Normalize, Mean: t.Mean, Std: t.Std, Expand: t.Expand,
+				Interpolate: "bilinear, antialiased (torch _upsample_bilinear2d_aa)", Sum: sumRule(t)}})
+	}
 	return cs, nil
 }
 

@@ -357,3 +357,32 @@ func TestGeometryRefusesBoxOnlyOptions(t *testing.T) {
 		t.Errorf("--metrics coco: exit %v", codes)
 	}
 }
+
+// Polygons with their images: the COCO segm family equals faster-coco-
+// eval's COCOeval(iou_type="segm") on the same polygons (tools/geometry/
+// peer.py's coco_segm), each value rounded to float32 as the box family
+// rounds torchmetrics' tensors (canopy's summary is float32 of the same
+// double).
+func TestGeometrySegmAsFasterCOCOEval(t *testing.T) {
+	if !geos.Available {
+		t.Skip("built without GEOS (-tags nogeos/nogdal)")
+	}
+	for _, c := range []string{"polygons_edge", "polygons_many"} {
+		dir := filepath.Join("testdata", "geometry", c)
+		var peer struct {
+			Segm map[string]float64 `json:"coco_segm"`
+		}
+		readJSONFile(t, filepath.Join(dir, "deepforest.json"), &peer)
+		if len(peer.Segm) != 12 {
+			t.Fatalf("%s: %d segm values recorded", c, len(peer.Segm))
+		}
+		out := runGeo(t, dir, metrics.Validation)
+		_, got := reportMetrics(t, out)
+		for k, v := range peer.Segm {
+			g, ok := got[k].(float64)
+			if !ok || g != float64(float32(v)) {
+				t.Errorf("%s: %s = %v, faster-coco-eval %v", c, k, got[k], v)
+			}
+		}
+	}
+}

@@ -88,5 +88,5 @@ cat > "$tmp/manifest.json" <<'JSON'
 JSON
 seed -dir $d/FuzzManifest "$tmp/manifest.json"
 d=report/testdata/fuzz
-seed -dir $d/FuzzCompareReport testdata/golden/demo/report.json report/testdata/compare/{baseline,per_class_reordered,classes_length_mismatch,not_a_report}.json
+seed -dir $d/FuzzCompareReport testdata/golden/demo/report.json report/testdata/compare/{baseline,per_class_reordered,classes_length_mismatch,not_a_report,sweep}.json
 seed -dir $d/FuzzTolerances -kind string default=0.02 'map=0.01, box_recall=0' map=1e400 x=NaN x=-1 '=1' map_per_class=0x1p-4
