@@ -2,13 +2,16 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 )
@@ -99,5 +102,71 @@ func TestPointPredictRefusals(t *testing.T) {
 	r = run1(t, "predict", "--model", model, "--images", images, "--out", out)
 	if r.code != 4 || !strings.Contains(r.stderr, "pvt_v2_b2 is not tabulated") {
 		t.Fatalf("b2: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// TestMPIPointPredictReference: with the full reference of
+// tools/treeformer/reference.py (230 MB, outside the repository; skipped
+// without it), DeepForest's hub folder on 1 rank and its Lightning .ckpt on
+// 3 ranks give the same predictions.csv bytes, and its rows are
+// predict_image's points (within 0.5 px, scores within 1e-3).
+func TestMPIPointPredictReference(t *testing.T) {
+	ref := os.Getenv("CANOPY_TREEFORMER_REF")
+	if ref == "" {
+		ref = "/tmp/treeformer-ref"
+	}
+	if _, err := os.Stat(filepath.Join(ref, "points.json")); err != nil {
+		t.Skipf("no TreeFormer reference in %s (tools/treeformer/reference.py full makes it): %v", ref, err)
+	}
+	images := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(ref, "img_0001.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(images, "img_0001.png"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var csvs [2][]byte
+	for i, run := range []struct {
+		np    int
+		model string
+	}{{1, "hub"}, {3, "model.ckpt"}} {
+		out := filepath.Join(t.TempDir(), "out")
+		r := mpirun(t, run.np, nil, "predict", "--model", filepath.Join(ref, run.model), "--images", images, "--out", out, "--threads", "1")
+		if r.code != 0 {
+			t.Fatalf("%s on %d ranks: exit %d\n%s", run.model, run.np, r.code, r.stderr)
+		}
+		if csvs[i], err = os.ReadFile(filepath.Join(out, "predictions.csv")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(csvs[0], csvs[1]) {
+		t.Fatalf("the .ckpt on 3 ranks differs from the hub folder on 1:\n%s\nvs\n%s", csvs[1], csvs[0])
+	}
+	var pj struct {
+		Images map[string]struct {
+			Points []struct{ X, Y, Score float64 }
+		}
+	}
+	pb, err := os.ReadFile(filepath.Join(ref, "points.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(pb, &pj); err != nil {
+		t.Fatal(err)
+	}
+	want := pj.Images["img_0001.png"].Points
+	rows := strings.Split(strings.TrimSpace(string(csvs[0])), "\n")[1:]
+	if len(rows) != len(want) || len(want) == 0 {
+		t.Fatalf("%d rows, DeepForest %d points", len(rows), len(want))
+	}
+	for i, l := range rows {
+		f := strings.Split(l, ",")
+		x, _ := strconv.ParseFloat(f[1], 64)
+		y, _ := strconv.ParseFloat(f[2], 64)
+		s, _ := strconv.ParseFloat(f[4], 64)
+		if approx.Far(math.Hypot(x-want[i].X, y-want[i].Y), 0.5) || approx.Far(math.Abs(s-want[i].Score), 1e-3) || f[3] != "Tree" {
+			t.Fatalf("row %d %q, DeepForest %+v", i, l, want[i])
+		}
 	}
 }

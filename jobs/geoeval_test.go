@@ -341,6 +341,14 @@ func TestGeometryHostileInputs(t *testing.T) {
 	if code, _ := run(pts, ppts, true); code != ExitInput {
 		t.Errorf("no images under --strict: exit %d", code)
 	}
+	if geos.Available {
+		tri := write("tri.csv", "image_path,geometry,label\na.png,\"POLYGON ((0 0, 10 0, 10 10, 0 0))\",Tree\n")
+		for _, strict := range []bool{false, true} {
+			if code, se := run(tri, polys, strict); code != 0 || strings.Count(se, "COCO segm mAP skipped") != 1 {
+				t.Errorf("polygons without images (strict %v): exit %d %q", strict, code, se)
+			}
+		}
+	}
 }
 
 // Options that only boxes have are refused, not ignored.
