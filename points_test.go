@@ -97,6 +97,16 @@ func TestPointPredictRefusals(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "--resume is not yet available for a point model") {
 		t.Fatalf("--resume: exit %d: %s", r.code, r.stderr)
 	}
+	// an image whose forward pass does not fit the rank's memory: exit 3
+	// before any work, naming the image and --tile
+	r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--rank-memory", "20M")
+	if r.code != 3 || !strings.Contains(r.stderr, "forward pass needs about") || !strings.Contains(r.stderr, "--tile") {
+		t.Fatalf("--rank-memory 20M: exit %d: %s", r.code, r.stderr)
+	}
+	if r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--rank-memory", "8G"); r.code != 0 {
+		t.Fatalf("--rank-memory 8G: exit %d: %s", r.code, r.stderr)
+	}
+	out = filepath.Join(t.TempDir(), "out")
 	if err := os.WriteFile(filepath.Join(model, "config.json"), []byte(`{"backbone": "OpenGVLab/pvt_v2_b2", "label_dict": {"Tree": 0}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
