@@ -18,7 +18,8 @@ import (
 )
 
 // pointSet writes a TreeFormer hub folder (the one-block test model,
-// seeded) and three forest images, one of them large enough for windows.
+// seeded) and four forest images: one large enough for windows, one too
+// small for any peak away from the border (DeepForest finds none there).
 func pointSet(t *testing.T) (model, images string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -31,7 +32,7 @@ func pointSet(t *testing.T) (model, images string) {
 	if err := testweights.TreeFormerFolder(model, "canopy-test/pvt_v2_b3", [4]int{1, 1, 1, 1}, 46); err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range [][2]int{{200, 150}, {333, 250}, {150, 120}} {
+	for i, s := range [][2]int{{200, 150}, {333, 250}, {150, 120}, {40, 30}} {
 		im, _ := forest.Generate(9, i, s[0], s[1])
 		var b bytes.Buffer
 		if err := png.Encode(&b, im); err != nil {

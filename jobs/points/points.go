@@ -190,6 +190,10 @@ func Predict(ctx context.Context, c mpi.Comm, cfg Config) error {
 		if !cfg.Tile {
 			win = tile.Window{W: im.W, H: im.H}
 		}
+		if !treeformer.PointsPossible(win.H, win.W, treeformer.DefaultPeaks) {
+			mine = appendUnit(mine, u, nil) // too small for a peak away from the border
+			continue
+		}
 		d, err := r.Forward(im, win)
 		if err != nil {
 			return fmt.Errorf("points: %s: %w: %w", full[un.image], err, infer.ErrModel)
