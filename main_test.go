@@ -141,6 +141,44 @@ func TestMPIRankCountsBitIdentical(t *testing.T) {
 	}
 }
 
+// TestMPIIoUSweep: --iou-sweep under mpirun at np 3 gives the in-process
+// np 1 run's report bytes (metrics and metrics_by_iou_threshold), and a
+// malformed list is one usage error (exit 2) naming the item.
+func TestMPIIoUSweep(t *testing.T) {
+	refOut := t.TempDir()
+	inProcess(t, 1, jobs.EvalConfig{CSV: set("multi", "truth.csv"), Predictions: set("multi", "predictions.csv"),
+		Out: refOut, IoUThreshold: 0.4, IoUSweep: []float64{0.5, 0.75}, BatchSize: 1})
+	sweepOf := func(out string) string {
+		b, err := os.ReadFile(filepath.Join(out, "report.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep map[string]json.RawMessage
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return string(rep["metrics"]) + string(rep["metrics_by_iou_threshold"])
+	}
+	ref := sweepOf(refOut)
+	if !strings.Contains(ref, `"iou_threshold": 0.75`) {
+		t.Fatalf("no sweep in the in-process report: %s", ref)
+	}
+	out := t.TempDir()
+	r := mpirun(t, 3, nil, "eval", "--csv", set("multi", "truth.csv"), "--predictions", set("multi", "predictions.csv"),
+		"--iou-sweep", "0.5,0.75", "--out", out, "--force")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if got := sweepOf(out); got != ref {
+		t.Fatalf("np 3 under mpirun:\n%s\ndiffers from np 1 in-process:\n%s", got, ref)
+	}
+	r = mpirun(t, 2, nil, "eval", "--csv", set("multi", "truth.csv"), "--predictions", set("multi", "predictions.csv"),
+		"--iou-sweep", "0.5,,0.75", "--out", t.TempDir())
+	if r.code != jobs.ExitUsage || !strings.Contains(r.stderr, `--iou-sweep`) {
+		t.Fatalf("exit %d, want %d naming --iou-sweep\n%s", r.code, jobs.ExitUsage, r.stderr)
+	}
+}
+
 // More ranks than images: idle ranks join every collective.
 func TestMPIFiveRanksThreeImages(t *testing.T) {
 	ref := inProcess(t, 1, jobs.EvalConfig{CSV: set("three", "truth.csv"), Predictions: set("three", "predictions.csv"), Out: t.TempDir(), IoUThreshold: 0.4})

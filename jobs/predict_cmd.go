@@ -22,7 +22,10 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			"given in the CSV or relative to --images) and OUT/report.json. Whole images; each rank\n" +
 			"appends its finished images to OUT/parts/, so a signal (exit 8) is continued by --resume\n" +
 			"at any rank count. --tile cuts\n" +
-			"large rasters into windows and merges them as DeepForest's predict_tile.\n\n" + ExitTable,
+			"large rasters into windows and merges them as DeepForest's predict_tile.\n" +
+			"A point model (DeepForest's TreeFormer) as --model writes OUT/predictions.csv with\n" +
+			"image_path,x,y,label,score, predict_image's points (--tile: predict_tile's), the same\n" +
+			"bytes for any rank count; --resume, --crop-model, --config and --skip-empty are for box models.\n\n" + ExitTable,
 		Flags: concatFlags([]cli.Flag{
 			configFlag(),
 			&cli.StringFlag{Name: "csv", Usage: "CSV whose image_path column lists the images (other columns ignored; each path once, in order of first appearance)"},
@@ -30,7 +33,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			rootDirFlag(),
 			&cli.StringFlag{Name: "out", Value: "canopy-predict", Usage: "output folder, on a filesystem every rank sees; each rank appends finished images to OUT/parts/ so an interrupted run (exit 8) can --resume; refused if it holds a previous run (predict's or eval's) unless --force or --resume, and (exit 2, naming the holder) while another run holds its lock"},
 			&cli.BoolFlag{Name: "force", Usage: "replace the previous run in --out, predict's or eval's: it is set aside until the new run has saved its first images, and put back if the run fails before that"},
-			&cli.BoolFlag{Name: "resume", Usage: "continue the interrupted run (exit 8) in --out, at any rank count. Whole images: images in its part files are not detected again; refused (exit 2, naming the difference or the changed image) unless the image list, model, its settings, label dict and root folder match its manifest and every saved image is unchanged. With --tile: rasters whose outputs are published are not read again, windows in its part files are not detected again; refused (exit 2, naming the difference) unless the rasters, model, window and merge settings match its manifest"},
+			&cli.BoolFlag{Name: "resume", Usage: "continue the interrupted run (exit 8) in --out, at any rank count. Whole images: images in its part files are not detected again; refused (exit 2, naming the difference or the changed image) unless the image list, model, its settings, label dict and root folder match its manifest and every saved image is unchanged. With --tile: rasters whose outputs are published are not read again, windows in its part files are not detected again; refused (exit 2, naming the difference) unless the rasters, model, window and merge settings and crop models (each one's weights sha256, labels, --crop-label-dict sha256 and transform) match its manifest. A raster is identified by its path, size, modification time and the sha256 of its first and last 64 KiB (an edit inside it that keeps its size and time is not seen), and with --resume-hash full also by the sha256 of the whole file"},
 			&cli.StringFlag{Name: "label-dict", Usage: "label,id CSV naming the model's classes: needed for a bare .pt state dict, which holds no labels (a .ckpt or a model folder carries its own, which this must then equal); with --tile as without"},
 			&cli.BoolFlag{Name: "raw-rows", Usage: "write every detection as the detector gives it (float boxes, NMS per class only: DeepForest 2.1.0's predict_file rows) instead of predict_image's rows, which by default reduce an image whose detections carry more than one label by one class-agnostic NMS at nms_thresh with integer boxes (across_class_nms); report.json's \"rows\" says which. Not with --tile, whose merge is class-agnostic already"},
 		}, shardJobFlags("longest wait for every rank to reach a collective, then exit 5 (ranks other than 0 wait twice this, so rank 0 reports first; 0 disables)"),

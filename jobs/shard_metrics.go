@@ -39,8 +39,9 @@ func matchShard(shard []int, done map[int]parts.Done, in metrics.Input, ranks, r
 }
 
 // scoreShard runs the sharded metric stage and records its parts in the
-// rank's stats: seconds.metrics_match, _gather, _reduce, _cpu (process
-// CPU over the stage) and metrics_bytes_sent.
+// rank's stats: seconds.metrics_match, _gather, _reduce (wall),
+// metrics_cpu_seconds (the process's CPU seconds per part: match, exchange,
+// merge, reduce), metrics_images and metrics_bytes_sent.
 func scoreShard(c mpi.Comm, in metrics.Input, mine []int, cfg shardmetrics.Config, stats *collective.RankStats) (shardmetrics.Outcome, error) {
 	out, err := shardmetrics.Run(c, in, mine, cfg)
 	if errors.Is(err, shardmetrics.ErrComm) {
@@ -51,7 +52,7 @@ func scoreShard(c mpi.Comm, in metrics.Input, mine []int, cfg shardmetrics.Confi
 	}
 	s := out.Stats
 	stats.Seconds["metrics_match"], stats.Seconds["metrics_gather"] = s.Match, s.Gather
-	stats.Seconds["metrics_reduce"], stats.Seconds["metrics_cpu"] = s.Reduce, s.CPU
+	stats.Seconds["metrics_reduce"], stats.MetricsCPU = s.Reduce, &s.CPU
 	stats.MetricsImages, stats.MetricsBytesSent = s.Images, s.BytesSent
 	return out, nil
 }

@@ -136,7 +136,7 @@ func openRasters(cfg TileConfig) ([]tileRaster, []rasterIdent, error) {
 		if total += t.Windows; total > tile.MaxWindows {
 			return nil, nil, fmt.Errorf("jobs: the rasters give more than %d windows: %w", tile.MaxWindows, tile.ErrSettings)
 		}
-		if idents[i], err = identifyRaster(paths[i], files[i]); err != nil {
+		if idents[i], err = identifyRaster(paths[i], files[i], cfg.FullHash); err != nil {
 			return nil, nil, fmt.Errorf("jobs: %w", err)
 		}
 		out[i] = t
@@ -165,9 +165,9 @@ func nameLayers(rasters []tileRaster) {
 // packTile is rank 0's packet: the model, the rasters, eval --tile's truth
 // (as CSV; vt records a shapefile or GeoPackage truth), the label map, and
 // what the run continues (a tileResume and the saved windows).
-func packTile(cfg TileConfig) (pkt []byte, out *outdir.Run, vt *tileTruth) {
-	fail := func(code int, err error) ([]byte, *outdir.Run, *tileTruth) {
-		return append([]byte{byte(code)}, err.Error()...), nil, nil
+func packTile(cfg TileConfig) (pkt []byte, out *outdir.Run, vt *tileTruth, crops *cropstage.Set) {
+	fail := func(code int, err error) ([]byte, *outdir.Run, *tileTruth, *cropstage.Set) {
+		return append([]byte{byte(code)}, err.Error()...), nil, nil, nil
 	}
 	var err error
 	if cfg.Eval != nil && isVectorTruth(cfg.CSV) {
@@ -215,7 +215,12 @@ func packTile(cfg TileConfig) (pkt []byte, out *outdir.Run, vt *tileTruth) {
 	if err != nil {
 		return fail(ExitInput, fmt.Errorf("jobs: %w", err))
 	}
-	out, res, saved, err := prepareTileOut(cfg, tileManifestOf(cfg, digest, config, labels, truth, idents), ix.offset)
+	// The crop models, loaded here on rank 0 (openCropModelsFrom takes
+	// them): the manifest records their identity.
+	if crops, err = cropstage.Load(cfg.Crops); err != nil {
+		return fail(Code(err), err)
+	}
+	out, res, saved, err := prepareTileOut(cfg, tileManifestOf(cfg, digest, config, labels, truth, idents, crops), ix.offset)
 	if err != nil {
 		return fail(Code(err), err)
 	}
@@ -236,7 +241,7 @@ func packTile(cfg TileConfig) (pkt []byte, out *outdir.Run, vt *tileTruth) {
 			collective.SayLine(cfg.Progress, "canopy: note: ", n)
 		}
 	}
-	return collective.PackFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth, labels, rj, saved), out, vt
+	return collective.PackFields([]byte{0}, []byte(dir), []byte(digest), []byte(config), rb, truth, labels, rj, saved), out, vt, crops
 }
 
 type tileReport struct {
@@ -294,9 +299,10 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	gdal.SetCacheMax(int64(cfg.CacheMiB) << 20)
 	var pkt []byte
 	var out *outdir.Run
-	var vt *tileTruth // rank 0: a shapefile or GeoPackage truth
+	var vt *tileTruth           // rank 0: a shapefile or GeoPackage truth
+	var preCrops *cropstage.Set // rank 0: the crop models packTile loaded
 	if c.Rank() == 0 {
-		pkt, out, vt = packTile(cfg)
+		pkt, out, vt, preCrops = packTile(cfg)
 	}
 	defer func() { out.Finish(err) }()
 	f, err := collective.BcastFields(c, pkt, 8)
@@ -330,7 +336,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		return err
 	}
 	labels := model.Labels()
-	crops, err := cropstage.Open(c, cfg.Crops, model.CropWorkers())
+	crops, err := cropstage.OpenFrom(c, cfg.Crops, model.CropWorkers(), preCrops)
 	if err != nil {
 		return err
 	}

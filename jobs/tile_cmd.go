@@ -39,6 +39,7 @@ func tileWindowFlags(tileUsage string) []cli.Flag {
 		&cli.Float64Flag{Name: "tile-iou", Value: tile.DefaultIoU, Usage: "with --tile: IoU above which the merge (one class-agnostic NMS over the raster's shifted, integer boxes) drops the lower-scoring box (predict_tile's iou_threshold; DeepForest's CLI --mode tile passes nms_thresh, 0.05, here)"},
 		&cli.IntFlag{Name: "gdal-cache", Value: 256, Usage: "with --tile: GDAL's block cache per rank, in MiB (bounds what a rank holds of a raster)"},
 		&cli.BoolFlag{Name: "skip-empty", Usage: "with --tile: a window whose pixels are all nodata (the raster's nodata value on bands 1-3, or alpha 0) or all one value gets no detections without running the model (off by default: DeepForest's predict_tile runs every window); report.json counts them (per_rank skipped_windows, tile.skipped_windows)"},
+		&cli.StringFlag{Name: "resume-hash", Value: resumeHashEnds, Usage: "with --tile: what identifies a raster for --resume. " + resumeHashEnds + " (default): its size, its modification time and the sha256 of its first and last 64 KiB (a GeoTIFF's header and tile offsets), so an edit inside a raster that keeps its size and time is not seen; " + resumeHashFull + ": also the sha256 of the whole file, read once more by rank 0 at the start of the run and of each --resume (about 0.8 CPU s per GiB from the page cache, plus the read from disk; docs/benchmarks.md). Recorded in OUT/manifest.json: give it to the run and to every --resume"},
 		&cli.IntFlag{Name: "round-windows", Usage: "with --tile: windows per round (the job detects a round, gathers it, and publishes the rasters it completes); default: 32 detector calls per rank (at least 64 windows), fewer when the rank's memory budget asks. Outputs do not depend on it"},
 	}
 }
@@ -48,7 +49,11 @@ type TileConfig struct {
 	Raster, CSV, Images, RootDir string
 	Out                          string
 	Force, Resume                bool
-	BatchSize                    int
+	// FullHash is --resume-hash full: a raster's identity for --resume
+	// holds the sha256 of the whole file (else of its first and last
+	// 64 KiB, with its size and modification time).
+	FullHash  bool
+	BatchSize int
 	// SkipEmpty: a window whose pixels are all nodata, alpha 0 or one
 	// value gives no detections without running the model.
 	SkipEmpty bool
@@ -96,6 +101,9 @@ func tileConfig(c *cli.Context, stdout io.Writer) (TileConfig, error) {
 	}
 	cfg.Model, cfg.Crops = mc, cc
 	if cfg.BatchSize, err = batchSize(c); err != nil {
+		return cfg, err
+	}
+	if cfg.FullHash, err = fullHashFlag(c); err != nil {
 		return cfg, err
 	}
 	given := 0
@@ -165,12 +173,24 @@ func runTileJob(c *cli.Context, code *int, newComm CommFactory, stderr io.Writer
 
 // tileFlagsNeedTile refuses a tile flag given without --tile.
 func tileFlagsNeedTile(c *cli.Context, cmd string) error {
-	for _, f := range []string{"raster", "patch-size", "patch-overlap", "tile-iou", "gdal-cache", "round-windows", "skip-empty"} {
+	for _, f := range []string{"raster", "patch-size", "patch-overlap", "tile-iou", "gdal-cache", "round-windows", "skip-empty", "resume-hash"} {
 		if c.IsSet(f) {
 			return usageError(fmt.Errorf("%s: --%s needs --tile", cmd, f))
 		}
 	}
 	return nil
+}
+
+// fullHashFlag parses --resume-hash: true for full.
+func fullHashFlag(c *cli.Context) (bool, error) {
+	switch h := c.String("resume-hash"); h {
+	case resumeHashEnds:
+		return false, nil
+	case resumeHashFull:
+		return true, nil
+	default:
+		return false, fmt.Errorf("--resume-hash %q: want %s (the sha256 of each raster's first and last 64 KiB) or %s (of the whole file)", h, resumeHashEnds, resumeHashFull)
+	}
 }
 
 // evalTileAction is eval's action under --tile: the truth CSV names the
@@ -195,6 +215,9 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 		CacheMiB: c.Int("gdal-cache"), RunConfig: ec.RunConfig}
 	if cfg.RunConfig != nil {
 		cfg.RunConfig.applyTile(c, &cfg)
+	}
+	if cfg.FullHash, err = fullHashFlag(c); err != nil {
+		return usageError(fmt.Errorf("eval: %w", err))
 	}
 	switch {
 	case !(cfg.IoU >= 0 && cfg.IoU <= 1):

@@ -30,17 +30,36 @@ import (
 // modification time, and the sha256 of its first and last 64 KiB (a
 // GeoTIFF's header and tile offsets): a raster replaced or edited is
 // refused on --resume without reading every raster whole (NEON's 11,000
-// tiles are 3 TB).
+// tiles are 3 TB). An edit inside a raster that keeps its size and time is
+// not seen (issue 42, F3); --resume-hash full adds the sha256 of the whole
+// file (SHA256), which sees it.
 type rasterIdent struct {
 	Path     string `json:"image_path"`
 	Size     int64  `json:"size"`
 	MtimeNS  int64  `json:"mtime_ns"`
 	HeadTail string `json:"head_tail_sha256"`
+	SHA256   string `json:"sha256,omitempty"`
 }
 
 const identSpan = 64 << 10
 
-func identifyRaster(path, file string) (rasterIdent, error) {
+// The values of --resume-hash.
+const (
+	resumeHashEnds = "ends"
+	resumeHashFull = "full"
+)
+
+// identifyRaster is a raster's identity; full adds the whole file's sha256.
+func identifyRaster(path, file string, full bool) (rasterIdent, error) {
+	id, err := identifyEnds(path, file)
+	if err != nil || !full {
+		return id, err
+	}
+	id.SHA256, err = fileSHA256(file)
+	return id, err
+}
+
+func identifyEnds(path, file string) (rasterIdent, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return rasterIdent{}, err
@@ -65,27 +84,69 @@ func identifyRaster(path, file string) (rasterIdent, error) {
 // tileManifest is a tile run's OUT/manifest.json: a --resume continues
 // only when every field is the same now.
 type tileManifest struct {
-	Canopy           string               `json:"canopy"`
-	Command          string               `json:"command"`
-	Detector         string               `json:"detector"`
-	DetectorSettings map[string]string    `json:"detector_settings"`
-	LabelDict        string               `json:"label_dict_sha256"`
-	Truth            string               `json:"truth_sha256,omitempty"`
-	PatchSize        int                  `json:"patch_size"`
-	PatchOverlap     float64              `json:"patch_overlap"`
-	IoU              float64              `json:"tile_iou"`
-	SkipEmpty        bool                 `json:"skip_empty"`
-	CropModels       cropstage.CropConfig `json:"crop_models"`
-	Rasters          []rasterIdent        `json:"rasters"`
+	Canopy           string            `json:"canopy"`
+	Command          string            `json:"command"`
+	Detector         string            `json:"detector"`
+	DetectorSettings map[string]string `json:"detector_settings"`
+	LabelDict        string            `json:"label_dict_sha256"`
+	Truth            string            `json:"truth_sha256,omitempty"`
+	PatchSize        int               `json:"patch_size"`
+	PatchOverlap     float64           `json:"patch_overlap"`
+	IoU              float64           `json:"tile_iou"`
+	SkipEmpty        bool              `json:"skip_empty"`
+	// ResumeHash is "full" for --resume-hash full (none for ends).
+	ResumeHash string        `json:"resume_hash,omitempty"`
+	CropModels []cropIdent   `json:"crop_models"`
+	Rasters    []rasterIdent `json:"rasters"`
+}
+
+// cropIdent is what a tile manifest keeps of a crop model (issue 42,
+// F1): the rasters finished before a stop keep their crop labels, so a
+// --resume must classify the others with the same model. Its weights file's
+// sha256 (a model replaced at the same path), its labels in class order
+// with the --crop-label-dict file's sha256 (a label dict replaced), and its
+// transform (a hub folder's config.json edited beside the same weights).
+type cropIdent struct {
+	Path            string              `json:"path"`
+	SHA256          string              `json:"weights_sha256"`
+	Labels          []string            `json:"labels"`
+	LabelDict       string              `json:"label_dict,omitempty"`
+	LabelDictSHA256 string              `json:"label_dict_sha256,omitempty"`
+	Transform       cropstage.Transform `json:"transform"`
+}
+
+// cropIdents are the identities of a run's crop models (none without).
+func cropIdents(cs *cropstage.Set) []cropIdent {
+	if cs == nil {
+		return []cropIdent{}
+	}
+	out := make([]cropIdent, len(cs.Info))
+	for i, in := range cs.Info {
+		out[i] = cropIdent{Path: in.Path, SHA256: in.SHA256, Labels: in.Labels, Transform: in.Transform}
+		if in.LabelDict != nil {
+			out[i].LabelDict, out[i].LabelDictSHA256 = in.LabelDict.Path, in.LabelDict.SHA256
+		}
+	}
+	return out
 }
 
 // diff names every difference between the run to resume (m) and now (o);
-// a raster that changed is named with what changed.
+// a raster that changed is named with what changed, a crop model with
+// which one and what changed.
 func (m tileManifest) diff(o tileManifest) []string {
 	var d []string
 	a, _ := json.Marshal(m)
 	b, _ := json.Marshal(o)
-	d = diffJSON("", a, b, map[string]bool{"rasters": true})
+	d = diffJSON("", a, b, map[string]bool{"rasters": true, "crop_models": true})
+	if len(m.CropModels) != len(o.CropModels) {
+		d = append(d, fmt.Sprintf("crop models: %d in the run to resume, %d now", len(m.CropModels), len(o.CropModels)))
+	} else {
+		for i := range m.CropModels {
+			x, _ := json.Marshal(m.CropModels[i])
+			y, _ := json.Marshal(o.CropModels[i])
+			d = append(d, diffJSON(fmt.Sprintf("crop model %d (%s) ", i+1, m.CropModels[i].Path), x, y, nil)...)
+		}
+	}
 	if len(m.Rasters) != len(o.Rasters) {
 		return append(d, fmt.Sprintf("rasters: %d in the run to resume, %d now", len(m.Rasters), len(o.Rasters)))
 	}
@@ -103,6 +164,9 @@ func (m tileManifest) diff(o tileManifest) []string {
 		}
 		if r.HeadTail != n.HeadTail {
 			what = append(what, "its first or last 64 KiB differ")
+		}
+		if r.SHA256 != n.SHA256 && r.SHA256 != "" && n.SHA256 != "" {
+			what = append(what, "its content differs (sha256 of the whole file)")
 		}
 		if len(what) > 0 {
 			d = append(d, fmt.Sprintf("raster %d %q changed since the run: %s", i+1, r.Path, strings.Join(what, ", ")))
@@ -339,10 +403,13 @@ func removeLeftovers(dir string) error {
 }
 
 // tileManifestOf is the manifest of a tile run now.
-func tileManifestOf(cfg TileConfig, digest, config string, labels, truth []byte, idents []rasterIdent) tileManifest {
+func tileManifestOf(cfg TileConfig, digest, config string, labels, truth []byte, idents []rasterIdent, crops *cropstage.Set) tileManifest {
 	m := tileManifest{Canopy: Version, Command: kindPredictTile, Detector: "retinanet weights sha256 " + digest,
 		DetectorSettings: detectorSettings(cfg.Model, config), PatchSize: cfg.Settings.Patch, PatchOverlap: cfg.Settings.Overlap,
-		IoU: cfg.IoU, SkipEmpty: cfg.SkipEmpty, CropModels: cfg.Crops, Rasters: idents}
+		IoU: cfg.IoU, SkipEmpty: cfg.SkipEmpty, CropModels: cropIdents(crops), Rasters: idents}
+	if cfg.FullHash {
+		m.ResumeHash = resumeHashFull
+	}
 	if cfg.Eval != nil {
 		m.Command = kindEvalTile
 		m.Truth = outdir.SHA256Hex(truth)

@@ -200,17 +200,23 @@ func cocoMatchImage(truth []box.Truth, dets []box.Detection) []COCOCat {
 			}
 		}
 		scratch = c.prepare(scratch)
-		nd := len(c.dts)
-		cat := COCOCat{Label: l, Scores: make([]float64, nd), Flags: make([]uint8, nA*nT*nd)}
-		for d := range c.dts {
-			cat.Scores[d] = c.dts[d].score
-		}
-		for a := range nA {
-			cat.NPIG[a] = int32(evaluateImg(&c, cocoAreas[a], cat.Flags[a*nT*nd:(a+1)*nT*nd], nd, 0))
-		}
-		out[k] = cat
+		out[k] = c.evaluate(l)
 	}
 	return out
+}
+
+// evaluate is evaluateImg of a prepared (category, image) pair over every
+// area range, as a COCOCat of label l.
+func (c *catImg) evaluate(l int32) COCOCat {
+	nd := len(c.dts)
+	cat := COCOCat{Label: l, Scores: make([]float64, nd), Flags: make([]uint8, nA*nT*nd)}
+	for d := range c.dts {
+		cat.Scores[d] = c.dts[d].score
+	}
+	for a := range nA {
+		cat.NPIG[a] = int32(evaluateImg(c, cocoAreas[a], cat.Flags[a*nT*nd:(a+1)*nT*nd], nd, 0))
+	}
+	return cat
 }
 
 // prepare sorts the detections by score (stable, descending), keeps the
@@ -375,30 +381,22 @@ func (e *cocoEval) accumulate(k int, imgs []*COCOCat) {
 	}
 	n := off[len(imgs)]
 	flags := make([]uint8, nT*n)
-	// For each maxDet, the detections of all images (the first m of each,
-	// in image order) in stable descending score order: shared by areas.
-	var orders [nM][]int32
-	for m, md := range cocoMaxDets {
-		var refs []int32
-		var scores []float64
-		for i := range imgs {
-			for d := 0; d < len(imgs[i].Scores) && d < md; d++ {
-				refs = append(refs, int32(off[i]+d))
-				scores = append(scores, imgs[i].Scores[d])
-			}
-		}
-		idx := make([]int32, len(refs))
-		for j := range idx {
-			idx[j] = int32(j)
-		}
-		byScore(scores, idx)
-		orders[m] = make([]int32, len(refs))
-		for j, x := range idx {
-			orders[m][j] = refs[x]
-		}
+	// Every kept detection (at most maxDets[-1] per image) in stable
+	// descending score order, ties by image then position: the one order
+	// read, since precision is read only at maxDets 100. At maxDets 1 and
+	// 10 only the recall is read: the matched detections among each image's
+	// first m over the non-ignored truths, a count that needs no order.
+	scores := make([]float64, n)
+	for i, c := range imgs {
+		copy(scores[off[i]:], c.Scores)
 	}
-	var tps []int32
-	var pr []float64
+	order := make([]int32, n)
+	for j := range order {
+		order[j] = int32(j)
+	}
+	byScore(scores, order)
+	tps := make([]int32, n)
+	pr := make([]float64, n)
 	for a := 0; a < nA; a++ {
 		npig := 0
 		for i, c := range imgs {
@@ -411,49 +409,59 @@ func (e *cocoEval) accumulate(k int, imgs []*COCOCat) {
 		if npig == 0 {
 			continue
 		}
-		for m := range cocoMaxDets {
-			order := orders[m]
-			nd := len(order)
-			tps, pr = slices.Grow(tps[:0], nd)[:nd], slices.Grow(pr[:0], nd)[:nd]
+		for m, md := range cocoMaxDets[:nM-1] {
 			for t := 0; t < nT; t++ {
 				ft := flags[t*n : (t+1)*n]
-				tp, fp := 0, 0
-				for j, gi := range order {
-					switch ft[gi] {
-					case flagMatched:
-						tp++
-					case 0:
-						fp++
-					}
-					tps[j] = int32(tp)
-					pr[j] = 0
-					if tp+fp > 0 {
-						pr[j] = float64(tp) / float64(tp+fp)
+				tp := 0
+				for i, c := range imgs {
+					for _, f := range ft[off[i] : off[i]+min(len(c.Scores), md)] {
+						if f == flagMatched {
+							tp++
+						}
 					}
 				}
-				// recall_j = tp_j/npig, computed only where it is compared
-				rc := func(j int) float64 { return float64(tps[j]) / float64(npig) }
-				e.recall[e.rIdx(t, k, a, m)] = 0
-				if nd > 0 {
-					e.recall[e.rIdx(t, k, a, m)] = rc(nd - 1)
+				e.recall[e.rIdx(t, k, a, m)] = float64(tp) / float64(npig) // 0 with no detection
+			}
+		}
+		nd := n
+		for t := 0; t < nT; t++ {
+			ft := flags[t*n : (t+1)*n]
+			tp, fp := 0, 0
+			for j, gi := range order {
+				switch ft[gi] {
+				case flagMatched:
+					tp++
+				case 0:
+					fp++
 				}
-				for j := nd - 1; j > 0; j-- {
-					if pr[j] > pr[j-1] {
-						pr[j-1] = pr[j]
-					}
+				tps[j] = int32(tp)
+				pr[j] = 0
+				if tp+fp > 0 {
+					pr[j] = float64(tp) / float64(tp+fp)
 				}
-				if m != nM-1 || e.slot[a][k] < 0 {
-					continue // precision is read only at maxDets 100
+			}
+			// recall_j = tp_j/npig, computed only where it is compared
+			rc := func(j int) float64 { return float64(tps[j]) / float64(npig) }
+			e.recall[e.rIdx(t, k, a, nM-1)] = 0
+			if nd > 0 {
+				e.recall[e.rIdx(t, k, a, nM-1)] = rc(nd - 1)
+			}
+			if e.slot[a][k] < 0 {
+				continue // precision is undefined without truth in the area
+			}
+			for j := nd - 1; j > 0; j-- {
+				if pr[j] > pr[j-1] {
+					pr[j-1] = pr[j]
 				}
-				for r, thr := range cocoRecallThresholds {
-					// first index with recall >= thr (numpy searchsorted, left)
-					j := sort.Search(nd, func(j int) bool { return rc(j) >= thr })
-					q := 0.0
-					if j < nd {
-						q = pr[j]
-					}
-					e.prec[a][(t*nR+r)*e.nDef[a]+int(e.slot[a][k])] = q
+			}
+			for r, thr := range cocoRecallThresholds {
+				// first index with recall >= thr (numpy searchsorted, left)
+				j := sort.Search(nd, func(j int) bool { return rc(j) >= thr })
+				q := 0.0
+				if j < nd {
+					q = pr[j]
 				}
+				e.prec[a][(t*nR+r)*e.nDef[a]+int(e.slot[a][k])] = q
 			}
 		}
 	}

@@ -207,25 +207,45 @@ func classValues(labels box.LabelMap, matches []Match) []Value {
 // class's recall and precision in the order of less, named by name.
 func classRates[K comparable](matches []Match, key func(int32) K, less func(a, b K) bool, name func(K) string) []Value {
 	type count struct{ truth, pred, correct int }
-	counts := map[K]*count{}
-	get := func(k K) *count {
-		c := counts[k]
-		if c == nil {
-			c = &count{}
-			counts[k] = c
+	// Count by label id in a dense table first (ids are small and dense),
+	// then fold the ids into their classes: one key call per id, not per
+	// row. A row whose two ids differ but share a key (numeric labels of
+	// one value) is correct too; those are counted per key as they come.
+	lo, hi := int32(0), int32(-1)
+	for _, m := range matches {
+		if m.Match && m.PredID >= 0 {
+			lo, hi = min(lo, m.TrueLabel, m.PredLabel), max(hi, m.TrueLabel, m.PredLabel)
 		}
-		return c
 	}
+	byID := make([]count, hi-lo+1)
+	sameKey := map[K]int{}
 	for _, m := range matches {
 		if !m.Match || m.PredID < 0 {
 			continue
 		}
-		t, p := key(m.TrueLabel), key(m.PredLabel)
-		get(t).truth++
-		get(p).pred++
-		if t == p {
-			get(t).correct++
+		byID[m.TrueLabel-lo].truth++
+		byID[m.PredLabel-lo].pred++
+		if m.TrueLabel == m.PredLabel {
+			byID[m.TrueLabel-lo].correct++
+		} else if t := key(m.TrueLabel); t == key(m.PredLabel) {
+			sameKey[t]++
 		}
+	}
+	counts := map[K]*count{}
+	for j, c := range byID {
+		if c == (count{}) {
+			continue
+		}
+		k := key(int32(j) + lo)
+		a := counts[k]
+		if a == nil {
+			a = &count{}
+			counts[k] = a
+		}
+		a.truth, a.pred, a.correct = a.truth+c.truth, a.pred+c.pred, a.correct+c.correct
+	}
+	for k, n := range sameKey {
+		counts[k].correct += n
 	}
 	keys := make([]K, 0, len(counts))
 	for k := range counts {
@@ -235,17 +255,22 @@ func classRates[K comparable](matches []Match, key func(int32) K, less func(a, b
 	vals := make([]Value, 0, 2*len(keys))
 	for _, k := range keys {
 		c := counts[k]
-		r, p := 0.0, 0.0
-		if c.truth > 0 {
-			r = float64(c.correct) / float64(c.truth)
-		}
-		if c.pred > 0 {
-			p = float64(c.correct) / float64(c.pred)
-		}
-		n := name(k)
-		vals = append(vals, Value{Key: n + "_Recall", V: r}, Value{Key: n + "_Precision", V: p})
+		vals = append(vals, classRate(name(k), c.truth, c.pred, c.correct)...)
 	}
 	return vals
+}
+
+// classRate is one class's <name>_Recall and <name>_Precision: correct
+// over truths and over predictions, 0 where there are none.
+func classRate(name string, truth, pred, correct int) []Value {
+	r, p := 0.0, 0.0
+	if truth > 0 {
+		r = float64(correct) / float64(truth)
+	}
+	if pred > 0 {
+		p = float64(correct) / float64(pred)
+	}
+	return []Value{{Key: name + "_Recall", V: r}, {Key: name + "_Precision", V: p}}
 }
 
 // numericClassValues is compute_class_recall on numeric label columns, as
@@ -290,7 +315,21 @@ func matchImage(img int, truth []box.Truth, dets []box.Detection) ([]Match, erro
 	if len(dets) == 0 {
 		return rows, nil
 	}
-	col, err := AssignSparseMax(len(truth), len(dets), overlapEntries(truth, dets))
+	var col []int
+	var err error
+	if nt, np := len(truth), len(dets); nt*np <= denseMax {
+		// a small image: the dense matrix is cheaper than the implicit one
+		// and gives the same pairs (both are scipy's)
+		inter := make([]float64, nt*np)
+		for t := range truth {
+			for p := range dets {
+				inter[t*np+p] = Intersection(truth[t].Box, dets[p].Box)
+			}
+		}
+		col, err = Assign(inter, nt, np, true)
+	} else {
+		col, err = AssignSparseMax(nt, np, overlapEntries(truth, dets))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -306,6 +345,10 @@ func matchImage(img int, truth []box.Truth, dets []box.Detection) ([]Match, erro
 	}
 	return rows, nil
 }
+
+// denseMax is the largest truth × detection matrix an image is matched on
+// densely (8 KiB of float64).
+const denseMax = 1024
 
 // overlapEntries lists the truth × detection pairs of positive
 // intersection area (row: truth index, column: detection index).

@@ -18,7 +18,11 @@ type overlapIndex struct {
 	start        []int32 // cell c holds ids[start[c]:start[c+1]]
 	ids          []int32
 	big          []int32 // boxes spanning more than bigSpan cells, checked against every query
+	linear       bool    // few boxes: every query scans them all, no grid
 }
+
+// linearMax is the most boxes an index scans instead of building a grid.
+const linearMax = 32
 
 // bigSpan is the most cells one box is entered in; larger boxes go to the
 // big list, so the index stays linear in the boxes whatever their sizes.
@@ -31,6 +35,10 @@ func maxGridCells(n int) int { return 4*n + 64 }
 func newOverlapIndex(bs []box.Box) *overlapIndex {
 	ix := &overlapIndex{}
 	if len(bs) == 0 {
+		return ix
+	}
+	if len(bs) <= linearMax {
+		ix.linear = true
 		return ix
 	}
 	minX, minY := math.Inf(1), math.Inf(1)
@@ -114,6 +122,14 @@ func (ix *overlapIndex) span(b box.Box) (cx0, cy0, cx1, cy1 int) {
 // order. A pair is reported only from the cell holding the corner
 // (max Xmin, max Ymin) of the overlap, which lies in both boxes' spans.
 func (ix *overlapIndex) each(bs []box.Box, q box.Box, fn func(k int, area float64)) {
+	if ix.linear {
+		for k := range bs {
+			if a := Intersection(q, bs[k]); a > 0 {
+				fn(k, a)
+			}
+		}
+		return
+	}
 	if ix.nx == 0 {
 		return
 	}

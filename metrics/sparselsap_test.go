@@ -184,13 +184,17 @@ func TestOverlapIndexFindsEveryPair(t *testing.T) {
 	}
 }
 
-// TestMatchImageEqualsDense checks DeepForest's per-image matching (grid +
-// implicit solver) against the dense matrix and the dense scipy port, row
-// by row, on tied integer images.
+// TestMatchImageEqualsDense checks DeepForest's per-image matching (dense
+// below denseMax, grid + implicit solver above) and the implicit path on
+// every image against the dense matrix and the dense scipy port, row by
+// row, on tied integer images.
 func TestMatchImageEqualsDense(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for trial := 0; trial < 2000; trial++ {
 		nt, np := rng.IntN(15), rng.IntN(15)
+		if trial%4 == 0 { // past denseMax: the implicit path
+			nt, np = 20+rng.IntN(60), 20+rng.IntN(60)
+		}
 		grid := 4 + rng.IntN(25)
 		tb := genBoxes(rng, nt, grid, 1+rng.IntN(8), nil)
 		pb := genBoxes(rng, np, grid, 1+rng.IntN(8), tb)
@@ -219,6 +223,12 @@ func TestMatchImageEqualsDense(t *testing.T) {
 		if np > 0 {
 			if col, err = Assign(dense, nt, np, true); err != nil {
 				t.Fatal(err)
+			}
+		}
+		if np > 0 { // the implicit path on every image, whatever its size
+			sp, err := AssignSparseMax(nt, np, overlapEntries(truth, dets))
+			if err != nil || fmt.Sprint(sp) != fmt.Sprint(col) {
+				t.Fatalf("trial %d: implicit %v (%v), dense %v", trial, sp, err, col)
 			}
 		}
 		for i, r := range rows {

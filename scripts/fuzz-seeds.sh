@@ -29,6 +29,7 @@ seed -dir $d/FuzzParseGeoCSV -then 'bool(false)' $g/points_edge/{truth,preds}.cs
 seed -dir $d/FuzzParseGeoCSV -then 'bool(true)' $g/polygons_edge/{truth,preds}.csv
 seed -dir $d/FuzzParseWKT -kind string 'POINT (1.5 -2)' 'MULTIPOLYGON (((50 50, 55 50, 55 55, 50 55, 50 50)), ((60 50, 65 50, 65 55, 60 55, 60 50)))' \
 	'POLYGON ((70 70, 90 70, 90 90, 70 90, 70 70), (75 75, 80 75, 80 80, 75 80, 75 75))' 'POLYGON EMPTY' 'POLYGON ((0 0, 1 0, 0 0)'
+seed -dir $d/FuzzParseWKB internal/dataset/testdata/wkb/*.wkb
 
 d=infer/safetensors/testdata/fuzz
 rm -rf $d
@@ -88,5 +89,5 @@ cat > "$tmp/manifest.json" <<'JSON'
 JSON
 seed -dir $d/FuzzManifest "$tmp/manifest.json"
 d=report/testdata/fuzz
-seed -dir $d/FuzzCompareReport testdata/golden/demo/report.json report/testdata/compare/{baseline,per_class_reordered,classes_length_mismatch,not_a_report}.json
+seed -dir $d/FuzzCompareReport testdata/golden/demo/report.json report/testdata/compare/{baseline,per_class_reordered,classes_length_mismatch,not_a_report,sweep}.json
 seed -dir $d/FuzzTolerances -kind string default=0.02 'map=0.01, box_recall=0' map=1e400 x=NaN x=-1 '=1' map_per_class=0x1p-4

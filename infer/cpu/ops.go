@@ -11,9 +11,6 @@
 package cpu
 
 import (
-	"sync"
-	"sync/atomic"
-
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/nn"
 )
@@ -34,23 +31,7 @@ func NewFmap(c, h, w int) Fmap { return Fmap{c, h, w, make([]float32, c*h*w)} }
 // that holds it, whatever size that buffer was made for, so layer2's maps
 // reuse layer1's buffers instead of adding their own.
 func (e *Engine) Fmap(c, h, w int) Fmap {
-	n := c * h * w
-	best := -1
-	for i, b := range e.free {
-		if cap(b) >= n && (best < 0 || cap(b) < cap(e.free[best])) {
-			best = i
-		}
-	}
-	var d []float32
-	if best >= 0 {
-		d = e.free[best][:n]
-		last := len(e.free) - 1
-		e.free[best], e.free[last] = e.free[last], nil
-		e.free = e.free[:last]
-	} else {
-		d = nn.BigFloats(n)
-	}
-	return Fmap{c, h, w, d}
+	return Fmap{c, h, w, takeFree(&e.free, c*h*w)}
 }
 
 // put returns dead maps to the free list (not while tracing: a Trace keeps
@@ -127,31 +108,7 @@ func NewEngine(threads int) *Engine {
 func (e *Engine) Threads() int { return e.threads }
 
 // Parallel runs f(worker, job) for job in [0, n) on the engine's workers.
-func (e *Engine) Parallel(n int, f func(worker, job int)) {
-	if e.threads == 1 || n == 1 {
-		for j := 0; j < n; j++ {
-			f(0, j)
-		}
-		return
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	workers := min(e.threads, n)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for {
-				j := int(next.Add(1) - 1)
-				if j >= n {
-					return
-				}
-				f(w, j)
-			}
-		}(w)
-	}
-	wg.Wait()
-}
+func (e *Engine) Parallel(n int, f func(worker, job int)) { parallel(e.threads, n, f) }
 
 // conv computes relu?(conv(x) + b [+ res]).
 func (e *Engine) Conv(c *nn.Conv, x Fmap, relu bool, res *Fmap) Fmap {

@@ -2,11 +2,15 @@ package crop
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
+	"github.com/canopy-hpc/canopy/infer/nn"
+	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 )
 
 // BenchmarkCropsR50 is canopy's crop step as tools/cropmodel/bench.py
@@ -14,9 +18,23 @@ import (
 // checkpoint), the parity fixture's predict_tile boxes repeated to
 // $CANOPY_BENCH_CROPS (default 128), $CANOPY_BENCH_THREADS workers
 // (default 2); each iteration decodes the raster, cuts, transforms and
-// classifies every crop. It reports crops/s. tools/cropmodel/bench.sh
-// alternates it with DeepForest's.
+// classifies every crop. It reports crops/s and the process's CPU
+// seconds (user+sys) per crop, which other load on the machine disturbs
+// far less than wall time. tools/cropmodel/bench.sh alternates it with
+// DeepForest's.
 func BenchmarkCropsR50(b *testing.B) {
+	benchCrops(b, func(pf torchckpt.CropFiles) (string, Options) { return pf.Ckpt, Options{} })
+}
+
+// BenchmarkCropsR18 is BenchmarkCropsR50 with the parity ResNet-18
+// classifier (1bad4419's create_crop_backbone, a bare state dict).
+func BenchmarkCropsR18(b *testing.B) {
+	benchCrops(b, func(pf torchckpt.CropFiles) (string, Options) {
+		return pf.R18, Options{LabelDict: map[string]int{"a": 0, "b": 1}}
+	})
+}
+
+func benchCrops(b *testing.B, model func(torchckpt.CropFiles) (string, Options)) {
 	n, threads := 128, 2
 	if v, err := strconv.Atoi(os.Getenv("CANOPY_BENCH_CROPS")); err == nil && v > 0 {
 		n = v
@@ -25,13 +43,18 @@ func BenchmarkCropsR50(b *testing.B) {
 		threads = v
 	}
 	fx, pf := parity(b)
-	m, err := Load(pf.Ckpt, Options{})
+	path, opts := model(pf)
+	m, err := Load(path, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
 	r := NewRunner(m.Net(), threads)
+	if b.N == 1 {
+		fmt.Fprintf(os.Stderr, "canopy %s: kernels %s (gemm.Chain; no OpenBLAS in the crop step), %d workers, batch %d\n", m.Arch(), gemm.Kernels(), threads, r.Batch)
+	}
 	ctx := context.Background()
 	b.ResetTimer()
+	cpu0 := nn.ProcessCPU()
 	for it := 0; it < b.N; it++ {
 		img, err := imagefile.Read(pf.Tile)
 		if err != nil {
@@ -51,4 +74,5 @@ func BenchmarkCropsR50(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "crops/s")
+	b.ReportMetric((nn.ProcessCPU()-cpu0).Seconds()/float64(n*b.N), "cpu-s/crop")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 
 	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
@@ -20,7 +19,7 @@ type Net struct {
 	Classes int
 	fcW     []float32 // [Classes][Body.Channels[3]]
 	fcB     []float32
-	filters cpu.Filters
+	filters cpu.BatchFilters
 }
 
 // NewNet builds the classifier from a state dict with torchvision ResNet
@@ -52,7 +51,8 @@ func NewNet(w nn.Weights) (*Net, error) {
 func (n *Net) Arch() string { return n.Body.Arch }
 
 // FilterBytes is the memory the CPU engine will add for the Winograd
-// filters (0 once made).
+// filters (0 once made): F(4×4,3×3)'s, 36 floats per 3×3 filter, the 3×3
+// weights kept.
 func (n *Net) FilterBytes() int64 { return n.filters.Bytes(n.Body.Convs()) }
 
 // Output is one crop's result: the logits (fc's output) and their
@@ -73,70 +73,88 @@ func (o Output) Best() (int, float32) {
 	return k, o.Probs[k]
 }
 
-// Runner classifies transformed crops on the CPU: workers goroutines, each
-// with its own single-threaded engine, take whole crops, so a crop's bytes
-// never depend on the worker count, the batch or its neighbours.
+// Runner classifies transformed crops on the CPU: Batch crops at a time,
+// side by side in one cpu.Batch, through one BatchEngine of workers
+// threads. A crop's bytes never depend on the worker count, the batch or
+// its neighbours (cpu.BatchEngine: each value is one fused multiply-add
+// chain of its own row and column), nor on the CPU's instruction set. A
+// Runner is not safe for concurrent use.
 type Runner struct {
-	net     *Net
-	engines []*cpu.Engine
+	net *Net
+	eng *cpu.BatchEngine
+	// Batch is the most crops a forward pass takes at once (DefaultBatch).
+	Batch int
 }
 
+// DefaultBatch is the crops per forward pass: 16 crops of 224×224 make
+// the matrices of layer4 (7×7) 784 columns wide and its Winograd layers 64
+// tiles, while the largest map (layer1's, 256×56×56 per crop) stays at
+// 51 MB.
+const DefaultBatch = 16
+
 // NewRunner prepares the network's Winograd filters (once per Net) and
-// makes workers engines.
+// an engine of workers threads.
 func NewRunner(n *Net, workers int) *Runner {
-	n.filters.Prepare(n.Body.Convs(), true)
-	r := &Runner{net: n}
-	for i := 0; i < max(workers, 1); i++ {
-		r.engines = append(r.engines, cpu.NewEngine(1))
-	}
-	return r
+	n.filters.Prepare(n.Body.Convs())
+	return &Runner{net: n, eng: cpu.NewBatchEngine(workers), Batch: DefaultBatch}
 }
 
 // Workers is the runner's worker count.
-func (r *Runner) Workers() int { return len(r.engines) }
+func (r *Runner) Workers() int { return r.eng.Threads() }
 
 // Run classifies a batch of transformed crops, each [3, h, w] in C order
 // (Transform.Apply's output) with its size.
 func (r *Runner) Run(ctx context.Context, xs [][]float32, size [2]int) ([]Output, error) {
-	out := make([]Output, len(xs))
 	for i, x := range xs {
 		if len(x) != 3*size[0]*size[1] {
 			return nil, fmt.Errorf("crop: input %d holds %d values, want 3×%d×%d", i, len(x), size[0], size[1])
 		}
 	}
-	r.each(ctx, len(xs), func(e *cpu.Engine, i int) { out[i] = r.net.forward(e, xs[i], size) })
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkFinite(out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return r.batches(ctx, len(xs), size, func(i int, dst [3][]float32) error {
+		for c := range dst {
+			copy(dst[c], xs[i][c*size[0]*size[1]:])
+		}
+		return nil
+	})
 }
 
-// Classify transforms each raw crop with tr and classifies it: each
-// worker takes whole crops (transform and network), in crop order.
+// Classify transforms each raw crop with tr (straight into its place in
+// the batch) and classifies it. Outputs are in crop order.
 func (r *Runner) Classify(ctx context.Context, tr Transform, crops []imagefile.Image) ([]Output, error) {
 	if err := tr.check(); err != nil {
 		return nil, err
 	}
-	out := make([]Output, len(crops))
-	errs := make([]error, len(crops))
-	r.each(ctx, len(crops), func(e *cpu.Engine, i int) {
-		x, err := tr.Apply(crops[i].Pix, crops[i].W, crops[i].H)
-		if err != nil {
-			errs[i] = fmt.Errorf("crop %d: %w", i, err)
-			return
+	return r.batches(ctx, len(crops), tr.Size, func(i int, dst [3][]float32) error {
+		if err := tr.ApplyTo(crops[i].Pix, crops[i].W, crops[i].H, dst); err != nil {
+			return fmt.Errorf("crop %d: %w", i, err)
 		}
-		out[i] = r.net.forward(e, x, tr.Size)
+		return nil
 	})
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	for _, err := range errs {
-		if err != nil {
+}
+
+// batches runs n crops, r.Batch at a time: fill(i, planes) writes crop
+// i's three channels into its planes of the batch (in parallel), then the
+// network runs the batch.
+func (r *Runner) batches(ctx context.Context, n int, size [2]int, fill func(i int, dst [3][]float32) error) ([]Output, error) {
+	out := make([]Output, 0, n)
+	bs := max(r.Batch, 1)
+	for lo := 0; lo < n; lo += bs {
+		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		hi := min(lo+bs, n)
+		x := r.eng.Batch(3, hi-lo, size[0], size[1])
+		errs := make([]error, hi-lo)
+		r.eng.Parallel(hi-lo, func(_, b int) {
+			errs[b] = fill(lo+b, [3][]float32{x.Plane(0, b), x.Plane(1, b), x.Plane(2, b)})
+		})
+		for _, err := range errs {
+			if err != nil {
+				r.eng.Put(x)
+				return nil, err
+			}
+		}
+		out = append(out, r.net.forward(r.eng, x)...)
 	}
 	if err := checkFinite(out); err != nil {
 		return nil, err
@@ -144,62 +162,43 @@ func (r *Runner) Classify(ctx context.Context, tr Transform, crops []imagefile.I
 	return out, nil
 }
 
-// each runs f(engine, i) for i in [0, n) on the runner's workers, each i
-// once, in increasing order of taking.
-func (r *Runner) each(ctx context.Context, n int, f func(e *cpu.Engine, i int)) {
-	var (
-		mu   sync.Mutex
-		next int
-		wg   sync.WaitGroup
-	)
-	for _, e := range r.engines {
-		wg.Add(1)
-		go func(e *cpu.Engine) {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				f(e, i)
+// forward runs a batch: the body to C5, then per crop the mean of each
+// channel (in float64, rounded once), fc (float64 sums in channel order,
+// rounded once) and the softmax (float64, rounded once).
+func (n *Net) forward(e *cpu.BatchEngine, x cpu.Batch) []Output {
+	c5 := resnet.Features[cpu.Batch](n.Body, e, x, 5)[2]
+	ch := c5.C
+	out := make([]Output, c5.N)
+	pooled := make([]float64, ch)
+	for b := range out {
+		pool(c5, b, pooled)
+		o := Output{Logits: make([]float32, n.Classes), Probs: make([]float32, n.Classes)}
+		for k := 0; k < n.Classes; k++ {
+			s := float64(n.fcB[k])
+			row := n.fcW[k*ch : (k+1)*ch]
+			for c, w := range row {
+				s += float64(w) * pooled[c]
 			}
-		}(e)
+			o.Logits[k] = float32(s)
+		}
+		softmax(o.Logits, o.Probs)
+		out[b] = o
 	}
-	wg.Wait()
+	e.Put(c5)
+	return out
 }
 
-// forward runs one crop: the body to C5, the mean of each channel (in
-// float64, rounded once), fc (float64 sums in channel order, rounded
-// once) and the softmax (float64, rounded once).
-func (n *Net) forward(e *cpu.Engine, x []float32, size [2]int) Output {
-	in := e.Fmap(3, size[0], size[1])
-	copy(in.D, x)
-	c5 := resnet.Features[cpu.Fmap](n.Body, e, in, 5)[2]
-	ch := c5.C
+// pool is the global average pool of crop b of c5: the mean of each
+// channel in float64, rounded once to float32.
+func pool(c5 cpu.Batch, b int, pooled []float64) {
 	hw := c5.H * c5.W
-	pooled := make([]float64, ch)
-	for c := 0; c < ch; c++ {
+	for c := range pooled {
 		var s float64
-		for _, v := range c5.D[c*hw : (c+1)*hw] {
+		for _, v := range c5.Plane(c, b) {
 			s += float64(v)
 		}
 		pooled[c] = float64(float32(s / float64(hw)))
 	}
-	e.Put(c5)
-	o := Output{Logits: make([]float32, n.Classes), Probs: make([]float32, n.Classes)}
-	for k := 0; k < n.Classes; k++ {
-		s := float64(n.fcB[k])
-		row := n.fcW[k*ch : (k+1)*ch]
-		for c, w := range row {
-			s += float64(w) * pooled[c]
-		}
-		o.Logits[k] = float32(s)
-	}
-	softmax(o.Logits, o.Probs)
-	return o
 }
 
 // softmax is exp(z − max)/Σ in float64, rounded once per class.

@@ -151,25 +151,50 @@ func forEachClone(t *testing.T, f func(t *testing.T)) {
 	}
 }
 
-// Every clone of the Winograd transforms, F(2×2,3×3) and F(4×4,3×3), gives
-// the same bits as the Go ones (the noblas build's), on shapes with odd
-// edges, a residual and ReLU: the bound is 0 ulp.
+// Every clone of the Winograd transforms, F(2×2,3×3) and F(4×4,3×3) (that
+// one also with the strides of a batch: planes and matrix rows further
+// apart than one image's), gives the same bits as the Go ones (the noblas
+// build's), on shapes with odd edges, a residual and ReLU: the bound is 0
+// ulp.
 func TestWinoMatchesGo(t *testing.T) {
 	forEachClone(t, func(t *testing.T) {
-		for _, tile := range []int{2, 4} {
-			comps := (tile + 2) * (tile + 2)
+		for _, tile := range []int{2, 4, 5} { // 5: F(4×4,3×3) strided
+			comps := 16
 			in, out, in_, out_ := WinoIn, WinoOut, winoInGo, winoOutGo
-			if tile == 4 {
-				in, out, in_, out_ = WinoIn4, WinoOut4, wino4InGo, wino4OutGo
+			if tile >= 4 {
+				comps = 36
+				in, out = WinoIn4, WinoOut4
+				in_ = func(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
+					wino4InGo(x, c, h*w, h, w, tw, t0, nb, v, vs, nb)
+				}
+				out_ = func(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
+					wino4OutGo(m, ms, nb, nb, o, tw, t0, h, w, h*w, bias, res, relu, y)
+				}
+			}
+			if tile == 5 {
+				// Planes 3 floats apart more than an image's, rows 2 more than nb.
+				tile = 4
+				in = func(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
+					WinoIn4S(x, c, h, w, tw, t0, nb, v, vs, Strides{Chan: h*w + 3, Row: nb + 2})
+				}
+				in_ = func(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
+					wino4InGo(x, c, h*w+3, h, w, tw, t0, nb, v, vs, nb+2)
+				}
+				out = func(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
+					WinoOut4S(m, ms, nb, o, tw, t0, h, w, bias, res, relu, y, Strides{Chan: h*w + 3, Row: nb + 2})
+				}
+				out_ = func(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
+					wino4OutGo(m, ms, nb+2, nb, o, tw, t0, h, w, h*w+3, bias, res, relu, y)
+				}
 			}
 			r := rand.New(rand.NewPCG(9, 10))
 			for _, s := range [][4]int{{3, 5, 7, 4}, {16, 13, 13, 30}, {8, 20, 9, 17}, {5, 8, 12, 3}} {
 				c, h, w, nb := s[0], s[1], s[2], s[3]
 				tw, th := (w+tile-1)/tile, (h+tile-1)/tile
-				x := fill(r, c*h*w)
+				x := fill(r, c*(h*w+3))
 				for t0 := 0; t0 < tw*th; t0 += nb {
 					n := min(nb, tw*th-t0)
-					vs := c*n + 5
+					vs := c*(n+2) + 5
 					a, b := make([]float32, comps*vs), make([]float32, comps*vs)
 					in(x, c, h, w, tw, t0, n, a, vs)
 					in_(x, c, h, w, tw, t0, n, b, vs)
@@ -178,11 +203,11 @@ func TestWinoMatchesGo(t *testing.T) {
 							t.Fatalf("F(%d) %v: WinoIn[%d] = %v, Go %v", tile, s, i, a[i], b[i])
 						}
 					}
-					ms := c*n + 3
+					ms := c*(n+2) + 3
 					m := fill(r, comps*ms)
-					bias, res := fill(r, c), fill(r, c*h*w)
+					bias, res := fill(r, c), fill(r, c*(h*w+3))
 					for _, relu := range []bool{false, true} {
-						y1, y2 := make([]float32, c*h*w), make([]float32, c*h*w)
+						y1, y2 := make([]float32, c*(h*w+3)), make([]float32, c*(h*w+3))
 						out(m, ms, n, c, tw, t0, h, w, bias, res, relu, y1)
 						out_(m, ms, n, c, tw, t0, h, w, bias, res, relu, y2)
 						for i := range y1 {
@@ -241,13 +266,25 @@ func testIm2colMatchesGo(t *testing.T) {
 					a[i], b[i] = 1, 2 // every element must be written
 				}
 				Im2col(x, cin, h, w, k, k, stride, pad, ow, j0, nb, a)
-				im2colGo(x, cin, h, w, k, k, stride, pad, ow, j0, nb, b)
-				for i := range a {
-					if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-						t.Fatalf("%v block %d+%d: [%d] %v, Go %v", s, j0, nb, i, a[i], b[i])
-					}
-				}
+				im2colGo(x, cin, h*w, h, w, k, k, stride, pad, ow, j0, nb, b, nb)
+				sameBits(t, a, b, fmt.Sprintf("%v block %d+%d", s, j0, nb))
+				// The strides of a batch: x's planes of two images
+				// interleaved (the second image's), rows nb+3 apart.
+				x2 := fill(r, 2*cin*h*w)
+				a, b = make([]float32, cin*k*k*(nb+3)), make([]float32, cin*k*k*(nb+3))
+				Im2colS(x2[h*w:], cin, h, w, k, k, stride, pad, ow, j0, nb, a, Strides{Chan: 2 * h * w, Row: nb + 3})
+				im2colGo(x2[h*w:], cin, 2*h*w, h, w, k, k, stride, pad, ow, j0, nb, b, nb+3)
+				sameBits(t, a, b, fmt.Sprintf("%v strided block %d+%d", s, j0, nb))
 			}
+		}
+	}
+}
+
+func sameBits(t *testing.T, a, b []float32, what string) {
+	t.Helper()
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			t.Fatalf("%s: [%d] %v, Go %v", what, i, a[i], b[i])
 		}
 	}
 }

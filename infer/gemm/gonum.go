@@ -27,12 +27,12 @@ func winoIn(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
 
 func detectSIMD() SIMD { return Generic }
 
-func wino4In(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
-	wino4InGo(x, c, h, w, tw, t0, nb, v, vs)
+func wino4In(x []float32, c, cs, h, w, tw, t0, nb int, v []float32, vs, ldv int) {
+	wino4InGo(x, c, cs, h, w, tw, t0, nb, v, vs, ldv)
 }
 
-func wino4Out(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
-	wino4OutGo(m, ms, nb, o, tw, t0, h, w, bias, res, relu, y)
+func wino4Out(m []float32, ms, ldm, nb, o, tw, t0, h, w, cs int, bias, res []float32, relu bool, y []float32) {
+	wino4OutGo(m, ms, ldm, nb, o, tw, t0, h, w, cs, bias, res, relu, y)
 }
 
 func winoOut(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
@@ -45,10 +45,20 @@ func epilogue(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, re
 
 func maxpool(src []float32, h, w int, tmp, dst []float32) { maxpoolGo(src, h, w, tmp, dst) }
 
-func im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
-	im2colGo(x, cin, h, w, kh, kw, stride, pad, ow, j0, nb, col)
+func im2col(x []float32, cin, cs, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32, ldc int) {
+	im2colGo(x, cin, cs, h, w, kh, kw, stride, pad, ow, j0, nb, col, ldc)
 }
 
 func resizeFMA(r0, r1 []float32, i0, i1 []int32, l0, l1 []float32, h0, h1 float32, out []float32) bool {
 	return false
+}
+
+func chain(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, ep Epi) {
+	chainGo(m, n, k, a, lda, b, ldb, c, ldc, ep)
+}
+
+func geluRow(x []float32)    { geluRowGo(x) }
+func softmaxRow(x []float32) { softmaxRowGo(x) }
+func dwconvGELURow(x []float32, h, wd, c int, w, b []float32, y int, out []float32) {
+	dwconvGELURowGo(x, h, wd, c, w, b, y, out)
 }

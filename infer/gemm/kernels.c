@@ -8,6 +8,10 @@
 // only.
 #include "wino.h"
 #include <math.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#include <string.h>
 
 // No clone may fuse a product into an add (cgo does not pass
 // -ffp-contract=off, so the pragma says it).
@@ -18,21 +22,27 @@
 #define K(name) K2(name, CANOPY_SFX)
 
 #define CANOPY_SFX generic
+#define CANOPY_VEC 0
 #include "kernels_body.h"
+#undef CANOPY_VEC
 #undef CANOPY_SFX
 
 #if defined(__x86_64__)
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 #define CANOPY_SFX avx2
+#define CANOPY_VEC 256
 #include "kernels_body.h"
+#undef CANOPY_VEC
 #undef CANOPY_SFX
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,prefer-vector-width=512")
 #define CANOPY_SFX avx512
+#define CANOPY_VEC 512
 #include "kernels_body.h"
+#undef CANOPY_VEC
 #undef CANOPY_SFX
 #pragma GCC pop_options
 #endif
@@ -70,21 +80,21 @@ void canopy_wino_out(int lvl, const float *m, long ms, int nb, int oc, int tw, i
 	CANOPY_DISPATCH(lvl, wino_out, m, ms, nb, oc, tw, t0, h, w, bias, res, relu, y);
 }
 
-void canopy_wino4_in(int lvl, const float *x, int c, int h, int w, int tw, int t0, int nb, float *v, long vs) {
-	CANOPY_DISPATCH(lvl, wino4_in, x, c, h, w, tw, t0, nb, v, vs);
+void canopy_wino4_in(int lvl, const float *x, int c, long cs, int h, int w, int tw, int t0, int nb, float *v, long vs, long ldv) {
+	CANOPY_DISPATCH(lvl, wino4_in, x, c, cs, h, w, tw, t0, nb, v, vs, ldv);
 }
 
-void canopy_wino4_out(int lvl, const float *m, long ms, int nb, int oc, int tw, int t0, int h, int w,
+void canopy_wino4_out(int lvl, const float *m, long ms, long ldm, int nb, int oc, int tw, int t0, int h, int w, long cs,
 		const float *bias, const float *res, int relu, float *y) {
-	CANOPY_DISPATCH(lvl, wino4_out, m, ms, nb, oc, tw, t0, h, w, bias, res, relu, y);
+	CANOPY_DISPATCH(lvl, wino4_out, m, ms, ldm, nb, oc, tw, t0, h, w, cs, bias, res, relu, y);
 }
 
 void canopy_epilogue(int lvl, float *y, long ldy, int rows, int cols, const float *bias, const float *res, long ldr, int relu) {
 	CANOPY_DISPATCH(lvl, epilogue, y, ldy, rows, cols, bias, res, ldr, relu);
 }
 
-void canopy_im2col(int lvl, const float *x, int cin, int h, int w, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col) {
-	CANOPY_DISPATCH(lvl, im2col, x, cin, h, w, kh, kw, stride, pad, ow, j0, nb, col);
+void canopy_im2col(int lvl, const float *x, int cin, long cs, int h, int w, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col, long ldc) {
+	CANOPY_DISPATCH(lvl, im2col, x, cin, cs, h, w, kh, kw, stride, pad, ow, j0, nb, col, ldc);
 }
 
 void canopy_maxpool(int lvl, const float *src, int h, int w, float *tmp, float *dst) {
@@ -94,4 +104,17 @@ void canopy_maxpool(int lvl, const float *src, int h, int w, float *tmp, float *
 void canopy_resize_fma(int lvl, const float *r0, const float *r1, const int *i0, const int *i1,
 		const float *l0, const float *l1, float h0, float h1, int n, float *out) {
 	CANOPY_DISPATCH(lvl, resize_fma, r0, r1, i0, i1, l0, l1, h0, h1, n, out);
+}
+
+void canopy_chain(int lvl, int m, int n, int k, const float *a, long lda, const float *b, long ldb, float *c, long ldc,
+		const float *bias, const float *res, long ldr, int relu) {
+	CANOPY_DISPATCH(lvl, chain, m, n, k, a, lda, b, ldb, c, ldc, bias, res, ldr, relu);
+}
+
+void canopy_gelu_row(int lvl, float *x, int n) { CANOPY_DISPATCH(lvl, gelu_row, x, n); }
+
+void canopy_softmax_row(int lvl, float *x, int n) { CANOPY_DISPATCH(lvl, softmax_row, x, n); }
+
+void canopy_dwconv_gelu_row(int lvl, const float *x, int h, int wd, int c, const float *w, const float *b, int y, float *out) {
+	CANOPY_DISPATCH(lvl, dwconv_gelu_row, x, h, wd, c, w, b, y, out);
 }

@@ -106,13 +106,13 @@ static void K(epilogue)(float *y, long ldy, int rows, int cols, const float *bia
 
 // canopy_im2col: the patch matrix of output columns [j0, j0+nb), as
 // im2colGo (wino.go); copies only.
-static void K(im2col)(const float *x, int cin, int h, int w, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col) {
+static void K(im2col)(const float *x, int cin, long cs, int h, int w, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col, long ldc) {
 	long r = 0;
 	for (int ci = 0; ci < cin; ci++) {
-		const float *plane = x + (long)ci * h * w;
+		const float *plane = x + (long)ci * cs;
 		for (int ky = 0; ky < kh; ky++) {
 			for (int kx = 0; kx < kw; kx++) {
-				float *dst = col + r * nb;
+				float *dst = col + r * ldc;
 				r++;
 				int oy = j0 / ow, ox = j0 % ow;
 				for (int i = 0; i < nb;) {
@@ -157,11 +157,11 @@ static void K(im2col)(const float *x, int cin, int h, int w, int kh, int kw, int
 #define W4_KC 16
 #endif
 
-static void K(wino4_in)(const float *x, int c, int h, int w, int tw, int t0, int nb, float *v, long vs) {
+static void K(wino4_in)(const float *x, int c, long cs, int h, int w, int tw, int t0, int nb, float *v, long vs, long ldv) {
 	float D[6][4 * W4_KC + 4];
 	float R[6][4 * W4_KC + 4];
 	for (int ci = 0; ci < c; ci++) {
-		const float *plane = x + (long)ci * h * w;
+		const float *plane = x + (long)ci * cs;
 		for (int k = 0; k < nb;) {
 			int t = t0 + k;
 			int ty = t / tw, tx0 = t % tw;
@@ -200,7 +200,7 @@ static void K(wino4_in)(const float *x, int c, int h, int w, int tw, int t0, int
 				R[4][xx] = (d4 - d2) - (d3 - d1) * 2.0f;
 				R[5][xx] = (d1 * 4.0f - d3 * 5.0f) + d5;
 			}
-			float *base = v + (long)ci * nb + k;
+			float *base = v + (long)ci * ldv + k;
 			for (int i = 0; i < 6; i++) {
 				const float *ri = R[i];
 				float *o0 = base + (long)(i * 6 + 0) * vs, *o1 = base + (long)(i * 6 + 1) * vs;
@@ -230,14 +230,14 @@ static void K(wino4_in)(const float *x, int c, int h, int w, int tw, int t0, int
 // six rows of M (contiguous along the tiles), then Aᵀ across each tile's
 // six columns into a row buffer, then bias, residual and ReLU along the
 // output row. The order of every operation is wino4OutGo's.
-static void K(wino4_out)(const float *m, long ms, int nb, int oc, int tw, int t0, int h, int w,
+static void K(wino4_out)(const float *m, long ms, long ldm, int nb, int oc, int tw, int t0, int h, int w, long cs,
 		const float *bias, const float *res, int relu, float *y) {
 	float S[4][6][W4_KC];
 	float Y[4 * W4_KC];
 	for (int o = 0; o < oc; o++) {
 		float b = bias[o];
-		float *out = y + (long)o * h * w;
-		const float *rp = res ? res + (long)o * h * w : 0;
+		float *out = y + (long)o * cs;
+		const float *rp = res ? res + (long)o * cs : 0;
 		for (int k = 0; k < nb;) {
 			int t = t0 + k;
 			int ty = t / tw, tx0 = t % tw;
@@ -246,7 +246,7 @@ static void K(wino4_out)(const float *m, long ms, int nb, int oc, int tw, int t0
 				run = nb - k;
 			if (run > W4_KC)
 				run = W4_KC;
-			const float *mk = m + (long)o * nb + k;
+			const float *mk = m + (long)o * ldm + k;
 			for (int j = 0; j < 6; j++) {
 				const float *m0 = mk + (long)(0 * 6 + j) * ms, *m1 = mk + (long)(1 * 6 + j) * ms;
 				const float *m2 = mk + (long)(2 * 6 + j) * ms, *m3 = mk + (long)(3 * 6 + j) * ms;
@@ -355,4 +355,306 @@ static void K(resize_fma)(const float *r0, const float *r1, const int *i0, const
 		float q = t1 * h1;
 		out[x] = __builtin_fmaf(t0, h0, q);
 	}
+}
+
+// chain: C = relu?((A·B + bias) + res) for A m×k (rows lda apart), B k×n
+// (rows ldb apart), C m×n (rows ldc apart), all row-major and read where
+// they lie (no packing). Each C value is one chain of fused multiply-adds
+// over k in order from 0 (acc = fma(a[i][p], b[p][j], acc), p = 0..k-1,
+// acc starting at +0), then + bias[i], then + res[i][j], then ReLU (NaN
+// kept): the same operations, rounded the same way, in every clone (an
+// FMA instruction rounds once, and so does fmaf in the generic clone), for
+// every tile, edge and block: a value never depends on n, on its column's
+// place, on the blocking or on the instruction set. Blocks of k (CH_KC)
+// store the chain's float32 state in C and load it back, which is exact.
+// bias or res may be null (then no add).
+
+static inline float K(chain_last)(float v, const float *bias, int r, const float *res, long ldr, int j, int relu) {
+	if (bias)
+		v = v + bias[r];
+	if (res)
+		v = v + res[(long)r * ldr + j];
+	if (relu)
+		v = v < 0 ? 0 : v;
+	return v;
+}
+
+#if CANOPY_VEC == 512
+// 8 rows × nv vectors of 16 columns (nv ≤ 3: 24 accumulators). The k and
+// row blocks were chosen by thread CPU time (BenchmarkChain).
+#define CH_MR 8
+#define CH_NR 48
+#define CH_KC 512
+#define CH_MC 128
+static inline __attribute__((always_inline)) void K(chain_tile)(const int nv, const int full, int kc, const float *a, long lda,
+		const float *b, long ldb, float *c, long ldc, int rows, int ncols, int first, int last,
+		const float *bias, const float *res, long ldr, int relu) {
+	__m512 acc[8][3];
+	__mmask16 mk[3];
+	for (int v = 0; v < 3; v++) {
+		int l = ncols - 16 * v;
+		mk[v] = l >= 16 ? (__mmask16)0xffff : l > 0 ? (__mmask16)((1u << l) - 1) : (__mmask16)0;
+	}
+	const float *ar[8];
+#pragma GCC unroll 8
+	for (int r = 0; r < 8; r++) {
+		ar[r] = a + (long)(r < rows ? r : 0) * lda;
+#pragma GCC unroll 3
+		for (int v = 0; v < nv; v++)
+			acc[r][v] = (first || r >= rows) ? _mm512_setzero_ps()
+				: full ? _mm512_loadu_ps(c + (long)r * ldc + 16 * v) : _mm512_maskz_loadu_ps(mk[v], c + (long)r * ldc + 16 * v);
+	}
+	for (int p = 0; p < kc; p++) {
+		__m512 bv[3];
+		const float *bp = b + (long)p * ldb;
+#pragma GCC unroll 3
+		for (int v = 0; v < nv; v++)
+			bv[v] = full ? _mm512_loadu_ps(bp + 16 * v) : _mm512_maskz_loadu_ps(mk[v], bp + 16 * v);
+#pragma GCC unroll 8
+		for (int r = 0; r < 8; r++) {
+			__m512 av = _mm512_set1_ps(ar[r][p]);
+#pragma GCC unroll 3
+			for (int v = 0; v < nv; v++)
+				acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+		}
+	}
+	const __m512 zero = _mm512_setzero_ps();
+	// Constant indices only (unrolled, rows tested inside), so that the
+	// accumulators stay in registers.
+#pragma GCC unroll 8
+	for (int r = 0; r < 8; r++) {
+		if (r >= rows)
+			break;
+#pragma GCC unroll 3
+		for (int v = 0; v < nv; v++) {
+			__m512 x = acc[r][v];
+			float *cp = c + (long)r * ldc + 16 * v;
+			if (last) {
+				if (bias)
+					x = _mm512_add_ps(x, _mm512_set1_ps(bias[r]));
+				if (res)
+					x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], res + (long)r * ldr + 16 * v));
+				if (relu)
+					x = _mm512_max_ps(zero, x); // NaN (second operand) kept
+			}
+			_mm512_mask_storeu_ps(cp, mk[v], x);
+		}
+	}
+}
+
+static void K(chain_tiles)(int kc, const float *a, long lda, const float *b, long ldb, float *c, long ldc, int rows, int ncols,
+		int first, int last, const float *bias, const float *res, long ldr, int relu) {
+	if (ncols == 48)
+		K(chain_tile)(3, 1, kc, a, lda, b, ldb, c, ldc, rows, ncols, first, last, bias, res, ldr, relu);
+	else if (ncols > 32)
+		K(chain_tile)(3, 0, kc, a, lda, b, ldb, c, ldc, rows, ncols, first, last, bias, res, ldr, relu);
+	else if (ncols > 16)
+		K(chain_tile)(2, 0, kc, a, lda, b, ldb, c, ldc, rows, ncols, first, last, bias, res, ldr, relu);
+	else
+		K(chain_tile)(1, 0, kc, a, lda, b, ldb, c, ldc, rows, ncols, first, last, bias, res, ldr, relu);
+}
+#elif CANOPY_VEC == 256
+// 4 rows × nv vectors of 8 columns (nv ≤ 3: 12 accumulators of 16 registers).
+#define CH_MR 4
+#define CH_NR 24
+#define CH_KC 256
+#define CH_MC 128
+static inline __attribute__((always_inline)) void K(chain_tile)(const int nv, const int full, int kc, const float *a, long lda,
+		const float *b, long ldb, float *c, long ldc, int rows, int ncols, int first, int last,
+		const float *bias, const float *res, long ldr, int relu) {
+	__m256 acc[4][3];
+	__m256i mk[3];
+	const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	for (int v = 0; v < 3; v++)
+		mk[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(ncols - 8 * v), iota);
+	const float *ar[4];
+#pragma GCC unroll 4
+	for (int r = 0; r < 4; r++) {
+		ar[r] = a + (long)(r < rows ? r : 0) * lda;
+#pragma GCC unroll 3
+		for (int v = 0; v < nv; v++)
+			acc[r][v] = (first || r >= rows) ? _mm256_setzero_ps()
+				: full ? _mm256_loadu_ps(c + (long)r * ldc + 8 * v) : _mm256_maskload_ps(c + (long)r * ldc + 8 * v, mk[v]);
+	}
+	for (int p = 0; p < kc; p++) {
+		__m256 bv[3];
+		const float *bp = b + (long)p * ldb;
+#pragma GCC unroll 3
+		for (int v = 0; v < nv; v++)
+			bv[v] = full ? _mm256_loadu_ps(bp + 8 * v) : _mm256_maskload_ps(bp + 8 * v, mk[v]);
+#pragma GCC unroll 4
+		for (int r = 0; r < 4; r++) {
+			__m256 av = _mm256_broadcast_ss(ar[r] + p);
+#pragma GCC unroll 3
+			for (int v = 0; v < nv; v++)
+				acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
+		}
+	}
+	const __m256 zero = _mm256_setzero_ps();
+#pragma GCC unroll 4
+	for (int r = 0; r < 4; r++) {
+		if (r >= rows)
+			break;
+#pragma GCC unroll 3
+		for (int v = 0; v < nv; v++) {
+			__m256 x = acc[r][v];
+			float *cp = c + (long)r * ldc + 8 * v;
+			if (last) {
+				if (bias)
+					x = _mm256_add_ps(x, _mm256_set1_ps(bias[r]));
+				if (res)
+					x = _mm256_add_ps(x, full ? _mm256_loadu_ps(res + (long)r * ldr + 8 * v) : _mm256_maskload_ps(res + (long)r * ldr + 8 * v, mk[v]));
+				if (relu)
+					x = _mm256_max_ps(zero, x); // NaN (second operand) kept
+			}
+			// (vmaskmovps stores are slow on AMD: plain ones for full tiles)
+			if (full)
+				_mm256_storeu_ps(cp, x);
+			else
+				_mm256_maskstore_ps(cp, mk[v], x);
+		}
+	}
+}
+
+static void K(chain_tiles)(int kc, const float *a, long lda, const float *b, long ldb, float *c, long ldc, int rows, int ncols,
+		int first, int last, const float *bias, const float *res, long ldr, int relu) {
+	if (ncols == 24)
+		K(chain_tile)(3, 1, kc, a, lda, b, ldb, c, ldc, rows, ncols, first, last, bias, res, ldr, relu);
+	else if (ncols > 16)
+		K(chain_tile)(3, 0, kc, a, lda, b, ldb, c, ldc, rows, ncols, first, last, bias, res, ldr, relu);
+	else if (ncols > 8)
+		K(chain_tile)(2, 0, kc, a, lda, b, ldb, c, ldc, rows, ncols, first, last, bias, res, ldr, relu);
+	else
+		K(chain_tile)(1, 0, kc, a, lda, b, ldb, c, ldc, rows, ncols, first, last, bias, res, ldr, relu);
+}
+#else
+// Scalar: 4 rows × 16 columns, fmaf (one rounding, as the instruction).
+#define CH_MR 4
+#define CH_NR 16
+#define CH_KC 256
+#define CH_MC 128
+static void K(chain_tiles)(int kc, const float *a, long lda, const float *b, long ldb, float *c, long ldc, int rows, int ncols,
+		int first, int last, const float *bias, const float *res, long ldr, int relu) {
+	float acc[4][16];
+	for (int r = 0; r < rows; r++)
+		for (int j = 0; j < ncols; j++)
+			acc[r][j] = first ? 0.0f : c[(long)r * ldc + j];
+	for (int p = 0; p < kc; p++) {
+		const float *bp = b + (long)p * ldb;
+		for (int r = 0; r < rows; r++) {
+			float av = a[(long)r * lda + p];
+			for (int j = 0; j < ncols; j++)
+				acc[r][j] = fmaf(av, bp[j], acc[r][j]);
+		}
+	}
+	for (int r = 0; r < rows; r++)
+		for (int j = 0; j < ncols; j++)
+			c[(long)r * ldc + j] = last ? K(chain_last)(acc[r][j], bias, r, res, ldr, j, relu) : acc[r][j];
+}
+#endif
+
+static void K(chain)(int m, int n, int k, const float *a, long lda, const float *b, long ldb, float *c, long ldc,
+		const float *bias, const float *res, long ldr, int relu) {
+	int pc = 0;
+	do {
+		int kc = k - pc < CH_KC ? k - pc : CH_KC;
+		int first = pc == 0, last = pc + kc >= k;
+		for (int ic = 0; ic < m; ic += CH_MC) {
+			int mc = m - ic < CH_MC ? m - ic : CH_MC;
+			for (int j = 0; j < n; j += CH_NR) {
+				int nc = n - j < CH_NR ? n - j : CH_NR;
+				for (int i = ic; i < ic + mc; i += CH_MR) {
+					int rows = ic + mc - i < CH_MR ? ic + mc - i : CH_MR;
+					K(chain_tiles)(kc, a + (long)i * lda + pc, lda, b + (long)pc * ldb + j, ldb, c + (long)i * ldc + j, ldc,
+						rows, nc, first, last, bias ? bias + i : 0, res ? res + (long)i * ldr + j : 0, ldr, relu);
+				}
+			}
+		}
+		pc += kc;
+	} while (pc < k);
+}
+#undef CH_MR
+#undef CH_NR
+#undef CH_KC
+#undef CH_MC
+
+// The point model's element-wise kernels (infer/treeformer), the same
+// operations in the same order as their Go twins in wino.go (expFastGo,
+// geluGo, softmaxRowGo, dwconvGELURowGo), so every clone and the Go code
+// give the same bits. Written branch-free so the loops vectorize.
+
+// exp_fast: e^x to ~1e-8 relative: n = floor(x·log2e + 0.5), r = x − n·ln2,
+// Taylor to degree 8, times 2ⁿ built from the bits of n + 1023 + 1.5·2⁵²;
+// 0 below −708, +∞ above 709.
+static inline double K(exp_fast)(double x) {
+	double xc = x < -708.0 ? -708.0 : (x > 709.0 ? 709.0 : x);
+	double n = floor(xc * 1.4426950408889634 + 0.5);
+	double r = xc - n * 0.69314718055994529;
+	double p = 1 + r * (1 + r * (1.0 / 2 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (1.0 / 720 + r * (1.0 / 5040 + r * (1.0 / 40320))))))));
+	double m = n + 1023.0 + 6755399441055744.0;
+	unsigned long long bits;
+	memcpy(&bits, &m, 8);
+	bits <<= 52;
+	double s;
+	memcpy(&s, &bits, 8);
+	double v = p * s;
+	v = x < -708.0 ? 0.0 : v;
+	return x > 709.0 ? (double)INFINITY : v;
+}
+
+static inline float K(gelu1)(float xf) {
+	double v = xf;
+	double z = fabs(v) * 0.70710678118654757;
+	double t = 1 / (1 + 0.3275911 * z);
+	double erfc = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))) * K(exp_fast)(-z * z);
+	double g = v < 0 ? (0.5 * v) * erfc : (0.5 * v) * (2 - erfc);
+	return (float)g;
+}
+
+// gelu_row: x[i] = gelu(x[i]) in place.
+static void K(gelu_row)(float *x, int n) {
+	for (int i = 0; i < n; i++)
+		x[i] = K(gelu1)(x[i]);
+}
+
+// softmax_row: exp(x − max) (the difference in float32), the float64 sum in
+// order, each times 1/sum.
+static void K(softmax_row)(float *x, int n) {
+	float m = x[0];
+	for (int i = 0; i < n; i++)
+		m = x[i] > m ? x[i] : m;
+	for (int i = 0; i < n; i++)
+		x[i] = (float)K(exp_fast)((double)(x[i] - m));
+	double s = 0;
+	for (int i = 0; i < n; i++)
+		s += (double)x[i];
+	double inv = 1 / s;
+	for (int i = 0; i < n; i++)
+		x[i] = (float)((double)x[i] * inv);
+}
+
+// dwconv_gelu_row: output row y of the depthwise 3×3 convolution (zero
+// padding 1) of an h×wd token map of c channels (token-major), taps in
+// (ky, kx) order from the bias, then GELU. w is tap-major [9][c].
+static void K(dwconv_gelu_row)(const float *x, int h, int wd, int c, const float *w, const float *b, int y, float *out) {
+	float *acc = out + (long)y * wd * c;
+	for (int xx = 0; xx < wd; xx++)
+		for (int ch = 0; ch < c; ch++)
+			acc[(long)xx * c + ch] = b[ch];
+	for (int ky = 0; ky < 3; ky++) {
+		int sy = y + ky - 1;
+		if (sy < 0 || sy >= h)
+			continue;
+		for (int kx = 0; kx < 3; kx++) {
+			const float *wk = w + (ky * 3 + kx) * c;
+			int x0 = 1 - kx > 0 ? 1 - kx : 0, x1 = wd + 1 - kx < wd ? wd + 1 - kx : wd;
+			for (int xx = x0; xx < x1; xx++) {
+				const float *src = x + ((long)sy * wd + xx + kx - 1) * c;
+				float *dst = acc + (long)xx * c;
+				for (int ch = 0; ch < c; ch++)
+					dst[ch] += wk[ch] * src[ch];
+			}
+		}
+	}
+	K(gelu_row)(acc, wd * c);
 }

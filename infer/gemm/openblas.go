@@ -126,18 +126,18 @@ func winoOut(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu
 		fptr(bias), fptr(res), cbool(relu), fptr(y))
 }
 
-func wino4In(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
+func wino4In(x []float32, c, cs, h, w, tw, t0, nb int, v []float32, vs, ldv int) {
 	if c == 0 || nb == 0 {
 		return
 	}
-	C.canopy_wino4_in(C.int(simd), fptr(x), C.int(c), C.int(h), C.int(w), C.int(tw), C.int(t0), C.int(nb), fptr(v), C.long(vs))
+	C.canopy_wino4_in(C.int(simd), fptr(x), C.int(c), C.long(cs), C.int(h), C.int(w), C.int(tw), C.int(t0), C.int(nb), fptr(v), C.long(vs), C.long(ldv))
 }
 
-func wino4Out(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
+func wino4Out(m []float32, ms, ldm, nb, o, tw, t0, h, w, cs int, bias, res []float32, relu bool, y []float32) {
 	if o == 0 || nb == 0 {
 		return
 	}
-	C.canopy_wino4_out(C.int(simd), fptr(m), C.long(ms), C.int(nb), C.int(o), C.int(tw), C.int(t0), C.int(h), C.int(w),
+	C.canopy_wino4_out(C.int(simd), fptr(m), C.long(ms), C.long(ldm), C.int(nb), C.int(o), C.int(tw), C.int(t0), C.int(h), C.int(w), C.long(cs),
 		fptr(bias), fptr(res), cbool(relu), fptr(y))
 }
 
@@ -149,9 +149,9 @@ func maxpool(src []float32, h, w int, tmp, dst []float32) {
 	C.canopy_maxpool(C.int(simd), fptr(src), C.int(h), C.int(w), fptr(tmp), fptr(dst))
 }
 
-func im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
-	C.canopy_im2col(C.int(simd), fptr(x), C.int(cin), C.int(h), C.int(w), C.int(kh), C.int(kw),
-		C.int(stride), C.int(pad), C.int(ow), C.int(j0), C.int(nb), fptr(col))
+func im2col(x []float32, cin, cs, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32, ldc int) {
+	C.canopy_im2col(C.int(simd), fptr(x), C.int(cin), C.long(cs), C.int(h), C.int(w), C.int(kh), C.int(kw),
+		C.int(stride), C.int(pad), C.int(ow), C.int(j0), C.int(nb), fptr(col), C.long(ldc))
 }
 
 // fptr is the C pointer to a slice's first element, nil for an empty slice.
@@ -173,4 +173,17 @@ func resizeFMA(r0, r1 []float32, i0, i1 []int32, l0, l1 []float32, h0, h1 float3
 	C.canopy_resize_fma(C.int(simd), fptr(r0), fptr(r1), (*C.int)(unsafe.Pointer(&i0[0])), (*C.int)(unsafe.Pointer(&i1[0])),
 		fptr(l0), fptr(l1), C.float(h0), C.float(h1), C.int(len(out)), fptr(out))
 	return true
+}
+
+func chain(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, ep Epi) {
+	C.canopy_chain(C.int(simd), C.int(m), C.int(n), C.int(k), fptr(a), C.long(lda), fptr(b), C.long(ldb), fptr(c), C.long(ldc),
+		fptr(ep.Bias), fptr(ep.Res), C.long(ep.LdRes), cbool(ep.ReLU))
+}
+
+func geluRow(x []float32) { C.canopy_gelu_row(C.int(simd), fptr(x), C.int(len(x))) }
+
+func softmaxRow(x []float32) { C.canopy_softmax_row(C.int(simd), fptr(x), C.int(len(x))) }
+
+func dwconvGELURow(x []float32, h, wd, c int, w, b []float32, y int, out []float32) {
+	C.canopy_dwconv_gelu_row(C.int(simd), fptr(x), C.int(h), C.int(wd), C.int(c), fptr(w), fptr(b), C.int(y), fptr(out))
 }

@@ -29,13 +29,40 @@ func WinoOut(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu
 // 4·(t/tw)-1.., columns 4·(t%tw)-1.., 36 components ξ = 6·i + j at
 // v[ξ·vs + ci·nb + k] (Bᵀ in kernels_body.h).
 func WinoIn4(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
-	wino4In(x, c, h, w, tw, t0, nb, v, vs)
+	wino4In(x, c, h*w, h, w, tw, t0, nb, v, vs, nb)
+}
+
+// Strides are the row strides of a strided kernel call (WinoIn4S,
+// WinoOut4S, Im2colS) where the maps are planes of a batch (infer/cpu's
+// Batch: channel c of image b at plane c·N+b) and the matrices are
+// columns of a wider one.
+type Strides struct {
+	// Chan is the distance between two channels' planes of a map (h·w
+	// for one image; N·h·w in a batch of N).
+	Chan int
+	// Row is the distance between two rows of the matrix written (V or
+	// the patch matrix) or read (M).
+	Row int
+}
+
+// WinoIn4S is WinoIn4 of the tiles t0..t0+nb-1 of one image of a batch
+// (x at its first channel's plane, st.Chan apart), writing tile k of
+// channel ci at v[ξ·vs + ci·st.Row + k].
+func WinoIn4S(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int, st Strides) {
+	wino4In(x, c, st.Chan, h, w, tw, t0, nb, v, vs, st.Row)
 }
 
 // WinoOut4 is WinoOut for F(4×4, 3×3): 36 components of M, 4×4 outputs
 // per tile.
 func WinoOut4(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
-	wino4Out(m, ms, nb, o, tw, t0, h, w, bias, res, relu, y)
+	wino4Out(m, ms, nb, nb, o, tw, t0, h, w, h*w, bias, res, relu, y)
+}
+
+// WinoOut4S is WinoOut4 into one image of a batch: M's tile k of output
+// channel o at m[ξ·ms + o·st.Row + k]; y and res at the image's first
+// channel's plane, st.Chan apart.
+func WinoOut4S(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32, st Strides) {
+	wino4Out(m, ms, st.Row, nb, o, tw, t0, h, w, st.Chan, bias, res, relu, y)
 }
 
 // bt6 is Bᵀ of F(4×4, 3×3) on six values, in kernels_body.h's order (the
@@ -58,9 +85,9 @@ func at6(m0, m1, m2, m3, m4, m5 float32) [4]float32 {
 	return [4]float32{(m0 + a) + c, b + float32(d*2), a + float32(c*4), (b + float32(d*8)) + m5}
 }
 
-func wino4InGo(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
+func wino4InGo(x []float32, c, cs, h, w, tw, t0, nb int, v []float32, vs, ldv int) {
 	for ci := 0; ci < c; ci++ {
-		plane := x[ci*h*w : (ci+1)*h*w]
+		plane := x[ci*cs : ci*cs+h*w]
 		for k := 0; k < nb; k++ {
 			t := t0 + k
 			y0, x0 := 4*(t/tw)-1, 4*(t%tw)-1
@@ -83,7 +110,7 @@ func wino4InGo(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
 					q[i][s] = o[i]
 				}
 			}
-			base := ci*nb + k
+			base := ci*ldv + k
 			for i := 0; i < 6; i++ {
 				o := bt6(q[i][0], q[i][1], q[i][2], q[i][3], q[i][4], q[i][5])
 				for j := range o {
@@ -94,18 +121,18 @@ func wino4InGo(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
 	}
 }
 
-func wino4OutGo(m []float32, ms, nb, oc, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
+func wino4OutGo(m []float32, ms, ldm, nb, oc, tw, t0, h, w, cs int, bias, res []float32, relu bool, y []float32) {
 	for o := 0; o < oc; o++ {
 		b := bias[o]
-		out := y[o*h*w : (o+1)*h*w]
+		out := y[o*cs : o*cs+h*w]
 		var rp []float32
 		if res != nil {
-			rp = res[o*h*w : (o+1)*h*w]
+			rp = res[o*cs : o*cs+h*w]
 		}
 		for k := 0; k < nb; k++ {
 			t := t0 + k
 			ty, tx := t/tw, t%tw
-			idx := o*nb + k
+			idx := o*ldm + k
 			var mm [36]float32
 			for xi := range mm {
 				mm[xi] = m[xi*ms+idx]
@@ -265,19 +292,27 @@ func epilogueGo(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, 
 // the [cin][h][w] map x; padding reads as 0. It only copies, so the C and Go
 // versions give the same bits.
 func Im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
+	Im2colS(x, cin, h, w, kh, kw, stride, pad, ow, j0, nb, col, Strides{Chan: h * w, Row: nb})
+}
+
+// Im2colS is Im2col of one image of a batch (x at its first channel's
+// plane, st.Chan apart) into columns of a wider patch matrix (rows
+// st.Row apart).
+func Im2colS(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32, st Strides) {
 	if cin == 0 || nb == 0 {
 		return
 	}
-	im2col(x, cin, h, w, kh, kw, stride, pad, ow, j0, nb, col)
+	_, _ = x[(cin-1)*st.Chan+h*w-1], col[(cin*kh*kw-1)*st.Row+nb-1] // sizes checked before C writes
+	im2col(x, cin, st.Chan, h, w, kh, kw, stride, pad, ow, j0, nb, col, st.Row)
 }
 
-func im2colGo(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
+func im2colGo(x []float32, cin, cs, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32, ldc int) {
 	r := 0
 	for ci := 0; ci < cin; ci++ {
-		plane := x[ci*h*w : (ci+1)*h*w]
+		plane := x[ci*cs : ci*cs+h*w]
 		for ky := 0; ky < kh; ky++ {
 			for kx := 0; kx < kw; kx++ {
-				dst := col[r*nb : (r+1)*nb]
+				dst := col[r*ldc : r*ldc+nb]
 				r++
 				oy, ox := j0/ow, j0%ow
 				for i := 0; i < nb; {

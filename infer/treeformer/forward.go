@@ -172,13 +172,14 @@ func (r *Runner) block(s *stage, bl *block, h []float32, hh, ww int) []float32 {
 	ctx := t // LN1's output is dead: the context reuses it
 	d := c / s.heads
 	scale := float32(math.Sqrt(float64(d)))
-	blocks := (n + rowBlock - 1) / rowBlock
+	rb := rowsFor(n)
+	blocks := (n + rb - 1) / rb
 	par(s.heads*blocks, func(wk, job int) {
 		hd, j := job/blocks, job%blocks
-		r0 := j * rowBlock
-		nb := min(rowBlock, n-r0)
-		if cap(r.bufs[wk]) < rowBlock*m {
-			r.bufs[wk] = make([]float32, rowBlock*m)
+		r0 := j * rb
+		nb := min(rb, n-r0)
+		if cap(r.bufs[wk]) < rb*m {
+			r.bufs[wk] = make([]float32, rb*m)
 		}
 		sc := r.bufs[wk][:nb*m]
 		gemm.Mul(nb, m, d, q[r0*c+hd*d:], c, kt[hd*d*m:], m, sc, m)
@@ -294,3 +295,17 @@ func (r *Runner) decoder(f [4]cpu.Fmap, h, w int) (cpu.Fmap, float32) {
 }
 
 func abs32(x float32) float32 { return float32(math.Abs(float64(x))) }
+
+// WindowBytes estimates what one forward pass of an h×w window holds at
+// its peak, for a pre-flight check: per stride-4 token of the padded
+// input, stage 1's block (the residual stream, LayerNorm's output, the
+// queries and the context, 64 channels each, and the Mix-FFN's two
+// 512-channel maps) and the decoder's stride-4 maps kept alongside (the
+// 128-channel projection, the channel attention's input and output, the
+// upsampled 256 channels, the 128 of v1 and the 64 of res0): about 1,500
+// float32 values, doubled for the garbage the collector has not yet
+// reclaimed. (A 512² window: about 200 MB.)
+func WindowBytes(h, w int) int64 {
+	ph, pw := int64((h+31)/32*32), int64((w+31)/32*32)
+	return (ph / 4) * (pw / 4) * 1500 * 4 * 2
+}

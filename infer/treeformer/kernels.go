@@ -11,9 +11,17 @@ import (
 // a fixed order whatever the thread count, so results are the same bytes
 // for any --threads.
 
-// rowBlock is the token block a GEMM or a row kernel is cut into: fixed,
-// never derived from the thread count.
-const rowBlock = 64
+// rowBlock is the smallest token block a GEMM or a row kernel is cut
+// into; rowsFor picks the block of a layer from its token count alone
+// (never from the thread count): n/8 rounded up to a multiple of 16, in
+// [rowBlock, maxRowBlock], so the big maps pack each weight a few times
+// and the small ones still give every worker a share.
+const (
+	rowBlock    = 64
+	maxRowBlock = 512
+)
+
+func rowsFor(n int) int { return min(maxRowBlock, max(rowBlock, (n/8+15)/16*16)) }
 
 type parallel func(n int, f func(worker, job int))
 
@@ -21,10 +29,11 @@ type parallel func(n int, f func(worker, job int))
 // each block of rows, then the bias, then the residual, in that order
 // (torch's addmm, then the block's residual add).
 func linearRows(par parallel, l *linear, x []float32, n int, res, out []float32) {
-	blocks := (n + rowBlock - 1) / rowBlock
+	rb := rowsFor(n)
+	blocks := (n + rb - 1) / rb
 	par(blocks, func(_, j int) {
-		r0 := j * rowBlock
-		nb := min(rowBlock, n-r0)
+		r0 := j * rb
+		nb := min(rb, n-r0)
 		o := out[r0*l.Out : (r0+nb)*l.Out]
 		gemm.Mul(nb, l.Out, l.In, x[r0*l.In:], l.In, l.Wt, l.Out, o, l.Out)
 		for r := 0; r < nb; r++ {
@@ -73,90 +82,19 @@ func layerNormRows(par parallel, x []float32, n, c int, ln layerNorm, out []floa
 	})
 }
 
-// expFast is e^x in float64 to about 1e-8 relative (far below float32's
-// 6e-8 ulp): Cody–Waite reduction x = n·ln2 + r, |r| ≤ ln2/2, then the
-// Taylor polynomial of degree 8 (its remainder r⁹/9! < 1e-9) and 2ⁿ from
-// the exponent bits; 0 below −708 (e^x then underflows float32 anyway).
-func expFast(x float64) float64 {
-	if x < -708 {
-		return 0
-	}
-	if x > 709 {
-		return math.Inf(1)
-	}
-	n := math.Floor(x*math.Log2E + 0.5)
-	r := x - n*math.Ln2
-	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040+r*(1.0/40320))))))))
-	return p * math.Float64frombits(uint64(int64(n)+1023)<<52)
-}
+// gelu and softmaxRow are infer/gemm's kernels (C clones where built,
+// Go twins otherwise, the same bits): erf's GELU by Abramowitz–Stegun's
+// erf (absolute error < 1.5e-7) with a float64 exp, and a float32 softmax
+// (x − max in float32, float64 exp, float64 sum).
+func gelu(x float32) float32 { return gemm.GELU(x) }
 
-// gelu is erf's GELU (nn.GELU(), approximate="none"): x/2·(1 + erf(x/√2)),
-// in float64 and rounded once, erf by Abramowitz–Stegun 7.1.26 (absolute
-// error below 1.5e-7, so GELU's below 7.5e-8·|x|: about one float32 ulp
-// of x). For x < 0, 1 + erf(x/√2) is the formula's erfc term itself, so
-// the tail keeps its relative accuracy instead of cancelling.
-func gelu(x float32) float32 {
-	v := float64(x)
-	z := math.Abs(v) * (1 / math.Sqrt2)
-	t := 1 / (1 + 0.3275911*z)
-	erfc := t * (0.254829592 + t*(-0.284496736+t*(1.421413741+t*(-1.453152027+t*1.061405429)))) * expFast(-z*z)
-	if v < 0 {
-		return float32(0.5 * v * erfc)
-	}
-	return float32(0.5 * v * (2 - erfc))
-}
-
-// softmaxRow is a float32 softmax in place: exp(x − max) (x − max in
-// float32, as torch; exp in float64, rounded), their float64 sum, each
-// over the sum.
-func softmaxRow(x []float32) {
-	m := x[0]
-	for _, v := range x {
-		m = max(m, v)
-	}
-	var s float64
-	for i, v := range x {
-		e := float32(expFast(float64(v - m)))
-		x[i] = e
-		s += float64(e)
-	}
-	inv := 1 / s
-	for i, v := range x {
-		x[i] = float32(float64(v) * inv)
-	}
-}
+func softmaxRow(x []float32) { gemm.SoftmaxRow(x) }
 
 // dwconvGELU is the Mix-FFN's depthwise 3×3 convolution (zero padding 1,
 // bias) of an h×w token map of c channels, then GELU: out[y,x,ch] =
 // gelu(b[ch] + Σ taps in (ky, kx) order). w is tap-major [9][c].
 func dwconvGELU(par parallel, x []float32, h, wd, c int, w, b, out []float32) {
-	par(h, func(_, y int) {
-		acc := out[y*wd*c : (y+1)*wd*c]
-		for xx := 0; xx < wd; xx++ {
-			copy(acc[xx*c:(xx+1)*c], b)
-		}
-		for ky := 0; ky < 3; ky++ {
-			sy := y + ky - 1
-			if sy < 0 || sy >= h {
-				continue
-			}
-			for kx := 0; kx < 3; kx++ {
-				wk := w[(ky*3+kx)*c : (ky*3+kx+1)*c]
-				for xx := max(0, 1-kx); xx < min(wd, wd+1-kx); xx++ {
-					sx := xx + kx - 1
-					src := x[(sy*wd+sx)*c : (sy*wd+sx+1)*c]
-					dst := acc[xx*c : (xx+1)*c]
-					src, wk := src[:len(dst)], wk[:len(dst)]
-					for ch := range dst {
-						dst[ch] += wk[ch] * src[ch]
-					}
-				}
-			}
-		}
-		for i, v := range acc {
-			acc[i] = gelu(v)
-		}
-	})
+	par(h, func(_, y int) { gemm.DWConvGELURow(x, h, wd, c, w, b, y, out) })
 }
 
 // toTokens transposes a CHW map (c × n) into token-major rows (n × c).

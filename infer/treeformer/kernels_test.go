@@ -56,38 +56,6 @@ func TestLayerNormRow(t *testing.T) {
 	}
 }
 
-// TestGELU: erf's GELU (not tanh's approximation, which differs by ~1e-4
-// near ±2) within its documented bound, 7.5e-8·|x| (the erf formula) plus
-// one float32 rounding, over [−10, 10].
-func TestGELU(t *testing.T) {
-	for i := -100000; i <= 100000; i++ {
-		x := float32(i) * 1e-4
-		want := 0.5 * float64(x) * (1 + math.Erf(float64(x)/math.Sqrt2))
-		got := float64(gelu(x))
-		if approx.Far(approx.Diff(got, want), 7.5e-8*math.Abs(float64(x))+0x1p-24*math.Abs(want)+1e-45) {
-			t.Fatalf("gelu(%v) = %v, want %v", x, got, want)
-		}
-	}
-	if gelu(-0.5) >= 0 || gelu(0) != 0 || gelu(30) != 30 {
-		t.Fatalf("gelu(-0.5) %v, gelu(0) %v, gelu(30) %v", gelu(-0.5), gelu(0), gelu(30))
-	}
-}
-
-// TestExpFast: e^x to 2e-8 relative over softmax's range (x ≤ 0), 0 far
-// below.
-func TestExpFast(t *testing.T) {
-	for i := 0; i <= 200000; i++ {
-		x := -float64(i) * 4e-4
-		want := math.Exp(x)
-		if approx.Far(approx.Diff(expFast(x), want), 2e-8*want) {
-			t.Fatalf("expFast(%v) = %v, want %v", x, expFast(x), want)
-		}
-	}
-	if expFast(-1e30) != 0 || expFast(0) != 1 {
-		t.Fatalf("expFast(-1e30) %v, expFast(0) %v", expFast(-1e30), expFast(0))
-	}
-}
-
 func TestSoftmaxRow(t *testing.T) {
 	x := seededF32("sm", 256, -30, 30)
 	want := make([]float64, len(x))
@@ -139,11 +107,11 @@ func TestDWConvGELU(t *testing.T) {
 					for kx := 0; kx < 3; kx++ {
 						sy, sx := y+ky-1, xx+kx-1
 						if sy >= 0 && sy < h && sx >= 0 && sx < w {
-							acc += wt[(ky*3+kx)*c+ch] * x[(sy*w+sx)*c+ch]
+							acc += float32(wt[(ky*3+kx)*c+ch] * x[(sy*w+sx)*c+ch])
 						}
 					}
 				}
-				if got := out[(y*w+xx)*c+ch]; got != gelu(acc) {
+				if got := out[(y*w+xx)*c+ch]; got != gelu(acc) { // the same operations: 0 ulp
 					t.Fatalf("(%d,%d,%d): %v, want %v", y, xx, ch, got, gelu(acc))
 				}
 			}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/errkind"
+	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -70,8 +71,9 @@ type RankStats struct {
 	Seconds   map[string]float64 `json:"seconds"`
 	// MetricsImages and MetricsBytesSent: the images this rank matched and
 	// the bytes of match records it sent (eval, eval --tile).
-	MetricsImages    int `json:"metrics_images,omitempty"`
-	MetricsBytesSent int `json:"metrics_bytes_sent,omitempty"`
+	MetricsImages    int               `json:"metrics_images,omitempty"`
+	MetricsBytesSent int               `json:"metrics_bytes_sent,omitempty"`
+	MetricsCPU       *shardmetrics.CPU `json:"metrics_cpu_seconds,omitempty"`
 }
 
 // SendDetections encodes this rank's detections and gathers every rank's.

@@ -103,6 +103,7 @@ type Stats struct {
 
 // Set is the job's loaded crop models.
 type Set struct {
+	dicts   [][]byte // the --crop-label-dict files' bytes
 	models  []*crop.Model
 	Info    []ModelInfo
 	workers int
@@ -111,6 +112,9 @@ type Set struct {
 
 // Columns are the predictions' crop columns, in order.
 func (cs *Set) Columns() []string {
+	if cs == nil {
+		return nil
+	}
 	var out []string
 	for _, in := range cs.Info {
 		out = append(out, in.Columns[0], in.Columns[1])
@@ -124,74 +128,37 @@ func (cs *Set) Columns() []string {
 // each rank's weights must hash to rank 0's. threads is the rank's
 // compute threads (the classifier's workers).
 func Open(c mpi.Comm, cc CropConfig, threads int) (*Set, error) {
+	return OpenFrom(c, cc, threads, nil)
+}
+
+// OpenFrom is Open where rank 0 has loaded the models
+// already (pre, from Load: a tile run's manifest records them before
+// the broadcast); pre is nil on the other ranks.
+func OpenFrom(c mpi.Comm, cc CropConfig, threads int, pre *Set) (*Set, error) {
 	if len(cc.Models) == 0 {
 		return nil, nil
 	}
 	var pkt []byte
 	if c.Rank() == 0 {
-		var fields [][]byte
-		for _, p := range cc.LabelDicts {
-			b, err := confine.ReadNamedInput(p)
-			if err != nil {
-				pkt = append([]byte{byte(errkind.ExitInput)}, fmt.Sprintf("jobs: --crop-label-dict: %v", err)...)
-				break
-			}
-			fields = append(fields, b)
-		}
-		if pkt == nil {
-			pkt = collective.PackFields([]byte{0}, fields...)
+		dicts, err := pre.labelDicts(cc)
+		if err != nil {
+			pkt = append([]byte{byte(errkind.ExitInput)}, err.Error()...)
+		} else {
+			pkt = collective.PackFields([]byte{0}, dicts...)
 		}
 	}
 	dicts, err := collective.BcastFields(c, pkt, len(cc.LabelDicts))
 	if err != nil {
 		return nil, err
 	}
-	cs := &Set{workers: max(threads, 1)}
-	var lerr error
-	for i, p := range cc.Models {
-		var opts crop.Options
-		var file *report.File
-		if name := cc.labelDictFor(i); name != "" {
-			k := 0
-			if len(cc.LabelDicts) > 1 {
-				k = i
-			}
-			lm, err := dataset.ParseLabelDict(name, dicts[k])
-			if err != nil {
-				lerr = &errkind.Error{Code: errkind.ExitInput, Err: err}
-				break
-			}
-			opts.LabelDict, opts.Fallback = modelsel.LabelDictOf(lm), len(cc.LabelDicts) == 1 && len(cc.Models) > 1
-			file = &report.File{Path: name, SHA256: outdir.SHA256Hex(dicts[k])}
-		}
-		dir := ""
-		if _, err := os.Stat(p); err != nil {
-			// owner/name[@revision] in the local Hugging Face cache, as
-			// --model resolves it (a hub folder: config.json and
-			// model.safetensors).
-			if d, rerr := modelfile.Resolve(p); rerr == nil {
-				dir = d
-			}
-		}
-		m, err := crop.Load(cmp.Or(dir, p), opts)
-		if err != nil {
-			lerr = &errkind.Error{Code: errkind.ExitModel, Err: fmt.Errorf("jobs: --crop-model %s: %w", p, err)}
-			break
-		}
-		cs.models = append(cs.models, m)
-		cols := [2]string{"cropmodel_label", "cropmodel_score"}
-		if len(cc.Models) > 1 {
-			cols = [2]string{"cropmodel_label_" + strconv.Itoa(i), "cropmodel_score_" + strconv.Itoa(i)}
-		}
-		t := m.Transform
-		cs.Info = append(cs.Info, ModelInfo{Path: p, Dir: dir, SHA256: m.SHA256, Form: m.Form, Arch: m.Arch(), Labels: m.Labels(),
-			LabelsFrom: m.LabelsFrom, LabelDict: file, Columns: cols, Config: m.Set, DTypes: m.DTypes, Device: "cpu",
-			Transform: Transform{Resize: t.Size, Normalize: t.Normalize, Mean: t.Mean, Std: t.Std, Expand: t.Expand,
-				Interpolate: "bilinear, antialiased (torch _upsample_bilinear2d_aa)", Sum: sumRule(t)}})
+	cs, lerr := pre, error(nil)
+	if c.Rank() != 0 || pre == nil {
+		cs, lerr = loadCropSet(cc, dicts)
 	}
 	if err := collective.AgreeErr(c, errkind.ExitModel, lerr); err != nil {
 		return nil, err
 	}
+	cs.workers = max(threads, 1)
 	// Every rank must have read the same weights as rank 0.
 	var digests []byte
 	for _, m := range cs.models {
@@ -209,6 +176,89 @@ func Open(c mpi.Comm, cc CropConfig, threads int) (*Set, error) {
 		return nil, err
 	}
 	cs.Stats.Workers = cs.workers
+	return cs, nil
+}
+
+// Load is rank 0 loading the crop models alone (readCropLabelDicts,
+// loadCropSet), before the broadcast (a tile run: its manifest records
+// each model's identity); nil when there is none.
+func Load(cc CropConfig) (*Set, error) {
+	if len(cc.Models) == 0 {
+		return nil, nil
+	}
+	dicts, err := readCropLabelDicts(cc)
+	if err != nil {
+		return nil, &errkind.Error{Code: errkind.ExitInput, Err: err}
+	}
+	return loadCropSet(cc, dicts)
+}
+
+// readCropLabelDicts reads the --crop-label-dict files (rank 0).
+func readCropLabelDicts(cc CropConfig) ([][]byte, error) {
+	var out [][]byte
+	for _, p := range cc.LabelDicts {
+		b, err := confine.ReadNamedInput(p)
+		if err != nil {
+			return nil, fmt.Errorf("jobs: --crop-label-dict: %v", err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// labelDicts are the --crop-label-dict files' bytes: those cs was loaded
+// from, else read now.
+func (cs *Set) labelDicts(cc CropConfig) ([][]byte, error) {
+	if cs != nil {
+		return cs.dicts, nil
+	}
+	return readCropLabelDicts(cc)
+}
+
+// loadCropSet loads every crop model with the --crop-label-dict files'
+// bytes (dicts); the error is an *Error (exit 3 for a label dict, 4 for a
+// model).
+func loadCropSet(cc CropConfig, dicts [][]byte) (*Set, error) {
+	cs := &Set{workers: 1, dicts: dicts}
+	for i, p := range cc.Models {
+		var opts crop.Options
+		var file *report.File
+		if name := cc.labelDictFor(i); name != "" {
+			k := 0
+			if len(cc.LabelDicts) > 1 {
+				k = i
+			}
+			lm, err := dataset.ParseLabelDict(name, dicts[k])
+			if err != nil {
+				return nil, &errkind.Error{Code: errkind.ExitInput, Err: err}
+			}
+			opts.LabelDict, opts.Fallback = modelsel.LabelDictOf(lm), len(cc.LabelDicts) == 1 && len(cc.Models) > 1
+			file = &report.File{Path: name, SHA256: outdir.SHA256Hex(dicts[k])}
+		}
+		dir := ""
+		if _, err := os.Stat(p); err != nil {
+			// owner/name[@revision] in the local Hugging Face cache, as
+			// --model resolves it (a hub folder: config.json and
+			// model.safetensors).
+			if d, rerr := modelfile.Resolve(p); rerr == nil {
+				dir = d
+			}
+		}
+		m, err := crop.Load(cmp.Or(dir, p), opts)
+		if err != nil {
+			return nil, &errkind.Error{Code: errkind.ExitModel, Err: fmt.Errorf("jobs: --crop-model %s: %w", p, err)}
+		}
+		cs.models = append(cs.models, m)
+		cols := [2]string{"cropmodel_label", "cropmodel_score"}
+		if len(cc.Models) > 1 {
+			cols = [2]string{"cropmodel_label_" + strconv.Itoa(i), "cropmodel_score_" + strconv.Itoa(i)}
+		}
+		t := m.Transform
+		cs.Info = append(cs.Info, ModelInfo{Path: p, Dir: dir, SHA256: m.SHA256, Form: m.Form, Arch: m.Arch(), Labels: m.Labels(),
+			LabelsFrom: m.LabelsFrom, LabelDict: file, Columns: cols, Config: m.Set, DTypes: m.DTypes, Device: "cpu",
+			Transform: Transform{Resize: t.Size, Normalize: t.Normalize, Mean: t.Mean, Std: t.Std, Expand: t.Expand,
+				Interpolate: "bilinear, antialiased (torch _upsample_bilinear2d_aa)", Sum: sumRule(t)}})
+	}
 	return cs, nil
 }
 
@@ -445,4 +495,37 @@ func (t *Table) AppendCells(line []byte, i, j int) []byte {
 		line = report.AppendFloat(append(line, ','), float64(r[k].Score))
 	}
 	return line
+}
+
+// Cells are one row's crop cells, a label and a score per model.
+type Cells struct {
+	Labels []string
+	Scores []float64
+}
+
+// CellsOf are image i's crop cells from the table (n rows; nil without
+// crop models).
+func (t *Table) CellsOf(i, n int) []Cells {
+	if t == nil {
+		return nil
+	}
+	out := make([]Cells, n)
+	for j, r := range t.Rows[i] {
+		if r == nil {
+			continue
+		}
+		for k, m := range t.Set.models {
+			out[j].Labels = append(out[j].Labels, m.Labels()[r[k].Label])
+			out[j].Scores = append(out[j].Scores, float64(r[k].Score))
+		}
+	}
+	return out
+}
+
+// Columns are the table's crop columns (none without crop models).
+func (t *Table) Columns() []string {
+	if t == nil {
+		return nil
+	}
+	return t.Set.Columns()
 }

@@ -173,10 +173,38 @@ func appendFlags(dst []byte, flags []uint8, nd int) []byte {
 	return dst
 }
 
-// reader decodes with every check in one place.
+// reader decodes with every check in one place. Its pools hand the
+// records' many short slices out of a few larger allocations.
 type reader struct {
 	b   []byte
 	err error
+
+	rows    []metrics.Match
+	entries []metrics.IoUEntry
+	labels  []int32
+	cats    []metrics.COCOCat
+	scores  []float64
+	flags   []uint8
+}
+
+// carve returns n elements of *pool (n already checked against the bytes
+// left, min bytes each), refilling the pool with room for the smaller of
+// 16,384 elements and what the bytes left could hold, so no allocation
+// exceeds what the buffer can justify.
+func carve[T any](pool *[]T, n, left, min int) []T {
+	if n > cap(*pool)-len(*pool) {
+		*pool = make([]T, 0, max(n, minInt(1<<14, left/min)))
+	}
+	p := *pool
+	*pool = p[:len(p)+n]
+	return p[len(p) : len(p)+n : len(p)+n]
+}
+
+func minInt(a, b int) int {
+	if a < b {
+		return a
+	}
+	return b
 }
 
 func (r *reader) fail(format string, a ...any) {
@@ -348,7 +376,7 @@ func decodeDF(r *reader, rec *metrics.ImageRecord, lim Limits) {
 	}
 	rec.DF.Truth, rec.DF.Preds = nt, int(np)
 	if nt > 0 {
-		rec.DF.Rows = make([]metrics.Match, nt)
+		rec.DF.Rows = carve(&r.rows, nt, len(r.b), 2)
 	}
 	for t := 0; t < nt && r.err == nil; t++ {
 		m := metrics.Match{Image: rec.Image, TruthID: t, PredID: -1, PredLabel: -1}
@@ -440,7 +468,7 @@ func decodeCOCO(r *reader, rec *metrics.ImageRecord, lim Limits) {
 	if r.err != nil || nc == 0 {
 		return
 	}
-	rec.COCO = make([]metrics.COCOCat, 0, nc)
+	rec.COCO = carve(&r.cats, nc, len(r.b), 6)[:0]
 	for k := 0; k < nc && r.err == nil; k++ {
 		var c metrics.COCOCat
 		c.Label = r.label("coco label", lim)
@@ -457,7 +485,7 @@ func decodeCOCO(r *reader, rec *metrics.ImageRecord, lim Limits) {
 		if r.err != nil {
 			return
 		}
-		c.Scores = make([]float64, nd)
+		c.Scores = carve(&r.scores, nd, len(r.b), 4+flagBytes)
 		for d := range nd {
 			v := r.f32("coco score")
 			if v != v { // scores are finite: a NaN would not keep its bits through float64
@@ -465,7 +493,7 @@ func decodeCOCO(r *reader, rec *metrics.ImageRecord, lim Limits) {
 			}
 			c.Scores[d] = float64(v)
 		}
-		c.Flags = make([]uint8, metrics.COCOAreas*metrics.COCOThresholds*nd)
+		c.Flags = carve(&r.flags, metrics.COCOAreas*metrics.COCOThresholds*nd, 4*len(r.b), 1)
 		for d := range nd {
 			b := r.bytes("coco flags", flagBytes)
 			if b == nil {
@@ -483,13 +511,22 @@ func decodeCOCO(r *reader, rec *metrics.ImageRecord, lim Limits) {
 // index: each of the images must come exactly once, every buffer with the
 // same families (an empty buffer, of a rank with no image, holds none).
 func Merge(bufs [][]byte, lim Limits) ([]metrics.ImageRecord, error) {
+	return MergeOwn(bufs, -1, nil, 0, lim)
+}
+
+// MergeOwn is Merge with rank self's records taken as they are (own, of
+// families fam: the records bufs[self] encodes) instead of decoded again.
+func MergeOwn(bufs [][]byte, self int, own []metrics.ImageRecord, ownFam metrics.Family, lim Limits) ([]metrics.ImageRecord, error) {
 	out := make([]metrics.ImageRecord, lim.Images)
 	seen := make([]bool, lim.Images)
 	var fam metrics.Family
 	for rank, b := range bufs {
-		recs, f, err := Decode(b, lim)
-		if err != nil {
-			return nil, fmt.Errorf("rank %d: %w", rank, err)
+		recs, f := own, ownFam
+		if rank != self {
+			var err error
+			if recs, f, err = Decode(b, lim); err != nil {
+				return nil, fmt.Errorf("rank %d: %w", rank, err)
+			}
 		}
 		if len(recs) > 0 {
 			if fam != 0 && f != fam {
@@ -498,6 +535,9 @@ func Merge(bufs [][]byte, lim Limits) ([]metrics.ImageRecord, error) {
 			fam = f
 		}
 		for _, rec := range recs {
+			if rec.Image < 0 || rec.Image >= lim.Images {
+				return nil, fmt.Errorf("%w: image %d of %d (rank %d)", ErrMalformed, rec.Image, lim.Images, rank)
+			}
 			if seen[rec.Image] {
 				return nil, fmt.Errorf("%w: image %d comes twice (rank %d)", ErrMalformed, rec.Image, rank)
 			}

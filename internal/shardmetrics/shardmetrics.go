@@ -37,12 +37,24 @@ type Config struct {
 }
 
 // Stats are this rank's share of the stage: wall seconds of its three
-// steps, the process CPU seconds (user + system) over the stage, the
-// images it matched and the bytes it sent.
+// steps (Gather: the exchange and the decoding), the images it matched,
+// the bytes it sent and the process CPU seconds (user + system) of each
+// part: matching (and encoding), the exchange (a rank waiting in MPI polls,
+// burning CPU for as long as the slowest rank takes), decoding the other
+// ranks' records, and the reduction.
 type Stats struct {
-	Match, Gather, Reduce, CPU float64
-	Images                     int
-	BytesSent                  int
+	Match, Gather, Reduce float64
+	Images                int
+	BytesSent             int
+	CPU                   CPU
+}
+
+// CPU are process CPU seconds of the stage's parts.
+type CPU struct {
+	Match    float64 `json:"match"`
+	Exchange float64 `json:"exchange"`
+	Merge    float64 `json:"merge"`
+	Reduce   float64 `json:"reduce"`
 }
 
 // Outcome is the stage's result on every rank.
@@ -75,15 +87,19 @@ func Run(c mpi.Comm, in metrics.Input, mine []int, cfg Config) (Outcome, error) 
 	} else {
 		buf = records.Encode(buf, recs, cfg.Families)
 	}
-	recs = nil
 	out.Stats.Images, out.Stats.BytesSent = len(mine), len(buf)
 	t1 := time.Now()
 	out.Stats.Match = t1.Sub(t0).Seconds()
+	cpu1 := cpuSeconds()
+	out.Stats.CPU.Match = cpu1 - cpu0
 
 	parts, err := mpi.AllgatherBytes(c, buf)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("%w: %w", ErrComm, err)
 	}
+	buf = nil
+	cpu2 := cpuSeconds()
+	out.Stats.CPU.Exchange = cpu2 - cpu1
 	bufs := make([][]byte, len(parts))
 	for r, p := range parts {
 		if len(p) == 0 {
@@ -94,13 +110,16 @@ func Run(c mpi.Comm, in metrics.Input, mine []int, cfg Config) (Outcome, error) 
 		}
 		bufs[r] = p[1:]
 	}
-	all, err := records.Merge(bufs, records.Limits{Images: len(in.Images), Labels: in.Labels.Len()})
+	// this rank's own records are used as they are, not decoded again
+	all, err := records.MergeOwn(bufs, c.Rank(), recs, cfg.Families, records.Limits{Images: len(in.Images), Labels: in.Labels.Len()})
 	if err != nil {
 		return Outcome{}, fmt.Errorf("shardmetrics: %w", err)
 	}
-	parts, bufs = nil, nil
+	parts, bufs, recs = nil, nil, nil
 	t2 := time.Now()
 	out.Stats.Gather = t2.Sub(t1).Seconds()
+	cpu3 := cpuSeconds()
+	out.Stats.CPU.Merge = cpu3 - cpu2
 
 	f := metrics.Frame{Images: in.Images, Labels: in.Labels, LabelValues: in.LabelValues}
 	if out.Result, err = metrics.Reduce(f, all, cfg.Options, cfg.Families, cfg.ClassMetrics); err != nil {
@@ -112,7 +131,7 @@ func Run(c mpi.Comm, in metrics.Input, mine []int, cfg Config) (Outcome, error) 
 		}
 	}
 	out.Stats.Reduce = time.Since(t2).Seconds()
-	out.Stats.CPU = cpuSeconds() - cpu0
+	out.Stats.CPU.Reduce = cpuSeconds() - cpu3
 	return out, nil
 }
 

@@ -1,34 +1,85 @@
 #!/bin/sh
-# Paired, alternated crops/s: canopy's crop step (infer/crop
-# BenchmarkCropsR50) against DeepForest 2.1.0's (_predict_crop_model_,
-# tools/cropmodel/bench.py) on the same ResNet-50 CropModel, the same
-# boxes and the same threads. Each process runs under /usr/bin/time
-# (wall, user and system CPU seconds, peak RSS); the load average is
-# printed before each run.
+# Paired, alternated crops/s and CPU seconds per crop: canopy's crop step
+# (infer/crop BenchmarkCropsR50 / BenchmarkCropsR18) against DeepForest
+# 2.1.0's (_predict_crop_model_, tools/cropmodel/bench.py) on the same
+# CropModel network (ResNet-50: the parity checkpoint; ResNet-18: the
+# parity state dict), the same boxes and the same threads.
 #
-#   tools/cropmodel/bench.sh ROUNDS THREADS CROPS
+#   tools/cropmodel/bench.sh ROUNDS THREADS CROPS [MODELS]
+#
+# MODELS is "r50 r18" (the default), "r50" or "r18". Each process runs
+# under /usr/bin/time (wall, user and system CPU seconds, peak RSS); the
+# load average is printed before each run, and a round whose 1-minute
+# load before either side was 1 or more (on 2 cores) is marked LOADED. The
+# wall figures are each side's steady state (canopy: the mean of 3 repeats
+# after a warm-up run; DeepForest: its fastest of 3 repeats); the CPU
+# seconds per crop are user+sys of the whole process (every thread) over
+# those repeats (DeepForest: its cheapest repeat), loading excluded.
+# The last lines give, per model, the median canopy/DeepForest crops/s
+# ratio of the quiet rounds, or, when no round was quiet, the median
+# ratio of CPU seconds per crop (DeepForest/canopy), which other load
+# disturbs far less. The ISA of each side is printed: canopy's kernels
+# (CANOPY_SIMD forces avx2; its crop step uses no OpenBLAS) and torch's
+# CPU capability (ATEN_CPU_CAPABILITY=avx2 forces it).
 set -eu
-rounds=${1:-4}
+rounds=${1:-3}
 threads=${2:-2}
-crops=${3:-128}
+crops=${3:-64}
+models=${4:-r50 r18}
 py=${CANOPY_PEER_PYTHON:-/opt/canopy-peers/venv/bin/python}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 go test -c -o "$work/crop.test" ./infer/crop
-# The parity files (the checkpoint and the raster), rebuilt once.
-go run ./cmd/cropmodel -out "$work/files"
-for r in $(seq "$rounds"); do
-	for side in deepforest canopy; do
-		[ $((r % 2)) -eq 0 ] && side=$([ "$side" = canopy ] && echo deepforest || echo canopy)
-		echo "round $r $side load: $(cut -d' ' -f1-3 /proc/loadavg)"
-		if [ "$side" = canopy ]; then
-			(cd infer/crop && CANOPY_BENCH_CROPS=$crops CANOPY_BENCH_THREADS=$threads GOMAXPROCS=$((threads + 1)) \
-				/usr/bin/time -f "canopy wall %e user %U sys %S maxrss_kb %M" \
-				"$work/crop.test" -test.run '^$' -test.bench BenchmarkCropsR50 -test.benchtime 3x)
-		else
-			/usr/bin/time -f "deepforest wall %e user %U sys %S maxrss_kb %M" \
-				"$py" tools/cropmodel/bench.py --ckpt "$work/files/crop.ckpt" --raster "$work/files/img_0000.png" \
-				--threads "$threads" --crops "$crops" --repeat 3
-		fi
+# The parity files (the checkpoints and the raster), rebuilt once.
+go run ./cmd/cropmodel -out "$work/files" >/dev/null
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, avx512f: $(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)"
+load1() { cut -d' ' -f1 /proc/loadavg; }
+: >"$work/summary"
+for model in $models; do
+	case $model in
+	r50) bench=BenchmarkCropsR50 extra="" ;;
+	r18) bench=BenchmarkCropsR18 extra="--r18 $work/files/crop-r18.pt" ;;
+	*) echo "bench.sh: unknown model $model (r50 or r18)" >&2; exit 2 ;;
+	esac
+	for r in $(seq "$rounds"); do
+		order="deepforest canopy"
+		[ $((r % 2)) -eq 0 ] && order="canopy deepforest"
+		quiet=yes
+		for side in $order; do
+			l=$(load1)
+			echo "$model round $r $side load: $(cut -d' ' -f1-3 /proc/loadavg)"
+			awk -v l="$l" 'BEGIN { exit !(l >= 1) }' && quiet=no
+			if [ "$side" = canopy ]; then
+				(cd infer/crop && CANOPY_BENCH_CROPS=$crops CANOPY_BENCH_THREADS=$threads GOMAXPROCS=$((threads + 1)) \
+					/usr/bin/time -f "canopy wall %e user %U sys %S maxrss_kb %M" \
+					"$work/crop.test" -test.run '^$' -test.bench "^$bench\$" -test.benchtime 3x) 2>&1 | tee "$work/canopy.out"
+				c_rate=$(awk '/^Benchmark/ { for (i = 2; i <= NF; i++) if ($i == "crops/s") print $(i-1) }' "$work/canopy.out")
+				c_cpu=$(awk '/^Benchmark/ { for (i = 2; i <= NF; i++) if ($i == "cpu-s/crop") print $(i-1) }' "$work/canopy.out")
+			else
+				# shellcheck disable=SC2086
+				/usr/bin/time -f "deepforest wall %e user %U sys %S maxrss_kb %M" \
+					"$py" tools/cropmodel/bench.py --ckpt "$work/files/crop.ckpt" --raster "$work/files/img_0000.png" \
+					--threads "$threads" --crops "$crops" --repeat 3 $extra 2>&1 | grep -v -i warn | tee "$work/df.out"
+				d_rate=$("$py" -c 'import json,sys; [print(json.loads(l)["crops_per_s"]) for l in open(sys.argv[1]) if l.startswith("{")]' "$work/df.out")
+				d_cpu=$("$py" -c 'import json,sys; [print(json.loads(l)["cpu_s_per_crop"]) for l in open(sys.argv[1]) if l.startswith("{")]' "$work/df.out")
+			fi
+		done
+		mark=$([ $quiet = yes ] && echo quiet || echo LOADED)
+		line=$(awk -v m="$model" -v r="$r" -v cr="$c_rate" -v dr="$d_rate" -v cc="$c_cpu" -v dc="$d_cpu" -v q="$mark" \
+			'BEGIN { printf "%s round %d %s: crops/s canopy %.2f deepforest %.2f (%.2fx); cpu-s/crop canopy %.4f deepforest %.4f (%.2fx)\n", m, r, q, cr, dr, cr/dr, cc, dc, dc/cc }')
+		echo "$line"
+		echo "$line" >>"$work/summary"
 	done
+done
+echo "== summary"
+cat "$work/summary"
+for model in $models; do
+	grep "^$model " "$work/summary" | awk -v m="$model" '
+		{ for (i = 1; i <= NF; i++) { if ($i == "(crops/s") continue }
+		  q = ($4 == "quiet:"); split($0, a, "[()]"); w = a[2] + 0; c = a[4] + 0
+		  if (q) wq[++nq] = w; cs[++nc] = c }
+		function med(v, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+			return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
+		END { if (nq > 0) printf "%s: median canopy/DeepForest crops/s over %d quiet rounds: %.2fx (CPU s per crop, all %d rounds: %.2fx)\n", m, nq, med(wq, nq), nc, med(cs, nc)
+		      else printf "%s: no quiet round (load >= 1): median DeepForest/canopy CPU s per crop over %d rounds: %.2fx\n", m, nc, med(cs, nc) }'
 done

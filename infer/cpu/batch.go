@@ -1,0 +1,330 @@
+package cpu
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/canopy-hpc/canopy/infer/gemm"
+	"github.com/canopy-hpc/canopy/infer/nn"
+)
+
+// Batch is N feature maps of one shape side by side, in CNHW order:
+// channel c of image b is the H×W plane at D[(c·N+b)·H·W:]. A channel's
+// planes of all the images are one row of N·H·W values, so a convolution
+// of the whole batch is one matrix product over N·H·W columns: the crop
+// classifier's maps (7×7 to 112×112 on a 224×224 crop) give matrices far
+// too narrow for a GEMM one crop at a time.
+type Batch struct {
+	C, N, H, W int
+	D          []float32
+}
+
+// Plane is channel c of image b.
+func (x Batch) Plane(c, b int) []float32 {
+	hw := x.H * x.W
+	return x.D[(c*x.N+b)*hw : (c*x.N+b+1)*hw]
+}
+
+// cols is the width of a channel's row: N·H·W.
+func (x Batch) cols() int { return x.N * x.H * x.W }
+
+// planes views the batch as one map of C·N planes (the per-plane ops:
+// max-pool, upsampling, ReLU).
+func (x Batch) planes() Fmap { return Fmap{x.C * x.N, x.H, x.W, x.D} }
+
+// BatchEngine runs a network (nn.Backend over Batch) on a batch of
+// images with canopy's own matrix product, gemm.Chain, in which every
+// output value is one fused multiply-add chain over its row and column
+// alone. So an image's bits never depend on the batch it is in, its place
+// there, the thread count or the CPU's instruction set (the transforms
+// and copies around the products give the same bits in every clone too):
+// a crop gives the same bytes alone, in any batch, on AVX2 or AVX-512.
+//
+// Convolutions: 3×3 stride-1 ones (UseWinograd) as Winograd F(4×4,3×3)
+// over the tiles of every image (4× fewer multiplications, at 7×7 and
+// 14×14 too: 3.06×), 1×1 stride-1 ones as one product over the batch's
+// columns, the rest (the stem, the stride-2 ones) as im2col and a product;
+// bias, residual and ReLU are the product's epilogue (or the Winograd
+// output transform's). Work is cut into jobs of columns (tiles) and rows
+// run by threads workers; how it is cut changes no bit.
+type BatchEngine struct {
+	threads int
+	free    [][]float32
+	bufs    [][]float32 // per worker: im2col columns, max-pool rows
+	v, m    []float32   // a Winograd layer's V and M
+}
+
+var _ nn.Backend[Batch] = (*BatchEngine)(nil)
+
+// NewBatchEngine is an engine of threads workers (at least 1).
+func NewBatchEngine(threads int) *BatchEngine {
+	threads = max(threads, 1)
+	return &BatchEngine{threads: threads, bufs: make([][]float32, threads)}
+}
+
+// Threads is the engine's worker count.
+func (e *BatchEngine) Threads() int { return e.threads }
+
+// Parallel runs f(worker, job) for job in [0, n) on the engine's workers.
+func (e *BatchEngine) Parallel(n int, f func(worker, job int)) { parallel(e.threads, n, f) }
+
+// Batch takes a batch from the free list (not zeroed), as Engine.Fmap.
+func (e *BatchEngine) Batch(c, n, h, w int) Batch {
+	return Batch{c, n, h, w, takeFree(&e.free, c*n*h*w)}
+}
+
+// Put returns dead batches for reuse.
+func (e *BatchEngine) Put(xs ...Batch) {
+	for _, x := range xs {
+		if cap(x.D) > 0 {
+			e.free = append(e.free, x.D[:cap(x.D)])
+		}
+	}
+}
+
+func (e *BatchEngine) Same(a, b Batch) bool {
+	return len(a.D) > 0 && len(b.D) > 0 && &a.D[0] == &b.D[0]
+}
+
+// buf is worker w's scratch of at least n floats.
+func (e *BatchEngine) buf(w, n int) []float32 {
+	if cap(e.bufs[w]) < n {
+		e.bufs[w] = nn.BigFloats(n)
+	}
+	return e.bufs[w][:n]
+}
+
+// Conv computes relu?(conv(x) + b [+ res]) for every image of x.
+func (e *BatchEngine) Conv(c *nn.Conv, x Batch, relu bool, res *Batch) Batch {
+	oh := (x.H+2*c.Pad-c.KH)/c.Stride + 1
+	ow := (x.W+2*c.Pad-c.KW)/c.Stride + 1
+	y := e.Batch(c.Out, x.N, oh, ow)
+	var rd []float32
+	if res != nil {
+		rd = res.D
+	}
+	switch {
+	case UseWinograd(c):
+		e.winograd(c, x, y, rd, relu)
+	case c.KH == 1 && c.KW == 1 && c.Stride == 1 && c.Pad == 0:
+		e.pointwise(c, x, y, rd, relu)
+	default:
+		e.im2col(c, x, y, rd, relu)
+	}
+	return y
+}
+
+// colChunk is the most columns (or tiles) of a job: 8 tiles of the AVX-512
+// product's 48 columns.
+const colChunk = 384
+
+// grid cuts rows × cols into jobs: column chunks of a multiple of 48 (at
+// most colChunk), and row chunks of a multiple of 8 when there are too few
+// column chunks to give each worker four jobs. It returns the chunk sizes
+// and counts.
+func grid(rows, cols, threads int) (rc, cc, nr, nc int) {
+	cc = min(colChunk, max(48, (cols+4*threads-1)/(4*threads)+47)/48*48)
+	nc = (cols + cc - 1) / cc
+	nr = max(1, min((4*threads+nc-1)/nc, rows/8))
+	rc = ((rows+nr-1)/nr + 7) / 8 * 8
+	nr = (rows + rc - 1) / rc
+	return rc, cc, nr, nc
+}
+
+// pointwise is a 1×1 stride-1 convolution: Y = W·X over all the columns.
+func (e *BatchEngine) pointwise(c *nn.Conv, x, y Batch, rd []float32, relu bool) {
+	n := x.cols()
+	rc, cc, nr, nc := grid(c.Out, n, e.threads)
+	e.Parallel(nr*nc, func(_, j int) {
+		i0, j0 := j/nc*rc, j%nc*cc
+		rows, cols := min(rc, c.Out-i0), min(cc, n-j0)
+		ep := gemm.Epi{Bias: c.B[i0 : i0+rows], ReLU: relu, LdRes: n}
+		if rd != nil {
+			ep.Res = rd[i0*n+j0:]
+		}
+		gemm.Chain(rows, cols, c.In, c.W[i0*c.In:], c.In, x.D[j0:], n, y.D[i0*n+j0:], n, ep)
+	})
+}
+
+// segments calls f for each image's part of the columns [j0, j0+n) of a
+// batch whose images have per columns each: the image b, the first column
+// within it, the count, and the offset of the part within [j0, j0+n).
+func segments(j0, n, per int, f func(b, first, count, off int)) {
+	for off := 0; off < n; {
+		j := j0 + off
+		b, first := j/per, j%per
+		count := min(per-first, n-off)
+		f(b, first, count, off)
+		off += count
+	}
+}
+
+// im2col is any other convolution: per job, the patch matrix of a chunk
+// of output columns (of one image or more), then its product.
+func (e *BatchEngine) im2col(c *nn.Conv, x, y Batch, rd []float32, relu bool) {
+	per := y.H * y.W
+	n := x.N * per
+	k := c.In * c.KH * c.KW
+	_, cc, _, nc := grid(8, n, e.threads)
+	st := gemm.Strides{Chan: x.cols()}
+	e.Parallel(nc, func(w, j int) {
+		j0 := j * cc
+		cols := min(cc, n-j0)
+		col := e.buf(w, k*cols)
+		st := st
+		st.Row = cols
+		segments(j0, cols, per, func(b, first, count, off int) {
+			gemm.Im2colS(x.D[b*x.H*x.W:], c.In, x.H, x.W, c.KH, c.KW, c.Stride, c.Pad, y.W, first, count, col[off:], st)
+		})
+		ep := gemm.Epi{Bias: c.B, ReLU: relu, LdRes: n}
+		if rd != nil {
+			ep.Res = rd[j0:]
+		}
+		gemm.Chain(c.Out, cols, k, c.W, k, col, cols, y.D[j0:], n, ep)
+	})
+}
+
+// winograd is a 3×3 stride-1 convolution as F(4×4,3×3) over the tiles of
+// all the images: the input transform of every tile (V: 36 matrices of
+// In × tiles), then per job of rows and tiles the 36 products
+// M[ξ] = U[ξ]·V[ξ] and the output transform with bias, residual and ReLU.
+func (e *BatchEngine) winograd(c *nn.Conv, x, y Batch, rd []float32, relu bool) {
+	u := c.WinogradU4()
+	tw, th := (x.W+3)/4, (x.H+3)/4
+	per := tw * th
+	T := x.N * per
+	vs, ms := c.In*T, c.Out*T
+	if cap(e.v) < 36*vs {
+		e.v = nn.BigFloats(36 * vs)
+	}
+	if cap(e.m) < 36*ms {
+		e.m = nn.BigFloats(36 * ms)
+	}
+	v, m := e.v[:36*vs], e.m[:36*ms]
+	st := gemm.Strides{Chan: x.cols(), Row: T}
+	_, cc, _, nc := grid(8, T, e.threads)
+	e.Parallel(nc, func(_, j int) {
+		segments(j*cc, min(cc, T-j*cc), per, func(b, first, count, off int) {
+			gemm.WinoIn4S(x.D[b*x.H*x.W:], c.In, x.H, x.W, tw, first, count, v[j*cc+off:], vs, st)
+		})
+	})
+	rc, cc, nr, nc := grid(c.Out, T, e.threads)
+	e.Parallel(nr*nc, func(_, j int) {
+		i0, t0 := j/nc*rc, j%nc*cc
+		rows, cols := min(rc, c.Out-i0), min(cc, T-t0)
+		for xi := 0; xi < 36; xi++ {
+			gemm.Chain(rows, cols, c.In, u[xi*c.Out*c.In+i0*c.In:], c.In, v[xi*vs+t0:], T, m[xi*ms+i0*T+t0:], T, gemm.Epi{})
+		}
+		segments(t0, cols, per, func(b, first, count, off int) {
+			var r []float32
+			if rd != nil {
+				r = rd[i0*x.cols()+b*x.H*x.W:]
+			}
+			gemm.WinoOut4S(m[i0*T+t0+off:], ms, count, rows, tw, first, x.H, x.W, c.B[i0:], r, relu, y.D[i0*x.cols()+b*x.H*x.W:], st)
+		})
+	})
+}
+
+// MaxPool3s2 is the stem's max-pool of every plane.
+func (e *BatchEngine) MaxPool3s2(x Batch) Batch {
+	oh, ow := (x.H+2-3)/2+1, (x.W+2-3)/2+1
+	y := e.Batch(x.C, x.N, oh, ow)
+	e.Parallel(x.C*x.N, func(w, p int) {
+		gemm.MaxPool3s2(x.D[p*x.H*x.W:(p+1)*x.H*x.W], x.H, x.W, e.buf(w, x.H*ow), y.D[p*oh*ow:(p+1)*oh*ow])
+	})
+	return y
+}
+
+func (e *BatchEngine) UpsampleAdd(lat, top Batch) {
+	AddUpsampled(lat.planes(), top.planes(), e.Parallel)
+}
+
+func (e *BatchEngine) ReluCopy(x Batch) Batch {
+	y := e.Batch(x.C, x.N, x.H, x.W)
+	for i, v := range x.D {
+		y.D[i] = max(v, 0)
+	}
+	return y
+}
+
+// BatchFilters is a network's state for the BatchEngine: the F(4×4,3×3)
+// filters of its Winograd convolutions, made once (Prepare); the 3×3
+// weights are kept (the GPU engine reads them).
+type BatchFilters struct {
+	once sync.Once
+	done atomic.Bool
+}
+
+// Bytes is the memory Prepare will add (0 once made).
+func (f *BatchFilters) Bytes(convs []*nn.Conv) int64 {
+	if f.done.Load() {
+		return 0
+	}
+	var n int64
+	for _, c := range convs {
+		if c != nil && UseWinograd(c) {
+			if _, u4 := c.WinogradMade(); u4 == 0 {
+				n += 36 * int64(c.Out*c.In) * 4
+			}
+		}
+	}
+	return n
+}
+
+// Prepare makes the filters, once.
+func (f *BatchFilters) Prepare(convs []*nn.Conv) {
+	f.once.Do(func() {
+		for _, c := range convs {
+			if c != nil && UseWinograd(c) {
+				c.WinogradU4()
+			}
+		}
+		f.done.Store(true)
+	})
+}
+
+// parallel runs f(worker, job) for job in [0, n) on threads workers.
+func parallel(threads, n int, f func(worker, job int)) {
+	if threads == 1 || n == 1 {
+		for j := 0; j < n; j++ {
+			f(0, j)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(threads, n); w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for {
+				j := int(next.Add(1) - 1)
+				if j >= n {
+					return
+				}
+				f(w, j)
+			}
+		}(w)
+	}
+	wg.Wait()
+}
+
+// takeFree takes the smallest free buffer that holds n floats (or a new
+// one) from a free list.
+func takeFree(free *[][]float32, n int) []float32 {
+	best := -1
+	for i, b := range *free {
+		if cap(b) >= n && (best < 0 || cap(b) < cap((*free)[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nn.BigFloats(n)
+	}
+	fl := *free
+	d := fl[best][:n]
+	last := len(fl) - 1
+	fl[best], fl[last] = fl[last], nil
+	*free = fl[:last]
+	return d
+}

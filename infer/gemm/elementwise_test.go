@@ -1,0 +1,94 @@
+package gemm
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+)
+
+// Every clone of the point model's element-wise kernels gives the Go
+// twins' bits (0 ulp), on rows of odd lengths and values from the tails.
+func TestElementwiseMatchesGo(t *testing.T) { forEachClone(t, testElementwiseMatchesGo) }
+
+func testElementwiseMatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(46, 1))
+	same := func(what string, a, b []float32) {
+		t.Helper()
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Fatalf("%s: [%d] %v, Go %v", what, i, a[i], b[i])
+			}
+		}
+	}
+	for _, n := range []int{1, 7, 64, 257} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 4)
+		}
+		x[0] = -40
+		a, b := append([]float32(nil), x...), append([]float32(nil), x...)
+		GELURow(a)
+		geluRowGo(b)
+		same("gelu", a, b)
+		a, b = append([]float32(nil), x...), append([]float32(nil), x...)
+		for i := range a {
+			a[i] *= 10
+			b[i] *= 10
+		}
+		SoftmaxRow(a)
+		softmaxRowGo(b)
+		same("softmax", a, b)
+	}
+	h, w, c := 5, 6, 19
+	x := make([]float32, h*w*c)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	wt, bias := make([]float32, 9*c), make([]float32, c)
+	for i := range wt {
+		wt[i] = float32(r.NormFloat64() * 0.3)
+	}
+	for i := range bias {
+		bias[i] = float32(r.NormFloat64() * 0.1)
+	}
+	a, b := make([]float32, h*w*c), make([]float32, h*w*c)
+	for y := 0; y < h; y++ {
+		DWConvGELURow(x, h, w, c, wt, bias, y, a)
+		dwconvGELURowGo(x, h, w, c, wt, bias, y, b)
+	}
+	same("dwconv", a, b)
+}
+
+// TestExpFast: e^x within 2e-8 relative over [−300, 300], 0 far below,
+// ∞ far above.
+func TestExpFast(t *testing.T) {
+	for i := -150000; i <= 150000; i++ {
+		x := float64(i) * 2e-3
+		want := math.Exp(x)
+		if approx.Far(approx.Diff(ExpFast(x), want), 2e-8*want) {
+			t.Fatalf("ExpFast(%v) = %v, want %v", x, ExpFast(x), want)
+		}
+	}
+	if ExpFast(-1e30) != 0 || ExpFast(0) != 1 || !math.IsInf(ExpFast(1e4), 1) {
+		t.Fatalf("ExpFast(-1e30) %v, ExpFast(0) %v, ExpFast(1e4) %v", ExpFast(-1e30), ExpFast(0), ExpFast(1e4))
+	}
+}
+
+// TestGELU: erf's GELU (not tanh's approximation, which differs by ~1e-4
+// near ±2) within its documented bound, 7.5e-8·|x| plus one float32
+// rounding, over [−10, 10].
+func TestGELU(t *testing.T) {
+	for i := -100000; i <= 100000; i++ {
+		x := float32(i) * 1e-4
+		want := 0.5 * float64(x) * (1 + math.Erf(float64(x)/math.Sqrt2))
+		got := float64(GELU(x))
+		if approx.Far(approx.Diff(got, want), 7.5e-8*math.Abs(float64(x))+0x1p-24*math.Abs(want)+1e-45) {
+			t.Fatalf("GELU(%v) = %v, want %v", x, got, want)
+		}
+	}
+	if GELU(-0.5) >= 0 || GELU(0) != 0 || GELU(30) != 30 {
+		t.Fatalf("GELU(-0.5) %v, GELU(0) %v, GELU(30) %v", GELU(-0.5), GELU(0), GELU(30))
+	}
+}
