@@ -19,7 +19,7 @@ export CGO_CFLAGS  := $(or $(CGO_CFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh 
 export CGO_LDFLAGS := $(or $(CGO_LDFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh libs)
 endif
 
-.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-metrics-scale bench-metrics-tile bench-metrics-images bench-infer bench-tile bench-skip-empty bench-scale bench-large testdata golden-retinanet golden-treeformer treeformer-ref golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
+.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-metrics-scale bench-metrics-tile bench-metrics-images bench-infer bench-tile bench-skip-empty bench-scale bench-large testdata golden-retinanet golden-treeformer treeformer-ref bench-treeformer golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -332,6 +332,10 @@ TREEFORMER_REF ?= /tmp/treeformer-ref
 golden-treeformer:
 	PYTHONPATH=$(DF_SRC) ATEN_CPU_CAPABILITY=avx2 $(PEER_PY) tools/treeformer/reference.py small --out infer/treeformer/testdata/small.json
 	PYTHONPATH=$(DF_SRC) ATEN_CPU_CAPABILITY=avx2 $(PEER_PY) tools/treeformer/reference.py peaks --out infer/treeformer/testdata/peaks.json
+
+# CPU seconds per 512 window, torch against canopy on the reference's weights
+bench-treeformer:
+	PYTHONPATH=$(DF_SRC) $(PEER_PY) tools/treeformer/bench.py --ref $(TREEFORMER_REF) --repeat 3 --out bin/treeformer-bench.json
 
 treeformer-ref:
 	$(GO) run ./cmd/forestgen -out bin/treeformer-images -n 3 -seed 3 -sizes 1249x1035,400x400,625x518

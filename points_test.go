@@ -2,19 +2,24 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 )
 
 // pointSet writes a TreeFormer hub folder (the one-block test model,
-// seeded) and three forest images, one of them large enough for windows.
+// seeded) and four forest images: one large enough for windows, one too
+// small for any peak away from the border (DeepForest finds none there).
 func pointSet(t *testing.T) (model, images string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -27,7 +32,7 @@ func pointSet(t *testing.T) (model, images string) {
 	if err := testweights.TreeFormerFolder(model, "canopy-test/pvt_v2_b3", [4]int{1, 1, 1, 1}, 46); err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range [][2]int{{200, 150}, {333, 250}, {150, 120}} {
+	for i, s := range [][2]int{{200, 150}, {333, 250}, {150, 120}, {40, 30}} {
 		im, _ := forest.Generate(9, i, s[0], s[1])
 		var b bytes.Buffer
 		if err := png.Encode(&b, im); err != nil {
@@ -93,11 +98,131 @@ func TestPointPredictRefusals(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "--resume is not yet available for a point model") {
 		t.Fatalf("--resume: exit %d: %s", r.code, r.stderr)
 	}
+	// an image whose forward pass does not fit the rank's memory: exit 3
+	// before any work, naming the image and --tile
+	r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--rank-memory", "20M")
+	if r.code != 3 || !strings.Contains(r.stderr, "forward pass needs about") || !strings.Contains(r.stderr, "--tile") {
+		t.Fatalf("--rank-memory 20M: exit %d: %s", r.code, r.stderr)
+	}
+	if r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--rank-memory", "8G"); r.code != 0 {
+		t.Fatalf("--rank-memory 8G: exit %d: %s", r.code, r.stderr)
+	}
+	out = filepath.Join(t.TempDir(), "out")
 	if err := os.WriteFile(filepath.Join(model, "config.json"), []byte(`{"backbone": "OpenGVLab/pvt_v2_b2", "label_dict": {"Tree": 0}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r = run1(t, "predict", "--model", model, "--images", images, "--out", out)
 	if r.code != 4 || !strings.Contains(r.stderr, "pvt_v2_b2 is not tabulated") {
 		t.Fatalf("b2: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// TestMPIPointPredictReference: with the full reference of
+// tools/treeformer/reference.py (230 MB, outside the repository; skipped
+// without it), DeepForest's hub folder on 1 rank and its Lightning .ckpt on
+// 3 ranks give the same predictions.csv bytes, and its rows are
+// predict_image's points (within 0.5 px, scores within 1e-3).
+func TestMPIPointPredictReference(t *testing.T) {
+	ref := os.Getenv("CANOPY_TREEFORMER_REF")
+	if ref == "" {
+		ref = "/tmp/treeformer-ref"
+	}
+	if _, err := os.Stat(filepath.Join(ref, "points.json")); err != nil {
+		t.Skipf("no TreeFormer reference in %s (tools/treeformer/reference.py full makes it): %v", ref, err)
+	}
+	images := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(ref, "img_0001.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(images, "img_0001.png"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var csvs [2][]byte
+	for i, run := range []struct {
+		np    int
+		model string
+	}{{1, "hub"}, {3, "model.ckpt"}} {
+		out := filepath.Join(t.TempDir(), "out")
+		r := mpirun(t, run.np, nil, "predict", "--model", filepath.Join(ref, run.model), "--images", images, "--out", out, "--threads", "1")
+		if r.code != 0 {
+			t.Fatalf("%s on %d ranks: exit %d\n%s", run.model, run.np, r.code, r.stderr)
+		}
+		if csvs[i], err = os.ReadFile(filepath.Join(out, "predictions.csv")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(csvs[0], csvs[1]) {
+		t.Fatalf("the .ckpt on 3 ranks differs from the hub folder on 1:\n%s\nvs\n%s", csvs[1], csvs[0])
+	}
+	var pj struct {
+		Images map[string]struct {
+			Points []struct{ X, Y, Score float64 }
+		}
+	}
+	pb, err := os.ReadFile(filepath.Join(ref, "points.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(pb, &pj); err != nil {
+		t.Fatal(err)
+	}
+	want := pj.Images["img_0001.png"].Points
+	rows := strings.Split(strings.TrimSpace(string(csvs[0])), "\n")[1:]
+	if len(rows) != len(want) || len(want) == 0 {
+		t.Fatalf("%d rows, DeepForest %d points", len(rows), len(want))
+	}
+	for i, l := range rows {
+		f := strings.Split(l, ",")
+		x, _ := strconv.ParseFloat(f[1], 64)
+		y, _ := strconv.ParseFloat(f[2], 64)
+		s, _ := strconv.ParseFloat(f[4], 64)
+		if approx.Far(math.Hypot(x-want[i].X, y-want[i].Y), 0.5) || approx.Far(math.Abs(s-want[i].Score), 1e-3) || f[3] != "Tree" {
+			t.Fatalf("row %d %q, DeepForest %+v", i, l, want[i])
+		}
+	}
+}
+
+// TestPointPredictThenEval: a point model's predictions.csv is what eval
+// --predictions scores with the point metrics (truth: the predicted points
+// moved by 1 px, so every truth point is found).
+func TestPointPredictThenEval(t *testing.T) {
+	model, images := pointSet(t)
+	out := filepath.Join(t.TempDir(), "out")
+	if r := run1(t, "predict", "--model", model, "--images", images, "--out", out); r.code != 0 {
+		t.Fatalf("predict: exit %d: %s", r.code, r.stderr)
+	}
+	csv, err := os.ReadFile(filepath.Join(out, "predictions.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	truth := "image_path,x,y,label\n"
+	rows := strings.Split(strings.TrimSpace(string(csv)), "\n")[1:]
+	for _, l := range rows {
+		f := strings.Split(l, ",")
+		x, _ := strconv.ParseFloat(f[1], 64)
+		y, _ := strconv.ParseFloat(f[2], 64)
+		truth += fmt.Sprintf("%s,%g,%g,%s\n", f[0], x+1, y, f[3])
+	}
+	tp := filepath.Join(images, "truth.csv")
+	if err := os.WriteFile(tp, []byte(truth), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ev := filepath.Join(t.TempDir(), "eval")
+	if r := run1(t, "eval", "--csv", tp, "--predictions", filepath.Join(out, "predictions.csv"), "--out", ev); r.code != 0 {
+		t.Fatalf("eval: exit %d: %s", r.code, r.stderr)
+	}
+	var rep struct {
+		Metrics map[string]float64
+	}
+	b, err := os.ReadFile(filepath.Join(ev, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Metrics["point_recall"] != 1 || rep.Metrics["point_precision"] != 1 || len(rows) == 0 {
+		t.Fatalf("metrics %v over %d points", rep.Metrics, len(rows))
 	}
 }

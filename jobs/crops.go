@@ -104,6 +104,9 @@ type cropSet struct {
 
 // columns are the predictions' crop columns, in order.
 func (cs *cropSet) columns() []string {
+	if cs == nil {
+		return nil
+	}
 	var out []string
 	for _, in := range cs.info {
 		out = append(out, in.Columns[0], in.Columns[1])

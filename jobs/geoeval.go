@@ -212,7 +212,7 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outRun, kind box.K
 	var merr error
 	conf := newConfiner(cfg.RootDir)
 	for _, i := range p.Shards[c.Rank()] {
-		if kind == box.KindPoint && cfg.Semantics == metrics.Validation {
+		if kind == box.KindPolygon || cfg.Semantics == metrics.Validation {
 			if w, h, ok := imageSize(conf, cfg, images[i].Path); ok {
 				d.in.Images[i].Width, d.in.Images[i].Height = w, h
 			}
@@ -251,12 +251,28 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outRun, kind box.K
 	}
 	t3 := time.Now()
 	vals := metrics.ReduceGeo(d.in, recs, opt)
+	segmSkipped := ""
+	if kind == box.KindPolygon {
+		if sv, ok := metrics.SegmCOCO(d.in, recs); ok {
+			vals = append(vals, sv...)
+		} else {
+			for _, r := range recs {
+				if r.Width == 0 {
+					segmSkipped = fmt.Sprintf("COCO segm mAP skipped: the size of image %q (and maybe others) under --root-dir %s is unknown, and the masks are rasterised at the image's size", images[r.Image].Path, cfg.RootDir)
+					break
+				}
+			}
+		}
+	}
 	metricJSON := MetricsJSON(vals)
 	stats.Seconds["metrics"] = since(t3)
 	if err := agree(c, metricJSON); err != nil {
 		return err
 	}
 	warnings := geoWarnings(cfg, d, unsized)
+	if c.Rank() == 0 && cfg.Warnings != nil && segmSkipped != "" {
+		sayLine(cfg.Warnings, "canopy: note: ", segmSkipped)
+	}
 	if c.Rank() == 0 && cfg.Warnings != nil {
 		for _, w := range warnings {
 			sayLine(cfg.Warnings, "canopy: warning: ", w)

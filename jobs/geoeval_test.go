@@ -341,6 +341,14 @@ func TestGeometryHostileInputs(t *testing.T) {
 	if code, _ := run(pts, ppts, true); code != ExitInput {
 		t.Errorf("no images under --strict: exit %d", code)
 	}
+	if geos.Available {
+		tri := write("tri.csv", "image_path,geometry,label\na.png,\"POLYGON ((0 0, 10 0, 10 10, 0 0))\",Tree\n")
+		for _, strict := range []bool{false, true} {
+			if code, se := run(tri, polys, strict); code != 0 || strings.Count(se, "COCO segm mAP skipped") != 1 {
+				t.Errorf("polygons without images (strict %v): exit %d %q", strict, code, se)
+			}
+		}
+	}
 }
 
 // Options that only boxes have are refused, not ignored.
@@ -355,5 +363,90 @@ func TestGeometryRefusesBoxOnlyOptions(t *testing.T) {
 	cfg.Families = metrics.COCOmAP
 	if codes := runLocal(t, 2, cfg); codes[0] != ExitUsage {
 		t.Errorf("--metrics coco: exit %v", codes)
+	}
+}
+
+// Polygons with their images: the COCO segm family equals faster-coco-
+// eval's COCOeval(iou_type="segm") on the same polygons (tools/geometry/
+// peer.py's coco_segm), each value rounded to float32 as the box family
+// rounds torchmetrics' tensors (canopy's summary is float32 of the same
+// double).
+func TestGeometrySegmAsFasterCOCOEval(t *testing.T) {
+	if !geos.Available {
+		t.Skip("built without GEOS (-tags nogeos/nogdal)")
+	}
+	for _, c := range []string{"polygons_edge", "polygons_many"} {
+		dir := filepath.Join("testdata", "geometry", c)
+		var peer struct {
+			Segm map[string]float64 `json:"coco_segm"`
+		}
+		readJSONFile(t, filepath.Join(dir, "deepforest.json"), &peer)
+		if len(peer.Segm) != 12 {
+			t.Fatalf("%s: %d segm values recorded", c, len(peer.Segm))
+		}
+		out := runGeo(t, dir, metrics.Validation)
+		_, got := reportMetrics(t, out)
+		for k, v := range peer.Segm {
+			g, ok := got[k].(float64)
+			if !ok || g != float64(float32(v)) {
+				t.Errorf("%s: %s = %v, faster-coco-eval %v", c, k, got[k], v)
+			}
+		}
+	}
+}
+
+// A Point layer in a projected CRS is converted to the pixels of the
+// GeoTIFF its image_path names as read_file's geo_to_image_coordinates
+// converts it: (x - left)/res, (top - y)/res. The layer's points are made
+// from pixel coordinates with a power-of-two resolution, so the converted
+// points are those pixels exactly and the run equals the pixel CSV's.
+func TestGeometryVectorTruthWithCRS(t *testing.T) {
+	if !geos.Available {
+		t.Skip("built without GDAL/GEOS (-tags nogdal/nogeos)")
+	}
+	dir := t.TempDir()
+	src := filepath.Join("testdata", "geometry", "points_edge", "a.png")
+	tif := filepath.Join(dir, "a.tif")
+	if out, err := exec.Command("gdal_translate", "-q", "-of", "GTiff", "-a_srs", "EPSG:32617", "-a_ullr", "404000", "3285000", "404050", "3284975", src, tif).CombinedOutput(); err != nil {
+		t.Fatalf("gdal_translate: %v\n%s", err, out) // 200×100 pixels of 0.25 m
+	}
+	px := [][2]float64{{10, 10}, {20, 10}, {30, 10.5}, {50, 50}, {199.75, 0}, {0.25, 99.5}}
+	var pixCSV, mapCSV strings.Builder
+	pixCSV.WriteString("image_path,x,y,label\n")
+	mapCSV.WriteString("image_path,WKT,label\n")
+	for i, p := range px {
+		lab := []string{"Tree", "Snag"}[i%2]
+		fmt.Fprintf(&pixCSV, "a.tif,%v,%v,%s\n", p[0], p[1], lab)
+		fmt.Fprintf(&mapCSV, "a.tif,POINT (%v %v),%s\n", 404000+p[0]*0.25, 3285000-p[1]*0.25, lab)
+	}
+	preds := "image_path,x,y,label,score\na.tif,12,10,Tree,0.9\na.tif,31,14,Snag,0.8\na.tif,199,1,Tree,0.7\na.tif,60,50,Tree,0.6\n"
+	for name, body := range map[string]string{"pix.csv": pixCSV.String(), "map.csv": mapCSV.String(), "preds.csv": preds} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gpkg := filepath.Join(dir, "truth.gpkg")
+	if out, err := exec.Command("ogr2ogr", "-q", "-f", "GPKG", gpkg, filepath.Join(dir, "map.csv"), "-nln", "stems",
+		"-oo", "GEOM_POSSIBLE_NAMES=WKT", "-oo", "KEEP_GEOM_COLUMNS=NO", "-a_srs", "EPSG:32617").CombinedOutput(); err != nil {
+		t.Fatalf("ogr2ogr: %v\n%s", err, out)
+	}
+	for _, sem := range []metrics.Semantics{metrics.EvaluateBoxes, metrics.Validation} {
+		outs := map[string]string{}
+		for _, truth := range []string{"pix.csv", "truth.gpkg"} {
+			out := t.TempDir()
+			cfg := EvalConfig{CSV: filepath.Join(dir, truth), Predictions: filepath.Join(dir, "preds.csv"), RootDir: dir, Out: out,
+				IoUThreshold: 0.4, DistanceThreshold: 10, Semantics: sem, BatchSize: 1}
+			if codes := runLocal(t, 2, cfg); codes[0] != 0 {
+				t.Fatalf("%s %v: %v", truth, sem, codes)
+			}
+			outs[truth] = out
+		}
+		a, _ := reportMetrics(t, outs["pix.csv"])
+		b, _ := reportMetrics(t, outs["truth.gpkg"])
+		ra, _ := os.ReadFile(filepath.Join(outs["pix.csv"], "results.csv"))
+		rb, _ := os.ReadFile(filepath.Join(outs["truth.gpkg"], "results.csv"))
+		if !bytes.Equal(a, b) || !bytes.Equal(ra, rb) {
+			t.Errorf("%v: the EPSG:32617 layer gives %s\n%s\nthe pixel CSV %s\n%s", sem, b, rb, a, ra)
+		}
 	}
 }

@@ -40,6 +40,14 @@ func pointModel(c *cli.Context) (string, bool) {
 }
 
 func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr io.Writer, model string) error {
+	var mc ModelConfig
+	if rm := c.String("rank-memory"); rm != "" {
+		n, err := parseBytes(rm)
+		if err != nil {
+			return usageError(fmt.Errorf("predict: --rank-memory: %w", err))
+		}
+		mc.RankMemory = n
+	}
 	for _, f := range []string{"resume", "crop-model", "raw-rows", "config", "skip-empty"} {
 		if c.IsSet(f) {
 			return usageError(fmt.Errorf("predict: --%s is not yet available for a point model (%s is a TreeFormer)", f, model))
@@ -102,6 +110,9 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 	return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, _ time.Duration) error {
 		if rank0 {
 			cfg.Stdout = stdout
+		}
+		if b, from, ok := rankBudget(mc, comm.LocalSize()); ok {
+			cfg.Budget, cfg.BudgetFrom = b, from
 		}
 		cfg.Threads = c.Int("threads")
 		if cfg.Threads <= 0 {

@@ -23,7 +23,10 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			"given in the CSV or relative to --images) and OUT/report.json. Whole images; each rank\n" +
 			"appends its finished images to OUT/parts/, so a signal (exit 8) is continued by --resume\n" +
 			"at any rank count. --tile cuts\n" +
-			"large rasters into windows and merges them as DeepForest's predict_tile.\n\n" + ExitTable,
+			"large rasters into windows and merges them as DeepForest's predict_tile.\n" +
+			"A point model (DeepForest's TreeFormer) as --model writes OUT/predictions.csv with\n" +
+			"image_path,x,y,label,score, predict_image's points (--tile: predict_tile's), the same\n" +
+			"bytes for any rank count; --resume, --crop-model, --config and --skip-empty are for box models.\n\n" + ExitTable,
 		Flags: concatFlags([]cli.Flag{
 			configFlag(),
 			&cli.StringFlag{Name: "csv", Usage: "CSV whose image_path column lists the images (other columns ignored; each path once, in order of first appearance)"},

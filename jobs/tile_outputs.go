@@ -100,19 +100,20 @@ func publishRaster(out string, i int, r tileRaster, merged []box.Detection, wind
 			os.Remove(filepath.Join(dir, s.Tmp))
 		}
 	}
+	rows := rasterRows{dets: merged, crops: crops.cellsOf(0, len(merged))}
 	if r.CRS != "" && r.GeoTransform != nil {
-		g, _, err := stageGPKG(dir, r.Name+".gpkg", []tileRaster{r}, func(int) ([]box.Detection, error) { return merged, nil }, labels)
+		g, _, err := stageGPKG(dir, r.Name+".gpkg", []tileRaster{r}, func(int) (rasterRows, error) { return rows, nil }, labels, crops.columns())
 		if err != nil {
 			return err
 		}
 		set = append(set, *g)
 	}
 	pq, err := stage(dir, r.Name+".parquet", func(w io.Writer) error {
-		crs, rows, err := parquetRows(r, merged, labels)
+		crs, prows, err := parquetRows(r, rows, labels)
 		if err != nil {
 			return err
 		}
-		return geoparquet.Write(w, crs, rows)
+		return geoparquet.WriteCrops(w, crs, prows, crops.columns())
 	})
 	if err != nil {
 		drop()
@@ -147,9 +148,82 @@ func publishRaster(out string, i int, r tileRaster, merged []box.Detection, wind
 	return nil
 }
 
+// rasterRows are a raster's rows: its detections and, with crop models,
+// each one's crop cells (crops[j] nil for a box the crop step left out).
+type rasterRows struct {
+	dets  []box.Detection
+	crops []cropCells
+}
+
+// cropCells are one row's crop cells, a label and a score per model.
+type cropCells struct {
+	labels []string
+	scores []float64
+}
+
+// cellsOf are image i's crop cells from the table (n rows; nil without
+// crop models).
+func (t *cropTable) cellsOf(i, n int) []cropCells {
+	if t == nil {
+		return nil
+	}
+	out := make([]cropCells, n)
+	for j, r := range t.rows[i] {
+		if r == nil {
+			continue
+		}
+		for k, m := range t.set.models {
+			out[j].labels = append(out[j].labels, m.Labels()[r[k].label])
+			out[j].scores = append(out[j].scores, float64(r[k].score))
+		}
+	}
+	return out
+}
+
+// columns are the table's crop columns (none without crop models).
+func (t *cropTable) columns() []string {
+	if t == nil {
+		return nil
+	}
+	return t.set.columns()
+}
+
 // readRasterRows reads a raster's rows back from its CSV (which canopy
 // wrote: the columns of predictions.csv, labels by name).
 func readRasterRows(path string, labels box.LabelMap) ([]box.Detection, error) {
+	rows, err := readRasterCSV(path, labels, 0)
+	return rows.dets, err
+}
+
+// readRasterCSV reads a raster's rows back from its CSV with the cells of
+// models crop models (empty cells: nil).
+func readRasterCSV(path string, labels box.LabelMap, models int) (rasterRows, error) {
+	var out rasterRows
+	dets, err := readRasterCSVRows(path, labels, func(line int, rec []string) error {
+		if models == 0 {
+			return nil
+		}
+		if len(rec) != 7+2*models {
+			return ioErr("jobs: %s line %d: %d fields, want %d", path, line+1, len(rec), 7+2*models)
+		}
+		var c cropCells
+		if rec[7] != "" {
+			for k := 0; k < models; k++ {
+				v, err := strconv.ParseFloat(rec[8+2*k], 64)
+				if err != nil {
+					return ioErr("jobs: %s line %d: %w", path, line+1, err)
+				}
+				c.labels, c.scores = append(c.labels, rec[7+2*k]), append(c.scores, v)
+			}
+		}
+		out.crops = append(out.crops, c)
+		return nil
+	})
+	out.dets = dets
+	return out, err
+}
+
+func readRasterCSVRows(path string, labels box.LabelMap, cells func(line int, rec []string) error) ([]box.Detection, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, ioErr("jobs: %w", err)
@@ -187,6 +261,9 @@ func readRasterRows(path string, labels box.LabelMap) ([]box.Detection, error) {
 			return nil, ioErr("jobs: %s line %d: label %q is not the model's", path, line+1, rec[5])
 		}
 		out = append(out, box.Detection{Box: box.Box{Xmin: v[0], Ymin: v[1], Xmax: v[2], Ymax: v[3]}, Label: id, Score: v[4]})
+		if err := cells(line, rec); err != nil {
+			return nil, err
+		}
 	}
 }
 
@@ -226,14 +303,18 @@ func stageCombinedCSV(out string, rasters []tileRaster, cs *cropSet) (staged, er
 // rasterLayer is raster r's polygon layer: each box mapped as DeepForest's
 // image_to_geo_coordinates maps it (gdal.BoxFeature), named as
 // nameLayers named it.
-func rasterLayer(r tileRaster, merged []box.Detection, names []string) gdal.Layer {
-	ly := gdal.Layer{Name: r.Layer, CRS: r.CRS}
-	for _, d := range merged {
+func rasterLayer(r tileRaster, rows rasterRows, names, cropCols []string) gdal.Layer {
+	ly := gdal.Layer{Name: r.Layer, CRS: r.CRS, CropColumns: cropCols}
+	for j, d := range rows.dets {
 		label := ""
 		if int(d.Label) < len(names) {
 			label = names[d.Label]
 		}
-		ly.Features = append(ly.Features, gdal.BoxFeature(*r.GeoTransform, d.Box, r.Path, label, d.Score))
+		f := gdal.BoxFeature(*r.GeoTransform, d.Box, r.Path, label, d.Score)
+		if j < len(rows.crops) {
+			f.CropLabels, f.CropScores = rows.crops[j].labels, rows.crops[j].scores
+		}
+		ly.Features = append(ly.Features, f)
 	}
 	return ly
 }
@@ -242,7 +323,8 @@ func rasterLayer(r tileRaster, merged []box.Detection, names []string) gdal.Laye
 // PROJJSON: with a CRS and a geotransform, the polygons of its GeoPackage
 // layer (gdal.BoxFeature); without, the boxes as polygons in pixels (the
 // same ring order) and no CRS ("crs": null).
-func parquetRows(r tileRaster, merged []box.Detection, labels box.LabelMap) ([]byte, []geoparquet.Row, error) {
+func parquetRows(r tileRaster, rr rasterRows, labels box.LabelMap) ([]byte, []geoparquet.Row, error) {
+	merged := rr.dets
 	names := labels.Names()
 	geo := r.CRS != "" && r.GeoTransform != nil
 	var crs []byte
@@ -259,12 +341,16 @@ func parquetRows(r tileRaster, merged []box.Detection, labels box.LabelMap) ([]b
 		if int(d.Label) < len(names) {
 			label = names[d.Label]
 		}
+		var f gdal.Feature
 		if geo {
-			rows[i] = geoparquet.Row(gdal.BoxFeature(*r.GeoTransform, d.Box, r.Path, label, d.Score))
-			continue
+			f = gdal.BoxFeature(*r.GeoTransform, d.Box, r.Path, label, d.Score)
+		} else {
+			f = gdal.BoxFeature(pixel, d.Box, r.Path, label, d.Score)
+			f.Xmin, f.Ymin, f.Xmax, f.Ymax = d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax
 		}
-		f := gdal.BoxFeature(pixel, d.Box, r.Path, label, d.Score)
-		f.Xmin, f.Ymin, f.Xmax, f.Ymax = d.Box.Xmin, d.Box.Ymin, d.Box.Xmax, d.Box.Ymax
+		if i < len(rr.crops) {
+			f.CropLabels, f.CropScores = rr.crops[i].labels, rr.crops[i].scores
+		}
 		rows[i] = geoparquet.Row(f)
 	}
 	return crs, rows, nil
@@ -277,7 +363,7 @@ const gpkgFile = "predictions.gpkg"
 // raster that has a CRS and a geotransform, written one raster at a time
 // (rows(i) gives raster i's merged rows). note says, once, which rasters
 // it leaves out; no raster with a CRS writes nothing.
-func stageGPKG(dir, name string, rasters []tileRaster, rows func(i int) ([]box.Detection, error), labels box.LabelMap) (*staged, string, error) {
+func stageGPKG(dir, name string, rasters []tileRaster, rows func(i int) (rasterRows, error), labels box.LabelMap, cropCols []string) (*staged, string, error) {
 	var without []string
 	for _, r := range rasters {
 		if r.CRS == "" || r.GeoTransform == nil {
@@ -310,7 +396,7 @@ func stageGPKG(dir, name string, rasters []tileRaster, rows func(i int) ([]box.D
 		}
 		merged, err := rows(i)
 		if err == nil {
-			err = w.Add(rasterLayer(r, merged, names))
+			err = w.Add(rasterLayer(r, merged, names, cropCols))
 		}
 		if err != nil {
 			w.Close()
@@ -439,13 +525,14 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 			return err
 		}
 		set = append(set, preds)
-		rows := func(i int) ([]box.Detection, error) {
-			if merged != nil {
-				return merged[i], nil
+		cropCols := run.crops.columns()
+		rows := func(i int) (rasterRows, error) {
+			if merged != nil && cropCols == nil {
+				return rasterRows{dets: merged[i]}, nil
 			}
-			return readRasterRows(rasterCSV(cfg.Out, rasters[i]), labels)
+			return readRasterCSV(rasterCSV(cfg.Out, rasters[i]), labels, len(cropCols)/2)
 		}
-		gpkg, note, err := stageGPKG(cfg.Out, gpkgFile, rasters, rows, labels)
+		gpkg, note, err := stageGPKG(cfg.Out, gpkgFile, rasters, rows, labels, cropCols)
 		if err != nil {
 			drop()
 			return err

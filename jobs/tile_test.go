@@ -277,15 +277,7 @@ func TestTileGPKG(t *testing.T) {
 // same truth, for 1 and 3 ranks; the truth is forestgen's, in the raster's
 // pixel frame.
 func TestEvalTile(t *testing.T) {
-	if !gdal.Available {
-		t.Skip("built with -tags nogdal: no raster reads")
-	}
-	dir := t.TempDir()
-	cmd := exec.Command("go", "run", "./cmd/forestgen", "-out", dir, "-n", "1", "-sizes", "640x560", "-seed", "11")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("forestgen: %v\n%s", err, out)
-	}
+	dir := forestRasters(t, "-n", "1", "-sizes", "640x560", "-seed", "11")
 	truth := filepath.Join(dir, "annotations.csv")
 	one := func(c mpi.Comm) func() (mpi.Comm, func() error, error) {
 		return func() (mpi.Comm, func() error, error) { return c, func() error { return nil }, nil }
@@ -419,4 +411,70 @@ func TestTileCSVFIFO(t *testing.T) {
 			t.Fatalf("--csv %s: the raster list blocked the run", p)
 		}
 	}
+}
+
+// TestEvalTileShardedMatching: eval --tile over three rasters matches them
+// on different ranks (split by their boxes); at np 3 every rank matches
+// one, and report.json's metrics, results.csv and predictions.csv are np
+// 1's bytes.
+func TestEvalTileShardedMatching(t *testing.T) {
+	dir := forestRasters(t, "-n", "3", "-sizes", "320x300,300x320", "-seed", "5")
+	var ref [3][]byte
+	for _, n := range []int{1, 3} {
+		out := filepath.Join(t.TempDir(), "out")
+		var stderr bytes.Buffer
+		lw := &lockedWriter{w: &stderr}
+		codes := make([]int, n)
+		local.Run(n, func(c mpi.Comm) error {
+			codes[c.Rank()] = MainWith(context.Background(), []string{"canopy", "eval", "--csv", filepath.Join(dir, "annotations.csv"),
+				"--html=false", "--tile", "--model", demoModelDir, "--threads", "1", "--patch-size", "300", "--out", out},
+				&bytes.Buffer{}, lw, func() (mpi.Comm, func() error, error) { return c, func() error { return nil }, nil })
+			return nil
+		})
+		for r, code := range codes {
+			if code != 0 {
+				t.Fatalf("np%d rank %d: exit %d\n%s", n, r, code, stderr.String())
+			}
+		}
+		var rep struct {
+			Metrics json.RawMessage `json:"metrics"`
+			PerRank []rankStats     `json:"per_rank"`
+		}
+		if err := json.Unmarshal(readOut(t, out, "report.json"), &rep); err != nil {
+			t.Fatal(err)
+		}
+		files := [3][]byte{rep.Metrics, readOut(t, out, "results.csv"), readOut(t, out, "predictions.csv")}
+		if n == 1 {
+			ref = files
+		}
+		for k, name := range []string{"metrics", "results.csv", "predictions.csv"} {
+			if !bytes.Equal(files[k], ref[k]) {
+				t.Fatalf("np%d: %s differs from np 1", n, name)
+			}
+		}
+		if len(rep.PerRank) != n {
+			t.Fatalf("np%d: %d per_rank entries", n, len(rep.PerRank))
+		}
+		for _, s := range rep.PerRank {
+			if want := 3 / n; s.MetricsImages != want || s.MetricsBytesSent == 0 {
+				t.Fatalf("np%d rank %d matched %d rasters (%d bytes), want %d", n, s.Rank, s.MetricsImages, s.MetricsBytesSent, want)
+			}
+		}
+	}
+}
+
+// forestRasters writes forestgen images and their annotations.csv (args:
+// forestgen's flags) into a temporary folder, skipping without GDAL.
+func forestRasters(t *testing.T, args ...string) string {
+	t.Helper()
+	if !gdal.Available {
+		t.Skip("built with -tags nogdal: no raster reads")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("go", append([]string{"run", "./cmd/forestgen", "-out", dir}, args...)...)
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("forestgen: %v\n%s", err, out)
+	}
+	return dir
 }

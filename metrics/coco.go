@@ -200,17 +200,23 @@ func cocoMatchImage(truth []box.Truth, dets []box.Detection) []COCOCat {
 			}
 		}
 		scratch = c.prepare(scratch)
-		nd := len(c.dts)
-		cat := COCOCat{Label: l, Scores: make([]float64, nd), Flags: make([]uint8, nA*nT*nd)}
-		for d := range c.dts {
-			cat.Scores[d] = c.dts[d].score
-		}
-		for a := range nA {
-			cat.NPIG[a] = int32(evaluateImg(&c, cocoAreas[a], cat.Flags[a*nT*nd:(a+1)*nT*nd], nd, 0))
-		}
-		out[k] = cat
+		out[k] = c.evaluate(l)
 	}
 	return out
+}
+
+// evaluate is evaluateImg of a prepared (category, image) pair over every
+// area range, as a COCOCat of label l.
+func (c *catImg) evaluate(l int32) COCOCat {
+	nd := len(c.dts)
+	cat := COCOCat{Label: l, Scores: make([]float64, nd), Flags: make([]uint8, nA*nT*nd)}
+	for d := range c.dts {
+		cat.Scores[d] = c.dts[d].score
+	}
+	for a := range nA {
+		cat.NPIG[a] = int32(evaluateImg(c, cocoAreas[a], cat.Flags[a*nT*nd:(a+1)*nT*nd], nd, 0))
+	}
+	return cat
 }
 
 // prepare sorts the detections by score (stable, descending), keeps the

@@ -37,6 +37,9 @@
 #      list, CANOPY_TEST_SLOW_MS per window), requeued part way: the script
 #      adds --resume, the job exits 0 and rasters/* and predictions.csv equal
 #      mpirun -np 1's, with windows or rasters kept from the first attempt
+#   p  canopy-1node.sbatch with CANOPY_IMAGES (plain predict) over a folder
+#      and over an image_path list: exit 0, predictions.csv equal mpirun -np
+#      1's; CANOPY_IMAGES without CANOPY_MODEL exits 2, a missing folder 3
 #   q  scontrol requeue of such a job submitted with --requeue
 #      --open-mode=append: it runs again by itself (Restarts=1; the test lifts
 #      the ~2 minutes BeginTime hold Slurm puts on a requeued job with
@@ -72,7 +75,7 @@ fi
 
 # Never inherit a surrounding job's identity (e.g. when run inside salloc).
 while IFS= read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SRUN_|SALLOC_)' || true)
-unset CANOPY_TEST_FAIL_RANK CANOPY_TEST_SLOW_MS CANOPY_TEST_INTERRUPT CANOPY_RANK_LOGS CANOPY_OUT CANOPY_CSV CANOPY_PREDICTIONS CANOPY_LIST CANOPY_BIN
+unset CANOPY_TEST_FAIL_RANK CANOPY_TEST_SLOW_MS CANOPY_TEST_INTERRUPT CANOPY_RANK_LOGS CANOPY_OUT CANOPY_CSV CANOPY_PREDICTIONS CANOPY_LIST CANOPY_BIN CANOPY_IMAGES CANOPY_RASTERS CANOPY_MODEL
 
 stop_slurm() { scripts/slurm-local.sh stop "$CANOPY_SLURM_DIR" >/dev/null 2>&1 || true; }
 trap stop_slurm EXIT
@@ -464,6 +467,43 @@ else
 	fail t "parts=$parts_t requeued=$requeued released=$released restarts=${restarts:-?} state=$JOB_STATE rc=$JOB_RC same=$same_t saved=$saved_t"
 	show_log "canopy t-$id"
 	ls -la "$outt" "$outt/parts" 2>&1 || true
+fi
+fi
+
+# (p): plain predict over a folder of images (CANOPY_IMAGES), and over an
+# image_path list; its predictions.csv equals mpirun -np 1's. And the
+# script's refusals: CANOPY_IMAGES without CANOPY_MODEL (exit 2), a missing
+# folder (exit 3).
+if want p; then
+echo "== p: plain predict (CANOPY_IMAGES: a folder, then an image list)"
+pd="$S/images 'p'"
+go run ./cmd/forestgen -out "$pd" -n 6 -seed 5 >/dev/null
+rm -f -- "$pd/annotations.csv"
+printf 'image_path\n' >"$pd/list p.csv" # paths relative to the list's folder (the root)
+for f in "$pd"/*.png; do echo "${f##*/}" >>"$pd/list p.csv"; done
+scripts/mpirun.sh -np 1 "$BIN" predict --images "$pd" --model "$DEMO_MODEL" --out "$S/ref p" >/dev/null
+res_p=
+for mode in folder list; do
+	src=$pd
+	[ $mode = list ] && src="$pd/list p.csv"
+	id=$(submit "canopy p $mode" CANOPY_BIN="$BIN" CANOPY_IMAGES="$src" CANOPY_MODEL="$DEMO_MODEL" CANOPY_OUT="$S/out p $mode" -- -n 2 jobs/slurm/canopy-1node.sbatch)
+	wait_job "$id" || true
+	node_ok p
+	same=no
+	cmp -s "$S/ref p/predictions.csv" "$S/out p $mode/predictions.csv" && same=yes
+	res_p="$res_p $mode:$JOB_STATE/$JOB_RC/$same"
+	[ "$JOB_STATE $JOB_RC $same" = "COMPLETED 0 yes" ] || show_log "canopy p $mode-$id"
+done
+id=$(submit "canopy p nomodel" CANOPY_BIN="$BIN" CANOPY_IMAGES="$pd" CANOPY_OUT="$S/out p2" -- -n 2 jobs/slurm/canopy-1node.sbatch)
+wait_job "$id" || true
+res_p="$res_p nomodel:$JOB_STATE/$JOB_RC"
+id=$(submit "canopy p missing" CANOPY_BIN="$BIN" CANOPY_IMAGES="$S/no such folder" CANOPY_MODEL="$DEMO_MODEL" CANOPY_OUT="$S/out p3" -- -n 2 jobs/slurm/canopy-1node.sbatch)
+wait_job "$id" || true
+res_p="$res_p missing:$JOB_STATE/$JOB_RC"
+if [ "$res_p" = " folder:COMPLETED/0/yes list:COMPLETED/0/yes nomodel:FAILED/2 missing:FAILED/3" ]; then
+	pass p "plain predict over a folder and over a list: exit 0, predictions.csv equal mpirun -np 1's; no CANOPY_MODEL exit 2, a missing folder exit 3"
+else
+	fail p "$res_p"
 fi
 fi
 

@@ -178,13 +178,19 @@ type Feature struct {
 	Ring                          [5][2]float64
 	ImagePath, Label              string
 	Xmin, Ymin, Xmax, Ymax, Score float64
+	// CropLabels and CropScores are the crop models' cells, one per model
+	// (Layer.CropColumns); nil for a box the crop step left out (null).
+	CropLabels []string
+	CropScores []float64
 }
 
 // Layer is one polygon layer of a GeoPackage: a raster's boxes in its CRS
-// (WKT).
+// (WKT). CropColumns name the crop models' columns after score, a label
+// (String) and a score (Real) per model.
 type Layer struct {
-	Name, CRS string
-	Features  []Feature
+	Name, CRS   string
+	CropColumns []string
+	Features    []Feature
 }
 
 // BoxRing is DeepForest's utilities.image_to_geo_coordinates for one box:

@@ -46,10 +46,23 @@ static OGRLayerH canopy_layer(GDALDatasetH h, const char *name, const char *wkt,
 	return l;
 }
 
-// canopy_feature adds one polygon (5 points, closed) with its values.
-static int canopy_feature(OGRLayerH l, const double *ring, const char *path, const double *v, const char *label, char *err, int n) {
+// canopy_field adds a column after the others (a crop model's label,
+// OFTString, or score, OFTReal).
+static int canopy_field(OGRLayerH l, const char *name, int real, char *err, int n) {
 	CPLErrorReset();
-	OGRFeatureH f = OGR_F_Create(OGR_L_GetLayerDefn(l));
+	OGRFieldDefnH f = OGR_Fld_Create(name, real ? OFTReal : OFTString);
+	OGRErr e = OGR_L_CreateField(l, f, 1);
+	OGR_Fld_Destroy(f);
+	if (e != OGRERR_NONE) { canopy_verr(err, n); return 1; }
+	return 0;
+}
+
+static OGRFeatureH canopy_new_feature(OGRLayerH l) { return OGR_F_Create(OGR_L_GetLayerDefn(l)); }
+
+// canopy_feature adds one polygon (5 points, closed) with its values to f
+// (canopy_new_feature's, its crop cells set), and destroys f.
+static int canopy_feature(OGRLayerH l, OGRFeatureH f, const double *ring, const char *path, const double *v, const char *label, char *err, int n) {
+	CPLErrorReset();
 	OGR_F_SetFieldString(f, 0, path);
 	for (int i = 0; i < 4; i++) OGR_F_SetFieldDouble(f, 1 + i, v[i]);
 	OGR_F_SetFieldString(f, 5, label);
@@ -159,14 +172,34 @@ func (w *GPKGWriter) Add(ly Layer) error {
 	if l == nil {
 		return w.fail("layer " + ly.Name)
 	}
+	for k, c := range ly.CropColumns {
+		cc := C.CString(c)
+		rc := C.canopy_field(l, cc, C.int(k%2), &w.ebuf[0], errLen)
+		C.free(unsafe.Pointer(cc))
+		if rc != 0 {
+			return w.fail("column " + c)
+		}
+	}
 	for _, f := range ly.Features {
+		if len(f.CropLabels) != len(f.CropScores) || len(f.CropLabels) != 0 && 2*len(f.CropLabels) != len(ly.CropColumns) {
+			C.GDALClose(w.h)
+			w.h = nil
+			return fmt.Errorf("gdal: %s: a feature with %d crop labels and %d scores for the columns %v", w.path, len(f.CropLabels), len(f.CropScores), ly.CropColumns)
+		}
+		feat := C.canopy_new_feature(l)
+		for k := range f.CropLabels {
+			cl := C.CString(f.CropLabels[k])
+			C.OGR_F_SetFieldString(feat, C.int(7+2*k), cl)
+			C.free(unsafe.Pointer(cl))
+			C.OGR_F_SetFieldDouble(feat, C.int(8+2*k), C.double(f.CropScores[k]))
+		}
 		var ring [10]C.double
 		for i, p := range f.Ring {
 			ring[2*i], ring[2*i+1] = C.double(p[0]), C.double(p[1])
 		}
 		v := [5]C.double{C.double(f.Xmin), C.double(f.Ymin), C.double(f.Xmax), C.double(f.Ymax), C.double(f.Score)}
 		ip, lb := C.CString(f.ImagePath), C.CString(f.Label)
-		rc := C.canopy_feature(l, &ring[0], ip, &v[0], lb, &w.ebuf[0], errLen)
+		rc := C.canopy_feature(l, feat, &ring[0], ip, &v[0], lb, &w.ebuf[0], errLen)
 		C.free(unsafe.Pointer(ip))
 		C.free(unsafe.Pointer(lb))
 		if rc != 0 {

@@ -295,3 +295,17 @@ func (r *Runner) decoder(f [4]cpu.Fmap, h, w int) (cpu.Fmap, float32) {
 }
 
 func abs32(x float32) float32 { return float32(math.Abs(float64(x))) }
+
+// WindowBytes estimates what one forward pass of an h×w window holds at
+// its peak, for a pre-flight check: per stride-4 token of the padded
+// input, stage 1's block (the residual stream, LayerNorm's output, the
+// queries and the context, 64 channels each, and the Mix-FFN's two
+// 512-channel maps) and the decoder's stride-4 maps kept alongside (the
+// 128-channel projection, the channel attention's input and output, the
+// upsampled 256 channels, the 128 of v1 and the 64 of res0): about 1,500
+// float32 values, doubled for the garbage the collector has not yet
+// reclaimed. (A 512² window: about 200 MB.)
+func WindowBytes(h, w int) int64 {
+	ph, pw := int64((h+31)/32*32), int64((w+31)/32*32)
+	return (ph / 4) * (pw / 4) * 1500 * 4 * 2
+}

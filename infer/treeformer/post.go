@@ -203,6 +203,14 @@ func ReducePoints(pts []Point, r float64) []Point {
 	return out
 }
 
+// PointsPossible reports whether an h×w window can have a point under s:
+// peak_local_max drops the MinDistance cells along each border, so a
+// density map of (h/4)×(w/4) cells needs 2·MinDistance+1 on each side
+// (DeepForest runs the network and finds none; canopy may skip it).
+func PointsPossible(h, w int, s PeakSettings) bool {
+	return h/Stride > 2*s.MinDistance && w/Stride > 2*s.MinDistance
+}
+
 // WindowPoints are a window's points in its pixels: the peaks of its
 // density map, scaled (density_to_points, then postprocess_density).
 func WindowPoints(d Density, s PeakSettings) []Point {

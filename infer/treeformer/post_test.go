@@ -129,3 +129,24 @@ func TestReducePointsTies(t *testing.T) {
 		t.Fatalf("kept %v", got)
 	}
 }
+
+// TestPointsPossible: a map needs 11 cells (44 pixels) on each side for a
+// peak away from its 5-cell border; Peaks agrees on the edge sizes.
+func TestPointsPossible(t *testing.T) {
+	for _, c := range []struct {
+		h, w int
+		want bool
+	}{{44, 44, true}, {43, 400, false}, {400, 43, false}, {3, 3, false}, {512, 512, true}} {
+		if got := PointsPossible(c.h, c.w, DefaultPeaks); got != c.want {
+			t.Fatalf("%d×%d: %v", c.h, c.w, got)
+		}
+	}
+	// an 11×11 map with its maximum in the centre has one peak; 10×10 none
+	for _, n := range []int{10, 11} {
+		m := make([]float32, n*n)
+		m[(n/2)*n+n/2] = 1
+		if got := len(Peaks(m, n, n, DefaultPeaks)); got != map[int]int{10: 0, 11: 1}[n] {
+			t.Fatalf("%d×%d map: %d peaks", n, n, got)
+		}
+	}
+}

@@ -18,6 +18,9 @@
 //	xmin, ymin, xmax, ymax  DOUBLE
 //	label       BYTE_ARRAY (String), dictionary-encoded
 //	score       DOUBLE
+//	(WriteCrops: a crop model's cropmodel_label BYTE_ARRAY (String,
+//	dictionary-encoded) and cropmodel_score DOUBLE, or _<i> for several,
+//	each optional: null for a box the crop step left out)
 //	geometry    BYTE_ARRAY: WKB Polygon, little-endian, one closed ring of 5 points
 //	bbox        group { xmin, ymin, xmax, ymax DOUBLE }: the ring's bounds
 //
@@ -43,6 +46,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 
@@ -82,6 +86,11 @@ type Row struct {
 	Ring                          [5][2]float64
 	ImagePath, Label              string
 	Xmin, Ymin, Xmax, Ymax, Score float64
+	// CropLabels and CropScores are the crop models' cells, one per model
+	// in the order of WriteCrops' columns; nil for a box the crop step
+	// left out (eval's zero-size boxes): null cells.
+	CropLabels []string
+	CropScores []float64
 }
 
 // bbox is the covering column's group; its fields in the order the
@@ -149,10 +158,24 @@ func (r *Row) check(i int) error {
 	if r.Ring[0] != r.Ring[4] {
 		return fmt.Errorf("%w: row %d (%s): the ring is not closed (%v ≠ %v)", ErrRow, i, r.ImagePath, r.Ring[0], r.Ring[4])
 	}
-	for _, s := range [2]string{r.ImagePath, r.Label} {
+	for _, s := range append([]string{r.ImagePath, r.Label}, r.CropLabels...) {
 		if len(s) > MaxString {
 			return fmt.Errorf("%w: row %d: a string of %d bytes (at most %d)", ErrRow, i, len(s), MaxString)
 		}
+	}
+	for k, v := range r.CropScores {
+		if !finite(v) {
+			return fmt.Errorf("%w: row %d (%s): crop score %d is %v", ErrRow, i, r.ImagePath, k, v)
+		}
+	}
+	return nil
+}
+
+// checkCrops refuses a row whose crop cells do not fit the columns (models
+// crop models: none, or one label and one score each).
+func (r *Row) checkCrops(i, models int) error {
+	if len(r.CropLabels) != len(r.CropScores) || len(r.CropLabels) != 0 && len(r.CropLabels) != models {
+		return fmt.Errorf("%w: row %d (%s): %d crop labels and %d crop scores for %d crop models", ErrRow, i, r.ImagePath, len(r.CropLabels), len(r.CropScores), models)
 	}
 	return nil
 }
@@ -238,6 +261,27 @@ const chunk = 4096
 // label that are not UTF-8 are written as U+FFFD. No rows give a valid
 // file with the schema and no row groups.
 func Write(w io.Writer, crs []byte, rows []Row) error {
+	return WriteCrops(w, crs, rows, nil)
+}
+
+// WriteCrops is Write with the crop models' columns after score (before
+// geometry and bbox), as in predictions.csv: cols
+// names them, a label (String, dictionary-encoded) and a score (DOUBLE)
+// per model (cropmodel_label, cropmodel_score; or _<i> for several), each
+// optional (null where the row's cells are nil). No cols is Write's file,
+// byte for byte.
+func WriteCrops(w io.Writer, crs []byte, rows []Row, cols []string) error {
+	if len(cols)%2 != 0 {
+		return fmt.Errorf("geoparquet: %d crop columns, want a label and a score per model", len(cols))
+	}
+	for i := range rows {
+		if err := rows[i].checkCrops(i, len(cols)/2); err != nil {
+			return err
+		}
+	}
+	if len(cols) > 0 {
+		return writeCrops(w, crs, rows, cols)
+	}
 	geo, err := Metadata(crs, rows)
 	if err != nil {
 		return err
@@ -261,6 +305,83 @@ func Write(w io.Writer, crs []byte, rows []Row) error {
 				Label: utf8Of(r.Label), Score: r.Score, Geometry: wkb[n:len(wkb):len(wkb)], BBox: ringBounds(&r.Ring)})
 		}
 		if _, err := pw.Write(buf); err != nil {
+			return fmt.Errorf("geoparquet: %w", err)
+		}
+	}
+	if err := pw.Close(); err != nil {
+		return fmt.Errorf("geoparquet: %w", err)
+	}
+	return nil
+}
+
+// cropFirst is the index of the first crop column: after score, as in
+// predictions.csv (geometry and bbox follow them).
+const cropFirst = 7
+
+// cropRecord is the type of one Parquet row with crop columns: record's
+// fields to score, then a *string label and a *float64 score per model
+// (optional columns, nil for null), then geometry and bbox, built with
+// reflect.StructOf so the columns keep this order.
+func cropRecord(cols []string) reflect.Type {
+	rt := reflect.TypeOf(record{})
+	fields := make([]reflect.StructField, 0, rt.NumField()+len(cols))
+	for i := 0; i < cropFirst; i++ {
+		fields = append(fields, rt.Field(i))
+	}
+	for k, c := range cols {
+		f := reflect.StructField{Name: fmt.Sprintf("Crop%d", k), Type: reflect.TypeOf((*float64)(nil)),
+			Tag: reflect.StructTag(fmt.Sprintf(`parquet:"%s,optional"`, c))}
+		if k%2 == 0 {
+			f.Type, f.Tag = reflect.TypeOf((*string)(nil)), reflect.StructTag(fmt.Sprintf(`parquet:"%s,optional,dict"`, c))
+		}
+		fields = append(fields, f)
+	}
+	for i := cropFirst; i < rt.NumField(); i++ {
+		fields = append(fields, rt.Field(i))
+	}
+	return reflect.StructOf(fields)
+}
+
+// writeCrops is WriteCrops with crop columns: the rows as cropRecord
+// values, through the schema of that type.
+func writeCrops(w io.Writer, crs []byte, rows []Row, cols []string) error {
+	for _, c := range cols {
+		if c == "" || strings.ContainsAny(c, ",\"`") {
+			return fmt.Errorf("geoparquet: crop column name %q", c)
+		}
+	}
+	geo, err := Metadata(crs, rows)
+	if err != nil {
+		return err
+	}
+	rt := cropRecord(cols)
+	pw := parquet.NewWriter(w, parquet.SchemaOf(reflect.New(rt).Elem().Interface()),
+		&parquet.WriterConfig{CreatedBy: CreatedBy},
+		parquet.KeyValueMetadata("geo", string(geo)),
+		parquet.Compression(&parquet.Snappy),
+		parquet.DataPageVersion(1),
+		parquet.MaxRowsPerRowGroup(RowGroupRows),
+	)
+	base := reflect.TypeOf(record{}).NumField()
+	for i := range rows {
+		r := &rows[i]
+		v := reflect.New(rt).Elem()
+		rec := record{ImagePath: utf8Of(r.ImagePath), Xmin: r.Xmin, Ymin: r.Ymin, Xmax: r.Xmax, Ymax: r.Ymax,
+			Label: utf8Of(r.Label), Score: r.Score, Geometry: appendWKB(nil, &r.Ring), BBox: ringBounds(&r.Ring)}
+		rv := reflect.ValueOf(rec)
+		for f := 0; f < base; f++ {
+			to := f
+			if f >= cropFirst {
+				to += len(cols)
+			}
+			v.Field(to).Set(rv.Field(f))
+		}
+		for k := range r.CropLabels {
+			label, score := utf8Of(r.CropLabels[k]), r.CropScores[k]
+			v.Field(cropFirst + 2*k).Set(reflect.ValueOf(&label))
+			v.Field(cropFirst + 2*k + 1).Set(reflect.ValueOf(&score))
+		}
+		if err := pw.Write(v.Addr().Interface()); err != nil {
 			return fmt.Errorf("geoparquet: %w", err)
 		}
 	}

@@ -444,3 +444,85 @@ func onePixelPNG(t *testing.T) []byte {
 	}
 	return b.Bytes()
 }
+
+// TestCropColumns (issue 42, item 6): WriteCrops puts the crop models'
+// columns after score, before geometry and bbox, optional (null for a row
+// the crop step left out), the other columns as Write's; no columns is
+// Write's file byte for byte; cells that do not fit the columns and a
+// non-finite crop score are refused before a byte is written.
+func TestCropColumns(t *testing.T) {
+	rows := rowsOf(5)
+	cols := []string{"cropmodel_label_0", "cropmodel_score_0", "cropmodel_label_1", "cropmodel_score_1"}
+	for i := range rows {
+		if i == 2 {
+			continue // left out: null cells
+		}
+		rows[i].CropLabels = []string{fmt.Sprintf("a%d", i), "b"}
+		rows[i].CropScores = []float64{0.25 * float64(i), 1}
+	}
+	var b bytes.Buffer
+	if err := WriteCrops(&b, []byte(projjson), rows, cols); err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		Label  string   `parquet:"label"`
+		Score  float64  `parquet:"score"`
+		L0     *string  `parquet:"cropmodel_label_0,optional"`
+		S0     *float64 `parquet:"cropmodel_score_0,optional"`
+		L1     *string  `parquet:"cropmodel_label_1,optional"`
+		S1     *float64 `parquet:"cropmodel_score_1,optional"`
+		Geomet []byte   `parquet:"geometry"`
+	}
+	back, err := parquet.Read[got](bytes.NewReader(b.Bytes()), int64(b.Len()))
+	if err != nil || len(back) != len(rows) {
+		t.Fatalf("read back: %v, %d rows", err, len(back))
+	}
+	for i, r := range back {
+		if r.Label != rows[i].Label || r.Score != rows[i].Score || len(r.Geomet) != wkbLen {
+			t.Errorf("row %d: %+v", i, r)
+		}
+		if i == 2 {
+			if r.L0 != nil || r.S0 != nil || r.L1 != nil || r.S1 != nil {
+				t.Errorf("row 2: crop cells %v %v %v %v, want null", r.L0, r.S0, r.L1, r.S1)
+			}
+			continue
+		}
+		if r.L0 == nil || *r.L0 != rows[i].CropLabels[0] || r.S0 == nil || *r.S0 != rows[i].CropScores[0] || r.L1 == nil || *r.L1 != "b" || r.S1 == nil || *r.S1 != 1 {
+			t.Errorf("row %d: crop cells %v %v %v %v", i, r.L0, r.S0, r.L1, r.S1)
+		}
+	}
+	f, err := parquet.OpenFile(bytes.NewReader(b.Bytes()), int64(b.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range f.Schema().Fields() {
+		names = append(names, c.Name())
+	}
+	want := "[image_path xmin ymin xmax ymax label score " + strings.Join(cols, " ") + " geometry bbox]"
+	if fmt.Sprint(names) != want {
+		t.Errorf("columns %v, want %s", names, want)
+	}
+	plain := rowsOf(5)
+	var a, c bytes.Buffer
+	if err := Write(&a, []byte(projjson), plain); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteCrops(&c, []byte(projjson), plain, nil); err != nil || !bytes.Equal(a.Bytes(), c.Bytes()) {
+		t.Errorf("WriteCrops without columns is not Write's file: %v", err)
+	}
+	bad := rowsOf(2)
+	bad[0].CropLabels, bad[0].CropScores = []string{"a"}, []float64{0.5}
+	for name, rs := range map[string][]Row{"cells for 1 model, columns for 2": bad} {
+		var w bytes.Buffer
+		if err := WriteCrops(&w, nil, rs, cols); !errors.Is(err, ErrRow) || w.Len() != 0 {
+			t.Errorf("%s: %v, %d bytes written", name, err, w.Len())
+		}
+	}
+	nan := rowsOf(1)
+	nan[0].CropLabels, nan[0].CropScores = []string{"a"}, []float64{math.NaN()}
+	var w bytes.Buffer
+	if err := WriteCrops(&w, nil, nan, cols[:2]); !errors.Is(err, ErrRow) || w.Len() != 0 || !strings.Contains(err.Error(), "crop score 0 is NaN") {
+		t.Errorf("a NaN crop score: %v, %d bytes written", err, w.Len())
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/canopy-hpc/canopy/infer"
@@ -51,6 +52,11 @@ type Config struct {
 	Command   []string
 	Stdout    io.Writer
 	Version   string
+	// Budget is the memory a rank may use (0: unknown) and BudgetFrom
+	// where that figure came from: an image (without --tile) or window
+	// whose forward pass would need more is refused before any work.
+	Budget     int64
+	BudgetFrom string
 }
 
 // CollectiveError is an error every rank returns alike (rank 0 prints it;
@@ -160,6 +166,9 @@ func Predict(ctx context.Context, c mpi.Comm, cfg Config) error {
 	if err != nil {
 		return collective(err)
 	}
+	if err := checkMemory(units, full, cfg); err != nil {
+		return err // this rank's budget: another node's may differ
+	}
 	load := since(t0)
 	t1 := time.Now()
 	r := treeformer.NewRunner(m, max(cfg.Threads, 1))
@@ -180,6 +189,10 @@ func Predict(ctx context.Context, c mpi.Comm, cfg Config) error {
 		win := un.win
 		if !cfg.Tile {
 			win = tile.Window{W: im.W, H: im.H}
+		}
+		if !treeformer.PointsPossible(win.H, win.W, treeformer.DefaultPeaks) {
+			mine = appendUnit(mine, u, nil) // too small for a peak away from the border
+			continue
 		}
 		d, err := r.Forward(im, win)
 		if err != nil {
@@ -265,14 +278,14 @@ func plan(full []string, cfg Config) ([]unit, [][]tile.Window, error) {
 	var units []unit
 	wins := make([][]tile.Window, len(full))
 	for i, p := range full {
-		if !cfg.Tile {
-			wins[i] = []tile.Window{{}}
-			units = append(units, unit{image: i})
-			continue
-		}
 		w, h, err := imagefile.Check(p)
 		if err != nil {
 			return nil, nil, fmt.Errorf("points: %w: %w", err, dataset.ErrInput)
+		}
+		if !cfg.Tile {
+			wins[i] = []tile.Window{{W: w, H: h}}
+			units = append(units, unit{image: i, win: wins[i][0]})
+			continue
 		}
 		ws, err := tile.Windows(w, h, cfg.Settings)
 		if err != nil {
@@ -284,6 +297,43 @@ func plan(full []string, cfg Config) ([]unit, [][]tile.Window, error) {
 		}
 	}
 	return units, wins, nil
+}
+
+// checkMemory refuses a unit whose forward pass would not fit the rank's
+// budget (treeformer.WindowBytes, over what the process holds already).
+func checkMemory(units []unit, full []string, cfg Config) error {
+	if cfg.Budget <= 0 {
+		return nil
+	}
+	have := residentBytes()
+	for _, u := range units {
+		need := treeformer.WindowBytes(u.win.H, u.win.W)
+		if have+need > cfg.Budget {
+			hint := "cut it into windows with --tile --patch-size 512 --patch-overlap 0.1"
+			if cfg.Tile {
+				hint = "give a smaller --patch-size"
+			}
+			return fmt.Errorf("points: %s: a %d×%d forward pass needs about %.1f GiB beside the %.1f GiB this rank holds, over its %.1f GiB (%s): %s, run fewer ranks per node, or set --rank-memory: %w",
+				full[u.image], u.win.W, u.win.H, float64(need)/(1<<30), float64(have)/(1<<30), float64(cfg.Budget)/(1<<30), cfg.BudgetFrom, hint, dataset.ErrInput)
+		}
+	}
+	return nil
+}
+
+// residentBytes is the process's resident memory (VmRSS), 0 when unknown.
+func residentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), &kb)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // sameDigest refuses ranks that read different model files.

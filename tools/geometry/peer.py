@@ -11,7 +11,8 @@ OUT/<case>/deepforest.json what DeepForest at commit 1bad4419 gives:
     tensors, empty-frame rule and filter_points; validate_coordinates off so
     points outside the image are filtered rather than refused) feeding
     metrics.RecallPrecision(task="point") and torchmetrics'
-    MeanAbsoluteError of the counts, batch by batch as main.py does.
+    MeanAbsoluteError of the counts, batch by batch as main.py does;
+  - for polygons, faster-coco-eval's COCOeval(iou_type="segm") (coco_segm).
 
 Run (from the repository root, 1bad4419's sources on PYTHONPATH):
   PYTHONPATH=/tmp/deepforest/src /opt/canopy-peers/venv/bin/python \
@@ -121,7 +122,7 @@ def polygon_cases(rng):
          ("a.png", poly_wkt([square(72, 72, 16)]), "Tree", 0.5),
          ("c.png", poly_wkt([square(0, 0, 3)]), "Tree", 0.5),
          ("zzz.png", poly_wkt([square(0, 0, 3)]), "Tree", 0.1)]
-    cases["polygons_edge"] = (t, p, {})
+    cases["polygons_edge"] = (t, p, {"a.png": (100, 100), "b.png": (40, 30), "c.png": (10, 10)})
     t, p = [], []
     for k in range(4):
         name = "img%d.png" % k
@@ -135,7 +136,7 @@ def polygon_cases(rng):
                 q = "Tree" if rng.random() < 0.7 else "Snag"
                 p.append((name, poly_wkt([blob(rng, cx + dx, cy + dy, r * rng.uniform(0.8, 1.2), int(rng.integers(5, 12)))]), q,
                           float(np.round(rng.random(), 3))))
-    cases["polygons_many"] = (t, p, {})
+    cases["polygons_many"] = (t, p, {"img%d.png" % k: (420, 410) for k in range(4)})
     return cases
 
 
@@ -236,6 +237,66 @@ def point_validation(d, labels):
     return out
 
 
+def coco_segm(d):
+    """faster-coco-eval's COCOeval(iou_type="segm") on the case's polygons
+    as COCO segmentations at the images' sizes: every ring of every part
+    (holes too, merged by union as annToRLE merges a polygon list) without
+    its closing repeat; each truth's area the mask's; predictions as the
+    compressed RLE loadRes takes. Every truth image is an image; empty
+    truth polygons and predictions of other images are left out."""
+    import shapely
+    from faster_coco_eval import COCO, COCOeval_faster
+    from faster_coco_eval.core import mask as mask_util
+    from PIL import Image
+    tdf = pd.read_csv(os.path.join(d, "truth.csv"))
+    pdf = pd.read_csv(os.path.join(d, "preds.csv"))
+    labels = sorted(set(tdf.label) | set(pdf[pdf.image_path.isin(tdf.image_path)].label))
+    cat = {name: i + 1 for i, name in enumerate(labels)}
+    images, sizes = {}, {}
+    for name in tdf.image_path.unique():
+        with Image.open(os.path.join(d, name)) as im:
+            sizes[name] = im.size
+        images[name] = len(images) + 1
+
+    def rings(wkt):
+        g = shapely.from_wkt(wkt)
+        parts = list(g.geoms) if g.geom_type == "MultiPolygon" else [g]
+        out = []
+        for p in parts:
+            for r in [p.exterior] + list(p.interiors):
+                out.append([float(v) for xy in r.coords[:-1] for v in xy])
+        return out
+
+    def rle(segm, name):
+        w, h = sizes[name]
+        return mask_util.merge(mask_util.frPyObjects(segm, h, w))
+
+    anns = []
+    for _, r in tdf.iterrows():
+        g = shapely.from_wkt(r.geometry)
+        if g.is_empty:
+            continue
+        segm = rings(r.geometry)
+        m = rle(segm, r.image_path)
+        anns.append({"id": len(anns) + 1, "image_id": images[r.image_path], "category_id": cat[r.label], "segmentation": segm,
+                     "area": float(mask_util.area(m)), "bbox": [float(v) for v in mask_util.toBbox(m)], "iscrowd": 0})
+    gt = COCO({"images": [{"id": i, "file_name": n, "width": sizes[n][0], "height": sizes[n][1]} for n, i in images.items()],
+               "annotations": anns, "categories": [{"id": i, "name": n} for n, i in cat.items()]})
+    dts = []
+    for _, r in pdf.iterrows():
+        if r.image_path not in images:
+            continue
+        m = rle(rings(r.geometry), r.image_path)
+        dts.append({"image_id": images[r.image_path], "category_id": cat[r.label], "segmentation": m, "score": float(r.score)})
+    ev = COCOeval_faster(gt, gt.loadRes(dts), "segm")
+    ev.evaluate()
+    ev.accumulate()
+    ev.summarize()
+    keys = ["map", "map_50", "map_75", "map_small", "map_medium", "map_large", "mar_1", "mar_10", "mar_100",
+            "mar_small", "mar_medium", "mar_large"]
+    return dict(zip(keys, [float(v) for v in ev.stats[:12]]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -258,6 +319,10 @@ def main():
             rec = {"meta": meta, "kind": kind, "evaluate_geometry": evaluate_geometry(d, kind)}
             if kind == "point":
                 rec["validation"] = point_validation(d, {x[3] for x in t} | {x[3] for x in p})
+            else:
+                import faster_coco_eval
+                rec["meta"] = dict(meta, faster_coco_eval=faster_coco_eval.__version__)
+                rec["coco_segm"] = coco_segm(d)
             with open(os.path.join(d, "deepforest.json"), "w") as f:
                 json.dump(rec, f, indent=1)
             print(name, rec["evaluate_geometry"]["precision"], rec["evaluate_geometry"]["recall"], rec.get("validation"))

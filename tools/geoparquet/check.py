@@ -17,7 +17,12 @@ raster, in order:
   crs       the file's CRS equal to the raster's as rasterio reads it, and
             the same EPSG code;
   geo       version 1.1.0, encoding WKB, geometry_types ["Polygon"], the
-            bbox covering.
+            bbox covering;
+  crops     with --crop-model (cropmodel_* columns in predictions.csv): the
+            same crop columns in the file, in the CSV's order after score,
+            each row's label equal and its score equal at float32 (the CSV
+            writes the float32 score's shortest form); null only where the
+            CSV cell is empty.
 
 It prints one JSON verdict (the peers' versions, the command, one entry per
 file with its sha256) and exits 1 when a check fails.
@@ -90,6 +95,21 @@ def check_file(path, raster, rows):
                                                  and (got.label.values == rows.label.values).all()
                                                  and (got.score.values == rows.score.values).all())
         v["geometry_is_box"] = bool(all(g.equals(shapely.box(*g.bounds)) for g in got.geometry))
+        crop_cols = [c for c in rows.columns if c.startswith("cropmodel_")]
+        if crop_cols:
+            v["crop_columns"] = crop_cols
+            v["crop_columns_follow_score"] = table.column_names[7:7 + len(crop_cols)] == crop_cols
+            same = True
+            for c in crop_cols:
+                a, b = got[c].to_numpy(), rows[c].to_numpy()
+                if c.startswith("cropmodel_score"):
+                    want = np.array([np.float32(x) if x != "" else np.nan for x in b], dtype=np.float32)
+                    have = np.array([np.float32(x) if x is not None and not pd.isna(x) else np.nan for x in a], dtype=np.float32)
+                    same = same and bool(np.array_equal(want, have, equal_nan=True))
+                else:
+                    same = same and all((x if x is not None else "") == y for x, y in zip(a, b, strict=True))
+            v["crop_cells_equal"] = bool(same)
+            ok = ok and v["crop_columns_follow_score"] and v["crop_cells_equal"]
         ok = ok and v["max_geometry_difference"] == 0.0 and v["max_bounds_column_difference"] == 0.0 \
             and v["max_bbox_column_difference"] == 0.0 and v["max_geo_bbox_difference"] == 0.0 \
             and v["image_path_label_score_equal"] and v["geometry_is_box"]
