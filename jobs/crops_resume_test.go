@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -126,9 +127,8 @@ func TestPredictResumeTakesCropModelsGivenNow(t *testing.T) {
 	os.Remove(filepath.Join(dir, "annotations.csv"))
 	ld := filepath.Join(t.TempDir(), "labels.csv")
 	cfgWith := func(out string) PredictConfig {
-		m := tileCfg("", "").Model
-		m.Crops = CropConfig{Models: []string{pf.R18}, LabelDicts: []string{ld}}
-		return PredictConfig{Images: dir, BatchSize: 1, Out: out, Model: m}
+		return PredictConfig{Images: dir, BatchSize: 1, Out: out, Model: tileCfg("", "").Model,
+			Crops: cropstage.CropConfig{Models: []string{pf.R18}, LabelDicts: []string{ld}}}
 	}
 	run := func(n int, cfg PredictConfig, interrupt string) ([]int, string) {
 		t.Helper()

@@ -256,9 +256,9 @@ func TestMetricsMemoryRefusedBeforeAllocating(t *testing.T) {
 	// in the whole package, the tests before it) grew the resident set,
 	// which the matching's check counts (resident + the matching's pairs).
 	debug.FreeOSMemory()
-	cfg.Model.RankMemory = residentBytes() + 32<<20
+	cfg.Model.RankMemory = limits.ResidentBytes() + 32<<20
 	if codes := runLocal(t, 2, cfg); codes[0] != 0 || codes[1] != 0 {
-		t.Fatalf("without COCO: %v (budget %s, resident now %s)", codes, gib(cfg.Model.RankMemory), gib(residentBytes()))
+		t.Fatalf("without COCO: %v (budget %s, resident now %s)", codes, limits.GiB(cfg.Model.RankMemory), limits.GiB(limits.ResidentBytes()))
 	}
 }
 
