@@ -2,12 +2,16 @@ package jobs
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
+	"github.com/canopy-hpc/canopy/mpi"
 )
 
 func copyFile(t *testing.T, src, dst string) {
@@ -103,5 +107,59 @@ func TestTileResumeChecksCropModels(t *testing.T) {
 	}
 	if code, stderr := runArgs(t, append(args, "--resume")...); code != 0 {
 		t.Errorf("--resume with the run's own crop models: exit %d\n%s", code, stderr)
+	}
+}
+
+// TestPredictResumeTakesCropModelsGivenNow (issue 42, F1, plain predict):
+// plain predict saves detections, not crop labels, and classifies every
+// crop at the end, so a --resume with another --crop-label-dict (the ids
+// swapped) is not refused: every row gets the labels given now, the same
+// bytes as an uninterrupted run with them; no row keeps the stopped run's.
+func TestPredictResumeTakesCropModelsGivenNow(t *testing.T) {
+	pf, _ := cropParity(t)
+	dir := t.TempDir()
+	cmd := exec.Command("go", "run", "./cmd/forestgen", "-out", dir, "-n", "4", "-sizes", "300x300", "-seed", "5")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("forestgen: %v\n%s", err, out)
+	}
+	os.Remove(filepath.Join(dir, "annotations.csv"))
+	ld := filepath.Join(t.TempDir(), "labels.csv")
+	cfgWith := func(out string) PredictConfig {
+		m := tileCfg("", "").Model
+		m.Crops = CropConfig{Models: []string{pf.R18}, LabelDicts: []string{ld}}
+		return PredictConfig{Images: dir, BatchSize: 1, Out: out, Model: m}
+	}
+	run := func(n int, cfg PredictConfig, interrupt string) ([]int, string) {
+		t.Helper()
+		return runStoppable(t, n, interrupt, func(ctx context.Context, c mpi.Comm, _ io.Writer) error {
+			return Predict(ctx, c, cfg)
+		})
+	}
+	os.WriteFile(ld, []byte("label,id\nsick,0\nhealthy,1\n"), 0o644)
+	ref := cfgWith(t.TempDir())
+	if codes, msg := run(1, ref, ""); codes[0] != ExitOK {
+		t.Fatalf("uninterrupted run: exit %v\n%s", codes, msg)
+	}
+	want, err := os.ReadFile(filepath.Join(ref.Out, "predictions.csv"))
+	if err != nil || !bytes.Contains(want, []byte(",sick,")) && !bytes.Contains(want, []byte(",healthy,")) {
+		t.Fatalf("reference predictions.csv: %v\n%s", err, want)
+	}
+	os.WriteFile(ld, []byte("label,id\nhealthy,0\nsick,1\n"), 0o644)
+	stop := cfgWith(t.TempDir())
+	if codes, msg := run(3, stop, "0:1"); codes[0] != ExitResumable {
+		t.Fatalf("stopped run: exit %v, want %d\n%s", codes, ExitResumable, msg)
+	}
+	os.WriteFile(ld, []byte("label,id\nsick,0\nhealthy,1\n"), 0o644)
+	stop.Resume = true
+	if codes, msg := run(2, stop, ""); codes[0] != ExitOK {
+		t.Fatalf("--resume with the label dict changed: exit %v\n%s", codes, msg)
+	}
+	if got, err := os.ReadFile(filepath.Join(stop.Out, "predictions.csv")); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the resumed predictions.csv is not the run with the labels given now (%v):\n%s\nwant:\n%s", err, got, want)
+	}
+	b, _ := os.ReadFile(filepath.Join(stop.Out, "report.json"))
+	if !bytes.Contains(b, []byte(`"images_from_parts": `)) || bytes.Contains(b, []byte(`"images_from_parts": 0`)) {
+		t.Fatalf("the resume took no image from the part files: %s", b)
 	}
 }

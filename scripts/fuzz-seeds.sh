@@ -29,6 +29,7 @@ seed -dir $d/FuzzParseGeoCSV -then 'bool(false)' $g/points_edge/{truth,preds}.cs
 seed -dir $d/FuzzParseGeoCSV -then 'bool(true)' $g/polygons_edge/{truth,preds}.csv
 seed -dir $d/FuzzParseWKT -kind string 'POINT (1.5 -2)' 'MULTIPOLYGON (((50 50, 55 50, 55 55, 50 55, 50 50)), ((60 50, 65 50, 65 55, 60 55, 60 50)))' \
 	'POLYGON ((70 70, 90 70, 90 90, 70 90, 70 70), (75 75, 80 75, 80 80, 75 80, 75 75))' 'POLYGON EMPTY' 'POLYGON ((0 0, 1 0, 0 0)'
+seed -dir $d/FuzzParseWKB internal/dataset/testdata/wkb/*.wkb
 
 d=infer/safetensors/testdata/fuzz
 rm -rf $d

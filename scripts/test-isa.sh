@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 TAGS=${TAGS:-}
-RUN_RN='^(TestKernelsMatchCPU|TestGPUEngineMatchesCPU|TestCUDNNLayersMatchCPU|TestCUDNNEngineMatchesCPU)$'
+RUN_RN='^(TestKernelsMatchCPU|TestGPUEngineMatchesCPU|TestCUDNNLayersMatchCPU|TestCUDNNEngineMatchesCPU|TestGoldenResNet18|TestGoldenDemoModel)$'
 RUN_CPU='^(TestWinogradMatchesDirect|TestWinogradBoundCatchesPlantedBugs)$'
 RUN_GEMM='^(TestForcedKernels|TestAgainstNaive|TestWinoMatchesGo)$'
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
@@ -48,13 +48,24 @@ run() { # label suffix env...
 	runs=$((runs + 1))
 }
 
-default=$(cd infer/gemm && ../../bin/isa/gemm.test -test.run '^TestForcedKernels$' -test.v 2>/dev/null |
-	sed -n 's/.*openblas SGEMM, \([A-Za-z0-9]*\) kernels.*/\1/p' | head -1)
+# core_of ENV...: the OpenBLAS kernel set the gemm tests run under ENV.
+core_of() {
+	(cd infer/gemm && env "$@" ../../bin/isa/gemm.test -test.run '^TestForcedKernels$' -test.v 2>/dev/null |
+		sed -n 's/.*openblas SGEMM, \([A-Za-z0-9]*\) kernels.*/\1/p' | head -1) || true
+}
+default=$(core_of)
 echo "test-isa: test-unit runs OpenBLAS's ${default:-?} kernels here; forcing the others"
 cores=(Prescott:generic Sandybridge:generic)
 has avx2 fma && cores+=(Haswell:avx2 Zen:avx2)
 has avx512f avx512bw avx512dq avx512vl && cores+=(SkylakeX:avx512)
 has avx512f avx512bw avx512dq avx512vl avx512_bf16 && cores+=(Cooperlake:avx512)
+probe=Prescott
+[ "${default,,}" = prescott ] && probe=Sandybridge
+if [ -n "$default" ] && [ "$(core_of OPENBLAS_CORETYPE=$probe)" != $probe ]; then
+	# An OpenBLAS built for one CPU (no DYNAMIC_ARCH) has one kernel set.
+	echo "test-isa: this OpenBLAS ignores OPENBLAS_CORETYPE (built without DYNAMIC_ARCH): its $default kernels only"
+	cores=()
+fi
 for cs in "${cores[@]}"; do
 	core=${cs%%:*} simd=${cs##*:}
 	[ "${core,,}" = "${default,,}" ] && continue

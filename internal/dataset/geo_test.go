@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -237,4 +240,31 @@ func FuzzParseWKB(f *testing.F) {
 			checkGeometry(t, k, pt, sh)
 		}
 	})
+}
+
+// The WKB that shapely writes (testdata/wkb) reads back as its WKT.
+func TestParseWKBFiles(t *testing.T) {
+	for name, want := range map[string]string{
+		"point.wkb":             "POINT (1.5 -2)",
+		"polygon-hole.wkb":      "POLYGON ((70 70, 90 70, 90 90, 70 90, 70 70), (75 75, 80 75, 80 80, 75 80, 75 75))",
+		"multipolygon.wkb":      "MULTIPOLYGON (((50 50, 55 50, 55 55, 50 55, 50 50)), ((60 50, 65 50, 65 55, 60 55, 60 50)))",
+		"polygon-bigendian.wkb": "POLYGON ((0 0, 10 0, 10 10, 0 0))",
+		"point-z.wkb":           "",
+	} {
+		b, err := os.ReadFile(filepath.Join("testdata", "wkb", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, pt, sh, err := ParseWKB(b)
+		if want == "" {
+			if err == nil {
+				t.Errorf("%s accepted", name)
+			}
+			continue
+		}
+		wk, wpt, wsh, _ := ParseWKT(want)
+		if err != nil || k != wk || pt != wpt || !reflect.DeepEqual(sh, wsh) {
+			t.Errorf("%s: %v %v %+v %v, want %s", name, k, pt, sh, err, want)
+		}
+	}
 }

@@ -88,7 +88,7 @@ has() { case " $CHECK " in *" $1 "*) return 0 ;; esac; return 1; }
 base() {
 step tests
 (cd infer/retinanet && timeout 150 ../../bin/retinanet-cuda.test -test.v -test.timeout 145s \
-	-test.run 'TestFP32BitsMatchShim|TestKernelsMatchCPU|TestGoldenHostShim|TestGoldenTF32|TestGPUEngineMatchesCPU|TestGPUBatchInvariance|TestGPULayerTimes|TestCUDNN|TestGPUNonFiniteOutputs') \
+	-test.run 'TestFP32BitsMatchShim|TestKernelsMatchCPU|TestGoldenHostShim|TestGoldenTF32|TestGPUEngineMatchesCPU|TestParityCatchesPlantedBugs|TestGPUBatchInvariance|TestGPULayerTimes|TestCUDNN|TestGPUNonFiniteOutputs') \
 	>"$OUT/tests.txt" 2>&1
 echo "rc=$?" >>"$OUT/tests.txt"
 grep -E '^(--- |ok|FAIL|rc=)|slot .* changes' "$OUT/tests.txt"
