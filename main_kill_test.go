@@ -33,29 +33,7 @@ func TestMPIPredictKillThenResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", append([]string{"-np", "2", canopyBin}, args(out)...)...)
-	var se bytes.Buffer
-	cmd.Stderr = &se
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ok := waitParts(out, 2)
-	pids, _ := exec.Command("pgrep", "-f", "--", "^"+canopyBin+" predict .*--out "+out).Output()
-	ranks := strings.Fields(string(pids))
-	if !ok || len(ranks) != 2 {
-		for _, p := range ranks {
-			exec.Command("kill", "-9", p).Run()
-		}
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("no part records from both ranks (ranks %v)\n%s", ranks, se.String())
-	}
-	exec.Command("kill", "-KILL", ranks[1]).Run()
-	if err := cmd.Wait(); err == nil {
-		t.Fatalf("the job succeeded although a rank was killed\n%s", se.String())
-	}
+	killRankMidRun(t, out, 180*time.Second, nil, args(out))
 	if _, err := os.Stat(filepath.Join(out, "predictions.csv")); err == nil {
 		t.Fatal("the killed run published predictions.csv")
 	}
@@ -79,4 +57,35 @@ func TestMPIPredictKillThenResume(t *testing.T) {
 		t.Fatalf("the resume took %d images from the part files and computed %d, want at least 2 and 16 in all: %s", rep.Resumed.FromParts, rep.Resumed.Computed, b)
 	}
 	t.Logf("after kill -9: %d images from the part files, %d computed", rep.Resumed.FromParts, rep.Resumed.Computed)
+}
+
+// killRankMidRun starts canopy with args under mpirun at np 2 (env added
+// to the environment), waits until both ranks have saved part records in
+// out, kills one rank with SIGKILL and requires the job to fail.
+func killRankMidRun(t *testing.T, out string, timeout time.Duration, env, args []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", append([]string{"-np", "2", canopyBin}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var se bytes.Buffer
+	cmd.Stderr = &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ok := waitParts(out, 2)
+	pids, _ := exec.Command("pgrep", "-f", "--", "^"+canopyBin+" "+args[0]+" .*--out "+out).Output()
+	ranks := strings.Fields(string(pids))
+	if !ok || len(ranks) != 2 {
+		for _, p := range ranks {
+			exec.Command("kill", "-9", p).Run()
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("no part records from both ranks (ranks %v)\n%s", ranks, se.String())
+	}
+	exec.Command("kill", "-KILL", ranks[1]).Run()
+	if err := cmd.Wait(); err == nil {
+		t.Fatalf("the job succeeded although a rank was killed\n%s", se.String())
+	}
 }

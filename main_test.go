@@ -1031,30 +1031,7 @@ func TestMPITileKillThenResume(t *testing.T) {
 	}
 	want := tileFiles(t, refOut)
 	out := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", append([]string{"-np", "2", canopyBin}, args(out)...)...)
-	cmd.Env = append(os.Environ(), "CANOPY_TEST_SLOW_MS=400")
-	var se bytes.Buffer
-	cmd.Stderr = &se
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ok := waitParts(out, 2)
-	pids, _ := exec.Command("pgrep", "-f", "--", "^"+canopyBin+" predict .*--out "+out).Output()
-	ranks := strings.Fields(string(pids))
-	if !ok || len(ranks) != 2 {
-		for _, p := range ranks {
-			exec.Command("kill", "-9", p).Run()
-		}
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("no part records from both ranks (ranks %v)\n%s", ranks, se.String())
-	}
-	exec.Command("kill", "-KILL", ranks[1]).Run()
-	if err := cmd.Wait(); err == nil {
-		t.Fatalf("the job succeeded although a rank was killed\n%s", se.String())
-	}
+	killRankMidRun(t, out, 120*time.Second, []string{"CANOPY_TEST_SLOW_MS=400"}, args(out))
 	if r := mpirun(t, 3, nil, args(out, "--resume")...); r.code != 0 {
 		t.Fatalf("resume np3 after kill -9: exit %d\n%s", r.code, r.stderr)
 	}

@@ -22,10 +22,7 @@ var ErrInfeasible = errors.New("metrics: cost matrix is infeasible")
 // scanned from the last to the first, and among equally short paths an
 // unassigned column is preferred.
 func Assign(cost []float64, nr, nc int, maximize bool) ([]int, error) {
-	out := make([]int, nr)
-	for i := range out {
-		out[i] = -1
-	}
+	out := unassigned(nr)
 	if nr == 0 || nc == 0 {
 		return out, nil
 	}
@@ -162,4 +159,14 @@ func (s *solver) augment(cur int) (int, float64) {
 		s.rem[index] = s.rem[n]
 	}
 	return sink, minVal
+}
+
+// unassigned is n rows assigned to no column (-1), what every solver
+// starts from and returns for an empty side.
+func unassigned(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = -1
+	}
+	return out
 }

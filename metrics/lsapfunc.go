@@ -11,10 +11,7 @@ import "math"
 // columns), and returns each row's column or -1. cost must be a pure
 // function: the solver may ask for an entry more than once.
 func AssignFunc(nr, nc int, cost func(i, j int) float64, maximize bool) ([]int, error) {
-	out := make([]int, nr)
-	for i := range out {
-		out[i] = -1
-	}
+	out := unassigned(nr)
 	if nr == 0 || nc == 0 {
 		return out, nil
 	}

@@ -36,10 +36,7 @@ func AssignSparseMax(nr, nc int, entries []Entry) ([]int, error) {
 	if nr < 0 || nc < 0 {
 		return nil, fmt.Errorf("metrics: %d×%d matrix", nr, nc)
 	}
-	out := make([]int, nr)
-	for i := range out {
-		out[i] = -1
-	}
+	out := unassigned(nr)
 	if nr == 0 || nc == 0 {
 		return out, nil
 	}

@@ -231,6 +231,9 @@ func TestMatchImageEqualsDense(t *testing.T) {
 				t.Fatalf("trial %d: implicit %v (%v), dense %v", trial, sp, err, col)
 			}
 		}
+		if len(rows) != nt {
+			t.Fatalf("trial %d: %d rows for %d truth boxes", trial, len(rows), nt)
+		}
 		for i, r := range rows {
 			if r.PredID != col[i] {
 				t.Fatalf("trial %d truth %d: matched %d, dense scipy port %d", trial, i, r.PredID, col[i])

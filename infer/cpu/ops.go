@@ -173,8 +173,8 @@ func (e *Engine) MaxPool3s2(x Fmap) Fmap {
 // dst>>1 when out = 2·in. par runs the channels (each alone: the bytes do
 // not depend on how they are shared).
 func AddUpsampled(lat Fmap, top Fmap, par func(n int, f func(worker, job int))) {
-	iy := nearestIdx(top.H, lat.H)
-	ix := nearestIdx(top.W, lat.W)
+	iy := NearestIndex(top.H, lat.H)
+	ix := NearestIndex(top.W, lat.W)
 	par(lat.C, func(_, c int) {
 		l := lat.D[c*lat.H*lat.W:]
 		t := top.D[c*top.H*top.W:]
@@ -188,7 +188,10 @@ func AddUpsampled(lat Fmap, top Fmap, par func(n int, f func(worker, job int))) 
 	})
 }
 
-func nearestIdx(in, out int) []int {
+// NearestIndex is torch's nearest upsampling index from out positions to
+// in (float32 scale in/out, exact halving when out is 2·in): the CPU
+// engine's UpsampleAdd, and the GPU engine's tests' reference.
+func NearestIndex(in, out int) []int {
 	idx := make([]int, out)
 	scale := float32(in) / float32(out)
 	for d := range idx {

@@ -50,20 +50,6 @@ var (
 	sideBF16 = bound.Side{Name: "bf16", UW: approx.UBF16, UStore: approx.UBF16}
 )
 
-// nearest is cpu's nearest-neighbour index (torch's upsample, nearest).
-func nearest(in, out int) []int {
-	idx := make([]int, out)
-	scale := float32(in) / float32(out)
-	for d := range idx {
-		if out == 2*in {
-			idx[d] = d >> 1
-			continue
-		}
-		idx[d] = min(int(float32(d)*scale), in-1)
-	}
-	return idx
-}
-
 // pmap is one feature map on both sides: the CPU engine's and the GPU
 // engine's (with its host copy, downloaded once).
 type pmap struct {
@@ -162,7 +148,7 @@ func (pr *pairRun) UpsampleAdd(lat, top *pmap) {
 	pr.g.UpsampleAdd(lat.g, top.g)
 	lat.gh = nil
 	// one rounding on each side: |Δ| ≤ |Δlat| + |Δtop| + u·(|sum_a| + |sum_b|) (+ BF16's store)
-	iy, ix := nearest(top.c.H, lat.c.H), nearest(top.c.W, lat.c.W)
+	iy, ix := cpu.NearestIndex(top.c.H, lat.c.H), cpu.NearestIndex(top.c.W, lat.c.W)
 	sb := pr.dev(lat)
 	lim := make([]float64, len(la))
 	for ch := 0; ch < lat.c.C; ch++ {

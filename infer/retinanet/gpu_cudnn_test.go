@@ -172,7 +172,7 @@ func TestCUDNNLayersMatchCPU(t *testing.T) {
 		got = g.Download(lat)
 		want := batchOf(l0, l1)
 		lb, tb := batchOf(lat0, lat1), batchOf(top0, top1)
-		iy, ix := nearest(7, 14), nearest(5, 10)
+		iy, ix := cpu.NearestIndex(7, 14), cpu.NearestIndex(5, 10)
 		lim := make([]float64, len(got))
 		for i := range lim {
 			img, ch, y, xx := i/(5*14*10), i/(14*10)%5, i/10%14, i%10

@@ -204,18 +204,27 @@ func (r *Runner) block(s *stage, bl *block, h []float32, hh, ww int) []float32 {
 	return out
 }
 
-// channelAttention scales each channel of x by sigmoid(fc2(relu(fc1(avg)))),
-// avg the channel's mean (float64 sum over the map).
-func (r *Runner) channelAttention(a *channelAttention, x cpu.Fmap) cpu.Fmap {
+// channelMeans is each channel's mean over the map, summed in float64 in
+// the map's order and rounded once to float32 (the channel attention's avg
+// and the count head's global average pool).
+func channelMeans(x cpu.Fmap) []float32 {
 	hw := x.H * x.W
-	avg := make([]float32, a.c)
-	for ch := range avg {
+	m := make([]float32, x.C)
+	for ch := range m {
 		var s float64
 		for _, v := range x.D[ch*hw : (ch+1)*hw] {
 			s += float64(v)
 		}
-		avg[ch] = float32(s / float64(hw))
+		m[ch] = float32(s / float64(hw))
 	}
+	return m
+}
+
+// channelAttention scales each channel of x by sigmoid(fc2(relu(fc1(avg)))),
+// avg the channel's mean (float64 sum over the map).
+func (r *Runner) channelAttention(a *channelAttention, x cpu.Fmap) cpu.Fmap {
+	hw := x.H * x.W
+	avg := channelMeans(x)
 	mid := make([]float32, a.r)
 	for i := range mid {
 		var s float32
@@ -265,16 +274,7 @@ func (r *Runner) decoder(f [4]cpu.Fmap, h, w int) (cpu.Fmap, float32) {
 	y0 := r.e.Conv(r.m.res0b, a, true, nil)
 	r.trace("res0", y0.D, 1, y0.C, y0.H, y0.W)
 	// count head: GAP of proj1's map (256), cls_lin3 (no bias), cls_lin4
-	x1 := f[1]
-	hw := x1.H * x1.W
-	gap := make([]float32, x1.C)
-	for ch := range gap {
-		var s float64
-		for _, v := range x1.D[ch*hw : (ch+1)*hw] {
-			s += float64(v)
-		}
-		gap[ch] = float32(s / float64(hw))
-	}
+	gap := channelMeans(f[1])
 	l3 := make([]float32, 128)
 	for i := range l3 {
 		var s float64

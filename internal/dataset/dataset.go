@@ -252,11 +252,7 @@ func parse(name string, data []byte, scored bool, opt Options) ([]Row, error) {
 			break
 		}
 		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				return nil, fmt.Errorf("dataset: %s:%d: %v: %w", name, pe.StartLine, pe.Err, ErrInput)
-			}
-			return nil, fmt.Errorf("dataset: %s: %v: %w", name, err, ErrInput)
+			return nil, csvError(name, err)
 		}
 		line, _ := r.FieldPos(0)
 		row := Row{Line: line}
@@ -466,4 +462,14 @@ func outOfRange(b box.Box) string {
 		return fmt.Sprintf("box %v,%v,%v,%v: its width, height or area is not a finite number", b.Xmin, b.Ymin, b.Xmax, b.Ymax)
 	}
 	return ""
+}
+
+// csvError is a CSV reader's error as an input error naming the file and,
+// for a malformed record, the line it starts on.
+func csvError(name string, err error) error {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("dataset: %s:%d: %v: %w", name, pe.StartLine, pe.Err, ErrInput)
+	}
+	return fmt.Errorf("dataset: %s: %v: %w", name, err, ErrInput)
 }

@@ -239,11 +239,7 @@ func ParseGeoCSV(name string, data []byte, kind box.Kind, scored bool, opt Optio
 			break
 		}
 		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				return nil, fmt.Errorf("dataset: %s:%d: %v: %w", name, pe.StartLine, pe.Err, ErrInput)
-			}
-			return nil, fmt.Errorf("dataset: %s: %v: %w", name, err, ErrInput)
+			return nil, csvError(name, err)
 		}
 		line, _ := r.FieldPos(0)
 		row, err := geoRow(rec, col, kind, wkt, scored, opt)

@@ -156,23 +156,37 @@ func FuzzParseWKT(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		k, pt, sh, err := ParseWKT(s)
-		if err != nil {
-			return
+		if err == nil {
+			checkGeometry(t, k, pt, sh)
 		}
-		if k == box.KindPoint {
-			if math.IsNaN(pt.X) || math.IsInf(pt.X, 0) || math.IsNaN(pt.Y) || math.IsInf(pt.Y, 0) {
-				t.Fatalf("point %v", pt)
+	})
+}
+
+// checkGeometry fails t unless a parsed geometry is a finite point or
+// rings that are closed, of 3 or more vertices, with finite coordinates.
+func checkGeometry(t *testing.T, k box.Kind, pt box.Point, sh *box.Shape) {
+	t.Helper()
+	finite := func(q box.Point) bool {
+		return !math.IsNaN(q.X) && !math.IsInf(q.X, 0) && !math.IsNaN(q.Y) && !math.IsInf(q.Y, 0)
+	}
+	if k == box.KindPoint {
+		if !finite(pt) {
+			t.Fatalf("point %v", pt)
+		}
+		return
+	}
+	for _, p := range sh.Parts {
+		for _, r := range p {
+			if len(r) < 3 || r[0] != r[len(r)-1] {
+				t.Fatalf("ring %v", r)
 			}
-			return
-		}
-		for _, p := range sh.Parts {
-			for _, r := range p {
-				if len(r) < 3 || r[0] != r[len(r)-1] {
-					t.Fatalf("ring %v", r)
+			for _, q := range r {
+				if !finite(q) {
+					t.Fatalf("coordinate %v", q)
 				}
 			}
 		}
-	})
+	}
 }
 
 func wkbPolygon(rings ...[]float64) []byte {
@@ -222,26 +236,8 @@ func FuzzParseWKB(f *testing.F) {
 	f.Add(binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64([]byte{1, 1, 0, 0, 0}, math.Float64bits(1)), math.Float64bits(2)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		k, pt, sh, err := ParseWKB(b)
-		if err != nil {
-			return
-		}
-		if k == box.KindPoint {
-			if math.IsNaN(pt.X) || math.IsInf(pt.X, 0) || math.IsNaN(pt.Y) || math.IsInf(pt.Y, 0) {
-				t.Fatalf("point %v", pt)
-			}
-			return
-		}
-		for _, p := range sh.Parts {
-			for _, r := range p {
-				if len(r) < 3 || r[0] != r[len(r)-1] {
-					t.Fatalf("ring %v", r)
-				}
-				for _, q := range r {
-					if math.IsNaN(q.X) || math.IsInf(q.X, 0) || math.IsNaN(q.Y) || math.IsInf(q.Y, 0) {
-						t.Fatalf("coordinate %v", q)
-					}
-				}
-			}
+		if err == nil {
+			checkGeometry(t, k, pt, sh)
 		}
 	})
 }

@@ -101,6 +101,9 @@ func Decode(buf []byte, nImages int) ([]metrics.GeoRecord, error) {
 		r := metrics.GeoRecord{Image: int(le.Uint32(p)), Counted: p[4]&1 != 0, EmptyFrame: p[4]&2 != 0,
 			NTruth: int(le.Uint32(p[5:])), NPred: int(le.Uint32(p[9:])), Width: int(le.Uint32(p[13:])), Height: int(le.Uint32(p[17:]))}
 		nm := int(le.Uint32(p[21:]))
+		if p[4]&^3 != 0 {
+			return nil, fmt.Errorf("georec: record %d: flags %#x", k, p[4])
+		}
 		p = p[recSize:]
 		if r.Image >= nImages || nm > len(p)/matchSize {
 			return nil, fmt.Errorf("georec: record %d: image %d of %d, %d matches in %d bytes", k, r.Image, nImages, nm, len(p))
@@ -119,6 +122,12 @@ func Decode(buf []byte, nImages int) ([]metrics.GeoRecord, error) {
 			m.Match.Match = p[32] == 1
 			m.TrueLabel = int32(le.Uint32(p[33:]))
 			m.PredLabel = int32(le.Uint32(p[37:]))
+			// one spelling of each record (a 0/1 match byte), and ids
+			// within the image's truth and predictions (-1: none)
+			if p[32] > 1 || m.TruthID >= r.NTruth || m.PredID < -1 || m.PredID >= r.NPred {
+				return nil, fmt.Errorf("georec: record %d match %d: match byte %d, truth %d of %d, prediction %d of %d",
+					k, j, p[32], m.TruthID, r.NTruth, m.PredID, r.NPred)
+			}
 			p = p[matchSize:]
 		}
 		recs[k] = r
