@@ -486,7 +486,7 @@ res_p=
 for mode in folder list; do
 	src=$pd
 	[ $mode = list ] && src="$pd/list p.csv"
-	id=$(submit "canopy p $mode" CANOPY_BIN="$BIN" CANOPY_IMAGES="$src" CANOPY_MODEL="$DEMO_MODEL" CANOPY_OUT="$S/out p $mode" -- -n 2 jobs/slurm/canopy-1node.sbatch)
+	id=$(submit "canopy p $mode" CANOPY_BIN="$BIN" CANOPY_IMAGES="$src" CANOPY_MODEL="$DEMO_MODEL" CANOPY_OUT="$S/out p $mode" -- -n 2 scripts/slurm/canopy-1node.sbatch)
 	wait_job "$id" || true
 	node_ok p
 	same=no
@@ -494,10 +494,10 @@ for mode in folder list; do
 	res_p="$res_p $mode:$JOB_STATE/$JOB_RC/$same"
 	[ "$JOB_STATE $JOB_RC $same" = "COMPLETED 0 yes" ] || show_log "canopy p $mode-$id"
 done
-id=$(submit "canopy p nomodel" CANOPY_BIN="$BIN" CANOPY_IMAGES="$pd" CANOPY_OUT="$S/out p2" -- -n 2 jobs/slurm/canopy-1node.sbatch)
+id=$(submit "canopy p nomodel" CANOPY_BIN="$BIN" CANOPY_IMAGES="$pd" CANOPY_OUT="$S/out p2" -- -n 2 scripts/slurm/canopy-1node.sbatch)
 wait_job "$id" || true
 res_p="$res_p nomodel:$JOB_STATE/$JOB_RC"
-id=$(submit "canopy p missing" CANOPY_BIN="$BIN" CANOPY_IMAGES="$S/no such folder" CANOPY_MODEL="$DEMO_MODEL" CANOPY_OUT="$S/out p3" -- -n 2 jobs/slurm/canopy-1node.sbatch)
+id=$(submit "canopy p missing" CANOPY_BIN="$BIN" CANOPY_IMAGES="$S/no such folder" CANOPY_MODEL="$DEMO_MODEL" CANOPY_OUT="$S/out p3" -- -n 2 scripts/slurm/canopy-1node.sbatch)
 wait_job "$id" || true
 res_p="$res_p missing:$JOB_STATE/$JOB_RC"
 if [ "$res_p" = " folder:COMPLETED/0/yes list:COMPLETED/0/yes nomodel:FAILED/2 missing:FAILED/3" ]; then
