@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/test-no-install.sh (make test-no-install): `make build` with
 # CANOPY_NO_INSTALL=1 against libraries the default search does not find,
-# as on a cluster where MPI, OpenBLAS and GDAL come from modules, with no
+# as on a cluster where MPI, OpenBLAS, GDAL and GEOS come from modules, with no
 # apt. The system's libraries are put in a prefix of their own (links to
 # their headers and shared objects, .pc files naming the prefix), the
 # default pkg-config path is switched off (PKG_CONFIG_LIBDIR, an empty
@@ -63,8 +63,8 @@ Cflags: ${cflags[*]}
 Libs: -L\${libdir} ${libs[*]}
 PC
 }
-for m in mpi openblas gdal; do rehome $m; done
-cp "$prefix/lib/pkgconfig/openblas.pc" "$prefix/lib/pkgconfig/gdal.pc" "$tmp/pc-nompi/"
+for m in mpi openblas gdal geos; do rehome $m; done
+cp "$prefix/lib/pkgconfig/openblas.pc" "$prefix/lib/pkgconfig/gdal.pc" "$prefix/lib/pkgconfig/geos.pc" "$tmp/pc-nompi/"
 # A site's mpicc for the prefix's MPI: Open MPI's answers, the prefix's paths.
 cat >"$tmp/bin/mpicc" <<SH
 #!/bin/sh
