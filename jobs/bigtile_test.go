@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/csv"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -90,15 +89,7 @@ func TestBigTileEqualsDeepForest(t *testing.T) {
 // hashes DeepForest's results, and checks the first rows in full.
 func compareDigest(t *testing.T, path string, g *bigTileGolden) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := readCSVRecords(t, path)
 	rows := recs[1:]
 	if len(rows) != g.ResultsRows {
 		t.Fatalf("results.csv has %d rows, DeepForest %d", len(rows), g.ResultsRows)

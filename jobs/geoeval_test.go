@@ -3,7 +3,6 @@ package jobs
 import (
 	"bytes"
 	"context"
-	"encoding/csv"
 	"fmt"
 	"math"
 	"os"
@@ -138,15 +137,7 @@ func deref(p *float64) any {
 // 1e-9 leaves six orders of magnitude above double rounding for that).
 func compareGeoResults(t *testing.T, dir, kind, path string, want []map[string]any) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := readCSVRecords(t, path)
 	col := "IoU"
 	if kind == "point" {
 		col = "distance"

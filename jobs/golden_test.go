@@ -1,10 +1,8 @@
 package jobs
 
 import (
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -163,15 +161,7 @@ func fmtPtr(p *float64) string {
 // computes the union area from the union polygon; canopy as a+b-inter).
 func compareResults(t *testing.T, path string, g *golden) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := readCSVRecords(t, path)
 	type key struct {
 		path string
 		id   int
