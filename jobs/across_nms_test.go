@@ -13,6 +13,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/shareddata"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -140,9 +141,9 @@ func TestPredictAcrossClassNMSDeepForest(t *testing.T) {
 	if approx.Far(worst, 1e-5) {
 		t.Errorf("scores differ by up to %g; want within 1e-5", worst)
 	}
-	if rep["rows"] != rowsAcrossClassNMS || rep["across_class_nms_iou"] != 0.05 || rep["raw_detections"] != float64(raw) {
+	if rep["rows"] != output.RowsAcrossClassNMS || rep["across_class_nms_iou"] != 0.05 || rep["raw_detections"] != float64(raw) {
 		t.Errorf("report.json: rows %v, across_class_nms_iou %v, raw_detections %v; want %s, 0.05, %d",
-			rep["rows"], rep["across_class_nms_iou"], rep["raw_detections"], rowsAcrossClassNMS, raw)
+			rep["rows"], rep["across_class_nms_iou"], rep["raw_detections"], output.RowsAcrossClassNMS, raw)
 	}
 
 	cfg.Out, cfg.RawRows = filepath.Join(dir, "raw"), true
@@ -153,9 +154,9 @@ func TestPredictAcrossClassNMSDeepForest(t *testing.T) {
 			fractional++
 		}
 	}
-	if len(rawRows) != raw || fractional == 0 || rep["rows"] != rowsRaw || rep["across_class_nms_iou"] != nil {
+	if len(rawRows) != raw || fractional == 0 || rep["rows"] != output.RowsRaw || rep["across_class_nms_iou"] != nil {
 		t.Errorf("--raw-rows: %d rows (%d fractional), report rows %v iou %v; want DeepForest's %d detections, float boxes, %q",
-			len(rawRows), fractional, rep["rows"], rep["across_class_nms_iou"], raw, rowsRaw)
+			len(rawRows), fractional, rep["rows"], rep["across_class_nms_iou"], raw, output.RowsRaw)
 	}
 	// The default rows are AcrossClassNMS of the raw rows, exactly.
 	dets := make([]box.Detection, len(rawRows))

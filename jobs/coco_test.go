@@ -114,7 +114,7 @@ func TestCOCOTruthCheckedAtInput(t *testing.T) {
 		if codes[0] != ExitInput || codes[1] != ExitInput || !strings.Contains(stderr.String(), filepath.Base(truth)+": annotation 31") {
 			t.Errorf("%s: codes %v\n%s", ann, codes, stderr.String())
 		}
-		if present := outNames.Present(out); len(present) > 0 && present[0] != outdir.ManifestFile {
+		if present := output.Names.Present(out); len(present) > 0 && present[0] != outdir.ManifestFile {
 			t.Errorf("%s: published %v", ann, present)
 		}
 	}

@@ -302,7 +302,7 @@ func verifyOutputs(dir string) string {
 			}
 		}
 	}
-	for _, name := range reportFiles {
+	for _, name := range output.Names.Reports {
 		_, recorded := outs[name]
 		if name == "report.json" || recorded || slices.Contains(derived, name) {
 			continue

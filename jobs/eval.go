@@ -42,7 +42,7 @@ type EvalConfig struct {
 	// label_dict as label,id CSV) read instead of the file LabelDict.
 	LabelDictData []byte
 	// RunConfig is --config and its overrides (nil: none).
-	RunConfig    *runConfig
+	RunConfig    *output.RunConfig
 	Out          string
 	Force        bool
 	Resume       bool
@@ -328,7 +328,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			crops:   table,
 		}
 		if crops != nil {
-			rep.run.CropModels, rep.run.Crops = crops.Info, &crops.Stats
+			rep.run.SetCrops(crops)
 		}
 		tw := time.Now()
 		rep.run.Warnings = warnings

@@ -113,7 +113,7 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 		cfg.CSV = pos[0]
 	}
 	if rc != nil {
-		cfg.RunConfig = rc
+		cfg.RunConfig = rc.RunConfig
 		csv := config.Str{V: cfg.CSV}
 		if cfg.CSV != "" {
 			csv.Src = config.Flag

@@ -6,12 +6,13 @@ import (
 	"io"
 	"os"
 
+	"github.com/canopy-hpc/canopy/internal/pipeline/evalcrops"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
 )
 
-// canopy eval-crops: its flags and how they become an EvalCropsConfig (the
-// job is evalcrops.go).
+// canopy eval-crops: its flags and how they become an evalcrops.Config (the
+// job is internal/pipeline/evalcrops).
 
 func evalCropsCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *cli.Command {
 	return &cli.Command{
@@ -52,7 +53,7 @@ func evalCropsCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) 
 			if c.String("root-dir") != "" && c.String("csv") == "" {
 				return usageError(errors.New("eval-crops: --root-dir goes with --csv"))
 			}
-			cfg := EvalCropsConfig{Folder: c.Args().First(), CSV: c.String("csv"), RootDir: c.String("root-dir"), Out: c.String("out"), Force: c.Bool("force"),
+			cfg := evalcrops.Config{Folder: c.Args().First(), CSV: c.String("csv"), RootDir: c.String("root-dir"), Out: c.String("out"), Force: c.Bool("force"),
 				CropModel: c.String("crop-model"), CropLabelDict: c.String("crop-label-dict"), LossBatch: c.Int("loss-batch-size"),
 				Threads: c.Int("threads"), MaxImagePixels: c.Int64("max-image-pixels"), AllowOutsideRoot: c.Bool("allow-outside-root"),
 				HTML: c.Bool("html"), Command: os.Args, Stdout: stdout}
@@ -69,7 +70,7 @@ func evalCropsCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) 
 				return usageError(fmt.Errorf("eval-crops: --threads %d", cfg.Threads))
 			}
 			return runRankedJob(c, code, newComm, stderr, cfg.Out, rankOutputs{&cfg.Stdout, &cfg.Progress, &cfg.CollectiveTimeout}, func(comm mpi.Comm) error {
-				return EvalCrops(c.Context, comm, cfg)
+				return evalcrops.Run(c.Context, comm, cfg)
 			})
 		},
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/pipeline/evalcrops"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 )
@@ -71,7 +73,7 @@ func TestEvalCropsDeepForest(t *testing.T) {
 	var ref []byte
 	for _, ranks := range []int{1, 3} {
 		out := filepath.Join(dir, "out", string(rune('0'+ranks)))
-		cfg := EvalCropsConfig{Folder: cropTestFolder, Out: out, CropModel: model, BatchSize: 5, Threads: 1}
+		cfg := evalcrops.Config{Folder: cropTestFolder, Out: out, CropModel: model, BatchSize: 5, Threads: 1}
 		for r, err := range runEvalCrops(t, ranks, cfg) {
 			if err != nil {
 				t.Fatalf("%d ranks: rank %d: %v", ranks, r, err)
@@ -86,7 +88,7 @@ func TestEvalCropsDeepForest(t *testing.T) {
 		if err := json.Unmarshal(raw, &rep); err != nil {
 			t.Fatal(err)
 		}
-		csv, _ := os.ReadFile(filepath.Join(out, cropsFile))
+		csv, _ := os.ReadFile(filepath.Join(out, output.CropsCSV))
 		if rep.LossBatch != 4 || rep.LossBatchFrom != "crop model cropmodel.batch_size" {
 			t.Errorf("loss batch %d from %q; want the hub config's 4", rep.LossBatch, rep.LossBatchFrom)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/pipeline/evalcrops"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
@@ -72,19 +73,19 @@ func (f fakeCrops) Classify(_ context.Context, crops []imagefile.Image) ([][]flo
 
 func useFakeCrops(t *testing.T) {
 	t.Helper()
-	prev := loadCropModel
-	loadCropModel = func(c mpi.Comm, path, _ string, _ int) (cropstage.Classifier, error) {
+	prev := evalcrops.LoadModel
+	evalcrops.LoadModel = func(c mpi.Comm, path, _ string, _ int) (cropstage.Classifier, error) {
 		if path == "bad" {
 			return nil, collective.AgreeErr(c, ExitModel, errors.New("not a crop model: "+infer.ErrModel.Error()))
 		}
 		return fakeCrops{labels: []string{"Abies", "Picea", "Pinus", "Tsuga"}}, nil
 	}
-	t.Cleanup(func() { loadCropModel = prev })
+	t.Cleanup(func() { evalcrops.LoadModel = prev })
 }
 
-func runEvalCrops(t *testing.T, ranks int, cfg EvalCropsConfig) []error {
+func runEvalCrops(t *testing.T, ranks int, cfg evalcrops.Config) []error {
 	t.Helper()
-	return local.Run(ranks, func(c mpi.Comm) error { return EvalCrops(context.Background(), c, cfg) })
+	return local.Run(ranks, func(c mpi.Comm) error { return evalcrops.Run(context.Background(), c, cfg) })
 }
 
 // TestEvalCropsIdenticalAcrossRanks: the table, the confusion matrix and
@@ -96,7 +97,7 @@ func TestEvalCropsIdenticalAcrossRanks(t *testing.T) {
 	var refMetrics, refCSV []byte
 	for _, v := range []struct{ ranks, batch int }{{1, 1}, {2, 3}, {3, 5}} {
 		out := t.TempDir()
-		cfg := EvalCropsConfig{Folder: cropTestFolder, Out: out, CropModel: "m", BatchSize: v.batch, LossBatch: 4, HTML: true}
+		cfg := evalcrops.Config{Folder: cropTestFolder, Out: out, CropModel: "m", BatchSize: v.batch, LossBatch: 4, HTML: true}
 		for r, err := range runEvalCrops(t, v.ranks, cfg) {
 			if err != nil {
 				t.Fatalf("%+v: rank %d: %v", v, r, err)
@@ -104,16 +105,16 @@ func TestEvalCropsIdenticalAcrossRanks(t *testing.T) {
 		}
 		var rep struct {
 			Metrics   json.RawMessage
-			Confusion cropConfusion
+			Confusion evalcrops.Confusion
 			Crops     int
-			Input     cropInput
+			Input     evalcrops.Input
 			Outputs   map[string]string
 		}
 		b, _ := os.ReadFile(filepath.Join(out, "report.json"))
 		if err := json.Unmarshal(b, &rep); err != nil {
 			t.Fatal(err)
 		}
-		csv, _ := os.ReadFile(filepath.Join(out, cropsFile))
+		csv, _ := os.ReadFile(filepath.Join(out, output.CropsCSV))
 		html, err := os.ReadFile(filepath.Join(out, "report.html"))
 		if err != nil || !bytes.Contains(html, []byte(`<table class="confusion">`)) || rep.Outputs["report.html"] == "" {
 			t.Errorf("%+v: report.html %d bytes (%v), outputs %v", v, len(html), err, rep.Outputs)
@@ -161,7 +162,7 @@ func TestEvalCropsIdenticalAcrossRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want, got bytes.Buffer
-	json.Compact(&want, output.MetricsJSON(cropValues(tab, f.labels)))
+	json.Compact(&want, output.MetricsJSON(evalcrops.Values(tab, f.labels)))
 	json.Compact(&got, refMetrics)
 	if want.Len() == 0 || !bytes.Equal(want.Bytes(), got.Bytes()) {
 		t.Errorf("report.json metrics %s, ComputeCropTable %s", got.Bytes(), want.Bytes())
@@ -174,11 +175,11 @@ func TestEvalCropsPage(t *testing.T) {
 	chromium := findChromium(t)
 	useFakeCrops(t)
 	out := t.TempDir()
-	cfg := EvalCropsConfig{Folder: cropTestFolder, Out: out, CropModel: "m", BatchSize: 4, LossBatch: 4, HTML: true}
+	cfg := evalcrops.Config{Folder: cropTestFolder, Out: out, CropModel: "m", BatchSize: 4, LossBatch: 4, HTML: true}
 	if errs := runEvalCrops(t, 2, cfg); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	var rep struct{ Confusion cropConfusion }
+	var rep struct{ Confusion evalcrops.Confusion }
 	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
@@ -212,14 +213,14 @@ func TestEvalCropsLossBatch(t *testing.T) {
 		flag, stored, want int
 		from               string
 	}{{0, 0, 4, "DeepForest's default"}, {0, 1, 1, "crop model cropmodel.batch_size"}, {7, 1, 7, "--loss-batch-size"}} {
-		prev := loadCropModel
-		loadCropModel = func(mpi.Comm, string, string, int) (cropstage.Classifier, error) {
+		prev := evalcrops.LoadModel
+		evalcrops.LoadModel = func(mpi.Comm, string, string, int) (cropstage.Classifier, error) {
 			return fakeCrops{labels: labels, batch: c.stored}, nil
 		}
 		out := t.TempDir()
-		cfg := EvalCropsConfig{Folder: cropTestFolder, Out: out, CropModel: "m", BatchSize: 4, LossBatch: c.flag}
+		cfg := evalcrops.Config{Folder: cropTestFolder, Out: out, CropModel: "m", BatchSize: 4, LossBatch: c.flag}
 		errs := runEvalCrops(t, 1, cfg)
-		loadCropModel = prev
+		evalcrops.LoadModel = prev
 		if errs[0] != nil {
 			t.Fatal(errs[0])
 		}
@@ -232,7 +233,7 @@ func TestEvalCropsLossBatch(t *testing.T) {
 		if err := json.Unmarshal(b, &rep); err != nil {
 			t.Fatal(err)
 		}
-		csv, _ := os.ReadFile(filepath.Join(out, cropsFile))
+		csv, _ := os.ReadFile(filepath.Join(out, output.CropsCSV))
 		var logits []float32
 		var targets []int32
 		for _, line := range strings.Split(strings.TrimSpace(string(csv)), "\n")[1:] {
@@ -376,7 +377,7 @@ func TestEvalCropsCSV(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "truth.csv"), []byte(rows.String()), 0o644)
 
-	run := func(cfg EvalCropsConfig) (map[string]any, []byte) {
+	run := func(cfg evalcrops.Config) (map[string]any, []byte) {
 		t.Helper()
 		for r, err := range runEvalCrops(t, 2, cfg) {
 			if err != nil {
@@ -388,11 +389,11 @@ func TestEvalCropsCSV(t *testing.T) {
 		if err := json.Unmarshal(b, &rep); err != nil {
 			t.Fatal(err)
 		}
-		csv, _ := os.ReadFile(filepath.Join(cfg.Out, cropsFile))
+		csv, _ := os.ReadFile(filepath.Join(cfg.Out, output.CropsCSV))
 		return rep, csv
 	}
-	fold, fcsv := run(EvalCropsConfig{Folder: cropTestFolder, Out: filepath.Join(dir, "f"), CropModel: "m", BatchSize: 4, LossBatch: 4})
-	csvRep, ccsv := run(EvalCropsConfig{CSV: filepath.Join(dir, "truth.csv"), Out: filepath.Join(dir, "c"), CropModel: "m", BatchSize: 3, LossBatch: 4})
+	fold, fcsv := run(evalcrops.Config{Folder: cropTestFolder, Out: filepath.Join(dir, "f"), CropModel: "m", BatchSize: 4, LossBatch: 4})
+	csvRep, ccsv := run(evalcrops.Config{CSV: filepath.Join(dir, "truth.csv"), Out: filepath.Join(dir, "c"), CropModel: "m", BatchSize: 3, LossBatch: 4})
 	if fmt.Sprint(fold["metrics"]) != fmt.Sprint(csvRep["metrics"]) {
 		t.Errorf("--csv metrics %v, the folder's %v", csvRep["metrics"], fold["metrics"])
 	}

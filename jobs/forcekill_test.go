@@ -140,7 +140,7 @@ func TestForceKilledAtEveryStepLosesNothing(t *testing.T) {
 				if perr == nil && jerr == nil && !strings.Contains(msg, "publishing") {
 					t.Errorf("killed after %q: doctor says %q", step, msg)
 				}
-				o, err := outdir.Open(d, outNames) // any canopy start in the folder
+				o, err := outdir.Open(d, output.Names) // any canopy start in the folder
 				if err != nil {
 					t.Fatalf("killed after %q: the next start: %v", step, err)
 				}
@@ -246,7 +246,7 @@ func TestDoctorOutVerifiesOutputs(t *testing.T) {
 		if code != ExitOK || !strings.Contains(msg, "sha256 verified") || strings.Contains(msg, "results.csv") != (name == "eval" || name == "eval-tile") {
 			t.Fatalf("%s complete: exit %d %q", name, code, msg)
 		}
-		victim := map[string]string{"eval": "results.csv", "eval-tile": "results.csv", "eval-crops": cropsFile}[name] // appended to
+		victim := map[string]string{"eval": "results.csv", "eval-tile": "results.csv", "eval-crops": output.CropsCSV}[name] // appended to
 		if victim == "" {
 			victim = "predictions.csv"
 		}
@@ -356,7 +356,7 @@ func TestDamagedSafetyFilesNamed(t *testing.T) {
 		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "damaged") || !strings.Contains(msg, c.what) || strings.Contains(msg, "the next canopy run") {
 			t.Errorf("%s: doctor: exit %d %q", c.path, code, msg)
 		}
-		if _, err := outdir.Open(out, outNames); err == nil || Code(err) != ExitInternal || !strings.Contains(err.Error(), "is damaged") || !strings.Contains(err.Error(), "remove") {
+		if _, err := outdir.Open(out, output.Names); err == nil || Code(err) != ExitInternal || !strings.Contains(err.Error(), "is damaged") || !strings.Contains(err.Error(), "remove") {
 			t.Errorf("%s: start: %v", c.path, err)
 		}
 	}

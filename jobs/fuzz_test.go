@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"math"
-	"reflect"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/collective"
-	"github.com/canopy-hpc/canopy/internal/dataset"
 )
 
 // FuzzInputPacket: rank 0's broadcast packet. Any bytes unpack without
@@ -60,68 +57,6 @@ func FuzzManifest(f *testing.F) {
 		}
 		if d := m.diff(back); len(d) > 0 {
 			t.Fatalf("round trip differs: %v", d)
-		}
-	})
-}
-
-// FuzzFolderPacket: eval-crops' folder listing, as rank 0 broadcasts it:
-// a packet that unpacks packs back to a listing that unpacks the same.
-func FuzzFolderPacket(f *testing.F) {
-	f.Add(collective.PackFields([]byte{0}, folderFields(&dataset.ImageFolder{Classes: []string{"a", "b"},
-		Samples: []dataset.FolderSample{{Class: "a", Path: "a/x.png"}, {Class: "b", Path: "b/c/y.png"}},
-		Skipped: []string{"a/n.txt"}, Dropped: []string{"a/d/z.png"}})...))
-	f.Add(append([]byte{byte(ExitInput)}, "dataset: bad folder"...))
-	f.Fuzz(func(t *testing.T, pkt []byte) {
-		fields, err := collective.UnpackPacket(pkt, 4)
-		if err != nil {
-			return
-		}
-		a, err := unpackFolder(fields)
-		if err != nil {
-			return
-		}
-		b, err := unpackFolder(folderFields(a))
-		if err != nil || !reflect.DeepEqual(a, b) {
-			t.Fatalf("%+v repacked as %+v (%v)", a, b, err)
-		}
-	})
-}
-
-// FuzzMergeLogits: gathered crop outputs merge only when every crop came
-// exactly once, and the merge re-encoded in crop order merges to the same
-// bits.
-func FuzzMergeLogits(f *testing.F) {
-	rec := func(i uint32, vals ...float32) []byte {
-		b := binary.LittleEndian.AppendUint32(nil, i)
-		for _, v := range vals {
-			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
-		}
-		return b
-	}
-	f.Add(rec(1, 0.5, 1, 2), rec(0, 0.25, -1, 3), uint8(2), uint8(2))
-	f.Add(rec(0, 0.5, 1, 2), rec(0, 0.25, -1, 3), uint8(2), uint8(2))
-	f.Fuzz(func(t *testing.T, a, b []byte, n, k uint8) {
-		logits, scores, err := mergeLogits([][]byte{a, b}, int(n), int(k))
-		if err != nil {
-			return
-		}
-		var one []byte
-		for i := range int(n) {
-			one = append(one, rec(uint32(i), append([]float32{scores[i]}, logits[i*int(k):(i+1)*int(k)]...)...)...)
-		}
-		l2, s2, err := mergeLogits([][]byte{one}, int(n), int(k))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range logits {
-			if math.Float32bits(l2[i]) != math.Float32bits(logits[i]) {
-				t.Fatalf("logit %d changed", i)
-			}
-		}
-		for i := range scores {
-			if math.Float32bits(s2[i]) != math.Float32bits(scores[i]) {
-				t.Fatalf("score %d changed", i)
-			}
 		}
 	})
 }

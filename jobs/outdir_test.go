@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
@@ -307,7 +308,7 @@ func TestOutputsPublishedAsOneSet(t *testing.T) {
 	os.WriteFile(filepath.Join(out, outdir.JournalName), b, 0o644)
 	os.Remove(filepath.Join(out, "report.json"))
 	os.Rename(filepath.Join(out, s1.Tmp), filepath.Join(out, s1.Name))
-	l, err := outdir.Open(out, outNames)
+	l, err := outdir.Open(out, output.Names)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,16 +321,16 @@ func TestOutputsPublishedAsOneSet(t *testing.T) {
 // so this holds within one process as across hosts).
 func TestLockExclusiveAndReleased(t *testing.T) {
 	out := t.TempDir()
-	a, err := outdir.Open(out, outNames)
+	a, err := outdir.Open(out, output.Names)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := outdir.Open(out, outNames); Code(err) != ExitUsage {
+	if _, err := outdir.Open(out, output.Names); Code(err) != ExitUsage {
 		t.Fatalf("second lock: %v", err)
 	}
 	a.Finish(nil)
 	deadline := time.Now().Add(time.Second)
-	b, err := outdir.Open(out, outNames)
+	b, err := outdir.Open(out, output.Names)
 	if err != nil || time.Now().After(deadline) {
 		t.Fatalf("after release: %v", err)
 	}
@@ -553,7 +554,7 @@ func TestRestoreAbandonsFailedPublication(t *testing.T) {
 		}
 	}
 	before := snapshot(t, dir)
-	if err := outdir.SetAside(dir, outNames.Present(dir)); err != nil {
+	if err := outdir.SetAside(dir, output.Names.Present(dir)); err != nil {
 		t.Fatal(err)
 	}
 	var set []outdir.Staged
@@ -568,10 +569,10 @@ func TestRestoreAbandonsFailedPublication(t *testing.T) {
 	if err := outdir.WriteAtomic(dir, outdir.JournalName, func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
 		t.Fatal(err)
 	}
-	if err := outdir.RestorePrevious(dir, outNames); err != nil { // the failed run's way out
+	if err := outdir.RestorePrevious(dir, output.Names); err != nil { // the failed run's way out
 		t.Fatal(err)
 	}
-	if err := outdir.Tidy(dir, outNames); err != nil { // the next start
+	if err := outdir.Tidy(dir, output.Names); err != nil { // the next start
 		t.Fatal(err)
 	}
 	sameTree(t, "after the restore and the next start", before, snapshot(t, dir))
@@ -588,7 +589,7 @@ func TestOutNamingAFileIsUsage(t *testing.T) {
 		if codes[0] != ExitUsage || codes[1] != ExitUsage || !strings.Contains(stderr.String(), "not a folder") {
 			t.Errorf("eval --out %s: codes %v\n%s", out, codes, stderr.String())
 		}
-		if _, err := outdir.Open(out, outNames); Code(err) != ExitUsage {
+		if _, err := outdir.Open(out, output.Names); Code(err) != ExitUsage {
 			t.Errorf("openOut(%s): %v", out, err)
 		}
 	}

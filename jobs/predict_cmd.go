@@ -62,7 +62,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 			var bserr error
 			cfg.BatchSize, bserr = batchSize(c)
 			if rc != nil {
-				cfg.RunConfig = rc
+				cfg.RunConfig = rc.RunConfig
 				rc.applyModel(c, &mc, false)
 				rc.resolveInt(c, "batch-size", "batch_size", rc.C.BatchSize, &cfg.BatchSize)
 				if cfg.LabelDictData = rc.labelCSV(c); cfg.LabelDictData != nil {

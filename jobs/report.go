@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"runtime"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -55,10 +53,7 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 	if cfg.LabelDict != "" {
 		r.Inputs["label_dict"] = report.File{Path: cfg.LabelDict, SHA256: outdir.SHA256Hex(in.labels)}
 	}
-	if rc := cfg.RunConfig; rc != nil {
-		r.Config, r.ConfigIgnored = rc.File, rc.C.Ignored
-		r.Settings = rc.finishSettings(r.Model)
-	}
+	r.SetConfig(cfg.RunConfig, r.Model)
 	for _, s := range allStats {
 		r.PerRank = append(r.PerRank, s)
 		r.Coverage.Processed += s.Images
@@ -78,9 +73,7 @@ func writeOutputs(cfg EvalConfig, rep reportRecord, images []box.Image, dets [][
 	more func(reportJSON []byte) ([]outdir.Staged, error)) error {
 	var set []outdir.Staged
 	fail := func(err error) error {
-		for _, s := range set {
-			os.Remove(filepath.Join(cfg.Out, s.Tmp))
-		}
+		outdir.Unstage(cfg.Out, set)
 		return err
 	}
 	preds, err := outdir.Stage(cfg.Out, "predictions.csv", func(w io.Writer) error {

@@ -189,7 +189,7 @@ type savedRun struct {
 // shared-filesystem probe that every rank reads back.
 func openImagesRun(dir string, resume, force bool, cur manifest) (*outdir.Run, savedRun, error) {
 	var saved savedRun
-	o, err := outdir.Open(dir, outNames)
+	o, err := outdir.Open(dir, output.Names)
 	if err != nil {
 		return nil, saved, err
 	}

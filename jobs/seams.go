@@ -1,7 +1,6 @@
 package jobs
 
 import (
-	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/parts"
 )
 
@@ -14,7 +13,3 @@ var createParts = parts.Create
 // rasterFault is a test seam: an error for a per-raster output file
 // (its name under OUT/rasters), as a full disk gives while it is staged.
 var rasterFault = func(name string) error { return nil }
-
-// loadCropModel loads eval-crops' classifier (openCropModel); tests of
-// package jobs replace it with a stand-in classifier.
-var loadCropModel = cropstage.OpenOne

@@ -14,7 +14,6 @@ import (
 
 	"github.com/canopy-hpc/canopy/internal/config"
 	"github.com/canopy-hpc/canopy/internal/dataset"
-	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/urfave/cli/v2"
 )
@@ -27,15 +26,12 @@ func configFlag() cli.Flag {
 // setting is one resolved setting and where it came from.
 type setting = output.Setting
 
-// runConfig is the run's config file and overrides, parsed.
+// runConfig is the run's config file and overrides, parsed, and the
+// settings resolved from them by the commands' flags (the methods here);
+// the pipelines record what it holds (output.RunConfig: "model or
+// default" settings are settled when the model is known).
 type runConfig struct {
-	File      string
-	Overrides []string
-	C         *config.Config
-	// Settings are the resolved settings by key (report.json's
-	// settings); "model or default" ones are settled when the model is
-	// known (finishSettings).
-	Settings map[string]setting
+	*output.RunConfig
 }
 
 // splitOverrides separates key=value overrides from the positional
@@ -99,7 +95,7 @@ func loadRunConfig(c *cli.Context, command string, args []string) (*runConfig, [
 	if err != nil {
 		return nil, pos, err
 	}
-	return &runConfig{File: file, Overrides: overrides, C: cf, Settings: map[string]setting{}}, pos, nil
+	return &runConfig{&output.RunConfig{File: file, C: cf, Settings: map[string]setting{}}}, pos, nil
 }
 
 func fstr(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
@@ -205,28 +201,4 @@ func (rc *runConfig) labelSource() string {
 		return "the override label_dict=…"
 	}
 	return rc.File + ": label_dict"
-}
-
-// finishSettings settles the settings left to the model or the defaults,
-// from the loaded model's options, and returns the report's map.
-func (rc *runConfig) finishSettings(m *modelsel.Info) map[string]setting {
-	if rc == nil {
-		return nil
-	}
-	out := make(map[string]setting, len(rc.Settings))
-	for k, s := range rc.Settings {
-		if s.Source == "" && m != nil {
-			s.Value = m.Thresholds[k]
-			s.Source = config.Default
-			for _, set := range m.ConfigSet {
-				if len(set) > len(k) && set[:len(k)+1] == k+"=" {
-					s.Source = config.Model
-				}
-			}
-		}
-		if s.Source != "" {
-			out[k] = s
-		}
-	}
-	return out
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/detect"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/report"
@@ -255,7 +256,7 @@ type tileReport struct {
 	// Eval: eval --tile's matching rules (tile.iou_threshold is the
 	// merge's), as eval's report.json records them at its top level.
 	Eval *tileEval `json:"eval,omitempty"`
-	predictReport
+	output.PredictReport
 	Tile struct {
 		PatchSize    int          `json:"patch_size"`
 		PatchOverlap float64      `json:"patch_overlap"`

@@ -11,6 +11,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/config"
 	"github.com/canopy-hpc/canopy/internal/cropstage"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
 )
@@ -79,7 +80,7 @@ type TileConfig struct {
 	LabelDictData []byte
 	// RunConfig: --config and overrides (nil without them); their
 	// patch_size, patch_overlap and nms_thresh are applied (applyTile).
-	RunConfig *runConfig
+	RunConfig *output.RunConfig
 	// Eval, for eval --tile: the truth (CSV is its file, the rasters are its
 	// image_path values, in the rasters' pixel frame) and the metric
 	// settings; the metrics are computed on the merged predictions.
@@ -148,7 +149,8 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 		return usageError(fmt.Errorf("predict: %w", err))
 	}
 	cfg.LabelDict = c.String("label-dict")
-	if cfg.RunConfig = rc; rc != nil {
+	if rc != nil {
+		cfg.RunConfig = rc.RunConfig
 		rc.applyModel(c, &cfg.Model, false)
 		rc.resolveInt(c, "batch-size", "batch_size", rc.C.BatchSize, &cfg.BatchSize)
 		rc.applyTile(c, &cfg)
@@ -214,7 +216,7 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
 		CacheMiB: c.Int("gdal-cache"), RunConfig: ec.RunConfig}
 	if cfg.RunConfig != nil {
-		cfg.RunConfig.applyTile(c, &cfg)
+		(&runConfig{cfg.RunConfig}).applyTile(c, &cfg)
 	}
 	if cfg.FullHash, err = fullHashFlag(c); err != nil {
 		return usageError(fmt.Errorf("eval: %w", err))

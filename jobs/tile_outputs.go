@@ -39,7 +39,7 @@ import (
 // files at the end, one raster at a time, in raster order.
 
 // rastersDir holds the per-raster outputs.
-const rastersDir = "rasters"
+const rastersDir = output.RastersDir
 
 // rasterNames are the rasters' output names: the file name without its
 // extension, its characters that a terminal would act on (controls,
@@ -329,7 +329,7 @@ func parquetRows(r tileRaster, rr rasterRows, labels box.LabelMap) ([]byte, []ge
 }
 
 // gpkgFile holds the boxes of georeferenced rasters as polygons.
-const gpkgFile = "predictions.gpkg"
+const gpkgFile = output.PredictionsGPKG
 
 // stageGPKG stages the GeoPackage name in dir with one polygon layer per
 // raster that has a CRS and a geotransform, written one raster at a time
@@ -448,10 +448,10 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 	return collective.WriteReport(c, *run.stats, "predictions", func(allStats []collective.RankStats) error {
 		tw := time.Now()
 		var rep tileReport
-		rep.predictReport = predictReport{Canopy: output.Version, Git: output.GitRevision(), MPI: c.Implementation(), Command: cfg.Command,
+		rep.PredictReport = output.PredictReport{Canopy: output.Version, Git: output.GitRevision(), MPI: c.Implementation(), Command: cfg.Command,
 			Ranks: c.Size(), Images: len(rasters), Model: &model.Info, Detector: detName, AllowOutsideRoot: cfg.AllowOutsideRoot,
 			PerRank: allStats}
-		rep.setCrops(run.crops)
+		rep.SetCrops(run.crops)
 		outputs := map[string]string{}
 		windowDets := 0
 		for i := range rasters {
@@ -470,10 +470,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 		if cfg.Eval != nil {
 			rep.Eval = &tileEval{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics.String()}
 		}
-		if rc := cfg.RunConfig; rc != nil {
-			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
-			rep.Settings = rc.finishSettings(rep.Model)
-		}
+		rep.SetConfig(cfg.RunConfig, rep.Model)
 		if cfg.LabelDict != "" {
 			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: outdir.SHA256Hex(f[5])}}
 		}
@@ -540,7 +537,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 			outputs[s.Name] = s.SHA256
 		}
 		rep.Outputs = outputs
-		if err := publishSet(cfg.Out, set, rep); err != nil {
+		if err := output.PublishSet(cfg.Out, set, rep); err != nil {
 			return err
 		}
 		if err := run.out.Commit(); err != nil {

@@ -313,7 +313,7 @@ func fileSHA256(path string) (string, error) {
 // windows of the others read from the part files (returned wire-encoded).
 func prepareTileOut(cfg TileConfig, cur tileManifest, offsets []int) (*outdir.Run, tileResume, []byte, error) {
 	var res tileResume
-	o, err := outdir.Open(cfg.Out, outNames)
+	o, err := outdir.Open(cfg.Out, output.Names)
 	if err != nil {
 		return nil, res, nil, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -395,7 +396,7 @@ func TestTileForceStopBeforeCommit(t *testing.T) {
 	if codes, msg := runTileCodes(t, 1, cfg, "0:1"); codes[0] != ExitInternal || !strings.Contains(msg, "comes back at the next start") {
 		t.Fatalf("--force stopped before its first round: exit %v, want %d:\n%s", codes, ExitInternal, msg)
 	}
-	o, err := outdir.Open(out, outNames) // the next start
+	o, err := outdir.Open(out, output.Names) // the next start
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +481,7 @@ func TestPredictStopResumeIdentical(t *testing.T) {
 	if got := read(res.Out); !bytes.Equal(got, want) {
 		t.Fatalf("predictions.csv after stop at 3 ranks and --resume at 2 differs from the uninterrupted 1-rank run:\n%s\nwant:\n%s", got, want)
 	}
-	var rep predictReport
+	var rep output.PredictReport
 	if b, err := os.ReadFile(filepath.Join(res.Out, "report.json")); err != nil || json.Unmarshal(b, &rep) != nil {
 		t.Fatalf("report.json: %v", err)
 	}

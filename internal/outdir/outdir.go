@@ -423,6 +423,14 @@ func Stage(dir, name string, fill func(io.Writer) error) (Staged, error) {
 	return Staged{Tmp: filepath.Base(tmp), Name: name, SHA256: digestHex(h)}, nil
 }
 
+// Unstage removes the staged files of set from dir (a set that will not
+// be published).
+func Unstage(dir string, set []Staged) {
+	for _, s := range set {
+		os.Remove(filepath.Join(dir, s.Tmp))
+	}
+}
+
 // WriteAtomic writes one file: staged, then renamed into place.
 func WriteAtomic(dir, name string, fill func(io.Writer) error) error {
 	s, err := Stage(dir, name, fill)
@@ -448,9 +456,7 @@ func WriteAtomic(dir, name string, fill func(io.Writer) error) error {
 func Publish(dir string, set []Staged) error {
 	b, _ := json.Marshal(set)
 	if err := WriteAtomic(dir, JournalName, func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
-		for _, s := range set {
-			os.Remove(filepath.Join(dir, s.Tmp))
-		}
+		Unstage(dir, set)
 		return err
 	}
 	SyncDir(dir)

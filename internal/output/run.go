@@ -6,7 +6,6 @@ import (
 
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/config"
-	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/report"
 )
@@ -72,15 +71,7 @@ type RunInfo struct {
 	// AllowOutsideRoot records --allow-outside-root when it opened images:
 	// with --model, or for report.html.
 	AllowOutsideRoot bool `json:"allow_outside_root,omitempty"`
-	// Config is --config's file, Settings the resolved settings with
-	// their sources, ConfigIgnored the config keys canopy did not use
-	// (with --config or key=value overrides only).
-	Config        string             `json:"config,omitempty"`
-	Settings      map[string]Setting `json:"settings,omitempty"`
-	ConfigIgnored []string           `json:"config_ignored,omitempty"`
-	// CropModels and Crops: the --crop-model stage, when given.
-	CropModels []cropstage.ModelInfo `json:"crop_models,omitempty"`
-	Crops      *cropstage.Stats      `json:"crops,omitempty"`
+	SettingsRecord
 	// Geometry: "point" or "polygon" for those inputs (boxes: absent);
 	// DistanceThreshold the points' match distance; GEOS the version of
 	// the library that computed the polygon areas.

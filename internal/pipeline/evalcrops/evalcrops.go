@@ -1,4 +1,10 @@
-package jobs
+// Package evalcrops is `canopy eval-crops`' data path: every rank loads
+// the crop model, rank 0 lists the folder (or the CSV's truth boxes) and
+// broadcasts it, each rank classifies its block of crops, the logits are
+// gathered, every rank computes DeepForest's CropModel validation table
+// (the same bits for any rank count, agreed by hash) and rank 0 writes
+// crops.csv, report.json and report.html.
+package evalcrops
 
 import (
 	"bytes"
@@ -23,8 +29,10 @@ import (
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/detect"
+	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/limits"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/plan"
@@ -33,8 +41,8 @@ import (
 	"github.com/canopy-hpc/canopy/report"
 )
 
-// EvalCropsConfig is the configuration of one `canopy eval-crops` run.
-type EvalCropsConfig struct {
+// Config is the configuration of one `canopy eval-crops` run.
+type Config struct {
 	Folder string // an ImageFolder: one sub-folder per class
 	// CSV (instead of Folder): an annotation CSV whose truth boxes are the
 	// crops, read from the images under RootDir (default: the CSV's folder).
@@ -59,11 +67,12 @@ type EvalCropsConfig struct {
 	CollectiveTimeout    time.Duration
 }
 
-// cropsFile is eval-crops' per-crop table.
-const cropsFile = "crops.csv"
-
 // maxListed bounds the skipped and dropped files named in report.json.
 const maxListed = 20
+
+// LoadModel loads the classifier on every rank (cropstage.OpenOne); a
+// test replaces it with a stand-in.
+var LoadModel = cropstage.OpenOne
 
 // defaultLossBatch is DeepForest 2.1.0's cropmodel.batch_size.
 const defaultLossBatch = 4
@@ -76,10 +85,10 @@ type evalCropsReport struct {
 	Ranks   int             `json:"ranks"`
 	Metrics json.RawMessage `json:"metrics"`
 	// Confusion[t][p] counts crops of class t predicted p (labels by id).
-	Confusion cropConfusion `json:"confusion"`
-	Crops     int           `json:"crops"`
-	Input     cropInput     `json:"input"`
-	CropModel any           `json:"crop_model"`
+	Confusion Confusion `json:"confusion"`
+	Crops     int       `json:"crops"`
+	Input     Input     `json:"input"`
+	CropModel any       `json:"crop_model"`
 	// LossBatch is cropmodel.batch_size: val_loss averages its batches;
 	// LossBatchFrom says where it came from (flag, crop model, default).
 	LossBatch        int                    `json:"loss_batch_size"`
@@ -90,12 +99,15 @@ type evalCropsReport struct {
 	Outputs          map[string]string      `json:"outputs,omitempty"`
 }
 
-type cropConfusion struct {
+// Confusion is report.json's confusion matrix: Matrix[t][p] counts the
+// crops of class t predicted p (labels by id).
+type Confusion struct {
 	Labels []string  `json:"labels"`
 	Matrix [][]int64 `json:"matrix"`
 }
 
-type cropInput struct {
+// Input is report.json's account of the crops read.
+type Input struct {
 	Folder  string   `json:"folder,omitempty"`
 	CSV     string   `json:"csv,omitempty"`
 	RootDir string   `json:"root_dir,omitempty"`
@@ -113,25 +125,25 @@ type cropInput struct {
 	DroppedFiles []string `json:"dropped_files,omitempty"`
 }
 
-// EvalCrops runs eval-crops on this rank: every rank loads the crop model,
+// Run runs eval-crops on this rank: every rank loads the crop model,
 // rank 0 lists the folder and broadcasts it, each rank classifies its
 // block of crops, the logits are gathered, every rank computes the table
 // (the same bytes, agreed by hash) and rank 0 writes crops.csv,
 // report.json and report.html.
-func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error) {
+func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	cfg.BatchSize = detect.BatchOrOne(cfg.BatchSize)
 	stats := collective.RankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
 	var out *outdir.Run
 	var oerr error
 	if c.Rank() == 0 {
-		out, oerr = outdir.Prepare(cfg.Out, cfg.Force, outNames)
+		out, oerr = outdir.Prepare(cfg.Out, cfg.Force, output.Names)
 	}
 	defer func() { out.Finish(err) }()
-	if err := collective.AgreeErr(c, ExitUsage, oerr); err != nil {
+	if err := collective.AgreeErr(c, errkind.ExitUsage, oerr); err != nil {
 		return err
 	}
-	model, err := loadCropModel(c, cfg.CropModel, cfg.CropLabelDict, cfg.Threads)
+	model, err := LoadModel(c, cfg.CropModel, cfg.CropLabelDict, cfg.Threads)
 	if err != nil {
 		return err
 	}
@@ -168,7 +180,7 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 	}
 	p, err := plan.Blocks(n, c.Size())
 	if err != nil {
-		return collectiveErr(ExitInternal, "jobs: %w", err)
+		return errkind.Collective(errkind.ExitInternal, "jobs: %w", err)
 	}
 	shard := p.Shards[c.Rank()]
 	stats.Images = len(shard)
@@ -178,42 +190,42 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 			paths = append(paths, p)
 		}
 	}
-	if err := limits.Preflight(c, in.root, paths, cfg.AllowOutsideRoot, nil, ModelConfig{MaxImagePixels: cfg.MaxImagePixels}, cfg.BatchSize); err != nil {
+	if err := limits.Preflight(c, in.root, paths, cfg.AllowOutsideRoot, nil, modelsel.ModelConfig{MaxImagePixels: cfg.MaxImagePixels}, cfg.BatchSize); err != nil {
 		return err
 	}
-	stats.Seconds["load"] = since(t0)
+	stats.Seconds["load"] = time.Since(t0).Seconds()
 
 	t1 := time.Now()
 	mine, cerr := classifyShard(ctx, model, cfg, in, shard)
 	if cerr != nil {
-		return localErr(Code(cerr), "jobs: %w", cerr)
+		return errkind.Local(errkind.Code(cerr), "jobs: %w", cerr)
 	}
 	stats.Detections = len(shard)
-	stats.Seconds["classify"] = since(t1)
+	stats.Seconds["classify"] = time.Since(t1).Seconds()
 
 	t2 := time.Now()
 	all, err := mpi.AllgatherBytes(c, mine)
 	if err != nil {
-		return localErr(ExitMPI, "jobs: gather logits: %w", err)
+		return errkind.Local(errkind.ExitMPI, "jobs: gather logits: %w", err)
 	}
 	stats.BytesSent = len(mine)
 	logits, scores, err := mergeLogits(all, n, len(labels))
 	if err != nil {
-		return collectiveErr(ExitInternal, "jobs: %w", err)
+		return errkind.Collective(errkind.ExitInternal, "jobs: %w", err)
 	}
-	stats.Seconds["gather"] = since(t2)
+	stats.Seconds["gather"] = time.Since(t2).Seconds()
 	table, err := metrics.ComputeCropTable(logits, len(labels), targets, cfg.LossBatch)
 	if err != nil {
-		return collectiveErr(ExitModel, "jobs: %w", err)
+		return errkind.Collective(errkind.ExitModel, "jobs: %w", err)
 	}
-	vals := cropValues(table, labels)
+	vals := Values(table, labels)
 	mj := output.MetricsJSON(vals)
 	if err := collective.Agree(c, mj); err != nil {
 		return err
 	}
 	return collective.WriteReport(c, stats, "eval-crops outputs", func(allStats []collective.RankStats) error {
 		rep := evalCropsReport{Canopy: output.Version, Git: output.GitRevision(), MPI: c.Implementation(), Command: cfg.Command, Ranks: c.Size(),
-			Metrics: mj, Confusion: cropConfusion{Labels: labels, Matrix: table.Confusion}, Crops: n, CropModel: model.Info(),
+			Metrics: mj, Confusion: Confusion{Labels: labels, Matrix: table.Confusion}, Crops: n, CropModel: model.Info(),
 			LossBatch: cfg.LossBatch, LossBatchFrom: lossFrom, AllowOutsideRoot: cfg.AllowOutsideRoot, PerRank: allStats,
 			Semantics: "DeepForest 2.1.0 CropModel validation (torchmetrics multiclass, Lightning epoch mean of val_loss)",
 			Input:     in.report}
@@ -247,22 +259,22 @@ type cropSample struct {
 type cropInputs struct {
 	samples []cropSample
 	root    string
-	report  cropInput
+	report  Input
 }
 
 // packCropInput is rank 0's packet: "folder" and the folder listing, or
 // "csv" and the annotation CSV's bytes; or its error.
-func packCropInput(cfg EvalCropsConfig, isLabel func(string) bool) []byte {
+func packCropInput(cfg Config, isLabel func(string) bool) []byte {
 	if cfg.CSV != "" {
 		data, err := confine.ReadNamedInput(cfg.CSV)
 		if err != nil {
-			return append([]byte{ExitInput}, fmt.Sprintf("jobs: %v", err)...)
+			return append([]byte{errkind.ExitInput}, fmt.Sprintf("jobs: %v", err)...)
 		}
 		return collective.PackFields([]byte{0}, []byte("csv"), data)
 	}
 	f, err := dataset.ReadImageFolder(cfg.Folder, isLabel, cfg.AllowOutsideRoot)
 	if err != nil {
-		return append([]byte{ExitInput}, err.Error()...)
+		return append([]byte{errkind.ExitInput}, err.Error()...)
 	}
 	return collective.PackFields([]byte{0}, append([][]byte{[]byte("folder")}, folderFields(f)...)...)
 }
@@ -272,14 +284,14 @@ func packCropInput(cfg EvalCropsConfig, isLabel func(string) bool) []byte {
 // appearance), 0,0,0,0 rows left out; a box of zero width or height is
 // dropped, as DeepForest's _predict_crop_model_ drops it; a label the
 // crop model does not know is bad input (exit 3).
-func unpackCropInput(cfg EvalCropsConfig, f [][]byte, id map[string]int32, labels []string) (*cropInputs, error) {
+func unpackCropInput(cfg Config, f [][]byte, id map[string]int32, labels []string) (*cropInputs, error) {
 	switch string(f[0]) {
 	case "folder":
 		folder, err := unpackFolder(f[1:])
 		if err != nil {
-			return nil, collectiveErr(ExitInternal, "jobs: %w", err)
+			return nil, errkind.Collective(errkind.ExitInternal, "jobs: %w", err)
 		}
-		in := &cropInputs{root: cfg.Folder, report: cropInput{Folder: cfg.Folder, Classes: folder.Classes,
+		in := &cropInputs{root: cfg.Folder, report: Input{Folder: cfg.Folder, Classes: folder.Classes,
 			Skipped: len(folder.Skipped), SkippedFiles: firstN(folder.Skipped), Dropped: len(folder.Dropped), DroppedFiles: firstN(folder.Dropped)}}
 		for _, s := range folder.Samples {
 			in.samples = append(in.samples, cropSample{Path: s.Path, Class: s.Class})
@@ -288,18 +300,18 @@ func unpackCropInput(cfg EvalCropsConfig, f [][]byte, id map[string]int32, label
 	case "csv":
 		t, err := dataset.ParseTruth(cfg.CSV, f[1])
 		if err != nil {
-			return nil, &Error{Code: ExitInput, Collective: true, Err: err}
+			return nil, &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: err}
 		}
 		root := cfg.RootDir
 		if root == "" {
 			root = filepath.Dir(cfg.CSV)
 		}
-		in := &cropInputs{root: root, report: cropInput{CSV: cfg.CSV, RootDir: root, Images: len(t.Images)}}
+		in := &cropInputs{root: root, report: Input{CSV: cfg.CSV, RootDir: root, Images: len(t.Images)}}
 		seen := map[string]bool{}
 		for _, im := range t.Images {
 			for _, r := range im.Rows {
 				if _, ok := id[r.Label]; !ok {
-					return nil, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("jobs: %s line %d: label %q is not a class of the crop model (%s): %w",
+					return nil, &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: fmt.Errorf("jobs: %s line %d: label %q is not a class of the crop model (%s): %w",
 						cfg.CSV, r.Line, r.Label, strings.Join(labels, ", "), dataset.ErrInput)}
 				}
 				if crop.ZeroSize(r.Box.Xmin, r.Box.Ymin, r.Box.Xmax, r.Box.Ymax) {
@@ -316,11 +328,11 @@ func unpackCropInput(cfg EvalCropsConfig, f [][]byte, id map[string]int32, label
 		}
 		sort.Strings(in.report.Classes)
 		if len(in.samples) == 0 {
-			return nil, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("jobs: %s: no truth box to crop: %w", cfg.CSV, dataset.ErrInput)}
+			return nil, &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: fmt.Errorf("jobs: %s: no truth box to crop: %w", cfg.CSV, dataset.ErrInput)}
 		}
 		return in, nil
 	}
-	return nil, collectiveErr(ExitInternal, "jobs: malformed eval-crops input packet")
+	return nil, errkind.Collective(errkind.ExitInternal, "jobs: malformed eval-crops input packet")
 }
 
 // folderFields are a listing's packet fields: classes, samples (class and
@@ -358,7 +370,7 @@ func unpackFolder(f [][]byte) (*dataset.ImageFolder, error) {
 // classifyShard reads and classifies the rank's crops in batches and
 // encodes their outputs: per crop its global index (uint32), its score
 // and its logits (float32 bits), little-endian.
-func classifyShard(ctx context.Context, m cropstage.Classifier, cfg EvalCropsConfig, in *cropInputs, shard []int) ([]byte, error) {
+func classifyShard(ctx context.Context, m cropstage.Classifier, cfg Config, in *cropInputs, shard []int) ([]byte, error) {
 	k := len(m.Labels())
 	buf := make([]byte, 0, len(shard)*(8+4*k))
 	prog := detect.NewProgress(cfg.Progress, len(shard))
@@ -400,7 +412,7 @@ func classifyShard(ctx context.Context, m cropstage.Classifier, cfg EvalCropsCon
 		for _, i := range shard[b:e] {
 			im, err := read(in.samples[i])
 			if err != nil {
-				return nil, &Error{Code: ExitInput, Err: err}
+				return nil, &errkind.Error{Code: errkind.ExitInput, Err: err}
 			}
 			crops = append(crops, im)
 		}
@@ -413,14 +425,14 @@ func classifyShard(ctx context.Context, m cropstage.Classifier, cfg EvalCropsCon
 		}
 		out, scores, err := m.Classify(ctx, crops)
 		if err != nil {
-			return nil, &Error{Code: ExitModel, Err: err}
+			return nil, &errkind.Error{Code: errkind.ExitModel, Err: err}
 		}
 		if len(out) != len(crops) || len(scores) != len(crops) {
-			return nil, &Error{Code: ExitInternal, Err: fmt.Errorf("the crop model gave %d outputs for %d crops", len(out), len(crops))}
+			return nil, &errkind.Error{Code: errkind.ExitInternal, Err: fmt.Errorf("the crop model gave %d outputs for %d crops", len(out), len(crops))}
 		}
 		for j, row := range out {
 			if len(row) != k {
-				return nil, &Error{Code: ExitInternal, Err: fmt.Errorf("the crop model gave %d logits, not %d", len(row), k)}
+				return nil, &errkind.Error{Code: errkind.ExitInternal, Err: fmt.Errorf("the crop model gave %d logits, not %d", len(row), k)}
 			}
 			buf = binary.LittleEndian.AppendUint32(buf, uint32(shard[b+j]))
 			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(scores[j]))
@@ -465,11 +477,11 @@ func mergeLogits(parts [][]byte, n, k int) ([]float32, []float32, error) {
 	return out, scores, nil
 }
 
-// cropValues is the table under DeepForest's logged names, in
+// Values is the table under DeepForest's logged names, in
 // trainer.validate's order: val_loss, Class Accuracy_<label> (only with
 // more than one label), the micro averages, the macro precision. Each is
 // a float32, written as its float64 value (what Lightning returns).
-func cropValues(t metrics.CropTable, labels []string) []metrics.Value {
+func Values(t metrics.CropTable, labels []string) []metrics.Value {
 	v := func(k string, x float32) metrics.Value { return metrics.Value{Key: k, V: float64(x)} }
 	vals := []metrics.Value{v("val_loss", t.ValLoss)}
 	if len(labels) > 1 {
@@ -484,7 +496,7 @@ func cropValues(t metrics.CropTable, labels []string) []metrics.Value {
 // writeCropOutputs stages crops.csv (path, label, predicted label, score:
 // the softmax's largest probability, as postprocess_predictions gives
 // it), report.html and report.json, and publishes them as one set.
-func writeCropOutputs(cfg EvalCropsConfig, rep evalCropsReport, samples []cropSample, labels []string,
+func writeCropOutputs(cfg Config, rep evalCropsReport, samples []cropSample, labels []string,
 	t metrics.CropTable, scores []float32) error {
 	var set []outdir.Staged
 	cleanup := func() {
@@ -492,7 +504,7 @@ func writeCropOutputs(cfg EvalCropsConfig, rep evalCropsReport, samples []cropSa
 			outdir.Discard(cfg.Out, s.Tmp)
 		}
 	}
-	s, err := outdir.Stage(cfg.Out, cropsFile, func(w io.Writer) error {
+	s, err := outdir.Stage(cfg.Out, output.CropsCSV, func(w io.Writer) error {
 		head := "path,label,predicted_label,score\n"
 		if cfg.CSV != "" {
 			head = "image_path,xmin,ymin,xmax,ymax,label,predicted_label,score\n"
@@ -524,7 +536,7 @@ func writeCropOutputs(cfg EvalCropsConfig, rep evalCropsReport, samples []cropSa
 		page := htmlreport.Crops{Title: "canopy eval-crops: " + cfg.Folder + cfg.CSV, Labels: labels, Confusion: t.Confusion,
 			Run: [][2]string{{"crop model", cfg.CropModel}, {"crops", strconv.Itoa(rep.Crops)}, {"ranks", strconv.Itoa(rep.Ranks)}, {"loss batch size", strconv.Itoa(rep.LossBatch)},
 				{"command", strings.Join(rep.Command, " ")}}}
-		for _, v := range cropValues(t, labels) {
+		for _, v := range Values(t, labels) {
 			page.Metrics = append(page.Metrics, [2]string{v.Key, output.FormatValue(v)})
 		}
 		for i, smp := range samples {
