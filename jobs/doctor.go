@@ -8,11 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
-	"sort"
-	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/internal/collective"
@@ -108,25 +104,6 @@ func doctor(c mpi.Comm, stdout io.Writer) error {
 	return nil
 }
 
-// faultOf reads the fault markers a failed run's ranks left (the lowest
-// rank's): its message and exit code; ok is false when there is none or
-// its code is not recorded.
-func faultOf(dir string) (msg string, code int, ok bool) {
-	m, _ := filepath.Glob(filepath.Join(dir, outdir.FaultPrefix+"-*"))
-	sort.Strings(m)
-	for _, f := range m {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		c, rest, found := strings.Cut(string(b), " ")
-		if n, err := strconv.Atoi(c); found && err == nil {
-			return box.Printable(rest), n, true
-		}
-	}
-	return "", 0, false
-}
-
 // outState tells what an output folder holds (canopy doctor --out): the
 // exit code (0 complete, 8 resumable, 1 neither) and a sentence. It only
 // reads: it neither takes the lock nor tidies.
@@ -134,34 +111,18 @@ func outState(dir string) (int, string) {
 	if _, err := os.Stat(dir); err != nil {
 		return ExitInternal, fmt.Sprintf("no output folder (%v)", err)
 	}
-	busy := ""
-	if f, err := os.Open(filepath.Join(dir, outdir.LockName)); err == nil {
-		h := outdir.ReadHolder(f)
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB) != nil {
-			busy = fmt.Sprintf("in use by a running canopy job (%s); ", h)
-		}
-		f.Close()
-	}
+	busy := outdir.Busy(dir)
 	has := func(n string) bool { _, err := os.Stat(filepath.Join(dir, n)); return err == nil }
-	if _, _, err := outdir.ReadJournal(dir); err != nil {
-		return ExitInternal, fmt.Sprintf("%sdamaged: %v; canopy cannot finish or undo that publication and refuses the folder (exit 1)", busy, err)
+	if msg, ok := outdir.Unsettled(dir); ok {
+		return ExitInternal, busy + msg
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, outdir.PreviousDir, outdir.MovedList)); has(outdir.PreviousDir) && (err == nil && json.Unmarshal(b, new([]string)) != nil || err != nil && !os.IsNotExist(err)) {
-		return ExitInternal, fmt.Sprintf("%sdamaged: the run set aside in %s has an unreadable %s; canopy cannot put it back and refuses the folder (exit 1): keep what you need of it and remove %s, or choose another --out", busy, outdir.PreviousDir, outdir.MovedList, outdir.PreviousDir)
-	}
-	if has(outdir.PreviousDir) && has(outdir.JournalName) {
-		return ExitInternal, busy + "a --force run was stopped while publishing its complete outputs; the next canopy run in this folder finishes the publication and removes the previous run set aside in " + outdir.PreviousDir
-	}
-	if has(outdir.PreviousDir) {
-		return ExitInternal, busy + "a --force run stopped before it committed (nothing of it is kept); its previous run is set aside in " + outdir.PreviousDir + " and the next canopy run in this folder puts it back"
-	}
-	if has("report.json") && !has(outdir.JournalName) {
-		if bad := verifyOutputs(dir); bad != "" {
+	if has(output.ReportJSON) && !outdir.Publishing(dir) {
+		if bad := output.Verify(dir); bad != "" {
 			return ExitInternal, busy + bad
 		}
-		return ExitOK, busy + "complete: " + completeSet(dir)
+		return ExitOK, busy + "complete: " + output.Complete(dir)
 	}
-	if has(outdir.JournalName) {
+	if outdir.Publishing(dir) {
 		return ExitInternal, busy + "a run was stopped while publishing its outputs; the next canopy run in this folder finishes the publication"
 	}
 	if !has(outdir.ManifestFile) {
@@ -181,7 +142,7 @@ func outState(dir string) (int, string) {
 	if err != nil {
 		return ExitInternal, busy + err.Error()
 	}
-	if fault, code, ok := faultOf(dir); ok && (code == ExitUsage || code == ExitInput || code == ExitModel) {
+	if fault, code, ok := outdir.Failed(dir); ok {
 		return ExitInternal, fmt.Sprintf("%sa run that failed (exit %d: %s), not an interruption: --resume with the same inputs fails the same way; fix the cause, then --resume continues from %d saved image(s) (or start again with --force)",
 			busy, code, fault, len(done))
 	}
@@ -232,7 +193,7 @@ func tileOutState(dir string) (int, string, bool) {
 	if err != nil {
 		return ExitInternal, err.Error(), true
 	}
-	if fault, code, ok := faultOf(dir); ok && (code == ExitUsage || code == ExitInput || code == ExitModel) {
+	if fault, code, ok := outdir.Failed(dir); ok {
 		return ExitInternal, fmt.Sprintf("a %s run that failed (exit %d: %s), not an interruption: --resume with the same inputs fails the same way; fix the cause, then %s --resume continues (%d of %d rasters published)",
 			m.Command, code, fault, m.Command, finished, len(m.Rasters)), true
 	}
@@ -245,125 +206,4 @@ func tileOutState(dir string) (int, string, bool) {
 		msg += fmt.Sprintf("; %d published raster(s) changed or removed since (made again from the saved windows)", damaged)
 	}
 	return ExitResumable, msg + fmt.Sprintf("; continue it with canopy %s --resume and the same inputs, at any rank count", m.Command), true
-}
-
-// recordedOutputs reads the sha256 of each output that report.json
-// records: predict's and the --tile runs' "outputs", eval's
-// "run.outputs". derived lists the outputs made from report.json's own
-// bytes (eval's report.html and COCO files), which it cannot record.
-func recordedOutputs(dir string) (outs map[string]string, derived []string, err error) {
-	b, err := readRegular(filepath.Join(dir, "report.json"), maxReportJSON)
-	if err != nil {
-		return nil, nil, err
-	}
-	var rep struct {
-		Outputs map[string]string `json:"outputs"`
-		Run     *struct {
-			Outputs map[string]string `json:"outputs"`
-		} `json:"run"`
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return nil, nil, err
-	}
-	if rep.Run != nil { // eval
-		return rep.Run.Outputs, []string{"report.html", output.COCOTruthFile, output.COCOPredFile}, nil
-	}
-	return rep.Outputs, nil, nil
-}
-
-// verifyOutputs compares the files of a published run with the sha256s
-// its report.json records; it names each output missing, changed or
-// extra (a canopy output the run did not write), or returns "".
-func verifyOutputs(dir string) string {
-	outs, derived, err := recordedOutputs(dir)
-	if err != nil {
-		return fmt.Sprintf("damaged: report.json is unreadable (%v); the outputs cannot be checked", err)
-	}
-	if len(outs) == 0 {
-		return "damaged: report.json records no outputs (not a canopy report, or one edited); the outputs cannot be checked"
-	}
-	var missing, changed, extra []string
-	for _, name := range sortedKeys(outs) {
-		if !filepath.IsLocal(name) {
-			return fmt.Sprintf("damaged: report.json records an output outside the folder (%s)", name)
-		}
-		// only a regular file is hashed: a FIFO put in an output's place
-		// would block the read, and a link is not what the run wrote
-		p := filepath.Join(dir, name)
-		st, err := os.Lstat(p)
-		switch {
-		case err != nil:
-			missing = append(missing, name)
-		case !st.Mode().IsRegular():
-			changed = append(changed, name+" (not a regular file)")
-		default:
-			if got, err := outdir.HashFile(p); err != nil || got != outs[name] {
-				changed = append(changed, name)
-			}
-		}
-	}
-	for _, name := range output.Names.Reports {
-		_, recorded := outs[name]
-		if name == "report.json" || recorded || slices.Contains(derived, name) {
-			continue
-		}
-		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
-			extra = append(extra, name)
-		}
-	}
-	var says []string
-	if len(missing) > 0 {
-		says = append(says, "missing: "+strings.Join(missing, ", "))
-	}
-	if len(changed) > 0 {
-		says = append(says, "changed since the run wrote them (sha256 differs from report.json's): "+strings.Join(changed, ", "))
-	}
-	if len(extra) > 0 {
-		says = append(says, "not this run's outputs (report.json does not record them): "+strings.Join(extra, ", "))
-	}
-	if len(says) == 0 {
-		return ""
-	}
-	return "damaged: report.json's outputs do not match the folder; " + strings.Join(says, "; ") + "; run again with --force to replace the run"
-}
-
-// completeSet names a verified run's outputs.
-func completeSet(dir string) string {
-	outs, derived, _ := recordedOutputs(dir)
-	var also []string
-	for _, n := range derived {
-		if _, err := os.Lstat(filepath.Join(dir, n)); err == nil {
-			also = append(also, n)
-		}
-	}
-	msg := "report.json and the outputs it records (" + strings.Join(sortedKeys(outs), ", ") + ") are one run's, sha256 verified"
-	if len(also) > 0 {
-		msg += "; made from report.json: " + strings.Join(also, ", ")
-	}
-	return msg
-}
-
-func sortedKeys(m map[string]string) []string {
-	k := make([]string, 0, len(m))
-	for n := range m {
-		k = append(k, n)
-	}
-	sort.Strings(k)
-	return k
-}
-
-// maxReportJSON bounds the report.json doctor --out reads (a run's is a
-// few MB even with thousands of rasters).
-const maxReportJSON = 1 << 30
-
-// readRegular reads a regular file of at most max bytes.
-func readRegular(path string, max int64) ([]byte, error) {
-	st, err := os.Lstat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() || st.Size() > max {
-		return nil, fmt.Errorf("%s is not a regular file of at most %d bytes", filepath.Base(path), max)
-	}
-	return os.ReadFile(path)
 }

@@ -8,13 +8,14 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 )
 
 // recordedOutputsOf is report.json's recorded outputs (outputs, or eval's
 // run.outputs) without report.html, whose bytes hold the run's timings.
 func recordedOutputsOf(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	outs, _, err := recordedOutputs(dir)
+	outs, _, err := output.RecordedOutputs(dir)
 	if err != nil {
 		t.Fatalf("%s: %v", dir, err)
 	}
