@@ -111,24 +111,24 @@ type listPacket struct {
 
 // Report is OUT/report.json.
 type Report struct {
-	Canopy  string             `json:"canopy"`
-	Command []string           `json:"command"`
-	Ranks   int                `json:"ranks"`
-	Images  int                `json:"images"`
-	Windows int                `json:"windows"`
+	Canopy  string   `json:"canopy"`
+	Command []string `json:"command"`
+	Ranks   int      `json:"ranks"`
+	Images  int      `json:"images"`
+	Windows int      `json:"windows"`
 	// Resumed are the units (images, or windows with --tile) taken from
 	// the part files of an interrupted run; Skipped the windows
 	// --skip-empty gave no points in this attempt.
-	Resumed   int  `json:"resumed_units"`
-	SkipEmpty bool `json:"skip_empty"`
-	Skipped   int  `json:"skipped_windows"`
-	Points  int                `json:"points"`
-	Model   ModelInfo          `json:"model"`
-	Tile    *tile.Settings     `json:"tile,omitempty"`
-	Peaks   map[string]string  `json:"postprocess"`
-	Seconds map[string]float64 `json:"seconds_rank0"`
-	CPU     float64            `json:"cpu_seconds_rank0"`
-	Outputs map[string]string  `json:"outputs"`
+	Resumed   int                `json:"resumed_units"`
+	SkipEmpty bool               `json:"skip_empty"`
+	Skipped   int                `json:"skipped_windows"`
+	Points    int                `json:"points"`
+	Model     ModelInfo          `json:"model"`
+	Tile      *tile.Settings     `json:"tile,omitempty"`
+	Peaks     map[string]string  `json:"postprocess"`
+	Seconds   map[string]float64 `json:"seconds_rank0"`
+	CPU       float64            `json:"cpu_seconds_rank0"`
+	Outputs   map[string]string  `json:"outputs"`
 }
 
 // ModelInfo describes the loaded point model.
