@@ -180,6 +180,11 @@ const entry kernels_by_name[] = {
 	CANOPY_ENTRY(loss_lowq, false),
 	CANOPY_ENTRY(loss_sums, false),
 	CANOPY_ENTRY(loss_final, false),
+	CANOPY_ENTRY(crop_hpass, false),
+	CANOPY_ENTRY(crop_vpass, false),
+	CANOPY_ENTRY(crop_pool, false),
+	CANOPY_ENTRY(crop_fc, false),
+	CANOPY_ENTRY(crop_softmax, false),
 };
 #undef CANOPY_ENTRY
 } // namespace

@@ -56,6 +56,14 @@ const (
 	LossLowQ  = "loss_lowq"
 	LossSums  = "loss_sums"
 	LossFinal = "loss_final"
+	// The crop classifier (infer/crop): each crop's cut, normalize and
+	// width pass, its height pass into the batch, then the pool, fc and
+	// softmax with the argmax.
+	CropHPass   = "crop_hpass"
+	CropVPass   = "crop_vpass"
+	CropPool    = "crop_pool"
+	CropFC      = "crop_fc"
+	CropSoftmax = "crop_softmax"
 )
 
 // PostCand is the floats per candidate and per detection of the
@@ -68,7 +76,7 @@ const (
 // Names lists every kernel the module must export.
 var Names = []string{ConvF32, ConvTF32, MaxPool3s2, UpsampleAdd, ReluCopy, TransformImg,
 	PostKeys, BitonicStep, PostDecode, PostMerge, PostNMSPrep, PostNMSMask, PostNMSScan,
-	FillU32, LossMatch, LossLowQ, LossSums, LossFinal}
+	FillU32, LossMatch, LossLowQ, LossSums, LossFinal, CropHPass, CropVPass, CropPool, CropFC, CropSoftmax}
 
 // Dim is a launch's grid and block size (x only for blocks).
 type Dim struct {
