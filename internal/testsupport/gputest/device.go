@@ -1,0 +1,13 @@
+//go:build !cuda
+
+package gputest
+
+import (
+	"testing"
+
+	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
+)
+
+// Device is the host shim in the default build (device_cuda.go: the GPU).
+func Device(t testing.TB) cuda.Device { return hostkern.New() }
