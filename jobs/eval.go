@@ -242,6 +242,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		if det, err = model.OpenDetector(c, labels, cfg.Progress); err != nil {
 			return err
 		}
+		crops.OnDetector(det) // --device cuda: the crops on the detector's GPU engine
 	} else {
 		rd := replay.New(byPath)
 		rd.InjectFailure(c.Rank())

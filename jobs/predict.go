@@ -244,6 +244,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		return err
 	}
 	defer det.Close()
+	crops.OnDetector(det) // --device cuda: the crops on the detector's GPU engine
 	rec, err := openRecorder(out, cfg.Out, saved, c.Rank())
 	if err != nil {
 		return err
