@@ -8,6 +8,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/pipeline/eval"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -32,12 +33,12 @@ func loadBenchSet(b *testing.B, dir string) metrics.Input {
 		b.Fatal(err)
 	}
 	cfg := EvalConfig{}
-	labels, _ := chooseLabels(cfg, inputs{}, truth, rows)
+	labels, _ := eval.ChooseLabels(cfg, eval.Inputs{}, truth, rows)
 	images, err := truth.Resolve("truth.csv", labels)
 	if err != nil {
 		b.Fatal(err)
 	}
-	byPath, _, err := joinPredictions("predictions.csv", truth, rows, labels)
+	byPath, _, err := eval.JoinPredictions("predictions.csv", truth, rows, labels)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/pipeline/eval"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 	"github.com/canopy-hpc/canopy/metrics"
 )
@@ -128,7 +129,7 @@ func TestFailedStagePublishesNothing(t *testing.T) {
 	cfg := setCfg("three", out)
 	cfg.COCOOut = true
 	var calls int
-	err := writeOutputs(cfg, reportRecord{metrics: []byte("{}")}, nil, nil, box.LabelMap{}, metrics.Result{},
+	err := eval.WriteOutputs(cfg, eval.Record{Metrics: []byte("{}")}, nil, nil, box.LabelMap{}, metrics.Result{},
 		func(rj []byte) ([]outdir.Staged, error) {
 			calls++
 			set, err := output.StageCOCO(cfg.Out, nil, nil, box.LabelMap{})

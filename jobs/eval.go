@@ -3,7 +3,6 @@ package jobs
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,88 +18,33 @@ import (
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/detect"
-	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/pipeline/eval"
 	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
-// EvalConfig is the configuration of one `canopy eval` run. Every rank
-// passes the same values.
-type EvalConfig struct {
-	CSV         string
-	RootDir     string // default: the CSV's folder
-	Predictions string
-	LabelDict   string
-	// LabelDictData, when set, is the label map's bytes (a --config's
-	// label_dict as label,id CSV) read instead of the file LabelDict.
-	LabelDictData []byte
-	// RunConfig is --config and its overrides (nil: none).
-	RunConfig    *output.RunConfig
-	Out          string
-	Force        bool
-	Resume       bool
-	IoUThreshold float64
-	// IoUSweep are further IoU thresholds (--iou-sweep) the recall and iou
-	// families are reduced at, from the same matching.
-	IoUSweep     []float64
-	Semantics    metrics.Semantics
-	Families     metrics.Family // 0 means all
-	ClassMetrics bool
-	BatchSize    int
-	// AllowAnyScore accepts prediction scores outside [0, 1].
-	AllowAnyScore bool
-	// Strict turns the input warnings (predictions that do not join,
-	// duplicate rows) into errors (exit 3).
-	Strict bool
-	// AllowOutsideRoot lets image paths leave RootDir (absolute, "..",
-	// symlinks out).
-	AllowOutsideRoot bool
-	// Warnings receives rank 0's input warnings (nil: none).
-	Warnings io.Writer
-	// Model, when Model.Spec is set, runs the native RetinaNet instead of
-	// replaying --predictions.
-	Model ModelConfig
-	// Crops are --crop-model and --crop-label-dict (with or without a
-	// detector: eval --predictions classifies the stored boxes).
-	Crops   cropstage.CropConfig
-	Command []string
-	Stdout  io.Writer
-	// Progress receives rank 0's progress lines (nil: none).
-	Progress io.Writer
-	// CollectiveTimeout is the watchdog's limit (--collective-timeout), off
-	// while ranks wait for the slowest one to finish detecting.
-	CollectiveTimeout time.Duration
-	// HTML: rank 0 writes OUT/report.html with these options (nil: not).
-	HTML *htmlreport.Options
-	// COCOOut: rank 0 also writes the truth and the predictions as COCO JSON.
-	COCOOut bool
-	// Geometry forces the inputs' geometry (nil: detected, as DeepForest's
-	// determine_geometry_type; see dataset.CSVKind).
-	Geometry *box.Kind
-	// DistanceThreshold: a truth point is matched when its distance to the
-	// assigned prediction is below this (DeepForest's point.distance_threshold).
-	DistanceThreshold float64
-}
+// EvalConfig is the configuration of one `canopy eval` run (the
+// pipeline's, internal/pipeline/eval). Every rank passes the same values.
+type EvalConfig = eval.Config
 
-// inputs is what rank 0 reads and broadcasts: the files' bytes, and for
-// --resume the part files and the attempt number.
+// inputs is what rank 0 reads and broadcasts: the files' bytes (the
+// pipeline's eval.Inputs), and for --resume the part files and the
+// attempt number.
 type inputs struct {
-	csv, preds, labels []byte
-	probe              string // shared-filesystem probe nonce
-	attempt            int
-	parts              []parts.File
+	eval.Inputs
+	probe   string // shared-filesystem probe nonce
+	attempt int
+	parts   []parts.File
 	// modelDir and modelDigest: the model folder rank 0 resolved and the
 	// sha256 of its weights (empty for replay).
 	modelDir, modelDigest, modelConfig string
-	// truthFolder: --csv named a folder of VOC files (labels stay text).
-	truthFolder bool
 }
 
 // Eval runs the eval job on this rank. It returns an *Error whose
@@ -122,27 +66,27 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	if kind, err := inputKinds(cfg, in); err != nil {
+	if kind, err := eval.InputKinds(cfg, in.Inputs); err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
 	} else if kind != box.KindBox {
-		return evalGeometry(c, cfg, in, out, kind)
+		return eval.Geometry(c, cfg, in.Inputs, out, kind)
 	}
-	truth, err := dataset.ParseTruthFile(cfg.CSV, in.csv)
+	truth, err := dataset.ParseTruthFile(cfg.CSV, in.CSV)
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
 	}
 	var predRows []dataset.Row
 	if cfg.Predictions != "" {
-		if predRows, err = dataset.ParsePredictions(cfg.Predictions, in.preds, dataset.Options{AllowAnyScore: cfg.AllowAnyScore}); err != nil {
+		if predRows, err = dataset.ParsePredictions(cfg.Predictions, in.Preds, dataset.Options{AllowAnyScore: cfg.AllowAnyScore}); err != nil {
 			return &Error{Code: ExitInput, Collective: true, Err: err}
 		}
 	}
 	var model *modelsel.Model
 	if cfg.Model.Spec != "" {
 		mc := cfg.Model
-		if in.labels != nil && modelfile.IsTorchFile(in.modelDir) {
+		if in.Labels != nil && modelfile.IsTorchFile(in.modelDir) {
 			// a bare .pt takes its labels from --label-dict
-			lm, err := dataset.ParseLabelDict(cfg.LabelDict, in.labels)
+			lm, err := dataset.ParseLabelDict(cfg.LabelDict, in.Labels)
 			if err != nil {
 				return &Error{Code: ExitInput, Collective: true, Err: err}
 			}
@@ -152,7 +96,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			return err
 		}
 	}
-	labels, err := chooseLabels(cfg, in, truth, predRows)
+	labels, err := eval.ChooseLabels(cfg, in.Inputs, truth, predRows)
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
 	}
@@ -184,11 +128,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	byPath, ignored, err := joinPredictions(cfg.Predictions, truth, predRows, labels)
+	byPath, ignored, err := eval.JoinPredictions(cfg.Predictions, truth, predRows, labels)
 	if err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: err}
 	}
-	warnings := inputWarnings(cfg, truth, predRows, ignored)
+	warnings := eval.InputWarnings(cfg, truth, predRows, ignored)
 	if len(warnings) > 0 && cfg.Strict {
 		return collectiveErr(ExitInput, "jobs: --strict: %s", strings.Join(warnings, "; "))
 	}
@@ -293,7 +237,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		fam = metrics.All
 	}
 	metricIn := metrics.Input{Images: images, Dets: dets, Labels: labels,
-		LabelValues: pandasLabelValues(in, truth, predRows, labels)}
+		LabelValues: eval.PandasLabelValues(in.Inputs, truth, predRows, labels)}
 	if err := limits.CheckMetrics(c, metricIn, fam, cfg.Model); err != nil {
 		return err
 	}
@@ -309,7 +253,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	res := scored.Result
 	if model != nil {
-		res.Values = append(res.Values, lossValues(losses)...)
+		res.Values = append(res.Values, eval.LossValues(losses)...)
 	}
 	metricJSON := output.MetricsJSON(res.Values)
 	sweepJSON := output.SweepJSON(cfg.IoUSweep, scored.Sweep)
@@ -322,18 +266,18 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 
 	// 8. Report: gather per-rank stats; rank 0 writes; all learn the outcome.
 	return collective.WriteReport(c, stats, "report", func(allStats []collective.RankStats) error {
-		rep := reportRecord{
-			metrics: metricJSON,
-			sweep:   sweepJSON,
-			run:     buildRun(c, cfg, in, labels, allStats, len(images), ignored, resumed, model),
-			crops:   table,
+		rep := eval.Record{
+			Metrics: metricJSON,
+			Sweep:   sweepJSON,
+			Run:     eval.BuildRun(c, cfg, in.Inputs, labels, allStats, len(images), ignored, resumed, model),
+			Crops:   table,
 		}
 		if crops != nil {
-			rep.run.SetCrops(crops)
+			rep.Run.SetCrops(crops)
 		}
 		tw := time.Now()
-		rep.run.Warnings = warnings
-		rep.run.AllowOutsideRoot = cfg.AllowOutsideRoot && (model != nil || cfg.HTML != nil)
+		rep.Run.Warnings = warnings
+		rep.Run.AllowOutsideRoot = cfg.AllowOutsideRoot && (model != nil || cfg.HTML != nil)
 		more := func(rj []byte) ([]outdir.Staged, error) {
 			var set []outdir.Staged
 			if cfg.COCOOut {
@@ -342,10 +286,10 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 					return set, err
 				}
 			}
-			h, err := stageHTML(cfg, rj, images, dets, labels, res, since(tw))
+			h, err := eval.StageHTML(cfg, rj, images, dets, labels, res, since(tw))
 			return append(set, h...), err
 		}
-		if err := writeOutputs(cfg, rep, images, dets, labels, res, more); err != nil {
+		if err := eval.WriteOutputs(cfg, rep, images, dets, labels, res, more); err != nil {
 			return err
 		}
 		if cfg.Stdout != nil {
@@ -381,13 +325,13 @@ func packInputs(cfg EvalConfig) ([]byte, *outdir.Run) {
 		return append([]byte{byte(code)}, err.Error()...), nil
 	}
 	var in inputs
-	dst := []*[]byte{&in.csv, &in.preds, &in.labels}
+	dst := []*[]byte{&in.CSV, &in.Preds, &in.Labels}
 	for i, f := range []string{cfg.CSV, cfg.Predictions, cfg.LabelDict} {
 		if f == "" {
 			continue
 		}
 		if i == 2 && cfg.LabelDictData != nil {
-			in.labels = cfg.LabelDictData
+			in.Labels = cfg.LabelDictData
 			continue
 		}
 		if fi, err := os.Stat(f); i == 0 && err == nil && fi.IsDir() {
@@ -397,7 +341,7 @@ func packInputs(cfg EvalConfig) ([]byte, *outdir.Run) {
 				return fail(ExitInput, err)
 			}
 			*dst[i] = data
-			in.truthFolder = true
+			in.TruthFolder = true
 			continue
 		}
 		if i == 0 && isVectorTruth(f) {
@@ -411,7 +355,7 @@ func packInputs(cfg EvalConfig) ([]byte, *outdir.Run) {
 					collective.SayLine(cfg.Warnings, "canopy: warning: ", w)
 				}
 			}
-			in.csv = data
+			in.CSV = data
 			continue
 		}
 		data, err := confine.ReadNamedInput(f)
@@ -431,7 +375,7 @@ func packInputs(cfg EvalConfig) ([]byte, *outdir.Run) {
 	if err != nil {
 		return fail(Code(err), err)
 	}
-	fields := [][]byte{in.csv, in.preds, in.labels, []byte(in.modelDir), []byte(in.modelDigest), []byte(in.modelConfig), boolByte(in.truthFolder)}
+	fields := [][]byte{in.CSV, in.Preds, in.Labels, []byte(in.modelDir), []byte(in.modelDigest), []byte(in.modelConfig), boolByte(in.TruthFolder)}
 	fields = packSaved(fields, savedRun{probe: in.probe, attempt: in.attempt, parts: in.parts})
 	return collective.PackFields([]byte{0}, fields...), out
 }
@@ -445,104 +389,12 @@ func unpackInputs(pkt []byte) (inputs, error) {
 	if err != nil || len(f[6]) != 1 {
 		return inputs{}, collectiveErr(ExitInternal, "jobs: malformed input broadcast")
 	}
-	in := inputs{csv: f[0], preds: f[1], probe: saved.probe, attempt: saved.attempt, parts: saved.parts,
-		modelDir: string(f[3]), modelDigest: string(f[4]), modelConfig: string(f[5]), truthFolder: f[6][0] == 1}
+	in := inputs{Inputs: eval.Inputs{CSV: f[0], Preds: f[1], TruthFolder: f[6][0] == 1}, probe: saved.probe, attempt: saved.attempt, parts: saved.parts,
+		modelDir: string(f[3]), modelDigest: string(f[4]), modelConfig: string(f[5])}
 	if len(f[2]) > 0 {
-		in.labels = f[2]
+		in.Labels = f[2]
 	}
 	return in, nil
-}
-
-// pandasLabelValues is each label's number when DeepForest, reading the
-// files itself (read_file: pandas' type inference), would get numeric label
-// columns in both the truth CSV and the predictions CSV; nil otherwise (a
-// VOC folder, COCO or VOC truth, a model's text labels, or any label that
-// is not a number). Parsed once here and handed to metrics as a typed fact.
-func pandasLabelValues(in inputs, truth *dataset.Truth, preds []dataset.Row, labels box.LabelMap) []float64 {
-	if in.truthFolder || !truth.NumericLabels || preds == nil || !dataset.NumericLabels(preds) {
-		return nil
-	}
-	vals := make([]float64, labels.Len())
-	for id := range vals {
-		v, ok := dataset.PandasNumber(labels.Name(int32(id)))
-		if !ok {
-			return nil
-		}
-		vals[id] = v
-	}
-	return vals
-}
-
-// chooseLabels: --label-dict when given, else the sorted unique labels of
-// the truth rows and the predictions that join the truth.
-func chooseLabels(cfg EvalConfig, in inputs, truth *dataset.Truth, preds []dataset.Row) (box.LabelMap, error) {
-	if cfg.LabelDict != "" {
-		return dataset.ParseLabelDict(cfg.LabelDict, in.labels)
-	}
-	var names []string
-	for _, im := range truth.Images {
-		names = append(names, im.Labels...)
-	}
-	for _, r := range preds {
-		if _, ok := truth.Index(r.Path); ok {
-			names = append(names, r.Label)
-		}
-	}
-	return box.SortedLabelMap(names), nil
-}
-
-func joinPredictions(name string, truth *dataset.Truth, rows []dataset.Row, labels box.LabelMap) (map[string][]box.Detection, int, error) {
-	byPath := make(map[string][]box.Detection)
-	ignored := 0
-	for _, r := range rows {
-		if _, ok := truth.Index(r.Path); !ok {
-			ignored++
-			continue
-		}
-		id, ok := labels.ID(r.Label)
-		if !ok {
-			return nil, 0, fmt.Errorf("jobs: %s:%d: label %q is not in the label map: %w", name, r.Line, r.Label, dataset.ErrInput)
-		}
-		byPath[r.Path] = append(byPath[r.Path], box.Detection{Box: r.Box, Label: id, Score: r.Score})
-	}
-	return byPath, ignored, nil
-}
-
-// ignoredShare is the share of ignored predictions above which a replay
-// warns (--strict: fails).
-const ignoredShare = 0.10
-
-// inputWarnings are the signs of a silently wrong score: predictions that
-// do not join the truth (paths spelled differently), and exact duplicate
-// rows (a file appended to itself). Every rank computes the same list.
-func inputWarnings(cfg EvalConfig, truth *dataset.Truth, preds []dataset.Row, ignored int) []string {
-	var w []string
-	if truth.Duplicates > 0 {
-		w = append(w, fmt.Sprintf("%s: %d rows repeat an earlier row exactly (a file appended to itself?); they count twice", cfg.CSV, truth.Duplicates))
-	}
-	if cfg.Predictions == "" {
-		return w
-	}
-	if d := dataset.Duplicates(preds); d > 0 {
-		w = append(w, fmt.Sprintf("%s: %d rows repeat an earlier row exactly (a file appended to itself?); they count twice", cfg.Predictions, d))
-	}
-	unmatched := func() string {
-		for _, r := range preds {
-			if _, ok := truth.Index(r.Path); !ok {
-				return fmt.Sprintf("; the first is line %d, image_path %q", r.Line, r.Path)
-			}
-		}
-		return ""
-	}
-	switch n := len(preds); {
-	case n == 0:
-		w = append(w, fmt.Sprintf("%s holds no predictions: every detection metric will be 0", cfg.Predictions))
-	case ignored == n:
-		w = append(w, fmt.Sprintf("none of the %d predictions of %s names an image of %s, so every detection metric will be 0%s", n, cfg.Predictions, cfg.CSV, unmatched()))
-	case float64(ignored) > ignoredShare*float64(n):
-		w = append(w, fmt.Sprintf("%d of the %d predictions of %s (%.1f%%) name no image of %s and are ignored%s", ignored, n, cfg.Predictions, 100*float64(ignored)/float64(n), cfg.CSV, unmatched()))
-	}
-	return w
 }
 
 func boolByte(b bool) []byte {

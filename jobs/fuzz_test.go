@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/pipeline/eval"
 )
 
 // FuzzInputPacket: rank 0's broadcast packet. Any bytes unpack without
@@ -25,7 +26,7 @@ func FuzzInputPacket(f *testing.F) {
 			}
 			return
 		}
-		fields := [][]byte{in.csv, in.preds, in.labels, []byte(in.probe), binary.LittleEndian.AppendUint64(nil, uint64(in.attempt)),
+		fields := [][]byte{in.CSV, in.Preds, in.Labels, []byte(in.probe), binary.LittleEndian.AppendUint64(nil, uint64(in.attempt)),
 			[]byte(in.modelDir), []byte(in.modelDigest), []byte(in.modelConfig)}
 		for _, p := range in.parts {
 			fields = append(fields, p.Data)
@@ -39,7 +40,7 @@ func FuzzInputPacket(f *testing.F) {
 // FuzzManifest: a manifest.json that parses survives a write and read back
 // with no difference --resume would see.
 func FuzzManifest(f *testing.F) {
-	b, _ := json.MarshalIndent(newManifest(EvalConfig{}, inputs{csv: []byte("x")}), "", " ")
+	b, _ := json.MarshalIndent(newManifest(EvalConfig{}, inputs{Inputs: eval.Inputs{CSV: []byte("x")}}), "", " ")
 	f.Add(b)
 	f.Add([]byte(`{"canopy":"0.1.0","detector":"retinanet weights sha256 ab","detector_settings":{"nms_thresh_flag":"-1"}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {

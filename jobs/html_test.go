@@ -21,6 +21,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/canopy-hpc/canopy/internal/pipeline/eval"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -174,9 +175,9 @@ func TestReportHTMLInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows, _ := dataset.ParsePredictions(predCSV, pb, dataset.Options{})
-	labels, _ := chooseLabels(cfg, inputs{}, truth, rows)
+	labels, _ := eval.ChooseLabels(cfg, eval.Inputs{}, truth, rows)
 	images, _ := truth.Resolve(truthCSV, labels)
-	byPath, _, _ := joinPredictions(predCSV, truth, rows, labels)
+	byPath, _, _ := eval.JoinPredictions(predCSV, truth, rows, labels)
 	var in metrics.Input
 	in.Images, in.Labels = images, labels
 	for _, im := range images {

@@ -15,7 +15,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/dataset"
-	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/pipeline/eval"
 	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi/local"
@@ -67,14 +67,14 @@ func TestModelEvalLosses(t *testing.T) {
 		tot += float64(l.Classification) + float64(l.BoxRegression)
 	}
 	n := float64(len(images))
-	for k, want := range map[string]float64{keyValClassification: cls / n, keyValBoxRegression: reg / n, keyValLoss: tot / n} {
+	for k, want := range map[string]float64{eval.KeyValClassification: cls / n, eval.KeyValBoxRegression: reg / n, eval.KeyValLoss: tot / n} {
 		got, ok := vals[k].(float64)
 		if !ok || got != want || !(got > 0) || math.IsInf(got, 0) {
 			t.Errorf("%s = %v, want %v (the runner's per-image losses, averaged)", k, vals[k], want)
 		}
 	}
-	t.Logf("%d images (%d without targets): %v", len(images), empty, vals[keyValLoss])
-	for _, k := range []string{keyValClassification, keyValBoxRegression, keyValLoss} {
+	t.Logf("%d images (%d without targets): %v", len(images), empty, vals[eval.KeyValLoss])
+	for _, k := range []string{eval.KeyValClassification, eval.KeyValBoxRegression, eval.KeyValLoss} {
 		if !strings.Contains(table.String(), k) {
 			t.Errorf("the printed table lacks %s:\n%s", k, table.String())
 		}
@@ -102,8 +102,8 @@ func TestModelResumeKeepsLosses(t *testing.T) {
 		t.Fatal(codes)
 	}
 	want, vals := reportMetrics(t, ref)
-	if _, ok := vals[keyValLoss].(float64); !ok {
-		t.Fatalf("no %s in %s", keyValLoss, want)
+	if _, ok := vals[eval.KeyValLoss].(float64); !ok {
+		t.Fatalf("no %s in %s", eval.KeyValLoss, want)
 	}
 	out := t.TempDir()
 	cfg := modelCfg(t, out)
@@ -126,21 +126,9 @@ func TestModelResumeKeepsLosses(t *testing.T) {
 	}
 }
 
-func TestLossValues(t *testing.T) {
-	ls := []*box.Loss{{Classification: 1, BoxRegression: 0.5}, {Classification: 3}}
-	v := lossValues(ls)
-	if v[0].Key != keyValClassification || v[0].V != 2 || v[1].Key != keyValBoxRegression || v[1].V != 0.25 || v[2].Key != keyValLoss || v[2].V != 2.25 {
-		t.Fatalf("%+v", v)
-	}
-	v = lossValues([]*box.Loss{ls[0], nil})
-	if !math.IsNaN(v[2].V) || output.FormatValue(v[2]) != "null" {
-		t.Fatalf("a missing loss: %+v", v)
-	}
-}
-
 // A resume whose part files mix records with losses and records without
 // (an older canopy's attempt, then this one's) merges: the loss rows are
-// null, as lossValues promises, not an encoding error.
+// null, as eval.LossValues promises, not an encoding error.
 func TestGatherMergeMixedResumedLosses(t *testing.T) {
 	c := local.New(1)[0]
 	mine := []wire.Image{{Index: 2, Loss: &box.Loss{Classification: 1}}}
@@ -153,7 +141,7 @@ func TestGatherMergeMixedResumedLosses(t *testing.T) {
 	if len(dets) != 3 || losses[0] == nil || losses[0].Classification != 2 || losses[1] != nil || losses[2] == nil {
 		t.Fatalf("losses %v", losses)
 	}
-	if v := lossValues(losses); !math.IsNaN(v[2].V) {
+	if v := eval.LossValues(losses); !math.IsNaN(v[2].V) {
 		t.Fatalf("val_loss %v, want null", v[2])
 	}
 }

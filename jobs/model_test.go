@@ -22,6 +22,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/pipeline/eval"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -149,8 +150,8 @@ func TestModelEvalIdenticalAcrossRanksBatchesThreads(t *testing.T) {
 			if r, ok := vals["box_recall"].(float64); !ok || r <= 0 {
 				t.Fatalf("box_recall %v", vals["box_recall"])
 			}
-			if l, ok := vals[keyValLoss].(float64); !ok || l <= 0 {
-				t.Fatalf("%s %v: the comparison must cover the losses", keyValLoss, vals[keyValLoss])
+			if l, ok := vals[eval.KeyValLoss].(float64); !ok || l <= 0 {
+				t.Fatalf("%s %v: the comparison must cover the losses", eval.KeyValLoss, vals[eval.KeyValLoss])
 			}
 			refMetrics, refPreds = m, preds
 			continue

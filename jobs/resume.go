@@ -44,14 +44,14 @@ type manifest struct {
 }
 
 func newManifest(cfg EvalConfig, in inputs) manifest {
-	m := manifest{Canopy: output.Version, CSV: outdir.SHA256Hex(in.csv), Predictions: outdir.SHA256Hex(in.preds), Detector: "replay",
+	m := manifest{Canopy: output.Version, CSV: outdir.SHA256Hex(in.CSV), Predictions: outdir.SHA256Hex(in.Preds), Detector: "replay",
 		DetectorSettings: map[string]string{}, RootDir: absRoot(cfg)}
 	if cfg.Model.Spec != "" {
 		m.Detector = "retinanet weights sha256 " + in.modelDigest
 		m.DetectorSettings = detectorSettings(cfg.Model, in.modelConfig)
 	}
-	if in.labels != nil {
-		m.LabelDict = outdir.SHA256Hex(in.labels)
+	if in.Labels != nil {
+		m.LabelDict = outdir.SHA256Hex(in.Labels)
 	}
 	return m
 }

@@ -25,7 +25,7 @@ func GatherMerge(c mpi.Comm, timeout, detect time.Duration, mine, prev []wire.Im
 	}
 	// Resumed records go in as two buffers, those with losses and those
 	// without (part files of an older canopy): a buffer holds one kind, and
-	// an image without losses makes the loss rows null (lossValues).
+	// an image without losses makes the loss rows null (eval.LossValues).
 	var with, without []wire.Image
 	for _, im := range prev {
 		if im.Loss != nil {

@@ -1,4 +1,4 @@
-package jobs
+package eval
 
 import (
 	"math"
@@ -11,9 +11,9 @@ import (
 // The validation-loss rows of eval --model, under the names DeepForest's
 // validation_step logs (val_ + torchvision's loss keys, and their sum).
 const (
-	keyValClassification = report.KeyValClassification
-	keyValBoxRegression  = report.KeyValBoxRegression
-	keyValLoss           = "val_loss"
+	KeyValClassification = report.KeyValClassification
+	KeyValBoxRegression  = report.KeyValBoxRegression
+	KeyValLoss           = "val_loss"
 )
 
 // batchNormNote is what the report says about the losses' batch norm.
@@ -21,13 +21,13 @@ const batchNormNote = "val_classification, val_bbox_regression and val_loss use 
 	"equal to PyTorch's train-mode forward for FrozenBatchNorm2d models (DeepForest's hub models); for models with ordinary " +
 	"BatchNorm2d (such as the demo model) PyTorch's train mode would normalise with each batch's statistics instead"
 
-// lossValues are the validation losses: Lightning's epoch value on one GPU,
+// LossValues are the validation losses: Lightning's epoch value on one GPU,
 // the mean over all images of the per-image losses (each image's float32
 // values as torchvision computes them). The sums run in float64 over the
 // images in global image order, the same on every rank, and val_loss
 // sums each image's two losses first. With an image whose losses are
 // missing (part files of an older canopy), all three are null.
-func lossValues(losses []*box.Loss) []metrics.Value {
+func LossValues(losses []*box.Loss) []metrics.Value {
 	var cls, reg, tot float64
 	for _, l := range losses {
 		if l == nil {
@@ -45,8 +45,8 @@ func lossValues(losses []*box.Loss) []metrics.Value {
 		n = math.NaN()
 	}
 	return []metrics.Value{
-		{Key: keyValClassification, V: cls / n},
-		{Key: keyValBoxRegression, V: reg / n},
-		{Key: keyValLoss, V: tot / n},
+		{Key: KeyValClassification, V: cls / n},
+		{Key: KeyValBoxRegression, V: reg / n},
+		{Key: KeyValLoss, V: tot / n},
 	}
 }

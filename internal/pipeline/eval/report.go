@@ -1,4 +1,4 @@
-package jobs
+package eval
 
 import (
 	"encoding/json"
@@ -17,14 +17,18 @@ import (
 	"github.com/canopy-hpc/canopy/report"
 )
 
-type reportRecord struct {
-	metrics []byte
-	sweep   []byte // metrics_by_iou_threshold (nil: no --iou-sweep)
-	run     output.RunInfo
-	crops   *cropstage.Table // the crop models' columns of predictions.csv
+// Record is what eval's report.json and predictions.csv hold beyond the
+// rows: the metrics (MetricsJSON's bytes), the sweep's
+// (metrics_by_iou_threshold; nil: no --iou-sweep), the run record and the
+// crop models' columns of predictions.csv (nil: none).
+type Record struct {
+	Metrics []byte
+	Sweep   []byte
+	Run     output.RunInfo
+	Crops   *cropstage.Table
 }
 
-func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allStats []collective.RankStats, nImages, ignored int, resumed output.ResumeInfo, model *modelsel.Model) output.RunInfo {
+func BuildRun(c mpi.Comm, cfg Config, in Inputs, labels box.LabelMap, allStats []collective.RankStats, nImages, ignored int, resumed output.ResumeInfo, model *modelsel.Model) output.RunInfo {
 	r := output.RunInfo{
 		Canopy:             output.Version,
 		Go:                 runtime.Version(),
@@ -35,7 +39,7 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 		IoUThreshold:       cfg.IoUThreshold,
 		Detector:           "replay",
 		Ranks:              c.Size(),
-		Inputs:             map[string]report.File{"csv": {Path: cfg.CSV, SHA256: outdir.SHA256Hex(in.csv)}, "predictions": {Path: cfg.Predictions, SHA256: outdir.SHA256Hex(in.preds)}},
+		Inputs:             map[string]report.File{"csv": {Path: cfg.CSV, SHA256: outdir.SHA256Hex(in.CSV)}, "predictions": {Path: cfg.Predictions, SHA256: outdir.SHA256Hex(in.Preds)}},
 		LabelMap:           modelsel.LabelMapJSON(labels),
 		IgnoredPredictions: ignored,
 		Resume:             resumed,
@@ -51,7 +55,7 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 		delete(r.Inputs, "predictions")
 	}
 	if cfg.LabelDict != "" {
-		r.Inputs["label_dict"] = report.File{Path: cfg.LabelDict, SHA256: outdir.SHA256Hex(in.labels)}
+		r.Inputs["label_dict"] = report.File{Path: cfg.LabelDict, SHA256: outdir.SHA256Hex(in.Labels)}
 	}
 	r.SetConfig(cfg.RunConfig, r.Model)
 	for _, s := range allStats {
@@ -64,12 +68,12 @@ func buildRun(c mpi.Comm, cfg EvalConfig, in inputs, labels box.LabelMap, allSta
 	return r
 }
 
-// writeOutputs stages predictions.csv, results.csv, report.json (which
+// WriteOutputs stages predictions.csv, results.csv, report.json (which
 // records the other two's sha256) and what more stages from report.json's
 // bytes (the COCO files, report.html; nil: nothing), and publishes them as
 // one set, report.json last: a failure in any of them publishes nothing,
 // and a kill before the publication leaves no new report.json.
-func writeOutputs(cfg EvalConfig, rep reportRecord, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result,
+func WriteOutputs(cfg Config, rep Record, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result,
 	more func(reportJSON []byte) ([]outdir.Staged, error)) error {
 	var set []outdir.Staged
 	fail := func(err error) error {
@@ -77,7 +81,7 @@ func writeOutputs(cfg EvalConfig, rep reportRecord, images []box.Image, dets [][
 		return err
 	}
 	preds, err := outdir.Stage(cfg.Out, "predictions.csv", func(w io.Writer) error {
-		return output.WritePredictions(w, images, dets, labels, rep.crops)
+		return output.WritePredictions(w, images, dets, labels, rep.Crops)
 	})
 	if err != nil {
 		return err
@@ -90,14 +94,14 @@ func writeOutputs(cfg EvalConfig, rep reportRecord, images []box.Image, dets [][
 		return fail(err)
 	}
 	set = append(set, results)
-	rep.run.Outputs = map[string]string{preds.Name: preds.SHA256, results.Name: results.SHA256}
-	run, err := json.MarshalIndent(rep.run, " ", " ")
+	rep.Run.Outputs = map[string]string{preds.Name: preds.SHA256, results.Name: results.SHA256}
+	run, err := json.MarshalIndent(rep.Run, " ", " ")
 	if err != nil {
 		return fail(fmt.Errorf("jobs: write report.json: %w", err))
 	}
-	body := fmt.Appendf(nil, "{\"metrics\": %s,\n", rep.metrics)
-	if rep.sweep != nil {
-		body = fmt.Appendf(body, " \"metrics_by_iou_threshold\": %s,\n", rep.sweep)
+	body := fmt.Appendf(nil, "{\"metrics\": %s,\n", rep.Metrics)
+	if rep.Sweep != nil {
+		body = fmt.Appendf(body, " \"metrics_by_iou_threshold\": %s,\n", rep.Sweep)
 	}
 	body = fmt.Appendf(body, " \"run\": %s}\n", run)
 	if more != nil {

@@ -1,4 +1,4 @@
-package jobs
+package eval
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/georec"
 	"github.com/canopy-hpc/canopy/internal/geos"
 	"github.com/canopy-hpc/canopy/internal/outdir"
@@ -26,19 +27,19 @@ import (
 // of the images, the ranks gather the per-image match records, every rank
 // reduces them in image order, rank 0 writes the outputs.
 
-// inputKinds detects the geometry of the truth CSV and the predictions
+// InputKinds detects the geometry of the truth CSV and the predictions
 // (cfg.Geometry forces it); a truth folder, a COCO or VOC file are boxes.
 // Truth and predictions of different geometry are an input error naming
 // both files.
-func inputKinds(cfg EvalConfig, in inputs) (box.Kind, error) {
-	if in.truthFolder {
+func InputKinds(cfg Config, in Inputs) (box.Kind, error) {
+	if in.TruthFolder {
 		return box.KindBox, nil
 	}
 	switch strings.ToLower(filepath.Ext(cfg.CSV)) {
 	case ".json", ".xml":
 		return box.KindBox, nil
 	}
-	kt, err := dataset.CSVKind(cfg.CSV, in.csv)
+	kt, err := dataset.CSVKind(cfg.CSV, in.CSV)
 	if err != nil {
 		return 0, err
 	}
@@ -51,7 +52,7 @@ func inputKinds(cfg EvalConfig, in inputs) (box.Kind, error) {
 		}
 		return kt, nil
 	}
-	kp, err := dataset.CSVKind(cfg.Predictions, in.preds)
+	kp, err := dataset.CSVKind(cfg.Predictions, in.Preds)
 	if err != nil {
 		return 0, err
 	}
@@ -71,12 +72,12 @@ type geoData struct {
 	preds   []dataset.GeoRow
 }
 
-func loadGeo(cfg EvalConfig, in inputs, kind box.Kind) (geoData, error) {
-	truthRows, err := dataset.ParseGeoCSV(cfg.CSV, in.csv, kind, false, dataset.Options{})
+func loadGeo(cfg Config, in Inputs, kind box.Kind) (geoData, error) {
+	truthRows, err := dataset.ParseGeoCSV(cfg.CSV, in.CSV, kind, false, dataset.Options{})
 	if err != nil {
 		return geoData{}, err
 	}
-	predRows, err := dataset.ParseGeoCSV(cfg.Predictions, in.preds, kind, true, dataset.Options{AllowAnyScore: cfg.AllowAnyScore})
+	predRows, err := dataset.ParseGeoCSV(cfg.Predictions, in.Preds, kind, true, dataset.Options{AllowAnyScore: cfg.AllowAnyScore})
 	if err != nil {
 		return geoData{}, err
 	}
@@ -94,7 +95,7 @@ func loadGeo(cfg EvalConfig, in inputs, kind box.Kind) (geoData, error) {
 		index[r.Path] = true
 	}
 	if cfg.LabelDict != "" {
-		if labels, err = dataset.ParseLabelDict(cfg.LabelDict, in.labels); err != nil {
+		if labels, err = dataset.ParseLabelDict(cfg.LabelDict, in.Labels); err != nil {
 			return geoData{}, err
 		}
 	} else {
@@ -135,7 +136,7 @@ func loadGeo(cfg EvalConfig, in inputs, kind box.Kind) (geoData, error) {
 	return d, nil
 }
 
-// geoLabelValues: as pandasLabelValues, for point and polygon rows.
+// geoLabelValues: as PandasLabelValues, for point and polygon rows.
 func geoLabelValues(truth, preds []dataset.GeoRow, labels box.LabelMap) []float64 {
 	for _, rows := range [][]dataset.GeoRow{truth, preds} {
 		for _, r := range rows {
@@ -175,22 +176,22 @@ func polygonAreas(truth, preds []box.Geo) (metrics.PairAreas, func(), error) {
 	return geos.NewPairs(truth, preds)
 }
 
-// evalGeometry is eval of a point or polygon replay.
-func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outdir.Run, kind box.Kind) error {
+// Geometry is eval of a point or polygon replay.
+func Geometry(c mpi.Comm, cfg Config, in Inputs, out *outdir.Run, kind box.Kind) error {
 	stats := collective.RankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}}
 	t0 := time.Now()
 	if len(cfg.IoUSweep) > 0 {
-		return collectiveErr(ExitUsage, "jobs: --iou-sweep applies to boxes; these inputs are %s", kind)
+		return errkind.Collective(errkind.ExitUsage, "jobs: --iou-sweep applies to boxes; these inputs are %s", kind)
 	}
 	switch {
 	case cfg.COCOOut:
-		return collectiveErr(ExitUsage, "eval: --coco-out writes boxes; %s holds %s", cfg.CSV, kind.Plural())
+		return errkind.Collective(errkind.ExitUsage, "eval: --coco-out writes boxes; %s holds %s", cfg.CSV, kind.Plural())
 	case cfg.Families != 0 && cfg.Families&metrics.Recall == 0:
-		return collectiveErr(ExitUsage, "eval: %s holds %s, scored by DeepForest's recall and precision only (--metrics recall or all; torchmetrics IoU and COCO mAP are for boxes)", cfg.CSV, kind.Plural())
+		return errkind.Collective(errkind.ExitUsage, "eval: %s holds %s, scored by DeepForest's recall and precision only (--metrics recall or all; torchmetrics IoU and COCO mAP are for boxes)", cfg.CSV, kind.Plural())
 	}
 	d, err := loadGeo(cfg, in, kind)
 	if err != nil {
-		return &Error{Code: ExitInput, Collective: true, Err: err}
+		return &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: err}
 	}
 	opt := metrics.GeoOptions{Semantics: cfg.Semantics, IoUThreshold: cfg.IoUThreshold, DistanceThreshold: cfg.DistanceThreshold}
 	images := d.in.Images
@@ -200,7 +201,7 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outdir.Run, kind b
 	}
 	p, err := plan.Balance(costs, c.Size())
 	if err != nil {
-		return collectiveErr(ExitInternal, "jobs: %w", err)
+		return errkind.Collective(errkind.ExitInternal, "jobs: %w", err)
 	}
 	stats.Seconds["load"] = since(t0)
 
@@ -230,18 +231,18 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outdir.Run, kind b
 	}
 	stats.Images = len(mine)
 	stats.Seconds["match"] = since(t1)
-	if err := collective.AgreeErr(c, ExitInternal, merr); err != nil {
+	if err := collective.AgreeErr(c, errkind.ExitInternal, merr); err != nil {
 		return err
 	}
 
 	// Gather the records.
 	bufs, err := mpi.AllgatherBytes(c, georec.Encode(nil, mine))
 	if err != nil {
-		return localErr(ExitMPI, "jobs: gather match records: %w", err)
+		return errkind.Local(errkind.ExitMPI, "jobs: gather match records: %w", err)
 	}
 	recs, err := georec.Merge(bufs, len(images))
 	if err != nil {
-		return collectiveErr(ExitInternal, "jobs: %w", err)
+		return errkind.Collective(errkind.ExitInternal, "jobs: %w", err)
 	}
 	unsized = nil
 	for _, r := range recs {
@@ -279,10 +280,10 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outdir.Run, kind b
 		}
 	}
 	if len(warnings) > 0 && cfg.Strict {
-		return collectiveErr(ExitInput, "jobs: --strict: %s", strings.Join(warnings, "; "))
+		return errkind.Collective(errkind.ExitInput, "jobs: --strict: %s", strings.Join(warnings, "; "))
 	}
 	return collective.WriteReport(c, stats, "report", func(allStats []collective.RankStats) error {
-		run := buildRun(c, cfg, in, d.in.Labels, allStats, len(images), d.ignored, output.ResumeInfo{Computed: len(images)}, nil)
+		run := BuildRun(c, cfg, in, d.in.Labels, allStats, len(images), d.ignored, output.ResumeInfo{Computed: len(images)}, nil)
 		run.Warnings = warnings
 		run.Geometry = kind.String()
 		if kind == box.KindPoint {
@@ -308,7 +309,7 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outdir.Run, kind b
 // imageSize reads an image's width and height from its header (the image
 // confined to --root-dir as eval --model opens it); ok false when it
 // cannot be read.
-func imageSize(conf confine.Confiner, cfg EvalConfig, p string) (w, h int, ok bool) {
+func imageSize(conf confine.Confiner, cfg Config, p string) (w, h int, ok bool) {
 	if !cfg.AllowOutsideRoot && conf.Check(p) != nil {
 		return 0, 0, false
 	}
@@ -316,7 +317,7 @@ func imageSize(conf confine.Confiner, cfg EvalConfig, p string) (w, h int, ok bo
 	return w, h, err == nil
 }
 
-func geoWarnings(cfg EvalConfig, d geoData, unsized []string) []string {
+func geoWarnings(cfg Config, d geoData, unsized []string) []string {
 	var w []string
 	if n := len(unsized); n > 0 {
 		w = append(w, fmt.Sprintf("%d image(s) could not be read for their size (the first: %q under --root-dir %s): their truth points were not filtered to the image as DeepForest's dataset filters them", n, unsized[0], cfg.RootDir))
@@ -333,7 +334,7 @@ func geoWarnings(cfg EvalConfig, d geoData, unsized []string) []string {
 
 // writeGeoOutputs stages predictions.csv, results.csv and report.json and
 // publishes them as one set.
-func writeGeoOutputs(cfg EvalConfig, metricJSON []byte, run output.RunInfo, in metrics.GeoInput, recs []metrics.GeoRecord, opt metrics.GeoOptions) error {
+func writeGeoOutputs(cfg Config, metricJSON []byte, run output.RunInfo, in metrics.GeoInput, recs []metrics.GeoRecord, opt metrics.GeoOptions) error {
 	preds, err := outdir.Stage(cfg.Out, "predictions.csv", func(w io.Writer) error { return output.WriteGeoPredictions(w, in) })
 	if err != nil {
 		return err
