@@ -56,6 +56,20 @@ const (
 	LossLowQ  = "loss_lowq"
 	LossSums  = "loss_sums"
 	LossFinal = "loss_final"
+	// TreeFormer's layers beyond its convolutions (infer/treeformer's
+	// GPU runner): LayerNorm, the Mix-FFN's depthwise 3×3 and GELU, the
+	// attention's strided batched GEMM and its float32 softmax, bilinear
+	// ×2 (align_corners), the channel attention's mean, gate and scale,
+	// and an add.
+	TFLayerNorm  = "tf_layernorm"
+	TFDWConvGELU = "tf_dwconv_gelu"
+	TFGemm       = "tf_gemm"
+	TFSoftmax    = "tf_softmax"
+	TFUpsample2  = "tf_upsample2"
+	TFChanMean   = "tf_chan_mean"
+	TFCAGate     = "tf_ca_gate"
+	TFScaleChan  = "tf_scale_chan"
+	TFAdd        = "tf_add"
 )
 
 // PostCand is the floats per candidate and per detection of the
@@ -68,7 +82,8 @@ const (
 // Names lists every kernel the module must export.
 var Names = []string{ConvF32, ConvTF32, MaxPool3s2, UpsampleAdd, ReluCopy, TransformImg,
 	PostKeys, BitonicStep, PostDecode, PostMerge, PostNMSPrep, PostNMSMask, PostNMSScan,
-	FillU32, LossMatch, LossLowQ, LossSums, LossFinal}
+	FillU32, LossMatch, LossLowQ, LossSums, LossFinal,
+	TFLayerNorm, TFDWConvGELU, TFGemm, TFSoftmax, TFUpsample2, TFChanMean, TFCAGate, TFScaleChan, TFAdd}
 
 // Dim is a launch's grid and block size (x only for blocks).
 type Dim struct {
