@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 )
 
 // refDir is the folder tools/treeformer/reference.py full writes (230 MB,
@@ -161,7 +162,7 @@ func samePointList(t *testing.T, what string, got, want []Point) {
 func TestFullPostprocessOnDeepForestMaps(t *testing.T) {
 	d := refDir(t)
 	var ref refPoints
-	readJSON(t, filepath.Join(d, "points.json"), &ref)
+	testfile.ReadJSON(t, filepath.Join(d, "points.json"), &ref)
 	if len(ref.Images) == 0 || len(ref.Tile.Maps) == 0 {
 		t.Fatal("points.json has no images or no tile maps")
 	}
@@ -200,7 +201,7 @@ func TestFullPredictEndToEnd(t *testing.T) {
 	d := refDir(t)
 	m := loadFull(t)
 	var ref refPoints
-	readJSON(t, filepath.Join(d, "points.json"), &ref)
+	testfile.ReadJSON(t, filepath.Join(d, "points.json"), &ref)
 	r := NewRunner(m, 2)
 	tol, bound := scoreTol(B3), flipBound(B3)
 	margin := math.Inf(1) // the smallest flip margin of the maps checked
