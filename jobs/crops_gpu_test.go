@@ -1,10 +1,10 @@
 package jobs
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/cuda"
@@ -83,7 +83,7 @@ func TestCropsOnTheDetectorsGPU(t *testing.T) {
 			t.Errorf("--device %s: crops.device %q, crop_models %+v; want %q", dev, rep.Run.Crops.Device, rep.Run.CropModels, want)
 		}
 		preds, err := os.ReadFile(filepath.Join(out, "predictions.csv"))
-		if err != nil || !strings.Contains(strings.SplitN(string(preds), "\n", 2)[0], "cropmodel_label") {
+		if err != nil || !bytes.Contains(bytes.SplitN(preds, []byte("\n"), 2)[0], []byte("cropmodel_label")) {
 			t.Errorf("--device %s: predictions.csv without crop columns (%v)", dev, err)
 		}
 		t.Logf("--device %s: %d crops classified on %s", dev, rep.Run.Crops.Classified, rep.Run.Crops.Device)
