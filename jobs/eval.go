@@ -330,6 +330,10 @@ func packInputs(cfg EvalConfig) ([]byte, *outdir.Run) {
 		if f == "" {
 			continue
 		}
+		if i == 1 && cfg.PredictionsData != nil {
+			in.Preds = cfg.PredictionsData
+			continue
+		}
 		if i == 2 && cfg.LabelDictData != nil {
 			in.Labels = cfg.LabelDictData
 			continue

@@ -29,6 +29,9 @@ type Config struct {
 	// LabelDictData, when set, is the label map's bytes (a --config's
 	// label_dict as label,id CSV) read instead of the file LabelDict.
 	LabelDictData []byte
+	// PredictionsData, when set, is the predictions' bytes (eval --model
+	// with a point model: its points); Predictions then names them.
+	PredictionsData []byte
 	// RunConfig is --config and its overrides (nil: none).
 	RunConfig    *output.RunConfig
 	Out          string
