@@ -658,3 +658,211 @@ static void K(dwconv_gelu_row)(const float *x, int h, int wd, int c, const float
 	}
 	K(gelu_row)(acc, wd * c);
 }
+
+// Lane-interleaved maps ([c][h][w][n]: infer/cpu's Batch, lanes.go): the
+// n images' values of a pixel lie side by side, and matrix column j is
+// image j%n of position j/n. Each kernel works on up to CANOPY_LN lanes at a time
+// in fixed-size buffers (one AVX-512 vector, two AVX2 ones, at the crop
+// classifier's batch of 16), so every map size vectorises; every value
+// goes through the operations of the plane kernels above, in their order.
+#ifndef CANOPY_LN
+#define CANOPY_LN 16
+#endif
+
+// lanes_in copies cnt lanes into d and zeroes the rest of its CANOPY_LN.
+static inline void K(lanes_in)(float *d, const float *s, int cnt) {
+	if (cnt == CANOPY_LN) {
+		for (int l = 0; l < CANOPY_LN; l++)
+			d[l] = s[l];
+		return;
+	}
+	for (int l = 0; l < cnt; l++)
+		d[l] = s[l];
+	for (int l = cnt; l < CANOPY_LN; l++)
+		d[l] = 0.0f;
+}
+
+static inline void K(lanes_out)(float *d, const float *s, int cnt) {
+	if (cnt == CANOPY_LN) {
+		for (int l = 0; l < CANOPY_LN; l++)
+			d[l] = s[l];
+		return;
+	}
+	for (int l = 0; l < cnt; l++)
+		d[l] = s[l];
+}
+
+// wino4_in_l: V = Bᵀ d B (wino4_in's operations) for columns [j0, j0+nb).
+static void K(wino4_in_l)(const float *x, int c, int h, int w, int n, int j0, int nb, float *v, long vs, long ldv) {
+	const int tw = (w + 3) / 4;
+	const long cs = (long)h * w * n;
+	float D[6][6][CANOPY_LN], R[6][6][CANOPY_LN], O[6][CANOPY_LN];
+	for (int ci = 0; ci < c; ci++) {
+		const float *plane = x + ci * cs;
+		for (int j = j0; j < j0 + nb;) {
+			int t = j / n, b0 = j % n;
+			int cnt = n - b0;
+			if (cnt > j0 + nb - j)
+				cnt = j0 + nb - j;
+			if (cnt > CANOPY_LN)
+				cnt = CANOPY_LN;
+			int y0 = 4 * (t / tw) - 1, x0 = 4 * (t % tw) - 1;
+			for (int r = 0; r < 6; r++) {
+				int yy = y0 + r;
+				for (int s = 0; s < 6; s++) {
+					int xx = x0 + s;
+					if (yy < 0 || yy >= h || xx < 0 || xx >= w) {
+						for (int l = 0; l < CANOPY_LN; l++)
+							D[r][s][l] = 0.0f;
+					} else {
+						K(lanes_in)(D[r][s], plane + ((long)yy * w + xx) * n + b0, cnt);
+					}
+				}
+			}
+			for (int s = 0; s < 6; s++)
+				for (int l = 0; l < CANOPY_LN; l++) {
+					float d0 = D[0][s][l], d1 = D[1][s][l], d2 = D[2][s][l], d3 = D[3][s][l], d4 = D[4][s][l], d5 = D[5][s][l];
+					R[0][s][l] = (d0 * 4.0f - d2 * 5.0f) + d4;
+					R[1][s][l] = (d3 + d4) - (d1 + d2) * 4.0f;
+					R[2][s][l] = (d4 - d3) + (d1 - d2) * 4.0f;
+					R[3][s][l] = (d4 - d2) + (d3 - d1) * 2.0f;
+					R[4][s][l] = (d4 - d2) - (d3 - d1) * 2.0f;
+					R[5][s][l] = (d1 * 4.0f - d3 * 5.0f) + d5;
+				}
+			float *base = v + ci * ldv + (j - j0);
+			for (int i = 0; i < 6; i++) {
+				for (int l = 0; l < CANOPY_LN; l++) {
+					float d0 = R[i][0][l], d1 = R[i][1][l], d2 = R[i][2][l], d3 = R[i][3][l], d4 = R[i][4][l], d5 = R[i][5][l];
+					O[0][l] = (d0 * 4.0f - d2 * 5.0f) + d4;
+					O[1][l] = (d3 + d4) - (d1 + d2) * 4.0f;
+					O[2][l] = (d4 - d3) + (d1 - d2) * 4.0f;
+					O[3][l] = (d4 - d2) + (d3 - d1) * 2.0f;
+					O[4][l] = (d4 - d2) - (d3 - d1) * 2.0f;
+					O[5][l] = (d1 * 4.0f - d3 * 5.0f) + d5;
+				}
+				for (int jj = 0; jj < 6; jj++)
+					K(lanes_out)(base + (long)(i * 6 + jj) * vs, O[jj], cnt);
+			}
+			j += cnt;
+		}
+	}
+}
+
+// wino4_out_l: Y = Aᵀ M A (wino4_out's operations), then bias, residual
+// and ReLU (bias_row), for columns [j0, j0+nb).
+static void K(wino4_out_l)(const float *m, long ms, long ldm, int j0, int nb, int oc, int h, int w, int n,
+		const float *bias, const float *res, int relu, float *y) {
+	const int tw = (w + 3) / 4;
+	const long cs = (long)h * w * n;
+	float M[36][CANOPY_LN], S[4][6][CANOPY_LN], Y[4][4][CANOPY_LN];
+	for (int o = 0; o < oc; o++) {
+		float bo = bias[o];
+		float *out = y + o * cs;
+		const float *rp = res ? res + o * cs : 0;
+		for (int j = j0; j < j0 + nb;) {
+			int t = j / n, b0 = j % n;
+			int cnt = n - b0;
+			if (cnt > j0 + nb - j)
+				cnt = j0 + nb - j;
+			if (cnt > CANOPY_LN)
+				cnt = CANOPY_LN;
+			const float *mk = m + o * ldm + (j - j0);
+			for (int xi = 0; xi < 36; xi++)
+				K(lanes_in)(M[xi], mk + xi * ms, cnt);
+			for (int col = 0; col < 6; col++)
+				for (int l = 0; l < CANOPY_LN; l++) {
+					float m0 = M[col][l], m1 = M[6 + col][l], m2 = M[12 + col][l];
+					float m3 = M[18 + col][l], m4 = M[24 + col][l], m5 = M[30 + col][l];
+					float a_ = m1 + m2, b_ = m1 - m2, c_ = m3 + m4, d_ = m3 - m4;
+					S[0][col][l] = (m0 + a_) + c_;
+					S[1][col][l] = b_ + d_ * 2.0f;
+					S[2][col][l] = a_ + c_ * 4.0f;
+					S[3][col][l] = (b_ + d_ * 8.0f) + m5;
+				}
+			for (int r = 0; r < 4; r++)
+				for (int l = 0; l < CANOPY_LN; l++) {
+					float s0 = S[r][0][l], s1 = S[r][1][l], s2 = S[r][2][l];
+					float s3 = S[r][3][l], s4 = S[r][4][l], s5 = S[r][5][l];
+					float a_ = s1 + s2, b_ = s1 - s2, c_ = s3 + s4, d_ = s3 - s4;
+					Y[r][0][l] = (s0 + a_) + c_;
+					Y[r][1][l] = b_ + d_ * 2.0f;
+					Y[r][2][l] = a_ + c_ * 4.0f;
+					Y[r][3][l] = (b_ + d_ * 8.0f) + s5;
+				}
+			int ty = t / tw, tx = t % tw;
+			for (int r = 0; r < 4 && 4 * ty + r < h; r++)
+				for (int q = 0; q < 4 && 4 * tx + q < w; q++) {
+					long p = ((long)(4 * ty + r) * w + 4 * tx + q) * n + b0;
+					K(bias_row)(out + p, Y[r][q], cnt, bo, rp ? rp + p : 0, relu);
+				}
+			j += cnt;
+		}
+	}
+}
+
+// im2col_l: the patch matrix's columns [j0, j0+nb) (copies only).
+static void K(im2col_l)(const float *x, int cin, int h, int w, int n, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col, long ldc) {
+	const long cs = (long)h * w * n;
+	long r = 0;
+	for (int ci = 0; ci < cin; ci++) {
+		const float *plane = x + ci * cs;
+		for (int ky = 0; ky < kh; ky++)
+			for (int kx = 0; kx < kw; kx++) {
+				float *dst = col + r * ldc - j0;
+				r++;
+				for (int j = j0; j < j0 + nb;) {
+					int p = j / n, b0 = j % n;
+					int cnt = n - b0;
+					if (cnt > j0 + nb - j)
+						cnt = j0 + nb - j;
+					int iy = p / ow * stride - pad + ky, ix = p % ow * stride - pad + kx;
+					float *d = dst + j;
+					if (iy < 0 || iy >= h || ix < 0 || ix >= w) {
+						for (int l = 0; l < cnt; l++)
+							d[l] = 0.0f;
+					} else {
+						const float *s = plane + ((long)iy * w + ix) * n + b0;
+						for (int l = 0; l < cnt; l++)
+							d[l] = s[l];
+					}
+					j += cnt;
+				}
+			}
+	}
+}
+
+// maxpool_l: maxpool's separable max (rows, then columns) on n lanes.
+static void K(maxpool_l)(const float *src, int h, int w, int n, float *tmp, float *dst) {
+	int oh = (h + 2 - 3) / 2 + 1, ow = (w + 2 - 3) / 2 + 1;
+	for (int iy = 0; iy < h; iy++) {
+		const float *row = src + (long)iy * w * n;
+		float *out = tmp + (long)iy * ow * n;
+		for (int ox = 0; ox < ow; ox++) {
+			int i = 2 * ox - 1;
+			float *o = out + (long)ox * n;
+			const float *a = row + (long)(ox == 0 ? 0 : i) * n;
+			if (ox == 0 ? w > 1 : i + 1 < w) {
+				const float *b = a + n, *c = (ox > 0 && i + 2 < w) ? a + 2 * n : a;
+				for (int l = 0; l < n; l++)
+					o[l] = K(max3)(a[l], b[l], c[l]);
+			} else {
+				for (int l = 0; l < n; l++)
+					o[l] = a[l];
+			}
+		}
+	}
+	const long rs = (long)ow * n;
+	for (int oy = 0; oy < oh; oy++) {
+		int i = 2 * oy - 1;
+		float *d = dst + (long)oy * rs;
+		const float *a = tmp + (long)(i < 0 ? 0 : i) * rs;
+		if (i < 0 ? h > 1 : i + 1 < h) {
+			const float *b = a + rs, *c = (i >= 0 && i + 2 < h) ? a + 2 * rs : a;
+			for (long k = 0; k < rs; k++)
+				d[k] = K(max3)(a[k], b[k], c[k]);
+		} else {
+			for (long k = 0; k < rs; k++)
+				d[k] = a[k];
+		}
+	}
+}
