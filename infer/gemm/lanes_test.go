@@ -20,8 +20,9 @@ func interleave(maps [][]float32, c, hw int) []float32 {
 }
 
 // laneShapes are (channels, h, w, images) with edges that are not
-// multiples of a tile, one image, and more images than a vector's lanes.
-var laneShapes = [][4]int{{3, 7, 7, 16}, {2, 13, 9, 5}, {4, 14, 14, 1}, {2, 6, 11, 17}, {3, 5, 8, 16}}
+// multiples of a tile, one image, more images than a vector's lanes, and
+// tiles inside the map with all 16 lanes (read in place by the C kernels).
+var laneShapes = [][4]int{{3, 7, 7, 16}, {2, 13, 9, 5}, {4, 14, 14, 1}, {2, 6, 11, 17}, {3, 5, 8, 16}, {2, 13, 14, 16}, {1, 10, 9, 32}}
 
 // laneBlocks cuts ncols columns into blocks of blk (the last shorter):
 // blocks that start and end mid-position when blk is no multiple of n.
