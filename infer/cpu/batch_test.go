@@ -50,7 +50,9 @@ func (x Batch) at(c, b, yy, xx int) float32 { return x.D[((c*x.H+yy)*x.W+xx)*x.N
 
 // Every kind of convolution of a batch of 5 images (odd sizes, residual,
 // ReLU) gives each image exactly the bits it gets alone, on 1 or 3
-// workers, and in every clone of the kernels (generic, AVX2, AVX-512): a
+// workers (the Winograd layers' 100 columns run in fused jobs on 1, by
+// rows and columns on 3 and alone), and in every clone of the kernels
+// (generic, AVX2, AVX-512): a
 // crop's result never depends on the batch, the threads or the CPU's
 // instruction set.
 func TestBatchImagesIndependent(t *testing.T) {
