@@ -99,6 +99,10 @@ func TestPointPredictRefusals(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "no run to resume") {
 		t.Fatalf("--resume into an empty folder: exit %d: %s", r.code, r.stderr)
 	}
+	r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--crop-model", model)
+	if r.code != 2 || !strings.Contains(r.stderr, "which a point has not") {
+		t.Fatalf("--crop-model: exit %d: %s", r.code, r.stderr)
+	}
 	r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--skip-empty")
 	if r.code != 2 || !strings.Contains(r.stderr, "--skip-empty is for --tile") {
 		t.Fatalf("--skip-empty without --tile: exit %d: %s", r.code, r.stderr)

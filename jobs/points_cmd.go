@@ -52,7 +52,10 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 		}
 		mc.RankMemory = n
 	}
-	for _, f := range []string{"crop-model", "raw-rows", "config"} {
+	if c.IsSet("crop-model") {
+		return usageError(fmt.Errorf("predict: --crop-model classifies boxes, and %s is a point model (TreeFormer): DeepForest's crop step reads each row's xmin..ymax box, which a point has not", model))
+	}
+	for _, f := range []string{"raw-rows", "config"} {
 		if c.IsSet(f) {
 			return usageError(fmt.Errorf("predict: --%s is not yet available for a point model (%s is a TreeFormer)", f, model))
 		}
