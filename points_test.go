@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"image"
 	"image/png"
 	"math"
 	"os"
@@ -95,8 +96,19 @@ func TestPointPredictRefusals(t *testing.T) {
 	model, images := pointSet(t)
 	out := filepath.Join(t.TempDir(), "out")
 	r := run1(t, "predict", "--model", model, "--images", images, "--out", out, "--resume")
-	if r.code != 2 || !strings.Contains(r.stderr, "--resume is not yet available for a point model") {
-		t.Fatalf("--resume: exit %d: %s", r.code, r.stderr)
+	if r.code != 2 || !strings.Contains(r.stderr, "no run to resume") {
+		t.Fatalf("--resume into an empty folder: exit %d: %s", r.code, r.stderr)
+	}
+	r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--crop-model", model)
+	if r.code != 2 || !strings.Contains(r.stderr, "which a point has not") {
+		t.Fatalf("--crop-model: exit %d: %s", r.code, r.stderr)
+	}
+	r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--skip-empty")
+	if r.code != 2 || !strings.Contains(r.stderr, "--skip-empty is for --tile") {
+		t.Fatalf("--skip-empty without --tile: exit %d: %s", r.code, r.stderr)
+	}
+	if r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--score-thresh", "1.5"); r.code != 2 || !strings.Contains(r.stderr, "in (0, 1]") {
+		t.Fatalf("--score-thresh 1.5: exit %d: %s", r.code, r.stderr)
 	}
 	// an image whose forward pass does not fit the rank's memory: exit 3
 	// before any work, naming the image and --tile
@@ -106,6 +118,22 @@ func TestPointPredictRefusals(t *testing.T) {
 	}
 	if r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--rank-memory", "8G"); r.code != 0 {
 		t.Fatalf("--rank-memory 8G: exit %d: %s", r.code, r.stderr)
+	}
+	// --score-thresh is the peaks' threshold: a higher one keeps fewer
+	// rows, each scoring at least that, and report.json says it
+	high := filepath.Join(t.TempDir(), "high")
+	if r = run1(t, "predict", "--model", model, "--images", images, "--out", high, "--score-thresh", "0.8"); r.code != 0 {
+		t.Fatalf("--score-thresh 0.8: exit %d: %s", r.code, r.stderr)
+	}
+	all := strings.Split(strings.TrimSpace(string(mustRead(t, filepath.Join(out, "predictions.csv")))), "\n")[1:]
+	few := strings.Split(strings.TrimSpace(string(mustRead(t, filepath.Join(high, "predictions.csv")))), "\n")[1:]
+	if len(few) >= len(all) || !strings.Contains(string(mustRead(t, filepath.Join(high, "report.json"))), `"score_thresh": "0.8"`) {
+		t.Fatalf("--score-thresh 0.8: %d rows, %d at 0.3", len(few), len(all))
+	}
+	for _, l := range few {
+		if sc, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ',')+1:], 64); err != nil || sc < 0.8 {
+			t.Fatalf("--score-thresh 0.8: row %q", l)
+		}
 	}
 	out = filepath.Join(t.TempDir(), "out")
 	if err := os.WriteFile(filepath.Join(model, "config.json"), []byte(`{"backbone": "OpenGVLab/pvt_v2_b2", "label_dict": {"Tree": 0}}`), 0o644); err != nil {
@@ -224,5 +252,187 @@ func TestPointPredictThenEval(t *testing.T) {
 	}
 	if rep.Metrics["point_recall"] != 1 || rep.Metrics["point_precision"] != 1 || len(rows) == 0 {
 		t.Fatalf("metrics %v over %d points", rep.Metrics, len(rows))
+	}
+	// eval --model with the point model: its points scored as eval
+	// --predictions scored them, the same bytes on 1 and 3 ranks
+	for _, np := range []int{1, 3} {
+		em := filepath.Join(t.TempDir(), "evalmodel")
+		r := mpirun(t, np, nil, "eval", "--csv", tp, "--model", model, "--out", em, "--threads", "1")
+		if r.code != 0 {
+			t.Fatalf("eval --model on %d ranks: exit %d: %s", np, r.code, r.stderr)
+		}
+		for _, f := range []string{"results.csv", "predictions.csv"} {
+			if a, b := mustRead(t, filepath.Join(ev, f)), mustRead(t, filepath.Join(em, f)); !bytes.Equal(a, b) || len(a) == 0 {
+				t.Fatalf("eval --model on %d ranks: %s differs from eval --predictions':\n%s\nvs\n%s", np, f, b, a)
+			}
+		}
+		var got struct{ Metrics map[string]float64 }
+		if err := json.Unmarshal(mustRead(t, filepath.Join(em, "report.json")), &got); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got.Metrics) != fmt.Sprint(rep.Metrics) {
+			t.Fatalf("eval --model on %d ranks: metrics %v, eval --predictions %v", np, got.Metrics, rep.Metrics)
+		}
+	}
+	if r := run1(t, "eval", "--csv", tp, "--model", model, "--out", ev); r.code != 2 || !strings.Contains(r.stderr, "previous run") {
+		t.Fatalf("eval --model into a used --out: exit %d: %s", r.code, r.stderr)
+	}
+	if r := run1(t, "eval", "--csv", tp, "--model", model, "--out", ev, "--resume"); r.code != 2 || !strings.Contains(r.stderr, "--resume is not yet available with a point model") {
+		t.Fatalf("eval --model --resume: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// TestMPIPointPredictResume: a point run interrupted on 3 ranks (rank 1
+// signals itself after one window: exit 8) and resumed on 2 gives the
+// bytes of an uninterrupted run on 1 rank, taking the saved windows from
+// the part files; a --resume with other settings or an edited image is
+// refused (exit 2, naming the difference).
+func TestMPIPointPredictResume(t *testing.T) {
+	model, images := pointSet(t)
+	tileArgs := []string{"--tile", "--patch-size", "128", "--patch-overlap", "0.1", "--threads", "1"}
+	ref := filepath.Join(t.TempDir(), "ref")
+	if r := mpirun(t, 1, nil, append([]string{"predict", "--model", model, "--images", images, "--out", ref}, tileArgs...)...); r.code != 0 {
+		t.Fatalf("reference run: exit %d\n%s", r.code, r.stderr)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	args := append([]string{"predict", "--model", model, "--images", images, "--out", out}, tileArgs...)
+	r := mpirun(t, 3, []string{"CANOPY_TEST_INTERRUPT=1:1"}, args...)
+	if r.code != 8 {
+		t.Fatalf("interrupted run: exit %d, want 8\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "predictions.csv")); err == nil {
+		t.Fatal("an interrupted run published predictions.csv")
+	}
+	bad := append(append([]string(nil), args...), "--resume", "--patch-overlap", "0.2")
+	if r := mpirun(t, 2, nil, bad...); r.code != 2 || !strings.Contains(r.stderr, "tile settings") {
+		t.Fatalf("--resume with another overlap: exit %d\n%s", r.code, r.stderr)
+	}
+	r = mpirun(t, 2, nil, append(append([]string(nil), args...), "--resume")...)
+	if r.code != 0 {
+		t.Fatalf("--resume on 2 ranks: exit %d\n%s", r.code, r.stderr)
+	}
+	want, _ := os.ReadFile(filepath.Join(ref, "predictions.csv"))
+	got, err := os.ReadFile(filepath.Join(out, "predictions.csv"))
+	if err != nil || len(want) == 0 || !bytes.Equal(got, want) {
+		t.Fatalf("resumed predictions.csv differs from the uninterrupted run's (%v):\n%s\nvs\n%s", err, got, want)
+	}
+	var rep struct {
+		Resumed int `json:"resumed_units"`
+		Windows int `json:"windows"`
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+	if err := json.Unmarshal(b, &rep); err != nil || rep.Resumed < 1 || rep.Resumed >= rep.Windows {
+		t.Fatalf("report.json resumed_units %d of %d windows (%v)", rep.Resumed, rep.Windows, err)
+	}
+	// an image edited since the run: refused, naming it
+	if err := os.WriteFile(filepath.Join(images, "img_d.png"), append(mustRead(t, filepath.Join(images, "img_d.png")), 0), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := mpirun(t, 1, nil, append(append([]string(nil), args...), "--resume")...); r.code != 2 || !strings.Contains(r.stderr, "img_d.png changed since the run") {
+		t.Fatalf("--resume after an image edit: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestPointPredictSkipEmpty: with --tile --skip-empty a window of one
+// colour gives no points without the model (report.json counts it), and
+// the other images' rows are those of the run without it.
+func TestPointPredictSkipEmpty(t *testing.T) {
+	model, images := pointSet(t)
+	im := image.NewRGBA(image.Rect(0, 0, 200, 150))
+	for i := range im.Pix {
+		im.Pix[i] = 200
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, im); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(images, "img_z.png"), b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var csv [2]string
+	var skipped [2]int
+	for i, extra := range [][]string{nil, {"--skip-empty"}} {
+		out := filepath.Join(t.TempDir(), "out")
+		args := append([]string{"predict", "--model", model, "--images", images, "--out", out, "--tile", "--patch-size", "128", "--patch-overlap", "0.1"}, extra...)
+		if r := run1(t, args...); r.code != 0 {
+			t.Fatalf("%v: exit %d: %s", extra, r.code, r.stderr)
+		}
+		csv[i] = string(mustRead(t, filepath.Join(out, "predictions.csv")))
+		var rep struct {
+			Skipped int `json:"skipped_windows"`
+		}
+		if err := json.Unmarshal(mustRead(t, filepath.Join(out, "report.json")), &rep); err != nil {
+			t.Fatal(err)
+		}
+		skipped[i] = rep.Skipped
+	}
+	// 200×150 at 128, overlap 0.1: 2×2 windows, all one colour
+	if skipped != [2]int{0, 4} {
+		t.Fatalf("skipped windows %v, want [0 4]", skipped)
+	}
+	var other [2][]string
+	for i, c := range csv {
+		for _, l := range strings.Split(strings.TrimSpace(c), "\n") {
+			if strings.HasPrefix(l, "img_z.png,") {
+				if i == 1 {
+					t.Fatalf("--skip-empty: a point in the empty image: %s", l)
+				}
+				continue
+			}
+			other[i] = append(other[i], l)
+		}
+	}
+	if strings.Join(other[0], "\n") != strings.Join(other[1], "\n") || len(other[0]) < 2 {
+		t.Fatalf("--skip-empty changed the other images' rows:\n%v\nvs\n%v", other[1], other[0])
+	}
+}
+
+// TestPointPredictConfig: a DeepForest config.yaml (and key=value
+// overrides) sets a point run's score_thresh, patch_size and
+// patch_overlap as the flags do (the same bytes), the flags beat it, the
+// keys a point model does not use are listed in report.json, and a
+// threshold of 0 is a usage error.
+func TestPointPredictConfig(t *testing.T) {
+	model, images := pointSet(t)
+	conf := filepath.Join(t.TempDir(), "point.yaml")
+	if err := os.WriteFile(conf, []byte("score_thresh: 0.6\nnms_thresh: 0.2\npatch_size: 128\npatch_overlap: 0.1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runOut := func(args ...string) (string, string) {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "out")
+		r := run1(t, append([]string{"predict", "--model", model, "--images", images, "--out", out, "--tile"}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, r.code, r.stderr)
+		}
+		return string(mustRead(t, filepath.Join(out, "predictions.csv"))), string(mustRead(t, filepath.Join(out, "report.json")))
+	}
+	flags, _ := runOut("--score-thresh", "0.6", "--patch-size", "128", "--patch-overlap", "0.1")
+	byConf, rep := runOut("--config", conf)
+	if byConf != flags || !strings.Contains(rep, `"nms_thresh"`) || !strings.Contains(rep, `"score_thresh": "0.6"`) {
+		t.Fatalf("--config: rows differ from the flags' or report.json lacks the config:\n%s\nvs\n%s\n%s", byConf, flags, rep)
+	}
+	over, _ := runOut("--config", conf, "score_thresh=0.3")
+	def, _ := runOut("--patch-size", "128", "--patch-overlap", "0.1")
+	if over != def || over == flags {
+		t.Fatalf("the override score_thresh=0.3: rows differ from the default run's")
+	}
+	flagWins, _ := runOut("--config", conf, "--score-thresh", "0.3")
+	if flagWins != def {
+		t.Fatalf("--score-thresh 0.3 over the config's 0.6: rows differ from the default run's")
+	}
+	// the schema allows 0; a point model's relative threshold does not
+	r := run1(t, "predict", "--model", model, "--images", images, "--out", filepath.Join(t.TempDir(), "o"), "score_thresh=0")
+	if r.code != 2 || !strings.Contains(r.stderr, "in (0, 1]") {
+		t.Fatalf("score_thresh=0: exit %d: %s", r.code, r.stderr)
 	}
 }

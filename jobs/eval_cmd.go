@@ -51,6 +51,9 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 		}, shardJobFlags("longest wait for every rank to reach a collective (after detection: this plus twice the rank's own detection time, as the shards are equal work); then rank 0 names the ranks it waits for and the job aborts with exit 5 (ranks other than 0 wait twice this, so rank 0 reports first; 0 disables)"),
 			reportFlags(), []cli.Flag{evalRasterFlag()}, tileWindowFlags("cut each raster of the truth (its image_path values, boxes in the raster's pixels) into windows, predict and merge them as predict --tile (DeepForest's predict_tile), and score the merged rows as eval does (needs --model)")),
 		Action: func(c *cli.Context) error {
+			if model, ok := pointModel(c); ok {
+				return evalPointAction(c, code, newComm, stdout, stderr, model)
+			}
 			if c.Bool("tile") {
 				return evalTileAction(c, code, newComm, stdout, stderr)
 			}
@@ -122,13 +125,13 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 			cfg.CSV = csv.V
 		}
 		if csv.Src != "" {
-			rc.Settings["validation.csv_file"] = setting{csv.V, csv.Src}
+			rc.Settings["validation.csv_file"] = setting{Value: csv.V, Source: csv.Src}
 		}
 		if c.IsSet("root-dir") {
-			rc.Settings["validation.root_dir"] = setting{cfg.RootDir, config.Flag}
+			rc.Settings["validation.root_dir"] = setting{Value: cfg.RootDir, Source: config.Flag}
 		} else if v := rc.C.ValidationRoot; v.Src != "" {
 			cfg.RootDir = v.V
-			rc.Settings["validation.root_dir"] = setting{v.V, v.Src}
+			rc.Settings["validation.root_dir"] = setting{Value: v.V, Source: v.Src}
 		}
 		rc.resolveFloat(c, "iou-threshold", "validation.iou_threshold", rc.C.IoUThreshold, &cfg.IoUThreshold, fstr(cfg.IoUThreshold))
 	}

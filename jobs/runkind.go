@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/jobs/points"
 )
 
 // The kind of run an output folder's manifest.json records, so that a
@@ -18,6 +19,9 @@ const (
 	kindEval        = "eval"
 	kindPredictTile = "predict --tile"
 	kindEvalTile    = "eval --tile"
+	// a point model's predict (jobs/points; its manifest's job is
+	// points.Job): continued as predict --model with the point model
+	kindPredictPoints = "predict --model POINT-MODEL"
 )
 
 // runKindOf reads the kind of run a manifest.json records ("" when b is not
@@ -38,6 +42,8 @@ func runKindOf(b []byte) string {
 		return ""
 	case m.Job != nil && *m.Job == kindPredict:
 		return kindPredict
+	case m.Job != nil && *m.Job == points.Job:
+		return kindPredictPoints
 	case m.Job == nil && m.CSV != nil:
 		return kindEval
 	}
@@ -55,6 +61,8 @@ func describeKind(kind string) string {
 		return "a predict --tile run"
 	case kindEvalTile:
 		return "an eval --tile run"
+	case kindPredictPoints:
+		return "a point model's predict run"
 	}
 	return "no canopy run this version reads"
 }

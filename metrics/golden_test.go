@@ -1,53 +1,11 @@
 package metrics
 
 import (
-	"encoding/json"
 	"math"
-	"os"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 )
-
-func readJSON(t *testing.T, path string, v any) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-}
-
-// TestAssignScipyGolden compares exact assignments, ties included, with
-// scipy.optimize.linear_sum_assignment (testdata/golden/scipy/lsap.json,
-// made by tools/scipy/lsap_golden.py; the file records scipy's version).
-func TestAssignScipyGolden(t *testing.T) {
-	var g struct {
-		Version string
-		Cases   []struct {
-			Rows, Cols int
-			Cost       []float64
-			Maximize   bool
-			ColForRow  []int `json:"col_for_row"`
-		}
-	}
-	readJSON(t, "../testdata/golden/scipy/lsap.json", &g)
-	if len(g.Cases) == 0 {
-		t.Fatal("no cases")
-	}
-	for i, c := range g.Cases {
-		got, err := Assign(c.Cost, c.Rows, c.Cols, c.Maximize)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for r := range got {
-			if got[r] != c.ColForRow[r] {
-				t.Errorf("case %d (%dx%d maximize=%v): got %v, scipy %s gives %v", i, c.Rows, c.Cols, c.Maximize, got, g.Version, c.ColForRow)
-				break
-			}
-		}
-	}
-}
 
 // TestPairwiseSumNumpyGolden checks the np.mean reproduction bit for bit
 // (testdata/golden/numpy/mean.json, made by tools/scipy/lsap_golden.py, and
@@ -60,11 +18,11 @@ func TestPairwiseSumNumpyGolden(t *testing.T) {
 			Mean   *float64
 		}
 	}
-	readJSON(t, "../testdata/golden/numpy/mean.json", &g)
+	testfile.ReadJSON(t, "../testdata/golden/numpy/mean.json", &g)
 	cases := g.Cases
 	// mean_edges.json: n = 7, 8, 9, … 128, 129, …: each edge of numpy's
 	// pairwise blocks (tools/scipy/mean_edges.py).
-	readJSON(t, "../testdata/golden/numpy/mean_edges.json", &g)
+	testfile.ReadJSON(t, "../testdata/golden/numpy/mean_edges.json", &g)
 	cases = append(cases, g.Cases...)
 	naiveDiffers := 0
 	for i, c := range cases {
@@ -95,7 +53,7 @@ func TestRecallThresholdsFromTorch(t *testing.T) {
 		RecThresholds []float64 `json:"rec_thresholds"`
 		IoUThresholds []float64 `json:"iou_thresholds"`
 	}
-	readJSON(t, "../testdata/golden/coco/thresholds.json", &g)
+	testfile.ReadJSON(t, "../testdata/golden/coco/thresholds.json", &g)
 	if len(g.RecThresholds) != len(cocoRecallThresholds) || len(g.IoUThresholds) != len(cocoIoUThresholds) {
 		t.Fatalf("fixture has %d/%d thresholds", len(g.RecThresholds), len(g.IoUThresholds))
 	}
@@ -126,7 +84,7 @@ func TestTorchSum32Golden(t *testing.T) {
 			SumBits uint32 `json:"sum_bits"`
 		}
 	}
-	readJSON(t, "../testdata/golden/torch/sum.json", &g)
+	testfile.ReadJSON(t, "../testdata/golden/torch/sum.json", &g)
 	if len(g.Cases) == 0 {
 		t.Fatal("no cases")
 	}
