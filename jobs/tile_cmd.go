@@ -39,7 +39,7 @@ func tileWindowFlags(tileUsage string) []cli.Flag {
 		&cli.Float64Flag{Name: "patch-overlap", Value: 0.05, Usage: "with --tile: fraction of a window shared with its neighbour, in [0, 1) (predict_tile's patch_overlap; CLI: patch_overlap)"},
 		&cli.Float64Flag{Name: "tile-iou", Value: tile.DefaultIoU, Usage: "with --tile: IoU above which the merge (one class-agnostic NMS over the raster's shifted, integer boxes) drops the lower-scoring box (predict_tile's iou_threshold; DeepForest's CLI --mode tile passes nms_thresh, 0.05, here)"},
 		&cli.IntFlag{Name: "gdal-cache", Value: 256, Usage: "with --tile: GDAL's block cache per rank, in MiB (bounds what a rank holds of a raster)"},
-		&cli.BoolFlag{Name: "skip-empty", Usage: "with --tile: a window whose pixels are all nodata (the raster's nodata value on bands 1-3, or alpha 0) or all one value gets no detections without running the model (off by default: DeepForest's predict_tile runs every window); report.json counts them (per_rank skipped_windows, tile.skipped_windows)"},
+		&cli.BoolFlag{Name: "skip-empty", Usage: "with --tile: a window whose pixels are all nodata (the raster's nodata value on bands 1-3, or alpha 0) or all one value gets no detections without running the model (off by default: DeepForest's predict_tile runs every window); report.json counts them (per_rank skipped_windows, tile.skipped_windows). A point model (TreeFormer) takes it too: all one colour, or all the nodata GDAL reports, gives the window no points (report.json skipped_windows)"},
 		&cli.StringFlag{Name: "resume-hash", Value: resumeHashEnds, Usage: "with --tile: what identifies a raster for --resume. " + resumeHashEnds + " (default): its size, its modification time and the sha256 of its first and last 64 KiB (a GeoTIFF's header and tile offsets), so an edit inside a raster that keeps its size and time is not seen; " + resumeHashFull + ": also the sha256 of the whole file, read once more by rank 0 at the start of the run and of each --resume (about 0.8 CPU s per GiB from the page cache, plus the read from disk; docs/benchmarks.md). Recorded in OUT/manifest.json: give it to the run and to every --resume"},
 		&cli.IntFlag{Name: "round-windows", Usage: "with --tile: windows per round (the job detects a round, gathers it, and publishes the rasters it completes); default: 32 detector calls per rank (at least 64 windows), fewer when the rank's memory budget asks. Outputs do not depend on it"},
 	}
@@ -216,7 +216,7 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
 		CacheMiB: c.Int("gdal-cache"), RunConfig: ec.RunConfig}
 	if cfg.RunConfig != nil {
-		(&runConfig{cfg.RunConfig}).applyTile(c, &cfg)
+		(&runConfig{RunConfig: cfg.RunConfig}).applyTile(c, &cfg)
 	}
 	if cfg.FullHash, err = fullHashFlag(c); err != nil {
 		return usageError(fmt.Errorf("eval: %w", err))
