@@ -19,6 +19,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/geotruth"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -39,21 +40,21 @@ type readfileFixture struct {
 
 // vectorTruthRows is rank 0's reading of a vector truth: the rows every
 // rank then parses, and the record.
-func vectorTruthRows(t *testing.T, file, raster string) ([]dataset.Row, *tileTruth, error) {
+func vectorTruthRows(t *testing.T, file, raster string) ([]dataset.Row, *geotruth.Truth, error) {
 	t.Helper()
 	override := ""
 	if raster != "" {
 		override = filepath.Base(raster)
 	}
-	vt, err := readVectorTruth(file, override)
+	vt, err := geotruth.Read(file, override)
 	if err != nil {
 		return nil, nil, err
 	}
-	rasters, _, err := openRasters(TileConfig{CSV: file, Raster: raster, Eval: &EvalConfig{}, vector: vt, Settings: tile.Settings{Patch: 400, Overlap: 0.05}})
+	rasters, _, err := openRasters(TileConfig{CSV: file, Raster: raster, Eval: &TileEvalConfig{}, vector: vt, Settings: tile.Settings{Patch: 400, Overlap: 0.05}})
 	if err != nil {
 		return nil, nil, err
 	}
-	data, err := vt.csv(rasters)
+	data, err := vt.CSV(truthRasters(rasters))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -259,7 +260,7 @@ func TestEvalTileVectorTruth(t *testing.T) {
 		}
 		var rep struct {
 			Metrics json.RawMessage
-			Tile    struct{ Truth *tileTruth }
+			Tile    struct{ Truth *geotruth.Truth }
 		}
 		b, _ := os.ReadFile(filepath.Join(out, "report.json"))
 		if err := json.Unmarshal(b, &rep); err != nil || len(rep.Metrics) < 10 {
@@ -286,7 +287,9 @@ func TestEvalTileVectorTruth(t *testing.T) {
 		if strings.Contains(se, "warning") {
 			t.Fatalf("a warning for a truth in the raster's CRS:\n%s", se)
 		}
-		var rep struct{ Tile struct{ Truth *tileTruth } }
+		var rep struct {
+			Tile struct{ Truth *geotruth.Truth }
+		}
 		b, _ := os.ReadFile(filepath.Join(out, "report.json"))
 		json.Unmarshal(b, &rep)
 		if tt := rep.Tile.Truth; tt == nil || tt.Driver != "GPKG" || tt.Features != len(rows)-1 || tt.CRS != "EPSG:32617" || len(tt.Warnings) != 0 {
@@ -302,7 +305,9 @@ func TestEvalTileVectorTruth(t *testing.T) {
 	if n := strings.Count(se, "canopy: warning: the CRS of"); n != 1 || !strings.Contains(se, "EPSG:32618") || !strings.Contains(se, "not reprojected") {
 		t.Fatalf("%d CRS warnings on stderr:\n%s", n, se)
 	}
-	var rep struct{ Tile struct{ Truth *tileTruth } }
+	var rep struct {
+		Tile struct{ Truth *geotruth.Truth }
+	}
 	rb, _ := os.ReadFile(filepath.Join(out, "report.json"))
 	if json.Unmarshal(rb, &rep); rep.Tile.Truth == nil || len(rep.Tile.Truth.Warnings) != 1 || !strings.Contains(rep.Tile.Truth.Warnings[0], "EPSG:32617") {
 		t.Fatalf("report.json tile.truth: %+v", rep.Tile.Truth)
@@ -415,22 +420,22 @@ func TestVectorTruthRefused(t *testing.T) {
 		{gpkg("line", "WKT,image_path,label\n\"LINESTRING(0 0,1 1)\",r.tif,Tree\n"), "Polygon or MultiPolygon"},
 		{filepath.Join(dir, "missing.gpkg"), "no such file"},
 	} {
-		_, err := readVectorTruth(c.file, "")
+		_, err := geotruth.Read(c.file, "")
 		if err == nil || !errors.Is(err, dataset.ErrInput) || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("%s: %v, want an input error saying %q", c.file, err, c.msg)
 		}
 	}
 	// A real label column: pandas holds floats, str() writes Python's repr.
-	vt, err := readVectorTruth(gpkg("real", "WKT,image_path,label\n"+sq+",r.tif,1\n"+sq+",r.tif,2.5\n"+sq+",r.tif,1e20\n", "AUTODETECT_TYPE=YES"), "")
+	vt, err := geotruth.Read(gpkg("real", "WKT,image_path,label\n"+sq+",r.tif,1\n"+sq+",r.tif,2.5\n"+sq+",r.tif,1e20\n", "AUTODETECT_TYPE=YES"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, f := range vt.vec.Features {
+	for _, f := range vt.Vector().Features {
 		got = append(got, f.Label)
 	}
-	if vt.vec.LabelType != "Real" || strings.Join(got, " ") != "1.0 2.5 1e+20" {
-		t.Fatalf("real labels (%s): %q", vt.vec.LabelType, got)
+	if vt.Vector().LabelType != "Real" || strings.Join(got, " ") != "1.0 2.5 1e+20" {
+		t.Fatalf("real labels (%s): %q", vt.Vector().LabelType, got)
 	}
 }
 
@@ -445,15 +450,15 @@ func BenchmarkVectorTruth(b *testing.B) {
 		b.Skip("CANOPY_BENCH_TRUTH names no file (or no GDAL)")
 	}
 	for i := 0; i < b.N; i++ {
-		vt, err := readVectorTruth(file, "")
+		vt, err := geotruth.Read(file, "")
 		if err != nil {
 			b.Fatal(err)
 		}
-		rasters, _, err := openRasters(TileConfig{CSV: file, Eval: &EvalConfig{}, vector: vt, Settings: tile.Settings{Patch: 400, Overlap: 0.05}})
+		rasters, _, err := openRasters(TileConfig{CSV: file, Eval: &TileEvalConfig{}, vector: vt, Settings: tile.Settings{Patch: 400, Overlap: 0.05}})
 		if err != nil {
 			b.Fatal(err)
 		}
-		data, err := vt.csv(rasters)
+		data, err := vt.CSV(truthRasters(rasters))
 		if err != nil {
 			b.Fatal(err)
 		}
