@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/detect"
+	"github.com/canopy-hpc/canopy/internal/geotruth"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/testhook"
@@ -75,7 +76,7 @@ func tileSources(cfg TileConfig) (paths, files []string, err error) {
 	}
 	switch {
 	case cfg.vector != nil: // eval --tile, a shapefile or GeoPackage truth
-		paths = cfg.vector.paths
+		paths = cfg.vector.Paths()
 	case cfg.Eval != nil: // eval --tile: the truth's images are the rasters
 		truth, err := dataset.ParseTruthFile(cfg.CSV, data)
 		if err != nil {
@@ -165,17 +166,17 @@ func nameLayers(rasters []tileRaster) {
 // packTile is rank 0's packet: the model, the rasters, eval --tile's truth
 // (as CSV; vt records a shapefile or GeoPackage truth), the label map, and
 // what the run continues (a tileResume and the saved windows).
-func packTile(cfg TileConfig) (pkt []byte, out *outdir.Run, vt *tileTruth, crops *cropstage.Set) {
-	fail := func(code int, err error) ([]byte, *outdir.Run, *tileTruth, *cropstage.Set) {
+func packTile(cfg TileConfig) (pkt []byte, out *outdir.Run, vt *geotruth.Truth, crops *cropstage.Set) {
+	fail := func(code int, err error) ([]byte, *outdir.Run, *geotruth.Truth, *cropstage.Set) {
 		return append([]byte{byte(code)}, err.Error()...), nil, nil, nil
 	}
 	var err error
-	if cfg.Eval != nil && isVectorTruth(cfg.CSV) {
+	if cfg.Eval != nil && geotruth.IsVector(cfg.CSV) {
 		override := "" // eval --tile --raster: read_file's image_path argument
 		if cfg.Raster != "" {
 			override = filepath.Base(cfg.Raster)
 		}
-		if vt, err = readVectorTruth(cfg.CSV, override); err != nil {
+		if vt, err = geotruth.Read(cfg.CSV, override); err != nil {
 			if errors.Is(err, gdal.ErrUnavailable) {
 				return fail(ExitUsage, err)
 			}
@@ -196,7 +197,7 @@ func packTile(cfg TileConfig) (pkt []byte, out *outdir.Run, vt *tileTruth, crops
 	}
 	var truth []byte
 	if vt != nil {
-		if truth, err = vt.csv(rasters); err != nil {
+		if truth, err = vt.CSV(truthRasters(rasters)); err != nil {
 			return fail(ExitInput, err)
 		}
 	}
@@ -257,15 +258,15 @@ type tileReport struct {
 	Eval *tileEval `json:"eval,omitempty"`
 	predictReport
 	Tile struct {
-		PatchSize    int          `json:"patch_size"`
-		PatchOverlap float64      `json:"patch_overlap"`
-		IoU          float64      `json:"iou_threshold"`
-		Windows      int          `json:"windows"`
-		WindowDets   int          `json:"window_detections"`
-		Order        string       `json:"window_order"`
-		Rasters      []tileRaster `json:"rasters"`
-		GPKG         string       `json:"gpkg,omitempty"`
-		Truth        *tileTruth   `json:"truth,omitempty"` // a shapefile or GeoPackage truth
+		PatchSize    int             `json:"patch_size"`
+		PatchOverlap float64         `json:"patch_overlap"`
+		IoU          float64         `json:"iou_threshold"`
+		Windows      int             `json:"windows"`
+		WindowDets   int             `json:"window_detections"`
+		Order        string          `json:"window_order"`
+		Rasters      []tileRaster    `json:"rasters"`
+		GPKG         string          `json:"gpkg,omitempty"`
+		Truth        *geotruth.Truth `json:"truth,omitempty"` // a shapefile or GeoPackage truth
 		// SkipEmpty is --skip-empty; Skipped the windows it gave no
 		// detections in this run (an attempt's own: a resumed run counts
 		// what it read, not what its earlier attempts skipped).
@@ -299,39 +300,28 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	gdal.SetCacheMax(int64(cfg.CacheMiB) << 20)
 	var pkt []byte
 	var out *outdir.Run
-	var vt *tileTruth           // rank 0: a shapefile or GeoPackage truth
+	var vt *geotruth.Truth      // rank 0: a shapefile or GeoPackage truth
 	var preCrops *cropstage.Set // rank 0: the crop models packTile loaded
 	if c.Rank() == 0 {
 		pkt, out, vt, preCrops = packTile(cfg)
 	}
 	defer func() { out.Finish(err) }()
-	f, err := collective.BcastFields(c, pkt, 8)
+	p, rasters, res, err := receiveTile(c, pkt)
 	if err != nil {
 		return err
-	}
-	if len(f) != 8 {
-		return collectiveErr(ExitInternal, "jobs: malformed input broadcast")
-	}
-	var rasters []tileRaster
-	var res tileResume
-	if err := json.Unmarshal(f[3], &rasters); err != nil {
-		return collectiveErr(ExitInternal, "jobs: malformed raster list: %v", err)
-	}
-	if err := json.Unmarshal(f[6], &res); err != nil {
-		return collectiveErr(ExitInternal, "jobs: malformed resume record: %v", err)
 	}
 	// --label-dict: every rank parses rank 0's bytes; a bare .pt takes its
 	// labels from it, a model folder's or .ckpt's own must equal it.
 	mc := cfg.Model
 	var given *box.LabelMap
 	if cfg.LabelDict != "" {
-		lm, err := dataset.ParseLabelDict(cfg.LabelDict, f[5])
+		lm, err := dataset.ParseLabelDict(cfg.LabelDict, p.labels)
 		if err != nil {
 			return &Error{Code: ExitInput, Collective: true, Err: err}
 		}
 		mc.LabelDict, given = modelsel.LabelDictOf(lm), &lm
 	}
-	model, err := modelsel.Load(c, mc, string(f[0]), string(f[1]), string(f[2]))
+	model, err := modelsel.Load(c, mc, p.dir, p.digest, p.config)
 	if err != nil {
 		return err
 	}
@@ -347,7 +337,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	var truthImages []box.Image // eval --tile: each raster's truth
 	if cfg.Eval != nil {
-		if truthImages, err = tileTruthImages(cfg, f[4], labels, given, len(rasters)); err != nil {
+		if truthImages, err = tileTruthImages(cfg, p.truth, labels, given, len(rasters)); err != nil {
 			return err
 		}
 	}
@@ -361,7 +351,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	run := &tileRun{c: c, cfg: cfg, ix: ix, rasters: rasters, labels: labels, crops: crops, model: model, global: model.GlobalBatching(), out: out, stats: &stats,
 		left: make([]int, len(rasters)), finished: make([]bool, len(rasters)), held: map[int]*heldRaster{}, resumed: map[int]bool{}, slow: testhook.SlowWindow()}
 	run.aside = res.Aside
-	if err := run.resume(res, f[7]); err != nil {
+	if err := run.resume(res, p.saved); err != nil {
 		return err
 	}
 	if err := tileMemory(c, cfg, model, run); err != nil {
@@ -401,14 +391,42 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		stats.Seconds["crops"] = crops.Stats.Seconds
 	}
 	modelsel.PrintLayerTimes(cfg.Progress, det)
-	return finishTile(c, cfg, run, &res, model, det.Name(), f, vt, truthImages)
+	return run.finish(tileEnd{res: &res, model: model, detector: det.Name(), labelDict: p.labels, truthCSV: p.truth, truth: vt, truthImages: truthImages})
+}
+
+// tilePacket is rank 0's packet as every rank receives it: the model
+// (resolved folder, weights digest, config), eval --tile's truth (as CSV),
+// the label map's bytes and the part files' saved windows (wire-encoded);
+// the raster list and the resume record come decoded beside it.
+type tilePacket struct {
+	dir, digest, config string
+	truth, labels       []byte
+	saved               []byte
+}
+
+// receiveTile is the broadcast of packTile's packet, named.
+func receiveTile(c mpi.Comm, pkt []byte) (p tilePacket, rasters []tileRaster, res tileResume, err error) {
+	f, err := collective.BcastFields(c, pkt, 8)
+	if err != nil {
+		return p, nil, res, err
+	}
+	if len(f) != 8 {
+		return p, nil, res, collectiveErr(ExitInternal, "jobs: malformed input broadcast")
+	}
+	if err := json.Unmarshal(f[3], &rasters); err != nil {
+		return p, nil, res, collectiveErr(ExitInternal, "jobs: malformed raster list: %v", err)
+	}
+	if err := json.Unmarshal(f[6], &res); err != nil {
+		return p, nil, res, collectiveErr(ExitInternal, "jobs: malformed resume record: %v", err)
+	}
+	return tilePacket{dir: string(f[0]), digest: string(f[1]), config: string(f[2]), truth: f[4], labels: f[5], saved: f[7]}, rasters, res, nil
 }
 
 // tileTruthImages parses eval --tile's truth (rank 0's bytes) on every
 // rank and checks its labels against the model's.
 func tileTruthImages(cfg TileConfig, data []byte, labels box.LabelMap, given *box.LabelMap, rasters int) ([]box.Image, error) {
 	parse := dataset.ParseTruthFile
-	if isVectorTruth(cfg.CSV) { // rank 0 sent it as the CSV it equals
+	if geotruth.IsVector(cfg.CSV) { // rank 0 sent it as the CSV it equals
 		parse = dataset.ParseTruth
 	}
 	truth, err := parse(cfg.CSV, data)
@@ -427,4 +445,14 @@ func tileTruthImages(cfg TileConfig, data []byte, labels box.LabelMap, given *bo
 		return nil, collectiveErr(ExitInput, "jobs: %s: truth for %d rasters of %d: %v", cfg.CSV, len(images), rasters, err)
 	}
 	return images, nil
+}
+
+// truthRasters are the rasters as a shapefile or GeoPackage truth's
+// conversion to pixels takes them.
+func truthRasters(rasters []tileRaster) []geotruth.Raster {
+	out := make([]geotruth.Raster, len(rasters))
+	for i, r := range rasters {
+		out[i] = geotruth.Raster{Path: r.Path, File: r.File, Width: r.Width, Height: r.Height, CRS: r.CRS, GeoTransform: r.GeoTransform}
+	}
+	return out
 }

@@ -11,6 +11,9 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/config"
 	"github.com/canopy-hpc/canopy/internal/cropstage"
+	"github.com/canopy-hpc/canopy/internal/geotruth"
+	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
 )
@@ -80,13 +83,28 @@ type TileConfig struct {
 	// RunConfig: --config and overrides (nil without them); their
 	// patch_size, patch_overlap and nms_thresh are applied (applyTile).
 	RunConfig *runConfig
-	// Eval, for eval --tile: the truth (CSV is its file, the rasters are its
-	// image_path values, in the rasters' pixel frame) and the metric
-	// settings; the metrics are computed on the merged predictions.
-	Eval *EvalConfig
+	// Eval, for eval --tile (nil: predict --tile): the metric settings; the
+	// truth is CSV (its image_path values are the rasters, its boxes in
+	// their pixels, or a shapefile or GeoPackage converted to them), and
+	// the metrics are computed on the merged predictions.
+	Eval *TileEvalConfig
 	// vector: eval --tile's shapefile or GeoPackage truth, read by rank 0
 	// (its image_path values are the rasters).
-	vector *tileTruth
+	vector *geotruth.Truth
+}
+
+// TileEvalConfig is what eval --tile takes of eval's settings: how the
+// merged rows are matched and scored, and the page.
+type TileEvalConfig struct {
+	IoUThreshold float64
+	Semantics    metrics.Semantics
+	// Families: the metric families (0: all); ClassMetrics: per-class
+	// values; IoUSweep: further IoU thresholds (--iou-sweep).
+	Families     metrics.Family
+	ClassMetrics bool
+	IoUSweep     []float64
+	// HTML: rank 0 writes OUT/report.html with these options (nil: not).
+	HTML *htmlreport.Options
 }
 
 // tileConfig parses the flags of predict --tile once.
@@ -205,14 +223,15 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 	case ec.Predictions != "":
 		return usageError(errors.New("eval: --tile runs the model (--model), not --predictions"))
 	}
-	if c.IsSet("raster") && !isVectorTruth(ec.CSV) {
+	if c.IsSet("raster") && !geotruth.IsVector(ec.CSV) {
 		return usageError(errors.New("eval: --raster with --tile names the raster of a shapefile or GeoPackage truth (.shp, .gpkg); a CSV truth names its rasters in image_path"))
 	}
 	cfg := TileConfig{Raster: c.String("raster"), CSV: ec.CSV, RootDir: ec.RootDir, Out: ec.Out, Force: ec.Force, BatchSize: ec.BatchSize, Model: ec.Model, Crops: ec.Crops,
-		AllowOutsideRoot: ec.AllowOutsideRoot, Command: os.Args, Stdout: stdout, Eval: &ec, LabelDict: ec.LabelDict, LabelDictData: ec.LabelDictData,
+		AllowOutsideRoot: ec.AllowOutsideRoot, Command: os.Args, Stdout: stdout, LabelDict: ec.LabelDict, LabelDictData: ec.LabelDictData,
 		Resume: ec.Resume, RoundWindows: c.Int("round-windows"), SkipEmpty: c.Bool("skip-empty"),
 		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
-		CacheMiB: c.Int("gdal-cache"), RunConfig: ec.RunConfig}
+		CacheMiB: c.Int("gdal-cache"), RunConfig: ec.RunConfig,
+		Eval: &TileEvalConfig{IoUThreshold: ec.IoUThreshold, Semantics: ec.Semantics, Families: ec.Families, ClassMetrics: ec.ClassMetrics, IoUSweep: ec.IoUSweep, HTML: ec.HTML}}
 	if cfg.RunConfig != nil {
 		cfg.RunConfig.applyTile(c, &cfg)
 	}

@@ -21,12 +21,12 @@ import (
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/geoparquet"
+	"github.com/canopy-hpc/canopy/internal/geotruth"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
-	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/report"
 )
 
@@ -392,12 +392,28 @@ func stageGPKG(dir, name string, rasters []tileRaster, rows func(i int) (rasterR
 	return &s, note, nil
 }
 
-// finishTile ends a tile run: rank 0 reads the done records, eval --tile
+// tileEnd is what finishes a tile run beside the run's own state: the
+// run it continued, the model and the detector's name (report.json), the
+// label map's bytes (their sha256 is recorded), eval --tile's truth as
+// broadcast (the page records its sha256), its record when it was a
+// shapefile or GeoPackage (rank 0), and its boxes per raster.
+type tileEnd struct {
+	res         *tileResume
+	model       *modelsel.Model
+	detector    string
+	labelDict   []byte
+	truthCSV    []byte
+	truth       *geotruth.Truth
+	truthImages []box.Image
+}
+
+// finish ends a tile run: rank 0 reads the done records, eval --tile
 // scores the merged rows (read back from the per-raster files on every
 // rank), and rank 0 publishes the combined outputs and report.json.
-func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model *modelsel.Model, detName string, f [][]byte, vt *tileTruth, truthImages []box.Image) error {
-	rasters, labels := run.rasters, run.labels
-	var res2 metrics.Result
+func (t *tileRun) finish(e tileEnd) error {
+	c, cfg := t.c, t.cfg
+	rasters, labels := t.rasters, t.labels
+	var scores metrics.Result
 	var metricJSON, sweepJSON []byte
 	images := make([]box.Image, len(rasters))
 	for i := range rasters {
@@ -405,7 +421,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 	}
 	var merged [][]box.Detection // eval --tile only
 	if cfg.Eval != nil {
-		copy(images, truthImages)
+		copy(images, e.truthImages)
 		merged = make([][]box.Detection, len(rasters))
 		var rerr error
 		for i, r := range rasters {
@@ -432,25 +448,25 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 		}
 		scored, err := scoreShard(c, mIn, split[c.Rank()], shardmetrics.Config{
 			Options:  metrics.Options{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics},
-			Families: fam, ClassMetrics: cfg.Eval.ClassMetrics, Sweep: cfg.Eval.IoUSweep}, run.stats)
+			Families: fam, ClassMetrics: cfg.Eval.ClassMetrics, Sweep: cfg.Eval.IoUSweep}, t.stats)
 		if err != nil {
 			return err
 		}
-		res2 = scored.Result
+		scores = scored.Result
 		sweepJSON = SweepJSON(cfg.Eval.IoUSweep, scored.Sweep)
-		run.stats.Seconds["metrics"] = since(tm)
-		metricJSON = MetricsJSON(res2.Values)
+		t.stats.Seconds["metrics"] = since(tm)
+		metricJSON = MetricsJSON(scores.Values)
 		if err := collective.Agree(c, append(append([]byte(nil), metricJSON...), sweepJSON...)); err != nil {
 			return err
 		}
 	}
-	return collective.WriteReport(c, *run.stats, "predictions", func(allStats []collective.RankStats) error {
+	return collective.WriteReport(c, *t.stats, "predictions", func(allStats []collective.RankStats) error {
 		tw := time.Now()
 		var rep tileReport
 		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
-			Ranks: c.Size(), Images: len(rasters), Model: &model.Info, Detector: detName, AllowOutsideRoot: cfg.AllowOutsideRoot,
+			Ranks: c.Size(), Images: len(rasters), Model: &e.model.Info, Detector: e.detector, AllowOutsideRoot: cfg.AllowOutsideRoot,
 			PerRank: allStats}
-		rep.setCrops(run.crops)
+		rep.setCrops(t.crops)
 		outputs := map[string]string{}
 		windowDets := 0
 		for i := range rasters {
@@ -474,16 +490,16 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 			rep.Settings = rc.finishSettings(rep.Model)
 		}
 		if cfg.LabelDict != "" {
-			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: outdir.SHA256Hex(f[5])}}
+			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: outdir.SHA256Hex(e.labelDict)}}
 		}
-		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters, rep.Tile.Truth = run.ix.total(), windowDets, rasters, vt
+		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters, rep.Tile.Truth = t.ix.total(), windowDets, rasters, e.truth
 		rep.Tile.SkipEmpty = cfg.SkipEmpty
 		for _, s := range allStats {
 			rep.Tile.Skipped += s.Skipped
 		}
 		rep.Tile.Order = "rasters in input order; each raster's windows x outer, y inner (DeepForest's compute_windows)"
 		if cfg.Resume {
-			rep.Tile.Resume = &tileResumeInfo{Attempt: res.Attempt, RastersFinished: len(res.Finished), WindowsSaved: res.Windows, RecordsDropped: res.Dropped}
+			rep.Tile.Resume = &tileResumeInfo{Attempt: e.res.Attempt, RastersFinished: len(e.res.Finished), WindowsSaved: e.res.Windows, RecordsDropped: e.res.Dropped}
 		}
 		var set []outdir.Staged
 		drop := func() {
@@ -491,12 +507,12 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 				os.Remove(filepath.Join(cfg.Out, s.Tmp))
 			}
 		}
-		preds, err := stageCombinedCSV(cfg.Out, rasters, run.crops)
+		preds, err := stageCombinedCSV(cfg.Out, rasters, t.crops)
 		if err != nil {
 			return err
 		}
 		set = append(set, preds)
-		cropCols := run.crops.Columns()
+		cropCols := t.crops.Columns()
 		rows := func(i int) (rasterRows, error) {
 			if merged != nil && cropCols == nil {
 				return rasterRows{dets: merged[i]}, nil
@@ -518,14 +534,14 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 				rep.MetricsByIoU = json.RawMessage(sweepJSON)
 			}
 			results, err := outdir.Stage(cfg.Out, "results.csv", func(w io.Writer) error {
-				return writeResults(w, images, merged, labels, res2.Matches)
+				return writeResults(w, images, merged, labels, scores.Matches)
 			})
 			if err != nil {
 				drop()
 				return err
 			}
 			set = append(set, results)
-			h, err := stageTileHTML(cfg, &rep, f[4], rasters, run.ix, run.rs, images, merged, labels, res2, metricJSON, since(tw))
+			h, err := stageTileHTML(cfg, &rep, e.truthCSV, rasters, t.ix, t.rs, images, merged, labels, scores, metricJSON, since(tw))
 			if err != nil {
 				drop()
 				return err
@@ -542,18 +558,18 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 		if err := publishSet(cfg.Out, set, rep); err != nil {
 			return err
 		}
-		if err := run.out.Commit(); err != nil {
+		if err := t.out.Commit(); err != nil {
 			return err
 		}
 		if cfg.Stdout != nil && cfg.Eval != nil {
-			printTable(cfg.Stdout, res2.Values)
+			printTable(cfg.Stdout, scores.Values)
 			if cfg.Eval.HTML != nil {
 				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))
 			}
 		}
 		if cfg.Stdout != nil {
 			fmt.Fprintf(cfg.Stdout, "%d detections on %d rasters (%d windows, %d window detections): %s\n",
-				rep.Boxes, len(rasters), run.ix.total(), windowDets, filepath.Join(cfg.Out, "predictions.csv"))
+				rep.Boxes, len(rasters), t.ix.total(), windowDets, filepath.Join(cfg.Out, "predictions.csv"))
 		}
 		return nil
 	})
