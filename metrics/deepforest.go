@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/metrics/lsap"
 )
 
 // Semantics selects which of DeepForest's two box-metric definitions to
@@ -305,7 +306,7 @@ func PyFloatRepr(v float64) string {
 // left false: the threshold applies in the reduction). DeepForest
 // solves it with scipy on the dense truth × prediction matrix; canopy gives
 // scipy's answer, ties and zero-overlap pairs included, from the
-// overlapping pairs alone (AssignSparseMax), so memory grows with the boxes
+// overlapping pairs alone (lsap.AssignSparseMax), so memory grows with the boxes
 // and the overlaps, not their product.
 func matchImage(img int, truth []box.Truth, dets []box.Detection) ([]Match, error) {
 	rows := make([]Match, len(truth))
@@ -326,9 +327,9 @@ func matchImage(img int, truth []box.Truth, dets []box.Detection) ([]Match, erro
 				inter[t*np+p] = Intersection(truth[t].Box, dets[p].Box)
 			}
 		}
-		col, err = Assign(inter, nt, np, true)
+		col, err = lsap.Assign(inter, nt, np, true)
 	} else {
-		col, err = AssignSparseMax(nt, np, overlapEntries(truth, dets))
+		col, err = lsap.AssignSparseMax(nt, np, overlapEntries(truth, dets))
 	}
 	if err != nil {
 		return nil, err
@@ -352,14 +353,14 @@ const denseMax = 1024
 
 // overlapEntries lists the truth × detection pairs of positive
 // intersection area (row: truth index, column: detection index).
-func overlapEntries(truth []box.Truth, dets []box.Detection) []Entry {
+func overlapEntries(truth []box.Truth, dets []box.Detection) []lsap.Entry {
 	db := make([]box.Box, len(dets))
 	for k, d := range dets {
 		db[k] = d.Box
 	}
 	ix := newOverlapIndex(db)
-	return enumerate(len(truth), func(t int, yield func(Entry)) {
-		ix.each(db, truth[t].Box, func(k int, area float64) { yield(Entry{Row: t, Col: k, Value: area}) })
+	return enumerate(len(truth), func(t int, yield func(lsap.Entry)) {
+		ix.each(db, truth[t].Box, func(k int, area float64) { yield(lsap.Entry{Row: t, Col: k, Value: area}) })
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/metrics/lsap"
 )
 
 // Points and polygons: DeepForest's evaluate_geometry (geometry_type
@@ -214,7 +215,7 @@ func PointDistance(a, b box.Point) float64 {
 // distances computed when the solver reads them (O(n + m) memory).
 func matchPoints(img int, truth, preds []box.Geo, thr float64) ([]GeoMatch, error) {
 	dist := func(t, p int) float64 { return PointDistance(truth[t].Point, preds[p].Point) }
-	col, err := AssignFunc(len(truth), len(preds), dist, false)
+	col, err := lsap.AssignFunc(len(truth), len(preds), dist, false)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +248,7 @@ func matchPolygons(img int, truth, preds []box.Geo, thr float64, areas AreasFunc
 	}
 	defer done()
 	tb, pb := shapeBounds(truth), shapeBounds(preds)
-	var entries []Entry
+	var entries []lsap.Entry
 	for t := range truth {
 		for p := range preds {
 			if !envelopesMeet(tb[t], pb[p]) {
@@ -258,11 +259,11 @@ func matchPolygons(img int, truth, preds []box.Geo, thr float64, areas AreasFunc
 				return nil, err
 			}
 			if ok && v > 0 {
-				entries = append(entries, Entry{Row: t, Col: p, Value: v})
+				entries = append(entries, lsap.Entry{Row: t, Col: p, Value: v})
 			}
 		}
 	}
-	col, err := AssignSparseMax(len(truth), len(preds), entries)
+	col, err := lsap.AssignSparseMax(len(truth), len(preds), entries)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/internal/testsupport/boxgen"
 )
 
 // intersectionOverUnionDense is the former IntersectionOverUnion, which
@@ -94,8 +95,8 @@ func genInput(rng *rand.Rand, nImages, maxBoxes int) Input {
 			np = 0
 		}
 		grid := 4 + rng.IntN(40)
-		tb := genBoxes(rng, nt, grid, 1+rng.IntN(10), nil)
-		pb := genBoxes(rng, np, grid, 1+rng.IntN(10), tb)
+		tb := boxgen.Boxes(rng, nt, grid, 1+rng.IntN(10), nil)
+		pb := boxgen.Boxes(rng, np, grid, 1+rng.IntN(10), tb)
 		im := box.Image{Path: fmt.Sprintf("img%03d.png", i), Empty: nt == 0}
 		for _, b := range tb {
 			if rng.IntN(15) == 0 {

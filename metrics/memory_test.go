@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/metrics/lsap"
 )
 
 // tileInput is one big tile: nTruth crowns of 20–80 px scattered over a
@@ -81,9 +82,9 @@ func TestEnumerateInQueryOrder(t *testing.T) {
 		db[k] = d.Box
 	}
 	ix := newOverlapIndex(db)
-	var want []Entry
+	var want []lsap.Entry
 	for q := range truth {
-		ix.each(db, truth[q].Box, func(k int, a float64) { want = append(want, Entry{q, k, a}) })
+		ix.each(db, truth[q].Box, func(k int, a float64) { want = append(want, lsap.Entry{Row: q, Col: k, Value: a}) })
 	}
 	got := overlapEntries(truth, dets)
 	if len(got) != len(want) || len(got) < len(truth) {

@@ -3,8 +3,9 @@
 # mutate; not in CI: it runs a package's tests once per mutant).
 #
 # Targets (default: all, in this order):
-#   wire plan parts metrics          internal/wire, internal/plan,
-#                                    internal/parts, metrics: the whole
+#   wire plan parts metrics lsap     internal/wire, internal/plan,
+#                                    internal/parts, metrics, metrics/lsap
+#                                    (the assignment solvers): the whole
 #                                    package and its tests
 #   nms anchors transform loss post  infer/retinanet, one file (or two) at a
 #                                    time (post: forward.go's postprocess and
@@ -58,7 +59,7 @@ unleash() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(wire plan parts metrics nms anchors transform loss post tile torchfile config dataset gdalvec)
+[ ${#targets[@]} -gt 0 ] || targets=(wire plan parts metrics lsap nms anchors transform loss post tile torchfile config dataset gdalvec)
 for t in "${targets[@]}"; do
 	case $t in
 	wire | plan | parts | config) unleash "$t" "" "./internal/$t" ;;
@@ -66,6 +67,7 @@ for t in "${targets[@]}"; do
 	dataset) files dataset internal/dataset "voc.go coco.go" "" ;;
 	gdalvec) files gdalvec infer/gdal "vector.go vecread.go readfile.go" "" ;;
 	metrics) unleash metrics "" ./metrics ;;
+	lsap) unleash lsap "" ./metrics/lsap ;;
 	nms) retinanet nms "nms.go torchsort.go" '^(TestNMSTies|TestBatchedNMSTies|TestTorchSortDesc)$' ;;
 	anchors) retinanet anchors "anchors.go" '^(TestGoldenDemoModel|TestGoldenDemoOnSample|TestLossThreads|TestTargets)$' ;;
 	transform) retinanet transform "transform.go" '^(TestResizeSizeTable|TestParseRules|TestBlendFixture|TestGoldenDemoModel|TestGoldenLegacyResize/demo)$' ;;

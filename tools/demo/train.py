@@ -150,7 +150,7 @@ def flip(img, boxes, hflip, vflip):
 def lsap(cost, maximize=False):
     """Rectangular linear sum assignment, scipy.optimize.linear_sum_assignment's
     algorithm and tie rules (Crouse 2016 shortest augmenting path, as canopy's
-    metrics/lsap.go): returns (rows, cols) of min(nr, nc) assigned pairs."""
+    metrics/lsap/lsap.go): returns (rows, cols) of min(nr, nc) assigned pairs."""
     c = np.asarray(cost, dtype=np.float64)
     nr, nc = c.shape
     if nr == 0 or nc == 0:
@@ -593,7 +593,7 @@ def main():
         "## Validation (%d images of seed 12, IoU 0.4)" % len(val),
         "",
         "DeepForest-style box recall/precision: per image, one-to-one pairing maximising total intersection",
-        "area (a port of scipy's `linear_sum_assignment` algorithm, as canopy's `metrics/lsap.go`; scipy is not",
+        "area (a port of scipy's `linear_sum_assignment` algorithm, as canopy's `metrics/lsap/lsap.go`; scipy is not",
         "installed for `/usr/bin/python3`), a truth box is matched when IoU > 0.4; recall = mean over images",
         "with truth of matched/truth, precision = mean over images with predictions of matched/predicted.",
         "",

@@ -1,4 +1,4 @@
-package metrics
+package lsap
 
 // treap is an ordered set of column indices keyed by (v[j] descending,
 // j ascending), where v is the solver's column potentials (a member's
