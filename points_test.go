@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"image"
 	"image/png"
 	"math"
 	"os"
@@ -95,8 +96,12 @@ func TestPointPredictRefusals(t *testing.T) {
 	model, images := pointSet(t)
 	out := filepath.Join(t.TempDir(), "out")
 	r := run1(t, "predict", "--model", model, "--images", images, "--out", out, "--resume")
-	if r.code != 2 || !strings.Contains(r.stderr, "--resume is not yet available for a point model") {
-		t.Fatalf("--resume: exit %d: %s", r.code, r.stderr)
+	if r.code != 2 || !strings.Contains(r.stderr, "no run to resume") {
+		t.Fatalf("--resume into an empty folder: exit %d: %s", r.code, r.stderr)
+	}
+	r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--skip-empty")
+	if r.code != 2 || !strings.Contains(r.stderr, "--skip-empty is for --tile") {
+		t.Fatalf("--skip-empty without --tile: exit %d: %s", r.code, r.stderr)
 	}
 	// an image whose forward pass does not fit the rank's memory: exit 3
 	// before any work, naming the image and --tile
@@ -224,5 +229,119 @@ func TestPointPredictThenEval(t *testing.T) {
 	}
 	if rep.Metrics["point_recall"] != 1 || rep.Metrics["point_precision"] != 1 || len(rows) == 0 {
 		t.Fatalf("metrics %v over %d points", rep.Metrics, len(rows))
+	}
+}
+
+// TestMPIPointPredictResume: a point run interrupted on 3 ranks (rank 1
+// signals itself after one window: exit 8) and resumed on 2 gives the
+// bytes of an uninterrupted run on 1 rank, taking the saved windows from
+// the part files; a --resume with other settings or an edited image is
+// refused (exit 2, naming the difference).
+func TestMPIPointPredictResume(t *testing.T) {
+	model, images := pointSet(t)
+	tileArgs := []string{"--tile", "--patch-size", "128", "--patch-overlap", "0.1", "--threads", "1"}
+	ref := filepath.Join(t.TempDir(), "ref")
+	if r := mpirun(t, 1, nil, append([]string{"predict", "--model", model, "--images", images, "--out", ref}, tileArgs...)...); r.code != 0 {
+		t.Fatalf("reference run: exit %d\n%s", r.code, r.stderr)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	args := append([]string{"predict", "--model", model, "--images", images, "--out", out}, tileArgs...)
+	r := mpirun(t, 3, []string{"CANOPY_TEST_INTERRUPT=1:1"}, args...)
+	if r.code != 8 {
+		t.Fatalf("interrupted run: exit %d, want 8\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "predictions.csv")); err == nil {
+		t.Fatal("an interrupted run published predictions.csv")
+	}
+	bad := append(append([]string(nil), args...), "--resume", "--patch-overlap", "0.2")
+	if r := mpirun(t, 2, nil, bad...); r.code != 2 || !strings.Contains(r.stderr, "tile settings") {
+		t.Fatalf("--resume with another overlap: exit %d\n%s", r.code, r.stderr)
+	}
+	r = mpirun(t, 2, nil, append(append([]string(nil), args...), "--resume")...)
+	if r.code != 0 {
+		t.Fatalf("--resume on 2 ranks: exit %d\n%s", r.code, r.stderr)
+	}
+	want, _ := os.ReadFile(filepath.Join(ref, "predictions.csv"))
+	got, err := os.ReadFile(filepath.Join(out, "predictions.csv"))
+	if err != nil || len(want) == 0 || !bytes.Equal(got, want) {
+		t.Fatalf("resumed predictions.csv differs from the uninterrupted run's (%v):\n%s\nvs\n%s", err, got, want)
+	}
+	var rep struct {
+		Resumed int `json:"resumed_units"`
+		Windows int `json:"windows"`
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
+	if err := json.Unmarshal(b, &rep); err != nil || rep.Resumed < 1 || rep.Resumed >= rep.Windows {
+		t.Fatalf("report.json resumed_units %d of %d windows (%v)", rep.Resumed, rep.Windows, err)
+	}
+	// an image edited since the run: refused, naming it
+	if err := os.WriteFile(filepath.Join(images, "img_d.png"), append(mustRead(t, filepath.Join(images, "img_d.png")), 0), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := mpirun(t, 1, nil, append(append([]string(nil), args...), "--resume")...); r.code != 2 || !strings.Contains(r.stderr, "img_d.png changed since the run") {
+		t.Fatalf("--resume after an image edit: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestPointPredictSkipEmpty: with --tile --skip-empty a window of one
+// colour gives no points without the model (report.json counts it), and
+// the other images' rows are those of the run without it.
+func TestPointPredictSkipEmpty(t *testing.T) {
+	model, images := pointSet(t)
+	im := image.NewRGBA(image.Rect(0, 0, 200, 150))
+	for i := range im.Pix {
+		im.Pix[i] = 200
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, im); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(images, "img_z.png"), b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var csv [2]string
+	var skipped [2]int
+	for i, extra := range [][]string{nil, {"--skip-empty"}} {
+		out := filepath.Join(t.TempDir(), "out")
+		args := append([]string{"predict", "--model", model, "--images", images, "--out", out, "--tile", "--patch-size", "128", "--patch-overlap", "0.1"}, extra...)
+		if r := run1(t, args...); r.code != 0 {
+			t.Fatalf("%v: exit %d: %s", extra, r.code, r.stderr)
+		}
+		csv[i] = string(mustRead(t, filepath.Join(out, "predictions.csv")))
+		var rep struct {
+			Skipped int `json:"skipped_windows"`
+		}
+		if err := json.Unmarshal(mustRead(t, filepath.Join(out, "report.json")), &rep); err != nil {
+			t.Fatal(err)
+		}
+		skipped[i] = rep.Skipped
+	}
+	// 200×150 at 128, overlap 0.1: 2×2 windows, all one colour
+	if skipped != [2]int{0, 4} {
+		t.Fatalf("skipped windows %v, want [0 4]", skipped)
+	}
+	var other [2][]string
+	for i, c := range csv {
+		for _, l := range strings.Split(strings.TrimSpace(c), "\n") {
+			if strings.HasPrefix(l, "img_z.png,") {
+				if i == 1 {
+					t.Fatalf("--skip-empty: a point in the empty image: %s", l)
+				}
+				continue
+			}
+			other[i] = append(other[i], l)
+		}
+	}
+	if strings.Join(other[0], "\n") != strings.Join(other[1], "\n") || len(other[0]) < 2 {
+		t.Fatalf("--skip-empty changed the other images' rows:\n%v\nvs\n%v", other[1], other[0])
 	}
 }

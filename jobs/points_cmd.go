@@ -51,12 +51,15 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 		}
 		mc.RankMemory = n
 	}
-	for _, f := range []string{"resume", "crop-model", "raw-rows", "config", "skip-empty"} {
+	for _, f := range []string{"crop-model", "raw-rows", "config"} {
 		if c.IsSet(f) {
 			return usageError(fmt.Errorf("predict: --%s is not yet available for a point model (%s is a TreeFormer)", f, model))
 		}
 	}
 	tiled := c.Bool("tile")
+	if c.Bool("skip-empty") && !tiled {
+		return usageError(errors.New("predict: --skip-empty is for --tile windows"))
+	}
 	csvPath, images, raster := c.String("csv"), c.String("images"), c.String("raster")
 	n := 0
 	for _, s := range []string{csvPath, images, raster} {
@@ -90,6 +93,7 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 		given = modelsel.LabelDictOf(m)
 	}
 	cfg := points.Config{Model: model, RootDir: root, Out: c.String("out"), Force: c.Bool("force"), Tile: tiled,
+		Resume: c.Bool("resume"), SkipEmpty: c.Bool("skip-empty"),
 		Settings:  tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")},
 		LabelDict: given, Command: os.Args, Version: Version,
 		List: func() ([]string, error) {
@@ -129,6 +133,9 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 func pointErr(err error) error {
 	if err == nil {
 		return nil
+	}
+	if e := (*Error)(nil); errors.As(err, &e) {
+		return err // it carries its code already
 	}
 	var ce *points.CollectiveError
 	coll := errors.As(err, &ce)

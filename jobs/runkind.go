@@ -8,6 +8,8 @@ const (
 	kindEval        = runkind.Eval
 	kindPredictTile = runkind.PredictTile
 	kindEvalTile    = runkind.EvalTile
+	// kindPredictPoints: a point model's predict (jobs/points)
+	kindPredictPoints = runkind.PredictPoints
 )
 
 var (

@@ -35,3 +35,13 @@ func TestResumeIntoAnotherKindOfRun(t *testing.T) {
 		}
 	}
 }
+
+// A box run's --resume into a point model's folder names the point run
+// and how to continue it.
+func TestResumeIntoPointRun(t *testing.T) {
+	err := checkRunKind("OUT", []byte(`{"job": "predict points"}`), kindPredictTile)
+	if err == nil || Code(err) != ExitUsage || !strings.Contains(err.Error(), "a point model's predict run") ||
+		!strings.Contains(err.Error(), "canopy predict --model POINT-MODEL --resume") {
+		t.Fatalf("%v", err)
+	}
+}

@@ -19,7 +19,13 @@ const (
 	Eval        = "eval"
 	PredictTile = "predict --tile"
 	EvalTile    = "eval --tile"
+	// a point model's predict (jobs/points; its manifest's job is
+	// PointsJob): continued as predict --model with the point model
+	PredictPoints = "predict --model POINT-MODEL"
 )
+
+// PointsJob is a point model's predict manifest's "job".
+const PointsJob = "predict points"
 
 // Of reads the kind of run a manifest.json records ("" when b is not
 // a canopy manifest).
@@ -39,6 +45,8 @@ func Of(b []byte) string {
 		return ""
 	case m.Job != nil && *m.Job == Predict:
 		return Predict
+	case m.Job != nil && *m.Job == PointsJob:
+		return PredictPoints
 	case m.Job == nil && m.CSV != nil:
 		return Eval
 	}
@@ -56,6 +64,8 @@ func Describe(kind string) string {
 		return "a predict --tile run"
 	case EvalTile:
 		return "an eval --tile run"
+	case PredictPoints:
+		return "a point model's predict run"
 	}
 	return "no canopy run this version reads"
 }

@@ -14,6 +14,7 @@ func TestOf(t *testing.T) {
 		`{"command":"predict --tile","rasters":[]}`: PredictTile,
 		`{"command":"eval --tile"}`:                 EvalTile,
 		`{"job":"predict","images_sha256":"x"}`:     Predict,
+		`{"job":"predict points"}`:                  PredictPoints,
 		`{"csv_sha256":"x","canopy":"0.1.0"}`:       Eval,
 		`{"command":"predict"}`:                     "",
 		`{"job":"eval"}`:                            "",

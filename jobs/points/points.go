@@ -19,6 +19,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,10 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/infer/treeformer"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/errkind"
+	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/report"
 )
@@ -57,6 +62,23 @@ type Config struct {
 	// whose forward pass would need more is refused before any work.
 	Budget     int64
 	BudgetFrom string
+	// Resume continues the run in Out (manifest.json, the part files):
+	// the units found there are not computed again.
+	Resume bool
+	// SkipEmpty (with Tile) gives a window all one colour, or all the
+	// raster's nodata, no points without running the model.
+	SkipEmpty bool
+	// ScoreThresh is the peaks' threshold_rel (0: point.yaml's 0.3).
+	ScoreThresh float32
+}
+
+// peaks are the run's peak settings.
+func (cfg Config) peaks() treeformer.PeakSettings {
+	p := treeformer.DefaultPeaks
+	if cfg.ScoreThresh > 0 {
+		p.ScoreThresh = cfg.ScoreThresh
+	}
+	return p
 }
 
 // CollectiveError is an error every rank returns alike (rank 0 prints it;
@@ -82,24 +104,31 @@ type unit struct {
 
 type listPacket struct {
 	Err   string
-	Input bool
+	Code  int
 	Paths []string
+	Saved saved
 }
 
 // Report is OUT/report.json.
 type Report struct {
-	Canopy  string             `json:"canopy"`
-	Command []string           `json:"command"`
-	Ranks   int                `json:"ranks"`
-	Images  int                `json:"images"`
-	Windows int                `json:"windows"`
-	Points  int                `json:"points"`
-	Model   ModelInfo          `json:"model"`
-	Tile    *tile.Settings     `json:"tile,omitempty"`
-	Peaks   map[string]string  `json:"postprocess"`
-	Seconds map[string]float64 `json:"seconds_rank0"`
-	CPU     float64            `json:"cpu_seconds_rank0"`
-	Outputs map[string]string  `json:"outputs"`
+	Canopy  string   `json:"canopy"`
+	Command []string `json:"command"`
+	Ranks   int      `json:"ranks"`
+	Images  int      `json:"images"`
+	Windows int      `json:"windows"`
+	// Resumed are the units (images, or windows with --tile) taken from
+	// the part files of an interrupted run; Skipped the windows
+	// --skip-empty gave no points in this attempt.
+	Resumed   int                `json:"resumed_units"`
+	SkipEmpty bool               `json:"skip_empty"`
+	Skipped   int                `json:"skipped_windows"`
+	Points    int                `json:"points"`
+	Model     ModelInfo          `json:"model"`
+	Tile      *tile.Settings     `json:"tile,omitempty"`
+	Peaks     map[string]string  `json:"postprocess"`
+	Seconds   map[string]float64 `json:"seconds_rank0"`
+	CPU       float64            `json:"cpu_seconds_rank0"`
+	Outputs   map[string]string  `json:"outputs"`
 }
 
 // ModelInfo describes the loaded point model.
@@ -116,24 +145,31 @@ type ModelInfo struct {
 }
 
 // Predict runs the point job on this rank.
-func Predict(ctx context.Context, c mpi.Comm, cfg Config) error {
+func Predict(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	t0 := time.Now()
 	cpu0 := cpuSeconds()
+	m, mcfg, digest, err := treeformer.Load(cfg.Model, cfg.LabelDict)
+	if err != nil {
+		return err // this rank's: the others may have loaded it
+	}
+	if err := sameDigest(c, digest); err != nil {
+		return err
+	}
+	peaks := cfg.peaks()
+	var out *outdir.Run
+	var done map[int][]treeformer.Point
+	defer func() {
+		if out != nil {
+			out.Finish(err)
+		}
+	}()
 	var pkt []byte
 	if c.Rank() == 0 {
-		lp := listPacket{}
-		if err := prepareOut(cfg.Out, cfg.Force); err != nil {
-			lp.Err = err.Error()
-		} else if paths, err := cfg.List(); err != nil {
-			lp.Err, lp.Input = err.Error(), true
-		} else if len(paths) == 0 {
-			lp.Err, lp.Input = "points: no images", true
-		} else {
-			lp.Paths = paths
-		}
+		var lp listPacket
+		lp, out, done = openInputs(cfg, digest, peaks)
 		pkt, _ = json.Marshal(lp)
 	}
-	pkt, err := c.Bcast(pkt, 0)
+	pkt, err = c.Bcast(pkt, 0)
 	if err != nil {
 		return err
 	}
@@ -142,26 +178,13 @@ func Predict(ctx context.Context, c mpi.Comm, cfg Config) error {
 		return collective(fmt.Errorf("points: malformed broadcast: %w", err))
 	}
 	if lp.Err != "" {
-		if lp.Input {
-			return collective(fmt.Errorf("%s: %w", lp.Err, dataset.ErrInput))
-		}
-		return collective(errors.New(lp.Err))
+		return &errkind.Error{Code: lp.Code, Collective: true, Err: errors.New(lp.Err)}
 	}
-	paths := lp.Paths
-	m, mcfg, digest, err := treeformer.Load(cfg.Model, cfg.LabelDict)
-	if err != nil {
-		return err // this rank's: the others may have loaded it
-	}
-	if err := sameDigest(c, digest); err != nil {
+	if err := outdir.CheckShared(c, cfg.Out, lp.Saved.Probe); err != nil {
 		return err
 	}
-	full := make([]string, len(paths))
-	for i, p := range paths {
-		full[i] = p
-		if !filepath.IsAbs(p) {
-			full[i] = filepath.Join(cfg.RootDir, p)
-		}
-	}
+	paths := lp.Paths
+	full := fullPaths(paths, cfg.RootDir)
 	units, wins, err := plan(full, cfg)
 	if err != nil {
 		return collective(err)
@@ -169,52 +192,34 @@ func Predict(ctx context.Context, c mpi.Comm, cfg Config) error {
 	if err := checkMemory(units, full, cfg); err != nil {
 		return err // this rank's budget: another node's may differ
 	}
+	pw, err := parts.Create(cfg.Out, lp.Saved.Probe, lp.Saved.Attempt, c.Rank(), time.Second)
+	if err != nil {
+		return errkind.Local(errkind.ExitInternal, "points: %w", err)
+	}
 	load := since(t0)
 	t1 := time.Now()
-	r := treeformer.NewRunner(m, max(cfg.Threads, 1))
-	var mine []byte
-	cur, im := -1, treeformer.Image{}
-	for u := c.Rank(); u < len(units); u += c.Size() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		un := units[u]
-		if un.image != cur {
-			fi, err := imagefile.Read(full[un.image])
-			if err != nil {
-				return fmt.Errorf("points: %w: %w", err, dataset.ErrInput)
-			}
-			cur, im = un.image, treeformer.Image{W: fi.W, H: fi.H, Pix: fi.Pix}
-		}
-		win := un.win
-		if !cfg.Tile {
-			win = tile.Window{W: im.W, H: im.H}
-		}
-		if !treeformer.PointsPossible(win.H, win.W, treeformer.DefaultPeaks) {
-			mine = appendUnit(mine, u, nil) // too small for a peak away from the border
-			continue
-		}
-		d, err := r.Forward(im, win)
-		if err != nil {
-			return fmt.Errorf("points: %s: %w: %w", full[un.image], err, infer.ErrModel)
-		}
-		pts := treeformer.WindowPoints(d, treeformer.DefaultPeaks)
-		if !cfg.Tile {
-			pts = treeformer.ReducePoints(pts, treeformer.NMSDistance)
-		}
-		mine = appendUnit(mine, u, pts)
+	mine, skipped, derr := detectUnits(ctx, c, cfg, m, peaks, full, units, todo(len(units), lp.Saved.Done), &recorder{pw: pw, out: out})
+	if cerr := pw.Close(); derr == nil && cerr != nil {
+		derr = errkind.Local(errkind.ExitInternal, "points: %w", cerr)
+	}
+	if derr != nil {
+		return derr
 	}
 	detect := since(t1)
 	all, err := gather(c, mine)
 	if err != nil {
 		return err
 	}
-	byUnit, err := decodeUnits(all, len(units))
+	skips, err := c.AllgatherInt64(int64(skipped))
 	if err != nil {
-		return collective(err)
+		return err
 	}
 	if c.Rank() != 0 {
 		return nil
+	}
+	byUnit, err := decodeUnits(all, len(units), done)
+	if err != nil {
+		return err
 	}
 	label := ""
 	for name, id := range mcfg.LabelDict {
@@ -241,13 +246,16 @@ func Predict(ctx context.Context, c mpi.Comm, cfg Config) error {
 		}
 	}
 	csv := WriteCSV(names, rows, label)
-	sum := sha256Hex(csv)
 	rep := Report{Canopy: cfg.Version, Command: cfg.Command, Ranks: c.Size(), Images: len(paths), Windows: len(units),
+		Resumed: len(done), SkipEmpty: cfg.SkipEmpty,
 		Model: ModelInfo{Path: cfg.Model, SHA256: digest, Arch: "treeformer " + m.Arch.Name, Format: mcfg.Format, Backbone: mcfg.Backbone,
 			LabelDict: mcfg.LabelDict, LabelsFrom: mcfg.LabelsFrom, Ignored: mcfg.Ignored, Threads: max(cfg.Threads, 1)},
-		Peaks:   map[string]string{"score_thresh": "0.3", "min_distance": "5", "nms_distance_thresh": "5"},
+		Peaks:   map[string]string{"score_thresh": strconv.FormatFloat(float64(peaks.ScoreThresh), 'g', -1, 32), "min_distance": fmt.Sprint(peaks.MinDistance), "nms_distance_thresh": "5"},
 		Seconds: map[string]float64{"load": load, "predict": detect}, CPU: cpuSeconds() - cpu0,
-		Outputs: map[string]string{"predictions.csv": sum}}
+		Outputs: map[string]string{"predictions.csv": sha256Hex(csv)}}
+	for _, s := range skips {
+		rep.Skipped += int(s)
+	}
 	if cfg.Tile {
 		s := cfg.Settings
 		rep.Tile = &s
@@ -259,16 +267,138 @@ func Predict(ctx context.Context, c mpi.Comm, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(filepath.Join(cfg.Out, "predictions.csv"), csv); err != nil {
-		return err
-	}
-	if err := writeAtomic(filepath.Join(cfg.Out, "report.json"), append(rj, '\n')); err != nil {
+	if err := publish(cfg.Out, out, []namedBytes{{"predictions.csv", csv}, {"report.json", append(rj, '\n')}}); err != nil {
 		return err
 	}
 	if cfg.Stdout != nil {
 		fmt.Fprintf(cfg.Stdout, "%d points on %d images: %s\n", rep.Points, len(paths), filepath.Join(cfg.Out, "predictions.csv"))
 	}
 	return nil
+}
+
+// openInputs is rank 0's start: the output folder (openRun) and the
+// image list, each image identified for the manifest. Its packet carries
+// an error's text and exit code to every rank.
+func openInputs(cfg Config, digest string, peaks treeformer.PeakSettings) (listPacket, *outdir.Run, map[int][]treeformer.Point) {
+	fail := func(err error) (listPacket, *outdir.Run, map[int][]treeformer.Point) {
+		code := errkind.Code(err)
+		if errors.Is(err, dataset.ErrInput) {
+			code = errkind.ExitInput
+		}
+		return listPacket{Err: err.Error(), Code: code}, nil, nil
+	}
+	paths, err := cfg.List()
+	switch {
+	case err != nil:
+		return fail(fmt.Errorf("%w: %w", err, dataset.ErrInput))
+	case len(paths) == 0:
+		return fail(fmt.Errorf("points: no images: %w", dataset.ErrInput))
+	}
+	full := fullPaths(paths, cfg.RootDir)
+	cur := manifest{Job: Job, Canopy: cfg.Version, Model: digest, Peaks: peaks, SkipEmpty: cfg.SkipEmpty, LabelDict: cfg.LabelDict, RootDir: cfg.RootDir}
+	if cfg.Tile {
+		s := cfg.Settings
+		cur.Tile = &s
+	}
+	for i, p := range paths {
+		id, err := identify(p, full[i])
+		if err != nil {
+			return fail(err)
+		}
+		cur.Images = append(cur.Images, id)
+	}
+	units, _, err := plan(full, cfg)
+	if err != nil {
+		return fail(err)
+	}
+	out, sv, done, err := openRun(cfg.Out, cfg.Resume, cfg.Force, cur, len(units))
+	if err != nil {
+		return fail(err)
+	}
+	return listPacket{Paths: paths, Saved: sv}, out, done
+}
+
+func fullPaths(paths []string, root string) []string {
+	full := make([]string, len(paths))
+	for i, p := range paths {
+		full[i] = p
+		if !filepath.IsAbs(p) {
+			full[i] = filepath.Join(root, p)
+		}
+	}
+	return full
+}
+
+// todo are the units not in done, in order.
+func todo(n int, done []int) []int {
+	skip := make([]bool, n)
+	for _, u := range done {
+		skip[u] = true
+	}
+	var t []int
+	for u := range n {
+		if !skip[u] {
+			t = append(t, u)
+		}
+	}
+	return t
+}
+
+// detectUnits computes this rank's share of the units left (every
+// size-th, from its rank), appending each to the part file as it
+// finishes; it returns the encoded units and how many windows
+// --skip-empty gave no points without the model.
+func detectUnits(ctx context.Context, c mpi.Comm, cfg Config, m *treeformer.Model, peaks treeformer.PeakSettings, full []string, units []unit, left []int, rec *recorder) ([]byte, int, error) {
+	r := treeformer.NewRunner(m, max(cfg.Threads, 1))
+	var mine []byte
+	cur, im := -1, treeformer.Image{}
+	var nd tile.NoData
+	skipped, n, stop := 0, 0, testhook.InterruptAfter(c.Rank())
+	for k := c.Rank(); k < len(left); k += c.Size() {
+		if ctx.Err() != nil {
+			return mine, skipped, errkind.Local(errkind.ExitResumable, "points: %w", errkind.ErrInterrupted)
+		}
+		u := left[k]
+		un := units[u]
+		if un.image != cur {
+			fi, err := imagefile.Read(full[un.image])
+			if err != nil {
+				return mine, skipped, fmt.Errorf("points: %w: %w", err, dataset.ErrInput)
+			}
+			cur, im = un.image, treeformer.Image{W: fi.W, H: fi.H, Pix: fi.Pix}
+			if cfg.SkipEmpty {
+				nd = noData(full[un.image])
+			}
+		}
+		win := un.win
+		if !cfg.Tile {
+			win = tile.Window{W: im.W, H: im.H}
+		}
+		var pts []treeformer.Point
+		switch {
+		case cfg.SkipEmpty && emptyWindow(im, win, nd):
+			skipped++
+		case !treeformer.PointsPossible(win.H, win.W, peaks):
+			// too small for a peak away from the border
+		default:
+			d, err := r.Forward(im, win)
+			if err != nil {
+				return mine, skipped, fmt.Errorf("points: %s: %w: %w", full[un.image], err, infer.ErrModel)
+			}
+			pts = treeformer.WindowPoints(d, peaks)
+			if !cfg.Tile {
+				pts = treeformer.ReducePoints(pts, treeformer.NMSDistance)
+			}
+		}
+		mine = appendUnit(mine, u, pts)
+		if err := rec.record(u, pts); err != nil {
+			return mine, skipped, err
+		}
+		if n++; n == stop {
+			testhook.InterruptSelf(c.Rank())
+		}
+	}
+	return mine, skipped, nil
 }
 
 // plan lists the units in canonical order (image, then window): one per
@@ -377,11 +507,17 @@ func appendUnit(b []byte, u int, pts []treeformer.Point) []byte {
 	return b
 }
 
-// decodeUnits reads every rank's units, checking each unit comes exactly
-// once.
-func decodeUnits(b []byte, n int) ([][]treeformer.Point, error) {
+// decodeUnits reads every rank's units beside the ones done before (a
+// resumed run's), checking each unit comes exactly once.
+func decodeUnits(b []byte, n int, done map[int][]treeformer.Point) ([][]treeformer.Point, error) {
 	out := make([][]treeformer.Point, n)
 	seen := make([]bool, n)
+	for u, pts := range done {
+		if u < 0 || u >= n {
+			return nil, fmt.Errorf("points: saved unit %d of %d", u, n)
+		}
+		out[u], seen[u] = pts, true
+	}
 	for len(b) > 0 {
 		if len(b) < 8 {
 			return nil, errors.New("points: truncated gather")
@@ -456,30 +592,6 @@ func csvField(s string) string {
 		}
 	}
 	return s
-}
-
-// prepareOut makes the output folder; a previous predictions.csv is
-// refused unless force.
-func prepareOut(dir string, force bool) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("points: %w", err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "predictions.csv")); err == nil && !force {
-		return fmt.Errorf("points: %s holds a previous run's predictions.csv (give --force to replace it)", dir)
-	}
-	return nil
-}
-
-func writeAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("points: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("points: %w", err)
-	}
-	return nil
 }
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }

@@ -11,7 +11,7 @@ import (
 func TestDecodeUnits(t *testing.T) {
 	a := []treeformer.Point{{X: 1.5, Y: 2.25, Score: 0.75}, {X: math.Nextafter(3, 4), Y: 0, Score: 1}}
 	b := appendUnit(appendUnit(nil, 1, a), 0, nil)
-	got, err := decodeUnits(b, 2)
+	got, err := decodeUnits(b, 2, nil)
 	if err != nil || len(got[0]) != 0 || len(got[1]) != 2 || got[1][1] != a[1] || got[1][0] != a[0] {
 		t.Fatalf("%v %v", got, err)
 	}
@@ -21,7 +21,7 @@ func TestDecodeUnits(t *testing.T) {
 		"truncated": b[:len(b)-3],
 		"range":     appendUnit(appendUnit(nil, 0, nil), 7, nil),
 	} {
-		if _, err := decodeUnits(bad, 2); err == nil {
+		if _, err := decodeUnits(bad, 2, nil); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -45,7 +45,7 @@ func FuzzDecodeUnits(f *testing.F) {
 		if n < 0 || n > 1000 {
 			return
 		}
-		units, err := decodeUnits(b, n)
+		units, err := decodeUnits(b, n, nil)
 		if err != nil {
 			return
 		}
@@ -53,7 +53,7 @@ func FuzzDecodeUnits(f *testing.F) {
 		for u, pts := range units {
 			re = appendUnit(re, u, pts)
 		}
-		again, err := decodeUnits(re, n)
+		again, err := decodeUnits(re, n, nil)
 		if err != nil || len(again) != n {
 			t.Fatalf("re-encoded units refused: %v", err)
 		}
