@@ -24,6 +24,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/geotruth"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
@@ -128,7 +129,7 @@ func publishRaster(out string, i int, r tileRaster, merged []box.Detection, wind
 		if err := rasterFault(r.Name + ".csv"); err != nil {
 			return err
 		}
-		return writePredictionRows(w, []box.Image{{Path: r.Path}}, [][]box.Detection{merged}, labels, crops)
+		return output.WritePredictions(w, []box.Image{{Path: r.Path}}, [][]box.Detection{merged}, labels, crops)
 	})
 	if err != nil {
 		drop()
@@ -244,7 +245,7 @@ func rasterCSV(out string, r tileRaster) string { return filepath.Join(out, rast
 // stageCombinedCSV stages predictions.csv: the header, then each
 // raster's CSV without its header, in raster order (never all in memory).
 func stageCombinedCSV(out string, rasters []tileRaster, cs *cropstage.Set) (outdir.Staged, error) {
-	header := predictionsHeader(cs)
+	header := output.PredictionsHeader(cs)
 	return outdir.Stage(out, "predictions.csv", func(w io.Writer) error {
 		if _, err := io.WriteString(w, header); err != nil {
 			return err
@@ -453,9 +454,9 @@ func (t *tileRun) finish(e tileEnd) error {
 			return err
 		}
 		scores = scored.Result
-		sweepJSON = SweepJSON(cfg.Eval.IoUSweep, scored.Sweep)
+		sweepJSON = output.SweepJSON(cfg.Eval.IoUSweep, scored.Sweep)
 		t.stats.Seconds["metrics"] = since(tm)
-		metricJSON = MetricsJSON(scores.Values)
+		metricJSON = output.MetricsJSON(scores.Values)
 		if err := collective.Agree(c, append(append([]byte(nil), metricJSON...), sweepJSON...)); err != nil {
 			return err
 		}
@@ -463,7 +464,7 @@ func (t *tileRun) finish(e tileEnd) error {
 	return collective.WriteReport(c, *t.stats, "predictions", func(allStats []collective.RankStats) error {
 		tw := time.Now()
 		var rep tileReport
-		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
+		rep.predictReport = predictReport{Canopy: output.Version, Git: output.GitRevision(), MPI: c.Implementation(), Command: cfg.Command,
 			Ranks: c.Size(), Images: len(rasters), Model: &e.model.Info, Detector: e.detector, AllowOutsideRoot: cfg.AllowOutsideRoot,
 			PerRank: allStats}
 		rep.setCrops(t.crops)
@@ -534,7 +535,7 @@ func (t *tileRun) finish(e tileEnd) error {
 				rep.MetricsByIoU = json.RawMessage(sweepJSON)
 			}
 			results, err := outdir.Stage(cfg.Out, "results.csv", func(w io.Writer) error {
-				return writeResults(w, images, merged, labels, scores.Matches)
+				return output.WriteResults(w, images, labels, scores.Matches)
 			})
 			if err != nil {
 				drop()
@@ -562,7 +563,7 @@ func (t *tileRun) finish(e tileEnd) error {
 			return err
 		}
 		if cfg.Stdout != nil && cfg.Eval != nil {
-			printTable(cfg.Stdout, scores.Values)
+			output.PrintTable(cfg.Stdout, scores.Values)
 			if cfg.Eval.HTML != nil {
 				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))
 			}

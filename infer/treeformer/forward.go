@@ -82,31 +82,47 @@ func (r *Runner) trace(name string, v []float32, shape ...int) {
 // image).
 func (r *Runner) Forward(im Image, win tile.Window) (Density, error) {
 	h, w := win.H, win.W
-	if len(im.Pix) != 3*im.W*im.H || win.X < 0 || win.Y < 0 || win.X+w > im.W || win.Y+h > im.H {
-		return Density{}, fmt.Errorf("treeformer: window %+v of a %d×%d image (%d values)", win, im.W, im.H, len(im.Pix))
-	}
-	if h < Stride || w < Stride {
-		return Density{}, fmt.Errorf("treeformer: a %d×%d window is too small for the stride-%d density map", w, h, Stride)
+	if err := checkWindow(im, win); err != nil {
+		return Density{}, err
 	}
 	x, ph, pw := Normalize(im, win)
 	r.trace("input", x, 1, 3, ph, pw)
 	feats := r.backbone(cpu.Fmap{C: 3, H: ph, W: pw, D: x})
 	y0, count := r.decoder(feats, h, w)
+	return densityOf(y0.D, y0.W, h, w, ph, pw, count), nil
+}
+
+// checkWindow refuses a window outside the image, or too small for the
+// density map.
+func checkWindow(im Image, win tile.Window) error {
+	h, w := win.H, win.W
+	if len(im.Pix) != 3*im.W*im.H || win.X < 0 || win.Y < 0 || win.X+w > im.W || win.Y+h > im.H {
+		return fmt.Errorf("treeformer: window %+v of a %d×%d image (%d values)", win, im.W, im.H, len(im.Pix))
+	}
+	if h < Stride || w < Stride {
+		return fmt.Errorf("treeformer: a %d×%d window is too small for the stride-%d density map", w, h, Stride)
+	}
+	return nil
+}
+
+// densityOf crops the stride-4 map y0 (rows of y0W values; channel 0) to
+// the window's (h/4)×(w/4) and normalises it as _normalize_density does:
+// map/(sum + 1e-4)·count in float32, the sum in float64 in row order.
+func densityOf(y0 []float32, y0W, h, w, ph, pw int, count float32) Density {
 	oh, ow := h/Stride, w/Stride
 	crop := make([]float32, oh*ow)
 	var s float64
 	for i := 0; i < oh; i++ {
-		copy(crop[i*ow:(i+1)*ow], y0.D[i*y0.W:i*y0.W+ow])
+		copy(crop[i*ow:(i+1)*ow], y0[i*y0W:i*y0W+ow])
 	}
 	for _, v := range crop {
 		s += float64(v)
 	}
-	// _normalize_density: map/(sum + 1e-4)·count, float32
 	den := float32(s) + float32(1e-4)
 	for i, v := range crop {
 		crop[i] = v / den * count
 	}
-	return Density{H: oh, W: ow, PadH: ph, PadW: pw, Map: crop, Count: count}, nil
+	return Density{H: oh, W: ow, PadH: ph, PadW: pw, Map: crop, Count: count}
 }
 
 // backbone runs the four PvT stages; it returns each stage's output
@@ -273,25 +289,30 @@ func (r *Runner) decoder(f [4]cpu.Fmap, h, w int) (cpu.Fmap, float32) {
 	a := r.e.Conv(r.m.res0a, top, true, nil)
 	y0 := r.e.Conv(r.m.res0b, a, true, nil)
 	r.trace("res0", y0.D, 1, y0.C, y0.H, y0.W)
-	// count head: GAP of proj1's map (256), cls_lin3 (no bias), cls_lin4
-	gap := channelMeans(f[1])
+	count := r.m.countHead(channelMeans(f[1]), h, w, r.trace)
+	return y0, count
+}
+
+// countHead is the count of an h×w window from gap, proj1's channel
+// means (256): cls_lin3 (no bias) and cls_lin4 in float64, rounded once
+// each, times h·w, |·| clamped at 1e-4.
+func (m *Model) countHead(gap []float32, h, w int, trace func(string, []float32, ...int)) float32 {
 	l3 := make([]float32, 128)
 	for i := range l3 {
 		var s float64
 		for ch, v := range gap {
-			s += float64(r.m.lin3[i*len(gap)+ch]) * float64(v)
+			s += float64(m.lin3[i*len(gap)+ch]) * float64(v)
 		}
 		l3[i] = float32(s)
 	}
-	r.trace("cls_lin3", l3, 1, 128)
+	trace("cls_lin3", l3, 1, 128)
 	var s float64
 	for i, v := range l3 {
-		s += float64(r.m.lin4[i]) * float64(v)
+		s += float64(m.lin4[i]) * float64(v)
 	}
-	yc := float32(s) + r.m.lin4B[0]
-	r.trace("cls_lin4", []float32{yc}, 1, 1)
-	count := max(abs32(yc*float32(h*w)), 1e-4)
-	return y0, count
+	yc := float32(s) + m.lin4B[0]
+	trace("cls_lin4", []float32{yc}, 1, 1)
+	return max(abs32(yc*float32(h*w)), 1e-4)
 }
 
 func abs32(x float32) float32 { return float32(math.Abs(float64(x))) }

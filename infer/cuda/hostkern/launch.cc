@@ -180,6 +180,20 @@ const entry kernels_by_name[] = {
 	CANOPY_ENTRY(loss_lowq, false),
 	CANOPY_ENTRY(loss_sums, false),
 	CANOPY_ENTRY(loss_final, false),
+	CANOPY_ENTRY(tf_layernorm, false),
+	CANOPY_ENTRY(tf_dwconv_gelu, false),
+	CANOPY_ENTRY(tf_gemm, false),
+	CANOPY_ENTRY(tf_softmax, false),
+	CANOPY_ENTRY(tf_upsample2, false),
+	CANOPY_ENTRY(tf_chan_mean, false),
+	CANOPY_ENTRY(tf_ca_gate, false),
+	CANOPY_ENTRY(tf_scale_chan, false),
+	CANOPY_ENTRY(tf_add, false),
+	CANOPY_ENTRY(crop_hpass, false),
+	CANOPY_ENTRY(crop_vpass, false),
+	CANOPY_ENTRY(crop_pool, false),
+	CANOPY_ENTRY(crop_fc, false),
+	CANOPY_ENTRY(crop_softmax, false),
 };
 #undef CANOPY_ENTRY
 } // namespace

@@ -1140,3 +1140,452 @@ extern "C" __global__ void loss_final(const double *__restrict__ sums,
 	out[img * 3 + 1] = (float)r / d;
 	out[img * 3 + 2] = (float)f;
 }
+
+// ---------------------------------------------------------------------------
+// TreeFormer (infer/treeformer's GPU runner, gpu.go): the point model's
+// layers beyond its convolutions. Each is one thread per output (or per
+// row of a row reduction), reduced in a fixed order, and is the CPU
+// kernel's operation sequence (infer/treeformer/kernels.go,
+// infer/gemm/kernels_body.h), so on the host shim each gives the CPU's
+// bits (tested), and on a GPU too but for tf_ca_gate's exp (the CUDA
+// libm's, within one ulp of double).
+//
+// Layout: a map of C channels over P positions is NCHW (element (c, p) at
+// c·P + p: canopy's exact kernels) or NHWC, token-major (p·C + c: the
+// cuDNN path, and the transformer's N×C tokens); nhwc says which.
+
+CANOPY_INLINE long long tf_at(int nhwc, int c, long long p, int C, long long P)
+{
+	return nhwc ? p * C + c : (long long)c * P + p;
+}
+
+// tf_split is output i's channel and position in a map of C channels over
+// P positions.
+CANOPY_INLINE void tf_split(long long i, int C, long long P, int nhwc, int *c, long long *p)
+{
+	if (nhwc) {
+		*p = i / C;
+		*c = (int)(i - *p * C);
+	} else {
+		*c = (int)(i / P);
+		*p = i - (long long)*c * P;
+	}
+}
+
+CANOPY_INLINE double tf_from_bits(unsigned long long b)
+{
+#ifdef __CUDACC__
+	return __longlong_as_double((long long)b);
+#else
+	double d;
+	memcpy(&d, &b, 8);
+	return d;
+#endif
+}
+
+CANOPY_INLINE unsigned long long tf_to_bits(double d)
+{
+#ifdef __CUDACC__
+	return (unsigned long long)__double_as_longlong(d);
+#else
+	unsigned long long b;
+	memcpy(&b, &d, 8);
+	return b;
+#endif
+}
+
+// tf_exp is infer/gemm's exp_fast: n = floor(x·log2e + 0.5), r = x − n·ln2,
+// Taylor to degree 8, times 2ⁿ from the bits of n + 1023 + 1.5·2⁵²; 0 below
+// −708, +∞ above 709.
+CANOPY_INLINE double tf_exp(double x)
+{
+	double xc = x < -708.0 ? -708.0 : (x > 709.0 ? 709.0 : x);
+	double n = floor(xc * 1.4426950408889634 + 0.5);
+	double r = xc - n * 0.69314718055994529;
+	double p = 1 + r * (1 + r * (1.0 / 2 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (1.0 / 720 + r * (1.0 / 5040 + r * (1.0 / 40320))))))));
+	double m = n + 1023.0 + 6755399441055744.0;
+	double s = tf_from_bits(tf_to_bits(m) << 52);
+	double v = p * s;
+	v = x < -708.0 ? 0.0 : v;
+	return x > 709.0 ? tf_from_bits(0x7ff0000000000000ull) : v;
+}
+
+// tf_gelu is infer/gemm's gelu1: erf by Abramowitz–Stegun 7.1.26 in double.
+CANOPY_INLINE float tf_gelu(float xf)
+{
+	double v = xf;
+	double z = fabs(v) * 0.70710678118654757;
+	double t = 1 / (1 + 0.3275911 * z);
+	double erfc = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))) * tf_exp(-z * z);
+	double g = v < 0 ? (0.5 * v) * erfc : (0.5 * v) * (2 - erfc);
+	return (float)g;
+}
+
+// tf_layernorm: LayerNorm over the C channels of each of P positions (one
+// thread per position; y may be x): mean and biased variance summed in
+// double in channel order (two passes), rstd = 1/√(var + eps), then
+// (float)((x − mean)·rstd)·g + b in float.
+extern "C" __global__ void tf_layernorm(const float *x, float *y, const float *__restrict__ g,
+                                        const float *__restrict__ b, int P, int C, int nhwc, double eps)
+{
+	long long p = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (p >= P)
+		return;
+	double s = 0;
+	for (int c = 0; c < C; c++)
+		s += (double)x[tf_at(nhwc, c, p, C, P)];
+	double mean = s / (double)C;
+	double q = 0;
+	for (int c = 0; c < C; c++) {
+		double d = (double)x[tf_at(nhwc, c, p, C, P)] - mean;
+		q += d * d;
+	}
+	double rstd = 1 / sqrt(q / (double)C + eps);
+	for (int c = 0; c < C; c++) {
+		long long i = tf_at(nhwc, c, p, C, P);
+		float n = (float)(((double)x[i] - mean) * rstd);
+		float v = n * g[c];
+		y[i] = v + b[c];
+	}
+}
+
+// tf_dwconv_gelu: the Mix-FFN's depthwise 3×3 convolution (zero padding 1)
+// of an H×W map of C channels, the taps in (ky, kx) order added to the bias
+// one product at a time, then GELU. w is tap-major [9][C]. One thread per
+// output.
+extern "C" __global__ void tf_dwconv_gelu(const float *__restrict__ x, float *__restrict__ y,
+                                          const float *__restrict__ w, const float *__restrict__ b,
+                                          int H, int W, int C, int nhwc)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	long long P = (long long)H * W;
+	if (i >= P * C)
+		return;
+	int c;
+	long long p;
+	tf_split(i, C, P, nhwc, &c, &p);
+	int yy = (int)(p / W), xx = (int)(p - (long long)yy * W);
+	float acc = b[c];
+	for (int ky = 0; ky < 3; ky++) {
+		int sy = yy + ky - 1;
+		if (sy < 0 || sy >= H)
+			continue;
+		for (int kx = 0; kx < 3; kx++) {
+			int sx = xx + kx - 1;
+			if (sx < 0 || sx >= W)
+				continue;
+			float prod = w[(ky * 3 + kx) * C + c] * x[tf_at(nhwc, c, (long long)sy * W + sx, C, P)];
+			acc = acc + prod;
+		}
+	}
+	y[i] = tf_gelu(acc);
+}
+
+// tf_gemm: c[bt][i][j] = Σ_k a[ao + bt·ab + i·ai + k·ak] · b[bo + bt·bb +
+// k·bk + j·bj] over a batch of bt (the attention's heads), for i < M, j <
+// N, written at c[co + bt·cb + i·ci + j·cj]: one thread per output, fmaf
+// from 0 in k order. (Offsets, not offset pointers: a launch's pointers
+// are whole allocations.)
+extern "C" __global__ void tf_gemm(const float *__restrict__ a, const float *__restrict__ b,
+                                   float *__restrict__ c, int batch, int M, int N, int K,
+                                   long long ao, long long ab, long long ai, long long ak,
+                                   long long bo, long long bb, long long bk, long long bj,
+                                   long long co, long long cb, long long ci, long long cj)
+{
+	long long t = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (t >= (long long)batch * M * N)
+		return;
+	long long j = t % N, r = t / N;
+	long long i = r % M, bt = r / M;
+	const float *pa = a + ao + bt * ab + i * ai;
+	const float *pb = b + bo + bt * bb + j * bj;
+	float s = 0.f;
+	for (int k = 0; k < K; k++)
+		s = fmaf(pa[k * ak], pb[k * bk], s);
+	c[co + bt * cb + i * ci + j * cj] = s;
+}
+
+// tf_softmax: each of rows rows of n contiguous values divided by scale in
+// float, then infer/gemm's softmax_row: exp(x − max) (the difference in
+// float), the double sum in order, each times 1/sum. One thread per row.
+extern "C" __global__ void tf_softmax(float *__restrict__ s, long long rows, int n, float scale)
+{
+	long long r = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (r >= rows)
+		return;
+	float *x = s + r * n;
+	for (int k = 0; k < n; k++)
+		x[k] = x[k] / scale;
+	float m = x[0];
+	for (int k = 0; k < n; k++)
+		m = x[k] > m ? x[k] : m;
+	for (int k = 0; k < n; k++)
+		x[k] = (float)tf_exp((double)(x[k] - m));
+	double sum = 0;
+	for (int k = 0; k < n; k++)
+		sum += (double)x[k];
+	double inv = 1 / sum;
+	for (int k = 0; k < n; k++)
+		x[k] = (float)((double)x[k] * inv);
+}
+
+// tf_align_tap is bilinear align_corners' source tap of output d of a
+// side in → out: src = ((float)(in−1)/(float)(out−1))·d in float, i0 =
+// ⌊src⌋, i1 = i0+1 clamped, λ = src − i0.
+CANOPY_INLINE void tf_align_tap(int d, int in, int out, int *i0, int *i1, float *l)
+{
+	float scale = out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.f;
+	float src = scale * (float)d;
+	int k = (int)src;
+	k = k < in - 1 ? k : in - 1;
+	*i0 = k;
+	*i1 = k + 1 < in - 1 ? k + 1 : in - 1;
+	*l = src - (float)k;
+}
+
+// tf_upsample2: bilinear ×2 with align_corners of an H×W map of C
+// channels into 2H×2W (same layout): out = h0·(w0·a + w1·b) + h1·(w0·c +
+// w1·d), each product rounded. One thread per output.
+extern "C" __global__ void tf_upsample2(const float *__restrict__ x, float *__restrict__ y, int C,
+                                        int H, int W, int nhwc)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	int OH = 2 * H, OW = 2 * W;
+	long long OP = (long long)OH * OW, P = (long long)H * W;
+	if (i >= OP * C)
+		return;
+	int c;
+	long long p;
+	tf_split(i, C, OP, nhwc, &c, &p);
+	int oy = (int)(p / OW), ox = (int)(p - (long long)oy * OW);
+	int y0, y1, x0, x1;
+	float ly, lx;
+	tf_align_tap(oy, H, OH, &y0, &y1, &ly);
+	tf_align_tap(ox, W, OW, &x0, &x1, &lx);
+	float h0 = 1 - ly, w0 = 1 - lx;
+	float ta = w0 * x[tf_at(nhwc, c, (long long)y0 * W + x0, C, P)];
+	float tb = lx * x[tf_at(nhwc, c, (long long)y0 * W + x1, C, P)];
+	float a = ta + tb;
+	float tc = w0 * x[tf_at(nhwc, c, (long long)y1 * W + x0, C, P)];
+	float td = lx * x[tf_at(nhwc, c, (long long)y1 * W + x1, C, P)];
+	float bb = tc + td;
+	float u = h0 * a, v = ly * bb;
+	y[i] = u + v;
+}
+
+// tf_chan_mean: each channel's mean over the P positions, summed in double
+// in position order, divided in double and rounded once. One thread per
+// channel.
+extern "C" __global__ void tf_chan_mean(const float *__restrict__ x, float *__restrict__ mean, int C,
+                                        long long P, int nhwc)
+{
+	long long c = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (c >= C)
+		return;
+	double s = 0;
+	for (long long p = 0; p < P; p++)
+		s += (double)x[tf_at(nhwc, (int)c, p, C, P)];
+	mean[c] = (float)(s / (double)P);
+}
+
+// tf_ca_gate: the channel attention's gate of channel c,
+// sigmoid(fc2[c]·relu(fc1·mean)), each dot product in float one product
+// at a time in order, the sigmoid 1/(1 + exp(−s)) in double rounded once.
+// fc1 is [R][C], fc2 [C][R]. One thread per channel (each recomputes the
+// R hidden values: R·C products, small beside the map it gates).
+extern "C" __global__ void tf_ca_gate(const float *__restrict__ mean, const float *__restrict__ fc1,
+                                      const float *__restrict__ fc2, float *__restrict__ gate, int C,
+                                      int R)
+{
+	long long c = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (c >= C)
+		return;
+	float s = 0.f;
+	for (int r = 0; r < R; r++) {
+		float m = 0.f;
+		for (int k = 0; k < C; k++) {
+			float prod = fc1[(long long)r * C + k] * mean[k];
+			m = m + prod;
+		}
+		m = m > 0.f ? m : 0.f;
+		float prod = fc2[c * R + r] * m;
+		s = s + prod;
+	}
+	gate[c] = (float)(1 / (1 + exp(-(double)s)));
+}
+
+// tf_scale_chan: y = gate[c]·x over a map of C channels and P positions.
+extern "C" __global__ void tf_scale_chan(const float *__restrict__ x, const float *__restrict__ gate,
+                                         float *__restrict__ y, int C, long long P, int nhwc)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i >= P * C)
+		return;
+	int c = nhwc ? (int)(i % C) : (int)(i / P);
+	y[i] = gate[c] * x[i];
+}
+
+// tf_add: y += x over n values.
+extern "C" __global__ void tf_add(float *__restrict__ y, const float *__restrict__ x, long long n)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i < n)
+		y[i] = y[i] + x[i];
+}
+
+// The crop classifier (infer/crop/gpu.go): each crop cut from its source
+// image on the device, normalized and resized as infer/crop's Transform
+// (torch's antialiased bilinear resize: the width pass, then the height
+// pass, each a tap sum in tapSum's order), then, after the ResNet body,
+// the global average pool, fc and softmax in float64 as the CPU engine's
+// forward (model.go), and the argmax. A pass that keeps its side runs
+// with identity taps (one tap of weight 1: the value itself, as skipping
+// it). Taps: ints [min[out], size[out]] at taps + taps_off, weights
+// [out · stride] at wts + wts_off (aaAxis's, made on the host).
+
+// crop_tap_sum is tapSum: the first product rounded, then `acc += v·w`
+// (rounded product, rounded add) for the first 4·⌊(size−1)/4⌋ taps after
+// it, fused multiply-adds for the rest (fma; none without it).
+#define CROP_TAP_SUM(PX, sz, wt, fma, out)                                                     \
+	do {                                                                                   \
+		float acc_ = (PX(0)) * (wt)[0];                                                    \
+		int vec_ = (fma) ? 1 + ((sz) - 1) / 4 * 4 : (sz);                                  \
+		int j_ = 1;                                                                        \
+		for (; j_ < vec_; j_++)                                                            \
+			acc_ = acc_ + (PX(j_)) * (wt)[j_];                                         \
+		for (; j_ < (sz); j_++)                                                            \
+			acc_ = fmaf(PX(j_), (wt)[j_], acc_);                                       \
+		out = acc_;                                                                        \
+	} while (0)
+
+// crop_hpass: one crop's window (x0, y0, w, h) of a [3, SH, SW] source
+// (8-bit src8 or float32 src32 at src_off), normalized ((v − m)/s in
+// float32, when norm) and resized in width to ow: tmp + tmp_off, [3, h,
+// ow]. Grid: ceil(3·h·ow / ELEM_THREADS).
+extern "C" __global__ void crop_hpass(const unsigned char *__restrict__ src8,
+                                      const float *__restrict__ src32, long long src_off, int SW,
+                                      int SH, int x0, int y0, int w, int h, int ow,
+                                      const int *__restrict__ taps, long long taps_off,
+                                      const float *__restrict__ wts, long long wts_off, int stride,
+                                      float *__restrict__ tmp, long long tmp_off, float m0, float m1,
+                                      float m2, float s0, float s1, float s2, int norm, int fma)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i >= 3LL * h * ow)
+		return;
+	int c = (int)(i / ((long long)h * ow));
+	int r = (int)((i / ow) % h), o = (int)(i % ow);
+	const int *tp = taps + taps_off;
+	int lo = tp[o], sz = tp[ow + o];
+	if (sz <= 0 || lo < 0 || lo + sz > w) {
+		tmp[tmp_off + i] = 0.f;
+		return;
+	}
+	const float *wt = wts + wts_off + (long long)o * stride;
+	float m = c == 0 ? m0 : (c == 1 ? m1 : m2);
+	float s = c == 0 ? s0 : (c == 1 ? s1 : s2);
+	long long base = src_off + ((long long)c * SH + y0 + r) * SW + x0 + lo;
+#define CROP_RAW(j) (src8 ? unit8(src8[base + (j)]) : src32[base + (j)])
+#define CROP_PX(j) (norm ? (CROP_RAW(j) - m) / s : CROP_RAW(j))
+	float v;
+	CROP_TAP_SUM(CROP_PX, sz, wt, fma, v);
+#undef CROP_PX
+#undef CROP_RAW
+	tmp[tmp_off + i] = v;
+}
+
+// crop_vpass: the height pass of one crop, tmp + tmp_off [3, h, ow] to its
+// slot dst + dst_off [3, oh, ow] of the batch. Grid: ceil(3·oh·ow /
+// ELEM_THREADS).
+extern "C" __global__ void crop_vpass(const float *__restrict__ tmp, long long tmp_off, int h,
+                                      int ow, int oh, const int *__restrict__ taps,
+                                      long long taps_off, const float *__restrict__ wts,
+                                      long long wts_off, int stride, float *__restrict__ dst,
+                                      long long dst_off, int fma)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i >= 3LL * oh * ow)
+		return;
+	int c = (int)(i / ((long long)oh * ow));
+	int r = (int)((i / ow) % oh), col = (int)(i % ow);
+	const int *tp = taps + taps_off;
+	int lo = tp[r], sz = tp[oh + r];
+	if (sz <= 0 || lo < 0 || lo + sz > h) {
+		dst[dst_off + i] = 0.f;
+		return;
+	}
+	const float *wt = wts + wts_off + (long long)r * stride;
+	const float *src = tmp + tmp_off + ((long long)c * h + lo) * ow + col;
+#define CROP_COL(j) src[(long long)(j) * ow]
+	float v;
+	CROP_TAP_SUM(CROP_COL, sz, wt, fma, v);
+#undef CROP_COL
+	dst[dst_off + i] = v;
+}
+#undef CROP_TAP_SUM
+
+// crop_pool: the global average pool of x [N, C, HW] (NCHW FP32): each
+// channel's mean in float64, summed in order, rounded once. N·C threads.
+extern "C" __global__ void crop_pool(const float *__restrict__ x, float *__restrict__ pooled, int N,
+                                     int C, int HW)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i >= (long long)N * C)
+		return;
+	const float *p = x + i * HW;
+	double s = 0.0;
+	for (int k = 0; k < HW; k++)
+		s += (double)p[k];
+	pooled[i] = (float)(s / (double)HW);
+}
+
+// crop_fc: logits [N, K] = fc(pooled [N, C]) with W [K, C], B [K]: the
+// bias, then the products added in channel order, in float64, rounded
+// once. N·K threads.
+extern "C" __global__ void crop_fc(const float *__restrict__ pooled, const float *__restrict__ W,
+                                   const float *__restrict__ B, float *__restrict__ logits, int N,
+                                   int C, int K)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i >= (long long)N * K)
+		return;
+	int n = (int)(i / K), k = (int)(i % K);
+	const float *w = W + (long long)k * C, *p = pooled + (long long)n * C;
+	double s = (double)B[k];
+	for (int c = 0; c < C; c++)
+		s += (double)w[c] * (double)p[c];
+	logits[i] = (float)s;
+}
+
+// crop_softmax: per crop (N threads), the softmax of its K logits, exp(z −
+// max)/Σ in float64 (canopy_exp), rounded once per class, then the argmax
+// of the probabilities (the first of equal maxima) and its value: best
+// [N, 2] = {class, probability}.
+extern "C" __global__ void crop_softmax(const float *__restrict__ logits, float *__restrict__ probs,
+                                        float *__restrict__ best, int N, int K)
+{
+	long long n = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (n >= N)
+		return;
+	const float *z = logits + n * K;
+	float *p = probs + n * K;
+	double m = -INFINITY;
+	for (int k = 0; k < K; k++) {
+		double v = (double)z[k];
+		if (v != v || m != m)
+			m = m != m ? m : v; // NaN wins, as math.Max
+		else if (v > m)
+			m = v;
+	}
+	double s = 0.0;
+	for (int k = 0; k < K; k++)
+		s += canopy_exp((double)z[k] - m);
+	int b = 0;
+	for (int k = 0; k < K; k++) {
+		p[k] = (float)(canopy_exp((double)z[k] - m) / s);
+		if (p[k] > p[b])
+			b = k;
+	}
+	best[n * 2] = (float)b;
+	best[n * 2 + 1] = p[b];
+}

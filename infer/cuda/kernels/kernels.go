@@ -56,6 +56,28 @@ const (
 	LossLowQ  = "loss_lowq"
 	LossSums  = "loss_sums"
 	LossFinal = "loss_final"
+	// TreeFormer's layers beyond its convolutions (infer/treeformer's
+	// GPU runner): LayerNorm, the Mix-FFN's depthwise 3×3 and GELU, the
+	// attention's strided batched GEMM and its float32 softmax, bilinear
+	// ×2 (align_corners), the channel attention's mean, gate and scale,
+	// and an add.
+	TFLayerNorm  = "tf_layernorm"
+	TFDWConvGELU = "tf_dwconv_gelu"
+	TFGemm       = "tf_gemm"
+	TFSoftmax    = "tf_softmax"
+	TFUpsample2  = "tf_upsample2"
+	TFChanMean   = "tf_chan_mean"
+	TFCAGate     = "tf_ca_gate"
+	TFScaleChan  = "tf_scale_chan"
+	TFAdd        = "tf_add"
+	// The crop classifier (infer/crop): each crop's cut, normalize and
+	// width pass, its height pass into the batch, then the pool, fc and
+	// softmax with the argmax.
+	CropHPass   = "crop_hpass"
+	CropVPass   = "crop_vpass"
+	CropPool    = "crop_pool"
+	CropFC      = "crop_fc"
+	CropSoftmax = "crop_softmax"
 )
 
 // PostCand is the floats per candidate and per detection of the
@@ -68,7 +90,9 @@ const (
 // Names lists every kernel the module must export.
 var Names = []string{ConvF32, ConvTF32, MaxPool3s2, UpsampleAdd, ReluCopy, TransformImg,
 	PostKeys, BitonicStep, PostDecode, PostMerge, PostNMSPrep, PostNMSMask, PostNMSScan,
-	FillU32, LossMatch, LossLowQ, LossSums, LossFinal}
+	FillU32, LossMatch, LossLowQ, LossSums, LossFinal,
+	TFLayerNorm, TFDWConvGELU, TFGemm, TFSoftmax, TFUpsample2, TFChanMean, TFCAGate, TFScaleChan, TFAdd,
+	CropHPass, CropVPass, CropPool, CropFC, CropSoftmax}
 
 // Dim is a launch's grid and block size (x only for blocks).
 type Dim struct {
