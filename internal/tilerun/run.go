@@ -1,4 +1,4 @@
-package jobs
+package tilerun
 
 import (
 	"context"
@@ -17,9 +17,12 @@ import (
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/detect"
+	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/geotruth"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/report"
@@ -29,10 +32,10 @@ import (
 // many ranks. Rank 0 lists and opens the rasters (size, bands,
 // georeferencing), prepares the output folder (or finds what a run to
 // resume saved) and broadcasts them; the global window list is arithmetic
-// (tileIndex), walked in rounds (tile_rounds.go): each rank detects its
+// (tileIndex), walked in rounds (rounds.go): each rank detects its
 // share of a round, saving it in its part file, the round is gathered, and
 // a raster whose windows are all in is merged and published
-// (tile_outputs.go) by the rank that owns it. At the end rank 0 builds the
+// (outputs.go) by the rank that owns it. At the end rank 0 builds the
 // combined outputs from the per-raster ones. Every output is the same
 // bytes for any rank count, round size, --threads or --batch-size.
 
@@ -55,12 +58,12 @@ type tileRaster struct {
 }
 
 // tileSources lists the rasters: (image_path, file) pairs.
-func tileSources(cfg TileConfig) (paths, files []string, err error) {
+func tileSources(cfg Config) (paths, files []string, err error) {
 	switch {
 	case cfg.Raster != "":
 		return []string{filepath.Base(cfg.Raster)}, []string{cfg.Raster}, nil
 	case cfg.Images != "":
-		if paths, err = listImages(cfg.Images); err != nil {
+		if paths, err = dataset.ListImages(cfg.Images); err != nil {
 			return nil, nil, err
 		}
 		for _, p := range paths {
@@ -109,7 +112,7 @@ func tileSources(cfg TileConfig) (paths, files []string, err error) {
 // openRasters opens every raster once on rank 0 (gdal.Open reads its
 // first and last pixels, and the dataset is closed at once), counts its
 // windows, names its outputs and records its identity.
-func openRasters(cfg TileConfig) ([]tileRaster, []rasterIdent, error) {
+func openRasters(cfg Config) ([]tileRaster, []rasterIdent, error) {
 	paths, files, err := tileSources(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -166,7 +169,7 @@ func nameLayers(rasters []tileRaster) {
 // packTile is rank 0's packet: the model, the rasters, eval --tile's truth
 // (as CSV; vt records a shapefile or GeoPackage truth), the label map, and
 // what the run continues (a tileResume and the saved windows).
-func packTile(cfg TileConfig) (pkt []byte, out *outdir.Run, vt *geotruth.Truth, crops *cropstage.Set) {
+func packTile(cfg Config) (pkt []byte, out *outdir.Run, vt *geotruth.Truth, crops *cropstage.Set) {
 	fail := func(code int, err error) ([]byte, *outdir.Run, *geotruth.Truth, *cropstage.Set) {
 		return append([]byte{byte(code)}, err.Error()...), nil, nil, nil
 	}
@@ -178,59 +181,59 @@ func packTile(cfg TileConfig) (pkt []byte, out *outdir.Run, vt *geotruth.Truth, 
 		}
 		if vt, err = geotruth.Read(cfg.CSV, override); err != nil {
 			if errors.Is(err, gdal.ErrUnavailable) {
-				return fail(ExitUsage, err)
+				return fail(errkind.ExitUsage, err)
 			}
-			return fail(ExitInput, err)
+			return fail(errkind.ExitInput, err)
 		}
 		cfg.vector = vt
 	}
 	rasters, idents, err := openRasters(cfg)
 	if err != nil {
 		if errors.Is(err, gdal.ErrUnavailable) {
-			return fail(ExitUsage, err)
+			return fail(errkind.ExitUsage, err)
 		}
-		return fail(ExitInput, err)
+		return fail(errkind.ExitInput, err)
 	}
 	dir, digest, config, err := modelsel.Resolve(cfg.Model.Spec)
 	if err != nil {
-		return fail(ExitModel, err)
+		return fail(errkind.ExitModel, err)
 	}
 	var truth []byte
 	if vt != nil {
 		if truth, err = vt.CSV(truthRasters(rasters)); err != nil {
-			return fail(ExitInput, err)
+			return fail(errkind.ExitInput, err)
 		}
 	}
 	if cfg.Eval != nil && vt == nil {
 		if truth, err = confine.ReadNamedInput(cfg.CSV); err != nil {
-			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+			return fail(errkind.ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}
 	labels := cfg.LabelDictData
 	if labels == nil && cfg.LabelDict != "" {
 		if labels, err = confine.ReadNamedInput(cfg.LabelDict); err != nil {
-			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+			return fail(errkind.ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}
 	ix, err := newTileIndex(rasters, cfg.Settings)
 	if err != nil {
-		return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+		return fail(errkind.ExitInput, fmt.Errorf("jobs: %w", err))
 	}
-	// The crop models, loaded here on rank 0 (openCropModelsFrom takes
+	// The crop models, loaded here on rank 0 (cropstage.OpenFrom takes
 	// them): the manifest records their identity.
 	if crops, err = cropstage.Load(cfg.Crops); err != nil {
-		return fail(Code(err), err)
+		return fail(errkind.Code(err), err)
 	}
 	out, res, saved, err := prepareTileOut(cfg, tileManifestOf(cfg, digest, config, labels, truth, idents, crops), ix.offset)
 	if err != nil {
-		return fail(Code(err), err)
+		return fail(errkind.Code(err), err)
 	}
 	res.Aside = out.Aside()
 	rb, err := json.Marshal(rasters)
 	rj, _ := json.Marshal(res)
 	if err != nil {
 		out.Finish(err)
-		return fail(ExitInternal, err)
+		return fail(errkind.ExitInternal, err)
 	}
 	if cfg.Progress != nil {
 		if vt != nil {
@@ -256,7 +259,7 @@ type tileReport struct {
 	// Eval: eval --tile's matching rules (tile.iou_threshold is the
 	// merge's), as eval's report.json records them at its top level.
 	Eval *tileEval `json:"eval,omitempty"`
-	predictReport
+	output.PredictReport
 	Tile struct {
 		PatchSize    int             `json:"patch_size"`
 		PatchOverlap float64         `json:"patch_overlap"`
@@ -292,8 +295,8 @@ type tileEval struct {
 	Semantics    string  `json:"semantics"`
 }
 
-// PredictTile runs predict --tile (and eval --tile) on this rank.
-func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
+// Run runs predict --tile (and eval --tile) on this rank.
+func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	cfg.BatchSize = detect.BatchOrOne(cfg.BatchSize)
 	stats := collective.RankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
@@ -317,7 +320,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	if cfg.LabelDict != "" {
 		lm, err := dataset.ParseLabelDict(cfg.LabelDict, p.labels)
 		if err != nil {
-			return &Error{Code: ExitInput, Collective: true, Err: err}
+			return &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: err}
 		}
 		mc.LabelDict, given = modelsel.LabelDictOf(lm), &lm
 	}
@@ -332,7 +335,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	if given != nil && cfg.Eval == nil {
 		if err := modelsel.CheckLabels(labels, given, cfg.LabelDict, nil, ""); err != nil {
-			return &Error{Code: ExitModel, Collective: true, Err: err}
+			return &errkind.Error{Code: errkind.ExitModel, Collective: true, Err: err}
 		}
 	}
 	var truthImages []box.Image // eval --tile: each raster's truth
@@ -343,7 +346,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	ix, err := newTileIndex(rasters, cfg.Settings)
 	if err != nil {
-		return collectiveErr(ExitInput, "jobs: %w", err)
+		return errkind.Collective(errkind.ExitInput, "jobs: %w", err)
 	}
 	if err := outdir.CheckShared(c, cfg.Out, res.Probe); err != nil {
 		return err
@@ -357,7 +360,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	if err := tileMemory(c, cfg, model, run); err != nil {
 		return err
 	}
-	stats.Seconds["load"] = since(t0)
+	stats.Seconds["load"] = time.Since(t0).Seconds()
 
 	det, err := model.OpenDetector(c, labels, cfg.Progress)
 	if err != nil {
@@ -371,8 +374,8 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	run.det, run.rs = det, &rasterSet{files: files, open: map[int]*gdal.Raster{}}
 	defer run.rs.close()
-	if run.pw, err = createParts(cfg.Out, res.Probe, res.Attempt, c.Rank(), time.Second); err != nil {
-		return localErr(ExitInternal, "jobs: %w", err)
+	if run.pw, err = parts.Create(cfg.Out, res.Probe, res.Attempt, c.Rank(), time.Second); err != nil {
+		return errkind.Local(errkind.ExitInternal, "jobs: %w", err)
 	}
 	defer func() {
 		if run.pw != nil {
@@ -383,7 +386,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		return err
 	}
 	if err := run.pw.Close(); err != nil {
-		return localErr(ExitInternal, "jobs: %w", err)
+		return errkind.Local(errkind.ExitInternal, "jobs: %w", err)
 	}
 	run.pw = nil
 	stats.Seconds["detect"], stats.Seconds["gather"], stats.Seconds["merge"] = run.detect.Seconds(), run.gather.Seconds(), run.merge.Seconds()
@@ -412,38 +415,38 @@ func receiveTile(c mpi.Comm, pkt []byte) (p tilePacket, rasters []tileRaster, re
 		return p, nil, res, err
 	}
 	if len(f) != 8 {
-		return p, nil, res, collectiveErr(ExitInternal, "jobs: malformed input broadcast")
+		return p, nil, res, errkind.Collective(errkind.ExitInternal, "jobs: malformed input broadcast")
 	}
 	if err := json.Unmarshal(f[3], &rasters); err != nil {
-		return p, nil, res, collectiveErr(ExitInternal, "jobs: malformed raster list: %v", err)
+		return p, nil, res, errkind.Collective(errkind.ExitInternal, "jobs: malformed raster list: %v", err)
 	}
 	if err := json.Unmarshal(f[6], &res); err != nil {
-		return p, nil, res, collectiveErr(ExitInternal, "jobs: malformed resume record: %v", err)
+		return p, nil, res, errkind.Collective(errkind.ExitInternal, "jobs: malformed resume record: %v", err)
 	}
 	return tilePacket{dir: string(f[0]), digest: string(f[1]), config: string(f[2]), truth: f[4], labels: f[5], saved: f[7]}, rasters, res, nil
 }
 
 // tileTruthImages parses eval --tile's truth (rank 0's bytes) on every
 // rank and checks its labels against the model's.
-func tileTruthImages(cfg TileConfig, data []byte, labels box.LabelMap, given *box.LabelMap, rasters int) ([]box.Image, error) {
+func tileTruthImages(cfg Config, data []byte, labels box.LabelMap, given *box.LabelMap, rasters int) ([]box.Image, error) {
 	parse := dataset.ParseTruthFile
 	if geotruth.IsVector(cfg.CSV) { // rank 0 sent it as the CSV it equals
 		parse = dataset.ParseTruth
 	}
 	truth, err := parse(cfg.CSV, data)
 	if err != nil {
-		return nil, &Error{Code: ExitInput, Collective: true, Err: err}
+		return nil, &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: err}
 	}
 	var names []string
 	for _, im := range truth.Images {
 		names = append(names, im.Labels...)
 	}
 	if err := modelsel.CheckLabels(labels, given, cfg.LabelDict, names, cfg.CSV); err != nil {
-		return nil, &Error{Code: ExitModel, Collective: true, Err: err}
+		return nil, &errkind.Error{Code: errkind.ExitModel, Collective: true, Err: err}
 	}
 	images, err := truth.Resolve(cfg.CSV, labels)
 	if err != nil || len(images) != rasters {
-		return nil, collectiveErr(ExitInput, "jobs: %s: truth for %d rasters of %d: %v", cfg.CSV, len(images), rasters, err)
+		return nil, errkind.Collective(errkind.ExitInput, "jobs: %s: truth for %d rasters of %d: %v", cfg.CSV, len(images), rasters, err)
 	}
 	return images, nil
 }
