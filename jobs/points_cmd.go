@@ -53,7 +53,10 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 		}
 		mc.RankMemory = n
 	}
-	for _, f := range []string{"crop-model", "raw-rows", "config"} {
+	if c.IsSet("crop-model") {
+		return usageError(fmt.Errorf("predict: --crop-model classifies boxes, and %s is a point model (TreeFormer): DeepForest's crop step reads each row's xmin..ymax box, which a point has not", model))
+	}
+	for _, f := range []string{"raw-rows"} {
 		if c.IsSet(f) {
 			return usageError(fmt.Errorf("predict: --%s is not yet available for a point model (%s is a TreeFormer)", f, model))
 		}
@@ -107,6 +110,13 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 			}
 			return dataset.ImagePaths(csvPath, data)
 		}}
+	command := "predict"
+	if tiled {
+		command = "predict --tile"
+	}
+	if cfg.RunConfig, err = pointRunConfig(c, command, &cfg); err != nil {
+		return err
+	}
 	if tiled {
 		if err := cfg.Settings.Check(); err != nil {
 			return &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("predict: --patch-size/--patch-overlap: %w", err)}
