@@ -23,8 +23,10 @@ import (
 )
 
 // predict with a point model (DeepForest's TreeFormer, recognised by its
-// state dict's keys): the job is jobs/points. Resume, crop models, GPU
-// flags and --raw-rows are for the box detectors.
+// state dict's keys): the job is jobs/points. --device, --precision
+// (exact, kernel-tf32, fp32, tf32; fp32 the default on a GPU) and --cudnn
+// place it as the box detectors; crop models, --plan, --exclusive-gpu,
+// --layer-times and --raw-rows are the box detectors' alone.
 
 // pointModel resolves --model and reports whether it is a point model.
 func pointModel(c *cli.Context) (string, bool) {
@@ -51,10 +53,13 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 		}
 		mc.RankMemory = n
 	}
-	for _, f := range []string{"crop-model", "raw-rows", "config"} {
+	for _, f := range []string{"crop-model", "raw-rows", "config", "plan", "exclusive-gpu", "layer-times"} {
 		if c.IsSet(f) {
 			return usageError(fmt.Errorf("predict: --%s is not yet available for a point model (%s is a TreeFormer)", f, model))
 		}
+	}
+	if err := deviceFlags(c, &mc); err != nil {
+		return usageError(err)
 	}
 	tiled := c.Bool("tile")
 	if c.Bool("skip-empty") && !tiled {
@@ -96,6 +101,7 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 		Resume: c.Bool("resume"), SkipEmpty: c.Bool("skip-empty"),
 		Settings:  tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")},
 		LabelDict: given, Command: os.Args, Version: Version,
+		Device: points.Device{Request: mc.Device, Precision: mc.Precision, PrecisionSet: mc.PrecisionSet, CUDNN: mc.CUDNN},
 		List: func() ([]string, error) {
 			switch {
 			case raster != "":

@@ -70,6 +70,8 @@ type Config struct {
 	SkipEmpty bool
 	// ScoreThresh is the peaks' threshold_rel (0: point.yaml's 0.3).
 	ScoreThresh float32
+	// Device is where each rank runs the network (device.go).
+	Device Device
 }
 
 // peaks are the run's peak settings.
@@ -129,6 +131,7 @@ type Report struct {
 	Seconds   map[string]float64 `json:"seconds_rank0"`
 	CPU       float64            `json:"cpu_seconds_rank0"`
 	Outputs   map[string]string  `json:"outputs"`
+	Device    *DeviceInfo        `json:"device"`
 }
 
 // ModelInfo describes the loaded point model.
@@ -196,9 +199,15 @@ func Predict(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	if err != nil {
 		return errkind.Local(errkind.ExitInternal, "points: %w", err)
 	}
+	eng, err := openEngine(c, cfg, m)
+	if err != nil {
+		pw.Close()
+		return err // this rank's device
+	}
+	defer eng.Close()
 	load := since(t0)
 	t1 := time.Now()
-	mine, skipped, derr := detectUnits(ctx, c, cfg, m, peaks, full, units, todo(len(units), lp.Saved.Done), &recorder{pw: pw, out: out})
+	mine, skipped, derr := detectUnits(ctx, c, cfg, eng, peaks, full, units, todo(len(units), lp.Saved.Done), &recorder{pw: pw, out: out})
 	if cerr := pw.Close(); derr == nil && cerr != nil {
 		derr = errkind.Local(errkind.ExitInternal, "points: %w", cerr)
 	}
@@ -252,7 +261,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 			LabelDict: mcfg.LabelDict, LabelsFrom: mcfg.LabelsFrom, Ignored: mcfg.Ignored, Threads: max(cfg.Threads, 1)},
 		Peaks:   map[string]string{"score_thresh": strconv.FormatFloat(float64(peaks.ScoreThresh), 'g', -1, 32), "min_distance": fmt.Sprint(peaks.MinDistance), "nms_distance_thresh": "5"},
 		Seconds: map[string]float64{"load": load, "predict": detect}, CPU: cpuSeconds() - cpu0,
-		Outputs: map[string]string{"predictions.csv": sha256Hex(csv)}}
+		Outputs: map[string]string{"predictions.csv": sha256Hex(csv)}, Device: eng.report()}
 	for _, s := range skips {
 		rep.Skipped += int(s)
 	}
@@ -348,8 +357,8 @@ func todo(n int, done []int) []int {
 // size-th, from its rank), appending each to the part file as it
 // finishes; it returns the encoded units and how many windows
 // --skip-empty gave no points without the model.
-func detectUnits(ctx context.Context, c mpi.Comm, cfg Config, m *treeformer.Model, peaks treeformer.PeakSettings, full []string, units []unit, left []int, rec *recorder) ([]byte, int, error) {
-	r := treeformer.NewRunner(m, max(cfg.Threads, 1))
+func detectUnits(ctx context.Context, c mpi.Comm, cfg Config, eng *engine, peaks treeformer.PeakSettings, full []string, units []unit, left []int, rec *recorder) ([]byte, int, error) {
+	r := eng.fwd
 	var mine []byte
 	cur, im := -1, treeformer.Image{}
 	var nd tile.NoData
