@@ -74,7 +74,8 @@ func (c Confiner) Check(p string) error {
 var RecordedFileTimeout = 60 * time.Second
 
 // RecordedReader is compare --html's reader of the files a report records
-// (htmlreport.Options.Read): a path only inside root (symlinks resolved),
+// (htmlreport.Options.Read): a path only inside root (symlinks resolved;
+// a relative path is relative to root, for the check and the read alike),
 // a regular file opened without blocking (imagefile.OpenRegular, as eval
 // opens images), its size under limit before anything is read, and the
 // read ended by recordedFileTimeout or by ctx (SIGTERM), whichever comes
@@ -87,6 +88,7 @@ func RecordedReader(ctx context.Context) func(root, p string, limit int64) ([]by
 		if err := insideRoot(root, p); err != nil {
 			return nil, err
 		}
+		p = ImageFile(root, p) // read the file checked, not p in the working folder
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%q not read: interrupted", p)
 		}

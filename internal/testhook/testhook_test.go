@@ -1,0 +1,73 @@
+package testhook
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// Each hook is inert when its variable is unset, and acts only for the
+// rank (and the point) it names.
+func TestHooksInertWhenUnset(t *testing.T) {
+	for _, v := range []string{PerturbEnv, StopEnv, InterruptEnv, "CANOPY_TILE_DEAL", "CANOPY_TEST_SLOW_MS"} {
+		t.Setenv(v, "") // restored after the test
+		os.Unsetenv(v)
+	}
+	if Perturb(0) {
+		t.Error("Perturb(0) with CANOPY_TEST_PERTURB_RANK empty")
+	}
+	if n := InterruptAfter(0); n != -1 {
+		t.Errorf("InterruptAfter(0) = %d with CANOPY_TEST_INTERRUPT empty, want -1", n)
+	}
+	if StaticDeal() || SlowWindow() != 0 {
+		t.Errorf("StaticDeal %v, SlowWindow %v with both unset", StaticDeal(), SlowWindow())
+	}
+	Stop(0, "gather") // an empty StopEnv names no rank: must return at once
+}
+
+func TestPerturbNamesOneRank(t *testing.T) {
+	t.Setenv(PerturbEnv, "2")
+	for r, want := range []bool{false, false, true, false} {
+		if Perturb(r) != want {
+			t.Errorf("Perturb(%d) = %v with %s=2", r, !want, PerturbEnv)
+		}
+	}
+}
+
+// "RANK:N": only that rank stops after N batches; a malformed count is
+// never.
+func TestInterruptAfter(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		rank int
+		want int
+	}{
+		{"1:3", 1, 3}, {"1:3", 0, -1}, {"0:0", 0, 0}, {"1:x", 1, -1}, {"1", 1, -1},
+	} {
+		t.Setenv(InterruptEnv, c.env)
+		if got := InterruptAfter(c.rank); got != c.want {
+			t.Errorf("%s=%q: InterruptAfter(%d) = %d, want %d", InterruptEnv, c.env, c.rank, got, c.want)
+		}
+	}
+}
+
+// Stop must not freeze a rank or a point the variable does not name (the
+// test process would stop if it did); "R" alone means the gather.
+func TestStopOtherRankOrPoint(t *testing.T) {
+	for _, env := range []string{"1", "1:gather", "0:start", "0:html"} {
+		t.Setenv(StopEnv, env)
+		Stop(0, "gather")
+	}
+}
+
+func TestDealAndSlowWindow(t *testing.T) {
+	t.Setenv("CANOPY_TILE_DEAL", "static")
+	t.Setenv("CANOPY_TEST_SLOW_MS", "25")
+	if !StaticDeal() || SlowWindow() != 25*time.Millisecond {
+		t.Fatalf("StaticDeal %v, SlowWindow %v; want true, 25ms", StaticDeal(), SlowWindow())
+	}
+	t.Setenv("CANOPY_TILE_DEAL", "dynamic")
+	if StaticDeal() {
+		t.Fatal("CANOPY_TILE_DEAL=dynamic read as static")
+	}
+}
