@@ -123,32 +123,6 @@ func writePNG(t *testing.T, path string, w, h int) {
 	f.Close()
 }
 
-// The estimate grows with the image and the network input; the default
-// budget is the node's memory.
-func TestMemoryEstimateAndBudget(t *testing.T) {
-	a := limits.MemoryEstimate(0, 1000, 1000, 416, 416, 2)
-	if want := int64(2*20*1000*1000 + 400*416*416); a != want {
-		t.Fatalf("estimate %d, want %d", a, want)
-	}
-	if b := limits.MemoryEstimate(0, 2000, 2000, 416, 416, 2); b <= a {
-		t.Fatal("a larger image must need more")
-	}
-	n, src, err := limits.NodeMemory()
-	if err != nil || n < 64<<20 || src == "" {
-		t.Fatalf("node memory %d (%s): %v", n, src, err)
-	}
-	for s, want := range map[string]int64{"512M": 512 << 20, "4GiB": 4 << 30, "1.5G": 3 << 29, "1000": 1000, "2k": 2048} {
-		if got, err := limits.ParseBytes(s); err != nil || got != want {
-			t.Errorf("parseBytes(%q) = %d, %v; want %d", s, got, err, want)
-		}
-	}
-	for _, s := range []string{"", "x", "-1G", "1e30T", "NaN"} {
-		if _, err := limits.ParseBytes(s); err == nil {
-			t.Errorf("parseBytes(%q) accepted", s)
-		}
-	}
-}
-
 // min_size / max_size beyond retinanet.MaxSide in config.json are a model
 // error (exit 4), not a 120 GB allocation.
 func TestConfigSizeBounds(t *testing.T) {
@@ -166,44 +140,6 @@ func TestConfigSizeBounds(t *testing.T) {
 		wantCodes(t, codes, ExitModel, stderr.String())
 		if !strings.Contains(stderr.String(), key) || !strings.Contains(stderr.String(), "at most 8192") {
 			t.Errorf("%s: %s", key, stderr.String())
-		}
-	}
-}
-
-// The memory budget reads the limit Slurm puts on the job's or the step's
-// cgroup, the lowest on the way up (cgroup v2 and v1), not the root's
-// alone.
-func TestCgroupMemoryLimitFollowsOwnCgroup(t *testing.T) {
-	sys := t.TempDir()
-	write := func(rel, v string) {
-		p := filepath.Join(sys, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("memory.max", "max")
-	write("system.slice/slurmstepd.scope/job_7/memory.max", "2147483648")
-	write("system.slice/slurmstepd.scope/job_7/step_0/memory.max", "max")
-	write("memory/memory.limit_in_bytes", "9223372036854771712")
-	write("memory/slurm/uid_0/job_8/memory.limit_in_bytes", "1073741824")
-	write("memory/slurm/uid_0/job_8/step_0/memory.limit_in_bytes", "3221225472")
-	for _, c := range []struct {
-		cgroup string
-		want   int64
-		file   string
-	}{
-		{"0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n", 2 << 30, "system.slice/slurmstepd.scope/job_7/memory.max"},
-		{"0::/\n", 0, ""},
-		{"4:memory:/slurm/uid_0/job_8/step_0\n0::/\n", 1 << 30, "memory/slurm/uid_0/job_8/memory.limit_in_bytes"},
-		{"5:cpu,memory:/slurm/uid_0/job_8/step_0\n", 1 << 30, "memory/slurm/uid_0/job_8/memory.limit_in_bytes"},
-		{"", 9223372036854771712, "memory/memory.limit_in_bytes"},
-	} {
-		n, from := limits.CgroupMemoryLimit(sys, []byte(c.cgroup))
-		if want := filepath.Join(sys, c.file); n != c.want || (c.file != "" && from != want) {
-			t.Errorf("%q: %d from %s, want %d from %s", c.cgroup, n, from, c.want, want)
 		}
 	}
 }
