@@ -7,6 +7,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -59,7 +60,7 @@ func BenchmarkCOCO(b *testing.B) {
 		vals = metrics.COCO(in, false)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(in.Images)), "ns/image")
-	b.Logf("%s", MetricsJSON(vals))
+	b.Logf("%s", output.MetricsJSON(vals))
 }
 
 // BenchmarkDeepForestSet times DeepForest's recall/precision on
@@ -78,7 +79,7 @@ func BenchmarkDeepForestSet(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(in.Images)), "ns/image")
-			b.Logf("%s", MetricsJSON(res.Values))
+			b.Logf("%s", output.MetricsJSON(res.Values))
 		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/bigtile"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -53,7 +54,7 @@ func TestBigTileEqualsDeepForest(t *testing.T) {
 			continue // only the 6,000 case is required
 		}
 		var g bigTileGolden
-		readJSONFile(t, path, &g)
+		testfile.ReadJSON(t, path, &g)
 		dir := t.TempDir()
 		writeBigTile(t, dir, g.Crowns)
 		ranks := []int{1, 2, 3}
@@ -89,7 +90,7 @@ func TestBigTileEqualsDeepForest(t *testing.T) {
 // hashes DeepForest's results, and checks the first rows in full.
 func compareDigest(t *testing.T, path string, g *bigTileGolden) {
 	t.Helper()
-	recs := readCSVRecords(t, path)
+	recs := testfile.ReadCSV(t, path)
 	rows := recs[1:]
 	if len(rows) != g.ResultsRows {
 		t.Fatalf("results.csv has %d rows, DeepForest %d", len(rows), g.ResultsRows)

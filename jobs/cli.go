@@ -19,6 +19,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -76,7 +77,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 					if c.NArg() > 0 {
 						return usageError(fmt.Errorf("version takes no arguments, got %q", c.Args().Slice()))
 					}
-					fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nbuild: %s\n", Version, runtime.Version(), gitRevision(), cuda.Build())
+					fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nbuild: %s\n", output.Version, runtime.Version(), output.GitRevision(), cuda.Build())
 					if why := modelsel.NoGPU(); why != "" {
 						fmt.Fprintf(stdout, "GPU: none usable, so the CPU: %s\n", why)
 					}

@@ -15,6 +15,8 @@ import (
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -44,7 +46,7 @@ func TestCOCOOutIsWhatPycocotoolsEvaluated(t *testing.T) {
 		if codes := runLocal(t, n, cfg); codes[0] != 0 {
 			t.Fatalf("np%d: exit %v", n, codes)
 		}
-		for f, want := range map[string]string{cocoTruthFile: g.Truth, cocoPredFile: g.Preds} {
+		for f, want := range map[string]string{output.COCOTruthFile: g.Truth, output.COCOPredFile: g.Preds} {
 			data, err := os.ReadFile(filepath.Join(out, f))
 			if err != nil {
 				t.Fatal(err)
@@ -75,7 +77,7 @@ func TestCOCOTruthIn(t *testing.T) {
 		want, _ := reportMetrics(t, first)
 		second := t.TempDir()
 		cfg = setCfg(set, second)
-		cfg.CSV = filepath.Join(first, cocoTruthFile)
+		cfg.CSV = filepath.Join(first, output.COCOTruthFile)
 		if codes := runLocal(t, 2, cfg); codes[0] != 0 {
 			t.Fatalf("%s from COCO JSON: exit %v", set, codes)
 		}
@@ -129,7 +131,7 @@ func TestFailedStagePublishesNothing(t *testing.T) {
 	err := writeOutputs(cfg, reportRecord{metrics: []byte("{}")}, nil, nil, box.LabelMap{}, metrics.Result{},
 		func(rj []byte) ([]outdir.Staged, error) {
 			calls++
-			set, err := stageCOCO(cfg, nil, nil, box.LabelMap{})
+			set, err := output.StageCOCO(cfg.Out, nil, nil, box.LabelMap{})
 			if err != nil || len(set) != 2 || !bytes.Contains(rj, []byte(`"metrics": {}`)) {
 				t.Fatalf("%v %v", set, err)
 			}
@@ -168,7 +170,7 @@ func TestCOCOCrowdAsPeers(t *testing.T) {
 		Without      []float64 `json:"pycocotools_without_crowd"`
 		Agree        bool      `json:"agree"`
 	}
-	readJSONFile(t, filepath.Join("..", "testdata", "golden", "cococrowd", "crowd.json"), &fx)
+	testfile.ReadJSON(t, filepath.Join("..", "testdata", "golden", "cococrowd", "crowd.json"), &fx)
 	if !fx.Agree || fx.Meta["pycocotools"] == "" || len(fx.Torchmetrics) != 12 {
 		t.Fatalf("fixture: %+v", fx.Meta)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/report"
 	"github.com/urfave/cli/v2"
 )
@@ -145,7 +146,7 @@ func runCompare(opts CompareOptions, stdout io.Writer) (int, error) {
 	}
 	if opts.HTML != "" {
 		if err := writeFileAtomic(opts.HTML, func(w io.Writer) error {
-			return report.WriteHTML(w, res, drawnImage(false, limits.DefaultMaxImagePixels), confine.RecordedReader(opts.Ctx))
+			return report.WriteHTML(w, res, output.DrawnImage(false, limits.DefaultMaxImagePixels), confine.RecordedReader(opts.Ctx))
 		}); err != nil {
 			return ExitInternal, &Error{Code: ExitInternal, Collective: true, Err: fmt.Errorf("jobs: compare: --html: %w", err)}
 		}

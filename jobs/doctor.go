@@ -18,6 +18,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -89,7 +90,7 @@ func doctor(c mpi.Comm, stdout io.Writer) error {
 		return nil
 	}
 	fmt.Fprintf(stdout, "canopy %s (%s, git %s)\nMPI: %s, %d rank(s)\nbuild: %s, SGEMM %s (%s kernels), convolution kernels %s\n",
-		Version, runtime.Version(), gitRevision(), c.Implementation(), c.Size(), cuda.Build(), gemm.Backend(), gemm.Core(), gemm.Kernels())
+		output.Version, runtime.Version(), output.GitRevision(), c.Implementation(), c.Size(), cuda.Build(), gemm.Backend(), gemm.Core(), gemm.Kernels())
 	if why := modelsel.NoGPU(); why != "" {
 		fmt.Fprintf(stdout, "GPU: none usable by rank 0, which runs on the CPU: %s\n", why)
 	}
@@ -265,7 +266,7 @@ func recordedOutputs(dir string) (outs map[string]string, derived []string, err 
 		return nil, nil, err
 	}
 	if rep.Run != nil { // eval
-		return rep.Run.Outputs, []string{"report.html", cocoTruthFile, cocoPredFile}, nil
+		return rep.Run.Outputs, []string{"report.html", output.COCOTruthFile, output.COCOPredFile}, nil
 	}
 	return rep.Outputs, nil, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/internal/testhook"
@@ -241,6 +242,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		if det, err = model.OpenDetector(c, labels, cfg.Progress); err != nil {
 			return err
 		}
+		crops.OnDetector(det) // --device cuda: the crops on the detector's GPU engine
 	} else {
 		rd := replay.New(byPath)
 		rd.InjectFailure(c.Rank())
@@ -269,7 +271,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	resumed := resumeInfo{Attempt: in.attempt, FromParts: len(done), Computed: len(todo), RecordsDropped: pst.Dropped}
+	resumed := output.ResumeInfo{Attempt: in.attempt, FromParts: len(done), Computed: len(todo), RecordsDropped: pst.Dropped}
 	var table *cropstage.Table
 	if crops != nil {
 		tc := time.Now()
@@ -309,8 +311,8 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if model != nil {
 		res.Values = append(res.Values, lossValues(losses)...)
 	}
-	metricJSON := MetricsJSON(res.Values)
-	sweepJSON := SweepJSON(cfg.IoUSweep, scored.Sweep)
+	metricJSON := output.MetricsJSON(res.Values)
+	sweepJSON := output.SweepJSON(cfg.IoUSweep, scored.Sweep)
 	stats.Seconds["metrics"] = since(t3)
 
 	// 7. Agree.
@@ -333,9 +335,12 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		rep.run.Warnings = warnings
 		rep.run.AllowOutsideRoot = cfg.AllowOutsideRoot && (model != nil || cfg.HTML != nil)
 		more := func(rj []byte) ([]outdir.Staged, error) {
-			set, err := stageCOCO(cfg, images, dets, labels)
-			if err != nil {
-				return set, err
+			var set []outdir.Staged
+			if cfg.COCOOut {
+				var err error
+				if set, err = output.StageCOCO(cfg.Out, images, dets, labels); err != nil {
+					return set, err
+				}
 			}
 			h, err := stageHTML(cfg, rj, images, dets, labels, res, since(tw))
 			return append(set, h...), err
@@ -344,7 +349,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			return err
 		}
 		if cfg.Stdout != nil {
-			printTable(cfg.Stdout, res.Values)
+			output.PrintTable(cfg.Stdout, res.Values)
 			fmt.Fprintf(cfg.Stdout, "report: %s\n", filepath.Join(cfg.Out, "report.json"))
 			if cfg.HTML != nil {
 				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))

@@ -122,13 +122,13 @@ func evalConfig(c *cli.Context, stdout io.Writer) (EvalConfig, error) {
 			cfg.CSV = csv.V
 		}
 		if csv.Src != "" {
-			rc.Settings["validation.csv_file"] = setting{csv.V, csv.Src}
+			rc.Settings["validation.csv_file"] = setting{Value: csv.V, Source: csv.Src}
 		}
 		if c.IsSet("root-dir") {
-			rc.Settings["validation.root_dir"] = setting{cfg.RootDir, config.Flag}
+			rc.Settings["validation.root_dir"] = setting{Value: cfg.RootDir, Source: config.Flag}
 		} else if v := rc.C.ValidationRoot; v.Src != "" {
 			cfg.RootDir = v.V
-			rc.Settings["validation.root_dir"] = setting{v.V, v.Src}
+			rc.Settings["validation.root_dir"] = setting{Value: v.V, Source: v.Src}
 		}
 		rc.resolveFloat(c, "iou-threshold", "validation.iou_threshold", rc.C.IoUThreshold, &cfg.IoUThreshold, fstr(cfg.IoUThreshold))
 	}

@@ -11,7 +11,9 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/replay"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/testhook"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/report"
 )
@@ -140,11 +142,11 @@ func TestReportCoverageAndLabelMap(t *testing.T) {
 			Ranks    int
 			PerRank  []collective.RankStats `json:"per_rank"`
 			LabelMap map[string]int         `json:"label_map"`
-			Coverage coverage
+			Coverage output.Coverage
 			Ignored  int `json:"ignored_predictions"`
 		}
 	}
-	readJSONFile(t, filepath.Join(out, "report.json"), &rep)
+	testfile.ReadJSON(t, filepath.Join(out, "report.json"), &rep)
 	r := rep.Run
 	if r.Ranks != 3 || len(r.PerRank) != 3 || r.Coverage.Images != 300 || r.Coverage.Processed != 300 {
 		t.Fatalf("%+v", r)

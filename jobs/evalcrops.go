@@ -26,6 +26,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -206,12 +207,12 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 		return collectiveErr(ExitModel, "jobs: %w", err)
 	}
 	vals := cropValues(table, labels)
-	mj := MetricsJSON(vals)
+	mj := output.MetricsJSON(vals)
 	if err := collective.Agree(c, mj); err != nil {
 		return err
 	}
 	return collective.WriteReport(c, stats, "eval-crops outputs", func(allStats []collective.RankStats) error {
-		rep := evalCropsReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command, Ranks: c.Size(),
+		rep := evalCropsReport{Canopy: output.Version, Git: output.GitRevision(), MPI: c.Implementation(), Command: cfg.Command, Ranks: c.Size(),
 			Metrics: mj, Confusion: cropConfusion{Labels: labels, Matrix: table.Confusion}, Crops: n, CropModel: model.Info(),
 			LossBatch: cfg.LossBatch, LossBatchFrom: lossFrom, AllowOutsideRoot: cfg.AllowOutsideRoot, PerRank: allStats,
 			Semantics: "DeepForest 2.1.0 CropModel validation (torchmetrics multiclass, Lightning epoch mean of val_loss)",
@@ -223,7 +224,7 @@ func EvalCrops(ctx context.Context, c mpi.Comm, cfg EvalCropsConfig) (err error)
 			return err
 		}
 		if cfg.Stdout != nil {
-			printTable(cfg.Stdout, vals)
+			output.PrintTable(cfg.Stdout, vals)
 			if k := in.report.Dropped; k > 0 {
 				fmt.Fprintf(cfg.Stdout, "note: %d images in sub-folders that name no class were left out, as DeepForest's FixedClassImageFolder leaves them out (report.json input.dropped_files)\n", k)
 			}
@@ -524,7 +525,7 @@ func writeCropOutputs(cfg EvalCropsConfig, rep evalCropsReport, samples []cropSa
 			Run: [][2]string{{"crop model", cfg.CropModel}, {"crops", strconv.Itoa(rep.Crops)}, {"ranks", strconv.Itoa(rep.Ranks)}, {"loss batch size", strconv.Itoa(rep.LossBatch)},
 				{"command", strings.Join(rep.Command, " ")}}}
 		for _, v := range cropValues(t, labels) {
-			page.Metrics = append(page.Metrics, [2]string{v.Key, formatValue(v)})
+			page.Metrics = append(page.Metrics, [2]string{v.Key, output.FormatValue(v)})
 		}
 		for i, smp := range samples {
 			if lt := labels[t.Pred[i]]; lt != smp.Class {

@@ -23,6 +23,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
@@ -160,7 +161,7 @@ func TestEvalCropsIdenticalAcrossRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want, got bytes.Buffer
-	json.Compact(&want, MetricsJSON(cropValues(tab, f.labels)))
+	json.Compact(&want, output.MetricsJSON(cropValues(tab, f.labels)))
 	json.Compact(&got, refMetrics)
 	if want.Len() == 0 || !bytes.Equal(want.Bytes(), got.Bytes()) {
 		t.Errorf("report.json metrics %s, ComputeCropTable %s", got.Bytes(), want.Bytes())

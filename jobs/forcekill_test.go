@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -265,7 +266,7 @@ func TestDoctorOutVerifiesOutputs(t *testing.T) {
 		}
 		stray := gpkgFile // a file of another run kind
 		if strings.HasSuffix(name, "tile") {
-			stray = cocoPredFile
+			stray = output.COCOPredFile
 		}
 		os.WriteFile(filepath.Join(out, stray), []byte("{}"), 0o644)
 		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "report.json does not record them): "+stray) {

@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,12 +15,11 @@ import (
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/georec"
 	"github.com/canopy-hpc/canopy/internal/geos"
-	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/plan"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
-	"github.com/canopy-hpc/canopy/report"
 )
 
 // eval on points and polygons (replay only): each rank matches its shard
@@ -267,7 +264,7 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outdir.Run, kind b
 			}
 		}
 	}
-	metricJSON := MetricsJSON(vals)
+	metricJSON := output.MetricsJSON(vals)
 	stats.Seconds["metrics"] = since(t3)
 	if err := collective.Agree(c, metricJSON); err != nil {
 		return err
@@ -285,7 +282,7 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outdir.Run, kind b
 		return collectiveErr(ExitInput, "jobs: --strict: %s", strings.Join(warnings, "; "))
 	}
 	return collective.WriteReport(c, stats, "report", func(allStats []collective.RankStats) error {
-		run := buildRun(c, cfg, in, d.in.Labels, allStats, len(images), d.ignored, resumeInfo{Computed: len(images)}, nil)
+		run := buildRun(c, cfg, in, d.in.Labels, allStats, len(images), d.ignored, output.ResumeInfo{Computed: len(images)}, nil)
 		run.Warnings = warnings
 		run.Geometry = kind.String()
 		if kind == box.KindPoint {
@@ -301,7 +298,7 @@ func evalGeometry(c mpi.Comm, cfg EvalConfig, in inputs, out *outdir.Run, kind b
 			return err
 		}
 		if cfg.Stdout != nil {
-			printTable(cfg.Stdout, vals)
+			output.PrintTable(cfg.Stdout, vals)
 			fmt.Fprintf(cfg.Stdout, "report: %s\n", filepath.Join(cfg.Out, "report.json"))
 		}
 		return nil
@@ -336,12 +333,12 @@ func geoWarnings(cfg EvalConfig, d geoData, unsized []string) []string {
 
 // writeGeoOutputs stages predictions.csv, results.csv and report.json and
 // publishes them as one set.
-func writeGeoOutputs(cfg EvalConfig, metricJSON []byte, run runInfo, in metrics.GeoInput, recs []metrics.GeoRecord, opt metrics.GeoOptions) error {
-	preds, err := outdir.Stage(cfg.Out, "predictions.csv", func(w io.Writer) error { return writeGeoPredictions(w, in) })
+func writeGeoOutputs(cfg EvalConfig, metricJSON []byte, run output.RunInfo, in metrics.GeoInput, recs []metrics.GeoRecord, opt metrics.GeoOptions) error {
+	preds, err := outdir.Stage(cfg.Out, "predictions.csv", func(w io.Writer) error { return output.WriteGeoPredictions(w, in) })
 	if err != nil {
 		return err
 	}
-	results, err := outdir.Stage(cfg.Out, "results.csv", func(w io.Writer) error { return writeGeoResults(w, in, recs) })
+	results, err := outdir.Stage(cfg.Out, "results.csv", func(w io.Writer) error { return output.WriteGeoResults(w, in, recs) })
 	if err != nil {
 		return err
 	}
@@ -360,175 +357,13 @@ func writeGeoOutputs(cfg EvalConfig, metricJSON []byte, run runInfo, in metrics.
 	}
 	set := []outdir.Staged{preds, results}
 	if cfg.HTML != nil {
-		page := geoPage(in, recs, opt)
+		page := output.GeoPage(in, recs, opt)
 		page.ReportJSON, page.Labels = body, in.Labels
-		h, err := stagePage(cfg, *page)
+		h, err := output.StagePage(evalPage(cfg), *page)
 		if err != nil {
 			return err
 		}
 		set = append(set, h...)
 	}
 	return outdir.Publish(cfg.Out, append(set, rep))
-}
-
-// geoPage is the HTML page's view of a point or polygon eval: each
-// geometry's bounds as the page's boxes (its counts), the match rows, and
-// the geometries it draws.
-func geoPage(in metrics.GeoInput, recs []metrics.GeoRecord, opt metrics.GeoOptions) *htmlreport.Eval {
-	e := &htmlreport.Eval{Images: make([]box.Image, len(recs)), Dets: make([][]box.Detection, len(recs)),
-		Geo: &htmlreport.Geo{Truth: make([][]box.Geo, len(recs)), Preds: in.Preds}}
-	bounds := func(g box.Geo) box.Box {
-		if g.Shape != nil {
-			return g.Shape.Bounds()
-		}
-		return box.Box{Xmin: g.Point.X, Ymin: g.Point.Y, Xmax: g.Point.X, Ymax: g.Point.Y}
-	}
-	for i, r := range recs {
-		truth := metrics.MatchedTruth(in, r, opt)
-		e.Geo.Truth[i] = truth
-		im := box.Image{Path: in.Images[i].Path, Empty: len(truth) == 0}
-		for _, g := range truth {
-			im.Truth = append(im.Truth, box.Truth{Box: bounds(g), Label: g.Label})
-		}
-		e.Images[i] = im
-		for _, g := range in.Preds[i] {
-			e.Dets[i] = append(e.Dets[i], box.Detection{Box: bounds(g), Label: g.Label, Score: g.Score})
-		}
-		for _, m := range r.Matches {
-			e.Matches = append(e.Matches, m.Match)
-		}
-	}
-	return e
-}
-
-// writeGeoPredictions writes the joined predictions: image_path,x,y or
-// image_path,geometry (WKT), then label and score.
-func writeGeoPredictions(w io.Writer, in metrics.GeoInput) error {
-	head := "image_path,x,y,label,score\n"
-	if in.Kind == box.KindPolygon {
-		head = "image_path,geometry,label,score\n"
-	}
-	if _, err := io.WriteString(w, head); err != nil {
-		return err
-	}
-	names := csvNames(in.Labels)
-	var line []byte
-	for i, im := range in.Images {
-		p := dataset.CSVField(im.Path)
-		for _, g := range in.Preds[i] {
-			line = append(line[:0], p...)
-			if in.Kind == box.KindPolygon {
-				line = append(append(line, ",\""...), WKT(g.Shape)...)
-				line = append(line, '"')
-			} else {
-				line = report.AppendFloat(append(line, ','), g.Point.X)
-				line = report.AppendFloat(append(line, ','), g.Point.Y)
-			}
-			line = append(append(append(line, ','), names(g.Label)...), ',')
-			line = append(report.AppendFloat(line, g.Score), '\n')
-			if _, err := w.Write(line); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// WKT writes a shape as WKT with shortest round-trip coordinates.
-func WKT(sh *box.Shape) string {
-	kind := "POLYGON"
-	if sh.Multi {
-		kind = "MULTIPOLYGON"
-	}
-	if sh.Empty() {
-		return kind + " EMPTY"
-	}
-	var b []byte
-	poly := func(p box.Polygon) {
-		b = append(b, '(')
-		for k, r := range p {
-			if k > 0 {
-				b = append(b, ", "...)
-			}
-			b = append(b, '(')
-			for j, q := range r {
-				if j > 0 {
-					b = append(b, ", "...)
-				}
-				b = strconv.AppendFloat(b, q.X, 'g', -1, 64)
-				b = append(b, ' ')
-				b = strconv.AppendFloat(b, q.Y, 'g', -1, 64)
-			}
-			b = append(b, ')')
-		}
-		b = append(b, ')')
-	}
-	b = append(b, kind+" "...)
-	if !sh.Multi {
-		poly(sh.Parts[0])
-		return string(b)
-	}
-	b = append(b, '(')
-	for k, p := range sh.Parts {
-		if k > 0 {
-			b = append(b, ", "...)
-		}
-		poly(p)
-	}
-	return string(append(b, ')'))
-}
-
-// writeGeoResults is DeepForest's results frame: one row per truth of
-// each counted image, in image order, with distance (points) or IoU
-// (polygons); an unassigned point's distance is inf, and an image without
-// predictions leaves it empty (NaN), as pandas writes them.
-func writeGeoResults(w io.Writer, in metrics.GeoInput, recs []metrics.GeoRecord) error {
-	col := "IoU"
-	if in.Kind == box.KindPoint {
-		col = "distance"
-	}
-	if _, err := io.WriteString(w, "image_path,truth_id,prediction_id,"+col+",score,match,true_label,predicted_label\n"); err != nil {
-		return err
-	}
-	names := csvNames(in.Labels)
-	var line []byte
-	for _, r := range recs {
-		p := dataset.CSVField(in.Images[r.Image].Path)
-		for _, m := range r.Matches {
-			line = append(append(line[:0], p...), ',')
-			line = append(strconv.AppendInt(line, int64(m.TruthID), 10), ',')
-			if m.PredID >= 0 {
-				line = strconv.AppendInt(line, int64(m.PredID), 10)
-			}
-			line = append(line, ',')
-			v := m.IoU
-			if in.Kind == box.KindPoint {
-				v = m.Distance
-			}
-			switch {
-			case math.IsNaN(v):
-			case math.IsInf(v, 1):
-				line = append(line, "inf"...)
-			default:
-				line = report.AppendFloat(line, v)
-			}
-			line = append(line, ',')
-			if m.PredID >= 0 {
-				line = report.AppendFloat(line, m.Score)
-			}
-			line = append(line, ",False,"...)
-			if m.Match.Match {
-				line = append(line[:len(line)-6], "True,"...)
-			}
-			line = append(line, names(m.TrueLabel)...)
-			line = append(line, ',')
-			if m.PredID >= 0 {
-				line = append(line, names(m.PredLabel)...)
-			}
-			if _, err := w.Write(append(line, '\n')); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/internal/geos"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -96,7 +97,7 @@ func TestGeometryEvaluateGeometryAsDeepForest(t *testing.T) {
 	}
 	for _, dir := range geoCases(t) {
 		var peer peerGeo
-		readJSONFile(t, filepath.Join(dir, "deepforest.json"), &peer)
+		testfile.ReadJSON(t, filepath.Join(dir, "deepforest.json"), &peer)
 		out := runGeo(t, dir, metrics.EvaluateBoxes)
 		_, got := reportMetrics(t, out)
 		eg := peer.EvaluateGeometry
@@ -137,7 +138,7 @@ func deref(p *float64) any {
 // 1e-9 leaves six orders of magnitude above double rounding for that).
 func compareGeoResults(t *testing.T, dir, kind, path string, want []map[string]any) {
 	t.Helper()
-	recs := readCSVRecords(t, path)
+	recs := testfile.ReadCSV(t, path)
 	col := "IoU"
 	if kind == "point" {
 		col = "distance"
@@ -211,7 +212,7 @@ func compareGeoResults(t *testing.T, dir, kind, path string, want []map[string]a
 func TestGeometryPointValidationAsDeepForest(t *testing.T) {
 	for _, dir := range geoCases(t) {
 		var peer peerGeo
-		readJSONFile(t, filepath.Join(dir, "deepforest.json"), &peer)
+		testfile.ReadJSON(t, filepath.Join(dir, "deepforest.json"), &peer)
 		if peer.Kind != "point" {
 			continue
 		}
@@ -371,7 +372,7 @@ func TestGeometrySegmAsFasterCOCOEval(t *testing.T) {
 		var peer struct {
 			Segm map[string]float64 `json:"coco_segm"`
 		}
-		readJSONFile(t, filepath.Join(dir, "deepforest.json"), &peer)
+		testfile.ReadJSON(t, filepath.Join(dir, "deepforest.json"), &peer)
 		if len(peer.Segm) != 12 {
 			t.Fatalf("%s: %d segm values recorded", c, len(peer.Segm))
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/output"
 )
 
 // vectorEvalTruth is eval's (no --tile) shapefile or GeoPackage truth:
@@ -80,7 +81,7 @@ func vectorEvalTruth(name, root string) ([]byte, []string, error) {
 		if fr != nil {
 			toPixels(sh, *fr)
 		}
-		w.Write([]string{f.ImagePath, WKT(sh), f.Label})
+		w.Write([]string{f.ImagePath, output.WKT(sh), f.Label})
 	}
 	w.Flush()
 	return b.Bytes(), t.Warnings, w.Error()

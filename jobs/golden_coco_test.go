@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -28,7 +29,7 @@ type cocoGolden struct {
 
 func readCOCOGolden(t *testing.T, f string) cocoGolden {
 	var g cocoGolden
-	readJSONFile(t, f, &g)
+	testfile.ReadJSON(t, f, &g)
 	if g.Filtered != nil {
 		g.Map, g.MapClassMetrics, g.IoU = g.Filtered.Map, g.Filtered.MapClassMetrics, g.Filtered.IoU
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/shareddata"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -82,7 +83,7 @@ func repoPath(p string) string { return filepath.Join("..", p) }
 func TestGoldenDeepForest(t *testing.T) {
 	for _, f := range goldenFiles(t) {
 		var g golden
-		readJSONFile(t, f, &g)
+		testfile.ReadJSON(t, f, &g)
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			shareddata.Need(t, repoPath(g.Truth), "its input "+g.Truth)
 			shareddata.Need(t, repoPath(g.Predictions), "its input "+g.Predictions)
@@ -161,7 +162,7 @@ func fmtPtr(p *float64) string {
 // computes the union area from the union polygon; canopy as a+b-inter).
 func compareResults(t *testing.T, path string, g *golden) {
 	t.Helper()
-	recs := readCSVRecords(t, path)
+	recs := testfile.ReadCSV(t, path)
 	type key struct {
 		path string
 		id   int

@@ -1,17 +1,11 @@
 package jobs
 
 import (
-	"image"
-	"io"
-	"path/filepath"
-
 	"github.com/canopy-hpc/canopy/box"
-	"github.com/canopy-hpc/canopy/infer/imagefile"
-	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/outdir"
-	"github.com/canopy-hpc/canopy/internal/testhook"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -19,45 +13,18 @@ import (
 // after the metrics; writeSeconds is its time writing the other files);
 // writeOutputs publishes it with the rest.
 func stageHTML(cfg EvalConfig, rj []byte, images []box.Image, dets [][]box.Detection, labels box.LabelMap, res metrics.Result, writeSeconds float64) ([]outdir.Staged, error) {
-	return stagePage(cfg, htmlreport.Eval{ReportJSON: rj, Images: images, Dets: dets, Labels: labels,
+	return output.StagePage(evalPage(cfg), htmlreport.Eval{ReportJSON: rj, Images: images, Dets: dets, Labels: labels,
 		Matches: res.Matches, PR: res.PR, WriteSeconds: writeSeconds})
 }
 
-// stagePage stages report.html of e (its RootDir and CSV are set here).
-func stagePage(cfg EvalConfig, e htmlreport.Eval) ([]outdir.Staged, error) {
-	if cfg.HTML == nil {
-		return nil, nil
-	}
-	csv, _ := filepath.Abs(cfg.CSV)
-	root, _ := filepath.Abs(cfg.RootDir)
-	opt := *cfg.HTML
+// evalPage is where eval's report.html goes and what it may open: the
+// images under --root-dir (or anywhere with --allow-outside-root), within
+// the model's pixel cap with --model, the default cap on a replay.
+func evalPage(cfg EvalConfig) output.Page {
 	maxPixels := int64(limits.DefaultMaxImagePixels)
 	if cfg.Model.Spec != "" {
 		maxPixels = cfg.Model.MaxImagePixels
 	}
-	opt.Open = drawnImage(cfg.AllowOutsideRoot, maxPixels)
-	testhook.Stop(0, "html") // rank 0 alone writes the outputs
-	e.RootDir, e.CSV = root, csv
-	s, err := outdir.Stage(cfg.Out, "report.html", func(w io.Writer) error { return htmlreport.WriteEval(w, e, opt) })
-	if err != nil {
-		return nil, err
-	}
-	return []outdir.Staged{s}, nil
-}
-
-// drawnImage opens an image for the page under the pre-flight's rules, so
-// report.html opens no file the run would not (a replay's CSV, or a
-// compare's report, may name any path): unless outside, the path must stay
-// inside the root; the file must be a regular one in a supported format
-// and colour model, of at most maxPixels pixels (0: no limit), checked on
-// the open file before its pixels are decoded.
-func drawnImage(outside bool, maxPixels int64) func(root, path string) (image.Image, error) {
-	return func(root, p string) (image.Image, error) {
-		if !outside {
-			if err := confine.New(root).Check(p); err != nil {
-				return nil, err
-			}
-		}
-		return imagefile.Decode(confine.ImageFile(root, p), maxPixels)
-	}
+	return output.Page{Out: cfg.Out, CSV: cfg.CSV, RootDir: cfg.RootDir, Options: cfg.HTML,
+		AllowOutsideRoot: cfg.AllowOutsideRoot, MaxImagePixels: maxPixels}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi/local"
@@ -132,7 +133,7 @@ func TestLossValues(t *testing.T) {
 		t.Fatalf("%+v", v)
 	}
 	v = lossValues([]*box.Loss{ls[0], nil})
-	if !math.IsNaN(v[2].V) || formatValue(v[2]) != "null" {
+	if !math.IsNaN(v[2].V) || output.FormatValue(v[2]) != "null" {
 		t.Fatalf("a missing loss: %+v", v)
 	}
 }

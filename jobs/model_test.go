@@ -21,6 +21,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -313,7 +314,7 @@ func acrossClassRows(t *testing.T, preds []byte, iou float64) []byte {
 		dets[i] = tile.AcrossClassNMS(dets[i], iou)
 	}
 	var b bytes.Buffer
-	if err := writePredictions(&b, images, dets, labels); err != nil {
+	if err := output.WritePredictions(&b, images, dets, labels, nil); err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()

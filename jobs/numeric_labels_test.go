@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/testsupport/shareddata"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 	"github.com/canopy-hpc/canopy/metrics"
 )
 
@@ -68,7 +69,7 @@ func TestNumericLabelNamesSJER(t *testing.T) {
 		TwoClasses numericCase `json:"two_classes"`
 		TenAndTwo  numericCase `json:"ten_and_two"`
 	}
-	readJSONFile(t, "../testdata/golden/numeric/sjer_numeric_labels.json", &raw)
+	testfile.ReadJSON(t, "../testdata/golden/numeric/sjer_numeric_labels.json", &raw)
 	cases := map[string]numericCase{"one_class": raw.OneClass, "two_classes": raw.TwoClasses, "ten_and_two": raw.TenAndTwo}
 	for name, want := range cases {
 		if len(want.Classes) == 0 {

@@ -2,12 +2,13 @@ package jobs
 
 import (
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
 )
 
 // reportFiles are the files a run writes; any of them in --out marks a
 // previous run.
-var reportFiles = []string{"report.json", "predictions.csv", "results.csv", "report.html", cropsFile, cocoTruthFile, cocoPredFile, gpkgFile}
+var reportFiles = []string{output.ReportJSON, output.PredictionsCSV, output.ResultsCSV, output.ReportHTML, cropsFile, output.COCOTruthFile, output.COCOPredFile, gpkgFile}
 
 // outNames declares the commands' entries of OUT to the output folder's
 // transaction (internal/outdir knows no output's name): the reports, the

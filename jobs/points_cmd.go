@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/jobs/points"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
@@ -100,7 +101,7 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 	cfg := points.Config{Model: model, RootDir: root, Out: c.String("out"), Force: c.Bool("force"), Tile: tiled,
 		Resume: c.Bool("resume"), SkipEmpty: c.Bool("skip-empty"),
 		Settings:  tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")},
-		LabelDict: given, Command: os.Args, Version: Version,
+		LabelDict: given, Command: os.Args, Version: output.Version,
 		Device: points.Device{Request: mc.Device, Precision: mc.Precision, PrecisionSet: mc.PrecisionSet, CUDNN: mc.CUDNN},
 		List: func() ([]string, error) {
 			switch {

@@ -23,6 +23,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -93,7 +94,7 @@ func listImages(dir string) ([]string, error) {
 // rows; the predict_image rows (or --raw-rows) are made from them at the
 // end, so that choice is not part of the identity.
 func predictManifest(cfg PredictConfig, paths []string, labels []byte, digest, config string) manifest {
-	m := manifest{Job: kindPredict, Canopy: Version, Images: outdir.SHA256Hex(collective.PackFields(nil, stringsBytes(paths)...)),
+	m := manifest{Job: kindPredict, Canopy: output.Version, Images: outdir.SHA256Hex(collective.PackFields(nil, stringsBytes(paths)...)),
 		Detector: "retinanet weights sha256 " + digest, DetectorSettings: detectorSettings(cfg.Model, config), RootDir: absPath(cfg.RootDir)}
 	if labels != nil {
 		m.LabelDict = outdir.SHA256Hex(labels)
@@ -171,7 +172,7 @@ type predictReport struct {
 	RowsIoU       *float64 `json:"across_class_nms_iou,omitempty"`
 	RawDetections int      `json:"raw_detections"`
 	// Resumed: a --resume run's attempt and where its images came from.
-	Resumed *resumeInfo `json:"resumed,omitempty"`
+	Resumed *output.ResumeInfo `json:"resumed,omitempty"`
 	// Outputs: the sha256 of the predictions.csv published with this report.
 	Outputs map[string]string `json:"outputs,omitempty"`
 	// AllowOutsideRoot records --allow-outside-root.
@@ -292,6 +293,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		return err
 	}
 	defer det.Close()
+	crops.OnDetector(det) // --device cuda: the crops on the detector's GPU engine
 	rec, err := openRecorder(out, cfg.Out, saved, c.Rank())
 	if err != nil {
 		return err
@@ -337,7 +339,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		stats.Seconds["crops"] = crops.Stats.Seconds
 	}
 	return collective.WriteReport(c, stats, "predictions", func(allStats []collective.RankStats) error {
-		rep := predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
+		rep := predictReport{Canopy: output.Version, Git: output.GitRevision(), MPI: c.Implementation(), Command: cfg.Command,
 			Ranks: c.Size(), Images: len(images), Model: &model.Info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot,
 			PerRank: allStats, Rows: rowsAcrossClassNMS}
 		if cfg.RawRows {
@@ -354,7 +356,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		}
 		rep.RawDetections += rawPrev // the detector's rows of the saved images
 		if cfg.Resume {
-			rep.Resumed = &resumeInfo{Attempt: saved.attempt, FromParts: len(done), Computed: len(todo), RecordsDropped: pst.Dropped}
+			rep.Resumed = &output.ResumeInfo{Attempt: saved.attempt, FromParts: len(done), Computed: len(todo), RecordsDropped: pst.Dropped}
 		}
 		rep.setCrops(crops)
 		if rc := cfg.RunConfig; rc != nil {
@@ -389,7 +391,7 @@ func writePredictOutputs(dir string, rep predictReport, images []box.Image, dets
 func publishPredictions(dir string, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropstage.Table,
 	extra []outdir.Staged, report func(outputs map[string]string) any) error {
 	preds, err := outdir.Stage(dir, "predictions.csv", func(w io.Writer) error {
-		return writePredictionRows(w, images, dets, labels, crops)
+		return output.WritePredictions(w, images, dets, labels, crops)
 	})
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/detect"
 	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -43,7 +44,7 @@ type manifest struct {
 }
 
 func newManifest(cfg EvalConfig, in inputs) manifest {
-	m := manifest{Canopy: Version, CSV: outdir.SHA256Hex(in.csv), Predictions: outdir.SHA256Hex(in.preds), Detector: "replay",
+	m := manifest{Canopy: output.Version, CSV: outdir.SHA256Hex(in.csv), Predictions: outdir.SHA256Hex(in.preds), Detector: "replay",
 		DetectorSettings: map[string]string{}, RootDir: absRoot(cfg)}
 	if cfg.Model.Spec != "" {
 		m.Detector = "retinanet weights sha256 " + in.modelDigest

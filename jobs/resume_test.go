@@ -10,8 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/testhook"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 	"github.com/canopy-hpc/canopy/internal/wire"
 )
 
@@ -31,12 +33,12 @@ func runLocalInterrupt(t *testing.T, n int, cfg EvalConfig, stderr *bytes.Buffer
 	return runLocalCtx(t, n, cfg, func(r int) context.Context { return ctxs[r] }, stderr)
 }
 
-func resumeOf(t *testing.T, out string) resumeInfo {
+func resumeOf(t *testing.T, out string) output.ResumeInfo {
 	t.Helper()
 	var rep struct {
-		Run struct{ Resume resumeInfo }
+		Run struct{ Resume output.ResumeInfo }
 	}
-	readJSONFile(t, filepath.Join(out, "report.json"), &rep)
+	testfile.ReadJSON(t, filepath.Join(out, "report.json"), &rep)
 	return rep.Run.Resume
 }
 

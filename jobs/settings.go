@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/config"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/urfave/cli/v2"
 )
 
@@ -24,10 +25,7 @@ func configFlag() cli.Flag {
 }
 
 // setting is one resolved setting and where it came from.
-type setting struct {
-	Value  string        `json:"value"`
-	Source config.Source `json:"source"`
-}
+type setting = output.Setting
 
 // runConfig is the run's config file and overrides, parsed.
 type runConfig struct {
@@ -111,12 +109,12 @@ func fstr(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 func (rc *runConfig) resolveFloat(c *cli.Context, flag, key string, cv config.Float, dst *float64, def string) {
 	switch {
 	case c.IsSet(flag):
-		rc.Settings[key] = setting{fstr(*dst), config.Flag}
+		rc.Settings[key] = setting{Value: fstr(*dst), Source: config.Flag}
 	case cv.Src != "":
 		*dst = cv.V
-		rc.Settings[key] = setting{fstr(cv.V), cv.Src}
+		rc.Settings[key] = setting{Value: fstr(cv.V), Source: cv.Src}
 	case def != "":
-		rc.Settings[key] = setting{def, config.Default}
+		rc.Settings[key] = setting{Value: def, Source: config.Default}
 	default:
 		rc.Settings[key] = setting{}
 	}
@@ -125,10 +123,10 @@ func (rc *runConfig) resolveFloat(c *cli.Context, flag, key string, cv config.Fl
 func (rc *runConfig) resolveInt(c *cli.Context, flag, key string, cv config.Int, dst *int) {
 	switch {
 	case flag != "" && c.IsSet(flag):
-		rc.Settings[key] = setting{strconv.Itoa(*dst), config.Flag}
+		rc.Settings[key] = setting{Value: strconv.Itoa(*dst), Source: config.Flag}
 	case cv.Src != "":
 		*dst = cv.V
-		rc.Settings[key] = setting{strconv.Itoa(cv.V), cv.Src}
+		rc.Settings[key] = setting{Value: strconv.Itoa(cv.V), Source: cv.Src}
 	default:
 		rc.Settings[key] = setting{}
 	}
@@ -144,7 +142,7 @@ func (rc *runConfig) applyModel(c *cli.Context, mc *ModelConfig, replay bool) {
 		if cf.ModelRevision.Src != "" {
 			mc.Spec += "@" + cf.ModelRevision.V
 		}
-		rc.Settings["model.name"] = setting{cf.ModelName.V, cf.ModelName.Src}
+		rc.Settings["model.name"] = setting{Value: cf.ModelName.V, Source: cf.ModelName.Src}
 	}
 	rc.resolveFloat(c, "score-thresh", "score_thresh", cf.ScoreThresh, &mc.ScoreThresh, "")
 	rc.resolveFloat(c, "nms-thresh", "nms_thresh", cf.NMSThresh, &mc.NMSThresh, "")
@@ -152,7 +150,7 @@ func (rc *runConfig) applyModel(c *cli.Context, mc *ModelConfig, replay bool) {
 	rc.resolveInt(c, "", "topk_candidates", cf.TopkCandidates, &mc.TopkCandidates)
 	if cf.NumClasses.Src != "" {
 		mc.NumClasses = cf.NumClasses.V
-		rc.Settings["num_classes"] = setting{strconv.Itoa(cf.NumClasses.V), cf.NumClasses.Src}
+		rc.Settings["num_classes"] = setting{Value: strconv.Itoa(cf.NumClasses.V), Source: cf.NumClasses.Src}
 	}
 }
 
@@ -176,7 +174,7 @@ func (rc *runConfig) ignoreModelKeys() {
 func (rc *runConfig) labelCSV(c *cli.Context) []byte {
 	if c.IsSet("label-dict") {
 		if rc.C.LabelDict.Src != "" {
-			rc.Settings["label_dict"] = setting{c.String("label-dict"), config.Flag}
+			rc.Settings["label_dict"] = setting{Value: c.String("label-dict"), Source: config.Flag}
 		}
 		return nil
 	}
@@ -196,7 +194,7 @@ func (rc *runConfig) labelCSV(c *cli.Context) []byte {
 	for _, n := range names {
 		fmt.Fprintf(&b, "%s,%d\n", dataset.CSVField(n), ld.V[n])
 	}
-	rc.Settings["label_dict"] = setting{b.String(), ld.Src}
+	rc.Settings["label_dict"] = setting{Value: b.String(), Source: ld.Src}
 	return b.Bytes()
 }
 

@@ -75,8 +75,8 @@ func TestConfigReplay(t *testing.T) {
 		return readSettings(t, out)
 	}
 	a := run("a", "--config", cfgFile, "validation.iou_threshold=0.5")
-	if a.Run.IoUThreshold != 0.5 || a.Run.Settings["validation.iou_threshold"] != (setting{"0.5", "override"}) ||
-		a.Run.Settings["batch_size"] != (setting{"2", "config"}) || a.Run.Settings["validation.csv_file"].Source != "config" {
+	if a.Run.IoUThreshold != 0.5 || a.Run.Settings["validation.iou_threshold"] != (setting{Value: "0.5", Source: "override"}) ||
+		a.Run.Settings["batch_size"] != (setting{Value: "2", Source: "config"}) || a.Run.Settings["validation.csv_file"].Source != "config" {
 		t.Fatalf("settings %+v, iou %v", a.Run.Settings, a.Run.IoUThreshold)
 	}
 	want := []string{"patch_size", "score_thresh", "validation.size", "workers"}
@@ -84,7 +84,7 @@ func TestConfigReplay(t *testing.T) {
 		t.Fatalf("config_ignored %v, want %v", a.Run.ConfigIgnored, want)
 	}
 	b := run("b", "--config", cfgFile, "validation.iou_threshold=0.5", "--iou-threshold", "0.4")
-	if b.Run.IoUThreshold != 0.4 || b.Run.Settings["validation.iou_threshold"] != (setting{"0.4", "flag"}) {
+	if b.Run.IoUThreshold != 0.4 || b.Run.Settings["validation.iou_threshold"] != (setting{Value: "0.4", Source: "flag"}) {
 		t.Fatalf("flag does not beat the override: %+v", b.Run.Settings)
 	}
 	c := run("c", filepath.Join(set, "truth.csv"), "--iou-threshold", "0.5", "--batch-size", "2")
@@ -118,7 +118,7 @@ func TestConfigModel(t *testing.T) {
 	}
 	a, pa := run("a", "--config", cfgFile)
 	b, pb := run("b", "--score-thresh", "0.3")
-	if a.Run.Settings["score_thresh"] != (setting{"0.3", "config"}) || a.Run.Settings["nms_thresh"] != (setting{"0.05", "default"}) ||
+	if a.Run.Settings["score_thresh"] != (setting{Value: "0.3", Source: "config"}) || a.Run.Settings["nms_thresh"] != (setting{Value: "0.05", Source: "default"}) ||
 		a.Run.Settings["num_classes"].Source != "config" || a.Run.Settings["label_dict"].Source != "config" {
 		t.Fatalf("settings %+v", a.Run.Settings)
 	}

@@ -374,6 +374,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		return err
 	}
 	defer det.Close()
+	crops.OnDetector(det) // --device cuda: the crops on the detector's GPU engine
 	files := make([]string, len(rasters))
 	for i := range rasters {
 		files[i] = rasters[i].File

@@ -238,12 +238,12 @@ func (rc *runConfig) applyTile(c *cli.Context, cfg *TileConfig) {
 	cf := rc.C
 	switch {
 	case c.IsSet("patch-size"):
-		rc.Settings["patch_size"] = setting{strconv.Itoa(cfg.Settings.Patch), config.Flag}
+		rc.Settings["patch_size"] = setting{Value: strconv.Itoa(cfg.Settings.Patch), Source: config.Flag}
 	case cf.PatchSize.Src != "":
 		cfg.Settings.Patch = cf.PatchSize.V
-		rc.Settings["patch_size"] = setting{strconv.Itoa(cf.PatchSize.V), cf.PatchSize.Src}
+		rc.Settings["patch_size"] = setting{Value: strconv.Itoa(cf.PatchSize.V), Source: cf.PatchSize.Src}
 	default:
-		rc.Settings["patch_size"] = setting{strconv.Itoa(cfg.Settings.Patch), config.Default}
+		rc.Settings["patch_size"] = setting{Value: strconv.Itoa(cfg.Settings.Patch), Source: config.Default}
 	}
 	rc.resolveFloat(c, "patch-overlap", "patch_overlap", cf.PatchOverlap, &cfg.Settings.Overlap, fstr(cfg.Settings.Overlap))
 	rc.resolveFloat(c, "tile-iou", "tile_iou", cf.NMSThresh, &cfg.IoU, fstr(cfg.IoU))

@@ -67,8 +67,8 @@ func TestTileConfig(t *testing.T) {
 	if rep.Tile.PatchSize != 250 || rep.Tile.PatchOverlap != 0.2 || rep.Tile.IoU != 0.3 {
 		t.Errorf("tile settings %+v, want patch 250 (flag), overlap 0.2 (override), iou 0.3 (config nms_thresh)", rep.Tile)
 	}
-	want := map[string]setting{"patch_size": {"250", "flag"}, "patch_overlap": {"0.2", "override"},
-		"tile_iou": {"0.3", "config"}, "nms_thresh": {"0.3", "config"}, "label_dict": {"label,id\nTree,0\nDead,1\n", "config"}}
+	want := map[string]setting{"patch_size": {Value: "250", Source: "flag"}, "patch_overlap": {Value: "0.2", Source: "override"},
+		"tile_iou": {Value: "0.3", Source: "config"}, "nms_thresh": {Value: "0.3", Source: "config"}, "label_dict": {Value: "label,id\nTree,0\nDead,1\n", Source: "config"}}
 	for k, w := range want {
 		if rep.Settings[k] != w {
 			t.Errorf("settings[%s] = %+v, want %+v (all: %+v)", k, rep.Settings[k], w, rep.Settings)
@@ -102,8 +102,8 @@ func TestTileConfig(t *testing.T) {
 	if erep.Tile.PatchSize != 300 || erep.Tile.PatchOverlap != 0.1 || erep.Tile.IoU != 0.4 {
 		t.Errorf("eval --tile settings %+v, want 300, 0.1 (config), 0.4 (flag)", erep.Tile)
 	}
-	for k, w := range map[string]setting{"patch_size": {"300", "config"}, "patch_overlap": {"0.1", "config"}, "tile_iou": {"0.4", "flag"},
-		"label_dict": {"label,id\nTree,0\nDead,1\n", "config"}} {
+	for k, w := range map[string]setting{"patch_size": {Value: "300", Source: "config"}, "patch_overlap": {Value: "0.1", Source: "config"}, "tile_iou": {Value: "0.4", Source: "flag"},
+		"label_dict": {Value: "label,id\nTree,0\nDead,1\n", Source: "config"}} {
 		if erep.Settings[k] != w {
 			t.Errorf("eval settings[%s] = %+v, want %+v", k, erep.Settings[k], w)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/report"
@@ -29,15 +30,15 @@ func stageTileHTML(cfg TileConfig, rep *tileReport, truthCSV []byte, rasters []t
 	if ec == nil || ec.HTML == nil {
 		return nil, nil
 	}
-	// The page reads report.json's "run" fields (eval's runInfo); eval
+	// The page reads report.json's "run" fields (eval's output.RunInfo); eval
 	// --tile's report.json has its own shape, so the page gets this one.
-	run := runInfo{Canopy: rep.Canopy, Go: runtime.Version(), MPI: rep.MPI, Git: rep.Git, Command: rep.Command,
+	run := output.RunInfo{Canopy: rep.Canopy, Go: runtime.Version(), MPI: rep.MPI, Git: rep.Git, Command: rep.Command,
 		Semantics: ec.Semantics.String(), IoUThreshold: ec.IoUThreshold, Detector: rep.Detector, Ranks: rep.Ranks, PerRank: rep.PerRank,
-		Hosts: hostsOf(rep.PerRank), Inputs: map[string]report.File{"csv": {Path: cfg.CSV, SHA256: outdir.SHA256Hex(truthCSV)}}, Model: rep.Model,
-		Coverage: coverage{Images: len(rasters), Processed: len(rasters)}}
+		Hosts: output.HostsOf(rep.PerRank), Inputs: map[string]report.File{"csv": {Path: cfg.CSV, SHA256: outdir.SHA256Hex(truthCSV)}}, Model: rep.Model,
+		Coverage: output.Coverage{Images: len(rasters), Processed: len(rasters)}}
 	rj, err := json.Marshal(struct {
 		Metrics json.RawMessage `json:"metrics"`
-		Run     runInfo         `json:"run"`
+		Run     output.RunInfo  `json:"run"`
 	}{json.RawMessage(metricJSON), run})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: report.html: %w", err)

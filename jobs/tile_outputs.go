@@ -23,6 +23,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/geoparquet"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
@@ -128,7 +129,7 @@ func publishRaster(out string, i int, r tileRaster, merged []box.Detection, wind
 		if err := rasterFault(r.Name + ".csv"); err != nil {
 			return err
 		}
-		return writePredictionRows(w, []box.Image{{Path: r.Path}}, [][]box.Detection{merged}, labels, crops)
+		return output.WritePredictions(w, []box.Image{{Path: r.Path}}, [][]box.Detection{merged}, labels, crops)
 	})
 	if err != nil {
 		drop()
@@ -244,7 +245,7 @@ func rasterCSV(out string, r tileRaster) string { return filepath.Join(out, rast
 // stageCombinedCSV stages predictions.csv: the header, then each
 // raster's CSV without its header, in raster order (never all in memory).
 func stageCombinedCSV(out string, rasters []tileRaster, cs *cropstage.Set) (outdir.Staged, error) {
-	header := predictionsHeader(cs)
+	header := output.PredictionsHeader(cs)
 	return outdir.Stage(out, "predictions.csv", func(w io.Writer) error {
 		if _, err := io.WriteString(w, header); err != nil {
 			return err
@@ -437,9 +438,9 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 			return err
 		}
 		res2 = scored.Result
-		sweepJSON = SweepJSON(cfg.Eval.IoUSweep, scored.Sweep)
+		sweepJSON = output.SweepJSON(cfg.Eval.IoUSweep, scored.Sweep)
 		run.stats.Seconds["metrics"] = since(tm)
-		metricJSON = MetricsJSON(res2.Values)
+		metricJSON = output.MetricsJSON(res2.Values)
 		if err := collective.Agree(c, append(append([]byte(nil), metricJSON...), sweepJSON...)); err != nil {
 			return err
 		}
@@ -447,7 +448,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 	return collective.WriteReport(c, *run.stats, "predictions", func(allStats []collective.RankStats) error {
 		tw := time.Now()
 		var rep tileReport
-		rep.predictReport = predictReport{Canopy: Version, Git: gitRevision(), MPI: c.Implementation(), Command: cfg.Command,
+		rep.predictReport = predictReport{Canopy: output.Version, Git: output.GitRevision(), MPI: c.Implementation(), Command: cfg.Command,
 			Ranks: c.Size(), Images: len(rasters), Model: &model.Info, Detector: detName, AllowOutsideRoot: cfg.AllowOutsideRoot,
 			PerRank: allStats}
 		rep.setCrops(run.crops)
@@ -518,7 +519,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 				rep.MetricsByIoU = json.RawMessage(sweepJSON)
 			}
 			results, err := outdir.Stage(cfg.Out, "results.csv", func(w io.Writer) error {
-				return writeResults(w, images, merged, labels, res2.Matches)
+				return output.WriteResults(w, images, labels, res2.Matches)
 			})
 			if err != nil {
 				drop()
@@ -546,7 +547,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 			return err
 		}
 		if cfg.Stdout != nil && cfg.Eval != nil {
-			printTable(cfg.Stdout, res2.Values)
+			output.PrintTable(cfg.Stdout, res2.Values)
 			if cfg.Eval.HTML != nil {
 				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))
 			}

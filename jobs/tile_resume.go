@@ -16,6 +16,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/wire"
 )
@@ -404,7 +405,7 @@ func removeLeftovers(dir string) error {
 
 // tileManifestOf is the manifest of a tile run now.
 func tileManifestOf(cfg TileConfig, digest, config string, labels, truth []byte, idents []rasterIdent, crops *cropstage.Set) tileManifest {
-	m := tileManifest{Canopy: Version, Command: kindPredictTile, Detector: "retinanet weights sha256 " + digest,
+	m := tileManifest{Canopy: output.Version, Command: kindPredictTile, Detector: "retinanet weights sha256 " + digest,
 		DetectorSettings: detectorSettings(cfg.Model, config), PatchSize: cfg.Settings.Patch, PatchOverlap: cfg.Settings.Overlap,
 		IoU: cfg.IoU, SkipEmpty: cfg.SkipEmpty, CropModels: cropIdents(crops), Rasters: idents}
 	if cfg.FullHash {

@@ -23,6 +23,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -146,7 +147,7 @@ func TestTileIdenticalAcrossRanksThreadsBatches(t *testing.T) {
 	merged := tile.Merge(wins, perWin, tile.DefaultIoU)
 	var want bytes.Buffer
 	labels, _ := box.NewLabelMap([]string{"Tree", "Dead"})
-	if err := writePredictions(&want, []box.Image{{Path: "raster.tif"}}, [][]box.Detection{merged}, labels); err != nil {
+	if err := output.WritePredictions(&want, []box.Image{{Path: "raster.tif"}}, [][]box.Detection{merged}, labels, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(want.Bytes(), ref) {

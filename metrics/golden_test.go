@@ -1,22 +1,11 @@
 package metrics
 
 import (
-	"encoding/json"
 	"math"
-	"os"
 	"testing"
-)
 
-func readJSON(t *testing.T, path string, v any) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-}
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
+)
 
 // TestPairwiseSumNumpyGolden checks the np.mean reproduction bit for bit
 // (testdata/golden/numpy/mean.json, made by tools/scipy/lsap_golden.py, and
@@ -29,11 +18,11 @@ func TestPairwiseSumNumpyGolden(t *testing.T) {
 			Mean   *float64
 		}
 	}
-	readJSON(t, "../testdata/golden/numpy/mean.json", &g)
+	testfile.ReadJSON(t, "../testdata/golden/numpy/mean.json", &g)
 	cases := g.Cases
 	// mean_edges.json: n = 7, 8, 9, … 128, 129, …: each edge of numpy's
 	// pairwise blocks (tools/scipy/mean_edges.py).
-	readJSON(t, "../testdata/golden/numpy/mean_edges.json", &g)
+	testfile.ReadJSON(t, "../testdata/golden/numpy/mean_edges.json", &g)
 	cases = append(cases, g.Cases...)
 	naiveDiffers := 0
 	for i, c := range cases {
@@ -64,7 +53,7 @@ func TestRecallThresholdsFromTorch(t *testing.T) {
 		RecThresholds []float64 `json:"rec_thresholds"`
 		IoUThresholds []float64 `json:"iou_thresholds"`
 	}
-	readJSON(t, "../testdata/golden/coco/thresholds.json", &g)
+	testfile.ReadJSON(t, "../testdata/golden/coco/thresholds.json", &g)
 	if len(g.RecThresholds) != len(cocoRecallThresholds) || len(g.IoUThresholds) != len(cocoIoUThresholds) {
 		t.Fatalf("fixture has %d/%d thresholds", len(g.RecThresholds), len(g.IoUThresholds))
 	}
@@ -95,7 +84,7 @@ func TestTorchSum32Golden(t *testing.T) {
 			SumBits uint32 `json:"sum_bits"`
 		}
 	}
-	readJSON(t, "../testdata/golden/torch/sum.json", &g)
+	testfile.ReadJSON(t, "../testdata/golden/torch/sum.json", &g)
 	if len(g.Cases) == 0 {
 		t.Fatal("no cases")
 	}

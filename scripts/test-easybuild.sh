@@ -27,9 +27,9 @@ GO=${GO:-go}
 start=$(date +%s)
 say() { echo "test-easybuild: $* ($(( $(date +%s) - start )) s)"; }
 
-version=$(sed -n 's/^var Version = "\(.*\)"$/\1/p' jobs/report.go)
+version=$(sed -n 's/^var Version = "\(.*\)"$/\1/p' internal/output/run.go)
 for ec in easybuild/canopy-$version.eb easybuild/canopy-$version-CUDA-11.8.eb; do
-	[ -f "$ec" ] || { echo "test-easybuild: $ec missing (jobs.Version is $version: rename the easyconfigs)" >&2; exit 1; }
+	[ -f "$ec" ] || { echo "test-easybuild: $ec missing (output.Version is $version: rename the easyconfigs)" >&2; exit 1; }
 	grep -q "^version = '$version'$" "$ec" || { echo "test-easybuild: $ec does not say version = '$version'" >&2; exit 1; }
 done
 

@@ -59,11 +59,23 @@ func (n *Net) FilterBytes() int64 { return n.filters.Bytes(n.Body.Convs()) }
 // softmax.
 type Output struct {
 	Logits, Probs []float32
+	// dev says label and score are the device's argmax (GPURunner).
+	dev   bool
+	label int
+	score float32
 }
 
 // Best is the argmax of the probabilities (the first of equal maxima, as
 // numpy's argmax) and its value: DeepForest's postprocess_predictions.
 func (o Output) Best() (int, float32) {
+	if o.dev {
+		return o.label, o.score
+	}
+	return o.host()
+}
+
+// host is Best computed here.
+func (o Output) host() (int, float32) {
 	k := 0
 	for i, p := range o.Probs {
 		if p > o.Probs[k] {
@@ -167,6 +179,13 @@ func (r *Runner) batches(ctx context.Context, n int, size [2]int, fill func(i in
 // rounded once) and the softmax (float64, rounded once).
 func (n *Net) forward(e *cpu.BatchEngine, x cpu.Batch) []Output {
 	c5 := resnet.Features[cpu.Batch](n.Body, e, x, 5)[2]
+	out := n.outputs(c5)
+	e.Put(c5)
+	return out
+}
+
+// outputs is forward's head on C5: the pool, fc and softmax of each crop.
+func (n *Net) outputs(c5 cpu.Batch) []Output {
 	ch := c5.C
 	out := make([]Output, c5.N)
 	pooled := make([]float64, ch)
@@ -184,7 +203,6 @@ func (n *Net) forward(e *cpu.BatchEngine, x cpu.Batch) []Output {
 		softmax(o.Logits, o.Probs)
 		out[b] = o
 	}
-	e.Put(c5)
 	return out
 }
 
@@ -216,4 +234,17 @@ func softmax(z, p []float32) {
 	for i := range p {
 		p[i] = float32(e[i] / s)
 	}
+}
+
+// ClassifyWindows cuts the pieces from their sources (Cut) and classifies
+// them (Classify): the CPU side of GPURunner.ClassifyWindows.
+func (r *Runner) ClassifyWindows(ctx context.Context, tr Transform, imgs []imagefile.Image, ps []Piece) ([]Output, error) {
+	if err := checkPieces(imgs, ps); err != nil {
+		return nil, err
+	}
+	crops := make([]imagefile.Image, len(ps))
+	for i, p := range ps {
+		crops[i] = Cut(imgs[p.Img], p.R)
+	}
+	return r.Classify(ctx, tr, crops)
 }

@@ -65,3 +65,9 @@ func Cut(img imagefile.Image, r Rect) imagefile.Image {
 	}
 	return out
 }
+
+// in reports whether r is a window of im (len(im.Pix) its 3 planes).
+func (r Rect) in(im imagefile.Image) bool {
+	return len(im.Pix) == 3*im.W*im.H && r.W >= 1 && r.H >= 1 && r.W <= MaxSide && r.H <= MaxSide &&
+		r.X >= 0 && r.Y >= 0 && r.X+r.W <= im.W && r.Y+r.H <= im.H
+}

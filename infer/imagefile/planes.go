@@ -1,6 +1,9 @@
 package imagefile
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // FromPlanes is the Image of 8-bit R, G and B planes (each w·h samples,
 // rows top first), scaled as Read scales a file's samples: float32(k/255).
@@ -13,4 +16,22 @@ func FromPlanes(w, h int, planes []uint8) (Image, error) {
 		im.Pix[i] = unit[k]
 	}
 	return im, nil
+}
+
+// Unit is the value of the 8-bit sample k: float32(k/255), as Read scales.
+func Unit(k uint8) float32 { return unit[k] }
+
+// ToPlanes is FromPlanes backwards: it writes the 8-bit sample of every
+// value of pix to dst (len(pix) bytes) and reports whether every value is
+// one, bit for bit (the GPU transforms upload 8-bit samples, a quarter of
+// the float32 bytes; float32 when not).
+func ToPlanes(pix []float32, dst []byte) bool {
+	for i, v := range pix {
+		k := int(v*255 + 0.5)
+		if k < 0 || k > 255 || math.Float32bits(unit[k]) != math.Float32bits(v) {
+			return false
+		}
+		dst[i] = byte(k)
+	}
+	return true
 }

@@ -12,17 +12,9 @@ import (
 // (internal/testsupport/testweights, FrozenBatchNorm2d layout, seed).
 func generatedWeights(t testing.TB, arch string, classes, fpn int, seed uint64) nn.Weights {
 	t.Helper()
-	entries, err := testweights.StateDict(arch, classes, fpn, false)
+	w, err := testweights.Weights(arch, classes, fpn, seed)
 	if err != nil {
 		t.Fatal(err)
-	}
-	vals, err := testweights.Values(entries, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := nn.Weights{}
-	for _, e := range entries {
-		w[e.Name] = nn.Tensor{Shape: e.Shape, Data: vals[e.Name]}
 	}
 	return w
 }

@@ -121,22 +121,7 @@ func (pr *pairRun) Conv(c *nn.Conv, x *pmap, relu bool, res **pmap) *pmap {
 
 func (pr *pairRun) MaxPool3s2(x *pmap) *pmap {
 	y := &pmap{c: pr.host.MaxPool3s2(x.c), g: pr.g.MaxPool3s2(x.g)}
-	// exact on each side: |Δ| ≤ the window's largest |Δx|
-	xd, oh, ow := pr.dev(x), y.c.H, y.c.W
-	lim := make([]float64, len(y.c.D))
-	for ch := 0; ch < x.c.C; ch++ {
-		for oy := 0; oy < oh; oy++ {
-			for ox := 0; ox < ow; ox++ {
-				o := (ch*oh+oy)*ow + ox
-				for iy := max(2*oy-1, 0); iy <= min(2*oy+1, x.c.H-1); iy++ {
-					for ix := max(2*ox-1, 0); ix <= min(2*ox+1, x.c.W-1); ix++ {
-						i := (ch*x.c.H+iy)*x.c.W + ix
-						lim[o] = max(lim[o], math.Abs(float64(xd[i])-float64(x.c.D[i])))
-					}
-				}
-			}
-		}
-	}
+	lim := bound.MaxPool3s2(x.c.D, pr.dev(x), x.c.C, x.c.H, x.c.W) // exact on each side
 	pr.check("maxpool", y, lim)
 	return y
 }

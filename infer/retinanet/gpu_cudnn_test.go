@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"sync"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
-	"github.com/canopy-hpc/canopy/infer/cuda/cudnn/fake"
 	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
 	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
@@ -22,39 +19,6 @@ import (
 // The cuDNN path of the GPU engine (infer/gpu/cudnn.go) against the CPU engine:
 // on the host shim with the fake libcudnn.so.9 (built here with cc), or on
 // a GPU with the real library named by CANOPY_CUDNN (tools/gpu/check.sh).
-
-var testLib struct {
-	once sync.Once
-	lib  *cudnn.Lib
-	err  error
-}
-
-func testCUDNN(t testing.TB, dev cuda.Device) *cudnn.Lib {
-	t.Helper()
-	_, shim := dev.(*hostkern.Device)
-	if !shim && os.Getenv("CANOPY_CUDNN") == "" {
-		t.Skip("on a GPU these tests need the real cuDNN: set CANOPY_CUDNN (the fake computes on host memory)")
-	}
-	testLib.once.Do(func() {
-		path := os.Getenv("CANOPY_CUDNN")
-		if shim {
-			dir, err := os.MkdirTemp("", "fakecudnn")
-			if err != nil {
-				testLib.err = err
-				return
-			}
-			if path, err = fake.Build(dir); err != nil {
-				testLib.err = err
-				return
-			}
-		}
-		testLib.lib, testLib.err = cudnn.Find(cudnn.Search{Flag: path})
-	})
-	if testLib.err != nil {
-		t.Fatal(testLib.err)
-	}
-	return testLib.lib
-}
 
 var cudnnModes = []cuda.Precision{cuda.FP32, cuda.TF32, cuda.BF16}
 

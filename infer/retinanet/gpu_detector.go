@@ -234,5 +234,10 @@ func (d *GPUDetector) EnableLayerTimes() { d.r.EnableLayerTimes() }
 // LayerTimes returns the time per layer group so far, slowest first.
 func (d *GPUDetector) LayerTimes() []nn.LayerTime { return d.r.LayerTimes() }
 
+// CropEngine is the detector's GPU engine, where the crop models run
+// (internal/cropstage: the same device, precision, cuDNN handle, plans
+// and workspace; the detector's batches are done before the crop stage).
+func (d *GPUDetector) CropEngine() *gpu.Engine { return d.r.g }
+
 // Device describes the detector's device.
 func (d *GPUDetector) Device() cuda.Info { return d.r.g.Dev.Info() }

@@ -1,11 +1,10 @@
 package retinanet
 
 import (
-	"math"
-
 	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
 	"github.com/canopy-hpc/canopy/infer/gpu"
+	"github.com/canopy-hpc/canopy/infer/imagefile"
 )
 
 // The transform on the device: each image goes up as its 8-bit samples
@@ -17,23 +16,13 @@ import (
 // unit8 is imagefile's conversion of the 8-bit sample k: float32(k/255).
 var unit8 = func() (u [256]float32) {
 	for k := range u {
-		u[k] = float32(float64(k) / 255)
+		u[k] = imagefile.Unit(uint8(k))
 	}
 	return u
 }()
 
-// pixBytes writes the 8-bit sample of every value of pix to dst and
-// reports whether every value is one (bit for bit).
-func pixBytes(pix []float32, dst []byte) bool {
-	for i, v := range pix {
-		k := int(v*255 + 0.5)
-		if k < 0 || k > 255 || math.Float32bits(unit8[k]) != math.Float32bits(v) {
-			return false
-		}
-		dst[i] = byte(k)
-	}
-	return true
-}
+// pixBytes is imagefile.ToPlanes.
+var pixBytes = imagefile.ToPlanes
 
 // prepared is a group of images ready to upload: their samples (8-bit, or
 // float32 for an image whose values are not 8-bit samples) and sizes.

@@ -13,6 +13,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 )
 
 // refDir is the folder tools/treeformer/reference.py full writes (230 MB,
@@ -159,7 +160,7 @@ func samePointList(t *testing.T, what string, got, want []Point) {
 func TestFullPostprocessOnDeepForestMaps(t *testing.T) {
 	d := refDir(t)
 	var ref refPoints
-	readJSON(t, filepath.Join(d, "points.json"), &ref)
+	testfile.ReadJSON(t, filepath.Join(d, "points.json"), &ref)
 	if len(ref.Images) == 0 || len(ref.Tile.Maps) == 0 {
 		t.Fatal("points.json has no images or no tile maps")
 	}
@@ -196,7 +197,7 @@ func TestFullPredictEndToEnd(t *testing.T) {
 	d := refDir(t)
 	m := loadFull(t)
 	var ref refPoints
-	readJSON(t, filepath.Join(d, "points.json"), &ref)
+	testfile.ReadJSON(t, filepath.Join(d, "points.json"), &ref)
 	r := NewRunner(m, 2)
 	check := func(what string, got, want []Point) {
 		n, extra, worst := matchPoints(got, want, 1e-3)

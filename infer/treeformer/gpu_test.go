@@ -18,6 +18,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 )
 
@@ -393,7 +394,7 @@ func TestGPUStagesMatchCPU(t *testing.T) {
 	im := gpuTestImage()
 	want := runCPUStages(t, m, im, whole(im))
 	var fx smallFixture
-	readJSON(t, "testdata/small.json", &fx)
+	testfile.ReadJSON(t, "testdata/small.json", &fx)
 	dfPoints := xyPoints(fx.Points.XY, fx.Points.Scores)
 	dev := testDevice(t)
 	for _, p := range []cuda.Precision{cuda.Exact, cuda.FP32, cuda.TF32} {

@@ -3,10 +3,10 @@ package treeformer
 import (
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"math"
-	"os"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 )
 
 // f32s decodes the fixtures' base64 of little-endian float32 bytes.
@@ -21,17 +21,6 @@ func f32s(t testing.TB, s string) []float32 {
 		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
 	return out
-}
-
-func readJSON(t testing.TB, path string, v any) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
 }
 
 type peaksFixture struct {
@@ -70,7 +59,7 @@ func samePoints(t *testing.T, what string, got []Point, xy, scores []float64) {
 // scale, made by tools/treeformer/reference.py peaks.
 func TestPeaksMatchDeepForest(t *testing.T) {
 	var fx peaksFixture
-	readJSON(t, "testdata/peaks.json", &fx)
+	testfile.ReadJSON(t, "testdata/peaks.json", &fx)
 	if len(fx.Cases) < 9 {
 		t.Fatalf("%d cases", len(fx.Cases))
 	}
@@ -89,7 +78,7 @@ func TestPeaksMatchDeepForest(t *testing.T) {
 
 func TestReducePointsMatchesDeepForest(t *testing.T) {
 	var fx peaksFixture
-	readJSON(t, "testdata/peaks.json", &fx)
+	testfile.ReadJSON(t, "testdata/peaks.json", &fx)
 	for n, c := range fx.Reduce {
 		pts := make([]Point, len(c.X))
 		for i := range pts {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 )
 
@@ -61,7 +62,7 @@ func xyPoints(xy, scores []float64) []Point {
 // as DeepForest's forward.
 func TestSmallStages(t *testing.T) {
 	var fx smallFixture
-	readJSON(t, "testdata/small.json", &fx)
+	testfile.ReadJSON(t, "testdata/small.json", &fx)
 	m, err := New(seeded(t, small), small)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/crop"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/internal/collective"
@@ -99,6 +100,9 @@ type Stats struct {
 	DroppedZeroSize int     `json:"dropped_zero_size"`
 	Workers         int     `json:"workers"`
 	Seconds         float64 `json:"seconds"`
+	// Device is where rank 0 classified: "cpu", or the GPU engine it
+	// shares with the detector ("cuda tf32 on NVIDIA H200").
+	Device string `json:"device"`
 }
 
 // Set is the job's loaded crop models.
@@ -108,6 +112,50 @@ type Set struct {
 	Info    []ModelInfo
 	workers int
 	Stats   Stats
+	// engine, when not nil, is the detector's GPU engine, where the
+	// crops run (OnDetector).
+	engine *gpu.Engine
+}
+
+// OnDetector makes the crop models run on det's GPU engine when det is a
+// GPU detector (its device, precision, cuDNN handle, plans and
+// workspace), as --device cuda asks; on a CPU detector they stay on the
+// CPU engine.
+func (cs *Set) OnDetector(det any) {
+	d, ok := det.(interface{ CropEngine() *gpu.Engine })
+	if cs == nil || !ok {
+		return
+	}
+	cs.engine = d.CropEngine()
+	cs.Stats.Device = fmt.Sprintf("cuda %s on %s", cs.engine.Prec, cs.engine.Dev.Info().Name)
+	for i := range cs.Info {
+		cs.Info[i].Device = cs.Stats.Device
+	}
+}
+
+// runner is a crop model's classifier: the CPU engine's or the GPU's.
+type runner interface {
+	ClassifyWindows(ctx context.Context, tr crop.Transform, imgs []imagefile.Image, ps []crop.Piece) ([]crop.Output, error)
+}
+
+// runners are the models' classifiers, and what closes them.
+func (cs *Set) runners() ([]runner, func()) {
+	out := make([]runner, len(cs.models))
+	var gs []*crop.GPURunner
+	for k, m := range cs.models {
+		if cs.engine != nil {
+			g := crop.NewGPURunner(m.Net(), cs.engine)
+			gs = append(gs, g)
+			out[k] = g
+		} else {
+			out[k] = crop.NewRunner(m.Net(), cs.workers)
+		}
+	}
+	return out, func() {
+		for _, g := range gs {
+			g.Close()
+		}
+	}
 }
 
 // Columns are the predictions' crop columns, in order.
@@ -175,7 +223,7 @@ func OpenFrom(c mpi.Comm, cc CropConfig, threads int, pre *Set) (*Set, error) {
 	if err := collective.AgreeErr(c, errkind.ExitModel, derr); err != nil {
 		return nil, err
 	}
-	cs.Stats.Workers = cs.workers
+	cs.Stats.Workers, cs.Stats.Device = cs.workers, "cpu"
 	return cs, nil
 }
 
@@ -280,6 +328,13 @@ type Source interface {
 	Release(img int)
 }
 
+// Whole is a Source that holds each open image whole: its crops are cut
+// from it by the classifier (on a GPU, from the image uploaded once per
+// batch), not read one by one.
+type Whole interface {
+	Whole(img int) imagefile.Image
+}
+
 // Result is one crop's class index and score, per model.
 type Result struct {
 	Label int32
@@ -321,15 +376,16 @@ func Classify(ctx context.Context, c mpi.Comm, cs *Set, src Source, dets [][]box
 	nm := len(cs.models)
 	mine := make([]byte, 0, 8*nm*len(shard))
 	lerr := func() error {
-		runners := make([]*crop.Runner, nm)
-		for k, m := range cs.models {
-			runners[k] = crop.NewRunner(m.Net(), cs.workers)
-		}
+		runners, done := cs.runners()
+		defer done()
+		whole, _ := src.(Whole)
 		for lo := 0; lo < len(shard); lo += cropBatch {
 			hi := min(lo+cropBatch, len(shard))
 			res := make([][]crop.Output, nm)
 			for k, m := range cs.models {
-				crops := make([]imagefile.Image, 0, hi-lo)
+				var imgs []imagefile.Image
+				pieces := make([]crop.Piece, 0, hi-lo)
+				at := map[int]int{} // a whole image's index in imgs
 				for _, g := range shard[lo:hi] {
 					it := items[g]
 					w, h, err := src.Open(it.img)
@@ -341,13 +397,24 @@ func Classify(ctx context.Context, c mpi.Comm, cs *Set, src Source, dets [][]box
 					if err != nil {
 						return &errkind.Error{Code: errkind.ExitInput, Err: fmt.Errorf("jobs: crop of detection %d of image %d: %w", it.det, it.img, err)}
 					}
+					if whole != nil {
+						j, ok := at[it.img]
+						if !ok {
+							j = len(imgs)
+							at[it.img] = j
+							imgs = append(imgs, whole.Whole(it.img))
+						}
+						pieces = append(pieces, crop.Piece{Img: j, R: r})
+						continue
+					}
 					im, err := src.Read(it.img, r)
 					if err != nil {
 						return err
 					}
-					crops = append(crops, im)
+					imgs = append(imgs, im)
+					pieces = append(pieces, crop.Piece{Img: len(imgs) - 1, R: crop.Rect{W: im.W, H: im.H}})
 				}
-				if res[k], err = runners[k].Classify(ctx, m.Transform, crops); err != nil {
+				if res[k], err = runners[k].ClassifyWindows(ctx, m.Transform, imgs, pieces); err != nil {
 					return cropModelErr(cs.Info[k].Path, err, items, shard[lo:hi])
 				}
 			}
@@ -462,6 +529,9 @@ func (s *imageCrops) Read(i int, r crop.Rect) (imagefile.Image, error) {
 }
 
 func (s *imageCrops) Release(i int) { delete(s.open_, i) }
+
+// Whole is the open image i (Whole).
+func (s *imageCrops) Whole(i int) imagefile.Image { return s.open_[i] }
 
 // DropZero leaves out the boxes the stage dropped (zero width or
 // height), from dets and from the table, as DeepForest's predictions do

@@ -1,9 +1,9 @@
 package lsap
 
 import (
-	"encoding/json"
-	"os"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 )
 
 // TestAssignScipyGolden compares exact assignments, ties included, with
@@ -19,13 +19,7 @@ func TestAssignScipyGolden(t *testing.T) {
 			ColForRow  []int `json:"col_for_row"`
 		}
 	}
-	b, err := os.ReadFile("../../testdata/golden/scipy/lsap.json")
-	if err == nil {
-		err = json.Unmarshal(b, &g)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	testfile.ReadJSON(t, "../../testdata/golden/scipy/lsap.json", &g)
 	if len(g.Cases) == 0 {
 		t.Fatal("no cases")
 	}

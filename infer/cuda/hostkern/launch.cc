@@ -189,6 +189,11 @@ const entry kernels_by_name[] = {
 	CANOPY_ENTRY(tf_ca_gate, false),
 	CANOPY_ENTRY(tf_scale_chan, false),
 	CANOPY_ENTRY(tf_add, false),
+	CANOPY_ENTRY(crop_hpass, false),
+	CANOPY_ENTRY(crop_vpass, false),
+	CANOPY_ENTRY(crop_pool, false),
+	CANOPY_ENTRY(crop_fc, false),
+	CANOPY_ENTRY(crop_softmax, false),
 };
 #undef CANOPY_ENTRY
 } // namespace

@@ -1432,3 +1432,160 @@ extern "C" __global__ void tf_add(float *__restrict__ y, const float *__restrict
 	if (i < n)
 		y[i] = y[i] + x[i];
 }
+
+// The crop classifier (infer/crop/gpu.go): each crop cut from its source
+// image on the device, normalized and resized as infer/crop's Transform
+// (torch's antialiased bilinear resize: the width pass, then the height
+// pass, each a tap sum in tapSum's order), then, after the ResNet body,
+// the global average pool, fc and softmax in float64 as the CPU engine's
+// forward (model.go), and the argmax. A pass that keeps its side runs
+// with identity taps (one tap of weight 1: the value itself, as skipping
+// it). Taps: ints [min[out], size[out]] at taps + taps_off, weights
+// [out · stride] at wts + wts_off (aaAxis's, made on the host).
+
+// crop_tap_sum is tapSum: the first product rounded, then `acc += v·w`
+// (rounded product, rounded add) for the first 4·⌊(size−1)/4⌋ taps after
+// it, fused multiply-adds for the rest (fma; none without it).
+#define CROP_TAP_SUM(PX, sz, wt, fma, out)                                                     \
+	do {                                                                                   \
+		float acc_ = (PX(0)) * (wt)[0];                                                    \
+		int vec_ = (fma) ? 1 + ((sz) - 1) / 4 * 4 : (sz);                                  \
+		int j_ = 1;                                                                        \
+		for (; j_ < vec_; j_++)                                                            \
+			acc_ = acc_ + (PX(j_)) * (wt)[j_];                                         \
+		for (; j_ < (sz); j_++)                                                            \
+			acc_ = fmaf(PX(j_), (wt)[j_], acc_);                                       \
+		out = acc_;                                                                        \
+	} while (0)
+
+// crop_hpass: one crop's window (x0, y0, w, h) of a [3, SH, SW] source
+// (8-bit src8 or float32 src32 at src_off), normalized ((v − m)/s in
+// float32, when norm) and resized in width to ow: tmp + tmp_off, [3, h,
+// ow]. Grid: ceil(3·h·ow / ELEM_THREADS).
+extern "C" __global__ void crop_hpass(const unsigned char *__restrict__ src8,
+                                      const float *__restrict__ src32, long long src_off, int SW,
+                                      int SH, int x0, int y0, int w, int h, int ow,
+                                      const int *__restrict__ taps, long long taps_off,
+                                      const float *__restrict__ wts, long long wts_off, int stride,
+                                      float *__restrict__ tmp, long long tmp_off, float m0, float m1,
+                                      float m2, float s0, float s1, float s2, int norm, int fma)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i >= 3LL * h * ow)
+		return;
+	int c = (int)(i / ((long long)h * ow));
+	int r = (int)((i / ow) % h), o = (int)(i % ow);
+	const int *tp = taps + taps_off;
+	int lo = tp[o], sz = tp[ow + o];
+	if (sz <= 0 || lo < 0 || lo + sz > w) {
+		tmp[tmp_off + i] = 0.f;
+		return;
+	}
+	const float *wt = wts + wts_off + (long long)o * stride;
+	float m = c == 0 ? m0 : (c == 1 ? m1 : m2);
+	float s = c == 0 ? s0 : (c == 1 ? s1 : s2);
+	long long base = src_off + ((long long)c * SH + y0 + r) * SW + x0 + lo;
+#define CROP_RAW(j) (src8 ? unit8(src8[base + (j)]) : src32[base + (j)])
+#define CROP_PX(j) (norm ? (CROP_RAW(j) - m) / s : CROP_RAW(j))
+	float v;
+	CROP_TAP_SUM(CROP_PX, sz, wt, fma, v);
+#undef CROP_PX
+#undef CROP_RAW
+	tmp[tmp_off + i] = v;
+}
+
+// crop_vpass: the height pass of one crop, tmp + tmp_off [3, h, ow] to its
+// slot dst + dst_off [3, oh, ow] of the batch. Grid: ceil(3·oh·ow /
+// ELEM_THREADS).
+extern "C" __global__ void crop_vpass(const float *__restrict__ tmp, long long tmp_off, int h,
+                                      int ow, int oh, const int *__restrict__ taps,
+                                      long long taps_off, const float *__restrict__ wts,
+                                      long long wts_off, int stride, float *__restrict__ dst,
+                                      long long dst_off, int fma)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i >= 3LL * oh * ow)
+		return;
+	int c = (int)(i / ((long long)oh * ow));
+	int r = (int)((i / ow) % oh), col = (int)(i % ow);
+	const int *tp = taps + taps_off;
+	int lo = tp[r], sz = tp[oh + r];
+	if (sz <= 0 || lo < 0 || lo + sz > h) {
+		dst[dst_off + i] = 0.f;
+		return;
+	}
+	const float *wt = wts + wts_off + (long long)r * stride;
+	const float *src = tmp + tmp_off + ((long long)c * h + lo) * ow + col;
+#define CROP_COL(j) src[(long long)(j) * ow]
+	float v;
+	CROP_TAP_SUM(CROP_COL, sz, wt, fma, v);
+#undef CROP_COL
+	dst[dst_off + i] = v;
+}
+#undef CROP_TAP_SUM
+
+// crop_pool: the global average pool of x [N, C, HW] (NCHW FP32): each
+// channel's mean in float64, summed in order, rounded once. N·C threads.
+extern "C" __global__ void crop_pool(const float *__restrict__ x, float *__restrict__ pooled, int N,
+                                     int C, int HW)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i >= (long long)N * C)
+		return;
+	const float *p = x + i * HW;
+	double s = 0.0;
+	for (int k = 0; k < HW; k++)
+		s += (double)p[k];
+	pooled[i] = (float)(s / (double)HW);
+}
+
+// crop_fc: logits [N, K] = fc(pooled [N, C]) with W [K, C], B [K]: the
+// bias, then the products added in channel order, in float64, rounded
+// once. N·K threads.
+extern "C" __global__ void crop_fc(const float *__restrict__ pooled, const float *__restrict__ W,
+                                   const float *__restrict__ B, float *__restrict__ logits, int N,
+                                   int C, int K)
+{
+	long long i = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (i >= (long long)N * K)
+		return;
+	int n = (int)(i / K), k = (int)(i % K);
+	const float *w = W + (long long)k * C, *p = pooled + (long long)n * C;
+	double s = (double)B[k];
+	for (int c = 0; c < C; c++)
+		s += (double)w[c] * (double)p[c];
+	logits[i] = (float)s;
+}
+
+// crop_softmax: per crop (N threads), the softmax of its K logits, exp(z −
+// max)/Σ in float64 (canopy_exp), rounded once per class, then the argmax
+// of the probabilities (the first of equal maxima) and its value: best
+// [N, 2] = {class, probability}.
+extern "C" __global__ void crop_softmax(const float *__restrict__ logits, float *__restrict__ probs,
+                                        float *__restrict__ best, int N, int K)
+{
+	long long n = (long long)blockIdx.x * ELEM_THREADS + threadIdx.x;
+	if (n >= N)
+		return;
+	const float *z = logits + n * K;
+	float *p = probs + n * K;
+	double m = -INFINITY;
+	for (int k = 0; k < K; k++) {
+		double v = (double)z[k];
+		if (v != v || m != m)
+			m = m != m ? m : v; // NaN wins, as math.Max
+		else if (v > m)
+			m = v;
+	}
+	double s = 0.0;
+	for (int k = 0; k < K; k++)
+		s += canopy_exp((double)z[k] - m);
+	int b = 0;
+	for (int k = 0; k < K; k++) {
+		p[k] = (float)(canopy_exp((double)z[k] - m) / s);
+		if (p[k] > p[b])
+			b = k;
+	}
+	best[n * 2] = (float)b;
+	best[n * 2 + 1] = p[b];
+}

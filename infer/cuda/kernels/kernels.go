@@ -70,6 +70,14 @@ const (
 	TFCAGate     = "tf_ca_gate"
 	TFScaleChan  = "tf_scale_chan"
 	TFAdd        = "tf_add"
+	// The crop classifier (infer/crop): each crop's cut, normalize and
+	// width pass, its height pass into the batch, then the pool, fc and
+	// softmax with the argmax.
+	CropHPass   = "crop_hpass"
+	CropVPass   = "crop_vpass"
+	CropPool    = "crop_pool"
+	CropFC      = "crop_fc"
+	CropSoftmax = "crop_softmax"
 )
 
 // PostCand is the floats per candidate and per detection of the
@@ -83,7 +91,8 @@ const (
 var Names = []string{ConvF32, ConvTF32, MaxPool3s2, UpsampleAdd, ReluCopy, TransformImg,
 	PostKeys, BitonicStep, PostDecode, PostMerge, PostNMSPrep, PostNMSMask, PostNMSScan,
 	FillU32, LossMatch, LossLowQ, LossSums, LossFinal,
-	TFLayerNorm, TFDWConvGELU, TFGemm, TFSoftmax, TFUpsample2, TFChanMean, TFCAGate, TFScaleChan, TFAdd}
+	TFLayerNorm, TFDWConvGELU, TFGemm, TFSoftmax, TFUpsample2, TFChanMean, TFCAGate, TFScaleChan, TFAdd,
+	CropHPass, CropVPass, CropPool, CropFC, CropSoftmax}
 
 // Dim is a launch's grid and block size (x only for blocks).
 type Dim struct {

@@ -274,3 +274,26 @@ func WinoAbs(c *nn.Conv, x []float64, h, w, tile int) []float64 {
 	}
 	return y
 }
+
+// MaxPool3s2 bounds the 3×3 stride-2 (padding 1) max-pool of planes
+// planes of h×w, each side holding its input (xa, xb): the pool is exact
+// on each side and 1-Lipschitz in the max norm, so an output differs by at
+// most the largest |Δx| of its window.
+func MaxPool3s2(xa, xb []float32, planes, h, w int) []float64 {
+	oh, ow := (h+2-3)/2+1, (w+2-3)/2+1
+	lim := make([]float64, planes*oh*ow)
+	for ch := 0; ch < planes; ch++ {
+		for oy := 0; oy < oh; oy++ {
+			for ox := 0; ox < ow; ox++ {
+				o := (ch*oh+oy)*ow + ox
+				for iy := max(2*oy-1, 0); iy <= min(2*oy+1, h-1); iy++ {
+					for ix := max(2*ox-1, 0); ix <= min(2*ox+1, w-1); ix++ {
+						i := (ch*h+iy)*w + ix
+						lim[o] = max(lim[o], math.Abs(float64(xa[i])-float64(xb[i])))
+					}
+				}
+			}
+		}
+	}
+	return lim
+}

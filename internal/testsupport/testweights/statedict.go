@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/canopy-hpc/canopy/infer/nn"
 )
 
 // Entry is one tensor of a state dict: its torchvision name and shape.
@@ -147,4 +149,22 @@ func Values(entries []Entry, seed uint64) (map[string][]float32, error) {
 		out[e.Name] = v
 	}
 	return out, nil
+}
+
+// Weights is StateDict(arch, classes, fpn, false) filled with Values for
+// seed, as a state dict the loaders take.
+func Weights(arch string, classes, fpn int, seed uint64) (nn.Weights, error) {
+	entries, err := StateDict(arch, classes, fpn, false)
+	if err != nil {
+		return nil, err
+	}
+	vals, err := Values(entries, seed)
+	if err != nil {
+		return nil, err
+	}
+	w := nn.Weights{}
+	for _, e := range entries {
+		w[e.Name] = nn.Tensor{Shape: e.Shape, Data: vals[e.Name]}
+	}
+	return w, nil
 }

@@ -1,4 +1,4 @@
-package jobs
+package output
 
 import (
 	"encoding/json"
@@ -12,8 +12,8 @@ import (
 // The --coco-out files: the truth as a COCO dataset and the predictions in
 // COCO's results format, for pycocotools (tools/coco/verify_coco_out.py).
 const (
-	cocoTruthFile = "coco_truth.json"
-	cocoPredFile  = "coco_predictions.json"
+	COCOTruthFile = "coco_truth.json"
+	COCOPredFile  = "coco_predictions.json"
 )
 
 // cocoResult is one detection in COCO's results format.
@@ -24,14 +24,12 @@ type cocoResult struct {
 	Score      float64    `json:"score"`
 }
 
-// stageCOCO stages both files (writeOutputs publishes them): image ids
-// are 1.. in the truth's order, annotation ids 1.. (pycocotools counts id
-// 0 as unmatched), category ids the label map's ids; bbox is [xmin, ymin,
-// xmax-xmin, ymax-ymin].
-func stageCOCO(cfg EvalConfig, images []box.Image, dets [][]box.Detection, labels box.LabelMap) ([]outdir.Staged, error) {
-	if !cfg.COCOOut {
-		return nil, nil
-	}
+// StageCOCO stages both files in the output folder out (the caller
+// publishes them): image ids are 1.. in the truth's order, annotation ids
+// 1.. (pycocotools counts id 0 as unmatched), category ids the label
+// map's ids; bbox is [xmin, ymin, xmax-xmin, ymax-ymin]. On an error it
+// returns what it staged.
+func StageCOCO(out string, images []box.Image, dets [][]box.Detection, labels box.LabelMap) ([]outdir.Staged, error) {
 	var ds dataset.COCODataset
 	for id, n := range labels.Names() {
 		ds.Categories = append(ds.Categories, dataset.COCOCategory{ID: int64(id), Name: n})
@@ -51,11 +49,11 @@ func stageCOCO(cfg EvalConfig, images []box.Image, dets [][]box.Detection, label
 			res = append(res, cocoResult{ImageID: imgID, CategoryID: int64(d.Label), BBox: xywh(d.Box), Score: d.Score})
 		}
 	}
-	t, err := outdir.Stage(cfg.Out, cocoTruthFile, func(w io.Writer) error { return json.NewEncoder(w).Encode(ds) })
+	t, err := outdir.Stage(out, COCOTruthFile, func(w io.Writer) error { return json.NewEncoder(w).Encode(ds) })
 	if err != nil {
 		return nil, err
 	}
-	p, err := outdir.Stage(cfg.Out, cocoPredFile, func(w io.Writer) error { return json.NewEncoder(w).Encode(res) })
+	p, err := outdir.Stage(out, COCOPredFile, func(w io.Writer) error { return json.NewEncoder(w).Encode(res) })
 	if err != nil {
 		return []outdir.Staged{t}, err
 	}
