@@ -19,7 +19,7 @@ export CGO_CFLAGS  := $(or $(CGO_CFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh 
 export CGO_LDFLAGS := $(or $(CGO_LDFLAGS),-O2 -g) $(shell scripts/mpicc-flags.sh libs)
 endif
 
-.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-metrics-scale bench-metrics-tile bench-metrics-images bench-infer bench-tile bench-skip-empty bench-scale bench-large testdata golden-retinanet golden-treeformer treeformer-ref bench-treeformer golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
+.PHONY: all deps build build-cuda test-easybuild test-no-install generate-kernels check-cuda check-rooms gpu-bundle demo demo-baseline test check-tags test-unit test-mpi check-fmt test-deps bench bench-go bench-gather bench-e2e bench-metrics bench-metrics-scale bench-metrics-tile bench-metrics-images bench-infer bench-tile bench-skip-empty bench-scale bench-large testdata golden-retinanet golden-treeformer treeformer-ref bench-treeformer golden-losses golden-nms golden-sample golden-geoparquet df-checkpoints check-mpich test-slurm test-multinode clean
 
 all: build
 
@@ -49,6 +49,11 @@ demo-baseline: demo
 	mkdir -p testdata/golden/demo && cp canopy-out/report.json testdata/golden/demo/report.json
 
 test: deps check-fmt check-tags check-cuda test-unit test-isa test-mpi
+
+# docs/design.md's map of the rooms against the code: every package has
+# its row and imports only what its row allows (every build tag).
+check-rooms:
+	python3 tools/rooms/check_map.py
 
 # The optional build tags compile and vet: -tags noblas (gonum SGEMM),
 # -tags nompi (one process, no MPI library) and -tags nogdal (no raster

@@ -103,6 +103,9 @@ func TestPointPredictRefusals(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "--skip-empty is for --tile") {
 		t.Fatalf("--skip-empty without --tile: exit %d: %s", r.code, r.stderr)
 	}
+	if r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--score-thresh", "1.5"); r.code != 2 || !strings.Contains(r.stderr, "in (0, 1]") {
+		t.Fatalf("--score-thresh 1.5: exit %d: %s", r.code, r.stderr)
+	}
 	// an image whose forward pass does not fit the rank's memory: exit 3
 	// before any work, naming the image and --tile
 	r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--rank-memory", "20M")
@@ -111,6 +114,22 @@ func TestPointPredictRefusals(t *testing.T) {
 	}
 	if r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--rank-memory", "8G"); r.code != 0 {
 		t.Fatalf("--rank-memory 8G: exit %d: %s", r.code, r.stderr)
+	}
+	// --score-thresh is the peaks' threshold: a higher one keeps fewer
+	// rows, each scoring at least that, and report.json says it
+	high := filepath.Join(t.TempDir(), "high")
+	if r = run1(t, "predict", "--model", model, "--images", images, "--out", high, "--score-thresh", "0.8"); r.code != 0 {
+		t.Fatalf("--score-thresh 0.8: exit %d: %s", r.code, r.stderr)
+	}
+	all := strings.Split(strings.TrimSpace(string(mustRead(t, filepath.Join(out, "predictions.csv")))), "\n")[1:]
+	few := strings.Split(strings.TrimSpace(string(mustRead(t, filepath.Join(high, "predictions.csv")))), "\n")[1:]
+	if len(few) >= len(all) || !strings.Contains(string(mustRead(t, filepath.Join(high, "report.json"))), `"score_thresh": "0.8"`) {
+		t.Fatalf("--score-thresh 0.8: %d rows, %d at 0.3", len(few), len(all))
+	}
+	for _, l := range few {
+		if sc, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ',')+1:], 64); err != nil || sc < 0.8 {
+			t.Fatalf("--score-thresh 0.8: row %q", l)
+		}
 	}
 	out = filepath.Join(t.TempDir(), "out")
 	if err := os.WriteFile(filepath.Join(model, "config.json"), []byte(`{"backbone": "OpenGVLab/pvt_v2_b2", "label_dict": {"Tree": 0}}`), 0o644); err != nil {
@@ -229,6 +248,33 @@ func TestPointPredictThenEval(t *testing.T) {
 	}
 	if rep.Metrics["point_recall"] != 1 || rep.Metrics["point_precision"] != 1 || len(rows) == 0 {
 		t.Fatalf("metrics %v over %d points", rep.Metrics, len(rows))
+	}
+	// eval --model with the point model: its points scored as eval
+	// --predictions scored them, the same bytes on 1 and 3 ranks
+	for _, np := range []int{1, 3} {
+		em := filepath.Join(t.TempDir(), "evalmodel")
+		r := mpirun(t, np, nil, "eval", "--csv", tp, "--model", model, "--out", em, "--threads", "1")
+		if r.code != 0 {
+			t.Fatalf("eval --model on %d ranks: exit %d: %s", np, r.code, r.stderr)
+		}
+		for _, f := range []string{"results.csv", "predictions.csv"} {
+			if a, b := mustRead(t, filepath.Join(ev, f)), mustRead(t, filepath.Join(em, f)); !bytes.Equal(a, b) || len(a) == 0 {
+				t.Fatalf("eval --model on %d ranks: %s differs from eval --predictions':\n%s\nvs\n%s", np, f, b, a)
+			}
+		}
+		var got struct{ Metrics map[string]float64 }
+		if err := json.Unmarshal(mustRead(t, filepath.Join(em, "report.json")), &got); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got.Metrics) != fmt.Sprint(rep.Metrics) {
+			t.Fatalf("eval --model on %d ranks: metrics %v, eval --predictions %v", np, got.Metrics, rep.Metrics)
+		}
+	}
+	if r := run1(t, "eval", "--csv", tp, "--model", model, "--out", ev); r.code != 2 || !strings.Contains(r.stderr, "previous run") {
+		t.Fatalf("eval --model into a used --out: exit %d: %s", r.code, r.stderr)
+	}
+	if r := run1(t, "eval", "--csv", tp, "--model", model, "--out", ev, "--resume"); r.code != 2 || !strings.Contains(r.stderr, "--resume is not yet available with a point model") {
+		t.Fatalf("eval --model --resume: exit %d: %s", r.code, r.stderr)
 	}
 }
 

@@ -41,6 +41,9 @@ type EvalConfig struct {
 	// LabelDictData, when set, is the label map's bytes (a --config's
 	// label_dict as label,id CSV) read instead of the file LabelDict.
 	LabelDictData []byte
+	// PredictionsData, when set, is the predictions' bytes (eval --model
+	// with a point model: its points); Predictions then names them.
+	PredictionsData []byte
 	// RunConfig is --config and its overrides (nil: none).
 	RunConfig    *runConfig
 	Out          string
@@ -384,6 +387,10 @@ func packInputs(cfg EvalConfig) ([]byte, *outdir.Run) {
 	dst := []*[]byte{&in.csv, &in.preds, &in.labels}
 	for i, f := range []string{cfg.CSV, cfg.Predictions, cfg.LabelDict} {
 		if f == "" {
+			continue
+		}
+		if i == 1 && cfg.PredictionsData != nil {
+			in.preds = cfg.PredictionsData
 			continue
 		}
 		if i == 2 && cfg.LabelDictData != nil {

@@ -51,6 +51,9 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 		}, shardJobFlags("longest wait for every rank to reach a collective (after detection: this plus twice the rank's own detection time, as the shards are equal work); then rank 0 names the ranks it waits for and the job aborts with exit 5 (ranks other than 0 wait twice this, so rank 0 reports first; 0 disables)"),
 			reportFlags(), []cli.Flag{evalRasterFlag()}, tileWindowFlags("cut each raster of the truth (its image_path values, boxes in the raster's pixels) into windows, predict and merge them as predict --tile (DeepForest's predict_tile), and score the merged rows as eval does (needs --model)")),
 		Action: func(c *cli.Context) error {
+			if model, ok := pointModel(c); ok {
+				return evalPointAction(c, code, newComm, stdout, stderr, model)
+			}
 			if c.Bool("tile") {
 				return evalTileAction(c, code, newComm, stdout, stderr)
 			}

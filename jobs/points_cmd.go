@@ -86,20 +86,16 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 	default:
 		root = filepath.Dir(raster)
 	}
-	var given map[string]int
-	if ld := c.String("label-dict"); ld != "" {
-		data, err := confine.ReadNamedInput(ld)
-		if err != nil {
-			return &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("predict: %w", err)}
-		}
-		m, err := dataset.ParseLabelDict(ld, data)
-		if err != nil {
-			return &Error{Code: ExitInput, Collective: true, Err: err}
-		}
-		given = modelsel.LabelDictOf(m)
+	given, err := pointLabelDict(c, "predict")
+	if err != nil {
+		return err
+	}
+	thr, err := pointScoreThresh(c, "predict")
+	if err != nil {
+		return err
 	}
 	cfg := points.Config{Model: model, RootDir: root, Out: c.String("out"), Force: c.Bool("force"), Tile: tiled,
-		Resume: c.Bool("resume"), SkipEmpty: c.Bool("skip-empty"),
+		Resume: c.Bool("resume"), SkipEmpty: c.Bool("skip-empty"), ScoreThresh: thr,
 		Settings:  tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")},
 		LabelDict: given, Command: os.Args, Version: output.Version,
 		Device: points.Device{Request: mc.Device, Precision: mc.Precision, PrecisionSet: mc.PrecisionSet, CUDNN: mc.CUDNN},
@@ -125,14 +121,112 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 		if rank0 {
 			cfg.Stdout = stdout
 		}
-		if b, from, ok := limits.RankBudget(mc, comm.LocalSize()); ok {
-			cfg.Budget, cfg.BudgetFrom = b, from
-		}
-		cfg.Threads = c.Int("threads")
-		if cfg.Threads <= 0 {
-			cfg.Threads = modelsel.DefaultThreads(modelsel.StartProcs, runtime.NumCPU(), comm.LocalSize())
-		}
+		rankSettings(c, comm, mc, &cfg)
 		return pointErr(points.Predict(c.Context, comm, cfg))
+	})
+}
+
+// rankSettings are a point job's per-rank settings: its memory budget
+// and its threads.
+func rankSettings(c *cli.Context, comm mpi.Comm, mc ModelConfig, cfg *points.Config) {
+	if b, from, ok := limits.RankBudget(mc, comm.LocalSize()); ok {
+		cfg.Budget, cfg.BudgetFrom = b, from
+	}
+	cfg.Threads = c.Int("threads")
+	if cfg.Threads <= 0 {
+		cfg.Threads = modelsel.DefaultThreads(modelsel.StartProcs, runtime.NumCPU(), comm.LocalSize())
+	}
+}
+
+// pointScoreThresh is --score-thresh for a point model: peak_local_max's
+// threshold_rel, in (0, 1] (0: not given, point.yaml's 0.3).
+func pointScoreThresh(c *cli.Context, cmd string) (float32, error) {
+	if !c.IsSet("score-thresh") {
+		return 0, nil
+	}
+	v := c.Float64("score-thresh")
+	if !(v > 0 && v <= 1) {
+		return 0, usageError(fmt.Errorf("%s: --score-thresh %v: a point model's threshold (relative to the density map's maximum) is in (0, 1]", cmd, v))
+	}
+	return float32(v), nil
+}
+
+// pointLabelDict is --label-dict for a point model (nil: none).
+func pointLabelDict(c *cli.Context, cmd string) (map[string]int, error) {
+	ld := c.String("label-dict")
+	if ld == "" {
+		return nil, nil
+	}
+	data, err := confine.ReadNamedInput(ld)
+	if err != nil {
+		return nil, &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("%s: %w", cmd, err)}
+	}
+	m, err := dataset.ParseLabelDict(ld, data)
+	if err != nil {
+		return nil, &Error{Code: ExitInput, Collective: true, Err: err}
+	}
+	return modelsel.LabelDictOf(m), nil
+}
+
+// evalPointAction is eval --model with a point model: the truth CSV's
+// images (image_path, in order of first appearance) go through
+// points.Infer, as predict would give them, and eval scores the points
+// with the point metrics (evaluate_geometry's point path), as eval
+// --predictions of that predictions.csv would: the same bytes for any
+// rank count. --resume, --tile, --config and --crop-model are refused.
+func evalPointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr io.Writer, model string) error {
+	for _, f := range []string{"resume", "tile", "config", "crop-model"} {
+		if c.IsSet(f) {
+			return usageError(fmt.Errorf("eval: --%s is not yet available with a point model (%s is a TreeFormer)", f, model))
+		}
+	}
+	cfg, err := evalConfig(c, stdout)
+	if err != nil {
+		return usageError(err)
+	}
+	if isVectorTruth(cfg.CSV) {
+		return usageError(fmt.Errorf("eval: %s: with a point model, give the truth as a CSV (image_path,x,y,label)", cfg.CSV))
+	}
+	if present := outNames.Present(cfg.Out); len(present) > 0 && !cfg.Force {
+		return usageError(fmt.Errorf("eval: --out %s holds a previous run (%s); choose another --out or pass --force to replace it", cfg.Out, present[0]))
+	}
+	given, err := pointLabelDict(c, "eval")
+	if err != nil {
+		return err
+	}
+	thr, err := pointScoreThresh(c, "eval")
+	if err != nil {
+		return err
+	}
+	mc := cfg.Model
+	cfg.Model = ModelConfig{} // the point job runs the model; eval replays its points
+	cfg.Predictions = "the points of " + model
+	root := cfg.RootDir
+	if root == "" {
+		root = filepath.Dir(cfg.CSV)
+	}
+	pcfg := points.Config{Model: model, RootDir: root, LabelDict: given, ScoreThresh: thr,
+		List: func() ([]string, error) {
+			data, err := confine.ReadNamedInput(cfg.CSV)
+			if err != nil {
+				return nil, err
+			}
+			return dataset.ImagePaths(cfg.CSV, data)
+		}}
+	return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {
+		rankSettings(c, comm, mc, &pcfg)
+		csv, err := points.Infer(c.Context, comm, pcfg)
+		if err != nil {
+			return pointErr(err)
+		}
+		cfg.PredictionsData = csv
+		if !rank0 {
+			cfg.Stdout = nil
+		} else {
+			cfg.Warnings = stderr
+		}
+		cfg.CollectiveTimeout = timeout
+		return Eval(c.Context, comm, cfg)
 	})
 }
 

@@ -100,3 +100,43 @@ func TestGELU(t *testing.T) {
 		t.Fatalf("GELU(-0.5) %v, GELU(0) %v, GELU(30) %v", GELU(-0.5), GELU(0), GELU(30))
 	}
 }
+
+// TestGELUSweepMatchesGo: the vectorized clones of GELU (floor written out
+// as floor_exact, both arms of each select computed first) give the Go
+// twin's bits on a sweep of 2²⁰ float32 values in [−64, 64] (lengths that
+// leave vector tails), on the extremes and on NaN and ±∞; and on inputs
+// whose reduction x·log₂e + ½ falls on a half-integer, where floor_exact's
+// ties-to-even rounding must be corrected.
+func TestGELUSweepMatchesGo(t *testing.T) { forEachClone(t, testGELUSweep) }
+
+func testGELUSweep(t *testing.T) {
+	const n = 1<<20 + 13
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = -64 + 128*float32(i)/n
+	}
+	copy(x, []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 0, float32(math.Copysign(0, -1)),
+		math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32, 37.5, -37.5})
+	// −z² = (k − ½)·ln2 ⇒ the reduction is k exactly, or next to it
+	for k := 1; k < 1000; k++ {
+		z := math.Sqrt((float64(k) - 0.5) * math.Ln2)
+		x[20+k] = float32(z * math.Sqrt2)
+	}
+	a, b := append([]float32(nil), x...), append([]float32(nil), x...)
+	GELURow(a)
+	geluRowGo(b)
+	for i := range a {
+		// a NaN is a NaN (its sign and payload are the hardware's)
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) && !(a[i] != a[i] && b[i] != b[i]) {
+			t.Fatalf("gelu(%v): %v, Go %v", x[i], a[i], b[i])
+		}
+	}
+	s, g := append([]float32(nil), x[:4099]...), append([]float32(nil), x[:4099]...)
+	SoftmaxRow(s[11:])
+	softmaxRowGo(g[11:])
+	for i := range s {
+		if math.Float32bits(s[i]) != math.Float32bits(g[i]) {
+			t.Fatalf("softmax [%d]: %v, Go %v", i, s[i], g[i])
+		}
+	}
+}

@@ -586,9 +586,25 @@ static void K(chain)(int m, int n, int k, const float *a, long lda, const float 
 // exp_fast: e^x to ~1e-8 relative: n = floor(x·log2e + 0.5), r = x − n·ln2,
 // Taylor to degree 8, times 2ⁿ built from the bits of n + 1023 + 1.5·2⁵²;
 // 0 below −708, +∞ above 709.
+//
+// floor is written out (floor_exact) because GCC keeps a libm call for it,
+// and so the whole loop scalar, unless FP traps are ruled out; the
+// rounding gives floor's bits exactly.
+static inline double K(floor_exact)(double t) {
+	// |t| < 2⁵¹: t + 1.5·2⁵² rounds t to the nearest integer (ties to
+	// even) and the subtraction is exact; one below when that is above t.
+	// Both arms of each select are computed first: GCC does not make a
+	// conditional floating-point operation unconditional (it could trap),
+	// so an arm computed inside the select keeps the loop scalar.
+	double r = (t + 6755399441055744.0) - 6755399441055744.0;
+	double below = r - 1.0;
+	return r > t ? below : r;
+}
+
 static inline double K(exp_fast)(double x) {
-	double xc = x < -708.0 ? -708.0 : (x > 709.0 ? 709.0 : x);
-	double n = floor(xc * 1.4426950408889634 + 0.5);
+	double lo = x < -708.0 ? -708.0 : x;
+	double xc = lo > 709.0 ? 709.0 : lo;
+	double n = K(floor_exact)(xc * 1.4426950408889634 + 0.5);
 	double r = xc - n * 0.69314718055994529;
 	double p = 1 + r * (1 + r * (1.0 / 2 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (1.0 / 720 + r * (1.0 / 5040 + r * (1.0 / 40320))))))));
 	double m = n + 1023.0 + 6755399441055744.0;
@@ -607,7 +623,8 @@ static inline float K(gelu1)(float xf) {
 	double z = fabs(v) * 0.70710678118654757;
 	double t = 1 / (1 + 0.3275911 * z);
 	double erfc = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))) * K(exp_fast)(-z * z);
-	double g = v < 0 ? (0.5 * v) * erfc : (0.5 * v) * (2 - erfc);
+	double neg = (0.5 * v) * erfc, pos = (0.5 * v) * (2 - erfc);
+	double g = v < 0 ? neg : pos;
 	return (float)g;
 }
 

@@ -49,54 +49,18 @@ func TestCUDNNLayersMatchCPU(t *testing.T) {
 	host := cpu.NewEngine(1)
 	m := smallModel(t)
 	sides := map[cuda.Precision]bound.Side{cuda.FP32: sideFP32, cuda.TF32: sideTF32, cuda.BF16: sideBF16}
-	for _, c := range []struct{ out, in, k, s, p, h, w int }{
-		{16, 3, 7, 2, 3, 37, 30},
-		{24, 16, 3, 1, 1, 19, 13},
-		{24, 16, 3, 2, 1, 19, 13},
-		{40, 24, 1, 1, 0, 9, 11},
-		{40, 24, 1, 2, 0, 9, 11},
-	} {
-		cv := randConv(r, c.out, c.in, c.k, c.s, c.p)
-		x0, x1 := randMap(r, c.in, c.h, c.w), randMap(r, c.in, c.h, c.w)
-		y0 := host.Conv(cv, x0, false, nil)
-		res0, res1 := randMap(r, y0.C, y0.H, y0.W), randMap(r, y0.C, y0.H, y0.W)
-		for _, withRes := range []bool{false, true} {
-			var rp0, rp1 *cpu.Fmap
-			if withRes {
-				rp0, rp1 = &res0, &res1
-			}
-			want := batchOf(host.Conv(cv, x0, withRes, rp0), host.Conv(cv, x1, withRes, rp1))
-			for _, prec := range cudnnModes {
-				g := newCUDNNEngine(t, m, prec)
-				x := nhwcIn(t, g, 2, c.in, c.h, c.w, batchOf(x0, x1))
-				var rd *gpu.Map
-				if withRes {
-					d := nhwcIn(t, g, 2, y0.C, y0.H, y0.W, batchOf(res0, res1))
-					rd = &d
-				}
-				got := g.Download(g.Conv(cv, x, withRes, rd))
-				var ra, rb []float32
-				if withRes {
-					ra, rb = batchOf(res0, res1), g.Download(*rd)
-				}
-				lim := bound.Batch(cv, c.h, c.w, sideCPU, sides[prec], batchOf(x0, x1), g.Download(x), ra, rb, got)
-				if g.Err != nil {
-					t.Fatal(g.Err)
-				}
-				name := fmt.Sprintf("conv %dx%d/%d %d->%d res=%v %s", c.k, c.k, c.s, c.in, c.out, withRes, prec)
-				worst, bad := bound.Within(got, want, lim)
-				if len(bad) > 0 {
-					t.Errorf("%s: %d elements outside the derived bound, |Δ|/bound up to %.3g", name, len(bad), worst)
-				}
-				// TF32 or BF16 operands move a K-term product by ~u/√K of its
-				// size (u = 2⁻¹¹, 2⁻⁸), far above 1e-5 of the mean |y|
-				if d := maxRel(got, want); prec != cuda.FP32 && d < 1e-5 {
-					t.Errorf("%s: max error %.3g of the mean |y|: the operands were not rounded", name, d)
-				}
-				t.Logf("%s: |Δ|/bound up to %.3g, engine %s", name, worst, g.DNN.Layers[cv.Name].Engine)
-			}
+	eng := func(t testing.TB, p cuda.Precision) *gpu.Engine { return newCUDNNEngine(t, m, p) }
+	checkConvs(t, r, convShapes, cudnnModes, eng, nhwcIn, sides, func(c convResult) {
+		if c.bad > 0 {
+			t.Errorf("%s: %d elements outside the derived bound, |Δ|/bound up to %.3g", c.name, c.bad, c.worst)
 		}
-	}
+		// TF32 or BF16 operands move a K-term product by ~u/√K of its
+		// size (u = 2⁻¹¹, 2⁻⁸), far above 1e-5 of the mean |y|
+		if d := maxRel(c.got, c.want); c.prec != cuda.FP32 && d < 1e-5 {
+			t.Errorf("%s: max error %.3g of the mean |y|: the operands were not rounded", c.name, d)
+		}
+		t.Logf("%s: |Δ|/bound up to %.3g, engine %s", c.name, c.worst, c.g.DNN.Layers[c.cv.Name].Engine)
+	})
 	// Max-pool, the FPN's top-down add and ReLU, NHWC.
 	x0, x1 := randMap(r, 5, 13, 10), randMap(r, 5, 13, 10)
 	top0, top1 := randMap(r, 5, 7, 5), randMap(r, 5, 7, 5)

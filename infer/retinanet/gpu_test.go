@@ -81,6 +81,80 @@ func maxRel(a, b []float32) float64 {
 	return worst
 }
 
+// convShape is one convolution: out and in channels, kernel, stride,
+// padding, input height and width.
+type convShape struct{ out, in, k, s, p, h, w int }
+
+// convShapes are the convolution shapes RetinaNet uses: the stem 7×7/2,
+// 3×3/1 and /2, 1×1/1 and /2.
+var convShapes = []convShape{
+	{16, 3, 7, 2, 3, 37, 30},
+	{24, 16, 3, 1, 1, 19, 13},
+	{24, 16, 3, 2, 1, 19, 13},
+	{40, 24, 1, 1, 0, 9, 11},
+	{40, 24, 1, 2, 0, 9, 11},
+}
+
+// convResult is one convolution of checkConvs: the GPU engine's output
+// (got), the CPU engine's (want), and how many elements lie outside the
+// bound derived from the two sides' arithmetic (worst: the largest
+// |Δ|/bound).
+type convResult struct {
+	name      string
+	prec      cuda.Precision
+	g         *gpu.Engine
+	cv        *nn.Conv
+	got, want []float32
+	worst     float64
+	bad       int
+}
+
+// checkConvs runs each shape, with and without a residual (and ReLU), on
+// a batch of two on the engine eng gives for each precision, the inputs
+// placed on it by put, against the CPU engine image by image, and hands
+// each result to check. The random inputs are drawn in the same order for
+// every caller: per shape the weights, two inputs, two residuals.
+func checkConvs(t *testing.T, r *rand.Rand, shapes []convShape, precs []cuda.Precision,
+	eng func(testing.TB, cuda.Precision) *gpu.Engine, put func(*testing.T, *gpu.Engine, int, int, int, int, []float32) gpu.Map,
+	sides map[cuda.Precision]bound.Side, check func(convResult)) {
+	t.Helper()
+	host := cpu.NewEngine(1)
+	for _, c := range shapes {
+		cv := randConv(r, c.out, c.in, c.k, c.s, c.p)
+		x0, x1 := randMap(r, c.in, c.h, c.w), randMap(r, c.in, c.h, c.w)
+		y0 := host.Conv(cv, x0, false, nil)
+		res0, res1 := randMap(r, y0.C, y0.H, y0.W), randMap(r, y0.C, y0.H, y0.W)
+		for _, withRes := range []bool{false, true} {
+			var rp0, rp1 *cpu.Fmap
+			if withRes {
+				rp0, rp1 = &res0, &res1
+			}
+			want := batchOf(host.Conv(cv, x0, withRes, rp0), host.Conv(cv, x1, withRes, rp1))
+			for _, prec := range precs {
+				g := eng(t, prec)
+				x := put(t, g, 2, c.in, c.h, c.w, batchOf(x0, x1))
+				var rd *gpu.Map
+				var ra, rb []float32
+				if withRes {
+					d := put(t, g, 2, y0.C, y0.H, y0.W, batchOf(res0, res1))
+					rd = &d
+				}
+				got := g.Download(g.Conv(cv, x, withRes, rd))
+				if withRes {
+					ra, rb = batchOf(res0, res1), g.Download(*rd)
+				}
+				lim := bound.Batch(cv, c.h, c.w, sideCPU, sides[prec], batchOf(x0, x1), g.Download(x), ra, rb, got)
+				if g.Err != nil {
+					t.Fatal(g.Err)
+				}
+				worst, bad := bound.Within(got, want, lim)
+				check(convResult{name: fmt.Sprintf("conv %dx%d/%d %d->%d res=%v %s", c.k, c.k, c.s, c.in, c.out, withRes, prec),
+					prec: prec, g: g, cv: cv, got: got, want: want, worst: worst, bad: len(bad)})
+			}
+		}
+	}
+}
+
 // newTestEngine is a GPU engine on the test device: the host shim, or the
 // GPU in the cuda build.
 func newTestEngine(t testing.TB, p cuda.Precision) *gpu.Engine {
@@ -98,61 +172,21 @@ func newTestEngine(t testing.TB, p cuda.Precision) *gpu.Engine {
 func TestKernelsMatchCPU(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	host := cpu.NewEngine(1)
-	for _, c := range []struct{ out, in, k, s, p, h, w int }{
-		{16, 3, 7, 2, 3, 37, 30},
-		{24, 16, 3, 1, 1, 19, 13},
-		{24, 16, 3, 2, 1, 19, 13},
-		{40, 24, 1, 1, 0, 9, 11},
-		{40, 24, 1, 2, 0, 9, 11},
-		{70, 33, 3, 1, 1, 5, 4},
-	} {
-		cv := randConv(r, c.out, c.in, c.k, c.s, c.p)
-		x0, x1 := randMap(r, c.in, c.h, c.w), randMap(r, c.in, c.h, c.w)
-		y0 := host.Conv(cv, x0, false, nil)
-		res0, res1 := randMap(r, y0.C, y0.H, y0.W), randMap(r, y0.C, y0.H, y0.W)
-		for _, withRes := range []bool{false, true} {
-			var rp0, rp1 *cpu.Fmap
-			if withRes {
-				rp0, rp1 = &res0, &res1
-			}
-			want := batchOf(host.Conv(cv, x0, withRes, rp0), host.Conv(cv, x1, withRes, rp1))
-			for _, prec := range []cuda.Precision{cuda.Exact, cuda.KernelTF32} {
-				g := newTestEngine(t, prec)
-				x := upload(t, g, 2, c.in, c.h, c.w, batchOf(x0, x1))
-				var rd *gpu.Map
-				if withRes {
-					d := upload(t, g, 2, y0.C, y0.H, y0.W, batchOf(res0, res1))
-					rd = &d
-				}
-				y := g.Conv(cv, x, withRes, rd)
-				got := g.Download(y)
-				if g.Err != nil {
-					t.Fatal(g.Err)
-				}
-				sd := sideFP32
-				if prec == cuda.KernelTF32 {
-					sd = sideTF32
-				}
-				var ra, rb []float32
-				if withRes {
-					ra, rb = batchOf(res0, res1), g.Download(*rd)
-				}
-				lim := bound.Batch(cv, c.h, c.w, sideCPU, sd, batchOf(x0, x1), g.Download(x), ra, rb, got)
-				name := fmt.Sprintf("conv %dx%d/%d %d->%d res=%v %s", c.k, c.k, c.s, c.in, c.out, withRes, prec)
-				if worst, bad := bound.Within(got, want, lim); len(bad) > 0 {
-					t.Errorf("%s: %d elements outside the derived bound (bound_test.go), |Δ|/bound up to %.3g", name, len(bad), worst)
-				} else {
-					t.Logf("%s: |Δ|/bound up to %.3g", name, worst)
-				}
-				// TF32 operands move a K-term product by ~2⁻¹¹/√K of its
-				// size, far above 1e-7 of the mean |y|: bit agreement means
-				// the operands were not rounded.
-				if prec == cuda.KernelTF32 && maxRel(got, want) < 1e-7 {
-					t.Errorf("%s: TF32 agrees with FP32 to the bit: the TF32 rounding is not applied", name)
-				}
-			}
+	sides := map[cuda.Precision]bound.Side{cuda.Exact: sideFP32, cuda.KernelTF32: sideTF32}
+	shapes := append(convShapes, convShape{70, 33, 3, 1, 1, 5, 4})
+	checkConvs(t, r, shapes, []cuda.Precision{cuda.Exact, cuda.KernelTF32}, newTestEngine, upload, sides, func(c convResult) {
+		if c.bad > 0 {
+			t.Errorf("%s: %d elements outside the derived bound (bound_test.go), |Δ|/bound up to %.3g", c.name, c.bad, c.worst)
+		} else {
+			t.Logf("%s: |Δ|/bound up to %.3g", c.name, c.worst)
 		}
-	}
+		// TF32 operands move a K-term product by ~2⁻¹¹/√K of its
+		// size, far above 1e-7 of the mean |y|: bit agreement means
+		// the operands were not rounded.
+		if c.prec == cuda.KernelTF32 && maxRel(c.got, c.want) < 1e-7 {
+			t.Errorf("%s: TF32 agrees with FP32 to the bit: the TF32 rounding is not applied", c.name)
+		}
+	})
 
 	g := newTestEngine(t, cuda.Exact)
 	a, b := randMap(r, 5, 17, 12), randMap(r, 5, 17, 12)

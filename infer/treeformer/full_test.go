@@ -8,7 +8,9 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/infer/tile"
@@ -188,8 +190,10 @@ func TestFullPostprocessOnDeepForestMaps(t *testing.T) {
 
 // TestFullPredictEndToEnd: canopy's network and postprocess on the images
 // against DeepForest's predict_image and predict_tile (512, 0.1) points:
-// every point within 0.5 px with its score within 1e-3 (the issue's
-// bar is 99%), no extra.
+// every point within 0.5 px with its score within scoreTol (derived in
+// tol_test.go; the bar was 1e-3 and 99%), no extra. A point may
+// differ only where a window's flip margin (flipMargin) is below
+// flipBound; each window's margin is logged.
 func TestFullPredictEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: eleven windows of the full model")
@@ -199,19 +203,30 @@ func TestFullPredictEndToEnd(t *testing.T) {
 	var ref refPoints
 	testfile.ReadJSON(t, filepath.Join(d, "points.json"), &ref)
 	r := NewRunner(m, 2)
+	tol, bound := scoreTol(B3), flipBound(B3)
+	margin := math.Inf(1) // the smallest flip margin of the maps checked
 	check := func(what string, got, want []Point) {
-		n, extra, worst := matchPoints(got, want, 1e-3)
-		t.Logf("%s: %d of DeepForest's %d points matched (scores within %.2g), %d extra", what, n, len(want), worst, extra)
+		n, extra, worst := matchPoints(got, want, tol)
+		t.Logf("%s: %d of DeepForest's %d points matched (scores within %.2g, bound %.2g), %d extra; flip margin so far %.3g (bound %.2g)", what, n, len(want), worst, tol, extra, margin, bound)
 		if n*100 < 99*len(want) || extra*100 > len(want) || len(want) == 0 {
 			t.Errorf("%s: %d of %d matched, %d extra: %v vs %v", what, n, len(want), extra, got, want)
 		}
+		if (n != len(want) || extra != 0) && margin >= bound {
+			t.Errorf("%s: a point differs, yet every flip margin (≥ %.3g) is above the bound %.2g", what, margin, bound)
+		}
 	}
-	for name, ri := range ref.Images {
-		im := readImage(t, filepath.Join(d, name))
-		dm, err := r.Forward(im, whole(im))
+	forward := func(im Image, win tile.Window) Density {
+		dm, err := r.Forward(im, win)
 		if err != nil {
 			t.Fatal(err)
 		}
+		margin = min(margin, flipMargin(dm.Map, dm.H, dm.W, DefaultPeaks))
+		return dm
+	}
+	for name, ri := range ref.Images {
+		im := readImage(t, filepath.Join(d, name))
+		margin = math.Inf(1)
+		dm := forward(im, whole(im))
 		check(name, ReducePoints(WindowPoints(dm, DefaultPeaks), NMSDistance), refList(ri.Points))
 	}
 	im := readImage(t, filepath.Join(d, ref.Tile.Image))
@@ -220,35 +235,38 @@ func TestFullPredictEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	pts := make([][]Point, len(wins))
+	margin = math.Inf(1)
 	for k, win := range wins {
-		dm, err := r.Forward(im, win)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pts[k] = WindowPoints(dm, DefaultPeaks)
+		pts[k] = WindowPoints(forward(im, win), DefaultPeaks)
 	}
 	check("tile", Mosaic(wins, pts, NMSDistance), refList(ref.Tile.Points))
 }
 
 // BenchmarkWindow512 is one 512² window of the full pvt_v2_b3 TreeFormer
-// (the reference's weights) on 2 workers: report CPU seconds per window
-// (cpu-s/op) beside wall time, as the machine is shared.
+// (the reference's weights) on CANOPY_BENCH_THREADS workers (default 2):
+// it reports CPU seconds per window (cpu-s/win, user + sys of the process)
+// beside wall seconds per window (wall-s/win), as the machine is shared,
+// and logs the SGEMM backend, its kernels and canopy's own SIMD clone
+// (tools/treeformer/bench.py runs it beside torch).
 func BenchmarkWindow512(b *testing.B) {
 	d := refDir(b)
 	m := loadFull(b)
 	im := readImage(b, filepath.Join(d, "img_0000.png"))
 	r := NewRunner(m, benchThreads())
-	if _, err := r.Forward(im, tile.Window{W: 512, H: 512}); err != nil { // warm
+	win := tile.Window{W: 512, H: 512}
+	if _, err := r.Forward(im, win); err != nil { // warm
 		b.Fatal(err)
 	}
+	b.Logf("sgemm %s %s, canopy kernels %v, %d threads", gemm.Backend(), gemm.Core(), gemm.Kernels(), benchThreads())
 	b.ResetTimer()
-	c0 := nn.ProcessCPU()
+	c0, w0 := nn.ProcessCPU(), time.Now()
 	for i := 0; i < b.N; i++ {
-		if _, err := r.Forward(im, tile.Window{W: 512, H: 512}); err != nil {
+		if _, err := r.Forward(im, win); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric((nn.ProcessCPU()-c0).Seconds()/float64(b.N), "cpu-s/op")
+	b.ReportMetric((nn.ProcessCPU()-c0).Seconds()/float64(b.N), "cpu-s/win")
+	b.ReportMetric(time.Since(w0).Seconds()/float64(b.N), "wall-s/win")
 }
 
 func benchThreads() int {

@@ -148,15 +148,30 @@ type ModelInfo struct {
 }
 
 // Predict runs the point job on this rank.
-func Predict(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
+func Predict(ctx context.Context, c mpi.Comm, cfg Config) error {
+	_, err := run(ctx, c, cfg, true)
+	return err
+}
+
+// Infer computes the points of cfg's images as Predict does, without an
+// output folder (no manifest, part files or report; Out, Force and Resume
+// are not used): rank 0 gets predictions.csv's bytes, the other ranks
+// nil. eval --model with a point model scores them.
+func Infer(ctx context.Context, c mpi.Comm, cfg Config) ([]byte, error) {
+	cfg.Resume = false
+	return run(ctx, c, cfg, false)
+}
+
+// run is Predict (toOut: through the output folder) or Infer.
+func run(ctx context.Context, c mpi.Comm, cfg Config, toOut bool) (_ []byte, err error) {
 	t0 := time.Now()
 	cpu0 := cpuSeconds()
 	m, mcfg, digest, err := treeformer.Load(cfg.Model, cfg.LabelDict)
 	if err != nil {
-		return err // this rank's: the others may have loaded it
+		return nil, err // this rank's: the others may have loaded it
 	}
 	if err := sameDigest(c, digest); err != nil {
-		return err
+		return nil, err
 	}
 	peaks := cfg.peaks()
 	var out *outdir.Run
@@ -169,66 +184,70 @@ func Predict(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	var pkt []byte
 	if c.Rank() == 0 {
 		var lp listPacket
-		lp, out, done = openInputs(cfg, digest, peaks)
+		lp, out, done = openInputs(cfg, digest, peaks, toOut)
 		pkt, _ = json.Marshal(lp)
 	}
 	pkt, err = c.Bcast(pkt, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var lp listPacket
 	if err := json.Unmarshal(pkt, &lp); err != nil {
-		return collective(fmt.Errorf("points: malformed broadcast: %w", err))
+		return nil, collective(fmt.Errorf("points: malformed broadcast: %w", err))
 	}
 	if lp.Err != "" {
-		return &errkind.Error{Code: lp.Code, Collective: true, Err: errors.New(lp.Err)}
+		return nil, &errkind.Error{Code: lp.Code, Collective: true, Err: errors.New(lp.Err)}
 	}
-	if err := outdir.CheckShared(c, cfg.Out, lp.Saved.Probe); err != nil {
-		return err
+	if toOut {
+		if err := outdir.CheckShared(c, cfg.Out, lp.Saved.Probe); err != nil {
+			return nil, err
+		}
 	}
 	paths := lp.Paths
 	full := fullPaths(paths, cfg.RootDir)
 	units, wins, err := plan(full, cfg)
 	if err != nil {
-		return collective(err)
+		return nil, collective(err)
 	}
 	if err := checkMemory(units, full, cfg); err != nil {
-		return err // this rank's budget: another node's may differ
+		return nil, err // this rank's budget: another node's may differ
 	}
-	pw, err := parts.Create(cfg.Out, lp.Saved.Probe, lp.Saved.Attempt, c.Rank(), time.Second)
-	if err != nil {
-		return errkind.Local(errkind.ExitInternal, "points: %w", err)
+	rec := &recorder{out: out}
+	if toOut {
+		if rec.pw, err = parts.Create(cfg.Out, lp.Saved.Probe, lp.Saved.Attempt, c.Rank(), time.Second); err != nil {
+			return nil, errkind.Local(errkind.ExitInternal, "points: %w", err)
+		}
 	}
 	eng, err := openEngine(c, cfg, m)
 	if err != nil {
-		pw.Close()
-		return err // this rank's device
+		rec.close()
+		return nil, err // this rank's device
 	}
 	defer eng.Close()
 	load := since(t0)
 	t1 := time.Now()
-	mine, skipped, derr := detectUnits(ctx, c, cfg, eng, peaks, full, units, todo(len(units), lp.Saved.Done), &recorder{pw: pw, out: out})
-	if cerr := pw.Close(); derr == nil && cerr != nil {
-		derr = errkind.Local(errkind.ExitInternal, "points: %w", cerr)
+	mine, skipped, derr := detectUnits(ctx, c, cfg, eng, peaks, full, units, todo(len(units), lp.Saved.Done), rec)
+	if cerr := rec.close(); derr == nil && cerr != nil {
+		derr = cerr
 	}
 	if derr != nil {
-		return derr
+		return nil, derr
 	}
 	detect := since(t1)
 	all, err := gather(c, mine)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	skips, err := c.AllgatherInt64(int64(skipped))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if c.Rank() != 0 {
-		return nil
+		return nil, nil
 	}
 	byUnit, err := decodeUnits(all, len(units), done)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	label := ""
 	for name, id := range mcfg.LabelDict {
@@ -255,6 +274,9 @@ func Predict(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 		}
 	}
 	csv := WriteCSV(names, rows, label)
+	if !toOut {
+		return csv, nil
+	}
 	rep := Report{Canopy: cfg.Version, Command: cfg.Command, Ranks: c.Size(), Images: len(paths), Windows: len(units),
 		Resumed: len(done), SkipEmpty: cfg.SkipEmpty,
 		Model: ModelInfo{Path: cfg.Model, SHA256: digest, Arch: "treeformer " + m.Arch.Name, Format: mcfg.Format, Backbone: mcfg.Backbone,
@@ -274,21 +296,21 @@ func Predict(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	}
 	rj, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := publish(cfg.Out, out, []namedBytes{{"predictions.csv", csv}, {"report.json", append(rj, '\n')}}); err != nil {
-		return err
+		return nil, err
 	}
 	if cfg.Stdout != nil {
 		fmt.Fprintf(cfg.Stdout, "%d points on %d images: %s\n", rep.Points, len(paths), filepath.Join(cfg.Out, "predictions.csv"))
 	}
-	return nil
+	return csv, nil
 }
 
 // openInputs is rank 0's start: the output folder (openRun) and the
 // image list, each image identified for the manifest. Its packet carries
 // an error's text and exit code to every rank.
-func openInputs(cfg Config, digest string, peaks treeformer.PeakSettings) (listPacket, *outdir.Run, map[int][]treeformer.Point) {
+func openInputs(cfg Config, digest string, peaks treeformer.PeakSettings, toOut bool) (listPacket, *outdir.Run, map[int][]treeformer.Point) {
 	fail := func(err error) (listPacket, *outdir.Run, map[int][]treeformer.Point) {
 		code := errkind.Code(err)
 		if errors.Is(err, dataset.ErrInput) {
@@ -304,6 +326,9 @@ func openInputs(cfg Config, digest string, peaks treeformer.PeakSettings) (listP
 		return fail(fmt.Errorf("points: no images: %w", dataset.ErrInput))
 	}
 	full := fullPaths(paths, cfg.RootDir)
+	if !toOut {
+		return listPacket{Paths: paths}, nil, nil
+	}
 	cur := manifest{Job: Job, Canopy: cfg.Version, Model: digest, Peaks: peaks, SkipEmpty: cfg.SkipEmpty, LabelDict: cfg.LabelDict, RootDir: cfg.RootDir}
 	if cfg.Tile {
 		s := cfg.Settings

@@ -181,7 +181,7 @@ func fromDets(d []box.Detection) []treeformer.Point {
 	return pts
 }
 
-// recorder is a rank's part file; rank 0's first record commits a --force
+// recorder is a rank's part file (none for Infer); rank 0's first record commits a --force
 // run (the previous run goes).
 type recorder struct {
 	pw  *parts.Writer
@@ -189,10 +189,24 @@ type recorder struct {
 }
 
 func (r *recorder) record(u int, pts []treeformer.Point) error {
+	if r.pw == nil {
+		return nil // Infer: no output folder
+	}
 	if err := r.pw.Append([]wire.Image{{Index: u, Dets: toDets(pts)}}, nil); err != nil {
 		return errkind.Local(errkind.ExitInternal, "points: %w", err)
 	}
 	if err := r.out.Commit(); err != nil {
+		return errkind.Local(errkind.ExitInternal, "points: %w", err)
+	}
+	return nil
+}
+
+// close syncs and closes the part file.
+func (r *recorder) close() error {
+	if r.pw == nil {
+		return nil
+	}
+	if err := r.pw.Close(); err != nil {
 		return errkind.Local(errkind.ExitInternal, "points: %w", err)
 	}
 	return nil
