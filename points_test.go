@@ -99,6 +99,10 @@ func TestPointPredictRefusals(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "no run to resume") {
 		t.Fatalf("--resume into an empty folder: exit %d: %s", r.code, r.stderr)
 	}
+	r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--crop-model", model)
+	if r.code != 2 || !strings.Contains(r.stderr, "which a point has not") {
+		t.Fatalf("--crop-model: exit %d: %s", r.code, r.stderr)
+	}
 	r = run1(t, "predict", "--model", model, "--images", images, "--out", out, "--skip-empty")
 	if r.code != 2 || !strings.Contains(r.stderr, "--skip-empty is for --tile") {
 		t.Fatalf("--skip-empty without --tile: exit %d: %s", r.code, r.stderr)
@@ -389,5 +393,46 @@ func TestPointPredictSkipEmpty(t *testing.T) {
 	}
 	if strings.Join(other[0], "\n") != strings.Join(other[1], "\n") || len(other[0]) < 2 {
 		t.Fatalf("--skip-empty changed the other images' rows:\n%v\nvs\n%v", other[1], other[0])
+	}
+}
+
+// TestPointPredictConfig: a DeepForest config.yaml (and key=value
+// overrides) sets a point run's score_thresh, patch_size and
+// patch_overlap as the flags do (the same bytes), the flags beat it, the
+// keys a point model does not use are listed in report.json, and a
+// threshold of 0 is a usage error.
+func TestPointPredictConfig(t *testing.T) {
+	model, images := pointSet(t)
+	conf := filepath.Join(t.TempDir(), "point.yaml")
+	if err := os.WriteFile(conf, []byte("score_thresh: 0.6\nnms_thresh: 0.2\npatch_size: 128\npatch_overlap: 0.1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runOut := func(args ...string) (string, string) {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "out")
+		r := run1(t, append([]string{"predict", "--model", model, "--images", images, "--out", out, "--tile"}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, r.code, r.stderr)
+		}
+		return string(mustRead(t, filepath.Join(out, "predictions.csv"))), string(mustRead(t, filepath.Join(out, "report.json")))
+	}
+	flags, _ := runOut("--score-thresh", "0.6", "--patch-size", "128", "--patch-overlap", "0.1")
+	byConf, rep := runOut("--config", conf)
+	if byConf != flags || !strings.Contains(rep, `"nms_thresh"`) || !strings.Contains(rep, `"score_thresh": "0.6"`) {
+		t.Fatalf("--config: rows differ from the flags' or report.json lacks the config:\n%s\nvs\n%s\n%s", byConf, flags, rep)
+	}
+	over, _ := runOut("--config", conf, "score_thresh=0.3")
+	def, _ := runOut("--patch-size", "128", "--patch-overlap", "0.1")
+	if over != def || over == flags {
+		t.Fatalf("the override score_thresh=0.3: rows differ from the default run's")
+	}
+	flagWins, _ := runOut("--config", conf, "--score-thresh", "0.3")
+	if flagWins != def {
+		t.Fatalf("--score-thresh 0.3 over the config's 0.6: rows differ from the default run's")
+	}
+	// the schema allows 0; a point model's relative threshold does not
+	r := run1(t, "predict", "--model", model, "--images", images, "--out", filepath.Join(t.TempDir(), "o"), "score_thresh=0")
+	if r.code != 2 || !strings.Contains(r.stderr, "in (0, 1]") {
+		t.Fatalf("score_thresh=0: exit %d: %s", r.code, r.stderr)
 	}
 }

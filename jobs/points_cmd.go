@@ -54,7 +54,10 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 		}
 		mc.RankMemory = n
 	}
-	for _, f := range []string{"crop-model", "raw-rows", "config", "plan", "exclusive-gpu", "layer-times"} {
+	if c.IsSet("crop-model") {
+		return usageError(fmt.Errorf("predict: --crop-model classifies boxes, and %s is a point model (TreeFormer): DeepForest's crop step reads each row's xmin..ymax box, which a point has not", model))
+	}
+	for _, f := range []string{"raw-rows", "plan", "exclusive-gpu", "layer-times"} {
 		if c.IsSet(f) {
 			return usageError(fmt.Errorf("predict: --%s is not yet available for a point model (%s is a TreeFormer)", f, model))
 		}
@@ -98,7 +101,7 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 		Resume: c.Bool("resume"), SkipEmpty: c.Bool("skip-empty"), ScoreThresh: thr,
 		Settings:  tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")},
 		LabelDict: given, Command: os.Args, Version: output.Version,
-		Device: points.Device{Request: mc.Device, Precision: mc.Precision, PrecisionSet: mc.PrecisionSet, CUDNN: mc.CUDNN},
+		Device: pointDevice(mc),
 		List: func() ([]string, error) {
 			switch {
 			case raster != "":
@@ -112,6 +115,13 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 			}
 			return dataset.ImagePaths(csvPath, data)
 		}}
+	command := "predict"
+	if tiled {
+		command = "predict --tile"
+	}
+	if cfg.RunConfig, err = pointRunConfig(c, command, &cfg); err != nil {
+		return err
+	}
 	if tiled {
 		if err := cfg.Settings.Check(); err != nil {
 			return &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("predict: --patch-size/--patch-overlap: %w", err)}
@@ -136,6 +146,11 @@ func rankSettings(c *cli.Context, comm mpi.Comm, mc ModelConfig, cfg *points.Con
 	if cfg.Threads <= 0 {
 		cfg.Threads = modelsel.DefaultThreads(modelsel.StartProcs, runtime.NumCPU(), comm.LocalSize())
 	}
+}
+
+// pointDevice is a point run's --device, --precision and --cudnn.
+func pointDevice(mc ModelConfig) points.Device {
+	return points.Device{Request: mc.Device, Precision: mc.Precision, PrecisionSet: mc.PrecisionSet, CUDNN: mc.CUDNN}
 }
 
 // pointScoreThresh is --score-thresh for a point model: peak_local_max's
@@ -205,7 +220,7 @@ func evalPointAction(c *cli.Context, code *int, newComm CommFactory, stdout, std
 	if root == "" {
 		root = filepath.Dir(cfg.CSV)
 	}
-	pcfg := points.Config{Model: model, RootDir: root, LabelDict: given, ScoreThresh: thr,
+	pcfg := points.Config{Model: model, RootDir: root, LabelDict: given, ScoreThresh: thr, Device: pointDevice(mc),
 		List: func() ([]string, error) {
 			data, err := confine.ReadNamedInput(cfg.CSV)
 			if err != nil {

@@ -21,7 +21,7 @@ import (
 
 // configFlag is eval's and predict's --config.
 func configFlag() cli.Flag {
-	return &cli.StringFlag{Name: "config", Usage: "a DeepForest config.yaml (its schema: score_thresh, nms_thresh, detections_per_img, topk_candidates, batch_size, num_classes, label_dict, model.name/revision, and for eval validation.csv_file, root_dir, iou_threshold; with --tile also patch_size, patch_overlap and nms_thresh as --tile-iou, as DeepForest's CLI --mode tile); trailing key=value arguments override it as on DeepForest's CLI (validation.iou_threshold=0.5), canopy's own flags beat both; keys canopy does not use are listed in the report's config_ignored; a misspelt key is an error (exit 2)"}
+	return &cli.StringFlag{Name: "config", Usage: "a DeepForest config.yaml (its schema: score_thresh, nms_thresh, detections_per_img, topk_candidates, batch_size, num_classes, label_dict, model.name/revision, and for eval validation.csv_file, root_dir, iou_threshold; with --tile also patch_size, patch_overlap and nms_thresh as --tile-iou, as DeepForest's CLI --mode tile); trailing key=value arguments override it as on DeepForest's CLI (validation.iou_threshold=0.5), canopy's own flags beat both; keys canopy does not use are listed in the report's config_ignored; a misspelt key is an error (exit 2). With a point model (TreeFormer, predict only): score_thresh is the peaks' threshold, with --tile patch_size and patch_overlap the windows, label_dict as --label-dict; the box keys are listed as ignored"}
 }
 
 // setting is one resolved setting and where it came from.

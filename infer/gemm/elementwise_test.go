@@ -101,8 +101,9 @@ func TestGELU(t *testing.T) {
 	}
 }
 
-// TestGELUSweepMatchesGo: the vectorized clones of GELU (floor written out
-// as floor_exact, both arms of each select computed first) give the Go
+// TestGELUSweepMatchesGo: the vectorized clones of GELU and the softmax
+// (floor written out as floor_exact, both arms of each select computed
+// first, exp's range selects on its scale) give the Go
 // twin's bits on a sweep of 2²⁰ float32 values in [−64, 64] (lengths that
 // leave vector tails), on the extremes and on NaN and ±∞; and on inputs
 // whose reduction x·log₂e + ½ falls on a half-integer, where floor_exact's
@@ -131,12 +132,20 @@ func testGELUSweep(t *testing.T) {
 			t.Fatalf("gelu(%v): %v, Go %v", x[i], a[i], b[i])
 		}
 	}
-	s, g := append([]float32(nil), x[:4099]...), append([]float32(nil), x[:4099]...)
-	SoftmaxRow(s[11:])
-	softmaxRowGo(g[11:])
-	for i := range s {
-		if math.Float32bits(s[i]) != math.Float32bits(g[i]) {
-			t.Fatalf("softmax [%d]: %v, Go %v", i, s[i], g[i])
+	// the softmax (its exp vectorized too), with differences from the
+	// maximum past −708 (×20: down to −2560), where exp_fast gives 0
+	for _, scale := range []float32{1, 20} {
+		s, g := make([]float32, 4088), make([]float32, 4088)
+		for i := range s {
+			s[i] = x[11+i*256] * scale
+			g[i] = s[i]
+		}
+		SoftmaxRow(s)
+		softmaxRowGo(g)
+		for i := range s {
+			if math.Float32bits(s[i]) != math.Float32bits(g[i]) {
+				t.Fatalf("softmax ×%v [%d]: %v, Go %v", scale, i, s[i], g[i])
+			}
 		}
 	}
 }

@@ -613,9 +613,15 @@ static inline double K(exp_fast)(double x) {
 	bits <<= 52;
 	double s;
 	memcpy(&s, &bits, 8);
-	double v = p * s;
-	v = x < -708.0 ? 0.0 : v;
-	return x > 709.0 ? (double)INFINITY : v;
+	// The out-of-range cases select the scale, not the product (p is in
+	// [0.7, 1.5]: p·0 = +0, p·∞ = ∞, the values of selects on the
+	// product), and test the clamp (xc > x exactly when x < −708, xc < x
+	// when x > 709; a NaN passes through): with the clamp's own
+	// conditions repeated, GCC threads the two into a branch, and the
+	// softmax's loop stayed scalar.
+	s = xc > x ? 0.0 : s;
+	s = xc < x ? (double)INFINITY : s;
+	return p * s;
 }
 
 static inline float K(gelu1)(float xf) {

@@ -8,8 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/testhook"
+	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -187,5 +189,88 @@ func TestSayLine(t *testing.T) {
 	SayLine(&b, "canopy: ", "image \"a\nb\x1b[2J\"")
 	if s := b.String(); strings.Count(s, "\n") != 1 || strings.ContainsRune(s, 0x1b) || !strings.HasPrefix(s, "canopy: image") {
 		t.Fatalf("%q", s)
+	}
+}
+
+// GatherMerge: every rank's detections, plus the resumed images every
+// rank holds (one without losses, one with), land at their global index,
+// the same on every rank; an image sent twice, or one missing, is a
+// collective internal error.
+func TestGatherMerge(t *testing.T) {
+	det := func(i int) []box.Detection { return []box.Detection{{Score: float64(i) / 8, Label: int32(i % 2)}} }
+	run := func(extra map[int][]int, n int) ([][][]box.Detection, []error) {
+		got := make([][][]box.Detection, 3)
+		errs := onRanks(t, 3, func(c mpi.Comm) error {
+			var mine []wire.Image
+			for i := c.Rank(); i < 4; i += 3 { // images 0..3 dealt; 4 and 5 resumed
+				mine = append(mine, wire.Image{Index: i, Dets: det(i)})
+			}
+			for _, i := range extra[c.Rank()] {
+				mine = append(mine, wire.Image{Index: i, Dets: det(i)})
+			}
+			st := RankStats{Seconds: map[string]float64{}}
+			prev := []wire.Image{{Index: 4, Dets: det(4)}, {Index: 5, Dets: det(5), Loss: &box.Loss{Classification: 0.25, BoxRegression: 0.5}}}
+			dets, losses, err := GatherMerge(c, 0, 0, mine, prev, n, &st)
+			if err == nil && (st.BytesSent == 0 || st.Seconds["gather"] <= 0) {
+				err = fmt.Errorf("stats %+v", st)
+			}
+			if err == nil && (losses[4] != nil || losses[5] == nil || *losses[5] != *prev[1].Loss) {
+				err = fmt.Errorf("losses of the resumed images: %v, %v", losses[4], losses[5])
+			}
+			got[c.Rank()] = dets
+			return err
+		})
+		return got, errs
+	}
+	got, errs := run(nil, 6)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		for i := range 6 {
+			if fmt.Sprint(got[r][i]) != fmt.Sprint(det(i)) {
+				t.Fatalf("rank %d, image %d: %v, want %v", r, i, got[r][i], det(i))
+			}
+		}
+	}
+	for name, c := range map[string]struct {
+		extra map[int][]int
+		n     int
+	}{"image 0 twice": {map[int][]int{2: {0}}, 6}, "image 6 missing": {nil, 7}} {
+		_, errs := run(c.extra, c.n)
+		for r, err := range errs {
+			if e := (*errkind.Error)(nil); !errors.As(err, &e) || e.Code != errkind.ExitInternal || !e.Collective {
+				t.Errorf("%s, rank %d: %v, want a collective internal error", name, r, err)
+			}
+		}
+	}
+}
+
+// WriteReport: rank 0 writes with every rank's statistics in rank order;
+// its failure is every rank's.
+func TestWriteReport(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		var ranks []int
+		writer := -1
+		errs := onRanks(t, 3, func(c mpi.Comm) error {
+			return WriteReport(c, RankStats{Rank: c.Rank(), Images: 10 * c.Rank()}, "report.json", func(all []RankStats) error {
+				writer = c.Rank()
+				for _, s := range all {
+					ranks = append(ranks, s.Rank, s.Images)
+				}
+				if fail {
+					return errors.New("disk full")
+				}
+				return nil
+			})
+		})
+		if writer != 0 || fmt.Sprint(ranks) != "[0 0 1 10 2 20]" {
+			t.Fatalf("rank %d wrote with %v; want rank 0 alone, every rank's stats", writer, ranks)
+		}
+		for r, err := range errs {
+			if (err != nil) != fail || (fail && errkind.Code(err) != errkind.ExitInternal) {
+				t.Errorf("fail %v, rank %d: %v", fail, r, err)
+			}
+		}
 	}
 }

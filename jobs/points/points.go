@@ -72,6 +72,26 @@ type Config struct {
 	ScoreThresh float32
 	// Device is where each rank runs the network (device.go).
 	Device Device
+	// RunConfig is the --config and overrides applied (nil: none), for
+	// report.json.
+	RunConfig *RunConfig
+}
+
+// RunConfig is report.json's "config": the config file, the overrides,
+// each setting they resolved with its source, and the keys a point model
+// does not use.
+type RunConfig struct {
+	File      string             `json:"file,omitempty"`
+	Overrides []string           `json:"overrides,omitempty"`
+	Settings  map[string]Setting `json:"settings"`
+	Ignored   []string           `json:"ignored"`
+}
+
+// Setting is one resolved setting and where it came from (flag, override,
+// config or default).
+type Setting struct {
+	Value  string `json:"value"`
+	Source string `json:"source"`
 }
 
 // peaks are the run's peak settings.
@@ -132,6 +152,7 @@ type Report struct {
 	CPU       float64            `json:"cpu_seconds_rank0"`
 	Outputs   map[string]string  `json:"outputs"`
 	Device    *DeviceInfo        `json:"device"`
+	Config    *RunConfig         `json:"config,omitempty"`
 }
 
 // ModelInfo describes the loaded point model.
@@ -283,7 +304,7 @@ func run(ctx context.Context, c mpi.Comm, cfg Config, toOut bool) (_ []byte, err
 			LabelDict: mcfg.LabelDict, LabelsFrom: mcfg.LabelsFrom, Ignored: mcfg.Ignored, Threads: max(cfg.Threads, 1)},
 		Peaks:   map[string]string{"score_thresh": strconv.FormatFloat(float64(peaks.ScoreThresh), 'g', -1, 32), "min_distance": fmt.Sprint(peaks.MinDistance), "nms_distance_thresh": "5"},
 		Seconds: map[string]float64{"load": load, "predict": detect}, CPU: cpuSeconds() - cpu0,
-		Outputs: map[string]string{"predictions.csv": sha256Hex(csv)}, Device: eng.report()}
+		Outputs: map[string]string{"predictions.csv": sha256Hex(csv)}, Config: cfg.RunConfig, Device: eng.report()}
 	for _, s := range skips {
 		rep.Skipped += int(s)
 	}

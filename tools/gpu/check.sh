@@ -51,7 +51,7 @@
 #                    e2e/e2e.tsv
 #   crops-tests.txt, (issue 44 item 3) the crop classifier on the GPU engine
 #   crops-bench.txt,   against the CPU engine: the tests with derived
-#   crops.tsv          bounds, crops/s side by side, predict --tile
+#   crops.tsv          bounds, crops/s side by side, predict
 #                      --crop-model on both devices (crops())
 # CHECK selects the parts (default "base cudnn stages", all of them; one
 # part fits one 8-minute lease): base = the kernel tests and the
@@ -292,9 +292,9 @@ PY
 #  2. crops-bench.txt: BenchmarkGPUCrops, ResNet-50 and ResNet-18 at
 #     224x224, 256 crops: crops/s on the device (exact, tf32, bf16) and on
 #     the CPU engine (every core of this machine), side by side.
-#  3. crops.tsv: canopy predict --tile --crop-model on the crop parity
-#     raster with --device cuda (--precision exact and tf32) and --device
-#     cpu: the crop step's crops/s from each report.json, and the crop
+#  3. crops.tsv: canopy predict --crop-model on the crop parity raster
+#     (as an image) with --device cuda (--precision exact and tf32) and
+#     --device cpu: the crop step's crops/s from each report.json, and the crop
 #     columns against the CPU's: rows, labels equal, the largest score
 #     difference. The labels must all be equal; the scores' bound is
 #     certified per layer by step 1 (a bound carried through the whole
@@ -314,14 +314,18 @@ crops() {
 	grep -E 'Benchmark|rc=' "$OUT/crops-bench.txt" | head -n 12
 
 	step crops predict
+	# predict --images, not --tile: the carried build has no GDAL (nogdal),
+	# and whole images are the path that cuts the crops on the device.
+	mkdir -p bin/crop-images
+	cp bin/crop-files/img_0000.png bin/crop-images/
 	local runs=("cuda exact" "cuda tf32" "cpu exact") r dev prec
 	printf 'run\tcrops\tseconds\tcrops_per_s\tdevice\trc\n' >"$OUT/crops.tsv"
 	for r in "${runs[@]}"; do
 		read -r dev prec <<<"$r"
 		local args=(--device "$dev")
 		[ "$dev" = cuda ] && args+=(--precision "$prec")
-		timeout 90 $CANOPY predict --tile --raster bin/crop-files/img_0000.png --patch-size 300 --patch-overlap 0.25 \
-			--model testdata/models/canopy-demo-r18 --crop-model bin/crop-files/crop.ckpt "${args[@]}" \
+		timeout 90 $CANOPY predict --images bin/crop-images --model testdata/models/canopy-demo-r18 \
+			--crop-model bin/crop-files/crop.ckpt "${args[@]}" \
 			--out "$OUT/crops-$dev-$prec" --force >"$OUT/crops-$dev-$prec.log" 2>&1
 		local rc=$?
 		"$PY" - "$OUT/crops-$dev-$prec/report.json" "$dev $prec" $rc >>"$OUT/crops.tsv" <<'PY' || echo "$dev $prec: no report (rc $rc)"
