@@ -265,13 +265,17 @@ bench-infer: deps
 # alternating order, PAIRED_ROUNDS rounds, each a fresh process; the median
 # of the rounds' ratios, in wall and CPU time, with the CPU model, the load
 # and torch's CPU capability (bin/bench-paired.json). PAIRED_ISA=avx2 runs
-# both sides' AVX2 code on an AVX-512 machine (tools/retinanet/paired.py).
+# both sides' AVX2 code on an AVX-512 machine (tools/retinanet/paired.py);
+# PAIRED_ISA=native,avx2 both in turn, each table naming its ISA (and
+# bin/bench-paired.native.json, bin/bench-paired.avx2.json). The figure of
+# issue 44: PAIRED_THREADS=2 (800x800 is forest_0000's network input).
 PAIRED_ROUNDS ?= 5
 PAIRED_ISA ?= native
+PAIRED_THREADS ?= 1,2
 bench-infer-peer:
 	$(RETINANET_IMAGES)
 	$(GO) test -c -o bin/retinanet.test ./infer/retinanet/
-	$(PEER_PY) tools/retinanet/paired.py --test-bin bin/retinanet.test --rounds $(PAIRED_ROUNDS) --threads 1,2 --isa $(PAIRED_ISA) \
+	$(PEER_PY) tools/retinanet/paired.py --test-bin bin/retinanet.test --rounds $(PAIRED_ROUNDS) --threads $(PAIRED_THREADS) --isa $(PAIRED_ISA) \
 		--out bin/bench-paired.json bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png \
 		| tee bin/bench-paired.txt
 

@@ -13,12 +13,20 @@
 #     under the default SGEMM;
 #   - -tags noblas (gonum's SGEMM, Go kernels).
 # TestForcedKernels (infer/gemm) fails a run whose forced path did not take.
+# The detector's products are canopy's FMA chains (gemm.Chain), so its
+# bytes must not depend on the path: TestClonesSameBytes logs the digest of
+# its detections under each, and they must all be one.
 # Usage: scripts/test-isa.sh [go test flags...]; TAGS as the Makefile's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 TAGS=${TAGS:-}
-RUN_RN='^(TestKernelsMatchCPU|TestGPUEngineMatchesCPU|TestCUDNNLayersMatchCPU|TestCUDNNEngineMatchesCPU|TestGoldenResNet18|TestGoldenDemoModel)$'
+RUN_RN='^(TestClonesSameBytes|TestKernelsMatchCPU|TestGPUEngineMatchesCPU|TestCUDNNLayersMatchCPU|TestCUDNNEngineMatchesCPU|TestGoldenResNet18|TestGoldenDemoModel)$'
+# -tags noblas runs the detector's products as Chain's scalar Go twin,
+# too slow for the full-size golden and GPU-shim tests on a shared
+# machine: there TestClonesSameBytes alone, whose digest (equal to every
+# other path's) shows the same bytes, so those tests' outcome too.
+RUN_RN_NOBLAS='^TestClonesSameBytes$'
 RUN_CPU='^(TestWinogradMatchesDirect|TestWinogradBoundCatchesPlantedBugs)$'
 RUN_GEMM='^(TestForcedKernels|TestAgainstNaive|TestWinoMatchesGo)$'
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
@@ -34,17 +42,24 @@ build "$TAGS" ""
 build "${TAGS:+$TAGS,}noblas" "-noblas"
 
 runs=0
+digests=()
 run() { # label suffix env...
 	local label=$1 sfx=$2
 	shift 2
 	echo "test-isa: $label"
 	for p in gemm cpu retinanet; do
 		local re=$RUN_RN
+		[ -n "$sfx" ] && re=$RUN_RN_NOBLAS
 		[ $p = cpu ] && re=$RUN_CPU
 		[ $p = gemm ] && re=$RUN_GEMM
-		(cd "infer/$p" && env "$@" "../../bin/isa/$p$sfx.test" -test.run "$re" -test.count=1 -test.timeout 1200s) ||
-			{ echo "test-isa: FAIL under $label"; exit 1; }
+		(cd "infer/$p" && env "$@" "../../bin/isa/$p$sfx.test" -test.run "$re" -test.count=1 -test.timeout 1200s -test.v) >bin/isa/out.txt 2>&1 ||
+			{ grep -v '^=== RUN' bin/isa/out.txt | tail -40; echo "test-isa: FAIL under $label"; exit 1; }
+		grep -E '^(--- |ok|PASS|FAIL)' bin/isa/out.txt | grep -v '^--- PASS' || true
 	done
+	local d
+	d=$(sed -n 's/.*detection digest \([0-9a-f]*\).*/\1/p' bin/isa/out.txt)
+	[ -n "$d" ] || { echo "test-isa: no detection digest under $label"; exit 1; }
+	digests+=("$d $label")
 	runs=$((runs + 1))
 }
 
@@ -73,4 +88,9 @@ for cs in "${cores[@]}"; do
 done
 run "CANOPY_SIMD=generic (the default SGEMM)" "" CANOPY_SIMD=generic
 run "-tags noblas" "-noblas" CANOPY_SIMD=
-echo "test-isa: $runs forced paths pass"
+if [ "$(printf '%s\n' "${digests[@]}" | cut -d' ' -f1 | sort -u | wc -l)" != 1 ]; then
+	printf 'test-isa: the detector gives other bytes on other paths:\n'
+	printf '  %s\n' "${digests[@]}"
+	exit 1
+fi
+echo "test-isa: $runs forced paths pass; detection digest ${digests[0]%% *} on every one"

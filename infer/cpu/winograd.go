@@ -106,7 +106,7 @@ func (e *Engine) convWinograd(c *nn.Conv, x Fmap, relu bool, res *Fmap) Fmap {
 		winoIn(x.D, c.In, H, W, tw, t0, nb, v, vs)
 		// One SGEMM per component: M[ξ] (out × nb) = U[ξ] (out × in) · V[ξ] (in × nb).
 		for xi := 0; xi < comps; xi++ {
-			gemm.Mul(c.Out, nb, c.In, u[xi*c.Out*c.In:], c.In, v[xi*vs:], nb, m[xi*ms:], nb)
+			gemm.Chain(c.Out, nb, c.In, u[xi*c.Out*c.In:], c.In, v[xi*vs:], nb, m[xi*ms:], nb, gemm.Epi{})
 		}
 		// Output transform, bias, residual, ReLU.
 		var rd []float32

@@ -1,9 +1,10 @@
-// Package gemm is canopy's single-precision matrix multiply, the kernel under
-// every convolution of the CPU RetinaNet. The default build calls OpenBLAS
-// (cblas_sgemm, single-threaded: canopy parallelises above it, in fixed
-// column blocks, so results never depend on the thread count); the `noblas`
-// build tag swaps in gonum's pure-Go implementation for machines without
-// OpenBLAS.
+// Package gemm is canopy's single-precision matrix multiply: Chain (its
+// own kernels, chain.go: under every convolution of the CPU engines, the
+// RetinaNet and the crop classifier) and Mul, which the default build
+// takes from OpenBLAS (cblas_sgemm, single-threaded: canopy parallelises
+// above it, in fixed column blocks, so results never depend on the thread
+// count; the point model's products) and the `noblas` build from gonum's
+// pure Go, with the C kernels' Go twins.
 package gemm
 
 // Sgemm computes C = A·B (row-major, no transposes, beta 0):

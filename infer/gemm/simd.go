@@ -10,10 +10,12 @@ import (
 // and for AVX-512 (F, BW, DQ, VL), and the widest the CPU runs is chosen at
 // start-up. Every clone computes each value with the same operations in the
 // same order and no fused multiply-add (-ffp-contract=off), so they give
-// the same bits: the choice changes speed, never a result. (The SGEMMs are
-// OpenBLAS's, whose kernels, chosen by OpenBLAS for the CPU, do change the
-// last bits between AVX2 and AVX-512 machines; OPENBLAS_CORETYPE picks
-// them.)
+// the same bits: the choice changes speed, never a result. Chain, the
+// products of the CPU detector and the crop classifier, fuses on purpose,
+// alike in every clone (one FMA per step). (Mul, the point model's
+// products, is OpenBLAS's, whose kernels, chosen by OpenBLAS for the CPU,
+// do change the last bits between AVX2 and AVX-512 machines;
+// OPENBLAS_CORETYPE picks them.)
 type SIMD int
 
 const (

@@ -21,7 +21,10 @@ kernels (OPENBLAS_CORETYPE=Haswell), torch with ATEN_CPU_CAPABILITY=avx2
 and oneDNN capped at AVX2 (ONEDNN_MAX_CPU_ISA=AVX2). The cache sizes,
 clock and memory stay this machine's.
 
-Usage (make bench-infer-peer):
+--isa native,avx2 runs the whole comparison under each in turn, and
+every table names the ISA it ran.
+
+Usage (make bench-infer-peer; PAIRED_ISA=native,avx2 for both):
   /opt/canopy-peers/venv/bin/python tools/retinanet/paired.py --test-bin bin/retinanet.test \\
       --rounds 5 --threads 1,2 --out bin/bench-paired.json \\
       bin/retinanet-images/forest_0000.png bin/retinanet-images/forest_0002.png
@@ -62,6 +65,24 @@ ISA_ENV = {
 ISA = "native"
 
 
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def isa_label(isa):
+    """The instruction set each side's kernels run, in words."""
+    flags = cpu_flags()
+    widest = ("AVX-512" if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags
+              else "AVX2" if {"avx2", "fma"} <= flags else "SSE")
+    if isa == "avx2":
+        return "AVX2, forced on this %s CPU (canopy CANOPY_SIMD=avx2, torch ATEN_CPU_CAPABILITY=avx2)" % widest
+    return "%s, this CPU's widest (both sides' own choice)" % widest
+
+
 def side_env(side):
     env = dict(os.environ)
     env.update(ISA_ENV[ISA][0 if side == "canopy" else 1])
@@ -99,14 +120,32 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--isa", choices=sorted(ISA_ENV), default="native",
-                    help="avx2: both sides limited to their AVX2 code (see the module's doc)")
+    ap.add_argument("--isa", default="native",
+                    help="native, avx2 (both sides limited to their AVX2 code, see the module's doc) "
+                         "or a comma list, run one after the other (--out gets .ISA before its extension)")
     ap.add_argument("images", nargs="+")
-    global ISA
     a = ap.parse_args()
-    ISA = a.isa
+    isas = a.isa.split(",")
+    for isa in isas:
+        if isa not in ISA_ENV:
+            ap.error("--isa %s: want one of %s" % (isa, ", ".join(sorted(ISA_ENV))))
+    base = a.out
+    for isa in isas:
+        out = base
+        if len(isas) > 1:
+            root, ext = os.path.splitext(base)
+            out = "%s.%s%s" % (root, isa, ext)
+        run(a, isa, out)
+
+
+def run(a, isa, out):
+    global ISA
+    ISA = isa
+    a.isa = isa
+    a.out = out
+    print("== %s" % isa_label(isa), flush=True)
     test_bin = os.path.abspath(a.test_bin)
-    res = {"cpu": cpu_model(), "cores": os.cpu_count(), "isa": a.isa, "env": {"canopy": ISA_ENV[a.isa][0], "torch": ISA_ENV[a.isa][1]}, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    res = {"cpu": cpu_model(), "cores": os.cpu_count(), "isa": a.isa, "isa_label": isa_label(a.isa), "env": {"canopy": ISA_ENV[a.isa][0], "torch": ISA_ENV[a.isa][1]}, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
            "command": " ".join([sys.executable] + sys.argv), "rounds": a.rounds, "repeat": a.repeat, "cases": []}
     tmp = a.out + ".torch.json"
     for image in a.images:
@@ -151,8 +190,8 @@ def main():
             res["cases"].append(case)
     if os.path.exists(tmp):
         os.remove(tmp)
-    print("\n%s, %d cores, --isa %s; %s, CPU capability %s; %d rounds, alternating, median of %d calls per run"
-          % (res["cpu"], res["cores"], a.isa, res.get("torch"), res.get("torch_cpu_capability"), a.rounds, a.repeat))
+    print("\n%s, %d cores, ISA %s; %s, CPU capability %s; %d rounds, alternating, median of %d calls per run"
+          % (res["cpu"], res["cores"], res["isa_label"], res.get("torch"), res.get("torch_cpu_capability"), a.rounds, a.repeat))
     print("| image | threads | canopy s/image | torch s/image | torch/canopy (median of rounds) | canopy cpu-s | torch cpu-s | torch/canopy cpu | load |")
     print("|---|---|---|---|---|---|---|---|---|")
     for c in res["cases"]:
