@@ -153,6 +153,7 @@ type Report struct {
 	Outputs   map[string]string  `json:"outputs"`
 	Device    *DeviceInfo        `json:"device"`
 	Config    *RunConfig         `json:"config,omitempty"`
+	Notes     []string           `json:"notes,omitempty"`
 }
 
 // ModelInfo describes the loaded point model.
@@ -315,11 +316,22 @@ func run(ctx context.Context, c mpi.Comm, cfg Config, toOut bool) (_ []byte, err
 	for _, p := range rows {
 		rep.Points += len(p)
 	}
+	var staged []outdir.Staged
+	gp, note, err := stageGPKG(cfg.Out, full, names, rows, label)
+	if err != nil {
+		return nil, errkind.IO("%w", err)
+	}
+	if gp != nil {
+		staged = append(staged, *gp)
+		rep.Outputs[gpkgFile] = gp.SHA256
+	} else {
+		rep.Notes = append(rep.Notes, note)
+	}
 	rj, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return nil, err
 	}
-	if err := publish(cfg.Out, out, []namedBytes{{"predictions.csv", csv}, {"report.json", append(rj, '\n')}}); err != nil {
+	if err := publish(cfg.Out, out, staged, []namedBytes{{"predictions.csv", csv}, {"report.json", append(rj, '\n')}}); err != nil {
 		return nil, err
 	}
 	if cfg.Stdout != nil {

@@ -35,7 +35,7 @@ const Job = "predict points"
 
 // Names are the entries of OUT a point run writes (any of them, or a
 // manifest, marks a previous run).
-var Names = outdir.Names{Reports: []string{"report.json", "predictions.csv"}, Others: []string{parts.Dir}}
+var Names = outdir.Names{Reports: []string{"report.json", "predictions.csv", gpkgFile}, Others: []string{parts.Dir}}
 
 // manifest is OUT/manifest.json: what a --resume must find unchanged.
 type manifest struct {
@@ -212,10 +212,11 @@ func (r *recorder) close() error {
 	return nil
 }
 
-// publish writes predictions.csv and report.json as one set (report.json
-// last) through outdir's journal, then commits the run.
-func publish(dir string, out *outdir.Run, files []namedBytes) error {
-	var set []outdir.Staged
+// publish writes the staged files (predictions.gpkg), predictions.csv and
+// report.json as one set (report.json last) through outdir's journal, then
+// commits the run.
+func publish(dir string, out *outdir.Run, staged []outdir.Staged, files []namedBytes) error {
+	set := staged
 	for _, f := range files {
 		s, err := outdir.Stage(dir, f.name, func(w io.Writer) error { _, err := w.Write(f.b); return err })
 		if err != nil {
