@@ -450,9 +450,6 @@ func TestPointPredictGPKG(t *testing.T) {
 	if !gdal.Available {
 		t.Skip("built without GDAL (-tags nogdal): no GeoPackage is written")
 	}
-	if _, err := exec.LookPath("gdal_translate"); err != nil {
-		t.Skipf("no gdal_translate to make the GeoTIFF: %v", err)
-	}
 	model, images := pointSet(t)
 	tif := filepath.Join(t.TempDir(), "ortho.tif")
 	// img_b is 333×250: 2 m pixels from (500000, 4000500), north up

@@ -5,10 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -58,28 +55,8 @@ type PredictConfig struct {
 	RawRows bool
 }
 
-// imageExts are the files --images takes (any case).
-var imageExts = map[string]bool{".png": true, ".jpg": true, ".jpeg": true, ".tif": true, ".tiff": true}
-
-// listImages is the --images rule: the folder's image files, not
-// recursive, sorted by name.
-func listImages(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("jobs: --images: %w", err)
-	}
-	var out []string
-	for _, e := range ents {
-		if !e.IsDir() && imageExts[strings.ToLower(filepath.Ext(e.Name()))] {
-			out = append(out, e.Name())
-		}
-	}
-	sort.Strings(out)
-	if len(out) == 0 {
-		return nil, fmt.Errorf("jobs: --images %s holds no .png, .jpg, .jpeg, .tif or .tiff files: %w", dir, dataset.ErrInput)
-	}
-	return out, nil
-}
+// listImages lists --images (internal/dataset).
+var listImages = dataset.ListImages
 
 // predictManifest is plain predict's OUT/manifest.json: what its part
 // files were computed from (the image list, the model and its settings,

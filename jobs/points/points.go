@@ -70,6 +70,8 @@ type Config struct {
 	SkipEmpty bool
 	// ScoreThresh is the peaks' threshold_rel (0: point.yaml's 0.3).
 	ScoreThresh float32
+	// Device is where each rank runs the network (device.go).
+	Device Device
 	// RunConfig is the --config and overrides applied (nil: none), for
 	// report.json.
 	RunConfig *RunConfig
@@ -149,6 +151,7 @@ type Report struct {
 	Seconds   map[string]float64 `json:"seconds_rank0"`
 	CPU       float64            `json:"cpu_seconds_rank0"`
 	Outputs   map[string]string  `json:"outputs"`
+	Device    *DeviceInfo        `json:"device"`
 	Config    *RunConfig         `json:"config,omitempty"`
 	Notes     []string           `json:"notes,omitempty"`
 }
@@ -237,9 +240,15 @@ func run(ctx context.Context, c mpi.Comm, cfg Config, toOut bool) (_ []byte, err
 			return nil, errkind.Local(errkind.ExitInternal, "points: %w", err)
 		}
 	}
+	eng, err := openEngine(c, cfg, m)
+	if err != nil {
+		rec.close()
+		return nil, err // this rank's device
+	}
+	defer eng.Close()
 	load := since(t0)
 	t1 := time.Now()
-	mine, skipped, derr := detectUnits(ctx, c, cfg, m, peaks, full, units, todo(len(units), lp.Saved.Done), rec)
+	mine, skipped, derr := detectUnits(ctx, c, cfg, eng, peaks, full, units, todo(len(units), lp.Saved.Done), rec)
 	if cerr := rec.close(); derr == nil && cerr != nil {
 		derr = cerr
 	}
@@ -296,7 +305,7 @@ func run(ctx context.Context, c mpi.Comm, cfg Config, toOut bool) (_ []byte, err
 			LabelDict: mcfg.LabelDict, LabelsFrom: mcfg.LabelsFrom, Ignored: mcfg.Ignored, Threads: max(cfg.Threads, 1)},
 		Peaks:   map[string]string{"score_thresh": strconv.FormatFloat(float64(peaks.ScoreThresh), 'g', -1, 32), "min_distance": fmt.Sprint(peaks.MinDistance), "nms_distance_thresh": "5"},
 		Seconds: map[string]float64{"load": load, "predict": detect}, CPU: cpuSeconds() - cpu0,
-		Outputs: map[string]string{"predictions.csv": sha256Hex(csv)}, Config: cfg.RunConfig}
+		Outputs: map[string]string{"predictions.csv": sha256Hex(csv)}, Config: cfg.RunConfig, Device: eng.report()}
 	for _, s := range skips {
 		rep.Skipped += int(s)
 	}
@@ -406,8 +415,8 @@ func todo(n int, done []int) []int {
 // size-th, from its rank), appending each to the part file as it
 // finishes; it returns the encoded units and how many windows
 // --skip-empty gave no points without the model.
-func detectUnits(ctx context.Context, c mpi.Comm, cfg Config, m *treeformer.Model, peaks treeformer.PeakSettings, full []string, units []unit, left []int, rec *recorder) ([]byte, int, error) {
-	r := treeformer.NewRunner(m, max(cfg.Threads, 1))
+func detectUnits(ctx context.Context, c mpi.Comm, cfg Config, eng *engine, peaks treeformer.PeakSettings, full []string, units []unit, left []int, rec *recorder) ([]byte, int, error) {
+	r := eng.fwd
 	var mine []byte
 	cur, im := -1, treeformer.Image{}
 	var nd tile.NoData

@@ -27,11 +27,12 @@ import (
 	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/runkind"
 	"github.com/canopy-hpc/canopy/internal/wire"
 )
 
 // Job is manifest.json's "job" for a point model's predict.
-const Job = "predict points"
+const Job = runkind.PointsJob
 
 // Names are the entries of OUT a point run writes (any of them, or a
 // manifest, marks a previous run).
