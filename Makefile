@@ -96,6 +96,8 @@ gpu-bundle: check-cuda
 	CGO_ENABLED=0 $(GO) build -o bin/forestgen ./cmd/forestgen
 	$(GO) run ./cmd/forestgen -out bin/gpu-demo -n 40 -seed 3
 	$(GO) run ./cmd/cropmodel -out bin/crop-files
+	@if [ -f $(TREEFORMER_REF)/points.json ]; then python3 tools/gpu/tf_points.py strip $(TREEFORMER_REF)/points.json bin/treeformer-ref-points.json; \
+	else echo "gpu-bundle: no $(TREEFORMER_REF)/points.json (make treeformer-ref): the GPU check compares TreeFormer's points with the CPU's only"; fi
 
 # canopy installed as a site does (scripts/test-easybuild.sh): EasyBuild
 # 5.4.1 from PyPI (venv in /opt/canopy-eb), Debian's Lmod, both easyconfigs

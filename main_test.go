@@ -587,6 +587,16 @@ func TestMPIModelRankCountsBitIdentical(t *testing.T) {
 	}
 }
 
+// hostkernBin builds canopy with -tags hostkerngpu into dir.
+func hostkernBin(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "canopy-hostkerngpu")
+	if out, err := exec.Command("go", "build", "-tags", "hostkerngpu", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // The GPU engine under the real mpirun: a binary built with -tags
 // hostkerngpu sees fake GPUs that are host shims (internal/modelsel/hostkerngpu.go), one
 // per rank; eval --model (the device transform, postprocess and losses,
@@ -595,10 +605,7 @@ func TestMPIModelRankCountsBitIdentical(t *testing.T) {
 // min_size 128, so the shim runs it in seconds.
 func TestMPIGPUEngineRankCountsBitIdentical(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "canopy-hostkerngpu")
-	if out, err := exec.Command("go", "build", "-tags", "hostkerngpu", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := hostkernBin(t, dir)
 	model := filepath.Join(dir, "model")
 	if out, err := exec.Command("go", "run", "./cmd/testmodel", "-arch", "resnet18", "-classes", "2", "-fpn", "32",
 		"-min-size", "128", "-max-size", "128", "-out", model).CombinedOutput(); err != nil {

@@ -8,11 +8,15 @@ import (
 	"image/png"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/box"
+	"github.com/canopy-hpc/canopy/infer/gdal"
+	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
@@ -434,5 +438,56 @@ func TestPointPredictConfig(t *testing.T) {
 	r := run1(t, "predict", "--model", model, "--images", images, "--out", filepath.Join(t.TempDir(), "o"), "score_thresh=0")
 	if r.code != 2 || !strings.Contains(r.stderr, "in (0, 1]") {
 		t.Fatalf("score_thresh=0: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// TestPointPredictGPKG: predict --tile on a georeferenced GeoTIFF writes
+// predictions.gpkg with one Point layer, a feature per row of
+// predictions.csv, each at DeepForest's image_to_geo_coordinates of its
+// pixel (rasterio's transform.xy at the pixel centre), its x and y columns
+// the pixels; a raster without a CRS gets no GeoPackage and a note.
+func TestPointPredictGPKG(t *testing.T) {
+	if !gdal.Available {
+		t.Skip("built without GDAL (-tags nogdal): no GeoPackage is written")
+	}
+	model, images := pointSet(t)
+	tif := filepath.Join(t.TempDir(), "ortho.tif")
+	// img_b is 333×250: 2 m pixels from (500000, 4000500), north up
+	out, err := exec.Command("gdal_translate", "-q", "-of", "GTiff", "-a_srs", "EPSG:32617", "-a_ullr", "500000", "4000500", "500666", "4000000",
+		filepath.Join(images, "img_b.png"), tif).CombinedOutput()
+	if err != nil {
+		t.Fatalf("gdal_translate: %v\n%s", err, out)
+	}
+	dir := filepath.Join(t.TempDir(), "out")
+	if r := run1(t, "predict", "--model", model, "--raster", tif, "--tile", "--patch-size", "128", "--patch-overlap", "0.1", "--out", dir); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	rows := strings.Split(strings.TrimSpace(string(mustRead(t, filepath.Join(dir, "predictions.csv")))), "\n")[1:]
+	v, err := gdal.ReadVector(filepath.Join(dir, "predictions.gpkg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Layers) != 1 || v.Layers[0] != "ortho" || v.CRSName != "EPSG:32617" || len(v.Features) != len(rows) || len(rows) == 0 {
+		t.Fatalf("layers %v, CRS %q, %d features for %d rows", v.Layers, v.CRSName, len(v.Features), len(rows))
+	}
+	for i, l := range rows {
+		f := strings.Split(l, ",")
+		x, _ := strconv.ParseFloat(f[1], 64)
+		y, _ := strconv.ParseFloat(f[2], 64)
+		kind, pt, _, err := dataset.ParseWKB(v.Features[i].WKB)
+		if err != nil || kind != box.KindPoint {
+			t.Fatalf("feature %d: %v %v", i, kind, err)
+		}
+		if gx, gy := 500000+(x+0.5)*2, 4000500-(y+0.5)*2; pt.X != gx || pt.Y != gy || v.Features[i].ImagePath != "ortho.tif" {
+			t.Fatalf("feature %d at (%v, %v) of %q, want (%v, %v) for row %q", i, pt.X, pt.Y, v.Features[i].ImagePath, gx, gy, l)
+		}
+	}
+	// a PNG has no CRS: no GeoPackage, and report.json says so
+	dir = filepath.Join(t.TempDir(), "out")
+	if r := run1(t, "predict", "--model", model, "--images", images, "--out", dir); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "predictions.gpkg")); err == nil || !strings.Contains(string(mustRead(t, filepath.Join(dir, "report.json"))), "no image has a CRS") {
+		t.Fatalf("a run without a CRS wrote predictions.gpkg, or its report has no note (%v)", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/internal/tilerun"
 	"github.com/parquet-go/parquet-go"
 )
 
@@ -71,7 +72,7 @@ func TestCropColumnsInGeoOutputs(t *testing.T) {
 		t.Fatalf("predictions.csv: %v, %d rows, header %v", err, len(recs), recs[0])
 	}
 	rows := recs[1:]
-	pq, err := parquet.ReadFile[cropParquetRow](filepath.Join(out, rastersDir, "raster.parquet"))
+	pq, err := parquet.ReadFile[cropParquetRow](filepath.Join(out, tilerun.RastersDir, "raster.parquet"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestCropColumnsInGeoOutputs(t *testing.T) {
 	} else {
 		t.Log("no peers' venv (" + peerVenvPython + "): tools/geoparquet/check.py not run")
 	}
-	for _, g := range []string{filepath.Join(out, rastersDir, "raster.gpkg"), filepath.Join(out, gpkgFile)} {
+	for _, g := range []string{filepath.Join(out, tilerun.RastersDir, "raster.gpkg"), filepath.Join(out, tilerun.GPKGFile)} {
 		labels, scores := ogrCropCells(t, g)
 		if len(labels) != len(rows) || len(scores) != len(rows) {
 			t.Fatalf("%s: %d crop labels and %d scores for %d rows", g, len(labels), len(scores), len(rows))

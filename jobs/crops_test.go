@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
+	"github.com/canopy-hpc/canopy/internal/tilerun"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -88,7 +89,7 @@ func TestCropTileMatchesDeepForest(t *testing.T) {
 	}
 	var ref []byte
 	for _, v := range []struct{ ranks, threads, batch int }{{1, 2, 1}, {2, 1, 3}, {3, 1, 2}} {
-		cfg := TileConfig{Raster: pf.Tile, Out: filepath.Join(t.TempDir(), "out"), BatchSize: v.batch,
+		cfg := tilerun.Config{Names: outNames, Raster: pf.Tile, Out: filepath.Join(t.TempDir(), "out"), BatchSize: v.batch,
 			Settings: tile.Settings{Patch: fx.Tile.Patch, Overlap: fx.Tile.Overlap}, IoU: fx.Tile.IoU, CacheMiB: 16,
 			Model: ModelConfig{Spec: hub, Threads: v.threads, ScoreThresh: -1, NMSThresh: -1, Device: device("cpu")}, Crops: cropstage.CropConfig{Models: []string{pf.Ckpt}}}
 		got := runTile(t, v.ranks, cfg)

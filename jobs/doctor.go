@@ -20,6 +20,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/tilerun"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/cuda"
@@ -211,22 +212,11 @@ func savedNothing(kind string) string {
 // another run): how many rasters are published and intact, how many
 // windows the part files hold, and the command that continues it.
 func tileOutState(dir string) (int, string, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, outdir.ManifestFile))
-	var m tileManifest
-	if err != nil || json.Unmarshal(b, &m) != nil || m.Command == "" {
+	m, ok := tilerun.ReadPublished(dir)
+	if !ok {
 		return 0, "", false
 	}
-	finished, damaged := 0, 0
-	for i := range m.Rasters {
-		d, ok, err := readDone(dir, i)
-		switch {
-		case err != nil || !ok:
-		case d.intact(dir) == "":
-			finished++
-		default:
-			damaged++
-		}
-	}
+	finished, damaged := m.Finished, m.Damaged
 	windows := 0
 	_, st, files, err := parts.Scan(dir, math.MaxInt, func(int) bool { windows++; return false })
 	if err != nil {
@@ -234,13 +224,13 @@ func tileOutState(dir string) (int, string, bool) {
 	}
 	if fault, code, ok := faultOf(dir); ok && (code == ExitUsage || code == ExitInput || code == ExitModel) {
 		return ExitInternal, fmt.Sprintf("a %s run that failed (exit %d: %s), not an interruption: --resume with the same inputs fails the same way; fix the cause, then %s --resume continues (%d of %d rasters published)",
-			m.Command, code, fault, m.Command, finished, len(m.Rasters)), true
+			m.Command, code, fault, m.Command, finished, m.Rasters), true
 	}
 	if finished == 0 && windows == 0 {
 		return ExitResumable, savedNothing(m.Command), true
 	}
 	msg := fmt.Sprintf("resumable: an interrupted %s run, %d of %d rasters published, %d window record(s) in %d part file(s) (%d torn record(s) dropped)",
-		m.Command, finished, len(m.Rasters), windows, len(files), st.Dropped)
+		m.Command, finished, m.Rasters, windows, len(files), st.Dropped)
 	if damaged > 0 {
 		msg += fmt.Sprintf("; %d published raster(s) changed or removed since (made again from the saved windows)", damaged)
 	}

@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/canopy-hpc/canopy/box"
 )
 
 // hostileText retitles the terminal, clears it and starts a forged line.
@@ -92,35 +90,5 @@ func TestStderrEscapesFileText(t *testing.T) {
 			continue
 		}
 		t.Logf("%s: exit %d: %s", name, code, stderr)
-	}
-}
-
-// OUT/rasters/ names: from each raster's file name, with no character a
-// terminal acts on (an ESC in a raster's name was an ESC in ls's output),
-// short enough that the staging names fit a file name (a 250-byte raster
-// name ended in exit 1, "file name too long", after the inference),
-// unique ignoring case, the same for the same list.
-func TestRasterNamesSafe(t *testing.T) {
-	paths := []string{"a/x.tif", "b/X.png", "e\x1b[2J\nx.tif", strings.Repeat("L", 250) + ".tif", strings.Repeat("é", 200) + ".tif",
-		".tif", "bad\xff.tif", "abc\u202e.tif", ".hidden.tif"}
-	names := rasterNames(paths)
-	dir := t.TempDir()
-	seen := map[string]bool{}
-	for i, n := range names {
-		if seen[strings.ToLower(n)] || box.Printable(n) != n || strings.ContainsAny(n, "/\x00") || strings.HasPrefix(n, ".") {
-			t.Fatalf("%q: name %q", paths[i], n)
-		}
-		seen[strings.ToLower(n)] = true
-		f, err := os.CreateTemp(dir, "."+n+".parquet.tmp-gdal*")
-		if err != nil {
-			t.Fatalf("%q: name %q: %v", paths[i], n, err)
-		}
-		f.Close()
-	}
-	if names[0] != "x" || names[1] != "X-2" || names[5] != "raster" {
-		t.Errorf("names %q", names)
-	}
-	if again := rasterNames(paths); strings.Join(again, "|") != strings.Join(names, "|") {
-		t.Fatalf("not deterministic: %q, %q", names, again)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/detect"
+	"github.com/canopy-hpc/canopy/internal/geotruth"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
@@ -407,7 +408,7 @@ func packInputs(cfg EvalConfig) ([]byte, *outdir.Run) {
 			in.truthFolder = true
 			continue
 		}
-		if i == 0 && isVectorTruth(f) {
+		if i == 0 && geotruth.IsVector(f) {
 			// points or polygons of a layer: rank 0 makes them one CSV
 			data, warns, err := vectorEvalTruth(f, cfg.RootDir)
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/config"
+	"github.com/canopy-hpc/canopy/internal/geotruth"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
@@ -64,7 +65,7 @@ func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory)
 			if err != nil {
 				return usageError(err)
 			}
-			if isVectorTruth(cfg.CSV) && cfg.Predictions == "" {
+			if geotruth.IsVector(cfg.CSV) && cfg.Predictions == "" {
 				return usageError(fmt.Errorf("eval: %s: a shapefile or GeoPackage truth goes with --tile (it is converted to the pixels of the rasters it names), or with --predictions of points or polygons", cfg.CSV))
 			}
 			return runShardJob(c, code, newComm, stderr, cfg.Out, func(comm mpi.Comm, rank0 bool, timeout time.Duration) error {

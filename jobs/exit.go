@@ -1,8 +1,7 @@
 package jobs
 
 import (
-	"errors"
-
+	"github.com/canopy-hpc/canopy/internal/detect"
 	"github.com/canopy-hpc/canopy/internal/errkind"
 )
 
@@ -38,20 +37,5 @@ var (
 	ioErr         = errkind.IO
 )
 
-// detectErr maps detectShard's error to the job's: an interruption is
-// resumable (exit 8; note says what to do), an error carrying a code keeps
-// it, any other is a model error.
-func detectErr(derr error, note string) error {
-	switch {
-	case derr == nil:
-		return nil
-	case errors.Is(derr, errkind.ErrInterrupted):
-		return localErr(ExitResumable, "jobs: %s%w", note, derr)
-	}
-	code := ExitModel
-	var e *Error
-	if errors.As(derr, &e) {
-		code = e.Code
-	}
-	return localErr(code, "jobs: detect: %w", derr)
-}
+// detectErr is a detection error's exit code (internal/detect).
+var detectErr = detect.Err

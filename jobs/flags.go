@@ -161,28 +161,37 @@ func modelConfig(c *cli.Context) (ModelConfig, cropstage.CropConfig, error) {
 	if mc.MaxImagePixels = c.Int64("max-image-pixels"); mc.MaxImagePixels < 0 {
 		return mc, cc, fmt.Errorf("--max-image-pixels %d must be at least 0 (0: no limit)", mc.MaxImagePixels)
 	}
+	if err := deviceFlags(c, &mc); err != nil {
+		return mc, cc, err
+	}
+	return mc, cc, nil
+}
+
+// deviceFlags reads --device, --precision, --cudnn and --plan into mc (the
+// box detectors' and the point models').
+func deviceFlags(c *cli.Context, mc *ModelConfig) error {
 	dev := c.String("device")
 	req, err := cuda.ParseDevice(dev)
 	if err != nil {
-		return mc, cc, err
+		return err
 	}
 	if req.Kind == "cuda" && !modelsel.HaveCUDA {
-		return mc, cc, &Error{Code: ExitMPI, Collective: true, Err: fmt.Errorf("--device %s: %w", dev, cuda.ErrNoCUDA)}
+		return &Error{Code: ExitMPI, Collective: true, Err: fmt.Errorf("--device %s: %w", dev, cuda.ErrNoCUDA)}
 	}
 	mc.Device = req
 	if c.IsSet("precision") {
 		if mc.Precision, err = cuda.ParsePrecision(c.String("precision")); err != nil {
-			return mc, cc, err
+			return err
 		}
 		mc.PrecisionSet = true
 	}
 	mc.CUDNN, mc.Plan = c.String("cudnn"), c.String("plan")
-	if f := modelsel.GPUOnlyFlag(mc, mc.Precision); f != "" && !modelsel.HaveCUDA {
+	if f := modelsel.GPUOnlyFlag(*mc, mc.Precision); f != "" && !modelsel.HaveCUDA {
 		// refused before any work, with placeDevice's code (a build with
 		// the cuda backend decides per rank, where it is placed)
-		return mc, cc, &Error{Code: ExitMPI, Collective: true, Err: fmt.Errorf("%s needs a GPU: %w", f, cuda.ErrNoCUDA)}
+		return &Error{Code: ExitMPI, Collective: true, Err: fmt.Errorf("%s needs a GPU: %w", f, cuda.ErrNoCUDA)}
 	}
-	return mc, cc, nil
+	return nil
 }
 
 // reportFlags are eval's flags of the extra outputs: report.html and COCO JSON.

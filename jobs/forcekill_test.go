@@ -16,6 +16,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/tilerun"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -194,7 +195,7 @@ func partialOf(got, final map[string]string) bool {
 	}
 	for k, v := range got {
 		w, ok := final[k]
-		published := strings.HasPrefix(k, rastersDir+string(filepath.Separator)) // a tile run's finished raster
+		published := strings.HasPrefix(k, tilerun.RastersDir+string(filepath.Separator)) // a tile run's finished raster
 		if !ok || !strings.HasPrefix(w, v) || (published && w != v) ||
 			(k != outdir.ManifestFile && !published && !strings.HasPrefix(k, "parts"+string(filepath.Separator))) {
 			return false
@@ -256,7 +257,7 @@ func TestDoctorOutVerifiesOutputs(t *testing.T) {
 		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "changed since the run wrote them (sha256 differs from report.json's): "+victim) {
 			t.Fatalf("%s with a byte appended to %s: exit %d %q", name, victim, code, msg)
 		}
-		gone := map[string]string{"predict-tile": gpkgFile, "eval-tile": gpkgFile, "eval-crops": "report.html"}[name]
+		gone := map[string]string{"predict-tile": tilerun.GPKGFile, "eval-tile": tilerun.GPKGFile, "eval-crops": "report.html"}[name]
 		if gone == "" {
 			gone = "predictions.csv"
 		}
@@ -264,7 +265,7 @@ func TestDoctorOutVerifiesOutputs(t *testing.T) {
 		if code, msg := outState(out); code != ExitInternal || !strings.Contains(msg, "missing: "+gone) {
 			t.Fatalf("%s without %s: exit %d %q", name, gone, code, msg)
 		}
-		stray := gpkgFile // a file of another run kind
+		stray := tilerun.GPKGFile // a file of another run kind
 		if strings.HasSuffix(name, "tile") {
 			stray = output.COCOPredFile
 		}
@@ -321,7 +322,7 @@ func TestTileLayerNamesAndGeoTransformAtPreflight(t *testing.T) {
 			t.Errorf("%s: layer %q, want %q", r.Path, r.Layer, want[i])
 		}
 	}
-	info, err := exec.Command("ogrinfo", "-q", filepath.Join(out, gpkgFile)).CombinedOutput()
+	info, err := exec.Command("ogrinfo", "-q", filepath.Join(out, tilerun.GPKGFile)).CombinedOutput()
 	if err != nil || strings.Count(string(info), "(Polygon)") != 3 {
 		t.Fatalf("ogrinfo: %v\n%s", err, info)
 	}

@@ -10,11 +10,12 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/geotruth"
 	"github.com/canopy-hpc/canopy/internal/output"
 )
 
 // vectorEvalTruth is eval's (no --tile) shapefile or GeoPackage truth:
-// rank 0 reads the first layer (readVectorLayer's rules, Point layers
+// rank 0 reads the first layer (geotruth.ReadLayer's rules, Point layers
 // included), converts every vertex to the pixels of the image its
 // image_path names as DeepForest's read_file does (each image opened by
 // GDAL for its bounds and resolution; a layer without a CRS holds pixels),
@@ -23,13 +24,13 @@ import (
 // rectangles then reads as boxes, as DeepForest detects it). It returns
 // the CSV and the warnings to print.
 func vectorEvalTruth(name, root string) ([]byte, []string, error) {
-	t, err := readVectorLayer(name, "", true)
+	t, err := geotruth.ReadLayer(name, "", true)
 	if err != nil {
 		return nil, nil, err
 	}
-	var rasters []tileRaster
-	if t.vec.CRS != "" {
-		for _, p := range t.paths {
+	var rasters []geotruth.Raster
+	if t.Vector().CRS != "" {
+		for _, p := range t.Paths() {
 			file := filepath.Join(root, p)
 			r, err := gdal.Open(file)
 			if err != nil {
@@ -37,7 +38,7 @@ func vectorEvalTruth(name, root string) ([]byte, []string, error) {
 			}
 			info := r.Info()
 			r.Close()
-			tr := tileRaster{Path: p, File: file, Width: info.Width, Height: info.Height, CRS: info.CRS}
+			tr := geotruth.Raster{Path: p, File: file, Width: info.Width, Height: info.Height, CRS: info.CRS}
 			if info.HasTransform {
 				gt := info.GeoTransform
 				tr.GeoTransform = &gt
@@ -45,7 +46,7 @@ func vectorEvalTruth(name, root string) ([]byte, []string, error) {
 			rasters = append(rasters, tr)
 		}
 	}
-	frames, err := t.frames(rasters)
+	frames, err := t.Frames(rasters)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -58,14 +59,14 @@ func vectorEvalTruth(name, root string) ([]byte, []string, error) {
 		w.Write([]string{"image_path", "geometry", "label"})
 	}
 	g := func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
-	for _, f := range t.vec.Features {
+	for _, f := range t.Vector().Features {
 		_, pt, sh, err := dataset.ParseWKB(f.WKB)
 		if err != nil {
 			return nil, nil, fmt.Errorf("jobs: %s: feature %d: %v: %w", name, f.FID, err, dataset.ErrInput)
 		}
 		var fr *gdal.PixelFrame
 		if frames != nil {
-			x, err := t.frameOf(frames, f)
+			x, err := t.FrameOf(frames, f)
 			if err != nil {
 				return nil, nil, err
 			}

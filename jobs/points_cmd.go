@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/treeformer"
 	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/geotruth"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/output"
@@ -24,8 +25,10 @@ import (
 )
 
 // predict with a point model (DeepForest's TreeFormer, recognised by its
-// state dict's keys): the job is jobs/points. Resume, crop models, GPU
-// flags and --raw-rows are for the box detectors.
+// state dict's keys): the job is jobs/points. --device, --precision
+// (exact, kernel-tf32, fp32, tf32; fp32 the default on a GPU) and --cudnn
+// place it as the box detectors; crop models, --plan, --exclusive-gpu,
+// --layer-times and --raw-rows are the box detectors' alone.
 
 // pointModel resolves --model and reports whether it is a point model.
 func pointModel(c *cli.Context) (string, bool) {
@@ -55,10 +58,13 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 	if c.IsSet("crop-model") {
 		return usageError(fmt.Errorf("predict: --crop-model classifies boxes, and %s is a point model (TreeFormer): DeepForest's crop step reads each row's xmin..ymax box, which a point has not", model))
 	}
-	for _, f := range []string{"raw-rows"} {
+	for _, f := range []string{"raw-rows", "plan", "exclusive-gpu", "layer-times"} {
 		if c.IsSet(f) {
 			return usageError(fmt.Errorf("predict: --%s is not yet available for a point model (%s is a TreeFormer)", f, model))
 		}
+	}
+	if err := deviceFlags(c, &mc); err != nil {
+		return usageError(err)
 	}
 	tiled := c.Bool("tile")
 	if c.Bool("skip-empty") && !tiled {
@@ -96,6 +102,7 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 		Resume: c.Bool("resume"), SkipEmpty: c.Bool("skip-empty"), ScoreThresh: thr,
 		Settings:  tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")},
 		LabelDict: given, Command: os.Args, Version: output.Version,
+		Device: pointDevice(mc),
 		List: func() ([]string, error) {
 			switch {
 			case raster != "":
@@ -140,6 +147,11 @@ func rankSettings(c *cli.Context, comm mpi.Comm, mc ModelConfig, cfg *points.Con
 	if cfg.Threads <= 0 {
 		cfg.Threads = modelsel.DefaultThreads(modelsel.StartProcs, runtime.NumCPU(), comm.LocalSize())
 	}
+}
+
+// pointDevice is a point run's --device, --precision and --cudnn.
+func pointDevice(mc ModelConfig) points.Device {
+	return points.Device{Request: mc.Device, Precision: mc.Precision, PrecisionSet: mc.PrecisionSet, CUDNN: mc.CUDNN}
 }
 
 // pointScoreThresh is --score-thresh for a point model: peak_local_max's
@@ -188,7 +200,7 @@ func evalPointAction(c *cli.Context, code *int, newComm CommFactory, stdout, std
 	if err != nil {
 		return usageError(err)
 	}
-	if isVectorTruth(cfg.CSV) {
+	if geotruth.IsVector(cfg.CSV) {
 		return usageError(fmt.Errorf("eval: %s: with a point model, give the truth as a CSV (image_path,x,y,label)", cfg.CSV))
 	}
 	if present := outNames.Present(cfg.Out); len(present) > 0 && !cfg.Force {
@@ -209,7 +221,7 @@ func evalPointAction(c *cli.Context, code *int, newComm CommFactory, stdout, std
 	if root == "" {
 		root = filepath.Dir(cfg.CSV)
 	}
-	pcfg := points.Config{Model: model, RootDir: root, LabelDict: given, ScoreThresh: thr,
+	pcfg := points.Config{Model: model, RootDir: root, LabelDict: given, ScoreThresh: thr, Device: pointDevice(mc),
 		List: func() ([]string, error) {
 			data, err := confine.ReadNamedInput(cfg.CSV)
 			if err != nil {

@@ -3,13 +3,9 @@ package jobs
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -65,28 +61,8 @@ const (
 	rowsRaw            = "raw"              // --raw-rows
 )
 
-// imageExts are the files --images takes (any case).
-var imageExts = map[string]bool{".png": true, ".jpg": true, ".jpeg": true, ".tif": true, ".tiff": true}
-
-// listImages is the --images rule: the folder's image files, not
-// recursive, sorted by name.
-func listImages(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("jobs: --images: %w", err)
-	}
-	var out []string
-	for _, e := range ents {
-		if !e.IsDir() && imageExts[strings.ToLower(filepath.Ext(e.Name()))] {
-			out = append(out, e.Name())
-		}
-	}
-	sort.Strings(out)
-	if len(out) == 0 {
-		return nil, fmt.Errorf("jobs: --images %s holds no .png, .jpg, .jpeg, .tif or .tiff files: %w", dir, dataset.ErrInput)
-	}
-	return out, nil
-}
+// listImages lists --images (internal/dataset).
+var listImages = dataset.ListImages
 
 // predictManifest is plain predict's OUT/manifest.json: what its part
 // files were computed from (the image list, the model and its settings,
@@ -149,48 +125,6 @@ func packPredict(cfg PredictConfig) ([]byte, *outdir.Run) {
 	fields := [][]byte{[]byte(dir), []byte(digest), []byte(config), labels, binary.LittleEndian.AppendUint64(nil, uint64(len(paths)))}
 	fields = append(fields, stringsBytes(paths)...)
 	return collective.PackFields([]byte{0}, packSaved(fields, saved)...), out
-}
-
-type predictReport struct {
-	Canopy   string                 `json:"canopy"`
-	Git      string                 `json:"git"`
-	MPI      string                 `json:"mpi"`
-	Command  []string               `json:"command"`
-	Ranks    int                    `json:"ranks"`
-	Images   int                    `json:"images"`
-	Boxes    int                    `json:"detections"`
-	Model    *modelsel.Info         `json:"model"`
-	PerRank  []collective.RankStats `json:"per_rank"`
-	Detector string                 `json:"detector"`
-	// Rows says how predictions.csv's rows were made: "across_class_nms"
-	// (DeepForest predict_image's class-agnostic NMS at the model's
-	// nms_thresh, integer boxes, on every image whose detections carry
-	// more than one label) or "raw" (--raw-rows: the detector's rows).
-	// RawDetections counts the detector's rows before it, RowsIoU is its
-	// threshold.
-	Rows          string   `json:"rows"`
-	RowsIoU       *float64 `json:"across_class_nms_iou,omitempty"`
-	RawDetections int      `json:"raw_detections"`
-	// Resumed: a --resume run's attempt and where its images came from.
-	Resumed *output.ResumeInfo `json:"resumed,omitempty"`
-	// Outputs: the sha256 of the predictions.csv published with this report.
-	Outputs map[string]string `json:"outputs,omitempty"`
-	// AllowOutsideRoot records --allow-outside-root.
-	AllowOutsideRoot bool `json:"allow_outside_root,omitempty"`
-	// Config, Settings, ConfigIgnored: as eval's run.
-	Config        string             `json:"config,omitempty"`
-	Settings      map[string]setting `json:"settings,omitempty"`
-	ConfigIgnored []string           `json:"config_ignored,omitempty"`
-	// CropModels and Crops: the --crop-model stage, when given.
-	CropModels []cropstage.ModelInfo `json:"crop_models,omitempty"`
-	Crops      *cropstage.Stats      `json:"crops,omitempty"`
-}
-
-// setCrops records the crop stage.
-func (r *predictReport) setCrops(cs *cropstage.Set) {
-	if cs != nil {
-		r.CropModels, r.Crops = cs.Info, &cs.Stats
-	}
 }
 
 // Predict runs the predict job on this rank: every rank detects its shard,
@@ -339,7 +273,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		stats.Seconds["crops"] = crops.Stats.Seconds
 	}
 	return collective.WriteReport(c, stats, "predictions", func(allStats []collective.RankStats) error {
-		rep := predictReport{Canopy: output.Version, Git: output.GitRevision(), MPI: c.Implementation(), Command: cfg.Command,
+		rep := output.PredictReport{Canopy: output.Version, Git: output.GitRevision(), MPI: c.Implementation(), Command: cfg.Command,
 			Ranks: c.Size(), Images: len(images), Model: &model.Info, Detector: det.Name(), AllowOutsideRoot: cfg.AllowOutsideRoot,
 			PerRank: allStats, Rows: rowsAcrossClassNMS}
 		if cfg.RawRows {
@@ -358,7 +292,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		if cfg.Resume {
 			rep.Resumed = &output.ResumeInfo{Attempt: saved.attempt, FromParts: len(done), Computed: len(todo), RecordsDropped: pst.Dropped}
 		}
-		rep.setCrops(crops)
+		rep.SetCrops(crops)
 		if rc := cfg.RunConfig; rc != nil {
 			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
 			rep.Settings = rc.finishSettings(rep.Model)
@@ -378,7 +312,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 
 // writePredictOutputs stages predictions.csv and report.json (which
 // records the predictions' sha256) and publishes them as one set.
-func writePredictOutputs(dir string, rep predictReport, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropstage.Table) error {
+func writePredictOutputs(dir string, rep output.PredictReport, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropstage.Table) error {
 	return publishPredictions(dir, images, dets, labels, crops, nil, func(outputs map[string]string) any {
 		rep.Outputs = outputs
 		return rep
@@ -401,22 +335,5 @@ func publishPredictions(dir string, images []box.Image, dets [][]box.Detection, 
 	for _, s := range set {
 		outputs[s.Name] = s.SHA256
 	}
-	return publishSet(dir, set, report(outputs))
-}
-
-// publishSet stages report.json (rep) and publishes it with the staged
-// files as one set; on an error the staged files are removed.
-func publishSet(dir string, set []outdir.Staged, rep any) error {
-	rj, err := outdir.Stage(dir, "report.json", func(w io.Writer) error {
-		e := json.NewEncoder(w)
-		e.SetIndent("", "  ")
-		return e.Encode(rep)
-	})
-	if err != nil {
-		for _, s := range set {
-			os.Remove(filepath.Join(dir, s.Tmp))
-		}
-		return err
-	}
-	return outdir.Publish(dir, append(set, rj))
+	return output.PublishSet(dir, set, report(outputs))
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/detect"
 	"github.com/canopy-hpc/canopy/internal/errkind"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
@@ -56,17 +56,8 @@ func newManifest(cfg EvalConfig, in inputs) manifest {
 	return m
 }
 
-// detectorSettings are the settings of a model run a resume must share:
-// the model's config.json and the threshold, resize and blend flags.
-func detectorSettings(mc ModelConfig, configDigest string) map[string]string {
-	return map[string]string{
-		"config_json_sha256": configDigest,
-		"score_thresh_flag":  strconv.FormatFloat(mc.ScoreThresh, 'g', -1, 64),
-		"nms_thresh_flag":    strconv.FormatFloat(mc.NMSThresh, 'g', -1, 64),
-		"resize":             mc.Resize.String(),
-		"blend":              mc.Blend.String(),
-	}
-}
+// detectorSettings are a model run's settings a resume must share (internal/modelsel).
+var detectorSettings = modelsel.DetectorSettings
 
 // diff names every field in which m and o differ.
 func (m manifest) diff(o manifest) []string {

@@ -18,6 +18,7 @@ import (
 // --resume-hash differs from the run's is refused, naming it; an unknown
 // value is a usage error.
 func TestResumeHashFull(t *testing.T) {
+	const identSpan = 64 << 10 // the ends' hash reads the first and last 64 KiB (tilerun's rasterIdent)
 	_, tif := tileRasterFile(t, 700, 600, 5)
 	st, err := os.Stat(tif)
 	if err != nil {
@@ -66,35 +67,5 @@ func TestResumeHashFull(t *testing.T) {
 	code, stderr = runArgs(t, append(append([]string{}, base...), "--out", t.TempDir(), "--resume-hash", "md5")...)
 	if code != ExitUsage || !strings.Contains(stderr, `--resume-hash "md5": want ends`) {
 		t.Errorf("--resume-hash md5: exit %d\n%s", code, stderr)
-	}
-}
-
-// BenchmarkResumeHash is the cost of a raster's identity for --resume
-// (docs/benchmarks.md, "--resume-hash"): CANOPY_BENCH_RASTER names the
-// file (1 GiB in the recorded run; the benchmark skips without it), and
-// each iteration identifies it as the run's start does, with the ends
-// (first and last 64 KiB) and with the full (whole file) hash.
-func BenchmarkResumeHash(b *testing.B) {
-	file := os.Getenv("CANOPY_BENCH_RASTER")
-	if file == "" {
-		b.Skip("CANOPY_BENCH_RASTER names no file")
-	}
-	st, err := os.Stat(file)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, full := range []bool{false, true} {
-		name := resumeHashEnds
-		if full {
-			name = resumeHashFull
-		}
-		b.Run(name, func(b *testing.B) {
-			b.SetBytes(st.Size())
-			for i := 0; i < b.N; i++ {
-				if _, err := identifyRaster("r.tif", file, full); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
 	}
 }

@@ -6,17 +6,17 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"time"
 
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/config"
-	"github.com/canopy-hpc/canopy/internal/cropstage"
+	"github.com/canopy-hpc/canopy/internal/geotruth"
+	"github.com/canopy-hpc/canopy/internal/tilerun"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
 )
 
-// canopy predict --tile: its flags and how they become a TileConfig (the
-// job is tile.go). predict_cmd.go adds tileFlags and hands over to
+// canopy predict --tile and eval --tile: their flags and how they become a
+// tilerun.Config (the job is internal/tilerun's). predict_cmd.go adds tileFlags and hands over to
 // tileAction when --tile is given.
 
 func tileFlags() []cli.Flag {
@@ -39,60 +39,15 @@ func tileWindowFlags(tileUsage string) []cli.Flag {
 		&cli.Float64Flag{Name: "tile-iou", Value: tile.DefaultIoU, Usage: "with --tile: IoU above which the merge (one class-agnostic NMS over the raster's shifted, integer boxes) drops the lower-scoring box (predict_tile's iou_threshold; DeepForest's CLI --mode tile passes nms_thresh, 0.05, here)"},
 		&cli.IntFlag{Name: "gdal-cache", Value: 256, Usage: "with --tile: GDAL's block cache per rank, in MiB (bounds what a rank holds of a raster)"},
 		&cli.BoolFlag{Name: "skip-empty", Usage: "with --tile: a window whose pixels are all nodata (the raster's nodata value on bands 1-3, or alpha 0) or all one value gets no detections without running the model (off by default: DeepForest's predict_tile runs every window); report.json counts them (per_rank skipped_windows, tile.skipped_windows). A point model (TreeFormer) takes it too: all one colour, or all the nodata GDAL reports, gives the window no points (report.json skipped_windows)"},
-		&cli.StringFlag{Name: "resume-hash", Value: resumeHashEnds, Usage: "with --tile: what identifies a raster for --resume. " + resumeHashEnds + " (default): its size, its modification time and the sha256 of its first and last 64 KiB (a GeoTIFF's header and tile offsets), so an edit inside a raster that keeps its size and time is not seen; " + resumeHashFull + ": also the sha256 of the whole file, read once more by rank 0 at the start of the run and of each --resume (about 0.8 CPU s per GiB from the page cache, plus the read from disk; docs/benchmarks.md). Recorded in OUT/manifest.json: give it to the run and to every --resume"},
+		&cli.StringFlag{Name: "resume-hash", Value: tilerun.ResumeHashEnds, Usage: "with --tile: what identifies a raster for --resume. " + tilerun.ResumeHashEnds + " (default): its size, its modification time and the sha256 of its first and last 64 KiB (a GeoTIFF's header and tile offsets), so an edit inside a raster that keeps its size and time is not seen; " + tilerun.ResumeHashFull + ": also the sha256 of the whole file, read once more by rank 0 at the start of the run and of each --resume (about 0.8 CPU s per GiB from the page cache, plus the read from disk; docs/benchmarks.md). Recorded in OUT/manifest.json: give it to the run and to every --resume"},
 		&cli.IntFlag{Name: "round-windows", Usage: "with --tile: windows per round (the job detects a round, gathers it, and publishes the rasters it completes); default: 32 detector calls per rank (at least 64 windows), fewer when the rank's memory budget asks. Outputs do not depend on it"},
 	}
 }
 
-// TileConfig is the configuration of one `canopy predict --tile` run.
-type TileConfig struct {
-	Raster, CSV, Images, RootDir string
-	Out                          string
-	Force, Resume                bool
-	// FullHash is --resume-hash full: a raster's identity for --resume
-	// holds the sha256 of the whole file (else of its first and last
-	// 64 KiB, with its size and modification time).
-	FullHash  bool
-	BatchSize int
-	// SkipEmpty: a window whose pixels are all nodata, alpha 0 or one
-	// value gives no detections without running the model.
-	SkipEmpty bool
-	// RoundWindows: windows per round (0: from the rank's memory).
-	RoundWindows     int
-	Settings         tile.Settings
-	IoU              float64
-	CacheMiB         int
-	AllowOutsideRoot bool
-	Model            ModelConfig
-	// Crops are --crop-model and --crop-label-dict.
-	Crops             cropstage.CropConfig
-	Command           []string
-	Stdout            io.Writer
-	Progress          io.Writer
-	CollectiveTimeout time.Duration
-	// LabelDict is --label-dict (or "CONFIG: label_dict"): the labels of a
-	// bare .pt state dict, which a model folder's or .ckpt's own must
-	// equal; LabelDictData, when set, is the config's label_dict as
-	// label,id CSV, read instead of the file. Rank 0 reads it and
-	// broadcasts the bytes; every rank parses the same map.
-	LabelDict     string
-	LabelDictData []byte
-	// RunConfig: --config and overrides (nil without them); their
-	// patch_size, patch_overlap and nms_thresh are applied (applyTile).
-	RunConfig *runConfig
-	// Eval, for eval --tile: the truth (CSV is its file, the rasters are its
-	// image_path values, in the rasters' pixel frame) and the metric
-	// settings; the metrics are computed on the merged predictions.
-	Eval *EvalConfig
-	// vector: eval --tile's shapefile or GeoPackage truth, read by rank 0
-	// (its image_path values are the rasters).
-	vector *tileTruth
-}
-
 // tileConfig parses the flags of predict --tile once.
-func tileConfig(c *cli.Context, stdout io.Writer) (TileConfig, error) {
-	cfg := TileConfig{Raster: c.String("raster"), CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
-		Out: c.String("out"), Force: c.Bool("force"), Command: os.Args, Stdout: stdout, AllowOutsideRoot: c.Bool("allow-outside-root"),
+func tileConfig(c *cli.Context, stdout io.Writer) (tilerun.Config, error) {
+	cfg := tilerun.Config{Raster: c.String("raster"), CSV: c.String("csv"), Images: c.String("images"), RootDir: c.String("root-dir"),
+		Out: c.String("out"), Names: outNames, Force: c.Bool("force"), Command: os.Args, Stdout: stdout, AllowOutsideRoot: c.Bool("allow-outside-root"),
 		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
 		CacheMiB: c.Int("gdal-cache"), Resume: c.Bool("resume"), RoundWindows: c.Int("round-windows"), SkipEmpty: c.Bool("skip-empty")}
 	mc, cc, err := modelConfig(c)
@@ -148,7 +103,7 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 		return usageError(fmt.Errorf("predict: %w", err))
 	}
 	cfg.LabelDict = c.String("label-dict")
-	if cfg.RunConfig = rc; rc != nil {
+	if rc != nil {
 		rc.applyModel(c, &cfg.Model, false)
 		rc.resolveInt(c, "batch-size", "batch_size", rc.C.BatchSize, &cfg.BatchSize)
 		rc.applyTile(c, &cfg)
@@ -162,12 +117,12 @@ func tileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr i
 // runTileJob runs predict_tile's job on every rank, for predict --tile and
 // eval --tile. Window settings that cut no windows are bad input (exit 3),
 // as the issue's table has them, not a usage error.
-func runTileJob(c *cli.Context, code *int, newComm CommFactory, stderr io.Writer, cmd string, cfg TileConfig) error {
+func runTileJob(c *cli.Context, code *int, newComm CommFactory, stderr io.Writer, cmd string, cfg tilerun.Config) error {
 	if err := cfg.Settings.Check(); err != nil {
 		return &Error{Code: ExitInput, Collective: true, Err: fmt.Errorf("%s: --patch-size/--patch-overlap: %w", cmd, err)}
 	}
 	return runRankedJob(c, code, newComm, stderr, cfg.Out, rankOutputs{&cfg.Stdout, &cfg.Progress, &cfg.CollectiveTimeout}, func(comm mpi.Comm) error {
-		return PredictTile(c.Context, comm, cfg)
+		return tilerun.Run(c.Context, comm, cfg)
 	})
 }
 
@@ -184,12 +139,12 @@ func tileFlagsNeedTile(c *cli.Context, cmd string) error {
 // fullHashFlag parses --resume-hash: true for full.
 func fullHashFlag(c *cli.Context) (bool, error) {
 	switch h := c.String("resume-hash"); h {
-	case resumeHashEnds:
+	case tilerun.ResumeHashEnds:
 		return false, nil
-	case resumeHashFull:
+	case tilerun.ResumeHashFull:
 		return true, nil
 	default:
-		return false, fmt.Errorf("--resume-hash %q: want %s (the sha256 of each raster's first and last 64 KiB) or %s (of the whole file)", h, resumeHashEnds, resumeHashFull)
+		return false, fmt.Errorf("--resume-hash %q: want %s (the sha256 of each raster's first and last 64 KiB) or %s (of the whole file)", h, tilerun.ResumeHashEnds, tilerun.ResumeHashFull)
 	}
 }
 
@@ -205,16 +160,17 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 	case ec.Predictions != "":
 		return usageError(errors.New("eval: --tile runs the model (--model), not --predictions"))
 	}
-	if c.IsSet("raster") && !isVectorTruth(ec.CSV) {
+	if c.IsSet("raster") && !geotruth.IsVector(ec.CSV) {
 		return usageError(errors.New("eval: --raster with --tile names the raster of a shapefile or GeoPackage truth (.shp, .gpkg); a CSV truth names its rasters in image_path"))
 	}
-	cfg := TileConfig{Raster: c.String("raster"), CSV: ec.CSV, RootDir: ec.RootDir, Out: ec.Out, Force: ec.Force, BatchSize: ec.BatchSize, Model: ec.Model, Crops: ec.Crops,
-		AllowOutsideRoot: ec.AllowOutsideRoot, Command: os.Args, Stdout: stdout, Eval: &ec, LabelDict: ec.LabelDict, LabelDictData: ec.LabelDictData,
+	cfg := tilerun.Config{Raster: c.String("raster"), CSV: ec.CSV, RootDir: ec.RootDir, Out: ec.Out, Force: ec.Force, BatchSize: ec.BatchSize, Model: ec.Model, Crops: ec.Crops,
+		AllowOutsideRoot: ec.AllowOutsideRoot, Command: os.Args, Stdout: stdout, LabelDict: ec.LabelDict, LabelDictData: ec.LabelDictData,
 		Resume: ec.Resume, RoundWindows: c.Int("round-windows"), SkipEmpty: c.Bool("skip-empty"),
 		Settings: tile.Settings{Patch: c.Int("patch-size"), Overlap: c.Float64("patch-overlap")}, IoU: c.Float64("tile-iou"),
-		CacheMiB: c.Int("gdal-cache"), RunConfig: ec.RunConfig}
-	if cfg.RunConfig != nil {
-		cfg.RunConfig.applyTile(c, &cfg)
+		CacheMiB: c.Int("gdal-cache"), Names: outNames,
+		Eval: &tilerun.EvalConfig{IoUThreshold: ec.IoUThreshold, Semantics: ec.Semantics, Families: ec.Families, ClassMetrics: ec.ClassMetrics, IoUSweep: ec.IoUSweep, HTML: ec.HTML}}
+	if ec.RunConfig != nil {
+		ec.RunConfig.applyTile(c, &cfg)
 	}
 	if cfg.FullHash, err = fullHashFlag(c); err != nil {
 		return usageError(fmt.Errorf("eval: %w", err))
@@ -233,8 +189,10 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 // config.patch_size, patch_overlap=config.patch_overlap, iou_threshold=
 // config.nms_thresh)): flag > override > config > canopy's default, each
 // recorded with its source (report.json run settings: patch_size,
-// patch_overlap, and tile_iou for the merge IoU).
-func (rc *runConfig) applyTile(c *cli.Context, cfg *TileConfig) {
+// patch_overlap, and tile_iou for the merge IoU); report.json records the
+// config and the settings (cfg.RunConfig).
+func (rc *runConfig) applyTile(c *cli.Context, cfg *tilerun.Config) {
+	cfg.RunConfig = &tilerun.RunConfig{File: rc.File, Ignored: rc.C.Ignored, Settings: rc.finishSettings}
 	cf := rc.C
 	switch {
 	case c.IsSet("patch-size"):

@@ -20,6 +20,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
+	"github.com/canopy-hpc/canopy/internal/tilerun"
 )
 
 // e2ePixelsSHA256 is the sha256 of the RGB pixels (rows top to bottom,
@@ -150,7 +151,7 @@ func TestTileE2EDeepForest(t *testing.T) {
 	if err := torchckpt.HubFolder(filepath.Join("..", torchckpt.Skeletons), hub, "F32"); err != nil {
 		t.Fatal(err)
 	}
-	cfg := TileConfig{Raster: cropFile, Out: filepath.Join(dir, "out"), BatchSize: 1, Settings: settings, IoU: fc.IoU, CacheMiB: 16,
+	cfg := tilerun.Config{Names: outNames, Raster: cropFile, Out: filepath.Join(dir, "out"), BatchSize: 1, Settings: settings, IoU: fc.IoU, CacheMiB: 16,
 		Model: ModelConfig{Spec: hub, Threads: 2, ScoreThresh: -1, NMSThresh: -1, Device: device("cpu")}}
 	_, got := predictionRows(t, runTile(t, 1, cfg))
 	matched, equal, worst, _ := matchE2E(want, got)

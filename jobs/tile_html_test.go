@@ -8,7 +8,6 @@ import (
 	"fmt"
 	stdhtml "html"
 	"image"
-	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/gdal"
-	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/htmlreport"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
@@ -164,34 +162,5 @@ func TestEvalTileHTML(t *testing.T) {
 	}
 	if got := domAttr(dom, "data-images"); got != fmt.Sprint(worst) {
 		t.Errorf("%s images in the DOM, want %d", got, worst)
-	}
-}
-
-// TestTileWindowPixels: the pixels the page draws of a window are the
-// raster's (GDAL's R, G, B planes put back in order).
-func TestTileWindowPixels(t *testing.T) {
-	src, tif := tileRasterFile(t, 320, 240, 5)
-	f, _ := os.Open(src)
-	img, err := png.Decode(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs := &rasterSet{files: []string{tif}, open: map[int]*gdal.Raster{}}
-	defer rs.close()
-	w := tile.Window{X: 37, Y: 101, W: 200, H: 120}
-	px, err := rs.pixels(0, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := rgbImage(px.W, px.H, px.Pix)
-	for y := 0; y < w.H; y++ {
-		for x := 0; x < w.W; x++ {
-			r, g, b, _ := img.At(w.X+x, w.Y+y).RGBA()
-			c := got.RGBAAt(x, y)
-			if c.R != uint8(r>>8) || c.G != uint8(g>>8) || c.B != uint8(b>>8) || c.A != 255 {
-				t.Fatalf("pixel (%d,%d): %v, raster %d %d %d", x, y, c, r>>8, g>>8, b>>8)
-			}
-		}
 	}
 }

@@ -21,8 +21,10 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/testhook"
+	"github.com/canopy-hpc/canopy/internal/tilerun"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -48,7 +50,7 @@ func tileSet(t *testing.T) (list string) {
 	return list
 }
 
-func tileListCfg(out, list string) TileConfig {
+func tileListCfg(out, list string) tilerun.Config {
 	cfg := tileCfg(out, "")
 	cfg.Raster, cfg.CSV, cfg.BatchSize = "", list, 1
 	return cfg
@@ -59,9 +61,9 @@ func tileListCfg(out, list string) TileConfig {
 func tileOutputs(t *testing.T, out string) map[string][]byte {
 	t.Helper()
 	got := map[string][]byte{}
-	names, _ := filepath.Glob(filepath.Join(out, rastersDir, "*"))
-	if _, err := os.Stat(filepath.Join(out, gpkgFile)); err == nil { // rasters with a CRS
-		names = append(names, filepath.Join(out, gpkgFile))
+	names, _ := filepath.Glob(filepath.Join(out, tilerun.RastersDir, "*"))
+	if _, err := os.Stat(filepath.Join(out, tilerun.GPKGFile)); err == nil { // rasters with a CRS
+		names = append(names, filepath.Join(out, tilerun.GPKGFile))
 	}
 	for _, n := range append(names, filepath.Join(out, "predictions.csv")) {
 		b, err := os.ReadFile(n)
@@ -86,12 +88,12 @@ func sameOutputs(t *testing.T, what string, got, want map[string][]byte) {
 	}
 }
 
-func runTileCodes(t *testing.T, n int, cfg TileConfig, interrupt string) ([]int, string) {
+func runTileCodes(t *testing.T, n int, cfg tilerun.Config, interrupt string) ([]int, string) {
 	t.Helper()
 	return runStoppable(t, n, interrupt, func(ctx context.Context, c mpi.Comm, stderr io.Writer) error {
 		cfg := cfg
 		cfg.Progress = stderr
-		return PredictTile(ctx, c, cfg)
+		return tilerun.Run(ctx, c, cfg)
 	})
 }
 
@@ -133,7 +135,7 @@ func TestTileStopResumeIdentical(t *testing.T) {
 		t.Fatalf("reference: %v\n%s", codes, msg)
 	}
 	want := tileOutputs(t, refOut)
-	for _, n := range []string{"rasters/b.csv", "rasters/a.csv", "rasters/a.gpkg", "rasters/b-2.csv", "rasters/b-2.gpkg", gpkgFile} {
+	for _, n := range []string{"rasters/b.csv", "rasters/a.csv", "rasters/a.gpkg", "rasters/b-2.csv", "rasters/b-2.gpkg", tilerun.GPKGFile} {
 		if want[n] == nil {
 			t.Fatalf("the reference run wrote no %s (%d outputs)", n, len(want))
 		}
@@ -178,7 +180,10 @@ func TestTileStopResumeIdentical(t *testing.T) {
 		PerRank []collective.RankStats `json:"per_rank"`
 		Tile    struct {
 			Windows int
-			Resume  *tileResumeInfo
+			Resume  *struct {
+				RastersFinished int `json:"rasters_finished_before"`
+				WindowsSaved    int `json:"windows_from_parts"`
+			}
 		}
 	}
 	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
@@ -197,7 +202,7 @@ func TestTileStopResumeIdentical(t *testing.T) {
 
 // resumeCopy resumes a copy of the stopped run in stopped with change
 // applied to its config, on one rank.
-func resumeCopy(t *testing.T, stopped, list string, change func(*TileConfig)) (TileConfig, int, string) {
+func resumeCopy(t *testing.T, stopped, list string, change func(*tilerun.Config)) (tilerun.Config, int, string) {
 	t.Helper()
 	cfg := tileListCfg(t.TempDir(), list)
 	copyTree(t, stopped, cfg.Out)
@@ -224,18 +229,18 @@ func TestTileResumeBadInput(t *testing.T) {
 	if codes, msg := runTileCodes(t, 1, cfg, "0:4"); codes[0] != ExitResumable {
 		t.Fatalf("stop: %v\n%s", codes, msg)
 	}
-	if _, err := os.Stat(filepath.Join(stopped, rastersDir, "b.csv")); err != nil {
+	if _, err := os.Stat(filepath.Join(stopped, tilerun.RastersDir, "b.csv")); err != nil {
 		t.Fatalf("one/b.tif is not published before the stop: %v", err)
 	}
 
 	// Other settings: refused, naming the difference.
 	for _, c := range []struct {
 		name   string
-		change func(*TileConfig)
+		change func(*tilerun.Config)
 	}{
-		{"patch_size", func(c *TileConfig) { c.Settings.Patch = 301 }},
-		{"tile_iou", func(c *TileConfig) { c.IoU = 0.3 }},
-		{"score_thresh_flag", func(c *TileConfig) { c.Model.ScoreThresh = 0.5 }},
+		{"patch_size", func(c *tilerun.Config) { c.Settings.Patch = 301 }},
+		{"tile_iou", func(c *tilerun.Config) { c.IoU = 0.3 }},
+		{"score_thresh_flag", func(c *tilerun.Config) { c.Model.ScoreThresh = 0.5 }},
 	} {
 		if _, code, msg := resumeCopy(t, stopped, list, c.change); code != ExitUsage || !strings.Contains(msg, c.name) {
 			t.Fatalf("%s changed: exit %d, want %d naming it:\n%s", c.name, code, ExitUsage, msg)
@@ -244,8 +249,8 @@ func TestTileResumeBadInput(t *testing.T) {
 
 	// A published raster's CSV removed by hand: made again from the saved
 	// windows, not detected again; the outputs as uninterrupted.
-	cfg, code, msg := resumeCopy(t, stopped, list, func(c *TileConfig) {
-		os.Remove(filepath.Join(c.Out, rastersDir, "b.csv"))
+	cfg, code, msg := resumeCopy(t, stopped, list, func(c *tilerun.Config) {
+		os.Remove(filepath.Join(c.Out, tilerun.RastersDir, "b.csv"))
 	})
 	if code != 0 || !strings.Contains(msg, "rasters/b.csv is missing") {
 		t.Fatalf("b.csv removed: exit %d\n%s", code, msg)
@@ -255,18 +260,13 @@ func TestTileResumeBadInput(t *testing.T) {
 	// A full disk while a raster's outputs are written: exit 1, none of
 	// that raster's files published; a resume finishes the same.
 	full := tileListCfg(t.TempDir(), list)
-	rasterFault = func(name string) error {
-		if name == "a.csv" {
-			return syscall.ENOSPC
-		}
-		return nil
-	}
+	restore := tilerun.FaultRasterForTest("a.csv", syscall.ENOSPC)
 	codes, msg := runTileCodes(t, 1, full, "")
-	rasterFault = func(string) error { return nil }
+	restore()
 	if codes[0] != ExitInternal || !strings.Contains(msg, "no space left") {
 		t.Fatalf("full disk: exit %v\n%s", codes, msg)
 	}
-	if m, _ := filepath.Glob(filepath.Join(full.Out, rastersDir, "a.*")); len(m) != 0 {
+	if m, _ := filepath.Glob(filepath.Join(full.Out, tilerun.RastersDir, "a.*")); len(m) != 0 {
 		t.Fatalf("a full disk published %v", m)
 	}
 	full.Resume = true
@@ -281,7 +281,7 @@ func TestTileResumeBadInput(t *testing.T) {
 	if err := os.Chtimes(a, later, later); err != nil {
 		t.Fatal(err)
 	}
-	if _, code, msg := resumeCopy(t, stopped, list, func(*TileConfig) {}); code != ExitUsage || !strings.Contains(msg, `"a.tif" changed`) {
+	if _, code, msg := resumeCopy(t, stopped, list, func(*tilerun.Config) {}); code != ExitUsage || !strings.Contains(msg, `"a.tif" changed`) {
 		t.Fatalf("a.tif touched: exit %d, want %d naming it:\n%s", code, ExitUsage, msg)
 	}
 }
@@ -480,7 +480,7 @@ func TestPredictStopResumeIdentical(t *testing.T) {
 	if got := read(res.Out); !bytes.Equal(got, want) {
 		t.Fatalf("predictions.csv after stop at 3 ranks and --resume at 2 differs from the uninterrupted 1-rank run:\n%s\nwant:\n%s", got, want)
 	}
-	var rep predictReport
+	var rep output.PredictReport
 	if b, err := os.ReadFile(filepath.Join(res.Out, "report.json")); err != nil || json.Unmarshal(b, &rep) != nil {
 		t.Fatalf("report.json: %v", err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/tilerun"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -53,14 +54,14 @@ func tileRasterFile(t *testing.T, w, h int, seed int, extra ...string) (pngFile,
 	return pngFile, tif
 }
 
-func tileCfg(out, raster string) TileConfig {
-	return TileConfig{Raster: raster, Out: out, BatchSize: 2, Settings: tile.Settings{Patch: 300, Overlap: 0.2}, IoU: tile.DefaultIoU,
+func tileCfg(out, raster string) tilerun.Config {
+	return tilerun.Config{Names: outNames, Raster: raster, Out: out, BatchSize: 2, Settings: tile.Settings{Patch: 300, Overlap: 0.2}, IoU: tile.DefaultIoU,
 		CacheMiB: 16, Model: ModelConfig{Spec: demoModelDir, Threads: 1, ScoreThresh: -1, NMSThresh: -1, Device: device("cpu")}}
 }
 
-func runTile(t *testing.T, n int, cfg TileConfig) []byte {
+func runTile(t *testing.T, n int, cfg tilerun.Config) []byte {
 	t.Helper()
-	errs := local.Run(n, func(c mpi.Comm) error { return PredictTile(context.Background(), c, cfg) })
+	errs := local.Run(n, func(c mpi.Comm) error { return tilerun.Run(context.Background(), c, cfg) })
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("%d ranks: rank %d: %v", n, r, err)
@@ -255,8 +256,8 @@ func TestTileGPKG(t *testing.T) {
 		if err := json.Unmarshal(b, &rep); err != nil {
 			t.Fatal(err)
 		}
-		_, err := os.Stat(filepath.Join(out, gpkgFile))
-		if got := err == nil; got != c.gpkg || (rep.Outputs[gpkgFile] != "") != c.gpkg || (rep.Tile.GPKG != "") != c.gpkg {
+		_, err := os.Stat(filepath.Join(out, tilerun.GPKGFile))
+		if got := err == nil; got != c.gpkg || (rep.Outputs[tilerun.GPKGFile] != "") != c.gpkg || (rep.Tile.GPKG != "") != c.gpkg {
 			t.Fatalf("%s: gpkg present %v (outputs %v), want %v", c.raster, got, rep.Outputs, c.gpkg)
 		}
 		note := strings.Count(progress.String(), "no raster has a CRS")
@@ -265,7 +266,7 @@ func TestTileGPKG(t *testing.T) {
 			if !strings.Contains(r.CRS, "32617") || r.GeoTransform == nil || r.GeoTransform[1] != 0.1 || note != 0 {
 				t.Fatalf("report: %+v, note %d", rep.Tile.Rasters, note)
 			}
-			info, err := exec.Command("ogrinfo", "-so", "-al", filepath.Join(out, gpkgFile)).CombinedOutput()
+			info, err := exec.Command("ogrinfo", "-so", "-al", filepath.Join(out, tilerun.GPKGFile)).CombinedOutput()
 			if err != nil || !strings.Contains(string(info), fmt.Sprintf("Feature Count: %d\n", rows)) || rows < 5 {
 				t.Fatalf("ogrinfo (want %d features): %v\n%s", rows, err, info)
 			}
@@ -400,7 +401,7 @@ func TestTileCSVFIFO(t *testing.T) {
 		cfg.CSV = p
 		done := make(chan []error, 1)
 		go func() {
-			done <- local.Run(1, func(c mpi.Comm) error { return PredictTile(context.Background(), c, cfg) })
+			done <- local.Run(1, func(c mpi.Comm) error { return tilerun.Run(context.Background(), c, cfg) })
 		}()
 		select {
 		case errs := <-done:

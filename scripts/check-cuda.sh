@@ -21,8 +21,8 @@
 #      (cuInit: CUDA_ERROR_STUB_LIBRARY), and libcuda.so.1 hidden from the
 #      loader (a mount namespace with an empty tmpfs over its folder; the
 #      loader then says "cannot open shared object file");
-#   6. the retinanet and crop tests compile with -tags cuda (they run on a
-#      GPU: tools/gpu/check.sh).
+#   6. the retinanet, crop and treeformer tests compile with -tags cuda
+#      (they run on a GPU: tools/gpu/check.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -144,4 +144,5 @@ C
 fi
 $GO test -tags cuda,nompi,noblas -c -o bin/retinanet-cuda.test ./infer/retinanet
 $GO test -tags cuda,nompi,noblas -c -o bin/crop-cuda.test ./infer/crop
+$GO test -tags cuda,nompi,noblas -c -o bin/treeformer-cuda.test ./infer/treeformer
 echo "check-cuda: ok (fatbin up to date: compute_80 PTX + sm_90; -tags cuda and cudafront vet and build; without a GPU the engine stops with exit 5 and the front serves --help, version, doctor, --device cpu/auto with the default build's bytes, --device cuda exit 5, with libcuda.so.1 as it is, the stub and hidden)"

@@ -7,7 +7,8 @@
 // gives torchvision's retinanet_resnet50_fpn(num_classes=1) state dict with
 // seed 0 values: the network of testdata/golden/retinanet/r50.json. It is
 // for benchmarks and for trying canopy without a real checkpoint; its
-// detections mean nothing.
+// detections mean nothing. -arch treeformer writes a TreeFormer hub folder
+// instead (tools/gpu/check.sh's point model).
 package main
 
 import (
@@ -23,7 +24,7 @@ import (
 
 func main() {
 	out := flag.String("out", "", "model folder to write")
-	arch := flag.String("arch", "resnet50", "resnet18, resnet34, resnet50, resnet101 or resnet152")
+	arch := flag.String("arch", "resnet50", "resnet18, resnet34, resnet50, resnet101 or resnet152; or treeformer (DeepForest's point model, pvt_v2_b3: with -seed 46 the weights of tools/treeformer/reference.py's full reference)")
 	classes := flag.Int("classes", 1, "classes")
 	fpn := flag.Int("fpn", 256, "FPN channels")
 	seed := flag.Uint64("seed", 0, "generator seed")
@@ -40,6 +41,12 @@ func main() {
 func run(out, arch string, classes, fpn int, seed uint64, dtype string, minSize, maxSize int) error {
 	if out == "" {
 		return fmt.Errorf("-out is required")
+	}
+	if arch == "treeformer" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		return testweights.TreeFormerFolder(out, "OpenGVLab/pvt_v2_b3", [4]int{3, 4, 18, 3}, seed)
 	}
 	entries, err := testweights.StateDict(arch, classes, fpn, false)
 	if err != nil {

@@ -8,29 +8,43 @@ import (
 	"github.com/canopy-hpc/canopy/infer/nn"
 )
 
-// Batch is N feature maps of one shape side by side, in CNHW order:
-// channel c of image b is the H×W plane at D[(c·N+b)·H·W:]. A channel's
-// planes of all the images are one row of N·H·W values, so a convolution
-// of the whole batch is one matrix product over N·H·W columns: the crop
-// classifier's maps (7×7 to 112×112 on a 224×224 crop) give matrices far
-// too narrow for a GEMM one crop at a time.
+// Batch is N feature maps of one shape interleaved, in CHWN order: value
+// (y, x) of channel c of image b is D[((c·H+y)·W+x)·N+b]. A channel's
+// values of all the images are one row of H·W·N values, so a convolution
+// of the whole batch is one matrix product over H·W·N columns (the crop
+// classifier's maps, 7×7 to 112×112 on a 224×224 crop, give matrices far
+// too narrow for a GEMM one crop at a time), and the N images' values of
+// one pixel lie side by side, so the Winograd transforms, im2col and the
+// max-pool work on N lanes at once at every map size (gemm's *L kernels).
+// A batch of one image is a plain [C][H][W] map.
 type Batch struct {
 	C, N, H, W int
 	D          []float32
 }
 
-// Plane is channel c of image b.
+// Plane is a copy of channel c of image b (H·W values, row-major).
 func (x Batch) Plane(c, b int) []float32 {
 	hw := x.H * x.W
-	return x.D[(c*x.N+b)*hw : (c*x.N+b+1)*hw]
+	p := make([]float32, hw)
+	src := x.D[c*hw*x.N : (c+1)*hw*x.N]
+	for i := range p {
+		p[i] = src[i*x.N+b]
+	}
+	return p
+}
+
+// SetImage writes image b from src, its C planes of H·W values one after
+// another ([C][H][W]).
+func (x Batch) SetImage(b int, src []float32) {
+	n := x.C * x.H * x.W
+	_, _ = src[n-1], x.D[n*x.N-1]
+	for i, v := range src[:n] {
+		x.D[i*x.N+b] = v
+	}
 }
 
 // cols is the width of a channel's row: N·H·W.
 func (x Batch) cols() int { return x.N * x.H * x.W }
-
-// planes views the batch as one map of C·N planes (the per-plane ops:
-// max-pool, upsampling, ReLU).
-func (x Batch) planes() Fmap { return Fmap{x.C * x.N, x.H, x.W, x.D} }
 
 // BatchEngine runs a network (nn.Backend over Batch) on a batch of
 // images with canopy's own matrix product, gemm.Chain, in which every
@@ -52,6 +66,9 @@ type BatchEngine struct {
 	free    [][]float32
 	bufs    [][]float32 // per worker: im2col columns, max-pool rows
 	v, m    []float32   // a Winograd layer's V and M
+	direct  bool        // 3×3 stride-1 convolutions by im2col too (benchmarks)
+	unfused bool        // no fused Winograd jobs (benchmarks)
+	wbufs   [][]float32 // per worker: a fused Winograd job's V and M
 }
 
 var _ nn.Backend[Batch] = (*BatchEngine)(nil)
@@ -59,7 +76,7 @@ var _ nn.Backend[Batch] = (*BatchEngine)(nil)
 // NewBatchEngine is an engine of threads workers (at least 1).
 func NewBatchEngine(threads int) *BatchEngine {
 	threads = max(threads, 1)
-	return &BatchEngine{threads: threads, bufs: make([][]float32, threads)}
+	return &BatchEngine{threads: threads, bufs: make([][]float32, threads), wbufs: make([][]float32, threads)}
 }
 
 // Threads is the engine's worker count.
@@ -104,7 +121,7 @@ func (e *BatchEngine) Conv(c *nn.Conv, x Batch, relu bool, res *Batch) Batch {
 		rd = res.D
 	}
 	switch {
-	case UseWinograd(c):
+	case UseWinograd(c) && !e.direct:
 		e.winograd(c, x, y, rd, relu)
 	case c.KH == 1 && c.KW == 1 && c.Stride == 1 && c.Pad == 0:
 		e.pointwise(c, x, y, rd, relu)
@@ -146,36 +163,17 @@ func (e *BatchEngine) pointwise(c *nn.Conv, x, y Batch, rd []float32, relu bool)
 	})
 }
 
-// segments calls f for each image's part of the columns [j0, j0+n) of a
-// batch whose images have per columns each: the image b, the first column
-// within it, the count, and the offset of the part within [j0, j0+n).
-func segments(j0, n, per int, f func(b, first, count, off int)) {
-	for off := 0; off < n; {
-		j := j0 + off
-		b, first := j/per, j%per
-		count := min(per-first, n-off)
-		f(b, first, count, off)
-		off += count
-	}
-}
-
 // im2col is any other convolution: per job, the patch matrix of a chunk
-// of output columns (of one image or more), then its product.
+// of output columns (positions × images), then its product.
 func (e *BatchEngine) im2col(c *nn.Conv, x, y Batch, rd []float32, relu bool) {
-	per := y.H * y.W
-	n := x.N * per
+	n := y.cols()
 	k := c.In * c.KH * c.KW
 	_, cc, _, nc := grid(8, n, e.threads)
-	st := gemm.Strides{Chan: x.cols()}
 	e.Parallel(nc, func(w, j int) {
 		j0 := j * cc
 		cols := min(cc, n-j0)
 		col := e.buf(w, k*cols)
-		st := st
-		st.Row = cols
-		segments(j0, cols, per, func(b, first, count, off int) {
-			gemm.Im2colS(x.D[b*x.H*x.W:], c.In, x.H, x.W, c.KH, c.KW, c.Stride, c.Pad, y.W, first, count, col[off:], st)
-		})
+		gemm.Im2colL(x.D, c.In, x.H, x.W, x.N, c.KH, c.KW, c.Stride, c.Pad, y.W, j0, cols, col, cols)
 		ep := gemm.Epi{Bias: c.B, ReLU: relu, LdRes: n}
 		if rd != nil {
 			ep.Res = rd[j0:]
@@ -185,14 +183,17 @@ func (e *BatchEngine) im2col(c *nn.Conv, x, y Batch, rd []float32, relu bool) {
 }
 
 // winograd is a 3×3 stride-1 convolution as F(4×4,3×3) over the tiles of
-// all the images: the input transform of every tile (V: 36 matrices of
-// In × tiles), then per job of rows and tiles the 36 products
-// M[ξ] = U[ξ]·V[ξ] and the output transform with bias, residual and ReLU.
+// all the images (column j of V and M: image j%N of tile j/N): the input
+// transform of every tile (V: 36 matrices of In × columns), then per job
+// of rows and columns the 36 products M[ξ] = U[ξ]·V[ξ] and the output
+// transform with bias, residual and ReLU.
 func (e *BatchEngine) winograd(c *nn.Conv, x, y Batch, rd []float32, relu bool) {
 	u := c.WinogradU4()
-	tw, th := (x.W+3)/4, (x.H+3)/4
-	per := tw * th
-	T := x.N * per
+	T := x.N * ((x.W + 3) / 4) * ((x.H + 3) / 4)
+	if e.fused(T) {
+		e.winogradFused(c, x, y, rd, relu, u, T)
+		return
+	}
 	vs, ms := c.In*T, c.Out*T
 	if cap(e.v) < 36*vs {
 		e.v = nn.BigFloats(36 * vs)
@@ -201,42 +202,93 @@ func (e *BatchEngine) winograd(c *nn.Conv, x, y Batch, rd []float32, relu bool) 
 		e.m = nn.BigFloats(36 * ms)
 	}
 	v, m := e.v[:36*vs], e.m[:36*ms]
-	st := gemm.Strides{Chan: x.cols(), Row: T}
 	_, cc, _, nc := grid(8, T, e.threads)
 	e.Parallel(nc, func(_, j int) {
-		segments(j*cc, min(cc, T-j*cc), per, func(b, first, count, off int) {
-			gemm.WinoIn4S(x.D[b*x.H*x.W:], c.In, x.H, x.W, tw, first, count, v[j*cc+off:], vs, st)
-		})
+		j0 := j * cc
+		gemm.WinoIn4L(x.D, c.In, x.H, x.W, x.N, j0, min(cc, T-j0), v[j0:], vs, T)
 	})
 	rc, cc, nr, nc := grid(c.Out, T, e.threads)
+	cs := x.cols()
 	e.Parallel(nr*nc, func(_, j int) {
 		i0, t0 := j/nc*rc, j%nc*cc
 		rows, cols := min(rc, c.Out-i0), min(cc, T-t0)
 		for xi := 0; xi < 36; xi++ {
 			gemm.Chain(rows, cols, c.In, u[xi*c.Out*c.In+i0*c.In:], c.In, v[xi*vs+t0:], T, m[xi*ms+i0*T+t0:], T, gemm.Epi{})
 		}
-		segments(t0, cols, per, func(b, first, count, off int) {
-			var r []float32
-			if rd != nil {
-				r = rd[i0*x.cols()+b*x.H*x.W:]
-			}
-			gemm.WinoOut4S(m[i0*T+t0+off:], ms, count, rows, tw, first, x.H, x.W, c.B[i0:], r, relu, y.D[i0*x.cols()+b*x.H*x.W:], st)
-		})
+		var r []float32
+		if rd != nil {
+			r = rd[i0*cs:]
+		}
+		gemm.WinoOut4L(m[i0*T+t0:], ms, T, t0, cols, rows, x.H, x.W, x.N, c.B[i0:], r, relu, y.D[i0*cs:])
 	})
 }
 
-// MaxPool3s2 is the stem's max-pool of every plane.
+// fuseCols is the columns of a fused Winograd job.
+const fuseCols = 48
+
+// fused reports whether a Winograd layer of T columns runs in fused jobs
+// of fuseCols columns: each job transforms its input, multiplies and
+// transforms its output while its V and M (36·(In+Out)·fuseCols floats)
+// are still in the core's cache, instead of the whole layer's V and M
+// (36·(In+Out)·T floats: 58 MB at 56×56 and 64 channels for 16 crops)
+// going to memory and back (1.3–1.4× less CPU at 56×56 and 28×28,
+// BenchmarkBatchConv). A job multiplies all the layer's rows, so it is
+// used where there are at least two jobs per worker; below (7×7: 64
+// columns) the layer's products are cut by rows as well. How the columns
+// are cut changes no bit.
+func (e *BatchEngine) fused(T int) bool {
+	return !e.unfused && T >= 2*e.threads*fuseCols
+}
+
+// winogradFused is winograd in jobs of fuseCols columns, each with its
+// own V and M (the same bits: every value goes through the same
+// operations).
+func (e *BatchEngine) winogradFused(c *nn.Conv, x, y Batch, rd []float32, relu bool, u []float32, T int) {
+	const cc = fuseCols
+	vs, ms := c.In*cc, c.Out*cc
+	cs := x.cols()
+	e.Parallel((T+cc-1)/cc, func(w, j int) {
+		j0 := j * cc
+		cols := min(cc, T-j0)
+		if cap(e.wbufs[w]) < 36*(vs+ms) {
+			e.wbufs[w] = nn.BigFloats(36 * (vs + ms))
+		}
+		v, m := e.wbufs[w][:36*vs], e.wbufs[w][36*vs:36*(vs+ms)]
+		gemm.WinoIn4L(x.D, c.In, x.H, x.W, x.N, j0, cols, v, vs, cc)
+		for xi := 0; xi < 36; xi++ {
+			gemm.Chain(c.Out, cols, c.In, u[xi*c.Out*c.In:], c.In, v[xi*vs:], cc, m[xi*ms:], cc, gemm.Epi{})
+		}
+		gemm.WinoOut4L(m, ms, cc, j0, cols, c.Out, x.H, x.W, x.N, c.B, rd, relu, y.D[:c.Out*cs])
+	})
+}
+
+// MaxPool3s2 is the stem's max-pool of every channel of every image.
 func (e *BatchEngine) MaxPool3s2(x Batch) Batch {
 	oh, ow := (x.H+2-3)/2+1, (x.W+2-3)/2+1
 	y := e.Batch(x.C, x.N, oh, ow)
-	e.Parallel(x.C*x.N, func(w, p int) {
-		gemm.MaxPool3s2(x.D[p*x.H*x.W:(p+1)*x.H*x.W], x.H, x.W, e.buf(w, x.H*ow), y.D[p*oh*ow:(p+1)*oh*ow])
+	in, out := x.cols(), y.cols()
+	e.Parallel(x.C, func(w, c int) {
+		gemm.MaxPool3s2L(x.D[c*in:(c+1)*in], x.H, x.W, x.N, e.buf(w, x.H*ow*x.N), y.D[c*out:(c+1)*out])
 	})
 	return y
 }
 
+// UpsampleAdd adds top, upsampled (nearest, as AddUpsampled), to lat.
 func (e *BatchEngine) UpsampleAdd(lat, top Batch) {
-	AddUpsampled(lat.planes(), top.planes(), e.Parallel)
+	iy := NearestIndex(top.H, lat.H)
+	ix := NearestIndex(top.W, lat.W)
+	n := lat.N
+	e.Parallel(lat.C, func(_, c int) {
+		for y := 0; y < lat.H; y++ {
+			for x := 0; x < lat.W; x++ {
+				l := lat.D[((c*lat.H+y)*lat.W+x)*n:][:n]
+				t := top.D[((c*top.H+iy[y])*top.W+ix[x])*n:][:n]
+				for b, v := range t {
+					l[b] += v
+				}
+			}
+		}
+	})
 }
 
 func (e *BatchEngine) ReluCopy(x Batch) Batch {

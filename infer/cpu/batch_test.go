@@ -40,14 +40,19 @@ func randBatch(r *rand.Rand, c, n, h, w int) Batch {
 func (x Batch) one(b int) Batch {
 	y := Batch{x.C, 1, x.H, x.W, make([]float32, x.C*x.H*x.W)}
 	for c := 0; c < x.C; c++ {
-		copy(y.Plane(c, 0), x.Plane(c, b))
+		copy(y.D[c*x.H*x.W:], x.Plane(c, b))
 	}
 	return y
 }
 
+// at is value (yy, xx) of channel c of image b.
+func (x Batch) at(c, b, yy, xx int) float32 { return x.D[((c*x.H+yy)*x.W+xx)*x.N+b] }
+
 // Every kind of convolution of a batch of 5 images (odd sizes, residual,
 // ReLU) gives each image exactly the bits it gets alone, on 1 or 3
-// workers, and in every clone of the kernels (generic, AVX2, AVX-512): a
+// workers (the Winograd layers' 100 columns run in fused jobs on 1, by
+// rows and columns on 3 and alone), and in every clone of the kernels
+// (generic, AVX2, AVX-512): a
 // crop's result never depends on the batch, the threads or the CPU's
 // instruction set.
 func TestBatchImagesIndependent(t *testing.T) {
@@ -125,20 +130,20 @@ func TestBatchConvIsConvolution(t *testing.T) {
 									if iy < 0 || iy >= x.H || ix < 0 || ix >= x.W {
 										continue
 									}
-									p := float64(c.W[((o*c.In+ci)*c.KH+ky)*c.KW+kx]) * float64(x.Plane(ci, b)[iy*x.W+ix])
+									p := float64(c.W[((o*c.In+ci)*c.KH+ky)*c.KW+kx]) * float64(x.at(ci, b, iy, ix))
 									sum += p
 									sumAbs += math.Abs(p)
 								}
 							}
 						}
-						rv := float64(res.Plane(o, b)[oy*ow+ox])
+						rv := float64(res.at(o, b, oy, ox))
 						s += sum + rv
 						abs += math.Abs(rv)
 						bound := gamma(c.In*c.KH*c.KW+2) * (sumAbs + abs)
 						if wino != nil {
 							bound = gamma(c.In+17) * (wino[o][oy*ow+ox] + abs)
 						}
-						g := float64(got.Plane(o, b)[oy*ow+ox])
+						g := float64(got.at(o, b, oy, ox))
 						d := math.Abs(g - s)
 						if !(d <= bound) {
 							t.Fatalf("%s image %d o%d (%d,%d): %v, float64 %v: |Δ| %g > bound %g", c.Name, b, o, oy, ox, g, s, d, bound)
@@ -189,7 +194,7 @@ func winoAbs(c *nn.Conv, x Batch, b int) [][]float64 {
 				for r := 0; r < 6; r++ {
 					for s := 0; s < 6; s++ {
 						if yy, xx := 4*ty-1+r, 4*tx-1+s; yy >= 0 && yy < x.H && xx >= 0 && xx < x.W {
-							d[r][s] = math.Abs(float64(x.Plane(ci, b)[yy*x.W+xx]))
+							d[r][s] = math.Abs(float64(x.at(ci, b, yy, xx)))
 						}
 					}
 				}
@@ -257,3 +262,29 @@ func TestBatchMaxPool(t *testing.T) {
 		}
 	}
 }
+
+// The nearest-upsampled add of a batch is each image's AddUpsampled, at
+// 2× and at a size that is not (the FPN's odd levels).
+func TestBatchUpsampleAdd(t *testing.T) {
+	r := rand.New(rand.NewPCG(37, 38))
+	for _, s := range [][2]int{{4, 8}, {5, 9}} {
+		top := randBatch(r, 3, 5, s[0], s[0]+1)
+		lat := randBatch(r, 3, 5, s[1], s[1]+2)
+		want := make([]Fmap, lat.N)
+		for b := range want {
+			l := lat.one(b)
+			AddUpsampled(Fmap{l.C, l.H, l.W, l.D}, Fmap{top.C, top.H, top.W, top.one(b).D}, parallel1)
+			want[b] = Fmap{l.C, l.H, l.W, l.D}
+		}
+		NewBatchEngine(2).UpsampleAdd(lat, top)
+		for b := range want {
+			for i, v := range lat.one(b).D {
+				if math.Float32bits(v) != math.Float32bits(want[b].D[i]) {
+					t.Fatalf("%v image %d [%d]: %v, want %v", s, b, i, v, want[b].D[i])
+				}
+			}
+		}
+	}
+}
+
+func parallel1(n int, f func(worker, job int)) { parallel(1, n, f) }

@@ -2,6 +2,8 @@ package cpu
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/nn"
@@ -64,6 +66,58 @@ func BenchmarkConv1x1(b *testing.B) {
 				e.Put(e.Conv(c, x, true, nil))
 			}
 			b.ReportMetric(2*float64(out*in*h*w)*float64(b.N)/(nn.ProcessCPU()-c0).Seconds()/1e9, "GFLOP/cpu-s")
+		})
+	}
+}
+
+// BenchmarkBatchConv times the BatchEngine's convolutions at the crop
+// classifier's shapes (a 224×224 crop; 16 crops a batch, as
+// crop.DefaultBatch; $CANOPY_BENCH_BATCH), on one worker, in CPU milliseconds per crop and
+// GFLOP per CPU second (direct-convolution FLOPs): the 3×3 stride-1 ones
+// of ResNet-18's four layers by Winograd F(4×4,3×3) and by im2col, the
+// stem, a stride-2 3×3 and ResNet-50's 1×1s ("wino": the engine's
+// choice, "unfused": Winograd without fused jobs). CANOPY_SIMD=avx2 times the
+// AVX2 clones.
+func BenchmarkBatchConv(b *testing.B) {
+	type shape struct {
+		name                  string
+		out, in, k, stride, h int
+		algo                  string
+	}
+	var shapes []shape
+	for _, s := range [][2]int{{64, 56}, {128, 28}, {256, 14}, {512, 7}} {
+		for _, algo := range []string{"wino", "unfused", "im2col"} {
+			shapes = append(shapes, shape{fmt.Sprintf("3x3-%s", algo), s[0], s[0], 3, 1, s[1], algo})
+		}
+	}
+	shapes = append(shapes, shape{"stem", 64, 3, 7, 2, 224, ""}, shape{"3x3s2", 256, 128, 3, 2, 28, ""},
+		shape{"1x1", 256, 64, 1, 1, 56, ""}, shape{"1x1", 64, 256, 1, 1, 56, ""}, shape{"1x1", 2048, 512, 1, 1, 7, ""})
+	n := 16
+	if v, err := strconv.Atoi(os.Getenv("CANOPY_BENCH_BATCH")); err == nil && v > 0 {
+		n = v
+	}
+	for _, s := range shapes {
+		c := &nn.Conv{Name: "b", Out: s.out, In: s.in, KH: s.k, KW: s.k, Stride: s.stride, Pad: s.k / 2,
+			W: make([]float32, s.out*s.in*s.k*s.k), B: make([]float32, s.out)}
+		for i := range c.W {
+			c.W[i] = float32(i%7) * 0.01
+		}
+		x := Batch{s.in, n, s.h, s.h, make([]float32, s.in*n*s.h*s.h)}
+		for i := range x.D {
+			x.D[i] = float32(i%5) * 0.1
+		}
+		oh := (s.h+2*c.Pad-s.k)/s.stride + 1
+		b.Run(fmt.Sprintf("%s/%d-%d/%dx%d", s.name, s.out, s.in, s.h, s.h), func(b *testing.B) {
+			e := NewBatchEngine(1)
+			e.direct, e.unfused = s.algo == "im2col", s.algo == "unfused"
+			e.Put(e.Conv(c, x, true, nil))
+			c0 := nn.ProcessCPU()
+			for b.Loop() {
+				e.Put(e.Conv(c, x, true, nil))
+			}
+			cpu := (nn.ProcessCPU() - c0).Seconds()
+			b.ReportMetric(cpu*1e3/float64(b.N*n), "cpu-ms/crop")
+			b.ReportMetric(2*float64(s.out*s.in*s.k*s.k*oh*oh*n)*float64(b.N)/cpu/1e9, "GFLOP/cpu-s")
 		})
 	}
 }

@@ -163,7 +163,7 @@ func (e *Engine) winograd(c *nn.Conv, xs, res []Fmap, relu bool) []Fmap {
 			x := xs[i]
 			tw := (x.W + tile - 1) / tile
 			if tile == 4 {
-				gemm.WinoIn4S(x.D, c.In, x.H, x.W, tw, first, count, v[off:], vs, gemm.Strides{Chan: x.H * x.W, Row: nb})
+				gemm.WinoIn4Ld(x.D, c.In, x.H, x.W, tw, first, count, v[off:], vs, nb)
 			} else {
 				gemm.WinoIn(x.D, c.In, x.H, x.W, tw, first, count, v, vs)
 			}
@@ -181,7 +181,7 @@ func (e *Engine) winograd(c *nn.Conv, xs, res []Fmap, relu bool) []Fmap {
 				rd = res[i].D
 			}
 			if tile == 4 {
-				gemm.WinoOut4S(m[off:], ms, count, c.Out, tw, first, x.H, x.W, c.B, rd, relu, ys[i].D, gemm.Strides{Chan: x.H * x.W, Row: nb})
+				gemm.WinoOut4Ld(m[off:], ms, nb, count, c.Out, tw, first, x.H, x.W, c.B, rd, relu, ys[i].D)
 			} else {
 				gemm.WinoOut(m, ms, count, c.Out, tw, first, x.H, x.W, c.B, rd, relu, ys[i].D)
 			}

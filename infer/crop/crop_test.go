@@ -112,9 +112,11 @@ func probTolerance(t *testing.T, m *Model, crops []imagefile.Image) float64 {
 	scale := 0.0
 	for _, cr := range crops {
 		x := r.eng.Batch(3, 1, m.Transform.Size[0], m.Transform.Size[1])
-		if err := m.Transform.ApplyTo(cr.Pix, cr.W, cr.H, [3][]float32{x.Plane(0, 0), x.Plane(1, 0), x.Plane(2, 0)}); err != nil {
+		in, err := m.Transform.Apply(cr.Pix, cr.W, cr.H)
+		if err != nil {
 			t.Fatal(err)
 		}
+		x.SetImage(0, in)
 		c5 := resnet.Features[cpu.Batch](n.Body, r.eng, x, 5)[2]
 		pool(c5, 0, pooled)
 		r.eng.Put(c5)

@@ -174,7 +174,7 @@ var (
 	sideBF16 = bound.Side{Name: "bf16", UW: approx.UBF16, UStore: approx.UBF16}
 )
 
-// pc is one batch of maps on both sides: the CPU's (CNHW) and the GPU's,
+// pc is one batch of maps on both sides: the CPU's (CHWN) and the GPU's,
 // each side's values in NCHW, made once.
 type pc struct {
 	c      cpu.Batch
@@ -328,9 +328,7 @@ func pairCrops(t *testing.T, name string, net *Net, g *gpu.Engine, b bound.Side,
 	xc := host.Batch(3, n, size[0], size[1])
 	per := size[0] * size[1]
 	for i := 0; i < n; i++ {
-		for c := 0; c < 3; c++ {
-			copy(xc.Plane(c, i), xa[(i*3+c)*per:(i*3+c+1)*per])
-		}
+		xc.SetImage(i, xa[i*3*per:(i+1)*3*per])
 	}
 	xg := g.Alloc(n, 3, size[0], size[1])
 	if err := g.Dev.Upload(xg.P, xa); err != nil {

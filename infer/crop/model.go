@@ -122,32 +122,28 @@ func (r *Runner) Run(ctx context.Context, xs [][]float32, size [2]int) ([]Output
 			return nil, fmt.Errorf("crop: input %d holds %d values, want 3×%d×%d", i, len(x), size[0], size[1])
 		}
 	}
-	return r.batches(ctx, len(xs), size, func(i int, dst [3][]float32) error {
-		for c := range dst {
-			copy(dst[c], xs[i][c*size[0]*size[1]:])
-		}
-		return nil
-	})
+	return r.batches(ctx, len(xs), size, func(i int) ([]float32, error) { return xs[i], nil })
 }
 
-// Classify transforms each raw crop with tr (straight into its place in
-// the batch) and classifies it. Outputs are in crop order.
+// Classify transforms each raw crop with tr and classifies it. Outputs
+// are in crop order.
 func (r *Runner) Classify(ctx context.Context, tr Transform, crops []imagefile.Image) ([]Output, error) {
 	if err := tr.check(); err != nil {
 		return nil, err
 	}
-	return r.batches(ctx, len(crops), tr.Size, func(i int, dst [3][]float32) error {
-		if err := tr.ApplyTo(crops[i].Pix, crops[i].W, crops[i].H, dst); err != nil {
-			return fmt.Errorf("crop %d: %w", i, err)
+	return r.batches(ctx, len(crops), tr.Size, func(i int) ([]float32, error) {
+		x, err := tr.Apply(crops[i].Pix, crops[i].W, crops[i].H)
+		if err != nil {
+			return nil, fmt.Errorf("crop %d: %w", i, err)
 		}
-		return nil
+		return x, nil
 	})
 }
 
-// batches runs n crops, r.Batch at a time: fill(i, planes) writes crop
-// i's three channels into its planes of the batch (in parallel), then the
+// batches runs n crops, r.Batch at a time: input(i) gives crop i's three
+// planes (in parallel), which go to its place in the batch, then the
 // network runs the batch.
-func (r *Runner) batches(ctx context.Context, n int, size [2]int, fill func(i int, dst [3][]float32) error) ([]Output, error) {
+func (r *Runner) batches(ctx context.Context, n int, size [2]int, input func(i int) ([]float32, error)) ([]Output, error) {
 	out := make([]Output, 0, n)
 	bs := max(r.Batch, 1)
 	for lo := 0; lo < n; lo += bs {
@@ -158,7 +154,11 @@ func (r *Runner) batches(ctx context.Context, n int, size [2]int, fill func(i in
 		x := r.eng.Batch(3, hi-lo, size[0], size[1])
 		errs := make([]error, hi-lo)
 		r.eng.Parallel(hi-lo, func(_, b int) {
-			errs[b] = fill(lo+b, [3][]float32{x.Plane(0, b), x.Plane(1, b), x.Plane(2, b)})
+			in, err := input(lo + b)
+			if err == nil {
+				x.SetImage(b, in)
+			}
+			errs[b] = err
 		})
 		for _, err := range errs {
 			if err != nil {
@@ -207,13 +207,15 @@ func (n *Net) outputs(c5 cpu.Batch) []Output {
 }
 
 // pool is the global average pool of crop b of c5: the mean of each
-// channel in float64, rounded once to float32.
+// channel in float64 (its values in row-major order), rounded once to
+// float32.
 func pool(c5 cpu.Batch, b int, pooled []float64) {
 	hw := c5.H * c5.W
 	for c := range pooled {
 		var s float64
-		for _, v := range c5.Plane(c, b) {
-			s += float64(v)
+		row := c5.D[c*hw*c5.N : (c+1)*hw*c5.N]
+		for i := b; i < len(row); i += c5.N {
+			s += float64(row[i])
 		}
 		pooled[c] = float64(float32(s / float64(hw)))
 	}

@@ -83,20 +83,6 @@ func (t Transform) Apply(pix []float32, w, h int) ([]float32, error) {
 	return x, nil
 }
 
-// ApplyTo is Apply writing the three channels of the result into dst (each
-// Size[0]·Size[1] values: a crop's planes of a cpu.Batch).
-func (t Transform) ApplyTo(pix []float32, w, h int, dst [3][]float32) error {
-	x, err := t.Apply(pix, w, h)
-	if err != nil {
-		return err
-	}
-	n := t.Size[0] * t.Size[1]
-	for c := range dst {
-		copy(dst[c][:n], x[c*n:(c+1)*n])
-	}
-	return nil
-}
-
 // aaWeights are one axis's antialiased bilinear taps: for output i, the
 // input indices [min[i], min[i]+size[i]) with weights w[i·stride:].
 type aaWeights struct {

@@ -191,6 +191,20 @@ type Layer struct {
 	Name, CRS   string
 	CropColumns []string
 	Features    []Feature
+	// Points makes a point layer (a point model's rows, PointFeature):
+	// columns image_path, x, y, label, score; no crop columns.
+	Points bool
+}
+
+// PointFeature is a point model's point of a georeferenced raster as
+// predictions.gpkg holds it: its geometry mapped as DeepForest's
+// image_to_geo_coordinates maps a point (rasterio's transform.xy at the
+// pixel centre, as BoxRing), in Ring[0]; the x and y columns (Xmin, Ymin)
+// keep the pixel coordinates of predictions.csv, as DeepForest updates
+// only a box's bounds columns.
+func PointFeature(gt [6]float64, x, y float64, imagePath, label string, score float64) Feature {
+	ring := BoxRing(gt, x, y, x, y)
+	return Feature{Ring: [5][2]float64{ring[3]}, ImagePath: imagePath, Label: label, Score: score, Xmin: x, Ymin: y}
 }
 
 // BoxRing is DeepForest's utilities.image_to_geo_coordinates for one box:

@@ -25,19 +25,24 @@ static GDALDatasetH canopy_gpkg_create(const char *path, char *err, int n) {
 	return h;
 }
 
-// canopy_layer makes a polygon layer in the CRS given as WKT, with the
-// columns of predictions.csv.
-static OGRLayerH canopy_layer(GDALDatasetH h, const char *name, const char *wkt, char *err, int n) {
+// canopy_layer makes a polygon layer (points: a point layer) in the CRS
+// given as WKT, with the columns of predictions.csv (for points
+// image_path, x, y, label, score).
+static OGRLayerH canopy_layer(GDALDatasetH h, const char *name, const char *wkt, int points, char *err, int n) {
 	CPLErrorReset();
 	OGRSpatialReferenceH srs = OSRNewSpatialReference(wkt);
 	if (!srs) { canopy_verr(err, n); return NULL; }
 	OSRSetAxisMappingStrategy(srs, OAMS_TRADITIONAL_GIS_ORDER);
-	OGRLayerH l = GDALDatasetCreateLayer(h, name, srs, wkbPolygon, NULL);
+	OGRLayerH l = GDALDatasetCreateLayer(h, name, srs, points ? wkbPoint : wkbPolygon, NULL);
 	OSRRelease(srs);
 	if (!l) { canopy_verr(err, n); return NULL; }
-	const char *names[] = {"image_path", "xmin", "ymin", "xmax", "ymax", "label", "score"};
-	const OGRFieldType types[] = {OFTString, OFTReal, OFTReal, OFTReal, OFTReal, OFTString, OFTReal};
-	for (int i = 0; i < 7; i++) {
+	const char *boxNames[] = {"image_path", "xmin", "ymin", "xmax", "ymax", "label", "score"};
+	const OGRFieldType boxTypes[] = {OFTString, OFTReal, OFTReal, OFTReal, OFTReal, OFTString, OFTReal};
+	const char *pointNames[] = {"image_path", "x", "y", "label", "score"};
+	const OGRFieldType pointTypes[] = {OFTString, OFTReal, OFTReal, OFTString, OFTReal};
+	const char **names = points ? pointNames : boxNames;
+	const OGRFieldType *types = points ? pointTypes : boxTypes;
+	for (int i = 0; i < (points ? 5 : 7); i++) {
 		OGRFieldDefnH f = OGR_Fld_Create(names[i], types[i]);
 		OGRErr e = OGR_L_CreateField(l, f, 1);
 		OGR_Fld_Destroy(f);
@@ -71,6 +76,24 @@ static int canopy_feature(OGRLayerH l, OGRFeatureH f, const double *ring, const 
 	for (int i = 0; i < 5; i++) OGR_G_AddPoint_2D(r, ring[2 * i], ring[2 * i + 1]);
 	OGRGeometryH p = OGR_G_CreateGeometry(wkbPolygon);
 	OGR_G_AddGeometryDirectly(p, r);
+	OGR_F_SetGeometryDirectly(f, p);
+	OGRErr e = OGR_L_CreateFeature(l, f);
+	OGR_F_Destroy(f);
+	if (e != OGRERR_NONE) { canopy_verr(err, n); return 1; }
+	return 0;
+}
+
+// canopy_point_feature adds one point (xy, in the layer's CRS) with its
+// image_path, x, y, label and score (v: x, y, score) to f, and destroys f.
+static int canopy_point_feature(OGRLayerH l, OGRFeatureH f, const double *xy, const char *path, const double *v, const char *label, char *err, int n) {
+	CPLErrorReset();
+	OGR_F_SetFieldString(f, 0, path);
+	OGR_F_SetFieldDouble(f, 1, v[0]);
+	OGR_F_SetFieldDouble(f, 2, v[1]);
+	OGR_F_SetFieldString(f, 3, label);
+	OGR_F_SetFieldDouble(f, 4, v[2]);
+	OGRGeometryH p = OGR_G_CreateGeometry(wkbPoint);
+	OGR_G_SetPoint_2D(p, 0, xy[0], xy[1]);
 	OGR_F_SetGeometryDirectly(f, p);
 	OGRErr e = OGR_L_CreateFeature(l, f);
 	OGR_F_Destroy(f);
@@ -160,13 +183,17 @@ func (w *GPKGWriter) fail(what string) error {
 	return fmt.Errorf("gdal: %s: %s: %s", w.path, what, msg)
 }
 
-// Add writes one polygon layer.
+// Add writes one polygon layer (a point layer when ly.Points).
 func (w *GPKGWriter) Add(ly Layer) error {
 	if w.h == nil {
 		return fmt.Errorf("gdal: %s: closed", w.path)
 	}
 	name, wkt := C.CString(ly.Name), C.CString(ly.CRS)
-	l := C.canopy_layer(w.h, name, wkt, &w.ebuf[0], errLen)
+	points := C.int(0)
+	if ly.Points {
+		points = 1
+	}
+	l := C.canopy_layer(w.h, name, wkt, points, &w.ebuf[0], errLen)
 	C.free(unsafe.Pointer(name))
 	C.free(unsafe.Pointer(wkt))
 	if l == nil {
@@ -187,6 +214,18 @@ func (w *GPKGWriter) Add(ly Layer) error {
 			return fmt.Errorf("gdal: %s: a feature with %d crop labels and %d scores for the columns %v", w.path, len(f.CropLabels), len(f.CropScores), ly.CropColumns)
 		}
 		feat := C.canopy_new_feature(l)
+		if ly.Points {
+			xy := [2]C.double{C.double(f.Ring[0][0]), C.double(f.Ring[0][1])}
+			v := [3]C.double{C.double(f.Xmin), C.double(f.Ymin), C.double(f.Score)}
+			ip, lb := C.CString(f.ImagePath), C.CString(f.Label)
+			rc := C.canopy_point_feature(l, feat, &xy[0], ip, &v[0], lb, &w.ebuf[0], errLen)
+			C.free(unsafe.Pointer(ip))
+			C.free(unsafe.Pointer(lb))
+			if rc != 0 {
+				return w.fail("feature")
+			}
+			continue
+		}
 		for k := range f.CropLabels {
 			cl := C.CString(f.CropLabels[k])
 			C.OGR_F_SetFieldString(feat, C.int(7+2*k), cl)

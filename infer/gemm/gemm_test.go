@@ -175,13 +175,13 @@ func TestWinoMatchesGo(t *testing.T) {
 				// Planes 3 floats apart more than an image's, rows 2 more than nb.
 				tile = 4
 				in = func(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
-					WinoIn4S(x, c, h, w, tw, t0, nb, v, vs, Strides{Chan: h*w + 3, Row: nb + 2})
+					wino4In(x, c, h*w+3, h, w, tw, t0, nb, v, vs, nb+2)
 				}
 				in_ = func(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
 					wino4InGo(x, c, h*w+3, h, w, tw, t0, nb, v, vs, nb+2)
 				}
 				out = func(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
-					WinoOut4S(m, ms, nb, o, tw, t0, h, w, bias, res, relu, y, Strides{Chan: h*w + 3, Row: nb + 2})
+					wino4Out(m, ms, nb+2, nb, o, tw, t0, h, w, h*w+3, bias, res, relu, y)
 				}
 				out_ = func(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
 					wino4OutGo(m, ms, nb+2, nb, o, tw, t0, h, w, h*w+3, bias, res, relu, y)
@@ -272,7 +272,7 @@ func testIm2colMatchesGo(t *testing.T) {
 				// interleaved (the second image's), rows nb+3 apart.
 				x2 := fill(r, 2*cin*h*w)
 				a, b = make([]float32, cin*k*k*(nb+3)), make([]float32, cin*k*k*(nb+3))
-				Im2colS(x2[h*w:], cin, h, w, k, k, stride, pad, ow, j0, nb, a, Strides{Chan: 2 * h * w, Row: nb + 3})
+				im2col(x2[h*w:], cin, 2*h*w, h, w, k, k, stride, pad, ow, j0, nb, a, nb+3)
 				im2colGo(x2[h*w:], cin, 2*h*w, h, w, k, k, stride, pad, ow, j0, nb, b, nb+3)
 				sameBits(t, a, b, fmt.Sprintf("%v strided block %d+%d", s, j0, nb))
 			}

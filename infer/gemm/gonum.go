@@ -62,3 +62,17 @@ func softmaxRow(x []float32) { softmaxRowGo(x) }
 func dwconvGELURow(x []float32, h, wd, c int, w, b []float32, y int, out []float32) {
 	dwconvGELURowGo(x, h, wd, c, w, b, y, out)
 }
+
+func wino4InL(x []float32, c, h, w, n, j0, nb int, v []float32, vs, ldv int) {
+	wino4InLGo(x, c, h, w, n, j0, nb, v, vs, ldv)
+}
+
+func wino4OutL(m []float32, ms, ldm, j0, nb, o, h, w, n int, bias, res []float32, relu bool, y []float32) {
+	wino4OutLGo(m, ms, ldm, j0, nb, o, h, w, n, bias, res, relu, y)
+}
+
+func im2colL(x []float32, cin, h, w, n, kh, kw, stride, pad, ow, j0, nb int, col []float32, ldc int) {
+	im2colLGo(x, cin, h, w, n, kh, kw, stride, pad, ow, j0, nb, col, ldc)
+}
+
+func maxpoolL(src []float32, h, w, n int, tmp, dst []float32) { maxpoolLGo(src, h, w, n, tmp, dst) }

@@ -118,3 +118,20 @@ void canopy_softmax_row(int lvl, float *x, int n) { CANOPY_DISPATCH(lvl, softmax
 void canopy_dwconv_gelu_row(int lvl, const float *x, int h, int wd, int c, const float *w, const float *b, int y, float *out) {
 	CANOPY_DISPATCH(lvl, dwconv_gelu_row, x, h, wd, c, w, b, y, out);
 }
+
+void canopy_wino4_in_l(int lvl, const float *x, int c, int h, int w, int n, int j0, int nb, float *v, long vs, long ldv) {
+	CANOPY_DISPATCH(lvl, wino4_in_l, x, c, h, w, n, j0, nb, v, vs, ldv);
+}
+
+void canopy_wino4_out_l(int lvl, const float *m, long ms, long ldm, int j0, int nb, int oc, int h, int w, int n,
+		const float *bias, const float *res, int relu, float *y) {
+	CANOPY_DISPATCH(lvl, wino4_out_l, m, ms, ldm, j0, nb, oc, h, w, n, bias, res, relu, y);
+}
+
+void canopy_im2col_l(int lvl, const float *x, int cin, int h, int w, int n, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col, long ldc) {
+	CANOPY_DISPATCH(lvl, im2col_l, x, cin, h, w, n, kh, kw, stride, pad, ow, j0, nb, col, ldc);
+}
+
+void canopy_maxpool_l(int lvl, const float *src, int h, int w, int n, float *tmp, float *dst) {
+	CANOPY_DISPATCH(lvl, maxpool_l, src, h, w, n, tmp, dst);
+}

@@ -681,3 +681,261 @@ static void K(dwconv_gelu_row)(const float *x, int h, int wd, int c, const float
 	}
 	K(gelu_row)(acc, wd * c);
 }
+
+// Lane-interleaved maps ([c][h][w][n]: infer/cpu's Batch, lanes.go): the
+// n images' values of a pixel lie side by side, and matrix column j is
+// image j%n of position j/n. Each kernel works on up to CANOPY_LN lanes at a time
+// in fixed-size buffers (one AVX-512 vector, two AVX2 ones, at the crop
+// classifier's batch of 16), so every map size vectorises; every value
+// goes through the operations of the plane kernels above, in their order.
+#ifndef CANOPY_LN
+#define CANOPY_LN 16
+#endif
+
+// lanes_in copies cnt lanes into d and zeroes the rest of its CANOPY_LN
+// (memcpy: the compiler cannot vectorise a copy it must assume overlaps);
+// lanes_out copies cnt lanes.
+static inline void K(lanes_in)(float *d, const float *s, int cnt) {
+	if (cnt == CANOPY_LN) {
+		__builtin_memcpy(d, s, CANOPY_LN * sizeof(float));
+		return;
+	}
+	__builtin_memcpy(d, s, (size_t)cnt * sizeof(float));
+	for (int l = cnt; l < CANOPY_LN; l++)
+		d[l] = 0.0f;
+}
+
+static inline void K(lanes_out)(float *d, const float *s, int cnt) {
+	if (cnt == CANOPY_LN)
+		__builtin_memcpy(d, s, CANOPY_LN * sizeof(float));
+	else
+		__builtin_memcpy(d, s, (size_t)cnt * sizeof(float));
+}
+
+// lanes_geom is the geometry of up to CANOPY_LG runs of columns from j0:
+// each run's position (j/n), first lane (j%n), lane count (at most
+// CANOPY_LN, never past a position) and first column (from j0), so that a
+// kernel divides once per run, not once per run and channel.
+#define CANOPY_LG 64
+struct K(lanes_run) {
+	int pos, b0, cnt, col;
+};
+
+static inline int K(lanes_geom)(struct K(lanes_run) *g, int j, int end, int j0, int n) {
+	int k = 0;
+	int pos = j / n, b0 = j % n;
+	while (j < end && k < CANOPY_LG) {
+		int cnt = n - b0;
+		if (cnt > end - j)
+			cnt = end - j;
+		if (cnt > CANOPY_LN)
+			cnt = CANOPY_LN;
+		g[k].pos = pos;
+		g[k].b0 = b0;
+		g[k].cnt = cnt;
+		g[k].col = j - j0;
+		k++;
+		j += cnt;
+		b0 += cnt;
+		if (b0 == n) {
+			b0 = 0;
+			pos++;
+		}
+	}
+	return k;
+}
+
+// w4in_tile: V = Bᵀ d B of one tile on CANOPY_LN lanes, d[r][s] at
+// d + r·rs + s·ps (the map itself, or a zero-padded copy), component ξ
+// at out + ξ·vs, cnt lanes stored.
+static inline __attribute__((always_inline)) void K(w4in_tile)(const float *d, long rs, long ps, float *out, long vs, int cnt) {
+	float R[6][6][CANOPY_LN], O[6][CANOPY_LN];
+	for (int s = 0; s < 6; s++)
+		for (int l = 0; l < CANOPY_LN; l++) {
+			const float *c = d + s * ps + l;
+			float d0 = c[0], d1 = c[rs], d2 = c[2 * rs], d3 = c[3 * rs], d4 = c[4 * rs], d5 = c[5 * rs];
+			R[0][s][l] = (d0 * 4.0f - d2 * 5.0f) + d4;
+			R[1][s][l] = (d3 + d4) - (d1 + d2) * 4.0f;
+			R[2][s][l] = (d4 - d3) + (d1 - d2) * 4.0f;
+			R[3][s][l] = (d4 - d2) + (d3 - d1) * 2.0f;
+			R[4][s][l] = (d4 - d2) - (d3 - d1) * 2.0f;
+			R[5][s][l] = (d1 * 4.0f - d3 * 5.0f) + d5;
+		}
+	for (int i = 0; i < 6; i++) {
+		for (int l = 0; l < CANOPY_LN; l++) {
+			float d0 = R[i][0][l], d1 = R[i][1][l], d2 = R[i][2][l], d3 = R[i][3][l], d4 = R[i][4][l], d5 = R[i][5][l];
+			O[0][l] = (d0 * 4.0f - d2 * 5.0f) + d4;
+			O[1][l] = (d3 + d4) - (d1 + d2) * 4.0f;
+			O[2][l] = (d4 - d3) + (d1 - d2) * 4.0f;
+			O[3][l] = (d4 - d2) + (d3 - d1) * 2.0f;
+			O[4][l] = (d4 - d2) - (d3 - d1) * 2.0f;
+			O[5][l] = (d1 * 4.0f - d3 * 5.0f) + d5;
+		}
+		for (int jj = 0; jj < 6; jj++)
+			K(lanes_out)(out + (long)(i * 6 + jj) * vs, O[jj], cnt);
+	}
+}
+
+// wino4_in_l: V = Bᵀ d B (wino4_in's operations) for columns [j0, j0+nb):
+// a tile inside the map with all its lanes is read in place, the others
+// through a zero-padded copy.
+static void K(wino4_in_l)(const float *x, int c, int h, int w, int n, int j0, int nb, float *v, long vs, long ldv) {
+	const int tw = (w + 3) / 4;
+	const long cs = (long)h * w * n, rs = (long)w * n;
+	float D[6][6][CANOPY_LN];
+	struct K(lanes_run) g[CANOPY_LG];
+	for (int j = j0; j < j0 + nb;) {
+		int runs = K(lanes_geom)(g, j, j0 + nb, j0, n);
+		for (int ci = 0; ci < c; ci++) {
+			const float *plane = x + ci * cs;
+			float *vc = v + ci * ldv;
+			for (int k = 0; k < runs; k++) {
+				int y0 = 4 * (g[k].pos / tw) - 1, x0 = 4 * (g[k].pos % tw) - 1, cnt = g[k].cnt;
+				const float *src = plane + ((long)y0 * w + x0) * n + g[k].b0;
+				if (cnt == CANOPY_LN && y0 >= 0 && x0 >= 0 && y0 + 5 < h && x0 + 5 < w) {
+					K(w4in_tile)(src, rs, n, vc + g[k].col, vs, cnt);
+					continue;
+				}
+				for (int r = 0; r < 6; r++)
+					for (int s = 0; s < 6; s++) {
+						int yy = y0 + r, xx = x0 + s;
+						if (yy < 0 || yy >= h || xx < 0 || xx >= w) {
+							for (int l = 0; l < CANOPY_LN; l++)
+								D[r][s][l] = 0.0f;
+						} else {
+							K(lanes_in)(D[r][s], src + (long)r * rs + (long)s * n, cnt);
+						}
+					}
+				K(w4in_tile)(&D[0][0][0], 6 * CANOPY_LN, CANOPY_LN, vc + g[k].col, vs, cnt);
+			}
+		}
+		j += g[runs - 1].col + g[runs - 1].cnt - (j - j0);
+	}
+}
+
+// wino4_out_l: Y = Aᵀ M A (wino4_out's operations), then bias, residual
+// and ReLU (bias_row), for columns [j0, j0+nb).
+static void K(wino4_out_l)(const float *m, long ms, long ldm, int j0, int nb, int oc, int h, int w, int n,
+		const float *bias, const float *res, int relu, float *y) {
+	const int tw = (w + 3) / 4;
+	const long cs = (long)h * w * n;
+	float M[36][CANOPY_LN], S[4][6][CANOPY_LN], Y[4][4][CANOPY_LN];
+	struct K(lanes_run) g[CANOPY_LG];
+	for (int j = j0; j < j0 + nb;) {
+		int runs = K(lanes_geom)(g, j, j0 + nb, j0, n);
+		for (int o = 0; o < oc; o++) {
+			float bo = bias[o];
+			float *out = y + o * cs;
+			const float *rp = res ? res + o * cs : 0;
+			for (int k = 0; k < runs; k++) {
+				int cnt = g[k].cnt;
+				const float *mk = m + o * ldm + g[k].col;
+				long mstride = ms;
+				if (cnt != CANOPY_LN) {
+					for (int xi = 0; xi < 36; xi++)
+						K(lanes_in)(M[xi], mk + xi * ms, cnt);
+					mk = &M[0][0];
+					mstride = CANOPY_LN;
+				}
+				for (int col = 0; col < 6; col++)
+					for (int l = 0; l < CANOPY_LN; l++) {
+						const float *q = mk + col * mstride + l;
+						float m0 = q[0], m1 = q[6 * mstride], m2 = q[12 * mstride];
+						float m3 = q[18 * mstride], m4 = q[24 * mstride], m5 = q[30 * mstride];
+						float a_ = m1 + m2, b_ = m1 - m2, c_ = m3 + m4, d_ = m3 - m4;
+						S[0][col][l] = (m0 + a_) + c_;
+						S[1][col][l] = b_ + d_ * 2.0f;
+						S[2][col][l] = a_ + c_ * 4.0f;
+						S[3][col][l] = (b_ + d_ * 8.0f) + m5;
+					}
+				for (int r = 0; r < 4; r++)
+					for (int l = 0; l < CANOPY_LN; l++) {
+						float s0 = S[r][0][l], s1 = S[r][1][l], s2 = S[r][2][l];
+						float s3 = S[r][3][l], s4 = S[r][4][l], s5 = S[r][5][l];
+						float a_ = s1 + s2, b_ = s1 - s2, c_ = s3 + s4, d_ = s3 - s4;
+						Y[r][0][l] = (s0 + a_) + c_;
+						Y[r][1][l] = b_ + d_ * 2.0f;
+						Y[r][2][l] = a_ + c_ * 4.0f;
+						Y[r][3][l] = (b_ + d_ * 8.0f) + s5;
+					}
+				int ty = g[k].pos / tw, tx = g[k].pos % tw;
+				for (int r = 0; r < 4 && 4 * ty + r < h; r++)
+					for (int q = 0; q < 4 && 4 * tx + q < w; q++) {
+						long p = ((long)(4 * ty + r) * w + 4 * tx + q) * n + g[k].b0;
+						K(bias_row)(out + p, Y[r][q], cnt, bo, rp ? rp + p : 0, relu);
+					}
+			}
+		}
+		j += g[runs - 1].col + g[runs - 1].cnt - (j - j0);
+	}
+}
+
+// im2col_l: the patch matrix's columns [j0, j0+nb) (copies only).
+static void K(im2col_l)(const float *x, int cin, int h, int w, int n, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col, long ldc) {
+	const long cs = (long)h * w * n;
+	struct K(lanes_run) g[CANOPY_LG];
+	int oy[CANOPY_LG], ox[CANOPY_LG];
+	for (int j = j0; j < j0 + nb;) {
+		int runs = K(lanes_geom)(g, j, j0 + nb, j0, n);
+		for (int k = 0; k < runs; k++) {
+			oy[k] = g[k].pos / ow * stride - pad;
+			ox[k] = g[k].pos % ow * stride - pad;
+		}
+		long r = 0;
+		for (int ci = 0; ci < cin; ci++) {
+			const float *plane = x + ci * cs;
+			for (int ky = 0; ky < kh; ky++)
+				for (int kx = 0; kx < kw; kx++) {
+					float *dst = col + r * ldc;
+					r++;
+					for (int k = 0; k < runs; k++) {
+						int iy = oy[k] + ky, ix = ox[k] + kx, cnt = g[k].cnt;
+						float *d = dst + g[k].col;
+						if (iy < 0 || iy >= h || ix < 0 || ix >= w) {
+							for (int l = 0; l < cnt; l++)
+								d[l] = 0.0f;
+						} else {
+							K(lanes_out)(d, plane + ((long)iy * w + ix) * n + g[k].b0, cnt);
+						}
+					}
+				}
+		}
+		j += g[runs - 1].col + g[runs - 1].cnt - (j - j0);
+	}
+}
+
+// maxpool_l: maxpool's separable max (rows, then columns) on n lanes.
+static void K(maxpool_l)(const float *src, int h, int w, int n, float *tmp, float *dst) {
+	int oh = (h + 2 - 3) / 2 + 1, ow = (w + 2 - 3) / 2 + 1;
+	for (int iy = 0; iy < h; iy++) {
+		const float *row = src + (long)iy * w * n;
+		float *out = tmp + (long)iy * ow * n;
+		for (int ox = 0; ox < ow; ox++) {
+			int i = 2 * ox - 1;
+			float *o = out + (long)ox * n;
+			const float *a = row + (long)(ox == 0 ? 0 : i) * n;
+			if (ox == 0 ? w > 1 : i + 1 < w) {
+				const float *b = a + n, *c = (ox > 0 && i + 2 < w) ? a + 2 * n : a;
+				for (int l = 0; l < n; l++)
+					o[l] = K(max3)(a[l], b[l], c[l]);
+			} else {
+				for (int l = 0; l < n; l++)
+					o[l] = a[l];
+			}
+		}
+	}
+	const long rs = (long)ow * n;
+	for (int oy = 0; oy < oh; oy++) {
+		int i = 2 * oy - 1;
+		float *d = dst + (long)oy * rs;
+		const float *a = tmp + (long)(i < 0 ? 0 : i) * rs;
+		if (i < 0 ? h > 1 : i + 1 < h) {
+			const float *b = a + rs, *c = (i >= 0 && i + 2 < h) ? a + 2 * rs : a;
+			for (long k = 0; k < rs; k++)
+				d[k] = K(max3)(a[k], b[k], c[k]);
+		} else {
+			for (long k = 0; k < rs; k++)
+				d[k] = a[k];
+		}
+	}
+}

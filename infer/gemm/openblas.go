@@ -187,3 +187,21 @@ func softmaxRow(x []float32) { C.canopy_softmax_row(C.int(simd), fptr(x), C.int(
 func dwconvGELURow(x []float32, h, wd, c int, w, b []float32, y int, out []float32) {
 	C.canopy_dwconv_gelu_row(C.int(simd), fptr(x), C.int(h), C.int(wd), C.int(c), fptr(w), fptr(b), C.int(y), fptr(out))
 }
+
+func wino4InL(x []float32, c, h, w, n, j0, nb int, v []float32, vs, ldv int) {
+	C.canopy_wino4_in_l(C.int(simd), fptr(x), C.int(c), C.int(h), C.int(w), C.int(n), C.int(j0), C.int(nb), fptr(v), C.long(vs), C.long(ldv))
+}
+
+func wino4OutL(m []float32, ms, ldm, j0, nb, o, h, w, n int, bias, res []float32, relu bool, y []float32) {
+	C.canopy_wino4_out_l(C.int(simd), fptr(m), C.long(ms), C.long(ldm), C.int(j0), C.int(nb), C.int(o), C.int(h), C.int(w), C.int(n),
+		fptr(bias), fptr(res), cbool(relu), fptr(y))
+}
+
+func im2colL(x []float32, cin, h, w, n, kh, kw, stride, pad, ow, j0, nb int, col []float32, ldc int) {
+	C.canopy_im2col_l(C.int(simd), fptr(x), C.int(cin), C.int(h), C.int(w), C.int(n), C.int(kh), C.int(kw),
+		C.int(stride), C.int(pad), C.int(ow), C.int(j0), C.int(nb), fptr(col), C.long(ldc))
+}
+
+func maxpoolL(src []float32, h, w, n int, tmp, dst []float32) {
+	C.canopy_maxpool_l(C.int(simd), fptr(src), C.int(h), C.int(w), C.int(n), fptr(tmp), fptr(dst))
+}

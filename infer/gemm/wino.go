@@ -32,37 +32,22 @@ func WinoIn4(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int) {
 	wino4In(x, c, h*w, h, w, tw, t0, nb, v, vs, nb)
 }
 
-// Strides are the row strides of a strided kernel call (WinoIn4S,
-// WinoOut4S, Im2colS) where the maps are planes of a batch (infer/cpu's
-// Batch: channel c of image b at plane c·N+b) and the matrices are
-// columns of a wider one.
-type Strides struct {
-	// Chan is the distance between two channels' planes of a map (h·w
-	// for one image; N·h·w in a batch of N).
-	Chan int
-	// Row is the distance between two rows of the matrix written (V or
-	// the patch matrix) or read (M).
-	Row int
-}
-
-// WinoIn4S is WinoIn4 of the tiles t0..t0+nb-1 of one image of a batch
-// (x at its first channel's plane, st.Chan apart), writing tile k of
-// channel ci at v[ξ·vs + ci·st.Row + k].
-func WinoIn4S(x []float32, c, h, w, tw, t0, nb int, v []float32, vs int, st Strides) {
-	wino4In(x, c, st.Chan, h, w, tw, t0, nb, v, vs, st.Row)
-}
-
 // WinoOut4 is WinoOut for F(4×4, 3×3): 36 components of M, 4×4 outputs
 // per tile.
 func WinoOut4(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
 	wino4Out(m, ms, nb, nb, o, tw, t0, h, w, h*w, bias, res, relu, y)
 }
 
-// WinoOut4S is WinoOut4 into one image of a batch: M's tile k of output
-// channel o at m[ξ·ms + o·st.Row + k]; y and res at the image's first
-// channel's plane, st.Chan apart.
-func WinoOut4S(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32, st Strides) {
-	wino4Out(m, ms, st.Row, nb, o, tw, t0, h, w, st.Chan, bias, res, relu, y)
+// WinoIn4Ld is WinoIn4 with the rows of V ldv floats apart (ldv ≥ nb): the
+// CPU detector's blocks hold several maps' tiles, each map's a run of the
+// block's columns.
+func WinoIn4Ld(x []float32, c, h, w, tw, t0, nb int, v []float32, vs, ldv int) {
+	wino4In(x, c, h*w, h, w, tw, t0, nb, v, vs, ldv)
+}
+
+// WinoOut4Ld is WinoOut4 with the rows of M ldm floats apart.
+func WinoOut4Ld(m []float32, ms, ldm, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
+	wino4Out(m, ms, ldm, nb, o, tw, t0, h, w, h*w, bias, res, relu, y)
 }
 
 // bt6 is Bᵀ of F(4×4, 3×3) on six values, in kernels_body.h's order (the
@@ -292,18 +277,11 @@ func epilogueGo(y []float32, ldy, rows, cols int, bias, res []float32, ldr int, 
 // the [cin][h][w] map x; padding reads as 0. It only copies, so the C and Go
 // versions give the same bits.
 func Im2col(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32) {
-	Im2colS(x, cin, h, w, kh, kw, stride, pad, ow, j0, nb, col, Strides{Chan: h * w, Row: nb})
-}
-
-// Im2colS is Im2col of one image of a batch (x at its first channel's
-// plane, st.Chan apart) into columns of a wider patch matrix (rows
-// st.Row apart).
-func Im2colS(x []float32, cin, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32, st Strides) {
 	if cin == 0 || nb == 0 {
 		return
 	}
-	_, _ = x[(cin-1)*st.Chan+h*w-1], col[(cin*kh*kw-1)*st.Row+nb-1] // sizes checked before C writes
-	im2col(x, cin, st.Chan, h, w, kh, kw, stride, pad, ow, j0, nb, col, st.Row)
+	_, _ = x[cin*h*w-1], col[cin*kh*kw*nb-1] // sizes checked before C writes
+	im2col(x, cin, h*w, h, w, kh, kw, stride, pad, ow, j0, nb, col, nb)
 }
 
 func im2colGo(x []float32, cin, cs, h, w, kh, kw, stride, pad, ow, j0, nb int, col []float32, ldc int) {

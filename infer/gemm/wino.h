@@ -16,3 +16,8 @@ void canopy_chain(int lvl, int m, int n, int k, const float *a, long lda, const 
 void canopy_gelu_row(int lvl, float *x, int n);
 void canopy_softmax_row(int lvl, float *x, int n);
 void canopy_dwconv_gelu_row(int lvl, const float *x, int h, int wd, int c, const float *w, const float *b, int y, float *out);
+void canopy_wino4_in_l(int lvl, const float *x, int c, int h, int w, int n, int j0, int nb, float *v, long vs, long ldv);
+void canopy_wino4_out_l(int lvl, const float *m, long ms, long ldm, int j0, int nb, int oc, int h, int w, int n,
+		const float *bias, const float *res, int relu, float *y);
+void canopy_im2col_l(int lvl, const float *x, int cin, int h, int w, int n, int kh, int kw, int stride, int pad, int ow, int j0, int nb, float *col, long ldc);
+void canopy_maxpool_l(int lvl, const float *src, int h, int w, int n, float *tmp, float *dst);

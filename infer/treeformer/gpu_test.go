@@ -4,20 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"sync"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/cuda"
-	"github.com/canopy-hpc/canopy/infer/cuda/cudnn"
-	"github.com/canopy-hpc/canopy/infer/cuda/cudnn/fake"
-	"github.com/canopy-hpc/canopy/infer/cuda/hostkern"
 	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+	"github.com/canopy-hpc/canopy/internal/testsupport/gputest"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 )
@@ -26,41 +22,17 @@ import (
 // shim (kernels.cu on the CPU) with the fake libcudnn.so.9 in CI, on GPU 0
 // with the real cuDNN (CANOPY_CUDNN) in the cuda build (tools/gpu/check.sh).
 
-func onShim(dev cuda.Device) bool {
-	_, ok := dev.(*hostkern.Device)
-	return ok
-}
-
-var fakeCUDNN = sync.OnceValues(func() (*cudnn.Lib, error) {
-	dir, err := os.MkdirTemp("", "tfcudnn")
-	if err != nil {
-		return nil, err
-	}
-	path, err := fake.Build(dir)
-	if err != nil {
-		return nil, err
-	}
-	return cudnn.Find(cudnn.Search{Flag: path})
-})
+// testDevice is the host shim (kernels.cu on the CPU) in the default
+// build, GPU 0 with -tags cuda (gputest).
+func testDevice(t testing.TB) cuda.Device { return gputest.Device(t) }
 
 // gpuOptions are the runner's options at precision p: the fake cuDNN on
 // the shim, CANOPY_CUDNN's on a GPU (skipped without it).
 func gpuOptions(t testing.TB, dev cuda.Device, p cuda.Precision) gpu.Options {
 	t.Helper()
 	o := gpu.Options{Precision: p}
-	if !p.Cudnn() {
-		return o
-	}
-	var err error
-	if onShim(dev) {
-		o.CUDNN, err = fakeCUDNN()
-	} else if path := os.Getenv("CANOPY_CUDNN"); path != "" {
-		o.CUDNN, err = cudnn.Find(cudnn.Search{Flag: path})
-	} else {
-		t.Skip("on a GPU the cuDNN precisions need the real library: set CANOPY_CUDNN")
-	}
-	if err != nil {
-		t.Fatal(err)
+	if p.Cudnn() {
+		o.CUDNN = gputest.CUDNN(t, dev)
 	}
 	return o
 }

@@ -2,9 +2,11 @@ package treeformer
 
 import (
 	"math"
+	"strconv"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+	"github.com/canopy-hpc/canopy/internal/testsupport/pointmatch"
 )
 
 // Tolerances against DeepForest's torch (float32 CPU, other summation
@@ -89,23 +91,15 @@ func TestStageTolerances(t *testing.T) {
 // DeepForest's order). It returns how many matched, canopy's extras and
 // the largest score difference of a matched pair.
 func matchPoints(got []Point, want []Point, tolScore float64) (matched, extra int, worst float64) {
-	used := make([]bool, len(got))
-	for _, w := range want {
-		for j, g := range got {
-			if used[j] || g.Label != w.Label {
-				continue
-			}
-			ds := math.Abs(float64(g.Score - w.Score))
-			if approx.Far(math.Hypot(g.X-w.X, g.Y-w.Y), 0.5) || approx.Far(ds, tolScore) {
-				continue
-			}
-			used[j] = true
-			matched++
-			worst = max(worst, ds)
-			break
-		}
+	return pointmatch.Match(matchable(got), matchable(want), 0.5, tolScore)
+}
+
+func matchable(ps []Point) []pointmatch.P {
+	out := make([]pointmatch.P, len(ps))
+	for i, p := range ps {
+		out[i] = pointmatch.P{Key: strconv.Itoa(p.Label), X: p.X, Y: p.Y, Score: float64(p.Score)}
 	}
-	return matched, len(got) - matched, worst
+	return out
 }
 
 // scoreTol bounds |canopy's score − DeepForest's| for a point both find at

@@ -40,9 +40,13 @@ func Stop(rank int, at string) {
 		where = "gather"
 	}
 	if ok && r == strconv.Itoa(rank) && where == at {
-		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		stopSelf()
 	}
 }
+
+// stopSelf is Stop's SIGSTOP; this package's test replaces it, so that a
+// wrong match fails at once rather than freezing the test binary.
+var stopSelf = func() { syscall.Kill(os.Getpid(), syscall.SIGSTOP) }
 
 // InterruptEnv is a test hook "RANK:N": that rank signals itself (SIGTERM)
 // after N batches, as scancel or a preemption would.

@@ -51,12 +51,34 @@ func TestInterruptAfter(t *testing.T) {
 	}
 }
 
-// Stop must not freeze a rank or a point the variable does not name (the
-// test process would stop if it did); "R" alone means the gather.
+// Stop freezes exactly the rank and point the variable names ("R" alone
+// means the gather), and nothing when it is unset.
 func TestStopOtherRankOrPoint(t *testing.T) {
-	for _, env := range []string{"1", "1:gather", "0:start", "0:html"} {
-		t.Setenv(StopEnv, env)
-		Stop(0, "gather")
+	stops := 0
+	old := stopSelf
+	stopSelf = func() { stops++ }
+	defer func() { stopSelf = old }()
+	for _, c := range []struct {
+		env   string
+		unset bool
+		rank  int
+		at    string
+		stop  bool
+	}{
+		{"1", false, 0, "gather", false}, {"1:gather", false, 0, "gather", false},
+		{"0:start", false, 0, "gather", false}, {"0:html", false, 0, "gather", false},
+		{"0", false, 0, "gather", true}, {"1", false, 1, "gather", true}, {"1:start", false, 1, "start", true},
+		{"0:html", false, 0, "html", true}, {"", true, 0, "gather", false},
+	} {
+		t.Setenv(StopEnv, c.env)
+		if c.unset {
+			os.Unsetenv(StopEnv)
+		}
+		stops = 0
+		Stop(c.rank, c.at)
+		if (stops == 1) != c.stop || stops > 1 {
+			t.Errorf("%s=%q (unset %v): Stop(%d, %q) stopped %d times, want stop %v", StopEnv, c.env, c.unset, c.rank, c.at, stops, c.stop)
+		}
 	}
 }
 

@@ -70,6 +70,8 @@ type Config struct {
 	SkipEmpty bool
 	// ScoreThresh is the peaks' threshold_rel (0: point.yaml's 0.3).
 	ScoreThresh float32
+	// Device is where each rank runs the network (device.go).
+	Device Device
 	// RunConfig is the --config and overrides applied (nil: none), for
 	// report.json.
 	RunConfig *RunConfig
@@ -149,7 +151,9 @@ type Report struct {
 	Seconds   map[string]float64 `json:"seconds_rank0"`
 	CPU       float64            `json:"cpu_seconds_rank0"`
 	Outputs   map[string]string  `json:"outputs"`
+	Device    *DeviceInfo        `json:"device"`
 	Config    *RunConfig         `json:"config,omitempty"`
+	Notes     []string           `json:"notes,omitempty"`
 }
 
 // ModelInfo describes the loaded point model.
@@ -236,9 +240,15 @@ func run(ctx context.Context, c mpi.Comm, cfg Config, toOut bool) (_ []byte, err
 			return nil, errkind.Local(errkind.ExitInternal, "points: %w", err)
 		}
 	}
+	eng, err := openEngine(c, cfg, m)
+	if err != nil {
+		rec.close()
+		return nil, err // this rank's device
+	}
+	defer eng.Close()
 	load := since(t0)
 	t1 := time.Now()
-	mine, skipped, derr := detectUnits(ctx, c, cfg, m, peaks, full, units, todo(len(units), lp.Saved.Done), rec)
+	mine, skipped, derr := detectUnits(ctx, c, cfg, eng, peaks, full, units, todo(len(units), lp.Saved.Done), rec)
 	if cerr := rec.close(); derr == nil && cerr != nil {
 		derr = cerr
 	}
@@ -295,7 +305,7 @@ func run(ctx context.Context, c mpi.Comm, cfg Config, toOut bool) (_ []byte, err
 			LabelDict: mcfg.LabelDict, LabelsFrom: mcfg.LabelsFrom, Ignored: mcfg.Ignored, Threads: max(cfg.Threads, 1)},
 		Peaks:   map[string]string{"score_thresh": strconv.FormatFloat(float64(peaks.ScoreThresh), 'g', -1, 32), "min_distance": fmt.Sprint(peaks.MinDistance), "nms_distance_thresh": "5"},
 		Seconds: map[string]float64{"load": load, "predict": detect}, CPU: cpuSeconds() - cpu0,
-		Outputs: map[string]string{"predictions.csv": sha256Hex(csv)}, Config: cfg.RunConfig}
+		Outputs: map[string]string{"predictions.csv": sha256Hex(csv)}, Config: cfg.RunConfig, Device: eng.report()}
 	for _, s := range skips {
 		rep.Skipped += int(s)
 	}
@@ -306,11 +316,22 @@ func run(ctx context.Context, c mpi.Comm, cfg Config, toOut bool) (_ []byte, err
 	for _, p := range rows {
 		rep.Points += len(p)
 	}
+	var staged []outdir.Staged
+	gp, note, err := stageGPKG(cfg.Out, full, names, rows, label)
+	if err != nil {
+		return nil, errkind.IO("%w", err)
+	}
+	if gp != nil {
+		staged = append(staged, *gp)
+		rep.Outputs[gpkgFile] = gp.SHA256
+	} else {
+		rep.Notes = append(rep.Notes, note)
+	}
 	rj, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return nil, err
 	}
-	if err := publish(cfg.Out, out, []namedBytes{{"predictions.csv", csv}, {"report.json", append(rj, '\n')}}); err != nil {
+	if err := publish(cfg.Out, out, staged, []namedBytes{{"predictions.csv", csv}, {"report.json", append(rj, '\n')}}); err != nil {
 		return nil, err
 	}
 	if cfg.Stdout != nil {
@@ -394,8 +415,8 @@ func todo(n int, done []int) []int {
 // size-th, from its rank), appending each to the part file as it
 // finishes; it returns the encoded units and how many windows
 // --skip-empty gave no points without the model.
-func detectUnits(ctx context.Context, c mpi.Comm, cfg Config, m *treeformer.Model, peaks treeformer.PeakSettings, full []string, units []unit, left []int, rec *recorder) ([]byte, int, error) {
-	r := treeformer.NewRunner(m, max(cfg.Threads, 1))
+func detectUnits(ctx context.Context, c mpi.Comm, cfg Config, eng *engine, peaks treeformer.PeakSettings, full []string, units []unit, left []int, rec *recorder) ([]byte, int, error) {
+	r := eng.fwd
 	var mine []byte
 	cur, im := -1, treeformer.Image{}
 	var nd tile.NoData

@@ -27,15 +27,16 @@ import (
 	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/runkind"
 	"github.com/canopy-hpc/canopy/internal/wire"
 )
 
 // Job is manifest.json's "job" for a point model's predict.
-const Job = "predict points"
+const Job = runkind.PointsJob
 
 // Names are the entries of OUT a point run writes (any of them, or a
 // manifest, marks a previous run).
-var Names = outdir.Names{Reports: []string{"report.json", "predictions.csv"}, Others: []string{parts.Dir}}
+var Names = outdir.Names{Reports: []string{"report.json", "predictions.csv", gpkgFile}, Others: []string{parts.Dir}}
 
 // manifest is OUT/manifest.json: what a --resume must find unchanged.
 type manifest struct {
@@ -212,10 +213,11 @@ func (r *recorder) close() error {
 	return nil
 }
 
-// publish writes predictions.csv and report.json as one set (report.json
-// last) through outdir's journal, then commits the run.
-func publish(dir string, out *outdir.Run, files []namedBytes) error {
-	var set []outdir.Staged
+// publish writes the staged files (predictions.gpkg), predictions.csv and
+// report.json as one set (report.json last) through outdir's journal, then
+// commits the run.
+func publish(dir string, out *outdir.Run, staged []outdir.Staged, files []namedBytes) error {
+	set := staged
 	for _, f := range files {
 		s, err := outdir.Stage(dir, f.name, func(w io.Writer) error { _, err := w.Write(f.b); return err })
 		if err != nil {

@@ -59,6 +59,24 @@
 # demo metrics, two processes against one), stages = issue 25's (stage
 # times and end to end), crops = issues 36 and 44's (the crop classifier
 # on the GPU engine against the CPU engine; crops*).
+# points = issue 46's (DeepForest's point model, TreeFormer, on the GPU
+# engine; points/, about 3 minutes, at most 7.5: CHECK=points runs it
+# alone in one 10-minute command).
+#   points/tests.txt   infer/treeformer's GPU tests on the GPU: every tf_*
+#                      kernel against the CPU kernel (bits), the attention
+#                      GEMM, the one-block model's stages against the CPU
+#                      engine (exact, fp32, tf32) and DeepForest's points,
+#                      planted bugs, determinism
+#   points/points.txt  canopy predict (2 images), predict --tile 512/0.1
+#                      (1249x1035, 9 windows) and a 3000x3000 raster (49
+#                      windows) with the seeded pvt_v2_b3 (bin/testmodel
+#                      -arch treeformer -seed 46: reference.py's weights),
+#                      --device cpu and --device cuda at exact, fp32 and
+#                      tf32: each run's points against the CPU's (and
+#                      DeepForest's, from bin/treeformer-ref-points.json
+#                      when gpu-bundle found make treeformer-ref's) by
+#                      issue 46's rule, and windows/s (tf_points.py;
+#                      points.json)
 # Each step has its own time limit, and a failed step does not stop the
 # others.
 set -u
@@ -86,7 +104,7 @@ CANOPY=bin/canopy-cuda-nompi
 "$CANOPY" version >>"$OUT/gpu.txt" 2>&1
 grep -q '^build: cuda engine' "$OUT/gpu.txt" || echo "FAIL: the cuda front did not start its engine on this GPU (gpu.txt)" | tee -a "$OUT/gpu.txt"
 
-CHECK=${CHECK:-base cudnn stages crops}
+CHECK=${CHECK:-base cudnn stages crops points}
 has() { case " $CHECK " in *" $1 "*) return 0 ;; esac; return 1; }
 
 base() {
@@ -334,9 +352,55 @@ PY
 	done
 }
 
+# points (issue 46): TreeFormer on both devices. Its predict runs share a
+# budget of 330 s (each run's limit is cut to what is left), so the part
+# ends within 7.5 minutes whatever hangs.
+points() {
+	step points
+	local d="$OUT/points" m=bin/tf-b3 t0 left
+	mkdir -p "$d"
+	{ bin/testmodel -arch treeformer -seed 46 -out "$m" &&
+		bin/forestgen -out bin/tf-images -n 3 -seed 3 -sizes 1249x1035,400x400,625x518 &&
+		bin/forestgen -out bin/tf-big -n 1 -seed 5 -sizes 3000x3000; } >"$d/setup.log" 2>&1 ||
+		{ echo "points: setup failed:"; tail -n 5 "$d/setup.log"; return; }
+	mkdir -p bin/tf-whole
+	cp bin/tf-images/img_0001.png bin/tf-images/img_0002.png bin/tf-whole/
+	(cd infer/treeformer && timeout 100 ../../bin/treeformer-cuda.test -test.v -test.timeout 95s -test.run 'TestGPU') >"$d/tests.txt" 2>&1
+	echo "rc=$?" >>"$d/tests.txt"
+	grep -E '^(--- |ok|FAIL|rc=)|worst error|points, largest' "$d/tests.txt"
+	t0=$(date +%s)
+	local v dev p n kind
+	for kind in image tile big; do
+		for v in cpu:exact cuda:exact cuda:fp32 cuda:tf32; do
+			dev=${v%%:*} p=${v#*:} n="$kind-$dev-$p"
+			left=$((330 - ($(date +%s) - t0)))
+			[ $left -gt 5 ] || { echo "points: out of time before $n"; continue; }
+			local args=(--images bin/tf-whole)
+			[ $kind = tile ] && args=(--tile --patch-size 512 --patch-overlap 0.1 --raster bin/tf-images/img_0000.png)
+			[ $kind = big ] && args=(--tile --patch-size 512 --patch-overlap 0.1 --raster bin/tf-big/img_0000.png)
+			timeout $((left < 120 ? left : 120)) $CANOPY predict --model "$m" "${args[@]}" --device "$dev" --precision "$p" \
+				--out "$d/$n" --force >"$d/$n.log" 2>&1
+			echo "predict $n: rc=$?"
+		done
+	done
+	{
+		for kind in image tile big; do
+			local df=()
+			[ $kind != big ] && df=(--deepforest bin/treeformer-ref-points.json)
+			[ $kind = tile ] && df+=(--tiled)
+			echo "== $kind"
+			"$PY" tools/gpu/tf_points.py compare --ref cpu-exact="$d/$kind-cpu-exact" "${df[@]}" --out "$d/points-$kind.json" \
+				cuda-exact="$d/$kind-cuda-exact" cuda-fp32="$d/$kind-cuda-fp32" cuda-tf32="$d/$kind-cuda-tf32"
+			echo "rc=$?"
+		done
+	} >"$d/points.txt" 2>&1
+	cat "$d/points.txt"
+}
+
 has base && base
 has cudnn && cudnn_checks
 has crops && crops
+has points && points
 if has stages; then
 	stage_times
 	e2e

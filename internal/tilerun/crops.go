@@ -1,4 +1,4 @@
-package jobs
+package tilerun
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/crop"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/infer/tile"
+	"github.com/canopy-hpc/canopy/internal/errkind"
 )
 
 // rasterCrops reads crops from rasters by GDAL windowed reads (predict
@@ -22,7 +23,7 @@ func (s *rasterCrops) Open(i int) (int, int, error) {
 func (s *rasterCrops) Read(i int, r crop.Rect) (imagefile.Image, error) {
 	im, err := s.rs.read(i, tile.Window{X: r.X, Y: r.Y, W: r.W, H: r.H})
 	if err != nil {
-		return im, &Error{Code: ExitInput, Err: fmt.Errorf("jobs: crops: %w", err)}
+		return im, &errkind.Error{Code: errkind.ExitInput, Err: fmt.Errorf("jobs: crops: %w", err)}
 	}
 	return im, nil
 }

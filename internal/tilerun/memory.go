@@ -1,10 +1,11 @@
-package jobs
+package tilerun
 
 import (
 	"fmt"
 
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -22,7 +23,7 @@ const (
 // round, the largest window and the rasters' bookkeeping fit the rank's
 // memory before anything is allocated for them: over the budget is exit
 // 3, naming the raster and the need.
-func tileMemory(c mpi.Comm, cfg TileConfig, model *modelsel.Model, t *tileRun) error {
+func tileMemory(c mpi.Comm, cfg Config, model *modelsel.Model, t *tileRun) error {
 	t.round = cfg.RoundWindows
 	if t.round <= 0 {
 		// 32 detector calls per rank: a round's end (the gather, the
@@ -48,7 +49,7 @@ func tileMemory(c mpi.Comm, cfg TileConfig, model *modelsel.Model, t *tileRun) e
 		book := int64(len(t.rasters))*512 + int64(len(t.resumed))*64
 		need := limits.ResidentBytes() + book + int64(t.round)*roundWindowCost
 		if need > budget {
-			err = &Error{Code: ExitInput, Err: fmt.Errorf("jobs: the job's %d rasters (%d windows; the largest, %s, %d) need about %s on this rank for their bookkeeping and a round of %d windows, which may use %s (%s): "+
+			err = &errkind.Error{Code: errkind.ExitInput, Err: fmt.Errorf("jobs: the job's %d rasters (%d windows; the largest, %s, %d) need about %s on this rank for their bookkeeping and a round of %d windows, which may use %s (%s): "+
 				"run fewer ranks per node, give fewer rasters, a smaller --round-windows, or set --rank-memory: %w",
 				len(t.rasters), t.ix.total(), t.rasters[lr].File, t.ix.grids[lr].Len(), limits.GiB(need), t.round, limits.GiB(budget), from, dataset.ErrInput)}
 		}
@@ -57,5 +58,5 @@ func tileMemory(c mpi.Comm, cfg TileConfig, model *modelsel.Model, t *tileRun) e
 		w := t.ix.grids[lr].At(0)
 		err = limits.CheckMemory(t.rasters[lr].File, w.W, w.H, model, cfg.Model, cfg.BatchSize, c.LocalSize())
 	}
-	return collective.AgreeErr(c, ExitInput, err)
+	return collective.AgreeErr(c, errkind.ExitInput, err)
 }

@@ -1,4 +1,4 @@
-package jobs
+package tilerun
 
 import (
 	"context"
@@ -171,7 +171,7 @@ func (s *rasterSet) close() {
 // tileRun is one rank's state of the streaming.
 type tileRun struct {
 	c       mpi.Comm
-	cfg     TileConfig
+	cfg     Config
 	ix      tileIndex
 	rasters []tileRaster
 	labels  box.LabelMap
@@ -185,7 +185,7 @@ type tileRun struct {
 	aside   bool        // a --force run set a previous run aside (every rank knows)
 	stats   *collective.RankStats
 	round   int           // windows per round
-	slow    time.Duration // a test's delay per window (slowWindowForTest)
+	slow    time.Duration // a test's delay per window (testhook.SlowWindow)
 
 	left     []int // windows of raster r not detected yet (every rank)
 	finished []bool
@@ -211,14 +211,14 @@ func (t *tileRun) owner(r int) bool { return r%t.c.Size() == t.c.Rank() }
 func (t *tileRun) place(ims []wire.Image, touched map[int]bool) error {
 	for _, im := range ims {
 		if im.Index < 0 || im.Index >= t.ix.total() {
-			return collectiveErr(ExitInternal, "jobs: window %d of %d gathered", im.Index, t.ix.total())
+			return errkind.Collective(errkind.ExitInternal, "jobs: window %d of %d gathered", im.Index, t.ix.total())
 		}
 		r := t.ix.rasterOf(im.Index)
 		if t.finished[r] {
 			continue
 		}
 		if t.left[r]--; t.left[r] < 0 {
-			return collectiveErr(ExitInternal, "jobs: raster %d: a window came twice", r)
+			return errkind.Collective(errkind.ExitInternal, "jobs: raster %d: a window came twice", r)
 		}
 		touched[r] = true
 		if len(im.Dets) > 0 && t.owner(r) {
@@ -272,7 +272,7 @@ func (t *tileRun) share(round []int) ([]int, error) {
 		p, err = plan.Blocks(len(round), t.c.Size())
 	}
 	if err != nil {
-		return nil, collectiveErr(ExitInternal, "jobs: %w", err)
+		return nil, errkind.Collective(errkind.ExitInternal, "jobs: %w", err)
 	}
 	mine := make([]int, len(p.Shards[t.c.Rank()]))
 	for k, j := range p.Shards[t.c.Rank()] {
@@ -317,7 +317,7 @@ func (t *tileRun) detectWindows(ctx context.Context, shard []int) ([]wire.Image,
 		}
 		if len(skipped) > 0 {
 			if err := t.pw.Append(skipped, nil); err != nil {
-				return mine, &Error{Code: ExitInternal, Err: err}
+				return mine, &errkind.Error{Code: errkind.ExitInternal, Err: err}
 			}
 			t.stats.Skipped += len(skipped)
 			mine = append(mine, skipped...)
@@ -343,7 +343,7 @@ func (t *tileRun) detectInputs(ctx context.Context, shard []int, input func(int)
 	}
 	record := func(ims []wire.Image, _ []parts.Identity) error {
 		if err := t.pw.Append(ims, nil); err != nil {
-			return &Error{Code: ExitInternal, Err: err}
+			return &errkind.Error{Code: errkind.ExitInternal, Err: err}
 		}
 		return nil
 	}
@@ -375,7 +375,7 @@ func (t *tileRun) dealWindows(ctx context.Context, k mpi.Counter, round []int) (
 	for {
 		start, err := k.FetchAdd(int64(chunk))
 		if err != nil {
-			return mine, localErr(ExitMPI, "jobs: deal windows: %w", err)
+			return mine, errkind.Local(errkind.ExitMPI, "jobs: deal windows: %w", err)
 		}
 		if start >= int64(len(round)) {
 			return mine, nil
@@ -411,7 +411,7 @@ func (t *tileRun) run(ctx context.Context) error {
 		if t.dealt() {
 			var err error
 			if counter, err = t.c.NewCounter(); err != nil {
-				return localErr(ExitMPI, "jobs: %w", err)
+				return errkind.Local(errkind.ExitMPI, "jobs: %w", err)
 			}
 			mine, derr = t.dealWindows(ctx, counter, round)
 		} else {
@@ -431,14 +431,14 @@ func (t *tileRun) run(ctx context.Context) error {
 		}
 		if counter != nil {
 			if err := counter.Free(); err != nil {
-				return localErr(ExitMPI, "jobs: %w", err)
+				return errkind.Local(errkind.ExitMPI, "jobs: %w", err)
 			}
 		}
 		touched = map[int]bool{}
 		for _, b := range bufs {
 			ims, err := wire.Decode(b)
 			if err != nil {
-				return collectiveErr(ExitInternal, "jobs: gathered detections: %w", err)
+				return errkind.Collective(errkind.ExitInternal, "jobs: gathered detections: %w", err)
 			}
 			if err := t.place(ims, touched); err != nil {
 				return err
@@ -453,7 +453,7 @@ func (t *tileRun) run(ctx context.Context) error {
 		if t.rounds == 1 {
 			// every rank saved its share of a round: a --force run
 			// commits (the previous run goes)
-			if err := collective.AgreeErr(t.c, ExitInternal, t.out.Commit()); err != nil {
+			if err := collective.AgreeErr(t.c, errkind.ExitInternal, t.out.Commit()); err != nil {
 				return err
 			}
 		}
@@ -467,22 +467,22 @@ func (t *tileRun) stopped(derr error) error {
 	cerr := t.pw.Close()
 	t.pw = nil
 	if errors.Is(derr, gdal.ErrRaster) {
-		derr = &Error{Code: ExitInput, Err: derr}
+		derr = &errkind.Error{Code: errkind.ExitInput, Err: derr}
 	}
 	cmd := "predict"
 	if t.cfg.Eval != nil {
 		cmd = "eval"
 	}
 	if !errors.Is(derr, errkind.ErrInterrupted) {
-		return detectErr(derr, "")
+		return detect.Err(derr, "")
 	}
 	if cerr != nil {
-		return localErr(ExitInternal, "jobs: %s --tile: interrupted by a signal, and this rank's part file could not be saved: %w", cmd, cerr)
+		return errkind.Local(errkind.ExitInternal, "jobs: %s --tile: interrupted by a signal, and this rank's part file could not be saved: %w", cmd, cerr)
 	}
 	if t.rounds == 0 && t.aside {
-		return localErr(ExitInternal, "jobs: %s --tile --force: interrupted by a signal before the first round was saved: the previous run in %s comes back at the next start; run again with --force", cmd, t.cfg.Out)
+		return errkind.Local(errkind.ExitInternal, "jobs: %s --tile --force: interrupted by a signal before the first round was saved: the previous run in %s comes back at the next start; run again with --force", cmd, t.cfg.Out)
 	}
-	return localErr(ExitResumable, "jobs: %s --tile: interrupted by a signal; the finished rasters and the detected windows are saved in %s: run the same command with --resume to continue (any rank count)", cmd, t.cfg.Out)
+	return errkind.Local(errkind.ExitResumable, "jobs: %s --tile: interrupted by a signal; the finished rasters and the detected windows are saved in %s: run the same command with --resume to continue (any rank count)", cmd, t.cfg.Out)
 }
 
 // flush merges and publishes the rasters of touched whose windows are all
@@ -532,7 +532,7 @@ func (t *tileRun) flush(ctx context.Context, touched map[int]bool) error {
 		}
 		werr = publishRaster(t.cfg.Out, r, t.rasters[r], merged[k], windowDets[k], rows, t.labels)
 	}
-	if err := collective.AgreeErr(t.c, ExitInternal, werr); err != nil {
+	if err := collective.AgreeErr(t.c, errkind.ExitInternal, werr); err != nil {
 		return err
 	}
 	for _, r := range complete {
@@ -545,7 +545,7 @@ func (t *tileRun) flush(ctx context.Context, touched map[int]bool) error {
 
 // classify is the crop stage over the rasters completed in a round: the
 // owners' merged rows are shared (every rank then holds them, as
-// classifyCrops wants), their crops dealt to the ranks and gathered.
+// cropstage.Classify wants), their crops dealt to the ranks and gathered.
 func (t *tileRun) classify(ctx context.Context, complete []int, merged [][]box.Detection) (*cropstage.Table, error) {
 	tc := time.Now()
 	defer func() { t.crop += time.Since(tc) }()
@@ -557,31 +557,31 @@ func (t *tileRun) classify(ctx context.Context, complete []int, merged [][]box.D
 	}
 	buf, err := wire.Encode(nil, mine)
 	if err != nil {
-		return nil, localErr(ExitInternal, "jobs: encode merged rows: %w", err)
+		return nil, errkind.Local(errkind.ExitInternal, "jobs: encode merged rows: %w", err)
 	}
 	all, err := mpi.AllgatherBytes(t.c, buf)
 	if err != nil {
-		return nil, localErr(ExitMPI, "jobs: gather merged rows: %w", err)
+		return nil, errkind.Local(errkind.ExitMPI, "jobs: gather merged rows: %w", err)
 	}
 	for _, b := range all {
 		ims, err := wire.Decode(b)
 		if err != nil {
-			return nil, collectiveErr(ExitInternal, "jobs: gathered merged rows: %w", err)
+			return nil, errkind.Collective(errkind.ExitInternal, "jobs: gathered merged rows: %w", err)
 		}
 		for _, im := range ims {
 			if im.Index < 0 || im.Index >= len(complete) {
-				return nil, collectiveErr(ExitInternal, "jobs: merged rows of raster %d of %d", im.Index, len(complete))
+				return nil, errkind.Collective(errkind.ExitInternal, "jobs: merged rows of raster %d of %d", im.Index, len(complete))
 			}
 			merged[im.Index] = im.Dets
 		}
 	}
 	before := t.crops.Stats.Classified
 	table, err := cropstage.Classify(ctx, t.c, t.crops, &roundCrops{rs: t.rs, rasters: t.rasters, ids: complete}, merged)
-	t.crops.Stats.Classified += before // classifyCrops counts one call's
+	t.crops.Stats.Classified += before // cropstage.Classify counts one call's
 	return table, err
 }
 
-// roundCrops reads the crops of a round's completed rasters (classifyCrops'
+// roundCrops reads the crops of a round's completed rasters (cropstage.Classify's
 // image k is raster ids[k]).
 type roundCrops struct {
 	rs      *rasterSet

@@ -1,4 +1,4 @@
-package jobs
+package tilerun
 
 import (
 	"context"
@@ -17,8 +17,12 @@ import (
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/detect"
+	"github.com/canopy-hpc/canopy/internal/errkind"
+	"github.com/canopy-hpc/canopy/internal/geotruth"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
+	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/report"
@@ -28,10 +32,10 @@ import (
 // many ranks. Rank 0 lists and opens the rasters (size, bands,
 // georeferencing), prepares the output folder (or finds what a run to
 // resume saved) and broadcasts them; the global window list is arithmetic
-// (tileIndex), walked in rounds (tile_rounds.go): each rank detects its
+// (tileIndex), walked in rounds (rounds.go): each rank detects its
 // share of a round, saving it in its part file, the round is gathered, and
 // a raster whose windows are all in is merged and published
-// (tile_outputs.go) by the rank that owns it. At the end rank 0 builds the
+// (outputs.go) by the rank that owns it. At the end rank 0 builds the
 // combined outputs from the per-raster ones. Every output is the same
 // bytes for any rank count, round size, --threads or --batch-size.
 
@@ -54,12 +58,12 @@ type tileRaster struct {
 }
 
 // tileSources lists the rasters: (image_path, file) pairs.
-func tileSources(cfg TileConfig) (paths, files []string, err error) {
+func tileSources(cfg Config) (paths, files []string, err error) {
 	switch {
 	case cfg.Raster != "":
 		return []string{filepath.Base(cfg.Raster)}, []string{cfg.Raster}, nil
 	case cfg.Images != "":
-		if paths, err = listImages(cfg.Images); err != nil {
+		if paths, err = dataset.ListImages(cfg.Images); err != nil {
 			return nil, nil, err
 		}
 		for _, p := range paths {
@@ -75,7 +79,7 @@ func tileSources(cfg TileConfig) (paths, files []string, err error) {
 	}
 	switch {
 	case cfg.vector != nil: // eval --tile, a shapefile or GeoPackage truth
-		paths = cfg.vector.paths
+		paths = cfg.vector.Paths()
 	case cfg.Eval != nil: // eval --tile: the truth's images are the rasters
 		truth, err := dataset.ParseTruthFile(cfg.CSV, data)
 		if err != nil {
@@ -108,7 +112,7 @@ func tileSources(cfg TileConfig) (paths, files []string, err error) {
 // openRasters opens every raster once on rank 0 (gdal.Open reads its
 // first and last pixels, and the dataset is closed at once), counts its
 // windows, names its outputs and records its identity.
-func openRasters(cfg TileConfig) ([]tileRaster, []rasterIdent, error) {
+func openRasters(cfg Config) ([]tileRaster, []rasterIdent, error) {
 	paths, files, err := tileSources(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -165,71 +169,71 @@ func nameLayers(rasters []tileRaster) {
 // packTile is rank 0's packet: the model, the rasters, eval --tile's truth
 // (as CSV; vt records a shapefile or GeoPackage truth), the label map, and
 // what the run continues (a tileResume and the saved windows).
-func packTile(cfg TileConfig) (pkt []byte, out *outdir.Run, vt *tileTruth, crops *cropstage.Set) {
-	fail := func(code int, err error) ([]byte, *outdir.Run, *tileTruth, *cropstage.Set) {
+func packTile(cfg Config) (pkt []byte, out *outdir.Run, vt *geotruth.Truth, crops *cropstage.Set) {
+	fail := func(code int, err error) ([]byte, *outdir.Run, *geotruth.Truth, *cropstage.Set) {
 		return append([]byte{byte(code)}, err.Error()...), nil, nil, nil
 	}
 	var err error
-	if cfg.Eval != nil && isVectorTruth(cfg.CSV) {
+	if cfg.Eval != nil && geotruth.IsVector(cfg.CSV) {
 		override := "" // eval --tile --raster: read_file's image_path argument
 		if cfg.Raster != "" {
 			override = filepath.Base(cfg.Raster)
 		}
-		if vt, err = readVectorTruth(cfg.CSV, override); err != nil {
+		if vt, err = geotruth.Read(cfg.CSV, override); err != nil {
 			if errors.Is(err, gdal.ErrUnavailable) {
-				return fail(ExitUsage, err)
+				return fail(errkind.ExitUsage, err)
 			}
-			return fail(ExitInput, err)
+			return fail(errkind.ExitInput, err)
 		}
 		cfg.vector = vt
 	}
 	rasters, idents, err := openRasters(cfg)
 	if err != nil {
 		if errors.Is(err, gdal.ErrUnavailable) {
-			return fail(ExitUsage, err)
+			return fail(errkind.ExitUsage, err)
 		}
-		return fail(ExitInput, err)
+		return fail(errkind.ExitInput, err)
 	}
 	dir, digest, config, err := modelsel.Resolve(cfg.Model.Spec)
 	if err != nil {
-		return fail(ExitModel, err)
+		return fail(errkind.ExitModel, err)
 	}
 	var truth []byte
 	if vt != nil {
-		if truth, err = vt.csv(rasters); err != nil {
-			return fail(ExitInput, err)
+		if truth, err = vt.CSV(truthRasters(rasters)); err != nil {
+			return fail(errkind.ExitInput, err)
 		}
 	}
 	if cfg.Eval != nil && vt == nil {
 		if truth, err = confine.ReadNamedInput(cfg.CSV); err != nil {
-			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+			return fail(errkind.ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}
 	labels := cfg.LabelDictData
 	if labels == nil && cfg.LabelDict != "" {
 		if labels, err = confine.ReadNamedInput(cfg.LabelDict); err != nil {
-			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+			return fail(errkind.ExitInput, fmt.Errorf("jobs: %w", err))
 		}
 	}
 	ix, err := newTileIndex(rasters, cfg.Settings)
 	if err != nil {
-		return fail(ExitInput, fmt.Errorf("jobs: %w", err))
+		return fail(errkind.ExitInput, fmt.Errorf("jobs: %w", err))
 	}
-	// The crop models, loaded here on rank 0 (openCropModelsFrom takes
+	// The crop models, loaded here on rank 0 (cropstage.OpenFrom takes
 	// them): the manifest records their identity.
 	if crops, err = cropstage.Load(cfg.Crops); err != nil {
-		return fail(Code(err), err)
+		return fail(errkind.Code(err), err)
 	}
 	out, res, saved, err := prepareTileOut(cfg, tileManifestOf(cfg, digest, config, labels, truth, idents, crops), ix.offset)
 	if err != nil {
-		return fail(Code(err), err)
+		return fail(errkind.Code(err), err)
 	}
 	res.Aside = out.Aside()
 	rb, err := json.Marshal(rasters)
 	rj, _ := json.Marshal(res)
 	if err != nil {
 		out.Finish(err)
-		return fail(ExitInternal, err)
+		return fail(errkind.ExitInternal, err)
 	}
 	if cfg.Progress != nil {
 		if vt != nil {
@@ -255,17 +259,17 @@ type tileReport struct {
 	// Eval: eval --tile's matching rules (tile.iou_threshold is the
 	// merge's), as eval's report.json records them at its top level.
 	Eval *tileEval `json:"eval,omitempty"`
-	predictReport
+	output.PredictReport
 	Tile struct {
-		PatchSize    int          `json:"patch_size"`
-		PatchOverlap float64      `json:"patch_overlap"`
-		IoU          float64      `json:"iou_threshold"`
-		Windows      int          `json:"windows"`
-		WindowDets   int          `json:"window_detections"`
-		Order        string       `json:"window_order"`
-		Rasters      []tileRaster `json:"rasters"`
-		GPKG         string       `json:"gpkg,omitempty"`
-		Truth        *tileTruth   `json:"truth,omitempty"` // a shapefile or GeoPackage truth
+		PatchSize    int             `json:"patch_size"`
+		PatchOverlap float64         `json:"patch_overlap"`
+		IoU          float64         `json:"iou_threshold"`
+		Windows      int             `json:"windows"`
+		WindowDets   int             `json:"window_detections"`
+		Order        string          `json:"window_order"`
+		Rasters      []tileRaster    `json:"rasters"`
+		GPKG         string          `json:"gpkg,omitempty"`
+		Truth        *geotruth.Truth `json:"truth,omitempty"` // a shapefile or GeoPackage truth
 		// SkipEmpty is --skip-empty; Skipped the windows it gave no
 		// detections in this run (an attempt's own: a resumed run counts
 		// what it read, not what its earlier attempts skipped).
@@ -291,47 +295,36 @@ type tileEval struct {
 	Semantics    string  `json:"semantics"`
 }
 
-// PredictTile runs predict --tile (and eval --tile) on this rank.
-func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
+// Run runs predict --tile (and eval --tile) on this rank.
+func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	cfg.BatchSize = detect.BatchOrOne(cfg.BatchSize)
 	stats := collective.RankStats{Rank: c.Rank(), Host: c.Host(), LocalRank: c.LocalRank(), LocalSize: c.LocalSize(), Seconds: map[string]float64{}, SGEMM: gemm.Backend() + " " + gemm.Core()}
 	t0 := time.Now()
 	gdal.SetCacheMax(int64(cfg.CacheMiB) << 20)
 	var pkt []byte
 	var out *outdir.Run
-	var vt *tileTruth           // rank 0: a shapefile or GeoPackage truth
+	var vt *geotruth.Truth      // rank 0: a shapefile or GeoPackage truth
 	var preCrops *cropstage.Set // rank 0: the crop models packTile loaded
 	if c.Rank() == 0 {
 		pkt, out, vt, preCrops = packTile(cfg)
 	}
 	defer func() { out.Finish(err) }()
-	f, err := collective.BcastFields(c, pkt, 8)
+	p, rasters, res, err := receiveTile(c, pkt)
 	if err != nil {
 		return err
-	}
-	if len(f) != 8 {
-		return collectiveErr(ExitInternal, "jobs: malformed input broadcast")
-	}
-	var rasters []tileRaster
-	var res tileResume
-	if err := json.Unmarshal(f[3], &rasters); err != nil {
-		return collectiveErr(ExitInternal, "jobs: malformed raster list: %v", err)
-	}
-	if err := json.Unmarshal(f[6], &res); err != nil {
-		return collectiveErr(ExitInternal, "jobs: malformed resume record: %v", err)
 	}
 	// --label-dict: every rank parses rank 0's bytes; a bare .pt takes its
 	// labels from it, a model folder's or .ckpt's own must equal it.
 	mc := cfg.Model
 	var given *box.LabelMap
 	if cfg.LabelDict != "" {
-		lm, err := dataset.ParseLabelDict(cfg.LabelDict, f[5])
+		lm, err := dataset.ParseLabelDict(cfg.LabelDict, p.labels)
 		if err != nil {
-			return &Error{Code: ExitInput, Collective: true, Err: err}
+			return &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: err}
 		}
 		mc.LabelDict, given = modelsel.LabelDictOf(lm), &lm
 	}
-	model, err := modelsel.Load(c, mc, string(f[0]), string(f[1]), string(f[2]))
+	model, err := modelsel.Load(c, mc, p.dir, p.digest, p.config)
 	if err != nil {
 		return err
 	}
@@ -342,18 +335,18 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	if given != nil && cfg.Eval == nil {
 		if err := modelsel.CheckLabels(labels, given, cfg.LabelDict, nil, ""); err != nil {
-			return &Error{Code: ExitModel, Collective: true, Err: err}
+			return &errkind.Error{Code: errkind.ExitModel, Collective: true, Err: err}
 		}
 	}
 	var truthImages []box.Image // eval --tile: each raster's truth
 	if cfg.Eval != nil {
-		if truthImages, err = tileTruthImages(cfg, f[4], labels, given, len(rasters)); err != nil {
+		if truthImages, err = tileTruthImages(cfg, p.truth, labels, given, len(rasters)); err != nil {
 			return err
 		}
 	}
 	ix, err := newTileIndex(rasters, cfg.Settings)
 	if err != nil {
-		return collectiveErr(ExitInput, "jobs: %w", err)
+		return errkind.Collective(errkind.ExitInput, "jobs: %w", err)
 	}
 	if err := outdir.CheckShared(c, cfg.Out, res.Probe); err != nil {
 		return err
@@ -361,13 +354,13 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	run := &tileRun{c: c, cfg: cfg, ix: ix, rasters: rasters, labels: labels, crops: crops, model: model, global: model.GlobalBatching(), out: out, stats: &stats,
 		left: make([]int, len(rasters)), finished: make([]bool, len(rasters)), held: map[int]*heldRaster{}, resumed: map[int]bool{}, slow: testhook.SlowWindow()}
 	run.aside = res.Aside
-	if err := run.resume(res, f[7]); err != nil {
+	if err := run.resume(res, p.saved); err != nil {
 		return err
 	}
 	if err := tileMemory(c, cfg, model, run); err != nil {
 		return err
 	}
-	stats.Seconds["load"] = since(t0)
+	stats.Seconds["load"] = time.Since(t0).Seconds()
 
 	det, err := model.OpenDetector(c, labels, cfg.Progress)
 	if err != nil {
@@ -381,8 +374,8 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 	}
 	run.det, run.rs = det, &rasterSet{files: files, open: map[int]*gdal.Raster{}}
 	defer run.rs.close()
-	if run.pw, err = createParts(cfg.Out, res.Probe, res.Attempt, c.Rank(), time.Second); err != nil {
-		return localErr(ExitInternal, "jobs: %w", err)
+	if run.pw, err = parts.Create(cfg.Out, res.Probe, res.Attempt, c.Rank(), time.Second); err != nil {
+		return errkind.Local(errkind.ExitInternal, "jobs: %w", err)
 	}
 	defer func() {
 		if run.pw != nil {
@@ -393,7 +386,7 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		return err
 	}
 	if err := run.pw.Close(); err != nil {
-		return localErr(ExitInternal, "jobs: %w", err)
+		return errkind.Local(errkind.ExitInternal, "jobs: %w", err)
 	}
 	run.pw = nil
 	stats.Seconds["detect"], stats.Seconds["gather"], stats.Seconds["merge"] = run.detect.Seconds(), run.gather.Seconds(), run.merge.Seconds()
@@ -402,30 +395,68 @@ func PredictTile(ctx context.Context, c mpi.Comm, cfg TileConfig) (err error) {
 		stats.Seconds["crops"] = crops.Stats.Seconds
 	}
 	modelsel.PrintLayerTimes(cfg.Progress, det)
-	return finishTile(c, cfg, run, &res, model, det.Name(), f, vt, truthImages)
+	return run.finish(tileEnd{res: &res, model: model, detector: det.Name(), labelDict: p.labels, truthCSV: p.truth, truth: vt, truthImages: truthImages})
+}
+
+// tilePacket is rank 0's packet as every rank receives it: the model
+// (resolved folder, weights digest, config), eval --tile's truth (as CSV),
+// the label map's bytes and the part files' saved windows (wire-encoded);
+// the raster list and the resume record come decoded beside it.
+type tilePacket struct {
+	dir, digest, config string
+	truth, labels       []byte
+	saved               []byte
+}
+
+// receiveTile is the broadcast of packTile's packet, named.
+func receiveTile(c mpi.Comm, pkt []byte) (p tilePacket, rasters []tileRaster, res tileResume, err error) {
+	f, err := collective.BcastFields(c, pkt, 8)
+	if err != nil {
+		return p, nil, res, err
+	}
+	if len(f) != 8 {
+		return p, nil, res, errkind.Collective(errkind.ExitInternal, "jobs: malformed input broadcast")
+	}
+	if err := json.Unmarshal(f[3], &rasters); err != nil {
+		return p, nil, res, errkind.Collective(errkind.ExitInternal, "jobs: malformed raster list: %v", err)
+	}
+	if err := json.Unmarshal(f[6], &res); err != nil {
+		return p, nil, res, errkind.Collective(errkind.ExitInternal, "jobs: malformed resume record: %v", err)
+	}
+	return tilePacket{dir: string(f[0]), digest: string(f[1]), config: string(f[2]), truth: f[4], labels: f[5], saved: f[7]}, rasters, res, nil
 }
 
 // tileTruthImages parses eval --tile's truth (rank 0's bytes) on every
 // rank and checks its labels against the model's.
-func tileTruthImages(cfg TileConfig, data []byte, labels box.LabelMap, given *box.LabelMap, rasters int) ([]box.Image, error) {
+func tileTruthImages(cfg Config, data []byte, labels box.LabelMap, given *box.LabelMap, rasters int) ([]box.Image, error) {
 	parse := dataset.ParseTruthFile
-	if isVectorTruth(cfg.CSV) { // rank 0 sent it as the CSV it equals
+	if geotruth.IsVector(cfg.CSV) { // rank 0 sent it as the CSV it equals
 		parse = dataset.ParseTruth
 	}
 	truth, err := parse(cfg.CSV, data)
 	if err != nil {
-		return nil, &Error{Code: ExitInput, Collective: true, Err: err}
+		return nil, &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: err}
 	}
 	var names []string
 	for _, im := range truth.Images {
 		names = append(names, im.Labels...)
 	}
 	if err := modelsel.CheckLabels(labels, given, cfg.LabelDict, names, cfg.CSV); err != nil {
-		return nil, &Error{Code: ExitModel, Collective: true, Err: err}
+		return nil, &errkind.Error{Code: errkind.ExitModel, Collective: true, Err: err}
 	}
 	images, err := truth.Resolve(cfg.CSV, labels)
 	if err != nil || len(images) != rasters {
-		return nil, collectiveErr(ExitInput, "jobs: %s: truth for %d rasters of %d: %v", cfg.CSV, len(images), rasters, err)
+		return nil, errkind.Collective(errkind.ExitInput, "jobs: %s: truth for %d rasters of %d: %v", cfg.CSV, len(images), rasters, err)
 	}
 	return images, nil
+}
+
+// truthRasters are the rasters as a shapefile or GeoPackage truth's
+// conversion to pixels takes them.
+func truthRasters(rasters []tileRaster) []geotruth.Raster {
+	out := make([]geotruth.Raster, len(rasters))
+	for i, r := range rasters {
+		out[i] = geotruth.Raster{Path: r.Path, File: r.File, Width: r.Width, Height: r.Height, CRS: r.CRS, GeoTransform: r.GeoTransform}
+	}
+	return out
 }

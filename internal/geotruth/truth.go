@@ -1,4 +1,9 @@
-package jobs
+// Package geotruth reads a shapefile or GeoPackage truth for eval and
+// eval --tile: DeepForest's read_file rules (columns, geometry type, CRS
+// checks), and the conversion of its coordinates to the pixels of the
+// rasters it names (Raster: their size and georeferencing, which the
+// caller opens). It knows no command and no MPI.
+package geotruth
 
 import (
 	"bytes"
@@ -13,7 +18,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/dataset"
 )
 
-// eval --tile's truth as a shapefile or GeoPackage, converted to the
+// A truth as a shapefile or GeoPackage, converted to the
 // rasters' pixels as DeepForest's utilities.read_file(path) converts it
 // (read at 1bad4419 and 2.1.0: read_file, __assign_image_path__,
 // __check_and_assign_label__, __shapefile_to_annotations__,
@@ -48,15 +53,15 @@ import (
 //     raster, as read_file does given a GeoDataFrame (given the file name,
 //     read_file converts every feature with the first raster's bounds).
 
-// isVectorTruth: eval --tile's truth is a shapefile or GeoPackage, by the
+// IsVector: eval --tile's truth is a shapefile or GeoPackage, by the
 // end of its name (read_file decides so).
-func isVectorTruth(name string) bool {
+func IsVector(name string) bool {
 	ext := strings.ToLower(filepath.Ext(name))
 	return ext == ".shp" || ext == ".gpkg"
 }
 
-// tileTruth is report.json's record of a shapefile or GeoPackage truth.
-type tileTruth struct {
+// Truth is report.json's record of a shapefile or GeoPackage truth.
+type Truth struct {
 	File     string   `json:"file"`
 	Driver   string   `json:"driver"`
 	Layer    string   `json:"layer"`
@@ -70,18 +75,34 @@ type tileTruth struct {
 	paths    []string // image_path values, in order of first appearance
 }
 
-// readVectorTruth reads the truth file and applies the checks that need
+// Raster is what the conversion needs of a raster the truth names: its
+// image_path (as the truth names it), the file opened, its size and its
+// georeferencing (GeoTransform nil: none).
+type Raster struct {
+	Path, File    string
+	Width, Height int
+	CRS           string
+	GeoTransform  *[6]float64
+}
+
+// Paths are the truth's image_path values, in order of first appearance.
+func (t *Truth) Paths() []string { return t.paths }
+
+// Vector is the layer as read (its features, CRS and columns).
+func (t *Truth) Vector() *gdal.Vector { return t.vec }
+
+// Read reads the truth file and applies the checks that need
 // no raster. imagePath, when not "", is every feature's image_path, as
 // read_file's image_path argument assigns it (eval --tile --raster); an
 // image_path column that names another is overridden with a warning, as
 // read_file warns. Errors wrap dataset.ErrInput (exit 3).
-func readVectorTruth(name, imagePath string) (*tileTruth, error) {
-	return readVectorLayer(name, imagePath, false)
+func Read(name, imagePath string) (*Truth, error) {
+	return ReadLayer(name, imagePath, false)
 }
 
-// readVectorLayer is readVectorTruth; geometries lets Point layers through
+// ReadLayer is Read; geometries lets Point layers through
 // (eval scores them as points, and non-rectangular polygons as polygons).
-func readVectorLayer(name, imagePath string, geometries bool) (*tileTruth, error) {
+func ReadLayer(name, imagePath string, geometries bool) (*Truth, error) {
 	v, err := gdal.ReadVector(name)
 	if err != nil {
 		if err == gdal.ErrUnavailable {
@@ -92,7 +113,7 @@ func readVectorLayer(name, imagePath string, geometries bool) (*tileTruth, error
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("jobs: %s: %s: %w", name, fmt.Sprintf(format, a...), dataset.ErrInput)
 	}
-	t := &tileTruth{File: name, Driver: v.Driver, Layer: v.Layers[0], Layers: len(v.Layers), Features: len(v.Features), vec: v}
+	t := &Truth{File: name, Driver: v.Driver, Layer: v.Layers[0], Layers: len(v.Layers), Features: len(v.Features), vec: v}
 	if len(v.Layers) > 1 {
 		t.Warnings = append(t.Warnings, fmt.Sprintf("%s has %d layers (%s): the first, %q, is read, as DeepForest's read_file reads it",
 			name, len(v.Layers), strings.Join(quoteAll(v.Layers, 5), ", "), v.Layers[0]))
@@ -162,12 +183,12 @@ func readVectorLayer(name, imagePath string, geometries bool) (*tileTruth, error
 	return t, nil
 }
 
-// csv converts the features to the rasters' pixels and writes them as the
+// CSV converts the features to the rasters' pixels and writes them as the
 // truth CSV they equal (image_path,xmin,ymin,xmax,ymax,label, features in
 // file order). rasters are the job's, opened from t.paths.
-func (t *tileTruth) csv(rasters []tileRaster) ([]byte, error) {
+func (t *Truth) CSV(rasters []Raster) ([]byte, error) {
 	v := t.vec
-	frames, err := t.frames(rasters)
+	frames, err := t.Frames(rasters)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +199,7 @@ func (t *tileTruth) csv(rasters []tileRaster) ([]byte, error) {
 	for _, f := range v.Features {
 		xmin, ymin, xmax, ymax := f.MinX, f.MinY, f.MaxX, f.MaxY
 		if frames != nil {
-			fr, err := t.frameOf(frames, f)
+			fr, err := t.FrameOf(frames, f)
 			if err != nil {
 				return nil, err
 			}
@@ -190,10 +211,10 @@ func (t *tileTruth) csv(rasters []tileRaster) ([]byte, error) {
 	return b.Bytes(), w.Error()
 }
 
-// frames are the rasters' pixel frames by image_path (nil: the file has
+// Frames are the rasters' pixel frames by image_path (nil: the file has
 // no CRS, its coordinates are pixels), with t.Frame and the CRS warnings
 // set.
-func (t *tileTruth) frames(rasters []tileRaster) (map[string]gdal.PixelFrame, error) {
+func (t *Truth) Frames(rasters []Raster) (map[string]gdal.PixelFrame, error) {
 	v := t.vec
 	if v.CRS == "" {
 		t.Frame = "pixels: the file has no CRS, its coordinates are taken as the raster's pixels (as DeepForest's read_file)"
@@ -218,8 +239,8 @@ func (t *tileTruth) frames(rasters []tileRaster) (map[string]gdal.PixelFrame, er
 	return frames, nil
 }
 
-// frameOf is the frame of feature f's raster.
-func (t *tileTruth) frameOf(frames map[string]gdal.PixelFrame, f gdal.VectorFeature) (gdal.PixelFrame, error) {
+// FrameOf is the frame of feature f's raster.
+func (t *Truth) FrameOf(frames map[string]gdal.PixelFrame, f gdal.VectorFeature) (gdal.PixelFrame, error) {
 	fr, ok := frames[dataset.TrimPath(f.ImagePath)]
 	if !ok {
 		return fr, fmt.Errorf("jobs: %s: feature %d names image_path %q, no raster of this job: %w", t.File, f.FID, f.ImagePath, dataset.ErrInput)

@@ -1,4 +1,4 @@
-package jobs
+package tilerun
 
 import (
 	"bufio"
@@ -20,14 +20,15 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/cropstage"
+	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/geoparquet"
+	"github.com/canopy-hpc/canopy/internal/geotruth"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/internal/wire"
 	"github.com/canopy-hpc/canopy/metrics"
-	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/report"
 )
 
@@ -38,8 +39,8 @@ import (
 // combined predictions.csv and predictions.gpkg are built from these
 // files at the end, one raster at a time, in raster order.
 
-// rastersDir holds the per-raster outputs.
-const rastersDir = "rasters"
+// RastersDir holds the per-raster outputs.
+const RastersDir = "rasters"
 
 // rasterNames are the rasters' output names: the file name without its
 // extension, its characters that a terminal would act on (controls,
@@ -98,7 +99,7 @@ func mergeHeld(g tile.Grid, first int, h *heldRaster, iou float64) (merged []box
 // and synced before any is renamed into place (a full disk publishes
 // none), the CSV last; then its done record.
 func publishRaster(out string, i int, r tileRaster, merged []box.Detection, windowDets int, crops *cropstage.Table, labels box.LabelMap) error {
-	dir := filepath.Join(out, rastersDir)
+	dir := filepath.Join(out, RastersDir)
 	var set []outdir.Staged
 	drop := func() {
 		for _, s := range set {
@@ -141,14 +142,14 @@ func publishRaster(out string, i int, r tileRaster, merged []box.Detection, wind
 		if err := os.Rename(filepath.Join(dir, s.Tmp), filepath.Join(dir, s.Name)); err != nil {
 			set = set[k:]
 			drop()
-			return ioErr("jobs: publish %s: %w", s.Name, err)
+			return errkind.IO("jobs: publish %s: %w", s.Name, err)
 		}
-		d.Outputs[rastersDir+"/"+s.Name] = s.SHA256
+		d.Outputs[RastersDir+"/"+s.Name] = s.SHA256
 	}
 	outdir.SyncDir(dir)
 	b, _ := json.Marshal(d)
 	if err := outdir.WriteAtomic(doneDir(out), doneFile(i), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
-		return ioErr("%w", err)
+		return errkind.IO("%w", err)
 	}
 	return nil
 }
@@ -176,14 +177,14 @@ func readRasterCSV(path string, labels box.LabelMap, models int) (rasterRows, er
 			return nil
 		}
 		if len(rec) != 7+2*models {
-			return ioErr("jobs: %s line %d: %d fields, want %d", path, line+1, len(rec), 7+2*models)
+			return errkind.IO("jobs: %s line %d: %d fields, want %d", path, line+1, len(rec), 7+2*models)
 		}
 		var c cropstage.Cells
 		if rec[7] != "" {
 			for k := 0; k < models; k++ {
 				v, err := strconv.ParseFloat(rec[8+2*k], 64)
 				if err != nil {
-					return ioErr("jobs: %s line %d: %w", path, line+1, err)
+					return errkind.IO("jobs: %s line %d: %w", path, line+1, err)
 				}
 				c.Labels, c.Scores = append(c.Labels, rec[7+2*k]), append(c.Scores, v)
 			}
@@ -198,7 +199,7 @@ func readRasterCSV(path string, labels box.LabelMap, models int) (rasterRows, er
 func readRasterCSVRows(path string, labels box.LabelMap, cells func(line int, rec []string) error) ([]box.Detection, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, ioErr("jobs: %w", err)
+		return nil, errkind.IO("jobs: %w", err)
 	}
 	defer f.Close()
 	ids := map[string]int32{}
@@ -214,23 +215,23 @@ func readRasterCSVRows(path string, labels box.LabelMap, cells func(line int, re
 			return out, nil
 		}
 		if err != nil {
-			return nil, ioErr("jobs: %s: %w", path, err)
+			return nil, errkind.IO("jobs: %s: %w", path, err)
 		}
 		if line == 0 {
 			continue
 		}
 		if len(rec) < 7 {
-			return nil, ioErr("jobs: %s line %d: %d fields", path, line+1, len(rec))
+			return nil, errkind.IO("jobs: %s line %d: %d fields", path, line+1, len(rec))
 		}
 		var v [5]float64
 		for k, s := range []string{rec[1], rec[2], rec[3], rec[4], rec[6]} {
 			if v[k], err = strconv.ParseFloat(s, 64); err != nil {
-				return nil, ioErr("jobs: %s line %d: %w", path, line+1, err)
+				return nil, errkind.IO("jobs: %s line %d: %w", path, line+1, err)
 			}
 		}
 		id, ok := ids[rec[5]]
 		if !ok {
-			return nil, ioErr("jobs: %s line %d: label %q is not the model's", path, line+1, rec[5])
+			return nil, errkind.IO("jobs: %s line %d: label %q is not the model's", path, line+1, rec[5])
 		}
 		out = append(out, box.Detection{Box: box.Box{Xmin: v[0], Ymin: v[1], Xmax: v[2], Ymax: v[3]}, Label: id, Score: v[4]})
 		if err := cells(line, rec); err != nil {
@@ -240,7 +241,7 @@ func readRasterCSVRows(path string, labels box.LabelMap, cells func(line int, re
 }
 
 // rasterCSV is raster r's published CSV.
-func rasterCSV(out string, r tileRaster) string { return filepath.Join(out, rastersDir, r.Name+".csv") }
+func rasterCSV(out string, r tileRaster) string { return filepath.Join(out, RastersDir, r.Name+".csv") }
 
 // stageCombinedCSV stages predictions.csv: the header, then each
 // raster's CSV without its header, in raster order (never all in memory).
@@ -328,8 +329,8 @@ func parquetRows(r tileRaster, rr rasterRows, labels box.LabelMap) ([]byte, []ge
 	return crs, rows, nil
 }
 
-// gpkgFile holds the boxes of georeferenced rasters as polygons.
-const gpkgFile = "predictions.gpkg"
+// GPKGFile holds the boxes of georeferenced rasters as polygons.
+const GPKGFile = "predictions.gpkg"
 
 // stageGPKG stages the GeoPackage name in dir with one polygon layer per
 // raster that has a CRS and a geotransform, written one raster at a time
@@ -393,12 +394,28 @@ func stageGPKG(dir, name string, rasters []tileRaster, rows func(i int) (rasterR
 	return &s, note, nil
 }
 
-// finishTile ends a tile run: rank 0 reads the done records, eval --tile
+// tileEnd is what finishes a tile run beside the run's own state: the
+// run it continued, the model and the detector's name (report.json), the
+// label map's bytes (their sha256 is recorded), eval --tile's truth as
+// broadcast (the page records its sha256), its record when it was a
+// shapefile or GeoPackage (rank 0), and its boxes per raster.
+type tileEnd struct {
+	res         *tileResume
+	model       *modelsel.Model
+	detector    string
+	labelDict   []byte
+	truthCSV    []byte
+	truth       *geotruth.Truth
+	truthImages []box.Image
+}
+
+// finish ends a tile run: rank 0 reads the done records, eval --tile
 // scores the merged rows (read back from the per-raster files on every
 // rank), and rank 0 publishes the combined outputs and report.json.
-func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model *modelsel.Model, detName string, f [][]byte, vt *tileTruth, truthImages []box.Image) error {
-	rasters, labels := run.rasters, run.labels
-	var res2 metrics.Result
+func (t *tileRun) finish(e tileEnd) error {
+	c, cfg := t.c, t.cfg
+	rasters, labels := t.rasters, t.labels
+	var scores metrics.Result
 	var metricJSON, sweepJSON []byte
 	images := make([]box.Image, len(rasters))
 	for i := range rasters {
@@ -406,7 +423,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 	}
 	var merged [][]box.Detection // eval --tile only
 	if cfg.Eval != nil {
-		copy(images, truthImages)
+		copy(images, e.truthImages)
 		merged = make([][]box.Detection, len(rasters))
 		var rerr error
 		for i, r := range rasters {
@@ -414,7 +431,7 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 				break
 			}
 		}
-		if err := collective.AgreeErr(c, ExitInternal, rerr); err != nil {
+		if err := collective.AgreeErr(c, errkind.ExitInternal, rerr); err != nil {
 			return err
 		}
 		fam := cfg.Eval.Families
@@ -429,35 +446,35 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 		}
 		split, err := shardmetrics.Shards(costs, c.Size())
 		if err != nil {
-			return collectiveErr(ExitInternal, "jobs: %w", err)
+			return errkind.Collective(errkind.ExitInternal, "jobs: %w", err)
 		}
-		scored, err := scoreShard(c, mIn, split[c.Rank()], shardmetrics.Config{
+		scored, err := collective.ScoreShard(c, mIn, split[c.Rank()], shardmetrics.Config{
 			Options:  metrics.Options{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics},
-			Families: fam, ClassMetrics: cfg.Eval.ClassMetrics, Sweep: cfg.Eval.IoUSweep}, run.stats)
+			Families: fam, ClassMetrics: cfg.Eval.ClassMetrics, Sweep: cfg.Eval.IoUSweep}, t.stats)
 		if err != nil {
 			return err
 		}
-		res2 = scored.Result
+		scores = scored.Result
 		sweepJSON = output.SweepJSON(cfg.Eval.IoUSweep, scored.Sweep)
-		run.stats.Seconds["metrics"] = since(tm)
-		metricJSON = output.MetricsJSON(res2.Values)
+		t.stats.Seconds["metrics"] = time.Since(tm).Seconds()
+		metricJSON = output.MetricsJSON(scores.Values)
 		if err := collective.Agree(c, append(append([]byte(nil), metricJSON...), sweepJSON...)); err != nil {
 			return err
 		}
 	}
-	return collective.WriteReport(c, *run.stats, "predictions", func(allStats []collective.RankStats) error {
+	return collective.WriteReport(c, *t.stats, "predictions", func(allStats []collective.RankStats) error {
 		tw := time.Now()
 		var rep tileReport
-		rep.predictReport = predictReport{Canopy: output.Version, Git: output.GitRevision(), MPI: c.Implementation(), Command: cfg.Command,
-			Ranks: c.Size(), Images: len(rasters), Model: &model.Info, Detector: detName, AllowOutsideRoot: cfg.AllowOutsideRoot,
+		rep.PredictReport = output.PredictReport{Canopy: output.Version, Git: output.GitRevision(), MPI: c.Implementation(), Command: cfg.Command,
+			Ranks: c.Size(), Images: len(rasters), Model: &e.model.Info, Detector: e.detector, AllowOutsideRoot: cfg.AllowOutsideRoot,
 			PerRank: allStats}
-		rep.setCrops(run.crops)
+		rep.SetCrops(t.crops)
 		outputs := map[string]string{}
 		windowDets := 0
 		for i := range rasters {
 			d, ok, err := readDone(cfg.Out, i)
 			if err != nil || !ok {
-				return ioErr("jobs: raster %q has no done record (%v)", rasters[i].Path, err)
+				return errkind.IO("jobs: raster %q has no done record (%v)", rasters[i].Path, err)
 			}
 			rasters[i].WindowDets, rasters[i].Detections = d.WindowDets, d.Detections
 			rep.Boxes += d.Detections
@@ -471,20 +488,20 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 			rep.Eval = &tileEval{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics.String()}
 		}
 		if rc := cfg.RunConfig; rc != nil {
-			rep.Config, rep.ConfigIgnored = rc.File, rc.C.Ignored
-			rep.Settings = rc.finishSettings(rep.Model)
+			rep.Config, rep.ConfigIgnored = rc.File, rc.Ignored
+			rep.Settings = rc.Settings(rep.Model)
 		}
 		if cfg.LabelDict != "" {
-			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: outdir.SHA256Hex(f[5])}}
+			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: outdir.SHA256Hex(e.labelDict)}}
 		}
-		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters, rep.Tile.Truth = run.ix.total(), windowDets, rasters, vt
+		rep.Tile.Windows, rep.Tile.WindowDets, rep.Tile.Rasters, rep.Tile.Truth = t.ix.total(), windowDets, rasters, e.truth
 		rep.Tile.SkipEmpty = cfg.SkipEmpty
 		for _, s := range allStats {
 			rep.Tile.Skipped += s.Skipped
 		}
 		rep.Tile.Order = "rasters in input order; each raster's windows x outer, y inner (DeepForest's compute_windows)"
 		if cfg.Resume {
-			rep.Tile.Resume = &tileResumeInfo{Attempt: res.Attempt, RastersFinished: len(res.Finished), WindowsSaved: res.Windows, RecordsDropped: res.Dropped}
+			rep.Tile.Resume = &tileResumeInfo{Attempt: e.res.Attempt, RastersFinished: len(e.res.Finished), WindowsSaved: e.res.Windows, RecordsDropped: e.res.Dropped}
 		}
 		var set []outdir.Staged
 		drop := func() {
@@ -492,26 +509,26 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 				os.Remove(filepath.Join(cfg.Out, s.Tmp))
 			}
 		}
-		preds, err := stageCombinedCSV(cfg.Out, rasters, run.crops)
+		preds, err := stageCombinedCSV(cfg.Out, rasters, t.crops)
 		if err != nil {
 			return err
 		}
 		set = append(set, preds)
-		cropCols := run.crops.Columns()
+		cropCols := t.crops.Columns()
 		rows := func(i int) (rasterRows, error) {
 			if merged != nil && cropCols == nil {
 				return rasterRows{dets: merged[i]}, nil
 			}
 			return readRasterCSV(rasterCSV(cfg.Out, rasters[i]), labels, len(cropCols)/2)
 		}
-		gpkg, note, err := stageGPKG(cfg.Out, gpkgFile, rasters, rows, labels, cropCols)
+		gpkg, note, err := stageGPKG(cfg.Out, GPKGFile, rasters, rows, labels, cropCols)
 		if err != nil {
 			drop()
 			return err
 		}
 		if gpkg != nil {
 			set = append(set, *gpkg)
-			rep.Tile.GPKG = gpkgFile
+			rep.Tile.GPKG = GPKGFile
 		}
 		if cfg.Eval != nil {
 			rep.Metrics = json.RawMessage(metricJSON)
@@ -519,14 +536,14 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 				rep.MetricsByIoU = json.RawMessage(sweepJSON)
 			}
 			results, err := outdir.Stage(cfg.Out, "results.csv", func(w io.Writer) error {
-				return output.WriteResults(w, images, labels, res2.Matches)
+				return output.WriteResults(w, images, labels, scores.Matches)
 			})
 			if err != nil {
 				drop()
 				return err
 			}
 			set = append(set, results)
-			h, err := stageTileHTML(cfg, &rep, f[4], rasters, run.ix, run.rs, images, merged, labels, res2, metricJSON, since(tw))
+			h, err := stageTileHTML(cfg, &rep, e.truthCSV, rasters, t.ix, t.rs, images, merged, labels, scores, metricJSON, time.Since(tw).Seconds())
 			if err != nil {
 				drop()
 				return err
@@ -540,21 +557,21 @@ func finishTile(c mpi.Comm, cfg TileConfig, run *tileRun, res *tileResume, model
 			outputs[s.Name] = s.SHA256
 		}
 		rep.Outputs = outputs
-		if err := publishSet(cfg.Out, set, rep); err != nil {
+		if err := output.PublishSet(cfg.Out, set, rep); err != nil {
 			return err
 		}
-		if err := run.out.Commit(); err != nil {
+		if err := t.out.Commit(); err != nil {
 			return err
 		}
 		if cfg.Stdout != nil && cfg.Eval != nil {
-			output.PrintTable(cfg.Stdout, res2.Values)
+			output.PrintTable(cfg.Stdout, scores.Values)
 			if cfg.Eval.HTML != nil {
 				fmt.Fprintf(cfg.Stdout, "html: %s\n", filepath.Join(cfg.Out, "report.html"))
 			}
 		}
 		if cfg.Stdout != nil {
 			fmt.Fprintf(cfg.Stdout, "%d detections on %d rasters (%d windows, %d window detections): %s\n",
-				rep.Boxes, len(rasters), run.ix.total(), windowDets, filepath.Join(cfg.Out, "predictions.csv"))
+				rep.Boxes, len(rasters), t.ix.total(), windowDets, filepath.Join(cfg.Out, "predictions.csv"))
 		}
 		return nil
 	})

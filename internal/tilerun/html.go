@@ -1,4 +1,4 @@
-package jobs
+package tilerun
 
 import (
 	"encoding/json"
@@ -24,7 +24,7 @@ import (
 // windows drawn. Their pixels are read through GDAL from the rasters the
 // run opened, only the windows drawn (never a whole raster), under the
 // run's --gdal-cache bound; the page opens no other file.
-func stageTileHTML(cfg TileConfig, rep *tileReport, truthCSV []byte, rasters []tileRaster, ix tileIndex, rs *rasterSet, images []box.Image,
+func stageTileHTML(cfg Config, rep *tileReport, truthCSV []byte, rasters []tileRaster, ix tileIndex, rs *rasterSet, images []box.Image,
 	merged [][]box.Detection, labels box.LabelMap, res metrics.Result, metricJSON []byte, writeSeconds float64) ([]outdir.Staged, error) {
 	ec := cfg.Eval
 	if ec == nil || ec.HTML == nil {

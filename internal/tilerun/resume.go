@@ -1,4 +1,4 @@
-package jobs
+package tilerun
 
 import (
 	"crypto/sha256"
@@ -15,9 +15,12 @@ import (
 	"time"
 
 	"github.com/canopy-hpc/canopy/internal/cropstage"
+	"github.com/canopy-hpc/canopy/internal/errkind"
+	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/runkind"
 	"github.com/canopy-hpc/canopy/internal/wire"
 )
 
@@ -43,12 +46,6 @@ type rasterIdent struct {
 }
 
 const identSpan = 64 << 10
-
-// The values of --resume-hash.
-const (
-	resumeHashEnds = "ends"
-	resumeHashFull = "full"
-)
 
 // identifyRaster is a raster's identity; full adds the whole file's sha256.
 func identifyRaster(path, file string, full bool) (rasterIdent, error) {
@@ -263,7 +260,7 @@ func readDone(out string, i int) (rasterDone, bool, error) {
 		return rasterDone{}, false, nil
 	}
 	if err != nil {
-		return rasterDone{}, false, ioErr("jobs: %w", err)
+		return rasterDone{}, false, errkind.IO("jobs: %w", err)
 	}
 	var d rasterDone
 	if err := json.Unmarshal(b, &d); err != nil || d.Index != i {
@@ -308,12 +305,12 @@ func fileSHA256(path string) (string, error) {
 }
 
 // prepareTileOut is rank 0's output-folder step of a tile run: the
-// folder locked, a previous run refused or set aside (prepareRun), or for
+// folder locked, a previous run refused or set aside (outdir.PrepareRun), or for
 // --resume the manifest compared, the finished rasters found and the
 // windows of the others read from the part files (returned wire-encoded).
-func prepareTileOut(cfg TileConfig, cur tileManifest, offsets []int) (*outdir.Run, tileResume, []byte, error) {
+func prepareTileOut(cfg Config, cur tileManifest, offsets []int) (*outdir.Run, tileResume, []byte, error) {
 	var res tileResume
-	o, err := outdir.Open(cfg.Out, outNames)
+	o, err := outdir.Open(cfg.Out, cfg.Names)
 	if err != nil {
 		return nil, res, nil, err
 	}
@@ -322,24 +319,24 @@ func prepareTileOut(cfg TileConfig, cur tileManifest, offsets []int) (*outdir.Ru
 		return nil, res, nil, err
 	}
 	check := func(b []byte) error {
-		if err := checkRunKind(cfg.Out, b, cur.Command); err != nil {
+		if err := runkind.Check(cfg.Out, b, cur.Command); err != nil {
 			return err
 		}
 		var old tileManifest
 		if err := json.Unmarshal(b, &old); err != nil || old.Command == "" {
-			return usageErr("jobs: --resume refused: %s in %s is not a tile run's manifest (%v); start again with --force (or another --out)", outdir.ManifestFile, cfg.Out, err)
+			return errkind.Usage("jobs: --resume refused: %s in %s is not a tile run's manifest (%v); start again with --force (or another --out)", outdir.ManifestFile, cfg.Out, err)
 		}
 		if d := old.diff(cur); len(d) > 0 {
-			return usageErr("jobs: --resume refused, the run in %s was computed otherwise: %s; start again with --force (or another --out)", cfg.Out, strings.Join(d, "; "))
+			return errkind.Usage("jobs: --resume refused, the run in %s was computed otherwise: %s; start again with --force (or another --out)", cfg.Out, strings.Join(d, "; "))
 		}
 		return nil
 	}
 	if res.Probe, err = outdir.PrepareRun(o, cfg.Out, cfg.Resume, cfg.Force, cur, check); err != nil {
 		return fail(err)
 	}
-	for _, d := range []string{doneDir(cfg.Out), filepath.Join(cfg.Out, rastersDir)} {
+	for _, d := range []string{doneDir(cfg.Out), filepath.Join(cfg.Out, RastersDir)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fail(ioErr("jobs: output folder: %w", err))
+			return fail(errkind.IO("jobs: output folder: %w", err))
 		}
 		if err := removeLeftovers(d); err != nil {
 			return fail(err)
@@ -361,7 +358,7 @@ func prepareTileOut(cfg TileConfig, cur tileManifest, offsets []int) (*outdir.Ru
 		if why := d.intact(cfg.Out); why != "" {
 			res.Notes = append(res.Notes, fmt.Sprintf("raster %q: %s: its outputs are made again from the saved windows", cur.Rasters[i].Path, why))
 			if err := os.Remove(filepath.Join(doneDir(cfg.Out), doneFile(i))); err != nil {
-				return fail(ioErr("jobs: %w", err))
+				return fail(errkind.IO("jobs: %w", err))
 			}
 			continue
 		}
@@ -371,7 +368,7 @@ func prepareTileOut(cfg TileConfig, cur tileManifest, offsets []int) (*outdir.Ru
 	rasterOf := func(g int) int { return sort.SearchInts(offsets[1:], g+1) }
 	done, st, files, err := parts.Scan(cfg.Out, offsets[n], func(g int) bool { return !finished[rasterOf(g)] })
 	if err != nil {
-		return fail(usageErr("jobs: --resume: %w", err))
+		return fail(errkind.Usage("jobs: --resume: %w", err))
 	}
 	res.Attempt, res.Windows, res.Dropped = parts.NextAttempt(files), len(done), st.Dropped
 	ims := make([]wire.Image, 0, len(done))
@@ -381,7 +378,7 @@ func prepareTileOut(cfg TileConfig, cur tileManifest, offsets []int) (*outdir.Ru
 	sort.Slice(ims, func(a, b int) bool { return ims[a].Index < ims[b].Index })
 	buf, err := wire.Encode(nil, ims)
 	if err != nil {
-		return fail(ioErr("jobs: --resume: %w", err))
+		return fail(errkind.IO("jobs: --resume: %w", err))
 	}
 	return o, res, buf, nil
 }
@@ -391,12 +388,12 @@ func prepareTileOut(cfg TileConfig, cur tileManifest, offsets []int) (*outdir.Ru
 func removeLeftovers(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return ioErr("jobs: output folder: %w", err)
+		return errkind.IO("jobs: output folder: %w", err)
 	}
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), ".tmp") {
 			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-				return ioErr("jobs: removing a leftover: %w", err)
+				return errkind.IO("jobs: removing a leftover: %w", err)
 			}
 		}
 	}
@@ -404,15 +401,15 @@ func removeLeftovers(dir string) error {
 }
 
 // tileManifestOf is the manifest of a tile run now.
-func tileManifestOf(cfg TileConfig, digest, config string, labels, truth []byte, idents []rasterIdent, crops *cropstage.Set) tileManifest {
-	m := tileManifest{Canopy: output.Version, Command: kindPredictTile, Detector: "retinanet weights sha256 " + digest,
-		DetectorSettings: detectorSettings(cfg.Model, config), PatchSize: cfg.Settings.Patch, PatchOverlap: cfg.Settings.Overlap,
+func tileManifestOf(cfg Config, digest, config string, labels, truth []byte, idents []rasterIdent, crops *cropstage.Set) tileManifest {
+	m := tileManifest{Canopy: output.Version, Command: runkind.PredictTile, Detector: "retinanet weights sha256 " + digest,
+		DetectorSettings: modelsel.DetectorSettings(cfg.Model, config), PatchSize: cfg.Settings.Patch, PatchOverlap: cfg.Settings.Overlap,
 		IoU: cfg.IoU, SkipEmpty: cfg.SkipEmpty, CropModels: cropIdents(crops), Rasters: idents}
 	if cfg.FullHash {
-		m.ResumeHash = resumeHashFull
+		m.ResumeHash = ResumeHashFull
 	}
 	if cfg.Eval != nil {
-		m.Command = kindEvalTile
+		m.Command = runkind.EvalTile
 		m.Truth = outdir.SHA256Hex(truth)
 	}
 	if labels != nil {
@@ -429,7 +426,7 @@ func (t *tileRun) resume(res tileResume, saved []byte) error {
 	}
 	for _, r := range res.Finished {
 		if r < 0 || r >= len(t.rasters) {
-			return collectiveErr(ExitInternal, "jobs: resume record names raster %d of %d", r, len(t.rasters))
+			return errkind.Collective(errkind.ExitInternal, "jobs: resume record names raster %d of %d", r, len(t.rasters))
 		}
 		t.finished[r], t.left[r] = true, 0
 		t.nDone++
@@ -440,7 +437,7 @@ func (t *tileRun) resume(res tileResume, saved []byte) error {
 		ims, err = wire.Decode(saved)
 	}
 	if err != nil {
-		return collectiveErr(ExitInternal, "jobs: saved windows: %w", err)
+		return errkind.Collective(errkind.ExitInternal, "jobs: saved windows: %w", err)
 	}
 	if err := t.place(ims, map[int]bool{}); err != nil {
 		return err
@@ -452,4 +449,35 @@ func (t *tileRun) resume(res tileResume, saved []byte) error {
 		t.todo += t.left[r]
 	}
 	return nil
+}
+
+// Published is what a tile run's folder holds of its rasters (canopy
+// doctor's reading): the run's command and raster count from its
+// manifest, the rasters whose outputs are published and intact, and those
+// whose done record names outputs changed or removed since. ok is false
+// when dir holds no tile run's manifest.
+type Published struct {
+	Command                    string
+	Rasters, Finished, Damaged int
+}
+
+// ReadPublished reads dir's tile run (ok false: no tile run's manifest).
+func ReadPublished(dir string) (p Published, ok bool) {
+	b, err := os.ReadFile(filepath.Join(dir, outdir.ManifestFile))
+	var m tileManifest
+	if err != nil || json.Unmarshal(b, &m) != nil || m.Command == "" {
+		return p, false
+	}
+	p.Command, p.Rasters = m.Command, len(m.Rasters)
+	for i := range m.Rasters {
+		d, ok, err := readDone(dir, i)
+		switch {
+		case err != nil || !ok:
+		case d.intact(dir) == "":
+			p.Finished++
+		default:
+			p.Damaged++
+		}
+	}
+	return p, true
 }
