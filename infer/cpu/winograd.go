@@ -19,15 +19,18 @@ import (
 // It needs 2.25× fewer multiplications than im2col. The transforms only add,
 // subtract and halve, so the result differs from the direct convolution by
 // float32 rounding alone (measured: relative 1e-6 on a layer; the golden
-// fixtures hold to the same tolerances). Tiles are cut into fixed blocks of
-// winoBlock whatever the thread count, so results stay independent of it.
+// fixtures hold to the same tolerances). Tiles are cut into blocks; each
+// tile's transforms and each column of the products (gemm.Chain) are
+// computed alone, so results are independent of the blocking and so of the
+// thread count.
 
-// winoBlock is the most tiles per block (the SGEMMs' N) of F(2×2,3×3);
-// wino4Block that of F(4×4,3×3). balancedBlock cuts a layer's tiles into
-// near-equal blocks of at most that. F(4×4,3×3)'s 192 (at 48, OpenBLAS
-// packs each 256×256 filter matrix for a GEMM of 48 columns: 43 cpu-ms per
-// 256-channel 100×100 convolution against 34 at 192, BenchmarkConv3x3)
-// costs 36·(in+out)·192 floats of block buffers per worker (11 MB at 256
+// winoBlock is the most tiles per block (the products' N) of F(2×2,3×3);
+// wino4Block that of F(4×4,3×3). tileBlock cuts a layer's tiles into
+// near-equal blocks of at most that, as many as the workers need. F(4×4,3×3)'s
+// 192 (chosen when OpenBLAS ran the products: at 48 it packed each 256×256
+// filter matrix for a GEMM of 48 columns, 43 cpu-ms per 256-channel
+// 100×100 convolution against 34 at 192, BenchmarkConv3x3) costs
+// 36·(in+out)·192 floats of block buffers per worker (11 MB at 256
 // channels).
 const (
 	winoBlock  = 96
@@ -70,25 +73,68 @@ type winoBufs struct {
 
 // convWinograd is conv for useWinograd layers.
 func (e *Engine) convWinograd(c *nn.Conv, x Fmap, relu bool, res *Fmap) Fmap {
-	H, W := x.H, x.W
-	y := e.Fmap(c.Out, H, W)
+	var rs []Fmap
+	if res != nil {
+		rs = []Fmap{*res}
+	}
+	return e.winograd(c, []Fmap{x}, rs, relu)[0]
+}
+
+// ConvLevels is Conv (no residual) of each of xs, with the same bits: a
+// Winograd F(4×4,3×3) layer runs the tiles of all the maps in one set of
+// blocks, so that small maps (the upper pyramid levels, which a head's
+// convolutions share) fill the products' columns together instead of
+// each running narrow ones.
+func (e *Engine) ConvLevels(c *nn.Conv, xs []Fmap, relu bool) []Fmap {
+	if len(xs) == 1 || e.Direct || !UseWinograd(c) || WinoTile(c) != 4 {
+		ys := make([]Fmap, len(xs))
+		for i, x := range xs {
+			ys[i] = e.Conv(c, x, relu, nil)
+		}
+		return ys
+	}
+	t0 := e.Times.Now()
+	ys := e.winograd(c, xs, nil, relu)
+	for i, x := range xs {
+		if i == 0 {
+			e.Times.AddConv(c, x.H, x.W, t0)
+		} else {
+			e.Times.AddFLOPs(c, x.H, x.W)
+		}
+	}
+	return ys
+}
+
+// winograd runs a useWinograd layer over the tiles of every map of xs
+// (with res[i] added to map i's output when res is not nil), cut into
+// blocks (tileBlock) handed to the workers. A tile's transforms involve
+// that tile alone and each column of gemm.Chain its own column alone, so
+// no bit depends on the blocking, the thread count or the other maps.
+// F(2×2,3×3) runs one map at a time.
+func (e *Engine) winograd(c *nn.Conv, xs, res []Fmap, relu bool) []Fmap {
 	tile := WinoTile(c)
 	var u []float32
-	comps, block := 16, winoBlock
-	winoIn, winoOut := gemm.WinoIn, gemm.WinoOut
+	comps, full := 16, winoBlock
 	if tile == 4 {
-		u, comps, block = c.WinogradU4(), 36, wino4Block
-		winoIn, winoOut = gemm.WinoIn4, gemm.WinoOut4
+		u, comps, full = c.WinogradU4(), 36, wino4Block
 	} else {
 		u = c.WinogradU() // only the filters of the tile in use are ever made
+		if len(xs) != 1 {
+			panic("cpu: F(2×2,3×3) over several maps")
+		}
 	}
-	th, tw := (H+tile-1)/tile, (W+tile-1)/tile
-	tiles := th * tw
-	block = balancedBlock(tiles, block)
+	ys := make([]Fmap, len(xs))
+	offs := make([]int, len(xs)+1) // map i's tiles are [offs[i], offs[i+1]) of all
+	for i, x := range xs {
+		ys[i] = e.Fmap(c.Out, x.H, x.W)
+		offs[i+1] = offs[i] + ((x.H+tile-1)/tile)*((x.W+tile-1)/tile)
+	}
+	tiles := offs[len(xs)]
+	block := e.tileBlock(tiles, full)
 	blocks := (tiles + block - 1) / block
 	e.Parallel(blocks, func(w, j int) {
-		t0 := j * block
-		nb := min(block, tiles-t0)
+		g0 := j * block
+		nb := min(block, tiles-g0)
 		b := &e.wino[w]
 		// The matrices of a buffer sit winoPad floats further apart than
 		// their size: at a power-of-two multiple of 4 KiB (256·96·4 bytes
@@ -102,28 +148,55 @@ func (e *Engine) convWinograd(c *nn.Conv, x Fmap, relu bool, res *Fmap) Fmap {
 		}
 		v := b.v[:comps*vs]
 		m := b.m[:comps*ms]
+		// The block's tiles, map by map: tiles [first, first+count) of map
+		// i are the block's columns [off, off+count).
+		segs := func(f func(i, first, count, off int)) {
+			for i := range xs {
+				lo, hi := max(g0, offs[i]), min(g0+nb, offs[i+1])
+				if lo < hi {
+					f(i, lo-offs[i], hi-lo, lo-g0)
+				}
+			}
+		}
 		// Input transform: V[ξ][ci][t].
-		winoIn(x.D, c.In, H, W, tw, t0, nb, v, vs)
-		// One SGEMM per component: M[ξ] (out × nb) = U[ξ] (out × in) · V[ξ] (in × nb).
+		segs(func(i, first, count, off int) {
+			x := xs[i]
+			tw := (x.W + tile - 1) / tile
+			if tile == 4 {
+				gemm.WinoIn4Ld(x.D, c.In, x.H, x.W, tw, first, count, v[off:], vs, nb)
+			} else {
+				gemm.WinoIn(x.D, c.In, x.H, x.W, tw, first, count, v, vs)
+			}
+		})
+		// One product per component: M[ξ] (out × nb) = U[ξ] (out × in) · V[ξ] (in × nb).
 		for xi := 0; xi < comps; xi++ {
 			gemm.Chain(c.Out, nb, c.In, u[xi*c.Out*c.In:], c.In, v[xi*vs:], nb, m[xi*ms:], nb, gemm.Epi{})
 		}
 		// Output transform, bias, residual, ReLU.
-		var rd []float32
-		if res != nil {
-			rd = res.D
-		}
-		winoOut(m, ms, nb, c.Out, tw, t0, H, W, c.B, rd, relu, y.D)
+		segs(func(i, first, count, off int) {
+			x := xs[i]
+			tw := (x.W + tile - 1) / tile
+			var rd []float32
+			if res != nil {
+				rd = res[i].D
+			}
+			if tile == 4 {
+				gemm.WinoOut4Ld(m[off:], ms, nb, count, c.Out, tw, first, x.H, x.W, c.B, rd, relu, ys[i].D)
+			} else {
+				gemm.WinoOut(m, ms, count, c.Out, tw, first, x.H, x.W, c.B, rd, relu, ys[i].D)
+			}
+		})
 	})
-	return y
+	return ys
 }
 
-// balancedBlock is the tile block of a Winograd layer of n tiles, at most
-// full: the tiles are cut into a multiple of minBlocks blocks (or one
-// block per tile) of near-equal width, so two or four workers finish
-// together. It depends on the shape only, never on the thread count.
-func balancedBlock(n, full int) int {
+// tileBlock is the block width for n tiles, at most full: the fewest
+// blocks of at most full tiles, their count rounded up to a multiple of
+// the workers so that they finish together, of near-equal width. Neither
+// the width nor the thread count changes a bit (winograd), only how wide
+// the products are.
+func (e *Engine) tileBlock(n, full int) int {
 	k := (n + full - 1) / full
-	k = (k + minBlocks - 1) / minBlocks * minBlocks
+	k = (k + e.threads - 1) / e.threads * e.threads
 	return max((n+k-1)/k, 1)
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/nn"
 	"github.com/canopy-hpc/canopy/internal/testsupport/bound"
 )
@@ -97,24 +98,80 @@ func TestMaxPoolMatchesDefinition(t *testing.T) {
 	}
 }
 
-// TestBalancedBlock: a layer's tiles are cut into at most full-wide
-// blocks, no more of them than the fewest full-wide blocks
-// rounded up to minBlocks, the last not much narrower than the others (two
-// or four workers finish together; plain full-wide blocks, 1000 tiles as
-// 5×192 + 40, fail).
-func TestBalancedBlock(t *testing.T) {
-	for _, full := range []int{96, 192} {
-		for n := 1; n <= 5000; n++ {
-			b := balancedBlock(n, full)
-			k := (n + b - 1) / b
-			if b > full || b < 1 {
-				t.Fatalf("balancedBlock(%d, %d) = %d", n, full, b)
+// tileBlock cuts a layer's tiles into at most full-wide blocks, as few
+// as the workers allow: the fewest full-wide blocks rounded up to a
+// multiple of the workers, the last not much narrower than the others (the
+// workers finish together; plain full-wide blocks, 1000 tiles as 5×192 +
+// 40, fail).
+func TestTileBlock(t *testing.T) {
+	for _, threads := range []int{1, 2, 3, 4} {
+		e := NewEngine(threads)
+		for _, full := range []int{96, 192} {
+			for n := 1; n <= 5000; n++ {
+				b := e.tileBlock(n, full)
+				k := (n + b - 1) / b
+				if b > full || b < 1 {
+					t.Fatalf("%d threads: tileBlock(%d, %d) = %d", threads, n, full, b)
+				}
+				if want := (n + full - 1) / full; k < want || k > (want+threads-1)/threads*threads {
+					t.Fatalf("%d threads: tileBlock(%d, %d) = %d: %d blocks", threads, n, full, b, k)
+				}
+				if last := n - (k-1)*b; k > 1 && last < b-k {
+					t.Fatalf("%d threads: tileBlock(%d, %d) = %d: last block %d of %d", threads, n, full, b, last, b)
+				}
 			}
-			if want := (n + full - 1) / full; k < want || k > (want+minBlocks-1)/minBlocks*minBlocks {
-				t.Fatalf("balancedBlock(%d, %d) = %d: %d blocks", n, full, b, k)
+		}
+	}
+}
+
+// ConvLevels gives each map exactly the bits Conv gives it alone, on 1, 2
+// and 3 workers and in every clone of the kernels: maps of 1×1 to 41×37
+// (blocks that cross from one map into the next, maps smaller than a
+// tile), a Winograd F(4×4,3×3) layer, and a 1×1 and an F(2×2,3×3) one
+// (which run map by map).
+func TestConvLevelsSameBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	conv := func(out, in, k int) *nn.Conv {
+		c := &nn.Conv{Name: "t", Out: out, In: in, KH: k, KW: k, Stride: 1, Pad: k / 2,
+			W: make([]float32, out*in*k*k), B: make([]float32, out)}
+		for i := range c.W {
+			c.W[i] = float32(r.NormFloat64() / math.Sqrt(float64(in*k*k)))
+		}
+		for i := range c.B {
+			c.B[i] = float32(r.NormFloat64() * 0.1)
+		}
+		return c
+	}
+	sizes := [][2]int{{41, 37}, {21, 19}, {11, 10}, {6, 5}, {3, 3}, {2, 1}, {1, 1}}
+	defer gemm.SetSIMD(gemm.Kernels())
+	for _, c := range []*nn.Conv{conv(40, 36, 3), conv(40, 36, 1), conv(272, 256, 3)} {
+		xs := make([]Fmap, len(sizes))
+		for i, s := range sizes {
+			xs[i] = NewFmap(c.In, s[0], s[1])
+			for j := range xs[i].D {
+				xs[i].D[j] = float32(r.NormFloat64())
 			}
-			if last := n - (k-1)*b; k > 1 && last < b-k {
-				t.Fatalf("balancedBlock(%d, %d) = %d: last block %d of %d", n, full, b, last, b)
+		}
+		want := make([]Fmap, len(xs))
+		for i, x := range xs {
+			want[i] = NewEngine(1).Conv(c, x, true, nil)
+		}
+		for s := gemm.Generic; s <= gemm.BestKernels(); s++ {
+			if err := gemm.SetSIMD(s); err != nil {
+				t.Fatal(err)
+			}
+			for _, threads := range []int{1, 2, 3} {
+				got := NewEngine(threads).ConvLevels(c, xs, true)
+				for i := range xs {
+					if got[i].C != c.Out || got[i].H != xs[i].H || got[i].W != xs[i].W {
+						t.Fatalf("%dx%d %s: map %d is %d×%d×%d", c.KH, c.KW, s, i, got[i].C, got[i].H, got[i].W)
+					}
+					for j := range want[i].D {
+						if math.Float32bits(got[i].D[j]) != math.Float32bits(want[i].D[j]) {
+							t.Fatalf("%dx%d F(%d) %s, %d threads: map %d [%d] %v, alone %v", c.KH, c.KW, WinoTile(c), s, threads, i, j, got[i].D[j], want[i].D[j])
+						}
+					}
+				}
 			}
 		}
 	}

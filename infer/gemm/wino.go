@@ -38,6 +38,18 @@ func WinoOut4(m []float32, ms, nb, o, tw, t0, h, w int, bias, res []float32, rel
 	wino4Out(m, ms, nb, nb, o, tw, t0, h, w, h*w, bias, res, relu, y)
 }
 
+// WinoIn4Ld is WinoIn4 with the rows of V ldv floats apart (ldv ≥ nb): the
+// CPU detector's blocks hold several maps' tiles, each map's a run of the
+// block's columns.
+func WinoIn4Ld(x []float32, c, h, w, tw, t0, nb int, v []float32, vs, ldv int) {
+	wino4In(x, c, h*w, h, w, tw, t0, nb, v, vs, ldv)
+}
+
+// WinoOut4Ld is WinoOut4 with the rows of M ldm floats apart.
+func WinoOut4Ld(m []float32, ms, ldm, nb, o, tw, t0, h, w int, bias, res []float32, relu bool, y []float32) {
+	wino4Out(m, ms, ldm, nb, o, tw, t0, h, w, h*w, bias, res, relu, y)
+}
+
 // bt6 is Bᵀ of F(4×4, 3×3) on six values, in kernels_body.h's order (the
 // conversions forbid fusing a product into an add, as -ffp-contract=off
 // does in C).

@@ -63,9 +63,17 @@ func (l *Times) AddConv(c *Conv, oh, ow int, since Stamp) {
 	if l == nil {
 		return
 	}
-	g := GroupOf(c.Name)
-	l.Add(g, since)
-	l.flops[g] += 2 * float64(c.Out) * float64(c.In*c.KH*c.KW) * float64(oh*ow)
+	l.Add(GroupOf(c.Name), since)
+	l.AddFLOPs(c, oh, ow)
+}
+
+// AddFLOPs counts the work of a convolution of c with an oh×ow output in
+// its group, without a time (a map that ran with others: ConvLevels).
+func (l *Times) AddFLOPs(c *Conv, oh, ow int) {
+	if l == nil {
+		return
+	}
+	l.flops[GroupOf(c.Name)] += 2 * float64(c.Out) * float64(c.In*c.KH*c.KW) * float64(oh*ow)
 }
 
 func (l *Times) Add(group string, since Stamp) {

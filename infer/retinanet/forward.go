@@ -87,6 +87,28 @@ func head[T any](m *Model, e nn.Backend[T], p T) (cls, reg T) {
 	return cls, reg
 }
 
+// cpuHeads is head on the CPU engine, over the five levels at once: each
+// convolution of the towers runs on the five maps together
+// (cpu.Engine.ConvLevels: the same bits as one level at a time), so that
+// P5–P7's few tiles fill the products beside P3's and P4's.
+func cpuHeads(m *Model, e *cpu.Engine, p [5]cpu.Fmap) (cls, reg [5]cpu.Fmap) {
+	c, r := p[:], p[:]
+	for i := 0; i < 4; i++ {
+		nc := e.ConvLevels(m.clsT[i], c, true)
+		nr := e.ConvLevels(m.regT[i], r, true)
+		if i > 0 {
+			e.Put(c...)
+			e.Put(r...)
+		}
+		c, r = nc, nr
+	}
+	copy(cls[:], e.ConvLevels(m.cls, c, false))
+	copy(reg[:], e.ConvLevels(m.reg, r, false))
+	e.Put(c...)
+	e.Put(r...)
+	return cls, reg
+}
+
 // bboxClip is torchvision's BoxCoder clamp, log(1000/16), as float32.
 var bboxClip = float32(math.Log(1000.0 / 16))
 
@@ -118,10 +140,10 @@ func (m *Model) detect(e *cpu.Engine, img Image, tr *Trace, targets []Target, wa
 	}
 	var all []cand
 	var bad error
+	cls, reg := cpuHeads(m, e, p)
 	for L := 0; L < 5; L++ {
-		cls, reg := head[cpu.Fmap](m, e, p[L])
 		t1 := e.Times.Now()
-		lo := levelOut{gh: p[L].H, gw: p[L].W, cls: cls, reg: reg}
+		lo := levelOut{gh: p[L].H, gw: p[L].W, cls: cls[L], reg: reg[L]}
 		if bad == nil {
 			bad = lo.check(L)
 		}
@@ -134,7 +156,7 @@ func (m *Model) detect(e *cpu.Engine, img Image, tr *Trace, targets []Target, wa
 		if tr != nil {
 			tr.Levels[L] = p[L]
 		}
-		e.Put(cls, reg, p[L])
+		e.Put(cls[L], reg[L], p[L])
 		e.Times.Add("postprocess", t1)
 	}
 	var loss box.Loss
