@@ -5,7 +5,7 @@
 # CropModel network (ResNet-50: the parity checkpoint; ResNet-18: the
 # parity state dict), the same boxes and the same threads.
 #
-#   tools/cropmodel/bench.sh ROUNDS THREADS CROPS [MODELS]
+#   [BENCH_SETTLE=0.8] tools/cropmodel/bench.sh ROUNDS THREADS CROPS [MODELS]
 #
 # MODELS is "r50 r18" (the default), "r50" or "r18". Each process runs
 # under /usr/bin/time (wall, user and system CPU seconds, peak RSS); the
@@ -34,6 +34,19 @@ go test -c -o "$work/crop.test" ./infer/crop
 go run ./cmd/cropmodel -out "$work/files" >/dev/null
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, avx512f: $(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)"
 load1() { cut -d' ' -f1 /proc/loadavg; }
+# BENCH_SETTLE=L waits, before each side, until the 1-minute load is
+# below L (at most BENCH_SETTLE_MAX seconds, default 180). On 2 cores a
+# side that ran 2 threads leaves the 1-minute average near 2 for about a
+# minute, so without it every round after the first reads as loaded by
+# the benchmark itself. The load printed is the one after the wait.
+settle() {
+	[ -n "${BENCH_SETTLE:-}" ] || return 0
+	waited=0
+	while awk -v l="$(load1)" -v t="$BENCH_SETTLE" 'BEGIN { exit !(l >= t) }' && [ "$waited" -lt "${BENCH_SETTLE_MAX:-180}" ]; do
+		sleep 5
+		waited=$((waited + 5))
+	done
+}
 : >"$work/summary"
 for model in $models; do
 	case $model in
@@ -46,6 +59,7 @@ for model in $models; do
 		[ $((r % 2)) -eq 0 ] && order="canopy deepforest"
 		quiet=yes
 		for side in $order; do
+			settle
 			l=$(load1)
 			echo "$model round $r $side load: $(cut -d' ' -f1-3 /proc/loadavg)"
 			awk -v l="$l" 'BEGIN { exit !(l >= 1) }' && quiet=no

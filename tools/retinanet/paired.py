@@ -52,6 +52,19 @@ def cpu_model():
     return platform.processor()
 
 
+def settle():
+    """BENCH_SETTLE=L: wait (at most BENCH_SETTLE_MAX s, default 180) until the
+    1-minute load is below L before a run. On 2 cores a side that ran both
+    cores leaves the average near 2 for about a minute, so without this every
+    run after the first reads as loaded by the benchmark itself."""
+    lim = os.environ.get("BENCH_SETTLE")
+    if not lim:
+        return
+    deadline = time.time() + float(os.environ.get("BENCH_SETTLE_MAX", "180"))
+    while loadavg() >= float(lim) and time.time() < deadline:
+        time.sleep(5)
+
+
 def loadavg():
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
@@ -156,6 +169,7 @@ def run(a, isa, out):
                 row = {}
                 order = ["canopy", "torch"] if rnd % 2 == 0 else ["torch", "canopy"]
                 for side in order:
+                    settle()
                     load = loadavg()
                     if side == "canopy":
                         wall, cpu, cmd = run_canopy(test_bin, w, h, threads, a.repeat)

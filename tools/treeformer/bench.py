@@ -33,6 +33,18 @@ def load():
     return open("/proc/loadavg").read().split()[0]
 
 
+def settle():
+    """BENCH_SETTLE=L: wait (at most BENCH_SETTLE_MAX s, default 180) until the
+    1-minute load is below L before a side, so that the previous side's own
+    threads do not make the next one read as loaded."""
+    lim = os.environ.get("BENCH_SETTLE")
+    if not lim:
+        return
+    deadline = time.time() + float(os.environ.get("BENCH_SETTLE_MAX", "180"))
+    while float(load()) >= float(lim) and time.time() < deadline:
+        time.sleep(5)
+
+
 def torch_window(ref, threads, repeat):
     """CPU and wall seconds of each of repeat warm forward passes."""
     import numpy as np
@@ -86,8 +98,10 @@ def main():
            "aten_cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY", ""), "rows": []}
     try:
         for threads in [int(t) for t in a.threads.split(",")]:
+            settle()
             lt = load()
             tc, tw = torch_window(a.ref, threads, a.repeat)
+            settle()
             lg = load()
             gc, gw = go_window(bin_path, a.ref, threads, a.repeat)
             row = {"threads": threads, "load_before_torch": lt, "load_before_canopy": lg,
