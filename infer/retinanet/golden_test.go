@@ -257,6 +257,19 @@ func toImage(m *image.RGBA) Image {
 
 var goldenModels sync.Map
 
+// smallGoldenModel is the golden model at a 128–160 pixel network input:
+// a whole detector small enough for the slow clones and the per-layer
+// timings (both run it on forest image 11, 150×100).
+func smallGoldenModel(t testing.TB, gold *golden, m *Model) *Model {
+	opt := m.Opt
+	opt.MinSize, opt.MaxSize = 128, 160
+	small, err := New(goldenWeights(t, gold), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return small
+}
+
 func goldenModel(t testing.TB, name string) (*golden, *Model) {
 	t.Helper()
 	g := readGolden(t, name)

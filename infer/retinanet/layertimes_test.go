@@ -14,12 +14,7 @@ import (
 // the groups without convolutions have no FLOPs.
 func TestLayerTimesFLOPs(t *testing.T) {
 	gold, g := goldenModel(t, "r18.json")
-	opt := g.Opt
-	opt.MinSize, opt.MaxSize = 128, 160
-	m, err := New(goldenWeights(t, gold), opt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := smallGoldenModel(t, gold, g)
 	rgba, _ := forest.Generate(11, 0, 150, 100)
 	img := toImage(rgba)
 	r := NewRunner(m, 2)

@@ -32,12 +32,7 @@ import (
 // same across builds and machines' instruction sets.
 func TestClonesSameBytes(t *testing.T) {
 	gold, m := goldenModel(t, "r18.json")
-	opt := m.Opt
-	opt.MinSize, opt.MaxSize = 128, 160
-	small, err := New(goldenWeights(t, gold), opt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	small := smallGoldenModel(t, gold, m)
 	rgba, _ := forest.Generate(11, 0, 150, 100)
 	cases := []struct {
 		name   string
