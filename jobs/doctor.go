@@ -12,10 +12,12 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/imagesrun"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/runkind"
 	"github.com/canopy-hpc/canopy/internal/tilerun"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -129,7 +131,7 @@ func outState(dir string) (int, string) {
 	if !has(outdir.ManifestFile) {
 		return ExitInternal, busy + "no canopy run (no manifest.json, no report.json)"
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, outdir.ManifestFile)); err != nil || json.Unmarshal(b, &manifest{}) != nil {
+	if b, err := os.ReadFile(filepath.Join(dir, outdir.ManifestFile)); err != nil || json.Unmarshal(b, &imagesrun.Manifest{}) != nil {
 		return ExitInternal, busy + "manifest.json is empty, truncated or unreadable (a run killed as it started, or a damaged folder): --resume refuses it (exit 2); start again with --force"
 	}
 	if code, msg, ok := tileOutState(dir); ok {
@@ -147,11 +149,11 @@ func outState(dir string) (int, string) {
 		return ExitInternal, fmt.Sprintf("%sa run that failed (exit %d: %s), not an interruption: --resume with the same inputs fails the same way; fix the cause, then --resume continues from %d saved image(s) (or start again with --force)",
 			busy, code, fault, len(done))
 	}
-	job := kindEval
+	job := runkind.Eval
 	if b, err := os.ReadFile(filepath.Join(dir, outdir.ManifestFile)); err == nil {
-		var m manifest
+		var m imagesrun.Manifest
 		if json.Unmarshal(b, &m) == nil {
-			job = m.kind()
+			job = m.Kind()
 		}
 	}
 	if len(done) == 0 {

@@ -17,9 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-hpc/canopy/internal/imagesrun"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/pipeline/predict"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -344,13 +346,13 @@ func TestFullDiskOnPartFileExits1(t *testing.T) {
 	if _, err := os.Stat("/dev/full"); err != nil {
 		t.Skip("no /dev/full on this system")
 	}
-	old := createParts
-	createParts = func(out, run string, attempt, rank int, every time.Duration) (*parts.Writer, error) {
+	old := imagesrun.CreateParts
+	imagesrun.CreateParts = func(out, run string, attempt, rank int, every time.Duration) (*parts.Writer, error) {
 		os.MkdirAll(filepath.Join(out, parts.Dir), 0o755)
 		os.Symlink("/dev/full", filepath.Join(out, parts.Dir, fmt.Sprintf("part-%03d-%05d.part", attempt, rank)))
 		return parts.Create(out, run, attempt, rank, every)
 	}
-	defer func() { createParts = old }()
+	defer func() { imagesrun.CreateParts = old }()
 	codes, stderr := runLocalErr(t, 2, setCfg("three", t.TempDir()))
 	if codes[0] != ExitInternal && codes[1] != ExitInternal {
 		t.Fatalf("codes %v, want %d\n%s", codes, ExitInternal, stderr)
@@ -373,10 +375,10 @@ func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
 	_, csv, _ := testModelSet(t)
 	out := t.TempDir()
 	cfg := PredictConfig{Out: out, BatchSize: 2, CSV: csv, Model: modelCfg(t, out).Model}
-	predict := func(cfg PredictConfig) []int {
+	runPredict := func(cfg PredictConfig) []int {
 		codes := make([]int, 2)
 		errs := local.Run(2, func(c mpi.Comm) error {
-			codes[c.Rank()] = Code(Predict(context.Background(), c, cfg))
+			codes[c.Rank()] = Code(predict.Run(context.Background(), c, cfg))
 			return nil
 		})
 		for _, err := range errs {
@@ -386,7 +388,7 @@ func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
 		}
 		return codes
 	}
-	if codes := predict(cfg); codes[0] != 0 {
+	if codes := runPredict(cfg); codes[0] != 0 {
 		t.Fatal(codes)
 	}
 	before := snapshot(t, out)
@@ -410,7 +412,7 @@ func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
 		cfg := cfg
 		cfg.Force = true
 		c.mod(&cfg)
-		if codes := predict(cfg); codes[0] != c.code || codes[1] != c.code {
+		if codes := runPredict(cfg); codes[0] != c.code || codes[1] != c.code {
 			t.Fatalf("%s: codes %v, want %d", name, codes, c.code)
 		}
 		sameTree(t, name, before, snapshot(t, out))
@@ -420,11 +422,11 @@ func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Force = true
-	if codes := predict(cfg); codes[0] != ExitUsage {
+	if codes := runPredict(cfg); codes[0] != ExitUsage {
 		t.Fatalf("while locked: %v", codes)
 	}
 	l.Release()
-	if codes := predict(cfg); codes[0] != 0 {
+	if codes := runPredict(cfg); codes[0] != 0 {
 		t.Fatalf("--force: %v", codes)
 	}
 }
@@ -442,10 +444,10 @@ func TestPredictForceReplacesEvalRun(t *testing.T) {
 	before := snapshot(t, out)
 	missing := filepath.Join(t.TempDir(), "missing.csv")
 	os.WriteFile(missing, []byte("image_path\nnope.png\n"), 0o644)
-	predict := func(cfg PredictConfig) int {
+	runPredict := func(cfg PredictConfig) int {
 		codes := make([]int, 2)
 		local.Run(2, func(c mpi.Comm) error {
-			codes[c.Rank()] = Code(Predict(context.Background(), c, cfg))
+			codes[c.Rank()] = Code(predict.Run(context.Background(), c, cfg))
 			return nil
 		})
 		if codes[0] != codes[1] {
@@ -454,18 +456,18 @@ func TestPredictForceReplacesEvalRun(t *testing.T) {
 		return codes[0]
 	}
 	cfg := PredictConfig{Out: out, BatchSize: 2, CSV: csv, Model: modelCfg(t, out).Model}
-	if code := predict(cfg); code != ExitUsage {
+	if code := runPredict(cfg); code != ExitUsage {
 		t.Fatalf("without --force: exit %d, want %d", code, ExitUsage)
 	}
 	sameTree(t, "without --force", before, snapshot(t, out))
 	cfg.Force = true
 	bad := cfg
 	bad.CSV = missing
-	if code := predict(bad); code != ExitInput {
+	if code := runPredict(bad); code != ExitInput {
 		t.Fatalf("missing image: exit %d, want %d", code, ExitInput)
 	}
 	sameTree(t, "failed --force", before, snapshot(t, out))
-	if code := predict(cfg); code != ExitOK {
+	if code := runPredict(cfg); code != ExitOK {
 		t.Fatalf("--force: exit %d", code)
 	}
 	got := names(snapshot(t, out))
@@ -474,7 +476,7 @@ func TestPredictForceReplacesEvalRun(t *testing.T) {
 			t.Fatalf("after predict --force the folder holds %v: the eval's %s is left", got, n)
 		}
 	}
-	var m manifest
+	var m imagesrun.Manifest
 	if b, err := os.ReadFile(filepath.Join(out, outdir.ManifestFile)); err != nil || json.Unmarshal(b, &m) != nil || m.Job != "predict" {
 		t.Fatalf("after predict --force the folder holds %v and a manifest that is not predict's (%v)", got, err)
 	}
@@ -537,7 +539,7 @@ func TestForceRestoreRefusesLatePartFile(t *testing.T) {
 	if !o.Finish(errors.New("rank 0 failed")) { // rank 0: the previous run is back
 		t.Fatal("the previous run was not restored")
 	}
-	if _, err := createParts(out, in.probe, in.attempt, 1, time.Second); !errors.Is(err, parts.ErrNotOwner) {
+	if _, err := parts.Create(out, in.saved.Probe, in.saved.Attempt, 1, time.Second); !errors.Is(err, parts.ErrNotOwner) {
 		t.Fatalf("a late rank's part file: %v, want parts.ErrNotOwner", err)
 	}
 	sameTree(t, "after the restore", before, snapshot(t, out))

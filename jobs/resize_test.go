@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/retinanet"
+	"github.com/canopy-hpc/canopy/internal/pipeline/predict"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
@@ -36,7 +37,7 @@ func TestPredictResizeRule(t *testing.T) {
 		blend := retinanet.BlendRule(i) // fma with the first, no-fma with the second
 		cfg := PredictConfig{Images: dir, Out: out, BatchSize: 1,
 			Model: ModelConfig{Spec: model, Threads: 1, ScoreThresh: -1, NMSThresh: -1, Device: device("cpu"), Resize: rule, Blend: blend}}
-		for r, err := range local.Run(1, func(c mpi.Comm) error { return Predict(context.Background(), c, cfg) }) {
+		for r, err := range local.Run(1, func(c mpi.Comm) error { return predict.Run(context.Background(), c, cfg) }) {
 			if err != nil {
 				t.Fatalf("%s: rank %d: %v", rule, r, err)
 			}
@@ -62,13 +63,13 @@ func TestPredictResizeRule(t *testing.T) {
 	if bytes.Equal(preds[0], preds[1]) {
 		t.Error("the two resize rules give the same predictions on a 1500×900 image")
 	}
-	a := newManifest(EvalConfig{Model: ModelConfig{Spec: model}}, inputs{})
-	b := newManifest(EvalConfig{Model: ModelConfig{Spec: model, Resize: retinanet.ResizeTorchvision015}}, inputs{})
-	if d := a.diff(b); len(d) != 1 || !strings.Contains(d[0], "torchvision-0.15") {
+	a := evalManifest(EvalConfig{Model: ModelConfig{Spec: model}}, inputs{})
+	b := evalManifest(EvalConfig{Model: ModelConfig{Spec: model, Resize: retinanet.ResizeTorchvision015}}, inputs{})
+	if d := a.Diff(b); len(d) != 1 || !strings.Contains(d[0], "torchvision-0.15") {
 		t.Errorf("manifest diff between the rules: %q", d)
 	}
-	c := newManifest(EvalConfig{Model: ModelConfig{Spec: model, Blend: retinanet.BlendNoFMA}}, inputs{})
-	if d := a.diff(c); len(d) != 1 || !strings.Contains(d[0], "no-fma") {
+	c := evalManifest(EvalConfig{Model: ModelConfig{Spec: model, Blend: retinanet.BlendNoFMA}}, inputs{})
+	if d := a.Diff(c); len(d) != 1 || !strings.Contains(d[0], "no-fma") {
 		t.Errorf("manifest diff between the blends: %q", d)
 	}
 }
