@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/crop"
@@ -20,22 +21,22 @@ import (
 // crops it cuts (crop_hpass).
 type sentCount struct {
 	cuda.Device
-	bytes, crops *int
+	bytes, crops *atomic.Int64 // the in-process ranks' devices share them
 }
 
 func (d sentCount) Upload(dst cuda.Ptr, src []float32) error {
-	*d.bytes += 4 * len(src)
+	d.bytes.Add(int64(4 * len(src)))
 	return d.Device.Upload(dst, src)
 }
 
 func (d sentCount) UploadBytes(dst cuda.Ptr, src []byte) error {
-	*d.bytes += len(src)
+	d.bytes.Add(int64(len(src)))
 	return d.Device.UploadBytes(dst, src)
 }
 
 func (d sentCount) Launch(name string, g kernels.Dim, args ...any) error {
 	if name == kernels.CropHPass {
-		*d.crops++
+		d.crops.Add(1)
 	}
 	return d.Device.Launch(name, g, args...)
 }
@@ -46,11 +47,13 @@ func (d sentCount) Launch(name string, g kernels.Dim, args ...any) error {
 // same bytes as when every crop is read from the raster and uploaded
 // (tilerun.HeldWindowBytes 0, the path before), the device cuts as many
 // crops, and it is sent exactly the crops' pixels less (3·w·h 8-bit
-// samples per crop). (The crops' classes against the CPU engine's:
+// samples per crop). On 2 ranks, where a crop's rank may not be the one
+// that detected its window (then it is read and uploaded as before), the
+// same bytes again. (The crops' classes against the CPU engine's:
 // infer/crop's TestGPUCropFromHeldWindows.)
 func TestCropTileFromHeldWindows(t *testing.T) {
-	withFakeGPUs(t, 1)
-	var sent, cut int
+	withFakeGPUs(t, 2)
+	var sent, cut atomic.Int64
 	open := modelsel.OpenDevice
 	modelsel.OpenDevice = func(i int) (cuda.Device, error) {
 		d, err := open(i)
@@ -62,21 +65,25 @@ func TestCropTileFromHeldWindows(t *testing.T) {
 	hub := smallCropHub(t)
 	raster, _ := tileRasterFile(t, 260, 200, 7)
 	spec := gpuCfg(t, t.TempDir()).Model.Spec
-	run := func(held int64) ([]byte, int, int) {
+	run := func(ranks int, held int64) ([]byte, int, int) {
 		prev := tilerun.HeldWindowBytes
 		tilerun.HeldWindowBytes = held
 		defer func() { tilerun.HeldWindowBytes = prev }()
-		sent, cut = 0, 0
+		sent.Store(0)
+		cut.Store(0)
 		cfg := tilerun.Config{Names: tileCfg("", "").Names, Raster: raster, Out: filepath.Join(t.TempDir(), "out"), BatchSize: 2,
 			Settings: tile.Settings{Patch: 128, Overlap: 0.25}, IoU: tile.DefaultIoU, CacheMiB: 16,
 			Model: ModelConfig{Spec: spec, Threads: 1, ScoreThresh: 0.05, NMSThresh: -1, Device: device("cuda"), Precision: cuda.Exact, PrecisionSet: true},
 			Crops: cropstage.CropConfig{Models: []string{hub}}}
-		return runTile(t, 1, cfg), sent, cut
+		return runTile(t, ranks, cfg), int(sent.Load()), int(cut.Load())
 	}
-	before, sentBefore, cutBefore := run(0)
-	after, sentAfter, cutAfter := run(tilerun.HeldWindowBytes)
+	before, sentBefore, cutBefore := run(1, 0)
+	after, sentAfter, cutAfter := run(1, tilerun.HeldWindowBytes)
 	if !bytes.Equal(before, after) {
 		t.Errorf("predictions.csv differs when the crops are cut from the held windows")
+	}
+	if two, _, _ := run(2, tilerun.HeldWindowBytes); !bytes.Equal(two, after) {
+		t.Errorf("predictions.csv on 2 ranks (held windows) differs from 1 rank's")
 	}
 	rows, err := csv.NewReader(bytes.NewReader(after)).ReadAll()
 	if err != nil {
