@@ -351,7 +351,7 @@ func packInputs(cfg EvalConfig) ([]byte, *outdir.Run) {
 		}
 		if i == 0 && geotruth.IsVector(f) {
 			// points or polygons of a layer: rank 0 makes them one CSV
-			data, warns, err := vectorEvalTruth(f, cfg.RootDir)
+			data, warns, err := geotruth.GeometryCSV(f, cfg.RootDir)
 			if err != nil {
 				return fail(ExitInput, err)
 			}
