@@ -48,11 +48,14 @@ demo: build
 demo-baseline: demo
 	mkdir -p testdata/golden/demo && cp canopy-out/report.json testdata/golden/demo/report.json
 
-test: deps check-fmt check-tags check-cuda test-unit test-isa test-mpi
+test: deps check-fmt check-tags check-rooms check-cuda test-unit test-isa test-mpi
 
 # docs/design.md's map of the rooms against the code: every package has
-# its row and imports only what its row allows (every build tag).
+# its row and imports only what its row allows (every build tag). It
+# needs go and python3 (its standard library only); Debian's python3 is
+# installed when missing (a fresh Debian 12 has none).
 check-rooms:
+	@command -v python3 >/dev/null 2>&1 || scripts/install-deps.sh python3
 	python3 tools/rooms/check_map.py
 
 # The optional build tags compile and vet: -tags noblas (gonum SGEMM),
