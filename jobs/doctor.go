@@ -12,6 +12,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/imagesrun"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
@@ -129,7 +130,7 @@ func outState(dir string) (int, string) {
 	if !has(outdir.ManifestFile) {
 		return ExitInternal, busy + "no canopy run (no manifest.json, no report.json)"
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, outdir.ManifestFile)); err != nil || json.Unmarshal(b, &manifest{}) != nil {
+	if b, err := os.ReadFile(filepath.Join(dir, outdir.ManifestFile)); err != nil || json.Unmarshal(b, &imagesrun.Manifest{}) != nil {
 		return ExitInternal, busy + "manifest.json is empty, truncated or unreadable (a run killed as it started, or a damaged folder): --resume refuses it (exit 2); start again with --force"
 	}
 	if code, msg, ok := tileOutState(dir); ok {
@@ -149,9 +150,9 @@ func outState(dir string) (int, string) {
 	}
 	job := kindEval
 	if b, err := os.ReadFile(filepath.Join(dir, outdir.ManifestFile)); err == nil {
-		var m manifest
+		var m imagesrun.Manifest
 		if json.Unmarshal(b, &m) == nil {
-			job = m.kind()
+			job = m.Kind()
 		}
 	}
 	if len(done) == 0 {

@@ -19,11 +19,11 @@ import (
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/detect"
 	"github.com/canopy-hpc/canopy/internal/geotruth"
+	"github.com/canopy-hpc/canopy/internal/imagesrun"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
-	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/pipeline/eval"
 	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/internal/testhook"
@@ -36,13 +36,11 @@ import (
 type EvalConfig = eval.Config
 
 // inputs is what rank 0 reads and broadcasts: the files' bytes (the
-// pipeline's eval.Inputs), and for --resume the part files and the
-// attempt number.
+// pipeline's eval.Inputs), the shared-filesystem probe, and for --resume
+// the part files and the attempt number (imagesrun.Saved).
 type inputs struct {
 	eval.Inputs
-	probe   string // shared-filesystem probe nonce
-	attempt int
-	parts   []parts.File
+	saved imagesrun.Saved
 	// modelDir and modelDigest: the model folder rank 0 resolved and the
 	// sha256 of its weights (empty for replay).
 	modelDir, modelDigest, modelConfig string
@@ -63,7 +61,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	in, out, err := loadInputs(c, cfg)
 	// rank 0: a --force run that fails (or is interrupted) before it saved
 	// anything puts the previous run back
-	defer finishImagesRun(out, cfg.Out, &err)
+	defer imagesrun.Finish(out, cfg.Out, &err)
 	if err != nil {
 		return err
 	}
@@ -142,7 +140,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			collective.SayLine(cfg.Warnings, "canopy: warning: ", w)
 		}
 	}
-	done, pst, err := resumedImages(c, cfg.Out, cfg.RootDir, savedRun{probe: in.probe, attempt: in.attempt, parts: in.parts}, images, model != nil)
+	done, pst, err := imagesrun.Resumed(c, imagesrun.Resumption{Out: cfg.Out, RootDir: cfg.RootDir, Saved: in.saved, Images: images, Identify: model != nil})
 	if err != nil {
 		return err
 	}
@@ -194,13 +192,13 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		det = rd
 	}
 	defer det.Close()
-	rec, err := openRecorder(out, cfg.Out, savedRun{probe: in.probe, attempt: in.attempt}, c.Rank())
+	rec, err := imagesrun.OpenRecorder(out, cfg.Out, in.saved, c.Rank())
 	if err != nil {
 		return err
 	}
 	mine, derr := detect.Shard(ctx, det, detect.Options{RootDir: cfg.RootDir, BatchSize: cfg.BatchSize, Progress: cfg.Progress, Losses: model != nil, Identify: model != nil, Global: model.GlobalBatching()},
-		images, shard, c.Rank(), rec.record)
-	if err := detectErr(rec.close(derr), ""); err != nil {
+		images, shard, c.Rank(), rec.Record)
+	if err := detectErr(rec.Close(derr), ""); err != nil {
 		return err
 	}
 	for _, im := range mine {
@@ -212,11 +210,11 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 
 	// 4-5. Encode, gather, merge (with the images the part files hold).
 	testhook.Stop(c.Rank(), "gather")
-	dets, losses, err := collective.GatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, savedImages(done, len(images)), len(images), &stats)
+	dets, losses, err := collective.GatherMerge(c, cfg.CollectiveTimeout, time.Since(t1), mine, imagesrun.SavedImages(done, len(images)), len(images), &stats)
 	if err != nil {
 		return err
 	}
-	resumed := output.ResumeInfo{Attempt: in.attempt, FromParts: len(done), Computed: len(todo), RecordsDropped: pst.Dropped}
+	resumed := output.ResumeInfo{Attempt: in.saved.Attempt, FromParts: len(done), Computed: len(todo), RecordsDropped: pst.Dropped}
 	var table *cropstage.Table
 	if crops != nil {
 		tc := time.Now()
@@ -381,7 +379,7 @@ func packInputs(cfg EvalConfig) ([]byte, *outdir.Run) {
 		return fail(Code(err), err)
 	}
 	fields := [][]byte{in.CSV, in.Preds, in.Labels, []byte(in.modelDir), []byte(in.modelDigest), []byte(in.modelConfig), boolByte(in.TruthFolder)}
-	fields = packSaved(fields, savedRun{probe: in.probe, attempt: in.attempt, parts: in.parts})
+	fields = imagesrun.PackSaved(fields, in.saved)
 	return collective.PackFields([]byte{0}, fields...), out
 }
 
@@ -390,16 +388,40 @@ func unpackInputs(pkt []byte) (inputs, error) {
 	if err != nil {
 		return inputs{}, err
 	}
-	saved, err := unpackSaved(f[7:])
+	saved, err := imagesrun.UnpackSaved(f[7:])
 	if err != nil || len(f[6]) != 1 {
 		return inputs{}, collectiveErr(ExitInternal, "jobs: malformed input broadcast")
 	}
-	in := inputs{Inputs: eval.Inputs{CSV: f[0], Preds: f[1], TruthFolder: f[6][0] == 1}, probe: saved.probe, attempt: saved.attempt, parts: saved.parts,
+	in := inputs{Inputs: eval.Inputs{CSV: f[0], Preds: f[1], TruthFolder: f[6][0] == 1}, saved: saved,
 		modelDir: string(f[3]), modelDigest: string(f[4]), modelConfig: string(f[5])}
 	if len(f[2]) > 0 {
 		in.Labels = f[2]
 	}
 	return in, nil
+}
+
+// evalManifest is eval's OUT/manifest.json (imagesrun.EvalRun): the
+// root folder is --root-dir, default the CSV's folder.
+func evalManifest(cfg EvalConfig, in inputs) imagesrun.Manifest {
+	r := imagesrun.EvalRun{CSV: in.CSV, Predictions: in.Preds, LabelDict: in.Labels, RootDir: cfg.RootDir}
+	if r.RootDir == "" {
+		r.RootDir = filepath.Dir(cfg.CSV)
+	}
+	if cfg.Model.Spec != "" {
+		r.Detector = imagesrun.Detector{WeightsSHA256: in.modelDigest, Settings: modelsel.DetectorSettings(cfg.Model, in.modelConfig)}
+	}
+	return r.Manifest()
+}
+
+// prepareOut is rank 0's output-folder step of eval, before anything is
+// computed (imagesrun.Open with eval's manifest).
+func prepareOut(cfg EvalConfig, in *inputs) (*outdir.Run, error) {
+	o, saved, err := imagesrun.Open(imagesrun.Folder{Dir: cfg.Out, Resume: cfg.Resume, Force: cfg.Force}, evalManifest(cfg, *in))
+	if err != nil {
+		return nil, err
+	}
+	in.saved = saved
+	return o, nil
 }
 
 func boolByte(b bool) []byte {

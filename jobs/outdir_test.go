@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-hpc/canopy/internal/imagesrun"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
@@ -344,13 +345,13 @@ func TestFullDiskOnPartFileExits1(t *testing.T) {
 	if _, err := os.Stat("/dev/full"); err != nil {
 		t.Skip("no /dev/full on this system")
 	}
-	old := createParts
-	createParts = func(out, run string, attempt, rank int, every time.Duration) (*parts.Writer, error) {
+	old := imagesrun.CreateParts
+	imagesrun.CreateParts = func(out, run string, attempt, rank int, every time.Duration) (*parts.Writer, error) {
 		os.MkdirAll(filepath.Join(out, parts.Dir), 0o755)
 		os.Symlink("/dev/full", filepath.Join(out, parts.Dir, fmt.Sprintf("part-%03d-%05d.part", attempt, rank)))
 		return parts.Create(out, run, attempt, rank, every)
 	}
-	defer func() { createParts = old }()
+	defer func() { imagesrun.CreateParts = old }()
 	codes, stderr := runLocalErr(t, 2, setCfg("three", t.TempDir()))
 	if codes[0] != ExitInternal && codes[1] != ExitInternal {
 		t.Fatalf("codes %v, want %d\n%s", codes, ExitInternal, stderr)
@@ -474,7 +475,7 @@ func TestPredictForceReplacesEvalRun(t *testing.T) {
 			t.Fatalf("after predict --force the folder holds %v: the eval's %s is left", got, n)
 		}
 	}
-	var m manifest
+	var m imagesrun.Manifest
 	if b, err := os.ReadFile(filepath.Join(out, outdir.ManifestFile)); err != nil || json.Unmarshal(b, &m) != nil || m.Job != "predict" {
 		t.Fatalf("after predict --force the folder holds %v and a manifest that is not predict's (%v)", got, err)
 	}
@@ -537,7 +538,7 @@ func TestForceRestoreRefusesLatePartFile(t *testing.T) {
 	if !o.Finish(errors.New("rank 0 failed")) { // rank 0: the previous run is back
 		t.Fatal("the previous run was not restored")
 	}
-	if _, err := createParts(out, in.probe, in.attempt, 1, time.Second); !errors.Is(err, parts.ErrNotOwner) {
+	if _, err := parts.Create(out, in.saved.Probe, in.saved.Attempt, 1, time.Second); !errors.Is(err, parts.ErrNotOwner) {
 		t.Fatalf("a late rank's part file: %v, want parts.ErrNotOwner", err)
 	}
 	sameTree(t, "after the restore", before, snapshot(t, out))

@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/detect"
+	"github.com/canopy-hpc/canopy/internal/imagesrun"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
@@ -58,30 +59,8 @@ type PredictConfig struct {
 // listImages lists --images (internal/dataset).
 var listImages = dataset.ListImages
 
-// predictManifest is plain predict's OUT/manifest.json: what its part
-// files were computed from (the image list, the model and its settings,
-// the label dict, the root folder). The part files hold the detector's
-// rows; the predict_image rows (or --raw-rows) are made from them at the
-// end, so that choice is not part of the identity.
-func predictManifest(cfg PredictConfig, paths []string, labels []byte, digest, config string) manifest {
-	m := manifest{Job: kindPredict, Canopy: output.Version, Images: outdir.SHA256Hex(collective.PackFields(nil, stringsBytes(paths)...)),
-		Detector: "retinanet weights sha256 " + digest, DetectorSettings: detectorSettings(cfg.Model, config), RootDir: absPath(cfg.RootDir)}
-	if labels != nil {
-		m.LabelDict = outdir.SHA256Hex(labels)
-	}
-	return m
-}
-
-func stringsBytes(ss []string) [][]byte {
-	out := make([][]byte, len(ss))
-	for i, s := range ss {
-		out[i] = []byte(s)
-	}
-	return out
-}
-
 // packPredict is rank 0's packet: the model, the label dict, the image
-// count and list, then the saved run (packSaved).
+// count and list, then the saved run (imagesrun.PackSaved).
 func packPredict(cfg PredictConfig) ([]byte, *outdir.Run) {
 	fail := func(code int, err error) ([]byte, *outdir.Run) {
 		return append([]byte{byte(code)}, err.Error()...), nil
@@ -112,13 +91,15 @@ func packPredict(cfg PredictConfig) ([]byte, *outdir.Run) {
 	if err != nil {
 		return fail(ExitModel, err)
 	}
-	out, saved, err := openImagesRun(cfg.Out, cfg.Resume, cfg.Force, predictManifest(cfg, paths, labels, digest, config))
+	run := imagesrun.PredictRun{Paths: paths, LabelDict: labels, RootDir: cfg.RootDir,
+		Detector: imagesrun.Detector{WeightsSHA256: digest, Settings: modelsel.DetectorSettings(cfg.Model, config)}}
+	out, saved, err := imagesrun.Open(imagesrun.Folder{Dir: cfg.Out, Resume: cfg.Resume, Force: cfg.Force}, run.Manifest())
 	if err != nil {
 		return fail(Code(err), err)
 	}
 	fields := [][]byte{[]byte(dir), []byte(digest), []byte(config), labels, binary.LittleEndian.AppendUint64(nil, uint64(len(paths)))}
-	fields = append(fields, stringsBytes(paths)...)
-	return collective.PackFields([]byte{0}, packSaved(fields, saved)...), out
+	fields = append(fields, imagesrun.StringsBytes(paths)...)
+	return collective.PackFields([]byte{0}, imagesrun.PackSaved(fields, saved)...), out
 }
 
 // Predict runs the predict job on this rank: every rank detects its shard,
@@ -142,7 +123,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	if c.Rank() == 0 {
 		pkt, out = packPredict(cfg)
 	}
-	defer finishImagesRun(out, cfg.Out, &err) // rank 0 releases the folder
+	defer imagesrun.Finish(out, cfg.Out, &err) // rank 0 releases the folder
 	f, err := collective.BcastFields(c, pkt, 7)
 	if err != nil {
 		return err
@@ -155,7 +136,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	for i, b := range f[5 : 5+n] {
 		paths[i] = string(b)
 	}
-	saved, err := unpackSaved(f[5+n:])
+	saved, err := imagesrun.UnpackSaved(f[5+n:])
 	if err != nil {
 		return err
 	}
@@ -187,7 +168,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		images[i] = box.Image{Path: p}
 		costs[i] = 1
 	}
-	done, pst, err := resumedImages(c, cfg.Out, cfg.RootDir, saved, images, true)
+	done, pst, err := imagesrun.Resumed(c, imagesrun.Resumption{Out: cfg.Out, RootDir: cfg.RootDir, Saved: saved, Images: images, Identify: true})
 	if err != nil {
 		return err
 	}
@@ -222,18 +203,18 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	}
 	defer det.Close()
 	crops.OnDetector(det) // --device cuda: the crops on the detector's GPU engine
-	rec, err := openRecorder(out, cfg.Out, saved, c.Rank())
+	rec, err := imagesrun.OpenRecorder(out, cfg.Out, saved, c.Rank())
 	if err != nil {
 		return err
 	}
 	// The part files keep the detector's rows; the rows of
 	// predictions.csv are made from them here and from the saved ones below.
 	mine, derr := detect.Shard(ctx, det, detect.Options{RootDir: cfg.RootDir, BatchSize: cfg.BatchSize, Progress: cfg.Progress, Identify: true, Global: model.GlobalBatching()},
-		images, shard, c.Rank(), rec.record)
-	if err := detectErr(rec.close(derr), ""); err != nil {
+		images, shard, c.Rank(), rec.Record)
+	if err := detectErr(rec.Close(derr), ""); err != nil {
 		return err
 	}
-	prev := savedImages(done, len(images))
+	prev := imagesrun.SavedImages(done, len(images))
 	rawPrev := 0
 	for _, im := range prev {
 		rawPrev += len(im.Dets)
@@ -284,7 +265,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		}
 		rep.RawDetections += rawPrev // the detector's rows of the saved images
 		if cfg.Resume {
-			rep.Resumed = &output.ResumeInfo{Attempt: saved.attempt, FromParts: len(done), Computed: len(todo), RecordsDropped: pst.Dropped}
+			rep.Resumed = &output.ResumeInfo{Attempt: saved.Attempt, FromParts: len(done), Computed: len(todo), RecordsDropped: pst.Dropped}
 		}
 		rep.SetCrops(crops)
 		rep.SetConfig(cfg.RunConfig, rep.Model)

@@ -62,13 +62,13 @@ func TestPredictResizeRule(t *testing.T) {
 	if bytes.Equal(preds[0], preds[1]) {
 		t.Error("the two resize rules give the same predictions on a 1500×900 image")
 	}
-	a := newManifest(EvalConfig{Model: ModelConfig{Spec: model}}, inputs{})
-	b := newManifest(EvalConfig{Model: ModelConfig{Spec: model, Resize: retinanet.ResizeTorchvision015}}, inputs{})
-	if d := a.diff(b); len(d) != 1 || !strings.Contains(d[0], "torchvision-0.15") {
+	a := evalManifest(EvalConfig{Model: ModelConfig{Spec: model}}, inputs{})
+	b := evalManifest(EvalConfig{Model: ModelConfig{Spec: model, Resize: retinanet.ResizeTorchvision015}}, inputs{})
+	if d := a.Diff(b); len(d) != 1 || !strings.Contains(d[0], "torchvision-0.15") {
 		t.Errorf("manifest diff between the rules: %q", d)
 	}
-	c := newManifest(EvalConfig{Model: ModelConfig{Spec: model, Blend: retinanet.BlendNoFMA}}, inputs{})
-	if d := a.diff(c); len(d) != 1 || !strings.Contains(d[0], "no-fma") {
+	c := evalManifest(EvalConfig{Model: ModelConfig{Spec: model, Blend: retinanet.BlendNoFMA}}, inputs{})
+	if d := a.Diff(c); len(d) != 1 || !strings.Contains(d[0], "no-fma") {
 		t.Errorf("manifest diff between the blends: %q", d)
 	}
 }

@@ -16,11 +16,3 @@ var (
 	checkRunKind = runkind.Check
 	describeKind = runkind.Describe
 )
-
-// kind is the kind of run a plain manifest is for.
-func (m manifest) kind() string {
-	if m.Job == kindPredict {
-		return kindPredict
-	}
-	return kindEval
-}

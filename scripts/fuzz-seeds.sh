@@ -87,6 +87,8 @@ cat > "$tmp/manifest.json" <<'JSON'
  "detector_settings": {"config_json_sha256": "77", "nms_thresh_flag": "-1", "score_thresh_flag": "0.3"}
 }
 JSON
+d=internal/imagesrun/testdata/fuzz
+rm -rf $d
 seed -dir $d/FuzzManifest "$tmp/manifest.json"
 d=report/testdata/fuzz
 seed -dir $d/FuzzCompareReport testdata/golden/demo/report.json report/testdata/compare/{baseline,per_class_reordered,classes_length_mismatch,not_a_report,sweep}.json

@@ -28,7 +28,7 @@ RUN_RN='^(TestClonesSameBytes|TestKernelsMatchCPU|TestGPUEngineMatchesCPU|TestCU
 # other path's) shows the same bytes, so those tests' outcome too.
 RUN_RN_NOBLAS='^TestClonesSameBytes$'
 RUN_CPU='^(TestWinogradMatchesDirect|TestWinogradBoundCatchesPlantedBugs|TestBatchImagesIndependent)$'
-RUN_GEMM='^(TestForcedKernels|TestAgainstNaive|TestWinoMatchesGo|TestWinoLanesMatchPlanes|TestIm2colLanesMatchPlanes|TestMaxPoolLanesMatchPlanes)$'
+RUN_GEMM='^(TestForcedKernels|TestAgainstNaive|TestChainMatchesGo|TestChainColumnsIndependent|TestWinoMatchesGo|TestWinoLanesMatchPlanes|TestIm2colLanesMatchPlanes|TestMaxPoolLanesMatchPlanes)$'
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
 has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
 

@@ -92,32 +92,67 @@ func BenchmarkBatchConv(b *testing.B) {
 	}
 	shapes = append(shapes, shape{"stem", 64, 3, 7, 2, 224, ""}, shape{"3x3s2", 256, 128, 3, 2, 28, ""},
 		shape{"1x1", 256, 64, 1, 1, 56, ""}, shape{"1x1", 64, 256, 1, 1, 56, ""}, shape{"1x1", 2048, 512, 1, 1, 7, ""})
-	n := 16
-	if v, err := strconv.Atoi(os.Getenv("CANOPY_BENCH_BATCH")); err == nil && v > 0 {
-		n = v
-	}
+	n := benchBatch()
 	for _, s := range shapes {
-		c := &nn.Conv{Name: "b", Out: s.out, In: s.in, KH: s.k, KW: s.k, Stride: s.stride, Pad: s.k / 2,
-			W: make([]float32, s.out*s.in*s.k*s.k), B: make([]float32, s.out)}
-		for i := range c.W {
-			c.W[i] = float32(i%7) * 0.01
-		}
-		x := Batch{s.in, n, s.h, s.h, make([]float32, s.in*n*s.h*s.h)}
-		for i := range x.D {
-			x.D[i] = float32(i%5) * 0.1
-		}
-		oh := (s.h+2*c.Pad-s.k)/s.stride + 1
-		b.Run(fmt.Sprintf("%s/%d-%d/%dx%d", s.name, s.out, s.in, s.h, s.h), func(b *testing.B) {
-			e := NewBatchEngine(1)
-			e.direct, e.unfused = s.algo == "im2col", s.algo == "unfused"
+		benchBatchConv(b, s.name, s.out, s.in, s.k, s.stride, s.h, n, s.algo, 1)
+	}
+}
+
+// benchBatch is $CANOPY_BENCH_BATCH, or 16 (crop.DefaultBatch).
+func benchBatch() int {
+	if v, err := strconv.Atoi(os.Getenv("CANOPY_BENCH_BATCH")); err == nil && v > 0 {
+		return v
+	}
+	return 16
+}
+
+// benchBatchConv times one convolution (out×in, k×k, stride, on h×h maps
+// of n images; algo "im2col" or "unfused" forces those paths) on one
+// worker, reporting its CPU milliseconds per image (times mult, the
+// times a network runs it) and GFLOP per CPU second (direct FLOPs).
+func benchBatchConv(b *testing.B, name string, out, in, k, stride, h, n int, algo string, mult int) {
+	c := &nn.Conv{Name: "b", Out: out, In: in, KH: k, KW: k, Stride: stride, Pad: k / 2,
+		W: make([]float32, out*in*k*k), B: make([]float32, out)}
+	for i := range c.W {
+		c.W[i] = float32(i%7) * 0.01
+	}
+	x := Batch{in, n, h, h, make([]float32, in*n*h*h)}
+	for i := range x.D {
+		x.D[i] = float32(i%5) * 0.1
+	}
+	oh := (h+2*c.Pad-k)/stride + 1
+	b.Run(fmt.Sprintf("%s/%d-%d/%dx%d", name, out, in, h, h), func(b *testing.B) {
+		e := NewBatchEngine(1)
+		e.direct, e.unfused = algo == "im2col", algo == "unfused"
+		e.Put(e.Conv(c, x, true, nil))
+		c0 := nn.ProcessCPU()
+		for b.Loop() {
 			e.Put(e.Conv(c, x, true, nil))
-			c0 := nn.ProcessCPU()
-			for b.Loop() {
-				e.Put(e.Conv(c, x, true, nil))
-			}
-			cpu := (nn.ProcessCPU() - c0).Seconds()
-			b.ReportMetric(cpu*1e3/float64(b.N*n), "cpu-ms/crop")
-			b.ReportMetric(2*float64(s.out*s.in*s.k*s.k*oh*oh*n)*float64(b.N)/cpu/1e9, "GFLOP/cpu-s")
-		})
+		}
+		cpu := (nn.ProcessCPU() - c0).Seconds()
+		b.ReportMetric(cpu*1e3*float64(mult)/float64(b.N*n), "cpu-ms/crop")
+		b.ReportMetric(2*float64(out*in*k*k*oh*oh*n)*float64(b.N)/cpu/1e9, "GFLOP/cpu-s")
+	})
+}
+
+// BenchmarkBatchResNet50 times every convolution of a ResNet-50 crop
+// (224×224; torchvision's v1.5 blocks, the stride in the 3×3) as the
+// BatchEngine runs it, one worker, 16 crops a batch: cpu-ms/crop is the
+// layer's share of a crop (its time × the times the network runs it), so
+// the column sums to the convolutions' CPU time per crop. Run it with
+// CANOPY_SIMD=avx2 and avx512 side by side to see where a path loses.
+func BenchmarkBatchResNet50(b *testing.B) {
+	n := benchBatch()
+	// out, in, k, stride, input size, times in the network
+	for _, s := range [][6]int{{64, 3, 7, 2, 224, 1},
+		{64, 64, 1, 1, 56, 1}, {64, 64, 3, 1, 56, 3}, {256, 64, 1, 1, 56, 4}, {64, 256, 1, 1, 56, 2},
+		{128, 256, 1, 1, 56, 1}, {128, 128, 3, 2, 56, 1}, {512, 128, 1, 1, 28, 4}, {512, 256, 1, 2, 56, 1},
+		{128, 512, 1, 1, 28, 3}, {128, 128, 3, 1, 28, 3},
+		{256, 512, 1, 1, 28, 1}, {256, 256, 3, 2, 28, 1}, {1024, 256, 1, 1, 14, 6}, {1024, 512, 1, 2, 28, 1},
+		{256, 1024, 1, 1, 14, 5}, {256, 256, 3, 1, 14, 5},
+		{512, 1024, 1, 1, 14, 1}, {512, 512, 3, 2, 14, 1}, {2048, 512, 1, 1, 7, 3}, {2048, 1024, 1, 2, 14, 1},
+		{512, 2048, 1, 1, 7, 2}, {512, 512, 3, 1, 7, 2}} {
+		name := fmt.Sprintf("%dx%ds%d-x%d", s[2], s[2], s[3], s[5])
+		benchBatchConv(b, name, s[0], s[1], s[2], s[3], s[4], n, "", s[5])
 	}
 }
