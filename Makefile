@@ -173,7 +173,7 @@ test-mpi:
 FUZZTIME ?= 30s
 FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict internal/dataset:FuzzParseVOC \
 	infer/safetensors:FuzzParse infer/cuda/cudnn:FuzzParsePlanFile infer/torchfile:FuzzRead internal/config:FuzzLoad infer/modelfile:FuzzParseConfig infer/crop:FuzzParseConfig infer/modelfile:FuzzParseRepo infer/imagefile:FuzzRead \
-	internal/parts:FuzzDecode internal/wire:FuzzDecode internal/records:FuzzDecode metrics:FuzzParseThresholds jobs:FuzzInputPacket internal/imagesrun:FuzzManifest internal/pipeline/evalcrops:FuzzFolderPacket internal/pipeline/evalcrops:FuzzMergeLogits report:FuzzCompareReport report:FuzzTolerances \
+	internal/parts:FuzzDecode internal/wire:FuzzDecode internal/records:FuzzDecode metrics:FuzzParseThresholds internal/pipeline/eval:FuzzInputPacket internal/imagesrun:FuzzManifest internal/pipeline/evalcrops:FuzzFolderPacket internal/pipeline/evalcrops:FuzzMergeLogits report:FuzzCompareReport report:FuzzTolerances \
 	internal/dataset:FuzzParseGeoCSV internal/dataset:FuzzParseWKT internal/dataset:FuzzParseWKB internal/georec:FuzzDecode
 fuzz: deps
 	@for t in $(FUZZ_TARGETS); do echo "fuzz: $${t%%:*} $${t##*:} for $(FUZZTIME)"; \

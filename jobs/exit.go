@@ -31,9 +31,7 @@ func Code(err error) int { return errkind.Code(err) }
 
 var (
 	collectiveErr = errkind.Collective
-	localErr      = errkind.Local
 	usageError    = errkind.UsageError
-	usageErr      = errkind.Usage
 	ioErr         = errkind.IO
 )
 
