@@ -16,10 +16,12 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gdal"
+	"github.com/canopy-hpc/canopy/infer/treeformer"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
+	"github.com/canopy-hpc/canopy/internal/testsupport/tftol"
 )
 
 // pointSet writes a TreeFormer hub folder (the one-block test model,
@@ -149,11 +151,20 @@ func TestPointPredictRefusals(t *testing.T) {
 	}
 }
 
+// refPointScoreTol bounds |canopy's score − DeepForest's| for the full
+// pvt_v2_b3 TreeFormer (not the 1e-3): the two density maps are
+// two float32 computations (canopy's CPU engine, torch on the CPU) within
+// tftol.StageTol's τ = 4·√2·u·√ΣK ≈ 1.3·10⁻⁴ of the map's maximum (ΣK ≈
+// 1.4·10⁵ along b3's deepest path), and a score, the cell over the map's
+// maximum, within tftol.ScoreTol(τ) = 2τ/(1 − τ) + 2u ≈ 2.6·10⁻⁴. Both
+// sides' CSV and JSON write the float32 score's shortest repr (exact).
+var refPointScoreTol = tftol.ScoreTol(tftol.StageTol(tftol.Arch(treeformer.B3)))
+
 // TestMPIPointPredictReference: with the full reference of
 // tools/treeformer/reference.py (230 MB, outside the repository; skipped
 // without it), DeepForest's hub folder on 1 rank and its Lightning .ckpt on
 // 3 ranks give the same predictions.csv bytes, and its rows are
-// predict_image's points (within 0.5 px, scores within 1e-3).
+// predict_image's points (within 0.5 px, scores within refPointScoreTol).
 func TestMPIPointPredictReference(t *testing.T) {
 	ref := os.Getenv("CANOPY_TREEFORMER_REF")
 	if ref == "" {
@@ -204,15 +215,18 @@ func TestMPIPointPredictReference(t *testing.T) {
 	if len(rows) != len(want) || len(want) == 0 {
 		t.Fatalf("%d rows, DeepForest %d points", len(rows), len(want))
 	}
+	worst := 0.0
 	for i, l := range rows {
 		f := strings.Split(l, ",")
 		x, _ := strconv.ParseFloat(f[1], 64)
 		y, _ := strconv.ParseFloat(f[2], 64)
 		s, _ := strconv.ParseFloat(f[4], 64)
-		if approx.Far(math.Hypot(x-want[i].X, y-want[i].Y), 0.5) || approx.Far(math.Abs(s-want[i].Score), 1e-3) || f[3] != "Tree" {
-			t.Fatalf("row %d %q, DeepForest %+v", i, l, want[i])
+		if approx.Far(math.Hypot(x-want[i].X, y-want[i].Y), 0.5) || approx.Far(math.Abs(s-want[i].Score), refPointScoreTol) || f[3] != "Tree" {
+			t.Fatalf("row %d %q, DeepForest %+v (scores within %.3g)", i, l, want[i], refPointScoreTol)
 		}
+		worst = max(worst, math.Abs(s-want[i].Score))
 	}
+	t.Logf("%d rows, largest score difference %.3g of the bound %.3g", len(rows), worst, refPointScoreTol)
 }
 
 // TestPointPredictThenEval: a point model's predictions.csv is what eval

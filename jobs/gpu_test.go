@@ -20,20 +20,20 @@ import (
 )
 
 var fakeLib struct {
-	once sync.Once
-	path string
-	err  error
+	once      sync.Once
+	dir, path string
+	err       error
 }
 
-// fakeCUDNN builds the fake libcudnn.so.9 once per test binary.
+// fakeCUDNN builds the fake libcudnn.so.9 once per test binary (each run
+// loads it by path, so its folder lives until TestMain removes it).
 func fakeCUDNN(t *testing.T) string {
 	t.Helper()
 	fakeLib.once.Do(func() {
-		dir, err := os.MkdirTemp("", "canopy-fakecudnn-")
-		if err == nil {
-			fakeLib.path, err = fake.Build(dir)
+		fakeLib.dir, fakeLib.err = os.MkdirTemp("", "canopy-fakecudnn-")
+		if fakeLib.err == nil {
+			fakeLib.path, fakeLib.err = fake.Build(fakeLib.dir)
 		}
-		fakeLib.err = err
 	})
 	if fakeLib.err != nil {
 		t.Fatal(fakeLib.err)

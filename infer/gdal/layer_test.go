@@ -88,3 +88,48 @@ func TestOpenRefusesBadGeoTransform(t *testing.T) {
 		}
 	}
 }
+
+// WriteGPKG's point and polygon layers read back with each feature's
+// image_path, label and geometry where they were written (one file per
+// layer: ReadVector reads the first), crop columns on the polygons.
+func TestWriteGPKGFeaturesReadBack(t *testing.T) {
+	const wkt = `GEOGCS["WGS 84",DATUM["WGS_1984",SPHEROID["WGS 84",6378137,298.257223563]],PRIMEM["Greenwich",0],UNIT["degree",0.0174532925199433]]`
+	gt := [6]float64{10, 1, 0, 20, 0, -1}
+	pts := Layer{Name: "pts", CRS: wkt, Points: true, Features: []Feature{
+		PointFeature(gt, 3, 4, "a.tif", "Tree", 0.9),
+		PointFeature(gt, 7, 1, "b.tif", "Snag", 0.4),
+	}}
+	boxes := Layer{Name: "boxes", CRS: wkt, CropColumns: []string{"cropmodel_label", "cropmodel_score"}, Features: []Feature{
+		{Ring: BoxRing(gt, 1, 1, 5, 6), ImagePath: "a.tif", Label: "Tree", Xmin: 1, Ymin: 1, Xmax: 5, Ymax: 6, Score: 0.5,
+			CropLabels: []string{"Alive"}, CropScores: []float64{0.75}},
+		{Ring: BoxRing(gt, 2, 3, 9, 8), ImagePath: "c.tif", Label: "Bird", Xmin: 2, Ymin: 3, Xmax: 9, Ymax: 8, Score: 0.25},
+	}}
+	for _, ly := range []Layer{pts, boxes} {
+		path := filepath.Join(t.TempDir(), ly.Name+".gpkg")
+		if err := WriteGPKG(path, []Layer{ly}); err != nil {
+			t.Fatal(err)
+		}
+		v, err := ReadVector(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(v.Features) != len(ly.Features) {
+			t.Fatalf("%s: %d features read, %d written", ly.Name, len(v.Features), len(ly.Features))
+		}
+		for i, f := range ly.Features {
+			g := v.Features[i]
+			lo, hi := f.Ring[0], f.Ring[0]
+			for _, p := range f.Ring {
+				if ly.Points {
+					break
+				}
+				lo = [2]float64{min(lo[0], p[0]), min(lo[1], p[1])}
+				hi = [2]float64{max(hi[0], p[0]), max(hi[1], p[1])}
+			}
+			if g.ImagePath != f.ImagePath || g.Label != f.Label || !g.HasImagePath || !g.HasLabel ||
+				g.MinX != lo[0] || g.MinY != lo[1] || g.MaxX != hi[0] || g.MaxY != hi[1] {
+				t.Errorf("%s feature %d read back as %+v; written %+v", ly.Name, i, g, f)
+			}
+		}
+	}
+}

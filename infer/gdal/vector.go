@@ -217,12 +217,10 @@ func (w *GPKGWriter) Add(ly Layer) error {
 		if ly.Points {
 			xy := [2]C.double{C.double(f.Ring[0][0]), C.double(f.Ring[0][1])}
 			v := [3]C.double{C.double(f.Xmin), C.double(f.Ymin), C.double(f.Score)}
-			ip, lb := C.CString(f.ImagePath), C.CString(f.Label)
-			rc := C.canopy_point_feature(l, feat, &xy[0], ip, &v[0], lb, &w.ebuf[0], errLen)
-			C.free(unsafe.Pointer(ip))
-			C.free(unsafe.Pointer(lb))
-			if rc != 0 {
-				return w.fail("feature")
+			if err := w.put(f, func(ip, lb *C.char) C.int {
+				return C.canopy_point_feature(l, feat, &xy[0], ip, &v[0], lb, &w.ebuf[0], errLen)
+			}); err != nil {
+				return err
 			}
 			continue
 		}
@@ -237,13 +235,25 @@ func (w *GPKGWriter) Add(ly Layer) error {
 			ring[2*i], ring[2*i+1] = C.double(p[0]), C.double(p[1])
 		}
 		v := [5]C.double{C.double(f.Xmin), C.double(f.Ymin), C.double(f.Xmax), C.double(f.Ymax), C.double(f.Score)}
-		ip, lb := C.CString(f.ImagePath), C.CString(f.Label)
-		rc := C.canopy_feature(l, feat, &ring[0], ip, &v[0], lb, &w.ebuf[0], errLen)
-		C.free(unsafe.Pointer(ip))
-		C.free(unsafe.Pointer(lb))
-		if rc != 0 {
-			return w.fail("feature")
+		if err := w.put(f, func(ip, lb *C.char) C.int {
+			return C.canopy_feature(l, feat, &ring[0], ip, &v[0], lb, &w.ebuf[0], errLen)
+		}); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// put writes one feature through write (vector.c's point or polygon
+// writer), handing it f's image path and label as C strings, freed after;
+// a nonzero status is the writer's failure.
+func (w *GPKGWriter) put(f Feature, write func(ip, lb *C.char) C.int) error {
+	ip, lb := C.CString(f.ImagePath), C.CString(f.Label)
+	rc := write(ip, lb)
+	C.free(unsafe.Pointer(ip))
+	C.free(unsafe.Pointer(lb))
+	if rc != 0 {
+		return w.fail("feature")
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testfile"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
+	"github.com/canopy-hpc/canopy/internal/testsupport/tftol"
 )
 
 // small is the reduced-depth fixture's architecture.
@@ -105,8 +106,8 @@ func TestSmallStages(t *testing.T) {
 	}
 	want := xyPoints(fx.Points.XY, fx.Points.Scores)
 	got := WindowPoints(d, DefaultPeaks)
-	// a score is a map value over the map's maximum: 2·tol
-	if n, extra, _ := matchPoints(got, want, 2*tol); n != len(want) || extra != 0 || len(want) == 0 {
+	// a score is a map value over the map's maximum (scoreTol)
+	if n, extra, _ := matchPoints(got, want, tftol.ScoreTol(tol)); n != len(want) || extra != 0 || len(want) == 0 {
 		t.Fatalf("%d of DeepForest's %d points matched, %d extra: %v vs %v", n, len(want), extra, got, want)
 	}
 }

@@ -7,58 +7,18 @@ import (
 
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/pointmatch"
+	"github.com/canopy-hpc/canopy/internal/testsupport/tftol"
 )
 
-// Tolerances against DeepForest's torch (float32 CPU, other summation
-// orders and blockings; bit equality is not expected).
-//
-// Each side's float32 result differs from the exact one by a random walk
-// of roundings: about u·√ΣK relative to the magnitude of the values, ΣK
-// the reduction lengths summed along the deepest path to the tensor
-// (Higham, Accuracy and Stability, §2.7's statistical estimate; each
-// LayerNorm and BatchNorm keeps magnitudes near one, so errors add rather
-// than multiply). Two independent sides give √2, four standard deviations
-// 4:  tol = 4·√2·u·√ΣK, u = 2⁻²⁴, compared relative to the tensor's
-// largest magnitude.
-//
-// ΣK (sumK) counts per block the query and key/value GEMMs (C each), the
-// spatial reduction (r²·C), the scores (head width d) and the context (M ≤
-// 256 keys for a 512 window), the output projection (C), fc1 (C), the
-// depthwise conv (9) and fc2 (hidden); per stage the patch embedding
-// (in·k²) and the 1×1 projection; then the decoder's chain of 3×3 convs
-// from stage 4 to the map (each 9·in, the ChannelAttention convs too).
-// GELU's erf formula (Abramowitz–Stegun, absolute error < 1.5e-7, so
-// about one ulp of its input) and the float64 exp of the softmax add one
-// rounding each: inside the per-GEMM rounding already counted.
-// The full b3 model: ΣK ≈ 1.4·10⁵, tol ≈ 1.3·10⁻⁴; the one-block fixture
-// ΣK ≈ 3.4·10⁴, tol ≈ 6.2·10⁻⁵. (Measured: at most 6·10⁻⁶ on either.)
-func sumK(a Arch) int {
-	k := 0
-	in := 3
-	for i := 0; i < 4; i++ {
-		c, r := a.Widths[i], a.SR[i]
-		ek := 9
-		if i == 0 {
-			ek = 49
-		}
-		k += in*ek + a.Widths[i] // embedding and projection
-		d := c / a.Heads[i]
-		per := c + c + d + 256 + c + c + 9 + c*a.MLPRatios[i]
-		if r > 1 {
-			per += r * r * c
-		}
-		k += a.Depths[i] * per
-		in = c
-	}
-	for _, c := range []int{1024, 512, 256, 512, 256, 128, 128, 64} {
-		k += 9 * c
-	}
-	return k
-}
+// The tolerances against DeepForest's torch and between canopy's engines
+// are derived in internal/testsupport/tftol (the command's tests use them
+// too); these are a's.
 
-func stageTol(a Arch) float64 {
-	return 4 * math.Sqrt2 * 0x1p-24 * math.Sqrt(float64(sumK(a)))
-}
+// sumK is ΣK of a's deepest path (tftol.SumK).
+func sumK(a Arch) int { return tftol.SumK(tftol.Arch(a)) }
+
+// stageTol is the stage tolerance of two float32 sides (tftol.StageTol).
+func stageTol(a Arch) float64 { return tftol.StageTol(tftol.Arch(a)) }
 
 // relErr is max |got − want| over max |want|; +Inf on a NaN in got.
 func relErr(got, want []float32, stride int) float64 {
@@ -103,22 +63,8 @@ func matchable(ps []Point) []pointmatch.P {
 }
 
 // scoreTol bounds |canopy's score − DeepForest's| for a point both find at
-// the same cell. A score is s = v/M, the cell's density v over the map's
-// maximum M (float32 division, one rounding u on each side). canopy's map
-// is within τ·M of DeepForest's (τ = stageTol, relative to the largest
-// magnitude, both sides' roundings counted), so canopy's v' = v + e₁ and
-// M' = M + e₂ with |e₁|, |e₂| ≤ τM (the maximum moves by at most the
-// largest change, wherever it lies):
-//
-//	|v'/M' − v/M| = |M·e₁ − v·e₂| / (M·(M + e₂)) ≤ τ(1 + s)/(1 − τ) ≤ 2τ/(1 − τ),
-//
-// and with the two divisions' roundings, 2τ/(1 − τ) + 2u (s ≤ 1). For
-// the b3 model, τ ≈ 1.3·10⁻⁴ and the bound is ≈ 2.6·10⁻⁴ (the issue's
-// bar was 1e-3; measured: 4.8·10⁻⁶).
-func scoreTol(a Arch) float64 {
-	tau := stageTol(a)
-	return 2*tau/(1-tau) + 2*0x1p-24
-}
+// the same cell: tftol.ScoreTol of stageTol.
+func scoreTol(a Arch) float64 { return tftol.ScoreTol(stageTol(a)) }
 
 // flipMargin is the smallest margin, in units of the map's maximum, by
 // which a cell of density map dm (h×w) keeps its side of a decision of

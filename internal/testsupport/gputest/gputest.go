@@ -25,6 +25,8 @@ var lib struct {
 // CUDNN is the cuDNN library of the tests on dev: the fake (built once per
 // test binary) on the host shim, CANOPY_CUDNN on a GPU; on a GPU without
 // CANOPY_CUDNN the test is skipped (the fake computes on host memory).
+// The fake's build folder is removed once the library is loaded (the
+// loader keeps its mapping), so no test binary leaves it behind.
 func CUDNN(t testing.TB, dev cuda.Device) *cudnn.Lib {
 	t.Helper()
 	_, shim := dev.(*hostkern.Device)
@@ -39,6 +41,7 @@ func CUDNN(t testing.TB, dev cuda.Device) *cudnn.Lib {
 				lib.err = err
 				return
 			}
+			defer os.RemoveAll(dir)
 			if path, err = fake.Build(dir); err != nil {
 				lib.err = err
 				return
