@@ -340,7 +340,9 @@ RETINANET_IMAGES = $(GO) run ./cmd/forestgen -out bin/retinanet-images -n 4 -see
 # the full pvt_v2_b3 reference (hub folder, .ckpt, one window's stages,
 # predict_image and predict_tile points), 230 MB, outside the repository in
 # TREEFORMER_REF, which infer/treeformer's full tests read
-# (CANOPY_TREEFORMER_REF). DeepForest 1bad4419 from DF_SRC, offline.
+# (CANOPY_TREEFORMER_REF). DeepForest 1bad4419 from DF_SRC, offline. Its
+# points (no density maps) are committed as infer/treeformer/testdata/
+# full_points.json, which the end-to-end test runs from everywhere.
 DF_SRC ?= /tmp/deepforest/src
 TREEFORMER_REF ?= /tmp/treeformer-ref
 golden-treeformer:
@@ -355,6 +357,7 @@ treeformer-ref:
 	$(GO) run ./cmd/forestgen -out bin/treeformer-images -n 3 -seed 3 -sizes 1249x1035,400x400,625x518
 	PYTHONPATH=$(DF_SRC) ATEN_CPU_CAPABILITY=avx2 $(PEER_PY) tools/treeformer/reference.py full --out $(TREEFORMER_REF) \
 		--tile bin/treeformer-images/img_0000.png --image bin/treeformer-images/img_0001.png --image bin/treeformer-images/img_0002.png
+	python3 tools/gpu/tf_points.py strip $(TREEFORMER_REF)/points.json infer/treeformer/testdata/full_points.json
 
 # Parity fixtures of the native RetinaNet (testdata/golden/retinanet): the
 # real torchvision (current torch/torchvision in the peers' venv, PEER_PY) on

@@ -17,6 +17,7 @@ Standard library only (the GPU machine has Python but no Go).
 """
 import argparse
 import csv
+import hashlib
 import json
 import math
 import os
@@ -83,7 +84,17 @@ def main():
         for im in d["images"].values():
             im.pop("maps", None)
         d["tile"].pop("maps", None)
-        json.dump(d, open(a.dst, "w"))
+        # what made this file, and the sha256 of each image DeepForest ran
+        # on (beside the source), so that a test regenerating the images
+        # knows they are the same
+        d["meta"]["stripped"] = "python3 tools/gpu/tf_points.py strip %s %s" % (a.src, a.dst)
+        sums = {}
+        for name in list(d["images"]) + [d["tile"]["image"]]:
+            p = os.path.join(os.path.dirname(a.src), name)
+            if os.path.exists(p):
+                sums[name] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+        d["meta"]["image_sha256"] = sums
+        json.dump(d, open(a.dst, "w"), indent=1, sort_keys=True)
         return
     runs = [r.split("=", 1) for r in [a.ref] + a.runs]
     ref = rows(os.path.join(runs[0][1], "predictions.csv"))
