@@ -14,6 +14,7 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/pipeline/predict"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/shareddata"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -36,7 +37,7 @@ func writeTwoLabelR50(t *testing.T, dir string) {
 // rows (xmin, ymin, xmax, ymax, score), their labels and report.json.
 func predictRows(t *testing.T, cfg PredictConfig) (rows [][5]float64, labels []string, rep map[string]any) {
 	t.Helper()
-	if errs := local.Run(1, func(c mpi.Comm) error { return Predict(context.Background(), c, cfg) }); errs[0] != nil {
+	if errs := local.Run(1, func(c mpi.Comm) error { return predict.Run(context.Background(), c, cfg) }); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	b, err := os.ReadFile(filepath.Join(cfg.Out, "predictions.csv"))

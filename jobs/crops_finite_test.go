@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -10,6 +11,37 @@ import (
 
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 )
+
+// overflowCrops are the parity crop models with finite weights whose
+// logits overflow (fc.weight all 3e38), in every file form.
+func overflowCrops(t *testing.T) torchckpt.CropFiles {
+	t.Helper()
+	k, err := torchckpt.CropClasses("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := make([]float32, k*2048)
+	for i := range w {
+		w[i] = 3e38
+	}
+	huge, err := torchckpt.CropPlanted("..", t.TempDir(), map[string][]float32{"fc.weight": w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return huge
+}
+
+// readJSONFile decodes the JSON file path into v.
+func readJSONFile(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, v)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
 
 // TestNonFiniteCropModels (issue 42, F2): predict --tile and plain
 // predict with a crop model that holds a NaN weight, in each file form
@@ -30,14 +62,7 @@ func TestNonFiniteCropModels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := make([]float32, k*2048)
-	for i := range w {
-		w[i] = 3e38
-	}
-	huge, err := torchckpt.CropPlanted("..", t.TempDir(), map[string][]float32{"fc.weight": w})
-	if err != nil {
-		t.Fatal(err)
-	}
+	huge := overflowCrops(t)
 	ld := filepath.Join(t.TempDir(), "labels.csv")
 	os.WriteFile(ld, []byte("label,id\nAlive,0\nDead,1\nSnag,2\n"), 0o644)
 	images := t.TempDir()

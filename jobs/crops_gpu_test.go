@@ -24,6 +24,14 @@ import (
 func smallCropHub(t *testing.T) string {
 	t.Helper()
 	pf, _ := cropParity(t)
+	return resizedHub(t, pf.Hub)
+}
+
+// resizedHub is a copy of the hub folder src with cropmodel.resize
+// [32, 32].
+func resizedHub(t *testing.T, src string) string {
+	t.Helper()
+	pf := struct{ Hub string }{src}
 	dir := filepath.Join(t.TempDir(), "crop-hub-32")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -79,13 +87,7 @@ func TestCropsOnTheDetectorsGPU(t *testing.T) {
 				Crops      cropstage.Stats       `json:"crops"`
 			} `json:"run"`
 		}
-		b, err := os.ReadFile(filepath.Join(out, "report.json"))
-		if err == nil {
-			err = json.Unmarshal(b, &rep)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		readJSONFile(t, filepath.Join(out, "report.json"), &rep)
 		want := "cpu"
 		if dev == "cuda" {
 			want = "cuda exact on Fake GPU"

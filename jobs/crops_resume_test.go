@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/cropstage"
+	"github.com/canopy-hpc/canopy/internal/pipeline/predict"
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -133,7 +134,7 @@ func TestPredictResumeTakesCropModelsGivenNow(t *testing.T) {
 	run := func(n int, cfg PredictConfig, interrupt string) ([]int, string) {
 		t.Helper()
 		return runStoppable(t, n, interrupt, func(ctx context.Context, c mpi.Comm, _ io.Writer) error {
-			return Predict(ctx, c, cfg)
+			return predict.Run(ctx, c, cfg)
 		})
 	}
 	os.WriteFile(ld, []byte("label,id\nsick,0\nhealthy,1\n"), 0o644)

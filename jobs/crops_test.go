@@ -16,6 +16,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/pipeline/predict"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 	"github.com/canopy-hpc/canopy/internal/tilerun"
@@ -275,7 +276,7 @@ func TestCropPredictImages(t *testing.T) {
 		cfg := PredictConfig{Images: dir, Out: filepath.Join(t.TempDir(), "out"), BatchSize: v.batch,
 			Model: ModelConfig{Spec: demoModelDir, Threads: v.threads, ScoreThresh: -1, NMSThresh: -1, Device: device("cpu")},
 			Crops: cropstage.CropConfig{Models: []string{pf.R18}, LabelDicts: []string{ld}}}
-		for r, err := range local.Run(v.ranks, func(c mpi.Comm) error { return Predict(context.Background(), c, cfg) }) {
+		for r, err := range local.Run(v.ranks, func(c mpi.Comm) error { return predict.Run(context.Background(), c, cfg) }) {
 			if err != nil {
 				t.Fatalf("%d ranks: rank %d: %v", v.ranks, r, err)
 			}

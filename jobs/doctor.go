@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/runkind"
 	"github.com/canopy-hpc/canopy/internal/tilerun"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -148,7 +149,7 @@ func outState(dir string) (int, string) {
 		return ExitInternal, fmt.Sprintf("%sa run that failed (exit %d: %s), not an interruption: --resume with the same inputs fails the same way; fix the cause, then --resume continues from %d saved image(s) (or start again with --force)",
 			busy, code, fault, len(done))
 	}
-	job := kindEval
+	job := runkind.Eval
 	if b, err := os.ReadFile(filepath.Join(dir, outdir.ManifestFile)); err == nil {
 		var m imagesrun.Manifest
 		if json.Unmarshal(b, &m) == nil {

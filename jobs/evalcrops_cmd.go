@@ -32,7 +32,12 @@ func evalCropsCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) 
 			"With --csv instead of FOLDER, the crops are the truth boxes of an annotation CSV (image_path, xmin, ymin,\n" +
 			"xmax, ymax, label; images under --root-dir), cut from their images as DeepForest's BoundingBoxDataset\n" +
 			"cuts them (cropmodel.expand pixels of context), in the CSV's order; 0,0,0,0 rows and boxes of zero width\n" +
-			"or height are left out (counted in report.json).\n\n" + ExitTable,
+			"or height are left out (counted in report.json).\n\n" +
+			"--device places each rank's crop model as predict and eval place their detector (auto, cpu, cuda,\n" +
+			"cuda:N); on a GPU the crops are resized on the device and the ResNet runs on the GPU engine (--precision\n" +
+			"exact: canopy's kernels; fp32, tf32, bf16: cuDNN's graphs, batches of 32 crops), with the CPU's checks:\n" +
+			"a non-finite logit or probability is exit 4. report.json records device (rank 0's), devices (every\n" +
+			"rank's) and crop_model.device.\n\n" + ExitTable,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "crop-model", Usage: "the crop model: a Lightning checkpoint (.ckpt, labels from its label_dict), a hub folder (config.json + model.safetensors) or a torch.save state dict (.pt, labels from --crop-label-dict)"},
 			&cli.StringFlag{Name: "crop-label-dict", Usage: "label,id CSV naming the crop model's classes, for a file that holds none"},
@@ -42,6 +47,9 @@ func evalCropsCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) 
 			&cli.BoolFlag{Name: "force", Usage: "replace the previous run in --out (set aside until the new outputs are written, put back if the run fails before that)"},
 			&cli.IntFlag{Name: "loss-batch-size", Usage: "DeepForest's cropmodel.batch_size (default: the crop model's stored config's, else DeepForest's 4): val_loss is Lightning's mean over batches of this many crops (each batch's mean weighted by its size), so it decides val_loss's last bits; the other metrics do not depend on it"},
 			&cli.IntFlag{Name: "threads", Usage: "compute threads per rank (default: the cores this rank may use)"},
+			flagNamed("device"),
+			&cli.StringFlag{Name: "precision", Usage: "the crop model's convolutions on a GPU: exact (canopy's own strict-FP32 kernels: a crop's bytes never depend on the crops beside it or the rank count), fp32, tf32 (the default on a GPU) or bf16 (cuDNN's fused graphs, in batches of 32 crops, the last padded); on the CPU only exact"},
+			flagNamed("cudnn"),
 			&cli.Int64Flag{Name: "max-image-pixels", Value: 178956970, Usage: "refuse an image of more pixels (PIL's decompression-bomb limit; 0: no limit)"},
 			&cli.BoolFlag{Name: "allow-outside-root", Usage: "follow symlinks that lead out of FOLDER (default: such a link is an input error)"},
 			&cli.BoolFlag{Name: "html", Value: true, Usage: "rank 0 writes OUT/report.html: the table, the confusion matrix, the misclassified crops; --html=false turns it off"},
@@ -57,6 +65,9 @@ func evalCropsCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) 
 				CropModel: c.String("crop-model"), CropLabelDict: c.String("crop-label-dict"), LossBatch: c.Int("loss-batch-size"),
 				Threads: c.Int("threads"), MaxImagePixels: c.Int64("max-image-pixels"), AllowOutsideRoot: c.Bool("allow-outside-root"),
 				HTML: c.Bool("html"), Command: os.Args, Stdout: stdout}
+			if err := deviceFlags(c, &cfg.Device); err != nil {
+				return usageError(fmt.Errorf("eval-crops: %w", err))
+			}
 			var err error
 			if cfg.BatchSize, err = batchSize(c); err != nil {
 				return usageError(fmt.Errorf("eval-crops: %w", err))

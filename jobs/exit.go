@@ -33,7 +33,6 @@ var (
 	collectiveErr = errkind.Collective
 	localErr      = errkind.Local
 	usageError    = errkind.UsageError
-	usageErr      = errkind.Usage
 	ioErr         = errkind.IO
 )
 

@@ -75,6 +75,17 @@ func modelFlags() []cli.Flag {
 	}
 }
 
+// flagNamed is modelFlags' flag of this name (another command's same
+// flag, with the same text).
+func flagNamed(name string) cli.Flag {
+	for _, f := range modelFlags() {
+		if f.Names()[0] == name {
+			return f
+		}
+	}
+	panic("jobs: no model flag " + name)
+}
+
 // repeated is a flag's values in the order given (a path may hold commas,
 // which cli's StringSliceFlag would split).
 type repeated []string

@@ -23,6 +23,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/pipeline/eval"
+	"github.com/canopy-hpc/canopy/internal/pipeline/predict"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/internal/testsupport/testweights"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -265,7 +266,7 @@ func TestPredictMatchesEval(t *testing.T) {
 		} else {
 			cfg.Images = dir
 		}
-		errs := local.Run(2, func(c mpi.Comm) error { return Predict(context.Background(), c, cfg) })
+		errs := local.Run(2, func(c mpi.Comm) error { return predict.Run(context.Background(), c, cfg) })
 		for r, err := range errs {
 			if err != nil {
 				t.Fatalf("%s: rank %d: %v", v.src, r, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/pipeline/predict"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -374,10 +375,10 @@ func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
 	_, csv, _ := testModelSet(t)
 	out := t.TempDir()
 	cfg := PredictConfig{Out: out, BatchSize: 2, CSV: csv, Model: modelCfg(t, out).Model}
-	predict := func(cfg PredictConfig) []int {
+	runPredict := func(cfg PredictConfig) []int {
 		codes := make([]int, 2)
 		errs := local.Run(2, func(c mpi.Comm) error {
-			codes[c.Rank()] = Code(Predict(context.Background(), c, cfg))
+			codes[c.Rank()] = Code(predict.Run(context.Background(), c, cfg))
 			return nil
 		})
 		for _, err := range errs {
@@ -387,7 +388,7 @@ func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
 		}
 		return codes
 	}
-	if codes := predict(cfg); codes[0] != 0 {
+	if codes := runPredict(cfg); codes[0] != 0 {
 		t.Fatal(codes)
 	}
 	before := snapshot(t, out)
@@ -411,7 +412,7 @@ func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
 		cfg := cfg
 		cfg.Force = true
 		c.mod(&cfg)
-		if codes := predict(cfg); codes[0] != c.code || codes[1] != c.code {
+		if codes := runPredict(cfg); codes[0] != c.code || codes[1] != c.code {
 			t.Fatalf("%s: codes %v, want %d", name, codes, c.code)
 		}
 		sameTree(t, name, before, snapshot(t, out))
@@ -421,11 +422,11 @@ func TestPredictForceKeepsPreviousPredictions(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Force = true
-	if codes := predict(cfg); codes[0] != ExitUsage {
+	if codes := runPredict(cfg); codes[0] != ExitUsage {
 		t.Fatalf("while locked: %v", codes)
 	}
 	l.Release()
-	if codes := predict(cfg); codes[0] != 0 {
+	if codes := runPredict(cfg); codes[0] != 0 {
 		t.Fatalf("--force: %v", codes)
 	}
 }
@@ -443,10 +444,10 @@ func TestPredictForceReplacesEvalRun(t *testing.T) {
 	before := snapshot(t, out)
 	missing := filepath.Join(t.TempDir(), "missing.csv")
 	os.WriteFile(missing, []byte("image_path\nnope.png\n"), 0o644)
-	predict := func(cfg PredictConfig) int {
+	runPredict := func(cfg PredictConfig) int {
 		codes := make([]int, 2)
 		local.Run(2, func(c mpi.Comm) error {
-			codes[c.Rank()] = Code(Predict(context.Background(), c, cfg))
+			codes[c.Rank()] = Code(predict.Run(context.Background(), c, cfg))
 			return nil
 		})
 		if codes[0] != codes[1] {
@@ -455,18 +456,18 @@ func TestPredictForceReplacesEvalRun(t *testing.T) {
 		return codes[0]
 	}
 	cfg := PredictConfig{Out: out, BatchSize: 2, CSV: csv, Model: modelCfg(t, out).Model}
-	if code := predict(cfg); code != ExitUsage {
+	if code := runPredict(cfg); code != ExitUsage {
 		t.Fatalf("without --force: exit %d, want %d", code, ExitUsage)
 	}
 	sameTree(t, "without --force", before, snapshot(t, out))
 	cfg.Force = true
 	bad := cfg
 	bad.CSV = missing
-	if code := predict(bad); code != ExitInput {
+	if code := runPredict(bad); code != ExitInput {
 		t.Fatalf("missing image: exit %d, want %d", code, ExitInput)
 	}
 	sameTree(t, "failed --force", before, snapshot(t, out))
-	if code := predict(cfg); code != ExitOK {
+	if code := runPredict(cfg); code != ExitOK {
 		t.Fatalf("--force: exit %d", code)
 	}
 	got := names(snapshot(t, out))

@@ -108,7 +108,7 @@ func pointAction(c *cli.Context, code *int, newComm CommFactory, stdout, stderr 
 			case raster != "":
 				return []string{filepath.Base(raster)}, nil
 			case images != "":
-				return listImages(images)
+				return dataset.ListImages(images)
 			}
 			data, err := confine.ReadNamedInput(csvPath)
 			if err != nil {

@@ -6,12 +6,18 @@ import (
 	"io"
 	"os"
 
+	"github.com/canopy-hpc/canopy/internal/pipeline/predict"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
 )
 
 // canopy predict: its flags and how they become a PredictConfig (the job is
-// predict.go).
+// internal/pipeline/predict's; --tile's internal/tilerun's, a point model's
+// jobs/points').
+
+// PredictConfig is the configuration of one plain `canopy predict` run
+// (internal/pipeline/predict).
+type PredictConfig = predict.Config
 
 func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *cli.Command {
 	return &cli.Command{
@@ -81,7 +87,7 @@ func predictCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) *c
 				return usageError(errors.New("predict: --root-dir goes with --csv; --images paths are relative to that folder"))
 			}
 			return runRankedJob(c, code, newComm, stderr, cfg.Out, rankOutputs{&cfg.Stdout, &cfg.Progress, &cfg.CollectiveTimeout}, func(comm mpi.Comm) error {
-				return Predict(c.Context, comm, cfg)
+				return predict.Run(c.Context, comm, cfg)
 			})
 		},
 	}

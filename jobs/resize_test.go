@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer/retinanet"
+	"github.com/canopy-hpc/canopy/internal/pipeline/predict"
 	"github.com/canopy-hpc/canopy/internal/testsupport/forest"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
@@ -36,7 +37,7 @@ func TestPredictResizeRule(t *testing.T) {
 		blend := retinanet.BlendRule(i) // fma with the first, no-fma with the second
 		cfg := PredictConfig{Images: dir, Out: out, BatchSize: 1,
 			Model: ModelConfig{Spec: model, Threads: 1, ScoreThresh: -1, NMSThresh: -1, Device: device("cpu"), Resize: rule, Blend: blend}}
-		for r, err := range local.Run(1, func(c mpi.Comm) error { return Predict(context.Background(), c, cfg) }) {
+		for r, err := range local.Run(1, func(c mpi.Comm) error { return predict.Run(context.Background(), c, cfg) }) {
 			if err != nil {
 				t.Fatalf("%s: rank %d: %v", rule, r, err)
 			}

@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/canopy-hpc/canopy/internal/runkind"
 )
 
 // A --resume into a folder that holds another kind of run (issue 42's F4:
@@ -14,7 +16,7 @@ import (
 // every pair of the four kinds that resume; the folder is left as it was.
 func TestResumeIntoAnotherKindOfRun(t *testing.T) {
 	cmds := fourCommands(t)
-	kinds := map[string]string{"predict": kindPredict, "eval": kindEval, "predict-tile": kindPredictTile, "eval-tile": kindEvalTile}
+	kinds := map[string]string{"predict": runkind.Predict, "eval": runkind.Eval, "predict-tile": runkind.PredictTile, "eval-tile": runkind.EvalTile}
 	for have := range kinds {
 		out := filepath.Join(t.TempDir(), "out")
 		if code, stderr := runArgs(t, append(cmds[have], "--out", out)...); code != 0 {
@@ -26,7 +28,7 @@ func TestResumeIntoAnotherKindOfRun(t *testing.T) {
 				continue
 			}
 			code, stderr := runArgs(t, append(cmds[want], "--out", out, "--resume")...)
-			for _, s := range []string{describeKind(kinds[have]), "not " + describeKind(kinds[want]), "canopy " + kinds[have] + " --resume", "another --out"} {
+			for _, s := range []string{runkind.Describe(kinds[have]), "not " + runkind.Describe(kinds[want]), "canopy " + kinds[have] + " --resume", "another --out"} {
 				if code != ExitUsage || !strings.Contains(stderr, s) {
 					t.Errorf("%s --resume into a %s folder: exit %d, want %d and %q in\n%s", want, have, code, ExitUsage, s, stderr)
 				}
@@ -39,7 +41,7 @@ func TestResumeIntoAnotherKindOfRun(t *testing.T) {
 // A box run's --resume into a point model's folder names the point run
 // and how to continue it.
 func TestResumeIntoPointRun(t *testing.T) {
-	err := checkRunKind("OUT", []byte(`{"job": "predict points"}`), kindPredictTile)
+	err := runkind.Check("OUT", []byte(`{"job": "predict points"}`), runkind.PredictTile)
 	if err == nil || Code(err) != ExitUsage || !strings.Contains(err.Error(), "a point model's predict run") ||
 		!strings.Contains(err.Error(), "canopy predict --model POINT-MODEL --resume") {
 		t.Fatalf("%v", err)

@@ -20,9 +20,11 @@ import (
 
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
+	"github.com/canopy-hpc/canopy/internal/pipeline/predict"
 	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/internal/tilerun"
 	"github.com/canopy-hpc/canopy/mpi"
@@ -428,7 +430,7 @@ func TestPredictStopResumeIdentical(t *testing.T) {
 	run := func(n int, cfg PredictConfig, interrupt string) ([]int, string) {
 		t.Helper()
 		return runStoppable(t, n, interrupt, func(ctx context.Context, c mpi.Comm, _ io.Writer) error {
-			return Predict(ctx, c, cfg)
+			return predict.Run(ctx, c, cfg)
 		})
 	}
 	read := func(out string) []byte {
@@ -501,7 +503,7 @@ func TestPredictStopResumeIdentical(t *testing.T) {
 	if codes, msg := run(1, other, ""); codes[0] != ExitUsage || !strings.Contains(msg, "score_thresh") {
 		t.Fatalf("--resume with another score threshold: exit %v, want %d naming it:\n%s", codes, ExitUsage, msg)
 	}
-	names, err := listImages(dir)
+	names, err := dataset.ListImages(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

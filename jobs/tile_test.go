@@ -24,6 +24,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/pipeline/predict"
 	"github.com/canopy-hpc/canopy/internal/tilerun"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
@@ -124,7 +125,7 @@ func TestTileIdenticalAcrossRanksThreadsBatches(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "list.csv"), []byte(list.String()), 0o644)
 	out := t.TempDir()
 	pc := PredictConfig{CSV: filepath.Join(dir, "list.csv"), Out: out, BatchSize: 1, Model: tileCfg("", "").Model, RawRows: true}
-	if errs := local.Run(1, func(c mpi.Comm) error { return Predict(context.Background(), c, pc) }); errs[0] != nil {
+	if errs := local.Run(1, func(c mpi.Comm) error { return predict.Run(context.Background(), c, pc) }); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	b, _ := os.ReadFile(filepath.Join(out, "predictions.csv"))

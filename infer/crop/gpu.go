@@ -82,10 +82,14 @@ func (r *GPURunner) Close() error {
 	return r.g.Err
 }
 
-// Piece is one crop: the window R of source image Img.
+// Piece is one crop: the window R of source image Img; or, when Held is
+// not nil, the window R of that image already on the device (a detector's
+// window, gpu.Engine.HeldSource: its pixels are not uploaded again; the
+// GPU runner alone takes such a piece).
 type Piece struct {
-	Img int
-	R   Rect
+	Img  int
+	R    Rect
+	Held *gpu.Source
 }
 
 // Classify transforms and classifies raw crops on the device (each its own
@@ -131,6 +135,12 @@ func (r *GPURunner) ClassifyWindows(ctx context.Context, tr Transform, imgs []im
 // checkPieces refuses a piece whose source or window is not there.
 func checkPieces(imgs []imagefile.Image, ps []Piece) error {
 	for i, p := range ps {
+		if h := p.Held; h != nil {
+			if r := p.R; r.W < 1 || r.H < 1 || r.X < 0 || r.Y < 0 || r.X > h.W-r.W || r.Y > h.H-r.H {
+				return fmt.Errorf("crop %d: window %+v of a %d×%d image on the device", i, r, h.W, h.H)
+			}
+			continue
+		}
 		if p.Img < 0 || p.Img >= len(imgs) {
 			return fmt.Errorf("crop %d: source %d of %d", i, p.Img, len(imgs))
 		}
@@ -192,33 +202,23 @@ func (r *GPURunner) transform(tr Transform, imgs []imagefile.Image, wins []Piece
 	g := r.g
 	defer g.Timed("transform")()
 	oh, ow := tr.Size[0], tr.Size[1]
-	// The sources, each once, 8-bit where every value is a sample.
-	type src struct {
-		p      cuda.Ptr
-		eight  bool
-		w, h   int
-		mapped gpu.Map
-	}
-	srcs := map[int]*src{}
+	// The sources, each once, 8-bit where every value is a sample; a
+	// held one is on the device already.
+	srcs := make([]gpu.Source, len(wins))
+	up := map[int]gpu.Source{}
 	var dead []gpu.Map
-	for _, w := range wins {
-		if srcs[w.Img] != nil || g.Err != nil {
+	for i, w := range wins {
+		if w.Held != nil {
+			srcs[i] = *w.Held
 			continue
 		}
-		im := imgs[w.Img]
-		s := &src{w: im.W, h: im.H}
-		b := make([]byte, len(im.Pix))
-		if imagefile.ToPlanes(im.Pix, b) {
-			s.mapped = g.Scratch((len(b) + 3) / 4)
-			g.Fail(g.Dev.UploadBytes(s.mapped.P, b))
-			s.eight = true
-		} else {
-			s.mapped = g.Scratch(len(im.Pix))
-			g.UploadAsync(s.mapped.P, im.Pix)
+		s, ok := up[w.Img]
+		if !ok && g.Err == nil {
+			s = g.UploadSource(imgs[w.Img], nil)
+			dead = append(dead, s.Map)
+			up[w.Img] = s
 		}
-		s.p = s.mapped.P
-		dead = append(dead, s.mapped)
-		srcs[w.Img] = s
+		srcs[i] = s
 	}
 	// The tap tables, one upload each, and the width passes' outputs.
 	var ints []int32
@@ -262,14 +262,9 @@ func (r *GPURunner) transform(tr Transform, imgs []imagefile.Image, wins []Piece
 		if g.Err != nil {
 			break
 		}
-		s, p := srcs[w.Img], plans[i]
-		var s8, s32 cuda.Ptr
-		if s.eight {
-			s8 = s.p
-		} else {
-			s32 = s.p
-		}
-		g.LaunchN(kernels.CropHPass, 3*w.R.H*ow, s8, s32, int64(0), s.w, s.h, w.R.X, w.R.Y, w.R.W, w.R.H, ow,
+		s, p := srcs[i], plans[i]
+		s8, s32 := s.Pointers()
+		g.LaunchN(kernels.CropHPass, 3*w.R.H*ow, s8, s32, int64(0), s.W, s.H, w.R.X, w.R.Y, w.R.W, w.R.H, ow,
 			ti.P, p.hInt, tw.P, p.hW, p.hs, tmp.P, p.tmp,
 			tr.Mean[0], tr.Mean[1], tr.Mean[2], tr.Std[0], tr.Std[1], tr.Std[2], norm, fma)
 		g.LaunchN(kernels.CropVPass, 3*oh*ow, tmp.P, p.tmp, w.R.H, ow, oh, ti.P, p.vInt, tw.P, p.vW, p.vs,

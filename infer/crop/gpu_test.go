@@ -94,8 +94,8 @@ func testSources(seed uint64) ([]imagefile.Image, []Piece) {
 		f.Pix[i] = float32(r.Float64())
 	}
 	return []imagefile.Image{u8, f}, []Piece{
-		{0, Rect{0, 0, 90, 70}}, {0, Rect{5, 7, 20, 17}}, {0, Rect{10, 3, 36, 40}}, {1, Rect{2, 2, 40, 30}},
-		{0, Rect{1, 1, 36, 25}}, {0, Rect{30, 20, 3, 2}}, {1, Rect{0, 0, 50, 45}},
+		{Img: 0, R: Rect{0, 0, 90, 70}}, {Img: 0, R: Rect{5, 7, 20, 17}}, {Img: 0, R: Rect{10, 3, 36, 40}}, {Img: 1, R: Rect{2, 2, 40, 30}},
+		{Img: 0, R: Rect{1, 1, 36, 25}}, {Img: 0, R: Rect{30, 20, 3, 2}}, {Img: 1, R: Rect{0, 0, 50, 45}},
 	}
 }
 

@@ -250,6 +250,9 @@ func (r *Runner) ClassifyWindows(ctx context.Context, tr Transform, imgs []image
 	}
 	crops := make([]imagefile.Image, len(ps))
 	for i, p := range ps {
+		if p.Held != nil {
+			return nil, fmt.Errorf("crop %d: cut from an image on the device, which the CPU engine cannot read", i)
+		}
 		crops[i] = Cut(imgs[p.Img], p.R)
 	}
 	return r.Classify(ctx, tr, crops)

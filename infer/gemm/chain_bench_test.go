@@ -46,9 +46,9 @@ func BenchmarkChain(b *testing.B) {
 
 // BenchmarkChainStride times Chain with B's rows ldb apart: the crop
 // classifier's 1×1 convolutions over 56×56 maps of 16 crops read B with
-// ldb = 50,176 floats (49·4 KiB, every row in one cache set), against a
-// contiguous B and one 24 floats wider; the panels Chain packs make them
-// alike. In GFLOP/s of the thread's CPU time; CANOPY_SIMD=avx2 times the
+// ldb = 50,176 floats (49·4 KiB, every row in one cache set; Chain packs
+// its panels), against a contiguous B and one 24 floats wider (read in
+// place), which it now runs alike. In GFLOP/s of the thread's CPU time; CANOPY_SIMD=avx2 times the
 // AVX2 clone.
 func BenchmarkChainStride(b *testing.B) {
 	runtime.LockOSThread()

@@ -566,13 +566,20 @@ static inline void K(chain_pack)(int kc, int nc, const float *b, long ldb, float
 }
 
 // The kc × CH_NR panel of B that a block's row tiles share is copied into
-// a contiguous buffer first when the block has more than one row tile.
-// Read in place, a panel's rows lie ldb apart, and at the crop
-// classifier's 1×1 convolutions over 56×56 maps of 16 crops ldb is
-// 50,176 floats (49·4 KiB): every row of the panel falls in the same set
-// of the L1 and L2 caches, and the AVX2 clone ran those products at 65%
-// of its speed on a contiguous panel (BenchmarkChainStride). The packed
-// panel holds the same values, read in the same order: no bit changes.
+// a contiguous buffer first when the block has more than one row tile and
+// B's rows lie a multiple of 2 KiB apart (ldb a multiple of
+// CH_PACK_LDB floats): then every row of the panel falls in one or two
+// sets of the L1 cache (64 sets of 64 bytes). So it is at the crop
+// classifier's 1×1 convolutions over 56×56 maps of 16 crops (ldb 50,176
+// floats, 49·4 KiB), which the AVX2 clone ran at 65% of its speed on a
+// contiguous panel (BenchmarkChainStride; BenchmarkBatchResNet50's 1×1s at
+// 56²: 1.2–1.5× less CPU on AVX2; on AVX-512 1.3× on the 256←64, 0.9× on
+// the 64←256, loaded machine). Elsewhere
+// (28² and 14² maps, Winograd's V, im2col chunks) the rows spread over 4
+// or more sets, and copying there gained nothing on AVX2 and cost AVX-512
+// up to a tenth. The packed panel holds the same values, read in the same
+// order: no bit changes.
+#define CH_PACK_LDB 512
 static void K(chain)(int m, int n, int k, const float *a, long lda, const float *b, long ldb, float *c, long ldc,
 		const float *bias, const float *res, long ldr, int relu) {
 	float panel[CH_KC * CH_NR] __attribute__((aligned(64)));
@@ -586,7 +593,7 @@ static void K(chain)(int m, int n, int k, const float *a, long lda, const float 
 				int nc = n - j < CH_NR ? n - j : CH_NR;
 				const float *bp = b + (long)pc * ldb + j;
 				long lb = ldb;
-				if (mc > CH_MR) {
+				if (mc > CH_MR && ldb >= CH_PACK_LDB && ldb % CH_PACK_LDB == 0) {
 					K(chain_pack)(kc, nc, bp, ldb, panel);
 					bp = panel;
 					lb = CH_NR;
@@ -605,6 +612,7 @@ static void K(chain)(int m, int n, int k, const float *a, long lda, const float 
 #undef CH_NR
 #undef CH_KC
 #undef CH_MC
+#undef CH_PACK_LDB
 
 // The point model's element-wise kernels (infer/treeformer), the same
 // operations in the same order as their Go twins in wino.go (expFastGo,

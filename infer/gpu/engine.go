@@ -52,6 +52,9 @@ type Engine struct {
 	Err   error
 	Times *nn.Times
 	DNN   *DNN // the cuDNN path (fp32, tf32, bf16); nil for canopy's kernels
+	// Uploads counts the source images UploadSource sent up.
+	Uploads int
+	held    *Held // the sources kept after use (HoldSources; nil: none)
 }
 
 var _ nn.Backend[Map] = (*Engine)(nil)
@@ -233,6 +236,7 @@ func (g *Engine) ReluCopy(x Map) Map {
 // Close frees the device memory the engine holds: the free list, the
 // weights, the cuDNN state (not the device). Its error is in Err.
 func (g *Engine) Close() {
+	g.DropHeld(func(int) bool { return true })
 	g.Release()
 	for _, w := range g.wts {
 		g.Dev.Free(w[0])

@@ -172,6 +172,15 @@ func (d *GPUDetector) detect(ctx context.Context, batch []infer.Input, truth [][
 			targets[i] = Targets(truth[i], img.W, img.H, func(id int32) (int, bool) { return modelClass(d.labels, id) })
 		}
 	}
+	if d.r.g.Holds() {
+		d.r.keys = make(map[*float32]int, len(imgs))
+		for i, im := range imgs {
+			if len(im.Pix) > 0 {
+				d.r.keys[&im.Pix[0]] = batch[i].Index
+			}
+		}
+		defer func() { d.r.keys = nil }()
+	}
 	var dets [][]Detection
 	var losses []box.Loss
 	var err error
@@ -238,6 +247,13 @@ func (d *GPUDetector) LayerTimes() []nn.LayerTime { return d.r.LayerTimes() }
 // (internal/cropstage: the same device, precision, cuDNN handle, plans
 // and workspace; the detector's batches are done before the crop stage).
 func (d *GPUDetector) CropEngine() *gpu.Engine { return d.r.g }
+
+// HoldWindows makes the detector keep each image's pixels on the device
+// after its transform, under its input's Index (a tile run's global
+// window), within budget bytes, oldest dropped first (0: keep none): the
+// crop stage on its engine then cuts the crops of a window from them
+// (gpu.Engine.HeldSource) instead of uploading the pixels again.
+func (d *GPUDetector) HoldWindows(budget int64) { d.r.g.HoldSources(budget) }
 
 // Device describes the detector's device.
 func (d *GPUDetector) Device() cuda.Info { return d.r.g.Dev.Info() }

@@ -21,6 +21,10 @@ type GPURunner struct {
 	m     *Model
 	g     *gpu.Engine
 	cells cuda.Ptr // the levels' cell anchors (postprocess, losses), uploaded once
+	// keys, while the detector holds windows (GPUDetector.HoldWindows),
+	// are the batch's images by their first sample: each one's source is
+	// held on the device under its input's Index after its transform.
+	keys map[*float32]int
 	graphState
 }
 

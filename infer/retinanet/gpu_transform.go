@@ -1,7 +1,6 @@
 package retinanet
 
 import (
-	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
 	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
@@ -78,17 +77,8 @@ func (r *GPURunner) transformInto(p prepared, x gpu.Map) {
 			break
 		}
 		done := g.Timed("upload")
-		var src gpu.Map
-		var s8, s32 cuda.Ptr
-		if p.u8[i] != nil {
-			src = g.Alloc(1, 1, 1, (len(p.u8[i])+3)/4)
-			g.Fail(g.Dev.UploadBytes(src.P, p.u8[i]))
-			s8 = src.P
-		} else {
-			src = g.Alloc(1, 1, 1, len(img.Pix))
-			g.UploadAsync(src.P, img.Pix)
-			s32 = src.P
-		}
+		src := g.UploadSource(imagefile.Image(img), p.u8[i])
+		s8, s32 := src.Pointers()
 		done()
 		done = g.Timed("transform")
 		if g.Err == nil {
@@ -98,7 +88,22 @@ func (r *GPURunner) transformInto(p prepared, x gpu.Map) {
 				int(o.Blend)))
 		}
 		done()
-		// Reused only by later work in the same stream, after this kernel.
-		g.Put(src)
+		// Reused only by later work in the same stream, after this kernel;
+		// or held for the crops cut from it later (HoldWindows).
+		if key, ok := r.heldKey(img); ok {
+			g.Hold(key, src)
+		} else {
+			g.Put(src.Map)
+		}
 	}
+}
+
+// heldKey is the key an image's source is held under on the device (its
+// input's Index) when the detector holds windows (HoldWindows).
+func (r *GPURunner) heldKey(img Image) (int, bool) {
+	if r.keys == nil || len(img.Pix) == 0 {
+		return 0, false
+	}
+	k, ok := r.keys[&img.Pix[0]]
+	return k, ok
 }

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // ErrSettings marks window settings that cut no windows: a patch under one
@@ -150,4 +151,39 @@ func Windows(width, height int, s Settings) ([]Window, error) {
 		}
 	}
 	return out, nil
+}
+
+// Containing are the windows (indices k, increasing) that hold the
+// rectangle of w×h pixels at (x, y) whole.
+func (g Grid) Containing(x, y, w, h int) []int {
+	is := axisContaining(g.nx, g.w, g.sx, g.lastX, x, w)
+	js := axisContaining(g.ny, g.h, g.sy, g.lastY, y, h)
+	var out []int
+	for _, i := range is {
+		for _, j := range js {
+			out = append(out, i*g.ny+j)
+		}
+	}
+	return out
+}
+
+// axisContaining are the offsets i (increasing) of an axis of n windows
+// of size win, step and last offset whose span [off, off+win) holds
+// [at, at+size). Offsets are min(i·step, last), non-decreasing in i: the
+// last with off ≤ at is found, then the run below it still reaching
+// at+size.
+func axisContaining(n, win, step, last, at, size int) []int {
+	off := func(i int) int { return min(i*step, last) }
+	i := n - 1
+	if last > at {
+		i = min(n-1, at/max(step, 1))
+	}
+	var out []int
+	for ; i >= 0 && off(i)+win >= at+size; i-- {
+		if off(i) <= at {
+			out = append(out, i)
+		}
+	}
+	slices.Reverse(out)
+	return out
 }

@@ -2,8 +2,11 @@ package cropstage
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/canopy-hpc/canopy/infer/crop"
+	"github.com/canopy-hpc/canopy/infer/cuda"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/mpi"
 )
@@ -30,6 +33,46 @@ type oneCropModel struct {
 	m    *crop.Model
 	info ModelInfo
 	run  *crop.Runner
+	gpu  *crop.GPURunner // --device cuda: the GPU engine (OnGPU)
+}
+
+// OnGPU makes eval-crops' classifier run on dev (--device cuda) in a GPU
+// engine of its own at opt's precision (crop.NewGPURunnerOn: canopy's
+// exact kernels, or cuDNN's graphs in batches of crop.GPUBatch); the
+// report's crop_model.device names it. Close frees the engine and dev.
+func (o *oneCropModel) OnGPU(dev cuda.Device, opt gpu.Options) error {
+	r, err := crop.NewGPURunnerOn(o.m.Net(), dev, opt)
+	if err != nil {
+		return err
+	}
+	o.gpu = r
+	o.info.Device = fmt.Sprintf("cuda %s on %s", opt.Precision, dev.Info().Name)
+	return nil
+}
+
+// GPU is the classifier's GPU (OnGPU's device).
+func (o *oneCropModel) GPU() cuda.Info {
+	if o.gpu == nil {
+		return cuda.Info{}
+	}
+	return o.gpu.Engine().Dev.Info()
+}
+
+// Device is where the classifier runs: "cpu", or "cuda <precision> on
+// <GPU>" (report.json's crop_model.device).
+func (o *oneCropModel) Device() string { return o.info.Device }
+
+// Close frees the GPU engine and its device (none on the CPU).
+func (o *oneCropModel) Close() error {
+	if o.gpu == nil {
+		return nil
+	}
+	err := o.gpu.Close()
+	if cerr := o.gpu.Engine().Dev.Close(); err == nil {
+		err = cerr
+	}
+	o.gpu = nil
+	return err
 }
 
 func (o *oneCropModel) Labels() []string { return o.m.Labels() }
@@ -40,7 +83,13 @@ func (o *oneCropModel) BatchSize() int   { return o.m.BatchSize }
 // Classify transforms and classifies the crops; each one's score is
 // DeepForest's postprocess_predictions value (Output.Best).
 func (o *oneCropModel) Classify(ctx context.Context, crops []imagefile.Image) ([][]float32, []float32, error) {
-	out, err := o.run.Classify(ctx, o.m.Transform, crops)
+	var out []crop.Output
+	var err error
+	if o.gpu != nil {
+		out, err = o.gpu.Classify(ctx, o.m.Transform, crops)
+	} else {
+		out, err = o.run.Classify(ctx, o.m.Transform, crops)
+	}
 	if err != nil {
 		return nil, nil, err
 	}

@@ -335,6 +335,53 @@ type Whole interface {
 	Whole(img int) imagefile.Image
 }
 
+// Windowed is a Source whose images were cut into windows a GPU detector
+// held on the device after detecting them (a tile run's: GPUDetector's
+// HoldWindows): Windows are the windows of image img that hold crop r
+// whole, each its key (the detector input's Index) and origin in img. On
+// the GPU engine a crop in a window still held is cut from it there, its
+// pixels neither read nor uploaded again.
+type Windowed interface {
+	Windows(img int, r crop.Rect) []Window
+}
+
+// Window is a detector window that may be held on the device: its key and
+// its origin in its image.
+type Window struct{ Key, X, Y int }
+
+// HoldWindows makes a GPU detector the crops run on (OnDetector) keep
+// its windows on the device, within budget bytes, for the crops of a
+// Windowed source (nothing on the CPU, or with no crop model).
+func (cs *Set) HoldWindows(det any, budget int64) {
+	d, ok := det.(interface{ HoldWindows(int64) })
+	if cs == nil || cs.engine == nil || !ok {
+		return
+	}
+	d.HoldWindows(budget)
+}
+
+// DropWindows frees the held windows whose keys drop names (their
+// images' crops are done).
+func (cs *Set) DropWindows(drop func(key int) bool) {
+	if cs != nil && cs.engine != nil {
+		cs.engine.DropHeld(drop)
+	}
+}
+
+// held is the held window of src that holds crop r of image img, and r
+// within it.
+func (cs *Set) held(src Windowed, img int, r crop.Rect) (crop.Piece, bool) {
+	if cs.engine == nil || src == nil || !cs.engine.Holds() {
+		return crop.Piece{}, false
+	}
+	for _, w := range src.Windows(img, r) {
+		if s, ok := cs.engine.HeldSource(w.Key); ok {
+			return crop.Piece{Held: &s, R: crop.Rect{X: r.X - w.X, Y: r.Y - w.Y, W: r.W, H: r.H}}, true
+		}
+	}
+	return crop.Piece{}, false
+}
+
 // Result is one crop's class index and score, per model.
 type Result struct {
 	Label int32
@@ -379,6 +426,7 @@ func Classify(ctx context.Context, c mpi.Comm, cs *Set, src Source, dets [][]box
 		runners, done := cs.runners()
 		defer done()
 		whole, _ := src.(Whole)
+		windowed, _ := src.(Windowed)
 		for lo := 0; lo < len(shard); lo += cropBatch {
 			hi := min(lo+cropBatch, len(shard))
 			res := make([][]crop.Output, nm)
@@ -396,6 +444,10 @@ func Classify(ctx context.Context, c mpi.Comm, cs *Set, src Source, dets [][]box
 					r, err := crop.Window(b.Xmin, b.Ymin, b.Xmax, b.Ymax, m.Transform.Expand, w, h)
 					if err != nil {
 						return &errkind.Error{Code: errkind.ExitInput, Err: fmt.Errorf("jobs: crop of detection %d of image %d: %w", it.det, it.img, err)}
+					}
+					if p, ok := cs.held(windowed, it.img, r); ok {
+						pieces = append(pieces, p)
+						continue
 					}
 					if whole != nil {
 						j, ok := at[it.img]

@@ -418,24 +418,38 @@ func (lm *Model) OpenDetector(c mpi.Comm, labels box.LabelMap, stderr io.Writer)
 		}
 		return nil, err
 	}
-	me := RankDevice{Rank: c.Rank(), Host: c.Host(), Device: lm.Info.Device, Why: lm.Place.Reason}
+	var info *cuda.Info
 	if g, ok := det.(interface{ Device() cuda.Info }); ok {
-		info := g.Device()
+		i := g.Device()
+		info = &i
+	}
+	if err := lm.GatherDevices(c, info, stderr); err != nil {
+		det.Close()
+		return nil, err
+	}
+	lm.Info.Detector = det.Name()
+	return det, nil
+}
+
+// GatherDevices is a collective: every rank learns where the others run
+// (Info.Devices, the report's devices; info is this rank's GPU, nil on
+// the CPU), and rank 0 warns on stderr of ranks that share a GPU.
+func (lm *Model) GatherDevices(c mpi.Comm, info *cuda.Info, stderr io.Writer) error {
+	me := RankDevice{Rank: c.Rank(), Host: c.Host(), Device: lm.Info.Device, Why: lm.Place.Reason}
+	if info != nil {
 		me.Name, me.UUID, me.SM, me.Shared = info.Name, info.UUID, info.SM, lm.Place.Sharing
 	}
 	b, _ := json.Marshal(me)
 	all, err := mpi.AllgatherBytes(c, b)
 	if err != nil {
-		det.Close()
-		return nil, errkind.Local(errkind.ExitMPI, "jobs: %w", err)
+		return errkind.Local(errkind.ExitMPI, "jobs: %w", err)
 	}
 	lm.Info.Devices = lm.Info.Devices[:0]
 	shared := map[string][]int{}
 	for _, raw := range all {
 		var d RankDevice
 		if err := json.Unmarshal(raw, &d); err != nil {
-			det.Close()
-			return nil, errkind.Local(errkind.ExitInternal, "jobs: a rank's device record: %w", err)
+			return errkind.Local(errkind.ExitInternal, "jobs: a rank's device record: %w", err)
 		}
 		lm.Info.Devices = append(lm.Info.Devices, d)
 		if d.UUID != "" {
@@ -450,8 +464,40 @@ func (lm *Model) OpenDetector(c mpi.Comm, labels box.LabelMap, stderr io.Writer)
 			}
 		}
 	}
-	lm.Info.Detector = det.Name()
-	return det, nil
+	return nil
+}
+
+// PlaceAlone places this rank's device for a model that has no detector
+// (eval-crops' crop model), as Load places a detector's (--device,
+// --precision, --cudnn; exit 5 when a rank cannot have what was asked):
+// a collective.
+func PlaceAlone(c mpi.Comm, mc ModelConfig) (*Model, error) {
+	lm := &Model{Threads: max(mc.Threads, 1)}
+	err := lm.placeDevice(mc, c.LocalRank(), c.LocalSize())
+	if err := collective.AgreeErr(c, errkind.ExitMPI, err); err != nil {
+		return nil, err
+	}
+	return lm, nil
+}
+
+// Precision is the precision this rank resolved (--precision, or the
+// GPU's default).
+func (lm *Model) Precision() cuda.Precision { return lm.precision }
+
+// OpenGPU opens this rank's GPU (Place) and the engine's options at the
+// resolved precision (the cuDNN library and plan file for fp32, tf32,
+// bf16); the caller closes the device.
+func (lm *Model) OpenGPU() (cuda.Device, gpu.Options, error) {
+	dev, err := OpenDevice(lm.Place.Index)
+	if err != nil {
+		return nil, gpu.Options{}, &errkind.Error{Code: errkind.ExitMPI, Err: fmt.Errorf("jobs: %w", err)}
+	}
+	opts, err := lm.gpuOptions(dev.Info())
+	if err != nil {
+		dev.Close()
+		return nil, opts, err
+	}
+	return dev, opts, nil
 }
 
 // autoCPUNote is the one line a cuda build prints (rank 0) when --device
@@ -493,13 +539,8 @@ func (lm *Model) Detector(labels box.LabelMap) (infer.Detector, error) {
 		ids[k] = id
 	}
 	if lm.Place.Kind == "cuda" {
-		dev, err := OpenDevice(lm.Place.Index)
+		dev, opts, err := lm.OpenGPU()
 		if err != nil {
-			return nil, &errkind.Error{Code: errkind.ExitMPI, Err: fmt.Errorf("jobs: %w", err)}
-		}
-		opts, err := lm.gpuOptions(dev.Info())
-		if err != nil {
-			dev.Close()
 			return nil, err
 		}
 		slots := 0

@@ -576,17 +576,47 @@ func (t *tileRun) classify(ctx context.Context, complete []int, merged [][]box.D
 		}
 	}
 	before := t.crops.Stats.Classified
-	table, err := cropstage.Classify(ctx, t.c, t.crops, &roundCrops{rs: t.rs, rasters: t.rasters, ids: complete}, merged)
+	table, err := cropstage.Classify(ctx, t.c, t.crops, &roundCrops{rs: t.rs, rasters: t.rasters, ids: complete, ix: t.ix}, merged)
+	// The completed rasters' windows are done with (the crop stage and
+	// the detector never read them again).
+	done := map[int]bool{}
+	for _, r := range complete {
+		done[r] = true
+	}
+	t.crops.DropWindows(func(g int) bool { return done[t.ix.rasterOf(g)] })
 	t.crops.Stats.Classified += before // cropstage.Classify counts one call's
 	return table, err
 }
 
 // roundCrops reads the crops of a round's completed rasters (cropstage.Classify's
-// image k is raster ids[k]).
+// image k is raster ids[k]); on the GPU engine a crop is cut from a
+// window of the raster the detector holds there (Windows).
 type roundCrops struct {
 	rs      *rasterSet
 	rasters []tileRaster
 	ids     []int
+	ix      tileIndex
+}
+
+// HeldWindowBytes is how much of the device a GPU detector keeps of the
+// windows it detected, for the crops cut from them (--crop-model on
+// --device cuda): each window's 8-bit samples (3·patch² bytes: 480 KB at
+// 400 pixels, so about 2,200 windows), oldest dropped first, each dropped
+// once its raster's crops are done. 0 keeps none: every crop is read from
+// the raster and uploaded (the path before; tests compare the two).
+var HeldWindowBytes int64 = 1 << 30
+
+// Windows are raster ids[k]'s windows that hold r whole
+// (cropstage.Windowed): their global index and origin.
+func (s *roundCrops) Windows(k int, r crop.Rect) []cropstage.Window {
+	ras := s.ids[k]
+	g := s.ix.grids[ras]
+	var out []cropstage.Window
+	for _, j := range g.Containing(r.X, r.Y, r.W, r.H) {
+		w := g.At(j)
+		out = append(out, cropstage.Window{Key: s.ix.offset[ras] + j, X: w.X, Y: w.Y})
+	}
+	return out
 }
 
 func (s *roundCrops) Open(k int) (int, int, error) {

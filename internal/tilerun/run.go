@@ -368,6 +368,8 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	}
 	defer det.Close()
 	crops.OnDetector(det) // --device cuda: the crops on the detector's GPU engine
+	// and cut there from the windows the detector holds (HeldWindowBytes)
+	crops.HoldWindows(det, HeldWindowBytes)
 	files := make([]string, len(rasters))
 	for i := range rasters {
 		files[i] = rasters[i].File

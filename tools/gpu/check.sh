@@ -51,8 +51,9 @@
 #                    e2e/e2e.tsv
 #   crops-tests.txt, (issue 44 item 3) the crop classifier on the GPU engine
 #   crops-bench.txt,   against the CPU engine: the tests with derived
-#   crops.tsv          bounds, crops/s side by side, predict
-#                      --crop-model on both devices (crops())
+#   crops.tsv          bounds (crops cut from held detector windows too),
+#                      crops/s side by side, predict --crop-model and
+#                      eval-crops on both devices (crops())
 # CHECK selects the parts (default "base cudnn stages", all of them; one
 # part fits one 8-minute lease): base = the kernel tests and the
 # benchmarks against torchvision, cudnn = issue 24's (gpu-plan, parity,
@@ -280,7 +281,7 @@ PY
 # crops (issues 36, 44 item 3): the crop classifier on the GPU engine
 # (infer/crop/gpu.go: the crops cut and resized on the device, the ResNet
 # through the detector's engine, pool, fc, softmax and argmax on the
-# device). About 4 minutes; bin/crop-cuda.test (make check-cuda) and
+# device). About 5 minutes; bin/crop-cuda.test (make check-cuda) and
 # bin/crop-files (make gpu-bundle) carried.
 #  1. crops-tests.txt: infer/crop's GPU tests on the GPU (the same tests CI
 #     runs on the host shim): the device transform bit for bit the CPU's;
@@ -300,6 +301,16 @@ PY
 #     certified per layer by step 1 (a bound carried through the whole
 #     network is rigorous but far too loose to mean anything:
 #     infer/retinanet/bound_test.go), so here the difference is recorded.
+#     TestGPUCropFromHeldWindows (step 1) is the tile path's: crops cut
+#     from the windows the detector holds on the device give the bits of
+#     crops uploaded from their images, and the device is sent exactly
+#     their bytes less (predict --tile itself needs GDAL, which the
+#     carried nompi,noblas,nogdal build lacks).
+#  4. crops.tsv, eval-crops: canopy eval-crops --device cuda (exact, tf32)
+#     and --device cpu on the parity raster's boxes DeepForest labelled
+#     (infer/crop/testdata/parity.json's tile rows): crops/s (report.json's crops over per_rank's classify
+#     seconds) and crops.csv's labels and scores against the CPU's (labels
+#     all equal).
 crops() {
 	step crops tests
 	(cd infer/crop && timeout 150 ../../bin/crop-cuda.test -test.v -test.timeout 145s -test.run 'TestGPUCrop') \
@@ -348,6 +359,47 @@ d = max((abs(float(r["cropmodel_score"]) - float(s["cropmodel_score"])) for r, s
 ok = "ok" if same and lab == len(same) else "FAIL"
 print("crop columns cuda %s vs cpu: %s: %d cpu rows, %d cuda rows, %d boxes in both, labels equal %d, largest |score difference| %.3g"
       % (sys.argv[3], ok, len(a), len(b), len(same), lab, d))
+PY
+	done
+
+	step crops eval-crops
+	# eval-crops --device (no detector: the crop model on a GPU engine of
+	# its own) on the parity raster's boxes that DeepForest's predict_tile
+	# labelled (infer/crop/testdata/parity.json: its crop labels as the
+	# truth): crops/s from report.json, and crops.csv's predicted labels and
+	# scores of each GPU run against the CPU's.
+	"$PY" - infer/crop/testdata/parity.json bin/crop-images/truth.csv <<'PY' || echo "eval-crops: no truth CSV"
+import csv, json, sys
+rows = json.load(open(sys.argv[1]))["tile"]["rows"]
+with open(sys.argv[2], "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["image_path", "xmin", "ymin", "xmax", "ymax", "label"])
+    for r in rows:
+        w.writerow(["img_0000.png"] + r[:4] + [r[6]])
+PY
+	printf 'eval-crops\tcrops\tseconds\tcrops_per_s\tdevice\trc\n' >>"$OUT/crops.tsv"
+	for r in "${runs[@]}"; do
+		read -r dev prec <<<"$r"
+		local args=(--device "$dev")
+		[ "$dev" = cuda ] && args+=(--precision "$prec")
+		timeout 60 $CANOPY eval-crops --csv bin/crop-images/truth.csv --crop-model bin/crop-files/crop.ckpt "${args[@]}" \
+			--out "$OUT/evalcrops-$dev-$prec" --force >"$OUT/evalcrops-$dev-$prec.log" 2>&1
+		local rc=$?
+		"$PY" - "$OUT/evalcrops-$dev-$prec/report.json" "$dev $prec" $rc >>"$OUT/crops.tsv" <<'PY' || echo "eval-crops $dev $prec: no report (rc $rc)"
+import json, sys
+r = json.load(open(sys.argv[1]))
+n, s = r.get("crops", 0), sum(p["seconds"].get("classify", 0) for p in r.get("per_rank", []))
+print("%s\t%d\t%.3f\t%.1f\t%s\t%s" % (sys.argv[2], n, s, n / s if s else 0, r.get("device", "?"), sys.argv[3]))
+PY
+	done
+	for prec in exact tf32; do
+		"$PY" - "$OUT/evalcrops-cpu-exact/crops.csv" "$OUT/evalcrops-cuda-$prec/crops.csv" "$prec" <<'PY' 2>&1 | tee -a "$OUT/crops.tsv"
+import csv, sys
+a, b = (list(csv.DictReader(open(p))) for p in sys.argv[1:3])
+lab = sum(r["predicted_label"] == s["predicted_label"] for r, s in zip(a, b))
+d = max((abs(float(r["score"]) - float(s["score"])) for r, s in zip(a, b)), default=float("nan"))
+ok = "ok" if a and len(a) == len(b) and lab == len(a) else "FAIL"
+print("eval-crops cuda %s vs cpu: %s: %d crops, %d on cuda, labels equal %d, largest |score difference| %.3g" % (sys.argv[3], ok, len(a), len(b), lab, d))
 PY
 	done
 }

@@ -22,7 +22,9 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/crop"
+	"github.com/canopy-hpc/canopy/infer/cuda"
 	"github.com/canopy-hpc/canopy/infer/gemm"
+	"github.com/canopy-hpc/canopy/infer/gpu"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
 	"github.com/canopy-hpc/canopy/internal/collective"
 	"github.com/canopy-hpc/canopy/internal/confine"
@@ -58,13 +60,17 @@ type Config struct {
 	// Lightning averages val_loss over.
 	BatchSize, LossBatch int
 	Threads              int
-	MaxImagePixels       int64
-	AllowOutsideRoot     bool
-	HTML                 bool
-	Command              []string
-	Stdout               io.Writer
-	Progress             io.Writer
-	CollectiveTimeout    time.Duration
+	// Device is --device, --precision and --cudnn (its Device, Precision,
+	// PrecisionSet and CUDNN; the rest unused): where each rank runs the
+	// crop model, placed as the detectors are (modelsel.PlaceAlone).
+	Device            modelsel.ModelConfig
+	MaxImagePixels    int64
+	AllowOutsideRoot  bool
+	HTML              bool
+	Command           []string
+	Stdout            io.Writer
+	Progress          io.Writer
+	CollectiveTimeout time.Duration
 }
 
 // maxListed bounds the skipped and dropped files named in report.json.
@@ -89,6 +95,10 @@ type evalCropsReport struct {
 	Crops     int       `json:"crops"`
 	Input     Input     `json:"input"`
 	CropModel any       `json:"crop_model"`
+	// Device is where rank 0 classified ("cpu", or "cuda <precision> on
+	// <GPU>"), Devices where every rank ran, in rank order.
+	Device  string                `json:"device"`
+	Devices []modelsel.RankDevice `json:"devices"`
 	// LossBatch is cropmodel.batch_size: val_loss averages its batches;
 	// LossBatchFrom says where it came from (flag, crop model, default).
 	LossBatch        int                    `json:"loss_batch_size"`
@@ -144,6 +154,13 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 		return err
 	}
 	model, err := LoadModel(c, cfg.CropModel, cfg.CropLabelDict, cfg.Threads)
+	if err != nil {
+		return err
+	}
+	devs, err := placeModel(c, cfg, model)
+	if cl, ok := model.(interface{ Close() error }); ok {
+		defer cl.Close()
+	}
 	if err != nil {
 		return err
 	}
@@ -226,6 +243,7 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	return collective.WriteReport(c, stats, "eval-crops outputs", func(allStats []collective.RankStats) error {
 		rep := evalCropsReport{Canopy: output.Version, Git: output.GitRevision(), MPI: c.Implementation(), Command: cfg.Command, Ranks: c.Size(),
 			Metrics: mj, Confusion: Confusion{Labels: labels, Matrix: table.Confusion}, Crops: n, CropModel: model.Info(),
+			Device: deviceOf(model), Devices: devs,
 			LossBatch: cfg.LossBatch, LossBatchFrom: lossFrom, AllowOutsideRoot: cfg.AllowOutsideRoot, PerRank: allStats,
 			Semantics: "DeepForest 2.1.0 CropModel validation (torchmetrics multiclass, Lightning epoch mean of val_loss)",
 			Input:     in.report}
@@ -243,6 +261,64 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 		}
 		return nil
 	})
+}
+
+// placeModel places every rank's crop model (--device, as the detectors'
+// are placed: exit 5 when a rank cannot have what was asked) and moves it
+// onto its GPU when placed on one (exit 5 for a device or cuDNN that does
+// not open); every rank learns where the others run.
+func placeModel(c mpi.Comm, cfg Config, model cropstage.Classifier) ([]modelsel.RankDevice, error) {
+	lm, err := modelsel.PlaceAlone(c, cfg.Device)
+	if err != nil {
+		return nil, err
+	}
+	var info *cuda.Info
+	var gerr error
+	if lm.Place.Kind == "cuda" {
+		gerr = onGPU(lm, model)
+		if gerr == nil {
+			i := model.(gpuClassifier).GPU()
+			info = &i
+		}
+	}
+	if err := collective.AgreeErr(c, errkind.ExitMPI, gerr); err != nil {
+		return nil, err
+	}
+	if err := lm.GatherDevices(c, info, nil); err != nil {
+		return nil, err
+	}
+	return lm.Info.Devices, nil
+}
+
+// gpuClassifier is a classifier that can run on a GPU (cropstage's).
+type gpuClassifier interface {
+	OnGPU(dev cuda.Device, opt gpu.Options) error
+	GPU() cuda.Info
+}
+
+// onGPU opens this rank's GPU and moves the classifier onto it.
+func onGPU(lm *modelsel.Model, model cropstage.Classifier) error {
+	g, ok := model.(gpuClassifier)
+	if !ok {
+		return errkind.Local(errkind.ExitInternal, "jobs: --device cuda: this crop model's classifier has no GPU engine")
+	}
+	dev, opt, err := lm.OpenGPU()
+	if err != nil {
+		return err
+	}
+	if err := g.OnGPU(dev, opt); err != nil {
+		dev.Close()
+		return &errkind.Error{Code: errkind.ExitMPI, Err: fmt.Errorf("jobs: --device %s: %w", lm.Info.Device, err)}
+	}
+	return nil
+}
+
+// deviceOf is where the classifier runs, for the report.
+func deviceOf(model cropstage.Classifier) string {
+	if d, ok := model.(interface{ Device() string }); ok {
+		return d.Device()
+	}
+	return "cpu"
 }
 
 func firstN(s []string) []string { return s[:min(len(s), maxListed)] }

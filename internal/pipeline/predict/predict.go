@@ -1,10 +1,16 @@
-package jobs
+// Package predict is plain `canopy predict`'s data path (whole images;
+// --tile is internal/tilerun's) below the command layer: rank 0 reads the
+// image list, resolves the model and opens the output folder
+// (internal/imagesrun), and broadcasts them; every rank loads the model,
+// detects its shard, appending each finished batch to its part file; the
+// detections are gathered (with the images a --resume found saved), the
+// crop models classify them, and rank 0 publishes predictions.csv and
+// report.json.
+package predict
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"io"
 	"path/filepath"
 	"time"
 
@@ -12,10 +18,10 @@ import (
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/collective"
-	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/detect"
+	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/imagesrun"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
@@ -25,89 +31,12 @@ import (
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
-// PredictConfig is the configuration of one `canopy predict` run.
-type PredictConfig struct {
-	CSV     string // images by image_path (other columns ignored)
-	Images  string // or: every image file in this folder
-	RootDir string // default: the CSV's folder, or Images
-	Out     string
-	Force   bool
-	// Resume continues the interrupted run in Out from its part files.
-	Resume    bool
-	BatchSize int
-	// AllowOutsideRoot lets image paths leave RootDir (absolute, "..",
-	// symlinks out).
-	AllowOutsideRoot bool
-	Model            ModelConfig
-	// Crops are --crop-model and --crop-label-dict.
-	Crops cropstage.CropConfig
-	// LabelDict is --label-dict: the labels of a bare .pt state dict.
-	LabelDict string
-	// LabelDictData and RunConfig: as EvalConfig's.
-	LabelDictData []byte
-	RunConfig     *output.RunConfig
-	Command       []string
-	Stdout        io.Writer
-	Progress      io.Writer // rank 0's progress lines (nil: none)
-	// CollectiveTimeout: as EvalConfig's.
-	CollectiveTimeout time.Duration
-	// RawRows is --raw-rows: write each image's detections as the detector
-	// gives them, without DeepForest's across_class_nms.
-	RawRows bool
-}
-
-// listImages lists --images (internal/dataset).
-var listImages = dataset.ListImages
-
-// packPredict is rank 0's packet: the model, the label dict, the image
-// count and list, then the saved run (imagesrun.PackSaved).
-func packPredict(cfg PredictConfig) ([]byte, *outdir.Run) {
-	fail := func(code int, err error) ([]byte, *outdir.Run) {
-		return append([]byte{byte(code)}, err.Error()...), nil
-	}
-	var paths []string
-	var err error
-	if cfg.CSV != "" {
-		var data []byte
-		if data, err = confine.ReadNamedInput(cfg.CSV); err != nil {
-			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
-		}
-		paths, err = dataset.ImagePaths(cfg.CSV, data)
-	} else {
-		paths, err = listImages(cfg.Images)
-	}
-	if err != nil {
-		return fail(ExitInput, err)
-	}
-	var labels []byte
-	if cfg.LabelDictData != nil {
-		labels = cfg.LabelDictData
-	} else if cfg.LabelDict != "" {
-		if labels, err = confine.ReadNamedInput(cfg.LabelDict); err != nil {
-			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
-		}
-	}
-	dir, digest, config, err := modelsel.Resolve(cfg.Model.Spec)
-	if err != nil {
-		return fail(ExitModel, err)
-	}
-	run := imagesrun.PredictRun{Paths: paths, LabelDict: labels, RootDir: cfg.RootDir,
-		Detector: imagesrun.Detector{WeightsSHA256: digest, Settings: modelsel.DetectorSettings(cfg.Model, config)}}
-	out, saved, err := imagesrun.Open(imagesrun.Folder{Dir: cfg.Out, Resume: cfg.Resume, Force: cfg.Force}, run.Manifest())
-	if err != nil {
-		return fail(Code(err), err)
-	}
-	fields := [][]byte{[]byte(dir), []byte(digest), []byte(config), labels, binary.LittleEndian.AppendUint64(nil, uint64(len(paths)))}
-	fields = append(fields, imagesrun.StringsBytes(paths)...)
-	return collective.PackFields([]byte{0}, imagesrun.PackSaved(fields, saved)...), out
-}
-
-// Predict runs the predict job on this rank: every rank detects its shard,
+// Run runs the predict job on this rank: every rank detects its shard,
 // appending each finished batch to its part file (as eval does), the
 // detections are gathered, rank 0 writes OUT/predictions.csv (DeepForest
 // prediction columns) and OUT/report.json. A signal ends it with exit 8;
 // --resume continues it at any rank count from the part files.
-func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
+func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	cfg.BatchSize = detect.BatchOrOne(cfg.BatchSize)
 	if cfg.RootDir == "" {
 		if cfg.CSV != "" {
@@ -121,40 +50,29 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	var pkt []byte
 	var out *outdir.Run
 	if c.Rank() == 0 {
-		pkt, out = packPredict(cfg)
+		pkt, out = pack(cfg)
 	}
 	defer imagesrun.Finish(out, cfg.Out, &err) // rank 0 releases the folder
-	f, err := collective.BcastFields(c, pkt, 7)
+	in, err := unpack(c, pkt)
 	if err != nil {
 		return err
 	}
-	if len(f[4]) != 8 || binary.LittleEndian.Uint64(f[4]) > uint64(len(f)-7) {
-		return collectiveErr(ExitInternal, "jobs: malformed input broadcast")
-	}
-	n := int(binary.LittleEndian.Uint64(f[4]))
-	paths := make([]string, n)
-	for i, b := range f[5 : 5+n] {
-		paths[i] = string(b)
-	}
-	saved, err := imagesrun.UnpackSaved(f[5+n:])
-	if err != nil {
-		return err
-	}
+	paths, saved := in.paths, in.saved
 	mc := cfg.Model
 	var given box.LabelMap
 	if cfg.LabelDict != "" {
-		if given, err = dataset.ParseLabelDict(cfg.LabelDict, f[3]); err != nil {
-			return &Error{Code: ExitInput, Collective: true, Err: err}
+		if given, err = dataset.ParseLabelDict(cfg.LabelDict, in.labels); err != nil {
+			return &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: err}
 		}
 		mc.LabelDict = modelsel.LabelDictOf(given)
 	}
-	model, err := modelsel.Load(c, mc, string(f[0]), string(f[1]), string(f[2]))
+	model, err := modelsel.Load(c, mc, in.modelDir, in.modelDigest, in.modelConfig)
 	if err != nil {
 		return err
 	}
 	if cfg.LabelDict != "" {
 		if err := modelsel.CheckLabels(model.Labels(), &given, cfg.LabelDict, nil, ""); err != nil {
-			return &Error{Code: ExitModel, Collective: true, Err: err}
+			return &errkind.Error{Code: errkind.ExitModel, Collective: true, Err: err}
 		}
 	}
 	labels := model.Labels()
@@ -180,7 +98,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	}
 	p, err := model.Plan(todo, costs[:len(todo)], cfg.BatchSize, c.Size())
 	if err != nil {
-		return collectiveErr(ExitInternal, "jobs: %w", err)
+		return errkind.Collective(errkind.ExitInternal, "jobs: %w", err)
 	}
 	shard := make([]int, len(p.Shards[c.Rank()]))
 	for k, j := range p.Shards[c.Rank()] {
@@ -211,7 +129,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	// predictions.csv are made from them here and from the saved ones below.
 	mine, derr := detect.Shard(ctx, det, detect.Options{RootDir: cfg.RootDir, BatchSize: cfg.BatchSize, Progress: cfg.Progress, Identify: true, Global: model.GlobalBatching()},
 		images, shard, c.Rank(), rec.Record)
-	if err := detectErr(rec.Close(derr), ""); err != nil {
+	if err := detect.Err(rec.Close(derr), ""); err != nil {
 		return err
 	}
 	prev := imagesrun.SavedImages(done, len(images))
@@ -269,7 +187,7 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 		}
 		rep.SetCrops(crops)
 		rep.SetConfig(cfg.RunConfig, rep.Model)
-		if err := writePredictOutputs(cfg.Out, rep, images, dets, labels, table); err != nil {
+		if err := writeOutputs(cfg.Out, rep, images, dets, labels, table); err != nil {
 			return err
 		}
 		if err := out.Commit(); err != nil { // published: the previous run goes
@@ -282,11 +200,14 @@ func Predict(ctx context.Context, c mpi.Comm, cfg PredictConfig) (err error) {
 	})
 }
 
-// writePredictOutputs stages predictions.csv and report.json (which
+// writeOutputs stages predictions.csv and report.json (which
 // records the predictions' sha256) and publishes them as one set.
-func writePredictOutputs(dir string, rep output.PredictReport, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropstage.Table) error {
+func writeOutputs(dir string, rep output.PredictReport, images []box.Image, dets [][]box.Detection, labels box.LabelMap, crops *cropstage.Table) error {
 	return output.PublishPredictions(dir, images, dets, labels, crops, nil, func(outputs map[string]string) any {
 		rep.Outputs = outputs
 		return rep
 	})
 }
+
+// since is the seconds since t (a rank's stage times).
+func since(t time.Time) float64 { return time.Since(t).Seconds() }
