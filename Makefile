@@ -175,6 +175,8 @@ FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredic
 	infer/safetensors:FuzzParse infer/cuda/cudnn:FuzzParsePlanFile infer/torchfile:FuzzRead internal/config:FuzzLoad infer/modelfile:FuzzParseConfig infer/crop:FuzzParseConfig infer/modelfile:FuzzParseRepo infer/imagefile:FuzzRead \
 	internal/parts:FuzzDecode internal/wire:FuzzDecode internal/records:FuzzDecode metrics:FuzzParseThresholds internal/pipeline/eval:FuzzInputPacket internal/imagesrun:FuzzManifest internal/pipeline/evalcrops:FuzzFolderPacket internal/pipeline/evalcrops:FuzzMergeLogits report:FuzzCompareReport report:FuzzTolerances \
 	internal/dataset:FuzzParseGeoCSV internal/dataset:FuzzParseWKT internal/dataset:FuzzParseWKB internal/georec:FuzzDecode
+# the point model's part-file units (jobs/points)
+FUZZ_TARGETS += jobs/points:FuzzDecodeUnits
 fuzz: deps
 	@for t in $(FUZZ_TARGETS); do echo "fuzz: $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
 		$(GO) test -tags '$(TAGS)' -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/ || exit 1; done

@@ -155,7 +155,7 @@ func TestPointPredictRefusals(t *testing.T) {
 // pvt_v2_b3 TreeFormer (not the 1e-3): the two density maps are
 // two float32 computations (canopy's CPU engine, torch on the CPU) within
 // tftol.StageTol's τ = 4·√2·u·√ΣK ≈ 1.3·10⁻⁴ of the map's maximum (ΣK ≈
-// 1.4·10⁵ along b3's deepest path), and a score, the cell over the map's
+// 1.5·10⁵ along b3's deepest path), and a score, the cell over the map's
 // maximum, within tftol.ScoreTol(τ) = 2τ/(1 − τ) + 2u ≈ 2.6·10⁻⁴. Both
 // sides' CSV and JSON write the float32 score's shortest repr (exact).
 var refPointScoreTol = tftol.ScoreTol(tftol.StageTol(tftol.Arch(treeformer.B3)))

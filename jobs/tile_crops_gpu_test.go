@@ -49,7 +49,8 @@ func (d sentCount) Launch(name string, g kernels.Dim, args ...any) error {
 // crops, and it is sent exactly the crops' pixels less (3·w·h 8-bit
 // samples per crop). On 2 ranks, where a crop's rank may not be the one
 // that detected its window (then it is read and uploaded as before), the
-// same bytes again. (The crops' classes against the CPU engine's:
+// same bytes again; and at fp32 on the fake cuDNN (global batches with
+// pads) held against read. (The crops' classes against the CPU engine's:
 // infer/crop's TestGPUCropFromHeldWindows.)
 func TestCropTileFromHeldWindows(t *testing.T) {
 	withFakeGPUs(t, 2)
@@ -65,6 +66,7 @@ func TestCropTileFromHeldWindows(t *testing.T) {
 	hub := smallCropHub(t)
 	raster, _ := tileRasterFile(t, 260, 200, 7)
 	spec := gpuCfg(t, t.TempDir()).Model.Spec
+	prec := cuda.Exact
 	run := func(ranks int, held int64) ([]byte, int, int) {
 		prev := tilerun.HeldWindowBytes
 		tilerun.HeldWindowBytes = held
@@ -73,7 +75,7 @@ func TestCropTileFromHeldWindows(t *testing.T) {
 		cut.Store(0)
 		cfg := tilerun.Config{Names: tileCfg("", "").Names, Raster: raster, Out: filepath.Join(t.TempDir(), "out"), BatchSize: 2,
 			Settings: tile.Settings{Patch: 128, Overlap: 0.25}, IoU: tile.DefaultIoU, CacheMiB: 16,
-			Model: ModelConfig{Spec: spec, Threads: 1, ScoreThresh: 0.05, NMSThresh: -1, Device: device("cuda"), Precision: cuda.Exact, PrecisionSet: true},
+			Model: ModelConfig{Spec: spec, Threads: 1, ScoreThresh: 0.05, NMSThresh: -1, Device: device("cuda"), Precision: prec, PrecisionSet: true},
 			Crops: cropstage.CropConfig{Models: []string{hub}}}
 		return runTile(t, ranks, cfg), int(sent.Load()), int(cut.Load())
 	}
@@ -84,6 +86,14 @@ func TestCropTileFromHeldWindows(t *testing.T) {
 	}
 	if two, _, _ := run(2, tilerun.HeldWindowBytes); !bytes.Equal(two, after) {
 		t.Errorf("predictions.csv on 2 ranks (held windows) differs from 1 rank's")
+	}
+	// The cuDNN path (the fake cuDNN at fp32): global batches padded to
+	// --batch-size, the pads never held.
+	prec = cuda.FP32
+	readFP32, _, _ := run(1, 0)
+	heldFP32, _, _ := run(1, tilerun.HeldWindowBytes)
+	if !bytes.Equal(readFP32, heldFP32) || bytes.Count(heldFP32, []byte("\n")) < 3 {
+		t.Errorf("fp32: predictions.csv differs when the crops are cut from the held windows (or holds under 2 crops)")
 	}
 	rows, err := csv.NewReader(bytes.NewReader(after)).ReadAll()
 	if err != nil {

@@ -11,11 +11,37 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+#include <stdlib.h>
 #include <string.h>
 
 // No clone may fuse a product into an add (cgo does not pass
 // -ffp-contract=off, so the pragma says it).
 #pragma GCC optimize("fp-contract=off")
+
+// canopy_panel is the calling thread's buffer for Chain's packed panels of
+// B (CANOPY_PANEL_BYTES, the largest clone's CH_KC × CH_NR floats),
+// allocated on first use and freed when the thread exits; null if it
+// cannot be had (Chain then reads B in place).
+#include <pthread.h>
+#define CANOPY_PANEL_BYTES (512 * 48 * sizeof(float))
+static pthread_key_t canopy_panel_key;
+static pthread_once_t canopy_panel_once = PTHREAD_ONCE_INIT;
+static int canopy_panel_ok;
+static void canopy_panel_init(void) { canopy_panel_ok = pthread_key_create(&canopy_panel_key, free) == 0; }
+static float *canopy_panel(void) {
+	pthread_once(&canopy_panel_once, canopy_panel_init);
+	if (!canopy_panel_ok)
+		return 0;
+	float *p = pthread_getspecific(canopy_panel_key);
+	if (!p) {
+		p = aligned_alloc(64, CANOPY_PANEL_BYTES);
+		if (p && pthread_setspecific(canopy_panel_key, p) != 0) {
+			free(p);
+			p = 0;
+		}
+	}
+	return p;
+}
 
 #define K_(name, sfx) name##_##sfx
 #define K2(name, sfx) K_(name, sfx)

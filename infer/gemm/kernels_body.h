@@ -582,7 +582,12 @@ static inline void K(chain_pack)(int kc, int nc, const float *b, long ldb, float
 #define CH_PACK_LDB 512
 static void K(chain)(int m, int n, int k, const float *a, long lda, const float *b, long ldb, float *c, long ldc,
 		const float *bias, const float *res, long ldr, int relu) {
-	float panel[CH_KC * CH_NR] __attribute__((aligned(64)));
+	// The panel is the thread's (canopy_panel: 96 KB, more than a small
+	// thread stack should lend, allocated once per thread, not per call).
+	// Without one B is read in place (the same bits, slower).
+	_Static_assert(CH_KC * CH_NR * sizeof(float) <= CANOPY_PANEL_BYTES, "a panel outgrows canopy_panel");
+	const int pack = m > CH_MR && ldb >= CH_PACK_LDB && ldb % CH_PACK_LDB == 0;
+	float *panel = pack ? canopy_panel() : 0;
 	int pc = 0;
 	do {
 		int kc = k - pc < CH_KC ? k - pc : CH_KC;
@@ -593,7 +598,7 @@ static void K(chain)(int m, int n, int k, const float *a, long lda, const float 
 				int nc = n - j < CH_NR ? n - j : CH_NR;
 				const float *bp = b + (long)pc * ldb + j;
 				long lb = ldb;
-				if (mc > CH_MR && ldb >= CH_PACK_LDB && ldb % CH_PACK_LDB == 0) {
+				if (panel && mc > CH_MR) {
 					K(chain_pack)(kc, nc, bp, ldb, panel);
 					bp = panel;
 					lb = CH_NR;

@@ -34,6 +34,11 @@ func TestHeldSources(t *testing.T) {
 	if _, ok := g.HeldSource(0); ok {
 		t.Errorf("the oldest source is still held past the budget")
 	}
+	// a dropped source's buffer goes back to the free list (else each
+	// window dropped would leak its buffer on the device)
+	if n := len(g.Free[150]); n != 1 {
+		t.Errorf("%d buffers of 150 words free after the oldest source was dropped, want 1 (its own)", n)
+	}
 	for k := 1; k < 3; k++ {
 		s, ok := g.HeldSource(k)
 		if !ok || !s.Eight || s.W != 20 || s.H != 10 {
@@ -51,6 +56,11 @@ func TestHeldSources(t *testing.T) {
 	g.DropHeld(func(k int) bool { return k == 1 })
 	if _, ok := g.HeldSource(1); ok {
 		t.Errorf("source 1 still held after DropHeld")
+	}
+	// 1's first buffer went back when 1 was held again and was reused by
+	// 3's upload; 2's (dropped by 3) and 1's second (DropHeld) are free
+	if n := len(g.Free[150]); n != 2 {
+		t.Errorf("%d buffers of 150 words free after DropHeld, want 2 (sources 2 and 1)", n)
 	}
 	f := img(4, 3, false)
 	g.Hold(9, g.UploadSource(f, nil))
