@@ -2,6 +2,7 @@ package eval
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -35,6 +36,19 @@ func TestInputPacketRoundTrip(t *testing.T) {
 }
 
 func packFields(in shared) []byte { return collective.PackFields([]byte{0}, in.fields()...) }
+
+// A VOC-folder flag other than one byte 0 or 1 is a malformed broadcast
+// (exit 1), not read as true.
+func TestInputPacketMalformedFlag(t *testing.T) {
+	for _, flag := range [][]byte{{2}, {}, {1, 0}} {
+		f := packetSeed().fields()
+		f[6] = flag
+		_, err := unpackInputs(collective.PackFields([]byte{0}, f...))
+		if errkind.Code(err) != errkind.ExitInternal || !strings.Contains(fmt.Sprint(err), "malformed input broadcast") {
+			t.Errorf("VOC-folder flag %v: %v (exit %d), want exit %d, a malformed broadcast", flag, err, errkind.Code(err), errkind.ExitInternal)
+		}
+	}
+}
 
 // FuzzInputPacket: rank 0's broadcast packet. Any bytes unpack without
 // panic, to inputs or an error carrying an exit code; what unpacks packs
