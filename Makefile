@@ -48,11 +48,14 @@ demo: build
 demo-baseline: demo
 	mkdir -p testdata/golden/demo && cp canopy-out/report.json testdata/golden/demo/report.json
 
-test: deps check-fmt check-tags check-cuda test-unit test-isa test-mpi
+test: deps check-fmt check-tags check-rooms check-cuda test-unit test-isa test-mpi
 
 # docs/design.md's map of the rooms against the code: every package has
-# its row and imports only what its row allows (every build tag).
+# its row and imports only what its row allows (every build tag). It
+# needs go and python3 (its standard library only); Debian's python3 is
+# installed when missing (a fresh Debian 12 has none).
 check-rooms:
+	@command -v python3 >/dev/null 2>&1 || scripts/install-deps.sh python3
 	python3 tools/rooms/check_map.py
 
 # The optional build tags compile and vet: -tags noblas (gonum SGEMM),
@@ -170,8 +173,10 @@ test-mpi:
 FUZZTIME ?= 30s
 FUZZ_TARGETS := internal/dataset:FuzzParseTruth internal/dataset:FuzzParsePredictions internal/dataset:FuzzParseLabelDict internal/dataset:FuzzParseVOC \
 	infer/safetensors:FuzzParse infer/cuda/cudnn:FuzzParsePlanFile infer/torchfile:FuzzRead internal/config:FuzzLoad infer/modelfile:FuzzParseConfig infer/crop:FuzzParseConfig infer/modelfile:FuzzParseRepo infer/imagefile:FuzzRead \
-	internal/parts:FuzzDecode internal/wire:FuzzDecode internal/records:FuzzDecode metrics:FuzzParseThresholds jobs:FuzzInputPacket internal/imagesrun:FuzzManifest internal/pipeline/evalcrops:FuzzFolderPacket internal/pipeline/evalcrops:FuzzMergeLogits report:FuzzCompareReport report:FuzzTolerances \
+	internal/parts:FuzzDecode internal/wire:FuzzDecode internal/records:FuzzDecode metrics:FuzzParseThresholds internal/pipeline/eval:FuzzInputPacket internal/imagesrun:FuzzManifest internal/pipeline/evalcrops:FuzzFolderPacket internal/pipeline/evalcrops:FuzzMergeLogits report:FuzzCompareReport report:FuzzTolerances \
 	internal/dataset:FuzzParseGeoCSV internal/dataset:FuzzParseWKT internal/dataset:FuzzParseWKB internal/georec:FuzzDecode
+# the point model's part-file units (jobs/points)
+FUZZ_TARGETS += jobs/points:FuzzDecodeUnits
 fuzz: deps
 	@for t in $(FUZZ_TARGETS); do echo "fuzz: $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
 		$(GO) test -tags '$(TAGS)' -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/ || exit 1; done

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -278,13 +277,9 @@ func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err 
 		collective.PrintErr(stderr, comm, err)
 		return
 	}
-	marker := ""
-	if opt.out != "" {
-		marker = filepath.Join(opt.out, fmt.Sprintf("%s-%d", outdir.FaultPrefix, comm.Rank()))
-	}
 	if code != ExitResumable {
-		if marker != "" {
-			os.WriteFile(marker, fmt.Appendf(nil, "%d %v", code, err), 0o644) // canopy doctor --out reads the code
+		if opt.out != "" {
+			outdir.WriteFault(opt.out, comm.Rank(), code, err) // canopy doctor --out reads the code
 		}
 		collective.PrintErr(stderr, comm, err)
 		return
@@ -292,10 +287,8 @@ func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err 
 	if comm.Rank() != 0 {
 		time.Sleep(interruptGrace)
 	}
-	if opt.out != "" {
-		if m, _ := filepath.Glob(filepath.Join(opt.out, outdir.FaultPrefix+"-*")); len(m) > 0 {
-			return // a peer's fault stopped this rank; that rank has said why
-		}
+	if opt.out != "" && outdir.HasFault(opt.out) {
+		return // a peer's fault stopped this rank; that rank has said why
 	}
 	collective.PrintErr(stderr, comm, err)
 }

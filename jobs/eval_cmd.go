@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,12 +12,22 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/config"
 	"github.com/canopy-hpc/canopy/internal/geotruth"
+	"github.com/canopy-hpc/canopy/internal/pipeline/eval"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/urfave/cli/v2"
 )
 
-// canopy eval: its flags and how they become an EvalConfig (the job is eval.go).
+// canopy eval: its flags and how they become an EvalConfig; the job is
+// internal/pipeline/eval's Run.
+
+// EvalConfig is the configuration of one `canopy eval` run (the
+// pipeline's, internal/pipeline/eval). Every rank passes the same values.
+type EvalConfig = eval.Config
+
+// Eval runs the eval job on this rank (eval.Run). It returns an *Error
+// whose Collective flag says whether every rank returns the same error.
+func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) error { return eval.Run(ctx, c, cfg) }
 
 func evalCommand(code *int, stdout, errw, stderr io.Writer, newComm CommFactory) *cli.Command {
 	return &cli.Command{

@@ -1,7 +1,6 @@
 package jobs
 
 import (
-	"github.com/canopy-hpc/canopy/internal/detect"
 	"github.com/canopy-hpc/canopy/internal/errkind"
 )
 
@@ -30,11 +29,6 @@ type Error = errkind.Error
 func Code(err error) int { return errkind.Code(err) }
 
 var (
-	collectiveErr = errkind.Collective
-	localErr      = errkind.Local
-	usageError    = errkind.UsageError
-	ioErr         = errkind.IO
+	usageError = errkind.UsageError
+	ioErr      = errkind.IO
 )
-
-// detectErr is a detection error's exit code (internal/detect).
-var detectErr = detect.Err

@@ -529,17 +529,15 @@ func TestForceRestoreRefusesLatePartFile(t *testing.T) {
 		t.Fatal(codes)
 	}
 	before := snapshot(t, out)
-	cfg := setCfg("three", out)
-	cfg.Force = true
-	var in inputs
-	o, err := prepareOut(cfg, &in)
+	// rank 0's start of the new --force run (eval's, as eval.Run opens it)
+	o, saved, err := imagesrun.Open(imagesrun.Folder{Dir: out, Force: true}, imagesrun.EvalRun{}.Manifest())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !o.Finish(errors.New("rank 0 failed")) { // rank 0: the previous run is back
 		t.Fatal("the previous run was not restored")
 	}
-	if _, err := parts.Create(out, in.saved.Probe, in.saved.Attempt, 1, time.Second); !errors.Is(err, parts.ErrNotOwner) {
+	if _, err := parts.Create(out, saved.Probe, saved.Attempt, 1, time.Second); !errors.Is(err, parts.ErrNotOwner) {
 		t.Fatalf("a late rank's part file: %v, want parts.ErrNotOwner", err)
 	}
 	sameTree(t, "after the restore", before, snapshot(t, out))

@@ -63,15 +63,6 @@ func TestPredictResizeRule(t *testing.T) {
 	if bytes.Equal(preds[0], preds[1]) {
 		t.Error("the two resize rules give the same predictions on a 1500×900 image")
 	}
-	a := evalManifest(EvalConfig{Model: ModelConfig{Spec: model}}, inputs{})
-	b := evalManifest(EvalConfig{Model: ModelConfig{Spec: model, Resize: retinanet.ResizeTorchvision015}}, inputs{})
-	if d := a.Diff(b); len(d) != 1 || !strings.Contains(d[0], "torchvision-0.15") {
-		t.Errorf("manifest diff between the rules: %q", d)
-	}
-	c := evalManifest(EvalConfig{Model: ModelConfig{Spec: model, Blend: retinanet.BlendNoFMA}}, inputs{})
-	if d := a.Diff(c); len(d) != 1 || !strings.Contains(d[0], "no-fma") {
-		t.Errorf("manifest diff between the blends: %q", d)
-	}
 }
 
 func TestResizeFlag(t *testing.T) {

@@ -37,13 +37,3 @@ func TestResumeIntoAnotherKindOfRun(t *testing.T) {
 		}
 	}
 }
-
-// A box run's --resume into a point model's folder names the point run
-// and how to continue it.
-func TestResumeIntoPointRun(t *testing.T) {
-	err := runkind.Check("OUT", []byte(`{"job": "predict points"}`), runkind.PredictTile)
-	if err == nil || Code(err) != ExitUsage || !strings.Contains(err.Error(), "a point model's predict run") ||
-		!strings.Contains(err.Error(), "canopy predict --model POINT-MODEL --resume") {
-		t.Fatalf("%v", err)
-	}
-}

@@ -193,7 +193,7 @@ func evalTileAction(c *cli.Context, code *int, newComm CommFactory, stdout, stde
 // patch_overlap, and tile_iou for the merge IoU); report.json records the
 // config and the settings (cfg.RunConfig).
 func (rc *runConfig) applyTile(c *cli.Context, cfg *tilerun.Config) {
-	cfg.RunConfig = &tilerun.RunConfig{File: rc.File, Ignored: rc.C.Ignored, Settings: rc.Finish}
+	cfg.RunConfig = rc.RunConfig
 	cf := rc.C
 	switch {
 	case c.IsSet("patch-size"):

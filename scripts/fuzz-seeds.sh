@@ -72,11 +72,14 @@ d=metrics/testdata/fuzz
 rm -rf $d
 seed -dir $d/FuzzParseThresholds -kind string 0.5 0.4,0.5,0.75 1,.25,5e-1 0.5,0.5 NaN -0 0x1p-1 ' 0.5' 0.5,,0.6
 
-d=jobs/testdata/fuzz
+d=internal/pipeline/eval/testdata/fuzz
 rm -rf $d
-printf 'nonce' > "$tmp/probe"; printf '\x02\0\0\0\0\0\0\0' > "$tmp/attempt"; : > "$tmp/empty"
+printf 'nonce' > "$tmp/probe"; printf '\x02\0\0\0\0\0\0\0' > "$tmp/attempt"; : > "$tmp/empty"; printf '\0' > "$tmp/false"
+# eval's packet (internal/pipeline/eval, shared.fields): truth, predictions,
+# label dict, model folder, digest and config, the VOC-folder flag, then the
+# saved run (probe, attempt, part files)
 seed -dir $d/FuzzInputPacket -kind packet testdata/sets/three/truth.csv testdata/sets/three/predictions.csv "$tmp/labels.csv" \
-	"$tmp/probe" "$tmp/attempt" "$tmp/empty" "$tmp/empty" "$tmp/empty"
+	"$tmp/empty" "$tmp/empty" "$tmp/empty" "$tmp/false" "$tmp/probe" "$tmp/attempt" "$tmp/empty"
 cat > "$tmp/manifest.json" <<'JSON'
 {
  "canopy": "0.1.0",

@@ -12,6 +12,9 @@
 #     (CANOPY_SIMD: avx512, avx2, generic), and the generic clone once more
 #     under the default SGEMM;
 #   - -tags noblas (gonum's SGEMM, Go kernels).
+# Under each: canopy's kernels (infer/gemm, infer/cpu), the detector's
+# golden and GPU-shim tests (infer/retinanet), the crop classifier's parity
+# and GPU-shim tests (infer/crop) and the point model's (infer/treeformer).
 # TestForcedKernels (infer/gemm) fails a run whose forced path did not take.
 # The detector's products are canopy's FMA chains (gemm.Chain), so its
 # bytes must not depend on the path: TestClonesSameBytes logs the digest of
@@ -28,13 +31,27 @@ RUN_RN='^(TestClonesSameBytes|TestKernelsMatchCPU|TestGPUEngineMatchesCPU|TestCU
 # other path's) shows the same bytes, so those tests' outcome too.
 RUN_RN_NOBLAS='^TestClonesSameBytes$'
 RUN_CPU='^(TestWinogradMatchesDirect|TestWinogradBoundCatchesPlantedBugs|TestBatchImagesIndependent)$'
+# The crop classifier: the parity test against DeepForest's CropModel
+# fixtures (ResNet-50 and ResNet-18 on the parity raster's 31 crops at
+# 224×224, the checkpoint, hub folder and .pt alike), the transform against
+# torch, and the host-shim GPU against the CPU engine (canopy's kernels,
+# the fake cuDNN). The parity test runs where canopy's AVX2 or AVX-512
+# clone runs (13-17 CPU-seconds); with the generic clone it takes over 110
+# CPU-seconds, and on Go's SGEMM (-tags noblas) over 12 minutes, so there
+# the transform and GPU-shim tests only (6-12 CPU-seconds).
+RUN_CROP='^(TestClassifierMatchesDeepForest|TestTransformMatchesTorch|TestGPUCropMatchesCPU|TestGPUCropCUDNN)$'
+RUN_CROP_FAST='^(TestTransformMatchesTorch|TestGPUCropMatchesCPU|TestGPUCropCUDNN)$'
+# The point model (TreeFormer): the one-block model against DeepForest's
+# forward (testdata/small.json), and the host-shim GPU's kernels and stages
+# against the CPU engine: 5-10 CPU-seconds a path.
+RUN_TF='^(TestSmallStages|TestGPUKernelsMatchCPU|TestGPUStagesMatchCPU)$'
 RUN_GEMM='^(TestForcedKernels|TestAgainstNaive|TestChainMatchesGo|TestChainColumnsIndependent|TestWinoMatchesGo|TestWinoLanesMatchPlanes|TestIm2colLanesMatchPlanes|TestMaxPoolLanesMatchPlanes)$'
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
 has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
 
 mkdir -p bin/isa
 build() { # tags suffix
-	for p in retinanet cpu gemm; do
+	for p in retinanet cpu gemm crop treeformer; do
 		$GO test -tags "$1" -c -o "bin/isa/$p$2.test" "./infer/$p/"
 	done
 }
@@ -43,21 +60,30 @@ build "${TAGS:+$TAGS,}noblas" "-noblas"
 
 runs=0
 digests=()
-run() { # label suffix env...
-	local label=$1 sfx=$2
-	shift 2
+run() { # label suffix simd env...
+	local label=$1 sfx=$2 simd=$3
+	shift 3
 	echo "test-isa: $label"
-	for p in gemm cpu retinanet; do
-		local re=$RUN_RN
+	for p in gemm cpu crop treeformer retinanet; do
+		local re=$RUN_RN out=bin/isa/out-$p.txt
 		[ -n "$sfx" ] && re=$RUN_RN_NOBLAS
 		[ $p = cpu ] && re=$RUN_CPU
 		[ $p = gemm ] && re=$RUN_GEMM
-		(cd "infer/$p" && env "$@" "../../bin/isa/$p$sfx.test" -test.run "$re" -test.count=1 -test.timeout 1200s -test.v) >bin/isa/out.txt 2>&1 ||
-			{ grep -v '^=== RUN' bin/isa/out.txt | tail -40; echo "test-isa: FAIL under $label"; exit 1; }
-		grep -E '^(--- |ok|PASS|FAIL)' bin/isa/out.txt | grep -v '^--- PASS' || true
+		[ $p = crop ] && re=$RUN_CROP
+		[ $p = crop ] && { [ -n "$sfx" ] || [ "$simd" = generic ]; } && re=$RUN_CROP_FAST
+		[ $p = treeformer ] && re=$RUN_TF
+		(cd "infer/$p" && env "$@" "../../bin/isa/$p$sfx.test" -test.run "$re" -test.count=1 -test.timeout 1200s -test.v) >"$out" 2>&1 ||
+			{ grep -v '^=== RUN' "$out" | tail -40; echo "test-isa: FAIL under $label"; exit 1; }
+		grep -E '^(--- |ok|PASS|FAIL)' "$out" | grep -v '^--- PASS' || true
+		# a name in a filter that matches no test would pass silently: every
+		# test named ran (or skipped, saying why)
+		local want got
+		want=$(tr -cd '|' <<<"$re" | wc -c)
+		got=$(grep -cE '^--- (PASS|SKIP)' "$out" || true)
+		[ "$got" -ge $((want + 1)) ] || { echo "test-isa: $p ran $got of the $((want + 1)) tests of $re under $label"; exit 1; }
 	done
 	local d
-	d=$(sed -n 's/.*detection digest \([0-9a-f]*\).*/\1/p' bin/isa/out.txt)
+	d=$(sed -n 's/.*detection digest \([0-9a-f]*\).*/\1/p' bin/isa/out-retinanet.txt)
 	[ -n "$d" ] || { echo "test-isa: no detection digest under $label"; exit 1; }
 	digests+=("$d $label")
 	runs=$((runs + 1))
@@ -84,10 +110,10 @@ fi
 for cs in "${cores[@]}"; do
 	core=${cs%%:*} simd=${cs##*:}
 	[ "${core,,}" = "${default,,}" ] && continue
-	run "OPENBLAS_CORETYPE=$core CANOPY_SIMD=$simd" "" OPENBLAS_CORETYPE="$core" CANOPY_SIMD="$simd"
+	run "OPENBLAS_CORETYPE=$core CANOPY_SIMD=$simd" "" "$simd" OPENBLAS_CORETYPE="$core" CANOPY_SIMD="$simd"
 done
-run "CANOPY_SIMD=generic (the default SGEMM)" "" CANOPY_SIMD=generic
-run "-tags noblas" "-noblas" CANOPY_SIMD=
+run "CANOPY_SIMD=generic (the default SGEMM)" "" generic CANOPY_SIMD=generic
+run "-tags noblas" "-noblas" "" CANOPY_SIMD=
 if [ "$(printf '%s\n' "${digests[@]}" | cut -d' ' -f1 | sort -u | wc -l)" != 1 ]; then
 	printf 'test-isa: the detector gives other bytes on other paths:\n'
 	printf '  %s\n' "${digests[@]}"

@@ -11,11 +11,10 @@ import (
 	"testing"
 
 	"github.com/canopy-hpc/canopy/infer"
-	"github.com/canopy-hpc/canopy/infer/cpu"
 	"github.com/canopy-hpc/canopy/infer/gemm"
 	"github.com/canopy-hpc/canopy/infer/imagefile"
-	"github.com/canopy-hpc/canopy/infer/resnet"
 	"github.com/canopy-hpc/canopy/internal/testsupport/approx"
+	"github.com/canopy-hpc/canopy/internal/testsupport/croptol"
 	"github.com/canopy-hpc/canopy/internal/testsupport/torchckpt"
 )
 
@@ -71,68 +70,14 @@ func rowCrops(t *testing.T, fx *parityFixture, pf torchckpt.CropFiles) []imagefi
 }
 
 // probTolerance is how far a probability may be from torch's on these
-// crops, derived from the computation (both sides float32, summing in
-// different orders; canopy's 3×3 stride-1 layers Winograd F(4×4,3×3)),
-// with the probabilistic model of rounding (independent errors of
-// relative size up to u = 2⁻²⁴ add as a random walk, so a sum of K terms
-// is off by about u·√K of its terms' magnitude):
-//   - layer l (K_l = in·kh·kw products per output) adds a relative error
-//     c_l·u·√K_l to its outputs, c_l = 8 for a Winograd layer (its output
-//     transform Aᵀ multiplies by up to 8), else 1;
-//   - the network's blocks, each batch-normalised with a residual path,
-//     carry a relative error forward without growing it, and the layers'
-//     errors are independent, so the pooled features end with a relative
-//     (ℓ2) error ε = u·√(Σ_l c_l²·K_l) (fc's sum included) on each side,
-//     √2·ε apart;
-//   - a logit z_k = b_k + w_k·pooled is then off by at most
-//     |w_k|₂·√2·ε·|pooled|₂ (Cauchy–Schwarz);
-//   - softmax's Jacobian has rows of absolute sum 2p(1−p) ≤ ½, so a
-//     probability is off by at most ½ of the largest logit's error.
-//
-// The largest |w_k|₂·|pooled|₂ over the crops makes it one tolerance per
-// network. (The parity weights' logits are large and nearly equal across
-// crops, fc.bias centred: the bound is loose there; the labels, and the
-// bytes across instruction sets, are checked exactly.)
+// crops: croptol.ProbTolerance (derived there) of m's network.
 func probTolerance(t *testing.T, m *Model, crops []imagefile.Image) float64 {
 	t.Helper()
 	n := m.Net()
-	var sum float64
-	for _, c := range n.Body.Convs() {
-		cl := 1.0
-		if cpu.UseWinograd(c) {
-			cl = 8
-		}
-		sum += cl * cl * float64(c.In*c.KH*c.KW)
+	tol, eps, scale, err := croptol.ProbTolerance(croptol.Net{Body: n.Body, FCW: n.fcW, Classes: n.Classes, Apply: m.Transform.Apply, Size: m.Transform.Size}, crops)
+	if err != nil {
+		t.Fatal(err)
 	}
-	sum += float64(n.Body.Channels[3]) // fc
-	eps := math.Ldexp(1, -24) * math.Sqrt(sum)
-	r := NewRunner(n, 2)
-	ch := n.Body.Channels[3]
-	pooled := make([]float64, ch)
-	scale := 0.0
-	for _, cr := range crops {
-		x := r.eng.Batch(3, 1, m.Transform.Size[0], m.Transform.Size[1])
-		in, err := m.Transform.Apply(cr.Pix, cr.W, cr.H)
-		if err != nil {
-			t.Fatal(err)
-		}
-		x.SetImage(0, in)
-		c5 := resnet.Features[cpu.Batch](n.Body, r.eng, x, 5)[2]
-		pool(c5, 0, pooled)
-		r.eng.Put(c5)
-		var p2 float64
-		for _, v := range pooled {
-			p2 += v * v
-		}
-		for k := 0; k < n.Classes; k++ {
-			var w2 float64
-			for _, w := range n.fcW[k*ch : (k+1)*ch] {
-				w2 += float64(w) * float64(w)
-			}
-			scale = max(scale, math.Sqrt(w2*p2))
-		}
-	}
-	tol := 0.5 * math.Sqrt2 * eps * scale
 	t.Logf("%s: ε = %.3g, largest logit scale %.3g: probabilities within %.3g", n.Arch(), eps, scale, tol)
 	return tol
 }

@@ -50,6 +50,10 @@ func NewNet(w nn.Weights) (*Net, error) {
 // Arch is the body's name ("resnet50", "resnet18", ...).
 func (n *Net) Arch() string { return n.Body.Arch }
 
+// FCWeights are the fc layer's weights, [Classes][Body.Channels[3]] (the
+// tests derive their probability tolerance from them); not to be changed.
+func (n *Net) FCWeights() []float32 { return n.fcW }
+
 // FilterBytes is the memory the CPU engine will add for the Winograd
 // filters (0 once made): F(4×4,3×3)'s, 36 floats per 3×3 filter, the 3×3
 // weights kept.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/canopy-hpc/canopy/box"
@@ -123,6 +124,51 @@ func isRectangle(sh *box.Shape) bool {
 		}
 	}
 	return true
+}
+
+// WKT writes a shape as WKT with shortest round-trip coordinates (as
+// shapely writes it), ParseWKT's inverse.
+func WKT(sh *box.Shape) string {
+	kind := "POLYGON"
+	if sh.Multi {
+		kind = "MULTIPOLYGON"
+	}
+	if sh.Empty() {
+		return kind + " EMPTY"
+	}
+	var b []byte
+	poly := func(p box.Polygon) {
+		b = append(b, '(')
+		for k, r := range p {
+			if k > 0 {
+				b = append(b, ", "...)
+			}
+			b = append(b, '(')
+			for j, q := range r {
+				if j > 0 {
+					b = append(b, ", "...)
+				}
+				b = strconv.AppendFloat(b, q.X, 'g', -1, 64)
+				b = append(b, ' ')
+				b = strconv.AppendFloat(b, q.Y, 'g', -1, 64)
+			}
+			b = append(b, ')')
+		}
+		b = append(b, ')')
+	}
+	b = append(b, kind+" "...)
+	if !sh.Multi {
+		poly(sh.Parts[0])
+		return string(b)
+	}
+	b = append(b, '(')
+	for k, p := range sh.Parts {
+		if k > 0 {
+			b = append(b, ", "...)
+		}
+		poly(p)
+	}
+	return string(append(b, ')'))
 }
 
 // ParseWKT reads one WKT cell: POINT (x y), POLYGON ((...), ...),

@@ -2,7 +2,8 @@
 // eval --tile: DeepForest's read_file rules (columns, geometry type, CRS
 // checks), and the conversion of its coordinates to the pixels of the
 // rasters it names (Raster: their size and georeferencing, which the
-// caller opens). It knows no command and no MPI.
+// caller opens; eval's images GeometryCSV opens itself). It knows no
+// command and no MPI.
 package geotruth
 
 import (

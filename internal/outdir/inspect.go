@@ -5,13 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
-	"strings"
 	"syscall"
-
-	"github.com/canopy-hpc/canopy/box"
-	"github.com/canopy-hpc/canopy/internal/errkind"
 )
 
 // The reading of a folder for `canopy doctor --out`: what the transaction
@@ -63,33 +57,6 @@ func Unsettled(dir string) (msg string, ok bool) {
 func Publishing(dir string) bool {
 	_, err := os.Stat(filepath.Join(dir, JournalName))
 	return err == nil
-}
-
-// FaultOf reads the fault markers a failed run's ranks left (the lowest
-// rank's): its message and exit code; ok is false when there is none or
-// its code is not recorded.
-func FaultOf(dir string) (msg string, code int, ok bool) {
-	m, _ := filepath.Glob(filepath.Join(dir, FaultPrefix+"-*"))
-	sort.Strings(m)
-	for _, f := range m {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		c, rest, found := strings.Cut(string(b), " ")
-		if n, err := strconv.Atoi(c); found && err == nil {
-			return box.Printable(rest), n, true
-		}
-	}
-	return "", 0, false
-}
-
-// Failed tells whether the fault a run left is a failure that a --resume
-// with the same inputs meets again (a usage, input or model error), not
-// an interruption: its message and code.
-func Failed(dir string) (msg string, code int, ok bool) {
-	msg, code, ok = FaultOf(dir)
-	return msg, code, ok && (code == errkind.ExitUsage || code == errkind.ExitInput || code == errkind.ExitModel)
 }
 
 // ReadRegular reads a regular file of at most max bytes (a FIFO or a

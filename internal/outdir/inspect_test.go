@@ -5,12 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/canopy-hpc/canopy/internal/errkind"
 )
 
 // doctor --out's reading of the transaction: the lock's holder while it
-// is held, each unsettled state named, the fault a failed run left.
+// is held, each unsettled state named.
 func TestInspect(t *testing.T) {
 	dir := t.TempDir()
 	if b := Busy(dir); b != "" {
@@ -60,19 +58,6 @@ func TestInspect(t *testing.T) {
 		t.Errorf("--force run not committed: %q %v", msg, ok)
 	}
 
-	if _, _, ok := FaultOf(dir); ok {
-		t.Fatal("a fault without markers")
-	}
-	write(FaultPrefix+"-1", "5 rank 1's")
-	write(FaultPrefix+"-0", "3 bad \x1b[2Jcsv")
-	msg, code, ok := Failed(dir)
-	if !ok || code != errkind.ExitInput || msg != `bad \x1b[2Jcsv` {
-		t.Errorf("Failed: %q %d %v, want rank 0's input error, printable", msg, code, ok)
-	}
-	write(FaultPrefix+"-0", "8 interrupted")
-	if _, code, ok := Failed(dir); ok || code != errkind.ExitResumable {
-		t.Errorf("an interruption counts as a failure (code %d)", code)
-	}
 }
 
 // ReadRegular refuses what is not a regular file of the size allowed.

@@ -59,7 +59,7 @@ func WriteGeoPredictions(w io.Writer, in metrics.GeoInput) error {
 		for _, g := range in.Preds[i] {
 			line = append(line[:0], p...)
 			if in.Kind == box.KindPolygon {
-				line = append(append(line, ",\""...), WKT(g.Shape)...)
+				line = append(append(line, ",\""...), dataset.WKT(g.Shape)...)
 				line = append(line, '"')
 			} else {
 				line = report.AppendFloat(append(line, ','), g.Point.X)
@@ -73,50 +73,6 @@ func WriteGeoPredictions(w io.Writer, in metrics.GeoInput) error {
 		}
 	}
 	return nil
-}
-
-// WKT writes a shape as WKT with shortest round-trip coordinates.
-func WKT(sh *box.Shape) string {
-	kind := "POLYGON"
-	if sh.Multi {
-		kind = "MULTIPOLYGON"
-	}
-	if sh.Empty() {
-		return kind + " EMPTY"
-	}
-	var b []byte
-	poly := func(p box.Polygon) {
-		b = append(b, '(')
-		for k, r := range p {
-			if k > 0 {
-				b = append(b, ", "...)
-			}
-			b = append(b, '(')
-			for j, q := range r {
-				if j > 0 {
-					b = append(b, ", "...)
-				}
-				b = strconv.AppendFloat(b, q.X, 'g', -1, 64)
-				b = append(b, ' ')
-				b = strconv.AppendFloat(b, q.Y, 'g', -1, 64)
-			}
-			b = append(b, ')')
-		}
-		b = append(b, ')')
-	}
-	b = append(b, kind+" "...)
-	if !sh.Multi {
-		poly(sh.Parts[0])
-		return string(b)
-	}
-	b = append(b, '(')
-	for k, p := range sh.Parts {
-		if k > 0 {
-			b = append(b, ", "...)
-		}
-		poly(p)
-	}
-	return string(append(b, ')'))
 }
 
 // WriteGeoResults is DeepForest's results frame: one row per truth of

@@ -105,29 +105,6 @@ func TestWritePredictionsAndResults(t *testing.T) {
 	}
 }
 
-// WKT as shapely writes it: shortest round-trip coordinates, holes after
-// the shell, MULTIPOLYGON's parts in order, EMPTY for no parts.
-func TestWKT(t *testing.T) {
-	sq := func(x0, y0, s float64) box.Ring {
-		return box.Ring{{X: x0, Y: y0}, {X: x0 + s, Y: y0}, {X: x0 + s, Y: y0 + s}, {X: x0, Y: y0 + s}, {X: x0, Y: y0}}
-	}
-	for _, c := range []struct {
-		sh   box.Shape
-		want string
-	}{
-		{box.Shape{Parts: []box.Polygon{{sq(0, 0, 0.1)}}}, "POLYGON ((0 0, 0.1 0, 0.1 0.1, 0 0.1, 0 0))"},
-		{box.Shape{Parts: []box.Polygon{{sq(0, 0, 10), sq(1, 1, 2)}}}, "POLYGON ((0 0, 10 0, 10 10, 0 10, 0 0), (1 1, 3 1, 3 3, 1 3, 1 1))"},
-		{box.Shape{Multi: true, Parts: []box.Polygon{{sq(0, 0, 1)}, {sq(5, 5, 1e-20)}}},
-			"MULTIPOLYGON (((0 0, 1 0, 1 1, 0 1, 0 0)), ((5 5, 5 5, 5 5, 5 5, 5 5)))"},
-		{box.Shape{}, "POLYGON EMPTY"},
-		{box.Shape{Multi: true}, "MULTIPOLYGON EMPTY"},
-	} {
-		if got := WKT(&c.sh); got != c.want {
-			t.Errorf("WKT\n got %s\nwant %s", got, c.want)
-		}
-	}
-}
-
 // The COCO files: ids from 1, bbox as xywh, iscrowd from the truth.
 func TestStageCOCO(t *testing.T) {
 	out := t.TempDir()

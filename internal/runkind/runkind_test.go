@@ -49,3 +49,13 @@ func TestCheck(t *testing.T) {
 		t.Errorf("no kind: %v", err)
 	}
 }
+
+// A box run's --resume into a point model's folder names the point run
+// and how to continue it.
+func TestResumeIntoPointRun(t *testing.T) {
+	err := Check("OUT", []byte(`{"job": "predict points"}`), PredictTile)
+	if err == nil || errkind.Code(err) != errkind.ExitUsage || !strings.Contains(err.Error(), "a point model's predict run") ||
+		!strings.Contains(err.Error(), "canopy predict --model POINT-MODEL --resume") {
+		t.Fatalf("%v", err)
+	}
+}

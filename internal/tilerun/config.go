@@ -61,7 +61,7 @@ type Config struct {
 	LabelDictData []byte
 	// RunConfig: what report.json records of --config and its overrides
 	// (nil without them).
-	RunConfig *RunConfig
+	RunConfig *output.RunConfig
 	// Eval, for eval --tile (nil: predict --tile): the metric settings; the
 	// truth is CSV (its image_path values are the rasters, its boxes in
 	// their pixels, or a shapefile or GeoPackage converted to them), and
@@ -84,15 +84,6 @@ type EvalConfig struct {
 	IoUSweep     []float64
 	// HTML: rank 0 writes OUT/report.html with these options (nil: not).
 	HTML *htmlreport.Options
-}
-
-// RunConfig is what report.json records of --config and its overrides:
-// the file, the config keys canopy did not use, and the settings with
-// their sources, settled once the model is known (Settings).
-type RunConfig struct {
-	File     string
-	Ignored  []string
-	Settings func(*modelsel.Info) map[string]output.Setting
 }
 
 // The values of --resume-hash.

@@ -487,10 +487,7 @@ func (t *tileRun) finish(e tileEnd) error {
 		if cfg.Eval != nil {
 			rep.Eval = &tileEval{IoUThreshold: cfg.Eval.IoUThreshold, Semantics: cfg.Eval.Semantics.String()}
 		}
-		if rc := cfg.RunConfig; rc != nil {
-			rep.Config, rep.ConfigIgnored = rc.File, rc.Ignored
-			rep.Settings = rc.Settings(rep.Model)
-		}
+		rep.SetConfig(cfg.RunConfig, rep.Model)
 		if cfg.LabelDict != "" {
 			rep.Inputs = map[string]report.File{"label_dict": {Path: cfg.LabelDict, SHA256: outdir.SHA256Hex(e.labelDict)}}
 		}

@@ -1,5 +1,6 @@
 // Package eval is `canopy eval`'s data path below the command layer: its
-// configuration (Config), the inputs every rank holds (Inputs), the labels
+// sequence of steps on every rank (Run), its configuration (Config), rank
+// 0's input packet and the inputs every rank holds (Inputs), the labels
 // and the join of the predictions, the input warnings, the validation
 // losses, point and polygon evaluation (Geometry), and the report
 // (BuildRun, WriteOutputs, StageHTML).

@@ -75,6 +75,9 @@ func TestPacket(t *testing.T) {
 	}
 	for name, f := range map[string][][]byte{
 		"count past the fields": {nil, nil, nil, nil, count(3), []byte("a.png"), []byte("nonce"), count(0)},
+		// past the end of the packet: read unchecked, the paths would run
+		// off the fields (the case above leaves the saved run short only)
+		"count past the packet": {nil, nil, nil, nil, count(100), []byte("a.png"), []byte("nonce"), count(0)},
 		"count of 7 bytes":      {nil, nil, nil, nil, count(1)[:7], []byte("a.png"), []byte("nonce"), count(0)},
 	} {
 		_, err := unpack(c, collective.PackFields([]byte{0}, f...))

@@ -1,10 +1,10 @@
-package jobs
+package eval
 
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,41 +14,28 @@ import (
 	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/replay"
 	"github.com/canopy-hpc/canopy/internal/collective"
-	"github.com/canopy-hpc/canopy/internal/confine"
 	"github.com/canopy-hpc/canopy/internal/cropstage"
 	"github.com/canopy-hpc/canopy/internal/dataset"
 	"github.com/canopy-hpc/canopy/internal/detect"
-	"github.com/canopy-hpc/canopy/internal/geotruth"
+	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/imagesrun"
 	"github.com/canopy-hpc/canopy/internal/limits"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
-	"github.com/canopy-hpc/canopy/internal/pipeline/eval"
+	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/shardmetrics"
 	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/metrics"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
-// EvalConfig is the configuration of one `canopy eval` run (the
-// pipeline's, internal/pipeline/eval). Every rank passes the same values.
-type EvalConfig = eval.Config
-
-// inputs is what rank 0 reads and broadcasts: the files' bytes (the
-// pipeline's eval.Inputs), the shared-filesystem probe, and for --resume
-// the part files and the attempt number (imagesrun.Saved).
-type inputs struct {
-	eval.Inputs
-	saved imagesrun.Saved
-	// modelDir and modelDigest: the model folder rank 0 resolved and the
-	// sha256 of its weights (empty for replay).
-	modelDir, modelDigest, modelConfig string
-}
-
-// Eval runs the eval job on this rank. It returns an *Error whose
-// Collective flag says whether every rank returns the same error.
-func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
+// Run is `canopy eval` on this rank, its sequence of steps: read once
+// and broadcast (rank 0 also opens the output folder, loadInputs), resume,
+// plan, detect, gather, score, agree, report. It returns an
+// *errkind.Error whose Collective flag says whether every rank returns
+// the same error.
+func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	cfg.BatchSize = detect.BatchOrOne(cfg.BatchSize)
 	if cfg.RootDir == "" {
 		cfg.RootDir = filepath.Dir(cfg.CSV)
@@ -65,19 +52,19 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	if kind, err := eval.InputKinds(cfg, in.Inputs); err != nil {
-		return &Error{Code: ExitInput, Collective: true, Err: err}
+	if kind, err := InputKinds(cfg, in.Inputs); err != nil {
+		return &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: err}
 	} else if kind != box.KindBox {
-		return eval.Geometry(c, cfg, in.Inputs, out, kind)
+		return Geometry(c, cfg, in.Inputs, out, kind)
 	}
 	truth, err := dataset.ParseTruthFile(cfg.CSV, in.CSV)
 	if err != nil {
-		return &Error{Code: ExitInput, Collective: true, Err: err}
+		return &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: err}
 	}
 	var predRows []dataset.Row
 	if cfg.Predictions != "" {
 		if predRows, err = dataset.ParsePredictions(cfg.Predictions, in.Preds, dataset.Options{AllowAnyScore: cfg.AllowAnyScore}); err != nil {
-			return &Error{Code: ExitInput, Collective: true, Err: err}
+			return &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: err}
 		}
 	}
 	var model *modelsel.Model
@@ -87,7 +74,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			// a bare .pt takes its labels from --label-dict
 			lm, err := dataset.ParseLabelDict(cfg.LabelDict, in.Labels)
 			if err != nil {
-				return &Error{Code: ExitInput, Collective: true, Err: err}
+				return &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: err}
 			}
 			mc.LabelDict = modelsel.LabelDictOf(lm)
 		}
@@ -95,9 +82,9 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 			return err
 		}
 	}
-	labels, err := eval.ChooseLabels(cfg, in.Inputs, truth, predRows)
+	labels, err := ChooseLabels(cfg, in.Inputs, truth, predRows)
 	if err != nil {
-		return &Error{Code: ExitInput, Collective: true, Err: err}
+		return &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: err}
 	}
 	if model != nil {
 		stats.SGEMM = gemm.Backend() + " " + gemm.Core()
@@ -112,12 +99,12 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		}
 		labels = model.Labels()
 		if err := modelsel.CheckLabels(labels, given, cfg.LabelDict, names, cfg.CSV); err != nil {
-			return &Error{Code: ExitModel, Collective: true, Err: err}
+			return &errkind.Error{Code: errkind.ExitModel, Collective: true, Err: err}
 		}
 	}
 	images, err := truth.Resolve(cfg.CSV, labels)
 	if err != nil {
-		return &Error{Code: ExitInput, Collective: true, Err: err}
+		return &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: err}
 	}
 	cropWorkers := cropstage.DefaultWorkers(cfg.Model.Threads, c.LocalSize())
 	if model != nil {
@@ -127,13 +114,13 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	byPath, ignored, err := eval.JoinPredictions(cfg.Predictions, truth, predRows, labels)
+	byPath, ignored, err := JoinPredictions(cfg.Predictions, truth, predRows, labels)
 	if err != nil {
-		return &Error{Code: ExitInput, Collective: true, Err: err}
+		return &errkind.Error{Code: errkind.ExitInput, Collective: true, Err: err}
 	}
-	warnings := eval.InputWarnings(cfg, truth, predRows, ignored)
+	warnings := InputWarnings(cfg, truth, predRows, ignored)
 	if len(warnings) > 0 && cfg.Strict {
-		return collectiveErr(ExitInput, "jobs: --strict: %s", strings.Join(warnings, "; "))
+		return errkind.Collective(errkind.ExitInput, "jobs: --strict: %s", strings.Join(warnings, "; "))
 	}
 	if c.Rank() == 0 && cfg.Warnings != nil {
 		for _, w := range warnings {
@@ -162,7 +149,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	p, err := model.Plan(todo, costs, cfg.BatchSize, c.Size())
 	if err != nil {
-		return collectiveErr(ExitInternal, "jobs: %w", err)
+		return errkind.Collective(errkind.ExitInternal, "jobs: %w", err)
 	}
 	shard := make([]int, len(p.Shards[c.Rank()]))
 	for k, j := range p.Shards[c.Rank()] {
@@ -198,7 +185,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	mine, derr := detect.Shard(ctx, det, detect.Options{RootDir: cfg.RootDir, BatchSize: cfg.BatchSize, Progress: cfg.Progress, Losses: model != nil, Identify: model != nil, Global: model.GlobalBatching()},
 		images, shard, c.Rank(), rec.Record)
-	if err := detectErr(rec.Close(derr), ""); err != nil {
+	if err := detect.Err(rec.Close(derr), ""); err != nil {
 		return err
 	}
 	for _, im := range mine {
@@ -236,15 +223,15 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 		fam = metrics.All
 	}
 	metricIn := metrics.Input{Images: images, Dets: dets, Labels: labels,
-		LabelValues: eval.PandasLabelValues(in.Inputs, truth, predRows, labels)}
+		LabelValues: PandasLabelValues(in.Inputs, truth, predRows, labels)}
 	if err := limits.CheckMetrics(c, metricIn, fam, cfg.Model); err != nil {
 		return err
 	}
 	matched, err := matchShard(shard, done, metricIn, c.Size(), c.Rank())
 	if err != nil {
-		return collectiveErr(ExitInternal, "jobs: %w", err)
+		return errkind.Collective(errkind.ExitInternal, "jobs: %w", err)
 	}
-	scored, err := scoreShard(c, metricIn, matched, shardmetrics.Config{
+	scored, err := collective.ScoreShard(c, metricIn, matched, shardmetrics.Config{
 		Options: metrics.Options{IoUThreshold: cfg.IoUThreshold, Semantics: cfg.Semantics}, Families: fam, ClassMetrics: cfg.ClassMetrics,
 		Sweep: cfg.IoUSweep}, &stats)
 	if err != nil {
@@ -252,7 +239,7 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	}
 	res := scored.Result
 	if model != nil {
-		res.Values = append(res.Values, eval.LossValues(losses)...)
+		res.Values = append(res.Values, LossValues(losses)...)
 	}
 	metricJSON := output.MetricsJSON(res.Values)
 	sweepJSON := output.SweepJSON(cfg.IoUSweep, scored.Sweep)
@@ -265,10 +252,10 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 
 	// 8. Report: gather per-rank stats; rank 0 writes; all learn the outcome.
 	return collective.WriteReport(c, stats, "report", func(allStats []collective.RankStats) error {
-		rep := eval.Record{
+		rep := Record{
 			Metrics: metricJSON,
 			Sweep:   sweepJSON,
-			Run:     eval.BuildRun(c, cfg, in.Inputs, labels, allStats, len(images), ignored, resumed, model),
+			Run:     BuildRun(c, cfg, in.Inputs, labels, allStats, len(images), ignored, resumed, model),
 			Crops:   table,
 		}
 		if crops != nil {
@@ -285,10 +272,10 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 					return set, err
 				}
 			}
-			h, err := eval.StageHTML(cfg, rj, images, dets, labels, res, since(tw))
+			h, err := StageHTML(cfg, rj, images, dets, labels, res, since(tw))
 			return append(set, h...), err
 		}
-		if err := eval.WriteOutputs(cfg, rep, images, dets, labels, res, more); err != nil {
+		if err := WriteOutputs(cfg, rep, images, dets, labels, res, more); err != nil {
 			return err
 		}
 		if cfg.Stdout != nil {
@@ -302,131 +289,29 @@ func Eval(ctx context.Context, c mpi.Comm, cfg EvalConfig) (err error) {
 	})
 }
 
-// loadInputs: rank 0 checks the output folder and reads the inputs, then
-// broadcasts either the bytes or its error, so every rank fails alike.
-// Rank 0 also returns its hold on the output folder (nil elsewhere).
-func loadInputs(c mpi.Comm, cfg EvalConfig) (inputs, *outdir.Run, error) {
-	var pkt []byte
-	var out *outdir.Run
-	if c.Rank() == 0 {
-		pkt, out = packInputs(cfg)
+// matchShard is the images this rank matches: those it detected (shard),
+// and its share of the images an earlier attempt finished (done), split
+// by their boxes. Every rank computes the same split.
+func matchShard(shard []int, done map[int]parts.Done, in metrics.Input, ranks, rank int) ([]int, error) {
+	if len(done) == 0 {
+		return shard, nil
 	}
-	pkt, err := c.Bcast(pkt, 0)
-	if err != nil {
-		return inputs{}, out, localErr(ExitMPI, "jobs: broadcast inputs: %w", err)
+	prev := make([]int, 0, len(done))
+	for i := range done {
+		prev = append(prev, i)
 	}
-	in, err := unpackInputs(pkt)
-	return in, out, err
-}
-
-func packInputs(cfg EvalConfig) ([]byte, *outdir.Run) {
-	fail := func(code int, err error) ([]byte, *outdir.Run) {
-		return append([]byte{byte(code)}, err.Error()...), nil
+	slices.Sort(prev)
+	costs := make([]int64, len(prev))
+	for k, i := range prev {
+		costs[k] = shardmetrics.Cost(in, i)
 	}
-	var in inputs
-	dst := []*[]byte{&in.CSV, &in.Preds, &in.Labels}
-	for i, f := range []string{cfg.CSV, cfg.Predictions, cfg.LabelDict} {
-		if f == "" {
-			continue
-		}
-		if i == 1 && cfg.PredictionsData != nil {
-			in.Preds = cfg.PredictionsData
-			continue
-		}
-		if i == 2 && cfg.LabelDictData != nil {
-			in.Labels = cfg.LabelDictData
-			continue
-		}
-		if fi, err := os.Stat(f); i == 0 && err == nil && fi.IsDir() {
-			// a folder of Pascal VOC files: rank 0 makes them one CSV
-			data, err := dataset.ReadVOCFolder(f)
-			if err != nil {
-				return fail(ExitInput, err)
-			}
-			*dst[i] = data
-			in.TruthFolder = true
-			continue
-		}
-		if i == 0 && geotruth.IsVector(f) {
-			// points or polygons of a layer: rank 0 makes them one CSV
-			data, warns, err := vectorEvalTruth(f, cfg.RootDir)
-			if err != nil {
-				return fail(ExitInput, err)
-			}
-			for _, w := range warns {
-				if cfg.Warnings != nil {
-					collective.SayLine(cfg.Warnings, "canopy: warning: ", w)
-				}
-			}
-			in.CSV = data
-			continue
-		}
-		data, err := confine.ReadNamedInput(f)
-		if err != nil {
-			return fail(ExitInput, fmt.Errorf("jobs: %w", err))
-		}
-		*dst[i] = data
-	}
-	if cfg.Model.Spec != "" {
-		dir, digest, config, err := modelsel.Resolve(cfg.Model.Spec)
-		if err != nil {
-			return fail(ExitModel, err)
-		}
-		in.modelDir, in.modelDigest, in.modelConfig = dir, digest, config
-	}
-	out, err := prepareOut(cfg, &in)
-	if err != nil {
-		return fail(Code(err), err)
-	}
-	fields := [][]byte{in.CSV, in.Preds, in.Labels, []byte(in.modelDir), []byte(in.modelDigest), []byte(in.modelConfig), boolByte(in.TruthFolder)}
-	fields = imagesrun.PackSaved(fields, in.saved)
-	return collective.PackFields([]byte{0}, fields...), out
-}
-
-func unpackInputs(pkt []byte) (inputs, error) {
-	f, err := collective.UnpackPacket(pkt, 9)
-	if err != nil {
-		return inputs{}, err
-	}
-	saved, err := imagesrun.UnpackSaved(f[7:])
-	if err != nil || len(f[6]) != 1 {
-		return inputs{}, collectiveErr(ExitInternal, "jobs: malformed input broadcast")
-	}
-	in := inputs{Inputs: eval.Inputs{CSV: f[0], Preds: f[1], TruthFolder: f[6][0] == 1}, saved: saved,
-		modelDir: string(f[3]), modelDigest: string(f[4]), modelConfig: string(f[5])}
-	if len(f[2]) > 0 {
-		in.Labels = f[2]
-	}
-	return in, nil
-}
-
-// evalManifest is eval's OUT/manifest.json (imagesrun.EvalRun): the
-// root folder is --root-dir, default the CSV's folder.
-func evalManifest(cfg EvalConfig, in inputs) imagesrun.Manifest {
-	r := imagesrun.EvalRun{CSV: in.CSV, Predictions: in.Preds, LabelDict: in.Labels, RootDir: cfg.RootDir}
-	if r.RootDir == "" {
-		r.RootDir = filepath.Dir(cfg.CSV)
-	}
-	if cfg.Model.Spec != "" {
-		r.Detector = imagesrun.Detector{WeightsSHA256: in.modelDigest, Settings: modelsel.DetectorSettings(cfg.Model, in.modelConfig)}
-	}
-	return r.Manifest()
-}
-
-// prepareOut is rank 0's output-folder step of eval, before anything is
-// computed (imagesrun.Open with eval's manifest).
-func prepareOut(cfg EvalConfig, in *inputs) (*outdir.Run, error) {
-	o, saved, err := imagesrun.Open(imagesrun.Folder{Dir: cfg.Out, Resume: cfg.Resume, Force: cfg.Force}, evalManifest(cfg, *in))
+	split, err := shardmetrics.Shards(costs, ranks)
 	if err != nil {
 		return nil, err
 	}
-	in.saved = saved
-	return o, nil
-}
-
-func boolByte(b bool) []byte {
-	if b {
-		return []byte{1}
+	mine := append([]int(nil), shard...)
+	for _, k := range split[rank] {
+		mine = append(mine, prev[k])
 	}
-	return []byte{0}
+	return mine, nil
 }

@@ -1,4 +1,4 @@
-package jobs
+package geotruth
 
 import (
 	"bytes"
@@ -10,25 +10,23 @@ import (
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/infer/gdal"
 	"github.com/canopy-hpc/canopy/internal/dataset"
-	"github.com/canopy-hpc/canopy/internal/geotruth"
-	"github.com/canopy-hpc/canopy/internal/output"
 )
 
-// vectorEvalTruth is eval's (no --tile) shapefile or GeoPackage truth:
-// rank 0 reads the first layer (geotruth.ReadLayer's rules, Point layers
-// included), converts every vertex to the pixels of the image its
-// image_path names as DeepForest's read_file does (each image opened by
-// GDAL for its bounds and resolution; a layer without a CRS holds pixels),
-// and hands on the CSV it equals: image_path,x,y,label for points, or
-// image_path,geometry,label with the polygons as WKT (a layer of
-// rectangles then reads as boxes, as DeepForest detects it). It returns
-// the CSV and the warnings to print.
-func vectorEvalTruth(name, root string) ([]byte, []string, error) {
-	t, err := geotruth.ReadLayer(name, "", true)
+// GeometryCSV is eval's (no --tile) shapefile or GeoPackage truth: rank 0
+// reads the first layer (ReadLayer's rules, Point layers included),
+// converts every vertex to the pixels of the image its image_path names
+// as DeepForest's read_file does (each image, under root, opened here by
+// GDAL for its bounds and resolution; a layer without a CRS holds
+// pixels), and hands on the CSV it equals: image_path,x,y,label for
+// points, or image_path,geometry,label with the polygons as WKT (a layer
+// of rectangles then reads as boxes, as DeepForest detects it). It
+// returns the CSV and the warnings to print.
+func GeometryCSV(name, root string) ([]byte, []string, error) {
+	t, err := ReadLayer(name, "", true)
 	if err != nil {
 		return nil, nil, err
 	}
-	var rasters []geotruth.Raster
+	var rasters []Raster
 	if t.Vector().CRS != "" {
 		for _, p := range t.Paths() {
 			file := filepath.Join(root, p)
@@ -38,7 +36,7 @@ func vectorEvalTruth(name, root string) ([]byte, []string, error) {
 			}
 			info := r.Info()
 			r.Close()
-			tr := geotruth.Raster{Path: p, File: file, Width: info.Width, Height: info.Height, CRS: info.CRS}
+			tr := Raster{Path: p, File: file, Width: info.Width, Height: info.Height, CRS: info.CRS}
 			if info.HasTransform {
 				gt := info.GeoTransform
 				tr.GeoTransform = &gt
@@ -82,7 +80,7 @@ func vectorEvalTruth(name, root string) ([]byte, []string, error) {
 		if fr != nil {
 			toPixels(sh, *fr)
 		}
-		w.Write([]string{f.ImagePath, output.WKT(sh), f.Label})
+		w.Write([]string{f.ImagePath, dataset.WKT(sh), f.Label})
 	}
 	w.Flush()
 	return b.Bytes(), t.Warnings, w.Error()
