@@ -70,14 +70,7 @@ func evalCropsCSV(t *testing.T, raster string) (string, [][4]float64) {
 func TestEvalCropsOnGPU(t *testing.T) {
 	withFakeGPUs(t, 1)
 	var cut int
-	open := modelsel.OpenDevice
-	modelsel.OpenDevice = func(i int) (cuda.Device, error) {
-		d, err := open(i)
-		if err != nil {
-			return nil, err
-		}
-		return cropCount{d, &cut}, nil
-	}
+	wrapFakeGPUs(func(d cuda.Device) cuda.Device { return cropCount{d, &cut} })
 	pf, _ := cropParity(t)
 	hub := smallCropHub(t)
 	truth, boxes := evalCropsCSV(t, pf.Tile)
