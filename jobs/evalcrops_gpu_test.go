@@ -70,14 +70,7 @@ func evalCropsCSV(t *testing.T, raster string) (string, [][4]float64) {
 func TestEvalCropsOnGPU(t *testing.T) {
 	withFakeGPUs(t, 1)
 	var cut int
-	open := modelsel.OpenDevice
-	modelsel.OpenDevice = func(i int) (cuda.Device, error) {
-		d, err := open(i)
-		if err != nil {
-			return nil, err
-		}
-		return cropCount{d, &cut}, nil
-	}
+	wrapFakeGPUs(func(d cuda.Device) cuda.Device { return cropCount{d, &cut} })
 	pf, _ := cropParity(t)
 	hub := smallCropHub(t)
 	truth, boxes := evalCropsCSV(t, pf.Tile)
@@ -195,6 +188,37 @@ func TestEvalCropsGPUNonFinite(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(out, f)); err == nil {
 				t.Errorf("--device %s: %s published", dev, f)
 			}
+		}
+	}
+}
+
+// closeFails is a device whose Close fails (after freeing it).
+type closeFails struct{ cuda.Device }
+
+func (d closeFails) Close() error {
+	d.Device.Close()
+	return fmt.Errorf("the device did not close")
+}
+
+// TestEvalCropsGPUCloseError: eval-crops --device cuda whose GPU engine
+// fails to close fails the run (exit 5, ExitMPI as a device that does not open; the
+// close's error named) and
+// publishes nothing: no report.json, no crops.csv.
+func TestEvalCropsGPUCloseError(t *testing.T) {
+	withFakeGPUs(t, 1)
+	wrapFakeGPUs(func(d cuda.Device) cuda.Device { return closeFails{d} })
+	pf, _ := cropParity(t)
+	truth, _ := evalCropsCSV(t, pf.Tile)
+	out := filepath.Join(t.TempDir(), "out")
+	cfg := evalcrops.Config{CSV: truth, Out: out, CropModel: smallCropHub(t), Threads: 1,
+		Device: ModelConfig{Device: device("cuda"), Precision: cuda.Exact, PrecisionSet: true}}
+	errs := runEvalCrops(t, 1, cfg)
+	if msg := fmt.Sprint(errs[0]); Code(errs[0]) != ExitMPI || !strings.Contains(msg, "close the crop model's GPU engine") || !strings.Contains(msg, "the device did not close") {
+		t.Fatalf("exit %d (%v); want %d naming the failed close", Code(errs[0]), errs[0], ExitMPI)
+	}
+	for _, n := range []string{"report.json", "crops.csv"} {
+		if _, err := os.Stat(filepath.Join(out, n)); err == nil {
+			t.Errorf("a run whose GPU engine failed to close published %s", n)
 		}
 	}
 }

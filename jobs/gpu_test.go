@@ -46,6 +46,19 @@ func fakeCUDNN(t *testing.T) string {
 // (kernels.cu compiled for the CPU). The images are the model set's, at
 // min_size 128 so that the shim runs them in seconds.
 
+// wrapFakeGPUs makes each device OpenDevice opens (after withFakeGPUs)
+// wrap's of it: a test's counting device.
+func wrapFakeGPUs(wrap func(cuda.Device) cuda.Device) {
+	open := modelsel.OpenDevice
+	modelsel.OpenDevice = func(i int) (cuda.Device, error) {
+		d, err := open(i)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(d), nil
+	}
+}
+
 // withFakeGPUs makes this build look like a cuda build on a node with n
 // GPUs (UUIDs GPU-fake-0…), seen through CUDA_VISIBLE_DEVICES as the
 // driver does.

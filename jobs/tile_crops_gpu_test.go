@@ -3,6 +3,7 @@ package jobs
 import (
 	"bytes"
 	"encoding/csv"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
@@ -13,7 +14,6 @@ import (
 	"github.com/canopy-hpc/canopy/infer/cuda/kernels"
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/internal/cropstage"
-	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/tilerun"
 )
 
@@ -55,14 +55,7 @@ func (d sentCount) Launch(name string, g kernels.Dim, args ...any) error {
 func TestCropTileFromHeldWindows(t *testing.T) {
 	withFakeGPUs(t, 2)
 	var sent, cut atomic.Int64
-	open := modelsel.OpenDevice
-	modelsel.OpenDevice = func(i int) (cuda.Device, error) {
-		d, err := open(i)
-		if err != nil {
-			return nil, err
-		}
-		return sentCount{d, &sent, &cut}, nil
-	}
+	wrapFakeGPUs(func(d cuda.Device) cuda.Device { return sentCount{d, &sent, &cut} })
 	hub := smallCropHub(t)
 	raster, _ := tileRasterFile(t, 260, 200, 7)
 	spec := gpuCfg(t, t.TempDir()).Model.Spec
@@ -123,5 +116,89 @@ func TestCropTileFromHeldWindows(t *testing.T) {
 	}
 	if sentBefore-sentAfter != crops {
 		t.Errorf("the device was sent %d bytes less; the crops' pixels are %d bytes", sentBefore-sentAfter, crops)
+	}
+}
+
+// liveCount counts the buffers of size words a device holds at once
+// (allocated, not yet freed), and the most it held (one rank's device).
+type liveCount struct {
+	cuda.Device
+	size int
+	live map[cuda.Ptr]bool
+	cur  int
+	peak *int
+}
+
+func (d *liveCount) Alloc(n int) (cuda.Ptr, error) {
+	p, err := d.Device.Alloc(n)
+	if err == nil && n == d.size {
+		d.live[p] = true
+		d.cur++
+		*d.peak = max(*d.peak, d.cur)
+	}
+	return p, err
+}
+
+func (d *liveCount) Free(p cuda.Ptr) {
+	if d.live[p] {
+		delete(d.live, p)
+		d.cur--
+	}
+	d.Device.Free(p)
+}
+
+// TestCropTileDropsHeldWindows: a raster's held windows are freed once
+// its crops are done (tilerun's DropWindows): predict --tile --device
+// cuda --crop-model (the host shim) over two copies of one raster, one
+// round each, holds at most as many buffers of a window's size (3·128²
+// 8-bit samples) on the device at once as over the raster alone. Were
+// the first raster's windows kept (the budget is 1 GiB), the second's
+// would be held beside them: twice as many.
+func TestCropTileDropsHeldWindows(t *testing.T) {
+	withFakeGPUs(t, 1)
+	// a window's 8-bit samples, in words (gpu.Engine.UploadSource)
+	const window = 3 * 128 * 128 / 4
+	var peak int
+	wrapFakeGPUs(func(d cuda.Device) cuda.Device {
+		return &liveCount{Device: d, size: window, live: map[cuda.Ptr]bool{}, peak: &peak}
+	})
+	hub := smallCropHub(t)
+	_, raster := tileRasterFile(t, 260, 200, 7)
+	b, err := os.ReadFile(raster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, n := range []string{"a.tif", "b.tif"} {
+		if err := os.WriteFile(filepath.Join(dir, n), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settings := tile.Settings{Patch: 128, Overlap: 0.25}
+	wins, err := tile.Windows(260, 200, settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := gpuCfg(t, t.TempDir()).Model.Spec
+	run := func(list string) ([]byte, int) {
+		csvFile := filepath.Join(t.TempDir(), "rasters.csv")
+		if err := os.WriteFile(csvFile, []byte("image_path\n"+list), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		peak = 0
+		cfg := tilerun.Config{Names: tileCfg("", "").Names, CSV: csvFile, RootDir: dir, Out: filepath.Join(t.TempDir(), "out"), BatchSize: 2,
+			RoundWindows: len(wins), Settings: settings, IoU: tile.DefaultIoU, CacheMiB: 16,
+			Model: ModelConfig{Spec: spec, Threads: 1, ScoreThresh: 0.05, NMSThresh: -1, Device: device("cuda"), Precision: cuda.Exact, PrecisionSet: true},
+			Crops: cropstage.CropConfig{Models: []string{hub}}}
+		return runTile(t, 1, cfg), peak
+	}
+	one, alone := run("a.tif\n")
+	two, both := run("a.tif\nb.tif\n")
+	if n := bytes.Count(one, []byte("\n")); n < 3 || bytes.Count(two, []byte("\n")) != 2*n-1 {
+		t.Fatalf("%d rows for one raster, %d for two: the test shows little", n-1, bytes.Count(two, []byte("\n"))-1)
+	}
+	t.Logf("%d windows a raster; at most %d buffers of a window's size on the device at once for one raster, %d for two", len(wins), alone, both)
+	if alone < len(wins) || both != alone {
+		t.Errorf("at most %d buffers of a window's size on the device for one raster (want at least its %d windows held), %d for two (want as many: the first raster's freed)", alone, len(wins), both)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -158,9 +159,26 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 		return err
 	}
 	devs, err := placeModel(c, cfg, model)
-	if cl, ok := model.(interface{ Close() error }); ok {
-		defer cl.Close()
+	// The GPU engine's close error is the run's: it closes once the crops
+	// are classified, before anything is published (closeModel), else on
+	// the way out, joined with the error that ended the run.
+	closer, _ := model.(interface{ Close() error })
+	closeModel := func() error {
+		cl := closer
+		closer = nil
+		if cl == nil {
+			return nil
+		}
+		if cerr := cl.Close(); cerr != nil {
+			return errkind.Local(errkind.ExitMPI, "jobs: close the crop model's GPU engine: %w", cerr)
+		}
+		return nil
 	}
+	defer func() {
+		if cerr := closeModel(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
 	if err != nil {
 		return err
 	}
@@ -213,9 +231,15 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	stats.Seconds["load"] = time.Since(t0).Seconds()
 
 	t1 := time.Now()
-	mine, cerr := classifyShard(ctx, model, cfg, in, shard)
-	if cerr != nil {
-		return errkind.Local(errkind.Code(cerr), "jobs: %w", cerr)
+	mine, err := classifyShard(ctx, model, cfg, in, shard)
+	if err != nil {
+		err = errkind.Local(errkind.Code(err), "jobs: %w", err)
+	}
+	if cerr := closeModel(); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	if err != nil {
+		return err
 	}
 	stats.Detections = len(shard)
 	stats.Seconds["classify"] = time.Since(t1).Seconds()
