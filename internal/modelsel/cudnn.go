@@ -91,3 +91,17 @@ func (lm *Model) Plan(todo []int, costs []int64, batchSize, ranks int) (plan.Pla
 		"a batch's images of different resized sizes run as separate sub-batches, each padded to %d; a rank runs whole batches", n, n, n, n-1, n, n, n)}
 	return plan.BalanceBatches(todo, n, ranks)
 }
+
+// RankShard is rank's part of Plan: the global indices (taken from todo)
+// of the images rank detects, in the plan's order.
+func (lm *Model) RankShard(todo []int, costs []int64, batchSize, rank, ranks int) ([]int, error) {
+	p, err := lm.Plan(todo, costs, batchSize, ranks)
+	if err != nil {
+		return nil, err
+	}
+	shard := make([]int, len(p.Shards[rank]))
+	for k, j := range p.Shards[rank] {
+		shard[k] = todo[j]
+	}
+	return shard, nil
+}

@@ -147,13 +147,9 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 			costs = append(costs, 1+int64(len(truth.Images[i].Rows))+int64(len(byPath[im.Path])))
 		}
 	}
-	p, err := model.Plan(todo, costs, cfg.BatchSize, c.Size())
+	shard, err := model.RankShard(todo, costs, cfg.BatchSize, c.Rank(), c.Size())
 	if err != nil {
 		return errkind.Collective(errkind.ExitInternal, "jobs: %w", err)
-	}
-	shard := make([]int, len(p.Shards[c.Rank()]))
-	for k, j := range p.Shards[c.Rank()] {
-		shard[k] = todo[j]
 	}
 	stats.Images = len(shard)
 

@@ -96,13 +96,9 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 			todo = append(todo, i)
 		}
 	}
-	p, err := model.Plan(todo, costs[:len(todo)], cfg.BatchSize, c.Size())
+	shard, err := model.RankShard(todo, costs[:len(todo)], cfg.BatchSize, c.Rank(), c.Size())
 	if err != nil {
 		return errkind.Collective(errkind.ExitInternal, "jobs: %w", err)
-	}
-	shard := make([]int, len(p.Shards[c.Rank()]))
-	for k, j := range p.Shards[c.Rank()] {
-		shard[k] = todo[j]
 	}
 	stats.Images = len(shard)
 	shardPaths := make([]string, len(shard))
