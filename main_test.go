@@ -250,13 +250,20 @@ func TestMPIBadCSVExit3(t *testing.T) {
 	}
 }
 
+// A usage error found before MPI starts is printed once, with exit 2.
+// Rank 0 alone prints it, so the other ranks must not end the job first:
+// CI once saw exit 2 with no message, rank 1 having exited before rank 0
+// printed. The second case makes rank 0 start 1 s late, so a rank that
+// exits at once always loses the message.
 func TestMPIUsageErrorOnce(t *testing.T) {
-	r := mpirun(t, 2, nil, "eval", "--no-such-flag")
-	if r.code != jobs.ExitUsage {
-		t.Fatalf("exit %d, want 2\n%s", r.code, r.stderr)
-	}
-	if n := strings.Count(r.stderr, "no-such-flag"); n != 1 {
-		t.Errorf("usage error printed %d times:\n%s", n, r.stderr)
+	for _, env := range [][]string{nil, {testhook.StartDelayEnv + "=0:1000"}} {
+		r := mpirun(t, 2, env, "eval", "--no-such-flag")
+		if r.code != jobs.ExitUsage {
+			t.Fatalf("%v: exit %d, want 2\n%s", env, r.code, r.stderr)
+		}
+		if n := strings.Count(r.stderr, "no-such-flag"); n != 1 {
+			t.Errorf("%v: usage error printed %d times:\n%s", env, n, r.stderr)
+		}
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/output"
+	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -41,11 +42,12 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 	if launcherRank() > 0 {
 		errw = io.Discard
 	}
+	time.Sleep(testhook.StartDelay(launcherRank()))
 	if path := os.Getenv(ProfileEnv); path != "" {
 		stop, err := startProfile(path)
 		if err != nil {
 			collective.SayLine(errw, "canopy: ", err)
-			return ExitUsage
+			return holdBack(ExitUsage)
 		}
 		defer stop()
 	}
@@ -95,7 +97,26 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 		if c == ExitUsage {
 			fmt.Fprintln(errw, "run 'canopy --help' for usage")
 		}
-		return c
+		return holdBack(c)
+	}
+	return code
+}
+
+// preMPIGrace is how long a rank other than 0 holds back its exit after
+// an error found before MPI starts (a usage error, a bad setting). Every
+// rank finds the same error, but only rank 0 prints it; a launcher that
+// sees a rank exit non-zero stops the others, so a rank that exited at
+// once could have rank 0 stopped before it printed (seen under load:
+// exit 2 with no message). Rank 0's exit ends the job first; were rank 0
+// not to fail, this rank still exits after the grace and the launcher
+// ends the job, so nothing hangs.
+var preMPIGrace = 3 * time.Second
+
+// holdBack returns code, first waiting preMPIGrace on a rank other than 0
+// when code is an error.
+func holdBack(code int) int {
+	if code != ExitOK && launcherRank() > 0 {
+		time.Sleep(preMPIGrace)
 	}
 	return code
 }

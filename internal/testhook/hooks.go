@@ -89,3 +89,22 @@ func SlowWindow() time.Duration {
 	ms, _ := strconv.Atoi(os.Getenv("CANOPY_TEST_SLOW_MS"))
 	return time.Duration(ms) * time.Millisecond
 }
+
+// StartDelayEnv is a test hook "RANK:MS": that rank waits MS milliseconds
+// before it reads its command line, as a rank slow to start on a loaded
+// node would, so a peer that fails first must still leave rank 0 time to
+// say why.
+const StartDelayEnv = "CANOPY_TEST_START_DELAY"
+
+// StartDelay is how long StartDelayEnv has rank wait at start (0: none).
+func StartDelay(rank int) time.Duration {
+	r, ms, ok := strings.Cut(os.Getenv(StartDelayEnv), ":")
+	if !ok || r != strconv.Itoa(rank) {
+		return 0
+	}
+	n, err := strconv.Atoi(ms)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Millisecond
+}

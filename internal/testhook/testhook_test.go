@@ -9,7 +9,7 @@ import (
 // Each hook is inert when its variable is unset, and acts only for the
 // rank (and the point) it names.
 func TestHooksInertWhenUnset(t *testing.T) {
-	for _, v := range []string{PerturbEnv, StopEnv, InterruptEnv, "CANOPY_TILE_DEAL", "CANOPY_TEST_SLOW_MS"} {
+	for _, v := range []string{PerturbEnv, StopEnv, InterruptEnv, "CANOPY_TILE_DEAL", "CANOPY_TEST_SLOW_MS", StartDelayEnv} {
 		t.Setenv(v, "") // restored after the test
 		os.Unsetenv(v)
 	}
@@ -22,7 +22,27 @@ func TestHooksInertWhenUnset(t *testing.T) {
 	if StaticDeal() || SlowWindow() != 0 {
 		t.Errorf("StaticDeal %v, SlowWindow %v with both unset", StaticDeal(), SlowWindow())
 	}
+	if d := StartDelay(0); d != 0 {
+		t.Errorf("StartDelay(0) = %v with %s empty", d, StartDelayEnv)
+	}
 	Stop(0, "gather") // an empty StopEnv names no rank: must return at once
+}
+
+// "RANK:MS": only that rank waits; a malformed or negative wait is none.
+func TestStartDelay(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		rank int
+		want time.Duration
+	}{
+		{"0:1500", 0, 1500 * time.Millisecond}, {"0:1500", 1, 0}, {"1:20", 1, 20 * time.Millisecond},
+		{"0:x", 0, 0}, {"0:-5", 0, 0}, {"0", 0, 0},
+	} {
+		t.Setenv(StartDelayEnv, c.env)
+		if got := StartDelay(c.rank); got != c.want {
+			t.Errorf("%s=%q: StartDelay(%d) = %v, want %v", StartDelayEnv, c.env, c.rank, got, c.want)
+		}
+	}
 }
 
 func TestPerturbNamesOneRank(t *testing.T) {
