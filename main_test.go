@@ -431,13 +431,13 @@ func TestMPIDoctor(t *testing.T) {
 
 // slowRun starts mpirun -np 2 canopy eval with a slow replay detector and
 // returns once both ranks have saved part records, with the ranks' pids.
-func slowRun(t *testing.T, truth, preds, out string, slowMS int) (*exec.Cmd, *bytes.Buffer, []string) {
+func slowRun(t *testing.T, truth, preds, out string, slowMS int, env ...string) (*exec.Cmd, *bytes.Buffer, []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", "-np", "2", canopyBin, "eval", "--csv", truth, "--predictions", preds,
 		"--out", out, "--batch-size", "2")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("CANOPY_TEST_SLOW_MS=%d", slowMS))
+	cmd.Env = append(append(os.Environ(), fmt.Sprintf("CANOPY_TEST_SLOW_MS=%d", slowMS)), env...)
 	var se bytes.Buffer
 	cmd.Stderr = &se
 	if err := cmd.Start(); err != nil {
@@ -527,6 +527,29 @@ func TestMPISigtermThenResume(t *testing.T) {
 	}
 	ri := resumeAndCompare(t, truth, preds, out, ref)
 	t.Logf("resume: %d images from part files, %d recomputed", ri.FromParts, ri.Computed)
+}
+
+// SIGTERM to every rank while rank 0 is late to report it (the hook holds
+// its report 5 s, as a long batch in flight would; rank 1 waits 3 s before
+// it speaks): the interruption is still said once. Open MPI's SIGKILL after
+// an abort comes 1 s after its SIGTERM, which canopy catches; here it is
+// put off to 8 s, so rank 0 lives to reach its report and only canopy
+// itself can keep the second line back, not the launcher's kill.
+func TestMPIInterruptSaidOnceRank0Late(t *testing.T) {
+	truth, preds := set("multi", "truth.csv"), set("multi", "predictions.csv")
+	cmd, se, pids := slowRun(t, truth, preds, t.TempDir(), 20,
+		testhook.ReportDelayEnv+"=0:5000", "OMPI_MCA_odls_base_sigkill_timeout=8")
+	for _, p := range pids {
+		exec.Command("kill", "-TERM", p).Run()
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if len(pids) != 2 || !errors.As(err, &ee) || ee.ExitCode() != jobs.ExitResumable {
+		t.Fatalf("signalled %v; mpirun: %v (want exit %d)\n%s", pids, err, jobs.ExitResumable, se.String())
+	}
+	if n := strings.Count(se.String(), "interrupted by a signal"); n != 1 {
+		t.Errorf("the interruption was reported %d times, want once per job:\n%s", n, se.String())
+	}
 }
 
 // A rank killed outright (SIGKILL, a crash): mpirun ends the job; what the

@@ -206,9 +206,10 @@ type jobOptions struct {
 }
 
 // interruptGrace is how long a rank other than 0 keeps its interrupt line
-// back: when the whole job was signalled, rank 0 speaks and aborts the job
-// meanwhile, and this rank is stopped before it prints. A rank signalled
-// alone prints after it.
+// back, so that when the whole job was signalled rank 0 is usually the one
+// that says it. Which rank says it is outdir.ClaimSay's, not a race
+// against this wait: a rank signalled alone says it after the wait, and a
+// rank 0 later than the wait stays silent.
 var interruptGrace = 3 * time.Second
 
 // runShardJob is the action eval and predict end with: runJob with the
@@ -291,8 +292,10 @@ func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, opt jobO
 // rank, which first leaves a marker in the output folder: the launcher
 // answers MPI_Abort by signalling the other ranks, which then see an
 // interrupt, and the marker keeps them silent. An interrupt is printed by
-// rank 0; another rank prints it only when nobody stopped it within
-// interruptGrace (it alone was signalled). --verbose prints every line.
+// the rank that claims it first in the output folder (outdir.ClaimSay):
+// rank 0 at once, another rank after interruptGrace (it alone was
+// signalled, or rank 0 is late); the others stay silent, and keep their
+// abort until the line is out. --verbose prints every line.
 func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err error) {
 	if opt.verbose {
 		collective.PrintErr(stderr, comm, err)
@@ -305,13 +308,22 @@ func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err 
 		collective.PrintErr(stderr, comm, err)
 		return
 	}
+	time.Sleep(testhook.ReportDelay(comm.Rank()))
 	if comm.Rank() != 0 {
 		time.Sleep(interruptGrace)
 	}
-	if opt.out != "" && outdir.HasFault(opt.out) {
+	if opt.out == "" {
+		collective.PrintErr(stderr, comm, err)
+		return
+	}
+	if outdir.HasFault(opt.out) {
 		return // a peer's fault stopped this rank; that rank has said why
 	}
-	collective.PrintErr(stderr, comm, err)
+	done, say := outdir.ClaimSay(opt.out)
+	if say {
+		collective.PrintErr(stderr, comm, err)
+	}
+	done()
 }
 
 // ProfileEnv names a file prefix: when set, every rank writes a CPU

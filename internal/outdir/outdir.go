@@ -344,7 +344,8 @@ func RestorePrevious(dir string, names Names) error {
 // Tidy runs under the lock, before anything else touches the folder:
 // it finishes an interrupted publication, puts back a run that an earlier
 // --force set aside and never replaced, and removes temporary files,
-// probe files, fault markers and discard folders.
+// probe files, fault markers, the claim of an interruption's line and
+// discard folders.
 func Tidy(dir string, names Names) error {
 	if err := rollForward(dir); err != nil {
 		return err
@@ -372,7 +373,7 @@ func isLeftover(name string, names Names) bool {
 			return true
 		}
 	}
-	for _, p := range []string{".canopy-probe-", DiscardPrefix, FaultPrefix} {
+	for _, p := range []string{".canopy-probe-", DiscardPrefix, FaultPrefix, SaidName} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
