@@ -760,12 +760,24 @@ func TestMPISecondRunIntoOneOutRefused(t *testing.T) {
 	truth, preds := set("multi", "truth.csv"), set("multi", "predictions.csv")
 	ref := inProcess(t, 1, jobs.EvalConfig{CSV: truth, Predictions: preds, Out: t.TempDir(), IoUThreshold: 0.4})
 	out := t.TempDir()
-	// 100 ms an image: the first run lasts about 15 s, far longer than
-	// the second mpirun takes to start on a loaded machine.
-	first, se, _ := slowRun(t, truth, preds, out, 100)
-	r := mpirun(t, 2, []string{"SLURM_JOB_ID=second"}, "eval", "--csv", truth, "--predictions", preds, "--out", out, "--force")
-	if r.code != jobs.ExitUsage || !strings.Contains(r.stderr, "in use by another canopy run (job none on host") {
-		t.Fatalf("second run: exit %d, want 2 naming the holder\n%s", r.code, r.stderr)
+	// The first run's ranks are frozen (SIGSTOP) while the second runs, so
+	// the first still holds the folder however long the second takes to
+	// start on a loaded machine; they go on (SIGCONT) once it was refused.
+	// The second's rank 0 starts 4 s late, past the 3 s the first has
+	// left (150 images a rank at 20 ms), so without the freeze the first
+	// would be gone and the second would not be refused.
+	first, se, pids := slowRun(t, truth, preds, out, 20)
+	signal := func(sig string) {
+		for _, p := range pids {
+			exec.Command("kill", sig, p).Run()
+		}
+	}
+	signal("-STOP")
+	defer signal("-CONT") // should the second run fail the test
+	r := mpirun(t, 2, []string{"SLURM_JOB_ID=second", testhook.StartDelayEnv + "=0:4000"}, "eval", "--csv", truth, "--predictions", preds, "--out", out, "--force")
+	signal("-CONT")
+	if len(pids) != 2 || r.code != jobs.ExitUsage || !strings.Contains(r.stderr, "in use by another canopy run (job none on host") {
+		t.Fatalf("second run (the first's ranks %v frozen): exit %d, want 2 naming the holder\n%s", pids, r.code, r.stderr)
 	}
 	if err := first.Wait(); err != nil {
 		t.Fatalf("the first run: %v\n%s", err, se.String())
