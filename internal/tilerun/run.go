@@ -366,7 +366,8 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	defer det.Close()
+	closer := detect.NewCloser(det, "the detector")
+	defer closer.Join(&err)
 	crops.OnDetector(det) // --device cuda: the crops on the detector's GPU engine
 	// and cut there from the windows the detector holds (HeldWindowBytes)
 	crops.HoldWindows(det, HeldWindowBytes)
@@ -397,6 +398,12 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 		stats.Seconds["crops"] = crops.Stats.Seconds
 	}
 	modelsel.PrintLayerTimes(cfg.Progress, det)
+	// Every window is detected and every raster published (each from rows
+	// the device returned, so they stand): a close error (on a GPU, a late
+	// fault) fails the run before its report; --resume then finishes it.
+	if err := closer.Close(); err != nil {
+		return err
+	}
 	return run.finish(tileEnd{res: &res, model: model, detector: det.Name(), labelDict: p.labels, truthCSV: p.truth, truth: vt, truthImages: truthImages})
 }
 
