@@ -1,7 +1,6 @@
 package detect
 
 import (
-	"errors"
 	"io"
 
 	"github.com/canopy-hpc/canopy/internal/errkind"
@@ -42,8 +41,4 @@ func (k *Closer) Close() error {
 // Join is Close deferred on the way out of the run whose error is *err:
 // the close error (if any) is joined with *err, which keeps its code and
 // kind when it has one.
-func (k *Closer) Join(err *error) {
-	if cerr := k.Close(); cerr != nil {
-		*err = errors.Join(*err, cerr)
-	}
-}
+func (k *Closer) Join(err *error) { *err = errkind.Join(*err, k.Close()) }

@@ -295,6 +295,18 @@ type tileEval struct {
 	Semantics    string  `json:"semantics"`
 }
 
+// CreateParts opens a rank's part file: parts.Create, a seam the tests
+// replace (a full disk).
+var CreateParts = parts.Create
+
+// partClose closes a rank's part file: its error local, exit 1.
+func partClose(pw *parts.Writer) error {
+	if err := pw.Close(); err != nil {
+		return errkind.Local(errkind.ExitInternal, "jobs: %w", err)
+	}
+	return nil
+}
+
 // Run runs predict --tile (and eval --tile) on this rank.
 func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	cfg.BatchSize = detect.BatchOrOne(cfg.BatchSize)
@@ -377,21 +389,22 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	}
 	run.det, run.rs = det, &rasterSet{files: files, open: map[int]*gdal.Raster{}}
 	defer run.rs.close()
-	if run.pw, err = parts.Create(cfg.Out, res.Probe, res.Attempt, c.Rank(), time.Second); err != nil {
+	if run.pw, err = CreateParts(cfg.Out, res.Probe, res.Attempt, c.Rank(), time.Second); err != nil {
 		return errkind.Local(errkind.ExitInternal, "jobs: %w", err)
 	}
-	defer func() {
+	defer func() { // a run that failed: its part file is what --resume reads
 		if run.pw != nil {
-			run.pw.Close()
+			err = errkind.Join(err, partClose(run.pw))
 		}
 	}()
 	if err := run.run(ctx); err != nil {
 		return err
 	}
-	if err := run.pw.Close(); err != nil {
-		return errkind.Local(errkind.ExitInternal, "jobs: %w", err)
-	}
+	pw := run.pw
 	run.pw = nil
+	if err := partClose(pw); err != nil {
+		return err
+	}
 	stats.Seconds["detect"], stats.Seconds["gather"], stats.Seconds["merge"] = run.detect.Seconds(), run.gather.Seconds(), run.merge.Seconds()
 	if crops != nil {
 		crops.Stats.Seconds = run.crop.Seconds()

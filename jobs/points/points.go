@@ -243,18 +243,15 @@ func run(ctx context.Context, c mpi.Comm, cfg Config, toOut bool) (_ []byte, err
 	}
 	eng, err := openEngine(c, cfg, m)
 	if err != nil {
-		rec.close()
-		return nil, err // this rank's device
+		return nil, errkind.Join(err, rec.close()) // this rank's device
 	}
 	closer := detect.NewCloser(eng, "the model's GPU engine")
 	defer closer.Join(&err)
 	load := since(t0)
 	t1 := time.Now()
 	mine, skipped, derr := detectUnits(ctx, c, cfg, eng, peaks, full, units, todo(len(units), lp.Saved.Done), rec)
-	if cerr := rec.close(); derr == nil && cerr != nil {
-		derr = cerr
-	}
-	if derr != nil {
+	// the part file is what --resume reads: its close error is never dropped
+	if derr = errkind.Join(derr, rec.close()); derr != nil {
 		return nil, derr
 	}
 	if err := closer.Close(); err != nil { // a late GPU fault: nothing published

@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -221,9 +220,7 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	if err != nil {
 		err = errkind.Local(errkind.Code(err), "jobs: %w", err)
 	}
-	if cerr := closer.Close(); cerr != nil {
-		err = errors.Join(err, cerr)
-	}
+	err = errkind.Join(err, closer.Close())
 	if err != nil {
 		return err
 	}
