@@ -627,15 +627,11 @@ func hostkernBin(t *testing.T, dir string) string {
 	return bin
 }
 
-// The GPU engine under the real mpirun: a binary built with -tags
-// hostkerngpu sees fake GPUs that are host shims (internal/modelsel/hostkerngpu.go), one
-// per rank; eval --model (the device transform, postprocess and losses,
-// CUDA graphs) gives byte-identical metrics and predictions for -np 1, 2
-// and 3 at batch 2. The model is a small generated ResNet-18-FPN32 at
-// min_size 128, so the shim runs it in seconds.
-func TestMPIGPUEngineRankCountsBitIdentical(t *testing.T) {
-	dir := t.TempDir()
-	bin := hostkernBin(t, dir)
+// gpuTestModel writes a small generated ResNet-18-FPN32 at min_size 128
+// (forestgen's labels) into dir/model, so the host shim runs it in
+// seconds.
+func gpuTestModel(t *testing.T, dir string) string {
+	t.Helper()
 	model := filepath.Join(dir, "model")
 	if out, err := exec.Command("go", "run", "./cmd/testmodel", "-arch", "resnet18", "-classes", "2", "-fpn", "32",
 		"-min-size", "128", "-max-size", "128", "-out", model).CombinedOutput(); err != nil {
@@ -657,6 +653,19 @@ func TestMPIGPUEngineRankCountsBitIdentical(t *testing.T) {
 	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return model
+}
+
+// The GPU engine under the real mpirun: a binary built with -tags
+// hostkerngpu sees fake GPUs that are host shims (internal/modelsel/hostkerngpu.go), one
+// per rank; eval --model (the device transform, postprocess and losses,
+// CUDA graphs) gives byte-identical metrics and predictions for -np 1, 2
+// and 3 at batch 2. The model is a small generated ResNet-18-FPN32 at
+// min_size 128, so the shim runs it in seconds.
+func TestMPIGPUEngineRankCountsBitIdentical(t *testing.T) {
+	dir := t.TempDir()
+	bin := hostkernBin(t, dir)
+	model := gpuTestModel(t, dir)
 	csv := demoImages(t, 6)
 	env := []string{"CANOPY_TEST_HOSTKERN_GPUS=3"}
 	var refMetrics, refPreds []byte
