@@ -35,7 +35,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // MainWith is Main with a chosen communicator factory.
-func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newComm CommFactory) int {
+func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newComm CommFactory) (exit int) {
 	// Before MPI starts we do not know our rank from MPI; the launcher's
 	// environment tells it, so a usage error is printed once, by rank 0.
 	errw := stderr
@@ -49,7 +49,16 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 			collective.SayLine(errw, "canopy: ", err)
 			return holdBack(ExitUsage)
 		}
-		defer stop()
+		// the profile is this rank's own file: a write or close error is
+		// said by this rank, and a run that ended well exits 1
+		defer func() {
+			if err := stop(); err != nil {
+				collective.SayLine(stderr, "canopy: ", err)
+				if exit == ExitOK {
+					exit = ExitInternal
+				}
+			}
+		}()
 	}
 	code := ExitOK
 	app := &cli.App{
@@ -330,14 +339,42 @@ func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err 
 // profile to PREFIX.rankN (N from the launcher's environment, 0 alone).
 const ProfileEnv = "CANOPY_CPUPROFILE"
 
-func startProfile(prefix string) (func(), error) {
+// startProfile starts the rank's CPU profile; the function it returns
+// stops it and returns the first error of writing or closing the file
+// (pprof itself drops its write errors).
+func startProfile(prefix string) (func() error, error) {
 	f, err := os.Create(fmt.Sprintf("%s.rank%d", prefix, max(launcherRank(), 0)))
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %s: %w", ProfileEnv, err)
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
+	pf := &profileFile{f: f}
+	if err := pprof.StartCPUProfile(pf); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("jobs: %s: %w", ProfileEnv, err)
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return func() error {
+		pprof.StopCPUProfile()
+		err := pf.err
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("jobs: %s: the CPU profile is incomplete: %w", ProfileEnv, err)
+		}
+		return nil
+	}, nil
+}
+
+// profileFile is the profile's file keeping its first write error.
+type profileFile struct {
+	f   *os.File
+	err error
+}
+
+func (p *profileFile) Write(b []byte) (int, error) {
+	n, err := p.f.Write(b)
+	if err != nil && p.err == nil {
+		p.err = err
+	}
+	return n, err
 }

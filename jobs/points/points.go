@@ -38,6 +38,10 @@ import (
 	"github.com/canopy-hpc/canopy/report"
 )
 
+// createParts opens a rank's part file: parts.Create, a seam the tests
+// replace (a full disk).
+var createParts = parts.Create
+
 // Config is one point run.
 type Config struct {
 	// Model is the TreeFormer folder or torch file (absolute).
@@ -237,7 +241,7 @@ func run(ctx context.Context, c mpi.Comm, cfg Config, toOut bool) (_ []byte, err
 	}
 	rec := &recorder{out: out}
 	if toOut {
-		if rec.pw, err = parts.Create(cfg.Out, lp.Saved.Probe, lp.Saved.Attempt, c.Rank(), time.Second); err != nil {
+		if rec.pw, err = createParts(cfg.Out, lp.Saved.Probe, lp.Saved.Attempt, c.Rank(), time.Second); err != nil {
 			return nil, errkind.Local(errkind.ExitInternal, "points: %w", err)
 		}
 	}
