@@ -431,13 +431,13 @@ func TestMPIDoctor(t *testing.T) {
 
 // slowRun starts mpirun -np 2 canopy eval with a slow replay detector and
 // returns once both ranks have saved part records, with the ranks' pids.
-func slowRun(t *testing.T, truth, preds, out string, slowMS int) (*exec.Cmd, *bytes.Buffer, []string) {
+func slowRun(t *testing.T, truth, preds, out string, slowMS int, env ...string) (*exec.Cmd, *bytes.Buffer, []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, "scripts/mpirun.sh", "-np", "2", canopyBin, "eval", "--csv", truth, "--predictions", preds,
 		"--out", out, "--batch-size", "2")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("CANOPY_TEST_SLOW_MS=%d", slowMS))
+	cmd.Env = append(append(os.Environ(), fmt.Sprintf("CANOPY_TEST_SLOW_MS=%d", slowMS)), env...)
 	var se bytes.Buffer
 	cmd.Stderr = &se
 	if err := cmd.Start(); err != nil {
@@ -529,6 +529,29 @@ func TestMPISigtermThenResume(t *testing.T) {
 	t.Logf("resume: %d images from part files, %d recomputed", ri.FromParts, ri.Computed)
 }
 
+// SIGTERM to every rank while rank 0 is late to report it (the hook holds
+// its report 5 s, as a long batch in flight would; rank 1 waits 3 s before
+// it speaks): the interruption is still said once. Open MPI's SIGKILL after
+// an abort comes 1 s after its SIGTERM, which canopy catches; here it is
+// put off to 8 s, so rank 0 lives to reach its report and only canopy
+// itself can keep the second line back, not the launcher's kill.
+func TestMPIInterruptSaidOnceRank0Late(t *testing.T) {
+	truth, preds := set("multi", "truth.csv"), set("multi", "predictions.csv")
+	cmd, se, pids := slowRun(t, truth, preds, t.TempDir(), 20,
+		testhook.ReportDelayEnv+"=0:5000", "OMPI_MCA_odls_base_sigkill_timeout=8")
+	for _, p := range pids {
+		exec.Command("kill", "-TERM", p).Run()
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if len(pids) != 2 || !errors.As(err, &ee) || ee.ExitCode() != jobs.ExitResumable {
+		t.Fatalf("signalled %v; mpirun: %v (want exit %d)\n%s", pids, err, jobs.ExitResumable, se.String())
+	}
+	if n := strings.Count(se.String(), "interrupted by a signal"); n != 1 {
+		t.Errorf("the interruption was reported %d times, want once per job:\n%s", n, se.String())
+	}
+}
+
 // A rank killed outright (SIGKILL, a crash): mpirun ends the job; what the
 // ranks appended survives, and --resume finishes with the same metrics.
 func TestMPIKillThenResume(t *testing.T) {
@@ -604,15 +627,11 @@ func hostkernBin(t *testing.T, dir string) string {
 	return bin
 }
 
-// The GPU engine under the real mpirun: a binary built with -tags
-// hostkerngpu sees fake GPUs that are host shims (internal/modelsel/hostkerngpu.go), one
-// per rank; eval --model (the device transform, postprocess and losses,
-// CUDA graphs) gives byte-identical metrics and predictions for -np 1, 2
-// and 3 at batch 2. The model is a small generated ResNet-18-FPN32 at
-// min_size 128, so the shim runs it in seconds.
-func TestMPIGPUEngineRankCountsBitIdentical(t *testing.T) {
-	dir := t.TempDir()
-	bin := hostkernBin(t, dir)
+// gpuTestModel writes a small generated ResNet-18-FPN32 at min_size 128
+// (forestgen's labels) into dir/model, so the host shim runs it in
+// seconds.
+func gpuTestModel(t *testing.T, dir string) string {
+	t.Helper()
 	model := filepath.Join(dir, "model")
 	if out, err := exec.Command("go", "run", "./cmd/testmodel", "-arch", "resnet18", "-classes", "2", "-fpn", "32",
 		"-min-size", "128", "-max-size", "128", "-out", model).CombinedOutput(); err != nil {
@@ -634,6 +653,19 @@ func TestMPIGPUEngineRankCountsBitIdentical(t *testing.T) {
 	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return model
+}
+
+// The GPU engine under the real mpirun: a binary built with -tags
+// hostkerngpu sees fake GPUs that are host shims (internal/modelsel/hostkerngpu.go), one
+// per rank; eval --model (the device transform, postprocess and losses,
+// CUDA graphs) gives byte-identical metrics and predictions for -np 1, 2
+// and 3 at batch 2. The model is a small generated ResNet-18-FPN32 at
+// min_size 128, so the shim runs it in seconds.
+func TestMPIGPUEngineRankCountsBitIdentical(t *testing.T) {
+	dir := t.TempDir()
+	bin := hostkernBin(t, dir)
+	model := gpuTestModel(t, dir)
 	csv := demoImages(t, 6)
 	env := []string{"CANOPY_TEST_HOSTKERN_GPUS=3"}
 	var refMetrics, refPreds []byte
@@ -737,12 +769,24 @@ func TestMPISecondRunIntoOneOutRefused(t *testing.T) {
 	truth, preds := set("multi", "truth.csv"), set("multi", "predictions.csv")
 	ref := inProcess(t, 1, jobs.EvalConfig{CSV: truth, Predictions: preds, Out: t.TempDir(), IoUThreshold: 0.4})
 	out := t.TempDir()
-	// 100 ms an image: the first run lasts about 15 s, far longer than
-	// the second mpirun takes to start on a loaded machine.
-	first, se, _ := slowRun(t, truth, preds, out, 100)
-	r := mpirun(t, 2, []string{"SLURM_JOB_ID=second"}, "eval", "--csv", truth, "--predictions", preds, "--out", out, "--force")
-	if r.code != jobs.ExitUsage || !strings.Contains(r.stderr, "in use by another canopy run (job none on host") {
-		t.Fatalf("second run: exit %d, want 2 naming the holder\n%s", r.code, r.stderr)
+	// The first run's ranks are frozen (SIGSTOP) while the second runs, so
+	// the first still holds the folder however long the second takes to
+	// start on a loaded machine; they go on (SIGCONT) once it was refused.
+	// The second's rank 0 starts 4 s late, past the 3 s the first has
+	// left (150 images a rank at 20 ms), so without the freeze the first
+	// would be gone and the second would not be refused.
+	first, se, pids := slowRun(t, truth, preds, out, 20)
+	signal := func(sig string) {
+		for _, p := range pids {
+			exec.Command("kill", sig, p).Run()
+		}
+	}
+	signal("-STOP")
+	defer signal("-CONT") // should the second run fail the test
+	r := mpirun(t, 2, []string{"SLURM_JOB_ID=second", testhook.StartDelayEnv + "=0:4000"}, "eval", "--csv", truth, "--predictions", preds, "--out", out, "--force")
+	signal("-CONT")
+	if len(pids) != 2 || r.code != jobs.ExitUsage || !strings.Contains(r.stderr, "in use by another canopy run (job none on host") {
+		t.Fatalf("second run (the first's ranks %v frozen): exit %d, want 2 naming the holder\n%s", pids, r.code, r.stderr)
 	}
 	if err := first.Wait(); err != nil {
 		t.Fatalf("the first run: %v\n%s", err, se.String())

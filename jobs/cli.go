@@ -35,7 +35,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // MainWith is Main with a chosen communicator factory.
-func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newComm CommFactory) int {
+func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newComm CommFactory) (exit int) {
 	// Before MPI starts we do not know our rank from MPI; the launcher's
 	// environment tells it, so a usage error is printed once, by rank 0.
 	errw := stderr
@@ -49,7 +49,16 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 			collective.SayLine(errw, "canopy: ", err)
 			return holdBack(ExitUsage)
 		}
-		defer stop()
+		// the profile is this rank's own file: a write or close error is
+		// said by this rank, and a run that ended well exits 1
+		defer func() {
+			if err := stop(); err != nil {
+				collective.SayLine(stderr, "canopy: ", err)
+				if exit == ExitOK {
+					exit = ExitInternal
+				}
+			}
+		}()
 	}
 	code := ExitOK
 	app := &cli.App{
@@ -206,9 +215,10 @@ type jobOptions struct {
 }
 
 // interruptGrace is how long a rank other than 0 keeps its interrupt line
-// back: when the whole job was signalled, rank 0 speaks and aborts the job
-// meanwhile, and this rank is stopped before it prints. A rank signalled
-// alone prints after it.
+// back, so that when the whole job was signalled rank 0 is usually the one
+// that says it. Which rank says it is outdir.ClaimSay's, not a race
+// against this wait: a rank signalled alone says it after the wait, and a
+// rank 0 later than the wait stays silent.
 var interruptGrace = 3 * time.Second
 
 // runShardJob is the action eval and predict end with: runJob with the
@@ -291,8 +301,10 @@ func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, opt jobO
 // rank, which first leaves a marker in the output folder: the launcher
 // answers MPI_Abort by signalling the other ranks, which then see an
 // interrupt, and the marker keeps them silent. An interrupt is printed by
-// rank 0; another rank prints it only when nobody stopped it within
-// interruptGrace (it alone was signalled). --verbose prints every line.
+// the rank that claims it first in the output folder (outdir.ClaimSay):
+// rank 0 at once, another rank after interruptGrace (it alone was
+// signalled, or rank 0 is late); the others stay silent, and keep their
+// abort until the line is out. --verbose prints every line.
 func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err error) {
 	if opt.verbose {
 		collective.PrintErr(stderr, comm, err)
@@ -305,27 +317,64 @@ func reportLocal(stderr io.Writer, comm mpi.Comm, opt jobOptions, code int, err 
 		collective.PrintErr(stderr, comm, err)
 		return
 	}
+	time.Sleep(testhook.ReportDelay(comm.Rank()))
 	if comm.Rank() != 0 {
 		time.Sleep(interruptGrace)
 	}
-	if opt.out != "" && outdir.HasFault(opt.out) {
+	if opt.out == "" {
+		collective.PrintErr(stderr, comm, err)
+		return
+	}
+	if outdir.HasFault(opt.out) {
 		return // a peer's fault stopped this rank; that rank has said why
 	}
-	collective.PrintErr(stderr, comm, err)
+	done, say := outdir.ClaimSay(opt.out)
+	if say {
+		collective.PrintErr(stderr, comm, err)
+	}
+	done()
 }
 
 // ProfileEnv names a file prefix: when set, every rank writes a CPU
 // profile to PREFIX.rankN (N from the launcher's environment, 0 alone).
 const ProfileEnv = "CANOPY_CPUPROFILE"
 
-func startProfile(prefix string) (func(), error) {
+// startProfile starts the rank's CPU profile; the function it returns
+// stops it and returns the first error of writing or closing the file
+// (pprof itself drops its write errors).
+func startProfile(prefix string) (func() error, error) {
 	f, err := os.Create(fmt.Sprintf("%s.rank%d", prefix, max(launcherRank(), 0)))
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %s: %w", ProfileEnv, err)
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
+	pf := &profileFile{f: f}
+	if err := pprof.StartCPUProfile(pf); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("jobs: %s: %w", ProfileEnv, err)
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return func() error {
+		pprof.StopCPUProfile()
+		err := pf.err
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("jobs: %s: the CPU profile is incomplete: %w", ProfileEnv, err)
+		}
+		return nil
+	}, nil
+}
+
+// profileFile is the profile's file keeping its first write error.
+type profileFile struct {
+	f   *os.File
+	err error
+}
+
+func (p *profileFile) Write(b []byte) (int, error) {
+	n, err := p.f.Write(b)
+	if err != nil && p.err == nil {
+		p.err = err
+	}
+	return n, err
 }

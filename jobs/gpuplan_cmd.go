@@ -17,6 +17,8 @@ import (
 	"github.com/canopy-hpc/canopy/infer/modelfile"
 	"github.com/canopy-hpc/canopy/infer/retinanet"
 	"github.com/canopy-hpc/canopy/internal/collective"
+	"github.com/canopy-hpc/canopy/internal/detect"
+	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/modelsel"
 	"github.com/urfave/cli/v2"
 )
@@ -102,8 +104,10 @@ func gpuPlanConfigOf(c *cli.Context) (gpuPlanConfig, error) {
 	return cfg, nil
 }
 
-// gpuPlan runs the timing and writes the plan file.
-func gpuPlan(cfg gpuPlanConfig, stdout io.Writer) error {
+// gpuPlan runs the timing and writes the plan file. The runner and the
+// device close before the plan is written: a close error (a late CUDA
+// fault, the timings not to be trusted) is exit 5 and no plan file.
+func gpuPlan(cfg gpuPlanConfig, stdout io.Writer) (err error) {
 	dir, err := modelfile.Resolve(cfg.Spec)
 	if err != nil {
 		return &Error{Code: ExitModel, Err: err}
@@ -120,12 +124,14 @@ func gpuPlan(cfg gpuPlanConfig, stdout io.Writer) error {
 	if err != nil {
 		return &Error{Code: ExitMPI, Err: fmt.Errorf("jobs: gpu-plan: %w", err)}
 	}
-	defer dev.Close()
+	devCloser := detect.NewCloser(dev, "the GPU")
+	defer devCloser.Join(&err)
 	r, err := retinanet.NewGPURunnerWith(m, dev, gpu.Options{Precision: cfg.Precision, CUDNN: lib, Timing: true, Repeat: cfg.Repeat})
 	if err != nil {
 		return &Error{Code: ExitMPI, Err: err}
 	}
-	defer r.Close()
+	runCloser := detect.NewCloser(r, "the GPU runner")
+	defer runCloser.Join(&err)
 	rnd := rand.New(rand.NewPCG(1, 2))
 	for _, sz := range cfg.Sizes {
 		imgs := make([]retinanet.Image, cfg.Batch)
@@ -146,6 +152,9 @@ func gpuPlan(cfg gpuPlanConfig, stdout io.Writer) error {
 	info := dev.Info()
 	pf := &cudnn.PlanFile{Format: cudnn.PlanFormat, Key: cudnn.PlanKey{CUDNN: lib.Version, GPU: info.Name, CC: info.SM, SMs: info.SMs},
 		Model: cfg.Spec, Batch: cfg.Batch, Precision: cfg.Precision.String(), Plans: r.TimedPlans()}
+	if err := errkind.Join(runCloser.Close(), devCloser.Close()); err != nil {
+		return err
+	}
 	if err := os.WriteFile(cfg.Out, pf.Marshal(), 0o644); err != nil {
 		return ioErr("jobs: gpu-plan: %w", err)
 	}

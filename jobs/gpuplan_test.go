@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,5 +98,23 @@ func TestGPUPlanRoundTrip(t *testing.T) {
 		if codes[0] != ExitMPI || !strings.Contains(stderr, c.want) {
 			t.Errorf("want exit 5 naming %q: exit %v\n%s", c.want, codes, stderr)
 		}
+	}
+}
+
+// TestGPUPlanCloseError: gpu-plan whose GPU fails to close (a late CUDA
+// fault: the timings are not to be trusted) exits 5 naming the close's
+// error, and writes no plan file.
+func TestGPUPlanCloseError(t *testing.T) {
+	withFakeGPUs(t, 1)
+	wrapFakeGPUs(func(d cuda.Device) cuda.Device { return closeFails{d} })
+	cfg := gpuCfg(t, t.TempDir())
+	planPath := filepath.Join(t.TempDir(), "plans.json")
+	err := gpuPlan(gpuPlanConfig{Spec: cfg.Model.Spec, Batch: 1, Precision: cuda.TF32, Sizes: [][2]int{{128, 128}},
+		Out: planPath, Repeat: 1}, io.Discard)
+	if Code(err) != ExitMPI || !strings.Contains(fmt.Sprint(err), "close the GPU: the device did not close") {
+		t.Fatalf("exit %d (%v); want %d naming the failed close", Code(err), err, ExitMPI)
+	}
+	if _, err := os.Stat(planPath); err == nil {
+		t.Error("a gpu-plan whose GPU failed to close wrote its plan file")
 	}
 }

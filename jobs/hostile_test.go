@@ -361,14 +361,27 @@ func TestCommandLineFIFOAndDevice(t *testing.T) {
 		t.Fatal("a FIFO without a writer blocked the run")
 	}
 	truth, _ := os.ReadFile(filepath.Join("..", "testdata", "sets", "three", "truth.csv"))
+	// The writer holds the FIFO open before canopy opens it, as a shell's
+	// process substitution does: a reader of the test's own (which reads
+	// nothing) lets the writer's open return at once, instead of a sleep
+	// that hoped the writer's goroutine got there first. The writer then
+	// sends the file in two parts with a pause between, and closes; canopy
+	// must read it all however its open and reads fall between them.
+	hold, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
-		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-		if err == nil {
-			w.Write(truth)
-			w.Close()
-		}
+		w.Write(truth[:len(truth)/2])
+		time.Sleep(100 * time.Millisecond)
+		w.Write(truth[len(truth)/2:])
+		w.Close()
 	}()
-	time.Sleep(200 * time.Millisecond) // the writer opens first, as a shell's process substitution does
 	if codes := runLocal(t, 1, EvalConfig{CSV: fifo, Predictions: preds, Out: filepath.Join(dir, "o2"), IoUThreshold: 0.4}); codes[0] != 0 {
 		t.Fatalf("a FIFO with a writer: exit %v", codes)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/canopy-hpc/canopy/internal/output"
 	"github.com/canopy-hpc/canopy/internal/parts"
 	"github.com/canopy-hpc/canopy/internal/pipeline/predict"
+	"github.com/canopy-hpc/canopy/internal/tilerun"
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/mpi/local"
 )
@@ -339,32 +340,49 @@ func TestLockExclusiveAndReleased(t *testing.T) {
 	b.Finish(nil)
 }
 
-// A full disk while appending a part file is an I/O error on canopy's own
-// files: exit 1 (it was 4, "model error"). /dev/full stands in for the
-// disk: every write to it fails with ENOSPC.
+// A part file on a full disk (/dev/full): the first record's write fails
+// (no space left on device), and so does the file's close (its fsync:
+// invalid argument), which is not dropped: eval (over whole images, two
+// ranks) and predict --tile exit 1 (canopy's own file), not 4, with both
+// errors on the failing rank's one line.
 func TestFullDiskOnPartFileExits1(t *testing.T) {
 	if _, err := os.Stat("/dev/full"); err != nil {
 		t.Skip("no /dev/full on this system")
 	}
-	old := imagesrun.CreateParts
-	imagesrun.CreateParts = func(out, run string, attempt, rank int, every time.Duration) (*parts.Writer, error) {
-		os.MkdirAll(filepath.Join(out, parts.Dir), 0o755)
-		os.Symlink("/dev/full", filepath.Join(out, parts.Dir, fmt.Sprintf("part-%03d-%05d.part", attempt, rank)))
+	failRank := 1 // one rank fails, so one line is said
+	full := func(out, run string, attempt, rank int, every time.Duration) (*parts.Writer, error) {
+		if rank == failRank {
+			os.MkdirAll(filepath.Join(out, parts.Dir), 0o755)
+			os.Symlink("/dev/full", filepath.Join(out, parts.Dir, fmt.Sprintf("part-%03d-%05d.part", attempt, rank)))
+		}
 		return parts.Create(out, run, attempt, rank, every)
 	}
-	defer func() { imagesrun.CreateParts = old }()
-	codes, stderr := runLocalErr(t, 2, setCfg("three", t.TempDir()))
-	if codes[0] != ExitInternal && codes[1] != ExitInternal {
-		t.Fatalf("codes %v, want %d\n%s", codes, ExitInternal, stderr)
-	}
-	for _, c := range codes {
-		if c == ExitModel {
-			t.Fatalf("a full disk gave exit 4: %v\n%s", codes, stderr)
+	oldImages, oldTile := imagesrun.CreateParts, tilerun.CreateParts
+	imagesrun.CreateParts, tilerun.CreateParts = full, full
+	defer func() { imagesrun.CreateParts, tilerun.CreateParts = oldImages, oldTile }()
+	check := func(name string, codes []int, stderr string) {
+		t.Helper()
+		if codes[failRank] != ExitInternal {
+			t.Fatalf("%s: codes %v, want %d\n%s", name, codes, ExitInternal, stderr)
+		}
+		for _, c := range codes {
+			if c == ExitModel {
+				t.Fatalf("%s: a full disk gave exit 4: %v\n%s", name, codes, stderr)
+			}
+		}
+		if n := strings.Count(stderr, "no space left on device"); n != 1 || !strings.Contains(stderr, "invalid argument") {
+			t.Errorf("%s: the write error said %d times (want once), or the close's error dropped:\n%s", name, n, stderr)
 		}
 	}
-	if !strings.Contains(stderr, "no space left on device") {
-		t.Errorf("stderr: %s", stderr)
-	}
+	codes, stderr := runLocalErr(t, 2, setCfg("three", t.TempDir()))
+	check("eval", codes, stderr)
+	failRank = 0
+	_, tif := tileRasterFile(t, 260, 200, 7)
+	cfg := tileCfg(filepath.Join(t.TempDir(), "out"), tif)
+	var buf bytes.Buffer
+	codes = runLocalJob(t, 1, func(int) context.Context { return context.Background() }, &buf,
+		func(ctx context.Context, c mpi.Comm) error { return tilerun.Run(ctx, c, cfg) })
+	check("predict --tile", codes, buf.String())
 }
 
 // predict --force keeps the previous predictions until the new ones

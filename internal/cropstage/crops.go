@@ -153,6 +153,8 @@ func (cs *Set) runners() ([]runner, func()) {
 	}
 	return out, func() {
 		for _, g := range gs {
+			// nothing of their own can fail: their engine is the
+			// detector's, whose error its Close returns (detect.Closer)
 			g.Close()
 		}
 	}

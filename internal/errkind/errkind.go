@@ -101,3 +101,23 @@ func IO(format string, a ...any) *Error {
 // asked the job to stop: the images finished so far are saved, and the
 // job exits 8 (resumable).
 var ErrInterrupted = errors.New("interrupted by a signal; finished images are saved, continue with --resume")
+
+// Join is err with a later error added, one found while cleaning up
+// after it (a file's close): the later alone when err is nil, else both
+// ("err; later", one line), err first so that it keeps its code and kind.
+// Neither is dropped.
+func Join(err, later error) error {
+	switch {
+	case later == nil:
+		return err
+	case err == nil:
+		return later
+	}
+	return &joined{err, later}
+}
+
+// joined is Join's pair: errors.Is and errors.As see both, err first.
+type joined struct{ err, later error }
+
+func (j *joined) Error() string   { return j.err.Error() + "; " + j.later.Error() }
+func (j *joined) Unwrap() []error { return []error{j.err, j.later} }

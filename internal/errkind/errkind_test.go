@@ -79,3 +79,18 @@ func TestExitTableListsEveryCode(t *testing.T) {
 		}
 	}
 }
+
+// Join keeps both errors, the first's code and kind ahead; either alone
+// is itself.
+func TestJoin(t *testing.T) {
+	first := Collective(ExitInput, "bad csv")
+	later := Local(ExitInternal, "close part file")
+	if Join(nil, nil) != nil || Join(first, nil) != error(first) || Join(nil, later) != error(later) {
+		t.Fatalf("Join of one error is not that error")
+	}
+	j := Join(first, later)
+	var e *Error
+	if !errors.As(j, &e) || e != first || Code(j) != ExitInput || !errors.Is(j, later) || j.Error() != "bad csv; close part file" {
+		t.Fatalf("Join(first, later) = %v: want the first's code and kind with the later kept", j)
+	}
+}

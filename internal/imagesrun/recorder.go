@@ -47,10 +47,12 @@ func (r *Recorder) Record(ims []wire.Image, ids []parts.Identity) error {
 
 // Close syncs the part file and, after a detection that ended well
 // (derr nil), commits a --force run whose rank 0 saved nothing (an empty
-// shard); it returns derr or the first error of its own.
+// shard); it returns derr or the first error of its own. The part file's
+// close error is never dropped: after derr it is joined to it (derr keeps
+// its code), since the file is what a --resume reads.
 func (r *Recorder) Close(derr error) error {
-	if err := r.pw.Close(); err != nil && derr == nil {
-		derr = &errkind.Error{Code: errkind.ExitInternal, Err: err}
+	if err := r.pw.Close(); err != nil {
+		derr = errkind.Join(derr, &errkind.Error{Code: errkind.ExitInternal, Err: err})
 	}
 	if derr == nil {
 		if err := r.out.Commit(); err != nil {

@@ -1,12 +1,15 @@
 package outdir
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/errkind"
@@ -54,4 +57,40 @@ func FaultOf(dir string) (msg string, code int, ok bool) {
 func Failed(dir string) (msg string, code int, ok bool) {
 	msg, code, ok = FaultOf(dir)
 	return msg, code, ok && (code == errkind.ExitUsage || code == errkind.ExitInput || code == errkind.ExitModel)
+}
+
+// SaidName is the claim of the one rank that says a job was interrupted,
+// OUT/.canopy-said: every rank of a job signalled as a whole meets the
+// same interruption, and whichever creates this file first says it.
+const SaidName = ".canopy-said"
+
+// sayWait bounds how long a rank that lost the claim waits for the
+// winner's line. The winner claims, then writes one line to stderr, so
+// the wait only guards a winner stopped between the two (killed, or its
+// stderr blocked); after it the loser says the line itself, twice rather
+// than never. 10 s is far above one write and well under the launcher's
+// and the tests' bounds on the job (60 s and more).
+var sayWait = 10 * time.Second
+
+// ClaimSay makes the rank that says the job's interruption the only one:
+// the first rank to claim it in dir gets say true and must call done once
+// its line is written; a later rank gets say false once that is done
+// (after at most sayWait), so its own exit or abort, on which the launcher
+// stops every rank, cannot cut the winner off before its line is out. A
+// folder that takes no claim gives say true: a line twice rather than none.
+func ClaimSay(dir string) (done func(), say bool) {
+	p := filepath.Join(dir, SaidName)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err == nil {
+		return func() { f.WriteString("said\n"); f.Close() }, true
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return func() {}, true
+	}
+	for deadline := time.Now().Add(sayWait); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if st, err := os.Stat(p); err == nil && st.Size() > 0 {
+			return func() {}, false
+		}
+	}
+	return func() {}, true
 }

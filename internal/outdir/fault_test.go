@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/canopy-hpc/canopy/internal/errkind"
 )
@@ -39,5 +40,37 @@ func TestFault(t *testing.T) {
 	}
 	if _, code, ok := FaultOf(dir); !ok || code != errkind.ExitMPI {
 		t.Errorf("a torn marker: code %d %v, want rank 1's", code, ok)
+	}
+}
+
+// The interruption's line: the first claim says it, a second is silent
+// once the first has said it, and says it itself when the first never
+// does within sayWait; a folder that takes no claim says it; the next
+// run's Tidy removes the claim.
+func TestClaimSay(t *testing.T) {
+	dir := t.TempDir()
+	done, say := ClaimSay(dir)
+	if !say {
+		t.Fatal("the first claim does not say the line")
+	}
+	old := sayWait
+	defer func() { sayWait = old }()
+	sayWait = 50 * time.Millisecond
+	if _, say := ClaimSay(dir); !say {
+		t.Error("a claim lost to a rank that never said its line stays silent: nobody says it")
+	}
+	done()
+	sayWait = time.Minute // only a loser that misses the line waits it out, and then says it
+	if _, say := ClaimSay(dir); say {
+		t.Error("a second rank says the line again")
+	}
+	if _, say := ClaimSay(filepath.Join(dir, "no such folder")); !say {
+		t.Error("a folder that takes no claim: nobody says the line")
+	}
+	if err := Tidy(dir, Names{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, SaidName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Tidy left the claim of the last run's line: %v", err)
 	}
 }

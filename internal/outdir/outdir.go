@@ -293,7 +293,9 @@ func SetAside(dir string, names []string) error {
 		}
 		outStep("set aside " + n)
 	}
-	SyncDir(dir)
+	if err := SyncDir(dir); err != nil {
+		return errkind.IO("jobs: --force: setting the previous run aside: %w", err)
+	}
 	return nil
 }
 
@@ -337,14 +339,17 @@ func RestorePrevious(dir string, names Names) error {
 			}
 		}
 	}
-	SyncDir(dir)
+	if err := SyncDir(dir); err != nil {
+		return errkind.IO("jobs: restoring the previous run: %w", err)
+	}
 	return os.RemoveAll(prev)
 }
 
 // Tidy runs under the lock, before anything else touches the folder:
 // it finishes an interrupted publication, puts back a run that an earlier
 // --force set aside and never replaced, and removes temporary files,
-// probe files, fault markers and discard folders.
+// probe files, fault markers, the claim of an interruption's line and
+// discard folders.
 func Tidy(dir string, names Names) error {
 	if err := rollForward(dir); err != nil {
 		return err
@@ -372,7 +377,7 @@ func isLeftover(name string, names Names) bool {
 			return true
 		}
 	}
-	for _, p := range []string{".canopy-probe-", DiscardPrefix, FaultPrefix} {
+	for _, p := range []string{".canopy-probe-", DiscardPrefix, FaultPrefix, SaidName} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
@@ -459,7 +464,9 @@ func Publish(dir string, set []Staged) error {
 		Unstage(dir, set)
 		return err
 	}
-	SyncDir(dir)
+	if err := SyncDir(dir); err != nil {
+		return errkind.IO("jobs: publish: %w", err)
+	}
 	return rollForward(dir)
 }
 
@@ -494,7 +501,9 @@ func rollForward(dir string) error {
 			if err := os.Remove(filepath.Join(dir, s.Name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return errkind.IO("jobs: publish: %w", err)
 			}
-			SyncDir(dir)
+			if err := SyncDir(dir); err != nil {
+				return errkind.IO("jobs: publish: %w", err)
+			}
 			outStep("remove old " + s.Name)
 		}
 	}
@@ -511,17 +520,23 @@ func rollForward(dir string) error {
 		}
 		outStep("publish " + s.Name)
 	}
-	SyncDir(dir)
+	if err := SyncDir(dir); err != nil {
+		return errkind.IO("jobs: publish: %w", err)
+	}
 	// the new set is in place: a previous run set aside by --force goes
 	// now, while the journal still says this set is the committed one
 	if err := Discard(dir, PreviousDir); err != nil {
 		return errkind.IO("jobs: --force: removing the previous run: %w", err)
 	}
-	SyncDir(dir)
+	if err := SyncDir(dir); err != nil {
+		return errkind.IO("jobs: publish: %w", err)
+	}
 	if err := os.Remove(jpath); err != nil {
 		return errkind.IO("jobs: publish: %w", err)
 	}
-	SyncDir(dir)
+	if err := SyncDir(dir); err != nil {
+		return errkind.IO("jobs: publish: %w", err)
+	}
 	outStep("remove journal")
 	return nil
 }
@@ -547,7 +562,9 @@ func abandonPublication(dir string) error {
 	if err := os.Remove(jpath); err != nil {
 		return errkind.IO("jobs: %s: %w", JournalName, err)
 	}
-	SyncDir(dir)
+	if err := SyncDir(dir); err != nil {
+		return errkind.IO("jobs: %s: %w", JournalName, err)
+	}
 	return nil
 }
 
@@ -565,13 +582,25 @@ func outStep(step string) {
 	}
 }
 
-// SyncDir syncs a folder, so the renames in it are durable.
-func SyncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
+// SyncDir syncs a folder, so the renames in it are durable; its error
+// (an I/O error of the disk or the server) is the caller's. A filesystem
+// that cannot sync a folder at all (EINVAL, ENOTSUP: some network and
+// FUSE filesystems) is taken as it is, as before.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync the folder: %w", err)
 	}
+	err = syncDir(d)
+	d.Close() // opened to read: its close loses nothing
+	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOTSUP) {
+		return fmt.Errorf("sync the folder %s: %w", dir, err)
+	}
+	return nil
 }
+
+// syncDir is a folder's fsync, a seam the tests replace (a failing disk).
+var syncDir = (*os.File).Sync
 
 // Prepare (predict, predict --tile, eval-crops) locks the output folder, refusing one that holds a
 // previous run (any command's) unless force. With force the previous

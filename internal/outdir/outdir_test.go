@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/canopy-hpc/canopy/internal/errkind"
@@ -128,10 +129,11 @@ func TestForceRestoresOrCommits(t *testing.T) {
 	}
 }
 
-// Publish puts a staged set in place and removes its journal; each staged
-// file carries the sha256 of its bytes.
-func TestPublish(t *testing.T) {
-	dir := t.TempDir()
+// stageNew stages "new NAME" as predictions.csv and report.json in dir,
+// over an old report.json; each staged file carries the sha256 of its
+// bytes.
+func stageNew(t *testing.T, dir string) []Staged {
+	t.Helper()
 	write(t, filepath.Join(dir, "report.json"), "old")
 	var set []Staged
 	for _, n := range []string{"predictions.csv", "report.json"} {
@@ -144,6 +146,14 @@ func TestPublish(t *testing.T) {
 		}
 		set = append(set, s)
 	}
+	return set
+}
+
+// Publish puts a staged set in place and removes its journal; each staged
+// file carries the sha256 of its bytes.
+func TestPublish(t *testing.T) {
+	dir := t.TempDir()
+	set := stageNew(t, dir)
 	var order []string
 	PublishHook = func(name string) { order = append(order, name) }
 	defer func() { PublishHook = nil }()
@@ -160,6 +170,59 @@ func TestPublish(t *testing.T) {
 	}
 	if _, found, err := ReadJournal(dir); found || err != nil {
 		t.Fatalf("journal left: found %v, %v", found, err)
+	}
+}
+
+// A folder's fsync that fails (an I/O error of the disk or server) at any
+// of a publication's syncs fails it, exit 1 naming the error, where it
+// was dropped; the next start finishes the publication. A filesystem that
+// cannot sync a folder (EINVAL) is taken as it is.
+func TestPublishSyncError(t *testing.T) {
+	calls, fail := 0, 0
+	var failWith error
+	syncDir = func(d *os.File) error {
+		if calls++; calls == fail {
+			return failWith
+		}
+		return d.Sync()
+	}
+	defer func() { syncDir = (*os.File).Sync }()
+	dir := t.TempDir()
+	calls = 0
+	if err := Publish(dir, stageNew(t, dir)); err != nil {
+		t.Fatal(err)
+	}
+	syncs := calls
+	if syncs < 3 {
+		t.Fatalf("a publication synced its folder %d times", syncs)
+	}
+	for k := 1; k <= syncs; k++ {
+		for _, e := range []error{syscall.EIO, syscall.EINVAL} {
+			dir := t.TempDir()
+			set := stageNew(t, dir)
+			calls, fail, failWith = 0, k, e
+			err := Publish(dir, set)
+			fail = 0
+			if e == syscall.EINVAL {
+				if err != nil {
+					t.Fatalf("sync %d of %d: EINVAL (no folder sync here) failed the publication: %v", k, syncs, err)
+				}
+				continue
+			}
+			if !errors.Is(err, syscall.EIO) || errkind.Code(err) != errkind.ExitInternal || !strings.Contains(err.Error(), "sync the folder") {
+				t.Fatalf("sync %d of %d failing: %v, want exit 1 naming the folder's sync", k, syncs, err)
+			}
+			o, err := Open(dir, names)
+			if err != nil {
+				t.Fatalf("sync %d: the next start: %v", k, err)
+			}
+			o.Finish(nil)
+			for _, n := range []string{"predictions.csv", "report.json"} {
+				if got := read(t, filepath.Join(dir, n)); got != "new "+n {
+					t.Fatalf("sync %d failed: after the next start %s holds %q", k, n, got)
+				}
+			}
+		}
 	}
 }
 

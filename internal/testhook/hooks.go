@@ -97,8 +97,22 @@ func SlowWindow() time.Duration {
 const StartDelayEnv = "CANOPY_TEST_START_DELAY"
 
 // StartDelay is how long StartDelayEnv has rank wait at start (0: none).
-func StartDelay(rank int) time.Duration {
-	r, ms, ok := strings.Cut(os.Getenv(StartDelayEnv), ":")
+func StartDelay(rank int) time.Duration { return rankDelay(StartDelayEnv, rank) }
+
+// ReportDelayEnv is a test hook "RANK:MS": that rank waits MS milliseconds
+// before it reports an interruption, as a rank in the middle of a long
+// batch when the signal came would, so a peer must not say it a second
+// time meanwhile.
+const ReportDelayEnv = "CANOPY_TEST_REPORT_DELAY"
+
+// ReportDelay is how long ReportDelayEnv has rank wait before it reports
+// an interruption (0: none).
+func ReportDelay(rank int) time.Duration { return rankDelay(ReportDelayEnv, rank) }
+
+// rankDelay reads a "RANK:MS" hook: MS milliseconds for that rank, 0 for
+// the others and for a malformed or negative value.
+func rankDelay(env string, rank int) time.Duration {
+	r, ms, ok := strings.Cut(os.Getenv(env), ":")
 	if !ok || r != strconv.Itoa(rank) {
 		return 0
 	}

@@ -9,7 +9,7 @@ import (
 // Each hook is inert when its variable is unset, and acts only for the
 // rank (and the point) it names.
 func TestHooksInertWhenUnset(t *testing.T) {
-	for _, v := range []string{PerturbEnv, StopEnv, InterruptEnv, "CANOPY_TILE_DEAL", "CANOPY_TEST_SLOW_MS", StartDelayEnv} {
+	for _, v := range []string{PerturbEnv, StopEnv, InterruptEnv, "CANOPY_TILE_DEAL", "CANOPY_TEST_SLOW_MS", StartDelayEnv, ReportDelayEnv} {
 		t.Setenv(v, "") // restored after the test
 		os.Unsetenv(v)
 	}
@@ -25,22 +25,33 @@ func TestHooksInertWhenUnset(t *testing.T) {
 	if d := StartDelay(0); d != 0 {
 		t.Errorf("StartDelay(0) = %v with %s empty", d, StartDelayEnv)
 	}
+	if d := ReportDelay(0); d != 0 {
+		t.Errorf("ReportDelay(0) = %v with %s empty", d, ReportDelayEnv)
+	}
 	Stop(0, "gather") // an empty StopEnv names no rank: must return at once
 }
 
 // "RANK:MS": only that rank waits; a malformed or negative wait is none.
+// Both delay hooks read their own variable.
 func TestStartDelay(t *testing.T) {
-	for _, c := range []struct {
-		env  string
-		rank int
-		want time.Duration
-	}{
-		{"0:1500", 0, 1500 * time.Millisecond}, {"0:1500", 1, 0}, {"1:20", 1, 20 * time.Millisecond},
-		{"0:x", 0, 0}, {"0:-5", 0, 0}, {"0", 0, 0},
-	} {
-		t.Setenv(StartDelayEnv, c.env)
-		if got := StartDelay(c.rank); got != c.want {
-			t.Errorf("%s=%q: StartDelay(%d) = %v, want %v", StartDelayEnv, c.env, c.rank, got, c.want)
+	for _, h := range []struct {
+		env   string
+		delay func(int) time.Duration
+	}{{StartDelayEnv, StartDelay}, {ReportDelayEnv, ReportDelay}} {
+		for _, c := range []struct {
+			env  string
+			rank int
+			want time.Duration
+		}{
+			{"0:1500", 0, 1500 * time.Millisecond}, {"0:1500", 1, 0}, {"1:20", 1, 20 * time.Millisecond},
+			{"0:x", 0, 0}, {"0:-5", 0, 0}, {"0", 0, 0},
+		} {
+			t.Setenv(StartDelayEnv, "0:7") // the other hook's 7 ms must not leak in
+			t.Setenv(ReportDelayEnv, "0:7")
+			t.Setenv(h.env, c.env)
+			if got := h.delay(c.rank); got != c.want {
+				t.Errorf("%s=%q: delay of rank %d = %v, want %v", h.env, c.env, c.rank, got, c.want)
+			}
 		}
 	}
 }

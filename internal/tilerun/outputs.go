@@ -146,7 +146,9 @@ func publishRaster(out string, i int, r tileRaster, merged []box.Detection, wind
 		}
 		d.Outputs[RastersDir+"/"+s.Name] = s.SHA256
 	}
-	outdir.SyncDir(dir)
+	if err := outdir.SyncDir(dir); err != nil {
+		return errkind.IO("%w", err)
+	}
 	b, _ := json.Marshal(d)
 	if err := outdir.WriteAtomic(doneDir(out), doneFile(i), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
 		return errkind.IO("%w", err)

@@ -474,6 +474,9 @@ func (t *tileRun) stopped(derr error) error {
 		cmd = "eval"
 	}
 	if !errors.Is(derr, errkind.ErrInterrupted) {
+		if cerr != nil { // the part file is what --resume reads: not dropped
+			return errkind.Join(detect.Err(derr, ""), errkind.Local(errkind.ExitInternal, "jobs: %s --tile: this rank's part file could not be saved: %w", cmd, cerr))
+		}
 		return detect.Err(derr, "")
 	}
 	if cerr != nil {

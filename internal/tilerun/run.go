@@ -295,6 +295,18 @@ type tileEval struct {
 	Semantics    string  `json:"semantics"`
 }
 
+// CreateParts opens a rank's part file: parts.Create, a seam the tests
+// replace (a full disk).
+var CreateParts = parts.Create
+
+// partClose closes a rank's part file: its error local, exit 1.
+func partClose(pw *parts.Writer) error {
+	if err := pw.Close(); err != nil {
+		return errkind.Local(errkind.ExitInternal, "jobs: %w", err)
+	}
+	return nil
+}
+
 // Run runs predict --tile (and eval --tile) on this rank.
 func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	cfg.BatchSize = detect.BatchOrOne(cfg.BatchSize)
@@ -366,7 +378,8 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	defer det.Close()
+	closer := detect.NewCloser(det, "the detector")
+	defer closer.Join(&err)
 	crops.OnDetector(det) // --device cuda: the crops on the detector's GPU engine
 	// and cut there from the windows the detector holds (HeldWindowBytes)
 	crops.HoldWindows(det, HeldWindowBytes)
@@ -376,27 +389,34 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	}
 	run.det, run.rs = det, &rasterSet{files: files, open: map[int]*gdal.Raster{}}
 	defer run.rs.close()
-	if run.pw, err = parts.Create(cfg.Out, res.Probe, res.Attempt, c.Rank(), time.Second); err != nil {
+	if run.pw, err = CreateParts(cfg.Out, res.Probe, res.Attempt, c.Rank(), time.Second); err != nil {
 		return errkind.Local(errkind.ExitInternal, "jobs: %w", err)
 	}
-	defer func() {
+	defer func() { // a run that failed: its part file is what --resume reads
 		if run.pw != nil {
-			run.pw.Close()
+			err = errkind.Join(err, partClose(run.pw))
 		}
 	}()
 	if err := run.run(ctx); err != nil {
 		return err
 	}
-	if err := run.pw.Close(); err != nil {
-		return errkind.Local(errkind.ExitInternal, "jobs: %w", err)
-	}
+	pw := run.pw
 	run.pw = nil
+	if err := partClose(pw); err != nil {
+		return err
+	}
 	stats.Seconds["detect"], stats.Seconds["gather"], stats.Seconds["merge"] = run.detect.Seconds(), run.gather.Seconds(), run.merge.Seconds()
 	if crops != nil {
 		crops.Stats.Seconds = run.crop.Seconds()
 		stats.Seconds["crops"] = crops.Stats.Seconds
 	}
 	modelsel.PrintLayerTimes(cfg.Progress, det)
+	// Every window is detected and every raster published (each from rows
+	// the device returned, so they stand): a close error (on a GPU, a late
+	// fault) fails the run before its report; --resume then finishes it.
+	if err := closer.Close(); err != nil {
+		return err
+	}
 	return run.finish(tileEnd{res: &res, model: model, detector: det.Name(), labelDict: p.labels, truthCSV: p.truth, truth: vt, truthImages: truthImages})
 }
 

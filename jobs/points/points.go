@@ -29,6 +29,7 @@ import (
 	"github.com/canopy-hpc/canopy/infer/tile"
 	"github.com/canopy-hpc/canopy/infer/treeformer"
 	"github.com/canopy-hpc/canopy/internal/dataset"
+	"github.com/canopy-hpc/canopy/internal/detect"
 	"github.com/canopy-hpc/canopy/internal/errkind"
 	"github.com/canopy-hpc/canopy/internal/outdir"
 	"github.com/canopy-hpc/canopy/internal/parts"
@@ -36,6 +37,10 @@ import (
 	"github.com/canopy-hpc/canopy/mpi"
 	"github.com/canopy-hpc/canopy/report"
 )
+
+// createParts opens a rank's part file: parts.Create, a seam the tests
+// replace (a full disk).
+var createParts = parts.Create
 
 // Config is one point run.
 type Config struct {
@@ -236,26 +241,27 @@ func run(ctx context.Context, c mpi.Comm, cfg Config, toOut bool) (_ []byte, err
 	}
 	rec := &recorder{out: out}
 	if toOut {
-		if rec.pw, err = parts.Create(cfg.Out, lp.Saved.Probe, lp.Saved.Attempt, c.Rank(), time.Second); err != nil {
+		if rec.pw, err = createParts(cfg.Out, lp.Saved.Probe, lp.Saved.Attempt, c.Rank(), time.Second); err != nil {
 			return nil, errkind.Local(errkind.ExitInternal, "points: %w", err)
 		}
 	}
 	eng, err := openEngine(c, cfg, m)
 	if err != nil {
-		rec.close()
-		return nil, err // this rank's device
+		return nil, errkind.Join(err, rec.close()) // this rank's device
 	}
-	defer eng.Close()
+	closer := detect.NewCloser(eng, "the model's GPU engine")
+	defer closer.Join(&err)
 	load := since(t0)
 	t1 := time.Now()
 	mine, skipped, derr := detectUnits(ctx, c, cfg, eng, peaks, full, units, todo(len(units), lp.Saved.Done), rec)
-	if cerr := rec.close(); derr == nil && cerr != nil {
-		derr = cerr
-	}
-	if derr != nil {
+	// the part file is what --resume reads: its close error is never dropped
+	if derr = errkind.Join(derr, rec.close()); derr != nil {
 		return nil, derr
 	}
-	detect := since(t1)
+	if err := closer.Close(); err != nil { // a late GPU fault: nothing published
+		return nil, err
+	}
+	detectSec := since(t1)
 	all, err := gather(c, mine)
 	if err != nil {
 		return nil, err
@@ -304,7 +310,7 @@ func run(ctx context.Context, c mpi.Comm, cfg Config, toOut bool) (_ []byte, err
 		Model: ModelInfo{Path: cfg.Model, SHA256: digest, Arch: "treeformer " + m.Arch.Name, Format: mcfg.Format, Backbone: mcfg.Backbone,
 			LabelDict: mcfg.LabelDict, LabelsFrom: mcfg.LabelsFrom, Ignored: mcfg.Ignored, Threads: max(cfg.Threads, 1)},
 		Peaks:   map[string]string{"score_thresh": strconv.FormatFloat(float64(peaks.ScoreThresh), 'g', -1, 32), "min_distance": fmt.Sprint(peaks.MinDistance), "nms_distance_thresh": "5"},
-		Seconds: map[string]float64{"load": load, "predict": detect}, CPU: cpuSeconds() - cpu0,
+		Seconds: map[string]float64{"load": load, "predict": detectSec}, CPU: cpuSeconds() - cpu0,
 		Outputs: map[string]string{"predictions.csv": sha256Hex(csv)}, Config: cfg.RunConfig, Device: eng.report()}
 	for _, s := range skips {
 		rep.Skipped += int(s)

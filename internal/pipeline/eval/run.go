@@ -174,7 +174,8 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 		rd.InjectFailure(c.Rank())
 		det = rd
 	}
-	defer det.Close()
+	closer := detect.NewCloser(det, "the detector")
+	defer closer.Join(&err)
 	rec, err := imagesrun.OpenRecorder(out, cfg.Out, in.saved, c.Rank())
 	if err != nil {
 		return err
@@ -210,6 +211,11 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 		}
 		crops.Stats.Seconds = since(tc)
 		stats.Seconds["crops"] = crops.Stats.Seconds
+	}
+	// The detector's engine (and the crops on it) is done: a close error
+	// (on a GPU, a late fault) fails the run before anything is published.
+	if err := closer.Close(); err != nil {
+		return err
 	}
 
 	// 6. Score.

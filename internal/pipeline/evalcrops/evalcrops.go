@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -160,25 +159,11 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	}
 	devs, err := placeModel(c, cfg, model)
 	// The GPU engine's close error is the run's: it closes once the crops
-	// are classified, before anything is published (closeModel), else on
+	// are classified, before anything is published (closer.Close), else on
 	// the way out, joined with the error that ended the run.
-	closer, _ := model.(interface{ Close() error })
-	closeModel := func() error {
-		cl := closer
-		closer = nil
-		if cl == nil {
-			return nil
-		}
-		if cerr := cl.Close(); cerr != nil {
-			return errkind.Local(errkind.ExitMPI, "jobs: close the crop model's GPU engine: %w", cerr)
-		}
-		return nil
-	}
-	defer func() {
-		if cerr := closeModel(); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-	}()
+	closable, _ := model.(io.Closer)
+	closer := detect.NewCloser(closable, "the crop model's GPU engine")
+	defer closer.Join(&err)
 	if err != nil {
 		return err
 	}
@@ -235,9 +220,7 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	if err != nil {
 		err = errkind.Local(errkind.Code(err), "jobs: %w", err)
 	}
-	if cerr := closeModel(); cerr != nil {
-		err = errors.Join(err, cerr)
-	}
+	err = errkind.Join(err, closer.Close())
 	if err != nil {
 		return err
 	}

@@ -115,7 +115,8 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	defer det.Close()
+	closer := detect.NewCloser(det, "the detector")
+	defer closer.Join(&err)
 	crops.OnDetector(det) // --device cuda: the crops on the detector's GPU engine
 	rec, err := imagesrun.OpenRecorder(out, cfg.Out, saved, c.Rank())
 	if err != nil {
@@ -160,6 +161,11 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 		dets = table.DropZero(dets)
 		crops.Stats.Seconds = since(t2)
 		stats.Seconds["crops"] = crops.Stats.Seconds
+	}
+	// The detector's engine (and the crops on it) is done: a close error
+	// (on a GPU, a late fault) fails the run before anything is published.
+	if err := closer.Close(); err != nil {
+		return err
 	}
 	return collective.WriteReport(c, stats, "predictions", func(allStats []collective.RankStats) error {
 		rep := output.PredictReport{Canopy: output.Version, Git: output.GitRevision(), MPI: c.Implementation(), Command: cfg.Command,
