@@ -417,6 +417,37 @@ func TestLauncherMismatchExit5(t *testing.T) {
 	}
 }
 
+// The same mismatch as a launcher meets it: two processes, launcher ranks
+// 0 and 1 of 2, each its own 1-rank MPI job, under a launcher that kills
+// the others once one exits non-zero (srun --kill-on-bad-exit=1, played
+// here by the test). Launcher rank 0 says why, once, although it starts
+// 1 s late: the other process's finalize waits for nobody, so it must not
+// exit first (it did, and the job ended without a word).
+func TestLauncherMismatchSaidOnce(t *testing.T) {
+	var stderr [2]bytes.Buffer
+	procs := make([]*exec.Cmd, 2)
+	exited := make(chan int, 2)
+	for r := range procs {
+		cmd := exec.Command(canopyBin, "eval", "--csv", set("three", "truth.csv"), "--predictions", set("three", "predictions.csv"), "--out", t.TempDir())
+		cmd.Env = append(os.Environ(), "PMI_SIZE=2", fmt.Sprintf("PMI_RANK=%d", r), testhook.StartDelayEnv+"=0:1000")
+		cmd.Stdout, cmd.Stderr = &stderr[r], &stderr[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs[r] = cmd
+		go func() { cmd.Wait(); exited <- r }()
+	}
+	first := <-exited
+	code := procs[first].ProcessState.ExitCode()
+	procs[1-first].Process.Kill() // the launcher ends the job (a no-op when it has ended)
+	<-exited
+	all := stderr[0].String() + stderr[1].String()
+	if code != jobs.ExitMPI || strings.Count(all, "launcher started 2 (PMI_SIZE)") != 1 {
+		t.Fatalf("launcher rank %d exited %d first (want %d), the mismatch said %d times (want once):\n%s",
+			first, code, jobs.ExitMPI, strings.Count(all, "launcher started 2 (PMI_SIZE)"), all)
+	}
+}
+
 func TestMPIDoctor(t *testing.T) {
 	r := mpirun(t, 2, nil, "doctor")
 	if r.code != 0 {

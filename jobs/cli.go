@@ -112,7 +112,8 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 }
 
 // preMPIGrace is how long a rank other than 0 holds back its exit after
-// an error found before MPI starts (a usage error, a bad setting). Every
+// an error found before MPI starts (a usage error, a bad setting), or
+// after a launcher mismatch, where MPI started each process alone. Every
 // rank finds the same error, but only rank 0 prints it; a launcher that
 // sees a rank exit non-zero stops the others, so a rank that exited at
 // once could have rank 0 stopped before it printed (seen under load:
@@ -290,6 +291,12 @@ func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, opt jobO
 			collective.PrintErr(stderr, comm, err)
 		}
 		finalize()
+		if comm.Size() == 1 && launcherRank() > 0 {
+			// a mismatch: this process's world is itself, so its
+			// finalize waits for nobody, least of all the launcher's
+			// rank 0 that says why; hold back as before MPI starts
+			return holdBack(code)
+		}
 		return code
 	}
 	reportLocal(stderr, comm, opt, code, err)

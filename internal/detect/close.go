@@ -40,5 +40,5 @@ func (k *Closer) Close() error {
 
 // Join is Close deferred on the way out of the run whose error is *err:
 // the close error (if any) is joined with *err, which keeps its code and
-// kind when it has one.
+// kind (errkind.Join: one that carries none yet keeps that too).
 func (k *Closer) Join(err *error) { *err = errkind.Join(*err, k.Close()) }

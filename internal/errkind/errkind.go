@@ -105,7 +105,10 @@ var ErrInterrupted = errors.New("interrupted by a signal; finished images are sa
 // Join is err with a later error added, one found while cleaning up
 // after it (a file's close): the later alone when err is nil, else both
 // ("err; later", one line), err first so that it keeps its code and kind.
-// Neither is dropped.
+// Neither is dropped. An err that carries no code yet keeps that too: its
+// caller gives it one from what it is (detect.Err: a model error, exit 4;
+// a point run's input error, exit 3), so errors.As finds no *Error in
+// later through the pair then (errors.Is still finds later's cause).
 func Join(err, later error) error {
 	switch {
 	case later == nil:
@@ -113,11 +116,24 @@ func Join(err, later error) error {
 	case err == nil:
 		return later
 	}
-	return &joined{err, later}
+	var e *Error
+	return &joined{err: err, later: later, hide: !errors.As(err, &e)}
 }
 
-// joined is Join's pair: errors.Is and errors.As see both, err first.
-type joined struct{ err, later error }
+// joined is Join's pair: errors.Is sees both, err first; errors.As sees
+// later only when err carries a code of its own (hide false).
+type joined struct {
+	err, later error
+	hide       bool
+}
 
-func (j *joined) Error() string   { return j.err.Error() + "; " + j.later.Error() }
-func (j *joined) Unwrap() []error { return []error{j.err, j.later} }
+func (j *joined) Error() string { return j.err.Error() + "; " + j.later.Error() }
+func (j *joined) Unwrap() []error {
+	if j.hide {
+		return []error{j.err}
+	}
+	return []error{j.err, j.later}
+}
+
+// Is finds later's chain when Unwrap hides it.
+func (j *joined) Is(target error) bool { return j.hide && errors.Is(j.later, target) }

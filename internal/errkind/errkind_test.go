@@ -94,3 +94,20 @@ func TestJoin(t *testing.T) {
 		t.Fatalf("Join(first, later) = %v: want the first's code and kind with the later kept", j)
 	}
 }
+
+// Join of an error that carries no code yet: errors.As finds no code in
+// the pair (its caller gives the first one, detect.Err a model error),
+// errors.Is still finds the later's cause, and the message holds both.
+func TestJoinUncodedFirst(t *testing.T) {
+	first := errors.New("forward failed")
+	cause := errors.New("disk full")
+	j := Join(first, Local(ExitInternal, "close part file: %w", cause))
+	var e *Error
+	if errors.As(j, &e) || Code(j) != ExitInternal || !errors.Is(j, first) || !errors.Is(j, cause) || j.Error() != "forward failed; close part file: disk full" {
+		t.Fatalf("Join(uncoded, coded) = %v (As found %+v): want no code, both causes", j, e)
+	}
+	coded := Join(Local(ExitModel, "m"), Join(first, Local(ExitMPI, "gpu")))
+	if Code(coded) != ExitModel {
+		t.Fatalf("a nested join: exit %d, want the first's 4", Code(coded))
+	}
+}

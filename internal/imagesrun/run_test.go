@@ -168,6 +168,34 @@ func TestRecorderCreateFails(t *testing.T) {
 	}
 }
 
+// TestRecorderCloseKeepsDetectorCode: a part file whose close fails
+// after the detector failed keeps the detector's error and its code (a
+// model error, exit 4, as detect.Err gives an error that carries none),
+// with the close's error joined; alone, the close's error is exit 1.
+func TestRecorderCloseKeepsDetectorCode(t *testing.T) {
+	closed := func() *Recorder {
+		dir := t.TempDir()
+		o, saved, err := Open(Folder{Dir: dir}, EvalRun{CSV: []byte("x"), RootDir: dir}.Manifest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Finish(nil)
+		rec, err := OpenRecorder(nil, dir, saved, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.pw.Close() // the recorder's own close now fails (file already closed)
+		return rec
+	}
+	err := detect.Err(closed().Close(errors.New("forward failed")), "")
+	wantCode(t, "a detector error, then a failed close", err, errkind.ExitModel, "forward failed", "already closed")
+	if !errors.Is(err, os.ErrClosed) {
+		t.Errorf("the close's cause is lost from %v", err)
+	}
+	err = detect.Err(closed().Close(nil), "")
+	wantCode(t, "a failed close alone", err, errkind.ExitInternal, "already closed")
+}
+
 // TestSavedImages keeps image order, whatever the map's.
 func TestSavedImages(t *testing.T) {
 	done := map[int]parts.Done{4: {Image: wire.Image{Index: 4}}, 0: {Image: wire.Image{Index: 0}}, 2: {Image: wire.Image{Index: 2}}, 5: {Image: wire.Image{Index: 5}}}

@@ -88,7 +88,9 @@ func ClaimSay(dir string) (done func(), say bool) {
 		return func() {}, true
 	}
 	for deadline := time.Now().Add(sayWait); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if st, err := os.Stat(p); err == nil && st.Size() > 0 {
+		// read, not stat: an open revalidates a network filesystem's
+		// cached size (close-to-open), a stat may see it stale
+		if b, err := os.ReadFile(p); err == nil && len(b) > 0 {
 			return func() {}, false
 		}
 	}

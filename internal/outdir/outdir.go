@@ -585,7 +585,11 @@ func outStep(step string) {
 // SyncDir syncs a folder, so the renames in it are durable; its error
 // (an I/O error of the disk or the server) is the caller's. A filesystem
 // that cannot sync a folder at all (EINVAL, ENOTSUP: some network and
-// FUSE filesystems) is taken as it is, as before.
+// FUSE filesystems; EBADF: those that sync no descriptor opened to read,
+// as a folder's is, which PostgreSQL's fsync of a folder also takes) is
+// taken as it is, as before. EROFS is not: a folder's renames succeeded
+// before it, so the filesystem went read-only since (ext4's answer once it
+// aborted on an error), and they may be lost.
 func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
@@ -593,7 +597,7 @@ func SyncDir(dir string) error {
 	}
 	err = syncDir(d)
 	d.Close() // opened to read: its close loses nothing
-	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOTSUP) {
+	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOTSUP) && !errors.Is(err, syscall.EBADF) {
 		return fmt.Errorf("sync the folder %s: %w", dir, err)
 	}
 	return nil

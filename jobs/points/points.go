@@ -258,6 +258,8 @@ func run(ctx context.Context, c mpi.Comm, cfg Config, toOut bool) (_ []byte, err
 	if derr = errkind.Join(derr, rec.close()); derr != nil {
 		return nil, derr
 	}
+	// the device's report before the close, which drops the cuDNN path's
+	device := eng.report()
 	if err := closer.Close(); err != nil { // a late GPU fault: nothing published
 		return nil, err
 	}
@@ -311,7 +313,7 @@ func run(ctx context.Context, c mpi.Comm, cfg Config, toOut bool) (_ []byte, err
 			LabelDict: mcfg.LabelDict, LabelsFrom: mcfg.LabelsFrom, Ignored: mcfg.Ignored, Threads: max(cfg.Threads, 1)},
 		Peaks:   map[string]string{"score_thresh": strconv.FormatFloat(float64(peaks.ScoreThresh), 'g', -1, 32), "min_distance": fmt.Sprint(peaks.MinDistance), "nms_distance_thresh": "5"},
 		Seconds: map[string]float64{"load": load, "predict": detectSec}, CPU: cpuSeconds() - cpu0,
-		Outputs: map[string]string{"predictions.csv": sha256Hex(csv)}, Config: cfg.RunConfig, Device: eng.report()}
+		Outputs: map[string]string{"predictions.csv": sha256Hex(csv)}, Config: cfg.RunConfig, Device: device}
 	for _, s := range skips {
 		rep.Skipped += int(s)
 	}
