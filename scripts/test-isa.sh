@@ -30,7 +30,7 @@ RUN_RN='^(TestClonesSameBytes|TestKernelsMatchCPU|TestGPUEngineMatchesCPU|TestCU
 # machine: there TestClonesSameBytes alone, whose digest (equal to every
 # other path's) shows the same bytes, so those tests' outcome too.
 RUN_RN_NOBLAS='^TestClonesSameBytes$'
-RUN_CPU='^(TestWinogradMatchesDirect|TestWinogradBoundCatchesPlantedBugs|TestBatchImagesIndependent)$'
+RUN_CPU='^(TestWinogradMatchesDirect|TestWinogradBoundCatchesPlantedBugs|TestBatchImagesIndependent|TestConvPairSameBits)$'
 # The crop classifier: the parity test against DeepForest's CropModel
 # fixtures (ResNet-50 and ResNet-18 on the parity raster's 31 crops at
 # 224×224, the checkpoint, hub folder and .pt alike), the transform against

@@ -14,18 +14,21 @@ import (
 // stem's 7×7/2 (im2col), a 1×1 (pointwise), a 1×1/2 and a 3×3/2 (im2col)
 // and two 3×3/1 (Winograd F(4×4,3×3)).
 func batchConvs(r *rand.Rand) []*nn.Conv {
-	mk := func(out, in, k, stride, pad int) *nn.Conv {
-		c := &nn.Conv{Name: fmt.Sprintf("%dx%d/%d %d→%d", k, k, stride, in, out), Out: out, In: in, KH: k, KW: k, Stride: stride, Pad: pad,
-			W: make([]float32, out*in*k*k), B: make([]float32, out)}
-		for i := range c.W {
-			c.W[i] = float32(r.NormFloat64() / math.Sqrt(float64(in*k*k)))
-		}
-		for i := range c.B {
-			c.B[i] = float32(r.NormFloat64() * 0.1)
-		}
-		return c
-	}
+	mk := func(out, in, k, stride, pad int) *nn.Conv { return randConv(r, out, in, k, stride, pad) }
 	return []*nn.Conv{mk(40, 3, 7, 2, 3), mk(36, 40, 1, 1, 0), mk(24, 40, 1, 2, 0), mk(32, 40, 3, 2, 1), mk(40, 40, 3, 1, 1), mk(64, 32, 3, 1, 1)}
+}
+
+// randConv is a k×k convolution of random weights and biases.
+func randConv(r *rand.Rand, out, in, k, stride, pad int) *nn.Conv {
+	c := &nn.Conv{Name: fmt.Sprintf("%dx%d/%d %d→%d", k, k, stride, in, out), Out: out, In: in, KH: k, KW: k, Stride: stride, Pad: pad,
+		W: make([]float32, out*in*k*k), B: make([]float32, out)}
+	for i := range c.W {
+		c.W[i] = float32(r.NormFloat64() / math.Sqrt(float64(in*k*k)))
+	}
+	for i := range c.B {
+		c.B[i] = float32(r.NormFloat64() * 0.1)
+	}
+	return c
 }
 
 func randBatch(r *rand.Rand, c, n, h, w int) Batch {
@@ -89,6 +92,52 @@ func TestBatchImagesIndependent(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// ConvPair gives the bits of its two convolutions run one after the
+// other (Conv with the residual, then Conv), in every clone, on 1 or 3
+// workers, with and without a residual, where CanPair pairs them (5
+// images of 17×13: 1,105 columns, 4 or 12 jobs) and where it does not (1
+// image of 7×7: too few columns, so grid cuts the rows too; a 3×3;
+// widths that do not chain), and CanPair says which.
+func TestConvPairSameBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	defer gemm.SetSIMD(gemm.Kernels())
+	c1, c2 := randConv(r, 48, 24, 1, 1, 0), randConv(r, 20, 48, 1, 1, 0)
+	big, small := randBatch(r, 24, 5, 17, 13), randBatch(r, 24, 1, 7, 7)
+	for _, x := range []Batch{big, small} {
+		res := randBatch(r, 48, x.N, x.H, x.W)
+		for s := gemm.Generic; s <= gemm.BestKernels(); s++ {
+			if err := gemm.SetSIMD(s); err != nil {
+				t.Fatal(err)
+			}
+			for _, threads := range []int{1, 3} {
+				e := NewBatchEngine(threads)
+				if got, want := e.CanPair(c1, c2, x), x.N == 5; got != want {
+					t.Fatalf("%d images, %d threads: CanPair %v, want %v", x.N, threads, got, want)
+				}
+				for _, rp := range []*Batch{&res, nil} {
+					a, b := e.ConvPair(c1, x, rp, c2)
+					wa := e.Conv(c1, x, true, rp)
+					wb := e.Conv(c2, wa, true, nil)
+					for _, p := range [][2]Batch{{a, wa}, {b, wb}} {
+						if p[0].C != p[1].C || p[0].N != p[1].N || p[0].H != p[1].H || p[0].W != p[1].W {
+							t.Fatalf("shape %dx%dx%dx%d, want %dx%dx%dx%d", p[0].C, p[0].N, p[0].H, p[0].W, p[1].C, p[1].N, p[1].H, p[1].W)
+						}
+						for i := range p[1].D {
+							if math.Float32bits(p[0].D[i]) != math.Float32bits(p[1].D[i]) {
+								t.Fatalf("%d images, %s, %d threads, residual %v: %d channels [%d] %v, want %v", x.N, s, threads, rp != nil, p[1].C, i, p[0].D[i], p[1].D[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	e := NewBatchEngine(1)
+	if e.CanPair(c1, randConv(r, 20, 40, 1, 1, 0), big) || e.CanPair(randConv(r, 48, 24, 3, 1, 1), c2, big) || e.CanPair(c2, c1, big) {
+		t.Fatal("CanPair pairs convolutions that are not two chained 1×1s")
 	}
 }
 

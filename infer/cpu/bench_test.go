@@ -106,9 +106,18 @@ func benchBatch() int {
 	return 16
 }
 
+// benchThreads is $CANOPY_BENCH_THREADS, or def: the workers of the
+// benchmarks' engines.
+func benchThreads(def int) int {
+	if v, err := strconv.Atoi(os.Getenv("CANOPY_BENCH_THREADS")); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
 // benchBatchConv times one convolution (out×in, k×k, stride, on h×h maps
 // of n images; algo "im2col" or "unfused" forces those paths) on one
-// worker, reporting its CPU milliseconds per image (times mult, the
+// worker ($CANOPY_BENCH_THREADS), reporting its CPU milliseconds per image (times mult, the
 // times a network runs it) and GFLOP per CPU second (direct FLOPs).
 func benchBatchConv(b *testing.B, name string, out, in, k, stride, h, n int, algo string, mult int) {
 	c := &nn.Conv{Name: "b", Out: out, In: in, KH: k, KW: k, Stride: stride, Pad: k / 2,
@@ -122,7 +131,7 @@ func benchBatchConv(b *testing.B, name string, out, in, k, stride, h, n int, alg
 	}
 	oh := (h+2*c.Pad-k)/stride + 1
 	b.Run(fmt.Sprintf("%s/%d-%d/%dx%d", name, out, in, h, h), func(b *testing.B) {
-		e := NewBatchEngine(1)
+		e := NewBatchEngine(benchThreads(1))
 		e.direct, e.unfused = algo == "im2col", algo == "unfused"
 		e.Put(e.Conv(c, x, true, nil))
 		c0 := nn.ProcessCPU()
@@ -137,7 +146,8 @@ func benchBatchConv(b *testing.B, name string, out, in, k, stride, h, n int, alg
 
 // BenchmarkBatchResNet50 times every convolution of a ResNet-50 crop
 // (224×224; torchvision's v1.5 blocks, the stride in the 3×3) as the
-// BatchEngine runs it, one worker, 16 crops a batch: cpu-ms/crop is the
+// BatchEngine runs it, one worker ($CANOPY_BENCH_THREADS=2: the crop
+// step's two), 16 crops a batch: cpu-ms/crop is the
 // layer's share of a crop (its time × the times the network runs it), so
 // the column sums to the convolutions' CPU time per crop. Run it with
 // CANOPY_SIMD=avx2 and avx512 side by side to see where a path loses.
@@ -155,4 +165,56 @@ func BenchmarkBatchResNet50(b *testing.B) {
 		name := fmt.Sprintf("%dx%ds%d-x%d", s[2], s[2], s[3], s[5])
 		benchBatchConv(b, name, s[0], s[1], s[2], s[3], s[4], n, "", s[5])
 	}
+}
+
+// BenchmarkBatchPairs times each pair of ResNet-50 1×1 convolutions that
+// ConvPair runs together (a block's last, with the residual, then the
+// next block's first; 16 crops), "pair" against "alone" (Conv, Conv), on
+// $CANOPY_BENCH_THREADS workers (default 2, the crop step's), in CPU
+// milliseconds per crop for all of the network's pairs of that shape.
+func BenchmarkBatchPairs(b *testing.B) {
+	n, th := benchBatch(), benchThreads(2)
+	// width, bottleneck width, map size, pairs in the network
+	for _, s := range [][4]int{{256, 64, 56, 2}, {512, 128, 28, 3}, {1024, 256, 14, 5}} {
+		wide, narrow, h, mult := s[0], s[1], s[2], s[3]
+		c3, c1 := benchConv(wide, narrow), benchConv(narrow, wide)
+		x, res := benchInput(narrow, n, h), benchInput(wide, n, h)
+		for _, mode := range []string{"alone", "pair"} {
+			b.Run(fmt.Sprintf("%s/%d-%d/%dx%d", mode, wide, narrow, h, h), func(b *testing.B) {
+				e := NewBatchEngine(th)
+				run := func() {
+					if mode == "pair" {
+						e.Put(e.ConvPair(c3, x, &res, c1))
+						return
+					}
+					a := e.Conv(c3, x, true, &res)
+					e.Put(a, e.Conv(c1, a, true, nil))
+				}
+				run()
+				c0 := nn.ProcessCPU()
+				for b.Loop() {
+					run()
+				}
+				b.ReportMetric((nn.ProcessCPU()-c0).Seconds()*1e3*float64(mult)/float64(b.N*n), "cpu-ms/crop")
+			})
+		}
+	}
+}
+
+// benchConv is a 1×1 convolution out←in of fixed weights.
+func benchConv(out, in int) *nn.Conv {
+	c := &nn.Conv{Name: "b", Out: out, In: in, KH: 1, KW: 1, Stride: 1, W: make([]float32, out*in), B: make([]float32, out)}
+	for i := range c.W {
+		c.W[i] = float32(i%7) * 0.01
+	}
+	return c
+}
+
+// benchInput is a batch of n h×h maps of c channels.
+func benchInput(c, n, h int) Batch {
+	x := Batch{c, n, h, h, nn.BigFloats(c * n * h * h)}
+	for i := range x.D {
+		x.D[i] = float32(i%5) * 0.1
+	}
+	return x
 }

@@ -3,6 +3,7 @@ package crop
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"testing"
@@ -75,4 +76,42 @@ func benchCrops(b *testing.B, model func(torchckpt.CropFiles) (string, Options))
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "crops/s")
 	b.ReportMetric((nn.ProcessCPU()-cpu0).Seconds()/float64(n*b.N), "cpu-s/crop")
+}
+
+// BenchmarkForwardR50 times the network alone: the parity ResNet-50
+// CropModel on one batch of DefaultBatch (16) transformed 224×224 crops
+// (random values), on $CANOPY_BENCH_THREADS workers (default 2), in CPU
+// seconds per crop: BenchmarkCropsR50 without the raster's decoding, the
+// cutting and the transform, so that the network's changes stand out of
+// the noise of a loaded machine.
+func BenchmarkForwardR50(b *testing.B) {
+	threads := 2
+	if v, err := strconv.Atoi(os.Getenv("CANOPY_BENCH_THREADS")); err == nil && v > 0 {
+		threads = v
+	}
+	_, pf := parity(b)
+	m, err := Load(pf.Ckpt, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := NewRunner(m.Net(), threads)
+	rng := rand.New(rand.NewPCG(5, 6))
+	xs := make([][]float32, DefaultBatch)
+	for i := range xs {
+		xs[i] = make([]float32, 3*224*224)
+		for j := range xs[i] {
+			xs[i][j] = float32(rng.NormFloat64())
+		}
+	}
+	ctx := context.Background()
+	if _, err := r.Run(ctx, xs, [2]int{224, 224}); err != nil {
+		b.Fatal(err)
+	}
+	cpu0 := nn.ProcessCPU()
+	for b.Loop() {
+		if _, err := r.Run(ctx, xs, [2]int{224, 224}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric((nn.ProcessCPU()-cpu0).Seconds()/float64(len(xs)*b.N), "cpu-s/crop")
 }

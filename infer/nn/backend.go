@@ -24,3 +24,20 @@ type Backend[T any] interface {
 	// is T's zero value).
 	Same(a, b T) bool
 }
+
+// PairBackend is a Backend that can run a convolution and the next one
+// together, job by job, where both are 1×1 stride-1 (column-local): each
+// job's columns of the first's output are still in the core's cache when
+// the second reads them. It changes no value: ConvPair is
+//
+//	a = Conv(c1, x, true, res); b = Conv(c2, a, true, nil)
+//
+// bit for bit. ResNet's bottleneck blocks end with a 1×1 (and the
+// residual) that the next block's first 1×1 reads.
+type PairBackend[T any] interface {
+	Backend[T]
+	// CanPair reports whether ConvPair runs c1 then c2 together on x
+	// (false: the caller runs them one after the other).
+	CanPair(c1, c2 *Conv, x T) bool
+	ConvPair(c1 *Conv, x T, res *T, c2 *Conv) (a, b T)
+}

@@ -121,18 +121,30 @@ func Features[T any](m *Body, e nn.Backend[T], x T, first int) [3]T {
 	e.Put(h)
 	h = h2
 	var c [3]T
+	pe, canPair := e.(nn.PairBackend[T])
 	for L := 0; L < 4; L++ {
-		for _, b := range m.Layers[L] {
+		var next T // the block's first convolution, run with the last block's
+		paired := false
+		for bi, b := range m.Layers[L] {
 			id := h
 			if b.Down != nil {
 				id = e.Conv(b.Down, h, false, nil)
 			}
 			var out T
 			if b.C3 != nil {
-				t1 := e.Conv(b.C1, h, true, nil)
+				t1 := next
+				if !paired {
+					t1 = e.Conv(b.C1, h, true, nil)
+				}
 				t2 := e.Conv(b.C2, t1, true, nil)
 				e.Put(t1)
-				out = e.Conv(b.C3, t2, true, &id)
+				paired = false
+				if nb := bi + 1; canPair && nb < len(m.Layers[L]) && m.Layers[L][nb].Down == nil && m.Layers[L][nb].C3 != nil && pe.CanPair(b.C3, m.Layers[L][nb].C1, t2) {
+					out, next = pe.ConvPair(b.C3, t2, &id, m.Layers[L][nb].C1)
+					paired = true
+				} else {
+					out = e.Conv(b.C3, t2, true, &id)
+				}
 				e.Put(t2)
 			} else {
 				t1 := e.Conv(b.C1, h, true, nil)

@@ -1,6 +1,7 @@
 package resnet
 
 import (
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -104,6 +105,58 @@ func TestFeaturesFirst(t *testing.T) {
 	for i := range all[2].D {
 		if all[2].D[i] != only[2].D[i] || all[2].D[i] != all[2].D[i] {
 			t.Fatalf("C5[%d]: %v from level 3, %v from level 5", i, all[2].D[i], only[2].D[i])
+		}
+	}
+}
+
+// unpaired hides a backend's ConvPair: Features runs every convolution
+// alone.
+type unpaired[T any] struct{ nn.Backend[T] }
+
+// countPairs counts the convolution pairs a BatchEngine runs together.
+type countPairs struct {
+	*cpu.BatchEngine
+	n int
+}
+
+func (c *countPairs) ConvPair(c1 *nn.Conv, x cpu.Batch, res *cpu.Batch, c2 *nn.Conv) (cpu.Batch, cpu.Batch) {
+	if c.CanPair(c1, c2, x) {
+		c.n++
+	}
+	return c.BatchEngine.ConvPair(c1, x, res, c2)
+}
+
+// A bottleneck body gives the same bytes when the BatchEngine runs a
+// block's last 1×1 and the next block's first together (ConvPair: here
+// layer1's two pairs, 2 images of 96×96 on one worker) as when it runs
+// every convolution alone.
+func TestFeaturesPairedSameBits(t *testing.T) {
+	b, err := Load(nn.NewTake(bodyWeights(t, "resnet50", ""), "test"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	x := cpu.Batch{C: 3, N: 2, H: 96, W: 96, D: make([]float32, 3*2*96*96)}
+	for i := range x.D {
+		x.D[i] = float32(r.NormFloat64())
+	}
+	x2 := x
+	x2.D = append([]float32(nil), x.D...) // Features puts x back
+	pe := &countPairs{BatchEngine: cpu.NewBatchEngine(1)}
+	paired := Features[cpu.Batch](b, pe, x, 3)
+	alone := Features[cpu.Batch](b, unpaired[cpu.Batch]{cpu.NewBatchEngine(1)}, x2, 3)
+	if pe.n != 2 {
+		t.Fatalf("%d pairs run together, want layer1's 2", pe.n)
+	}
+	for L := range paired {
+		p, a := paired[L], alone[L]
+		if len(p.D) != len(a.D) || len(a.D) == 0 {
+			t.Fatalf("C%d: %d values paired, %d alone", L+3, len(p.D), len(a.D))
+		}
+		for i := range a.D {
+			if math.Float32bits(p.D[i]) != math.Float32bits(a.D[i]) {
+				t.Fatalf("C%d[%d]: %v paired, %v alone", L+3, i, p.D[i], a.D[i])
+			}
 		}
 	}
 }
