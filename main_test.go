@@ -421,15 +421,19 @@ func TestLauncherMismatchExit5(t *testing.T) {
 // 0 and 1 of 2, each its own 1-rank MPI job, under a launcher that kills
 // the others once one exits non-zero (srun --kill-on-bad-exit=1, played
 // here by the test). Launcher rank 0 says why, once, although it starts
-// 1 s late: the other process's finalize waits for nobody, so it must not
-// exit first (it did, and the job ended without a word).
+// 0.5 s late: the other process's finalize waits for nobody, so it must not
+// exit first (it did, and the job ended without a word). Margins: rank 0
+// speaks 0.5 s plus its MPI start (0.7-1.2 s at load 7) after it begins,
+// rank 1 exits after its own MPI start plus the 3 s hold, so about 1.3 s
+// to spare at that load; without the hold rank 1 exited first in 5 runs
+// of 5 at load 6 (with the delay at 0.25 s too).
 func TestLauncherMismatchSaidOnce(t *testing.T) {
 	var stderr [2]bytes.Buffer
 	procs := make([]*exec.Cmd, 2)
 	exited := make(chan int, 2)
 	for r := range procs {
 		cmd := exec.Command(canopyBin, "eval", "--csv", set("three", "truth.csv"), "--predictions", set("three", "predictions.csv"), "--out", t.TempDir())
-		cmd.Env = append(os.Environ(), "PMI_SIZE=2", fmt.Sprintf("PMI_RANK=%d", r), testhook.StartDelayEnv+"=0:1000")
+		cmd.Env = append(os.Environ(), "PMI_SIZE=2", fmt.Sprintf("PMI_RANK=%d", r), testhook.StartDelayEnv+"=0:500")
 		cmd.Stdout, cmd.Stderr = &stderr[r], &stderr[r]
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

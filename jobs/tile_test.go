@@ -376,6 +376,10 @@ func TestTileCUDNNIdenticalAcrossRanks(t *testing.T) {
 		if bt := rep.Model.Batching; bt == nil || bt.N != 4 {
 			t.Fatalf("%d ranks: report's batching %+v\n%.1500s", ranks, bt, b)
 		}
+		// The cuDNN path's record, as eval's and predict's reports hold it.
+		if c := rep.Model.CUDNN; c == nil || c.Plan != "heuristic" || len(c.Layers) == 0 {
+			t.Fatalf("%d ranks: report's cudnn %+v", ranks, c)
+		}
 		if ref == nil {
 			if n := bytes.Count(got, []byte("\n")) - 1; n < 1 {
 				t.Fatalf("no detections: the comparison would say nothing")

@@ -411,6 +411,7 @@ func Run(ctx context.Context, c mpi.Comm, cfg Config) (err error) {
 		stats.Seconds["crops"] = crops.Stats.Seconds
 	}
 	modelsel.PrintLayerTimes(cfg.Progress, det)
+	model.NoteCUDNN(det) // before the close: the report's cuDNN record
 	// Every window is detected and every raster published (each from rows
 	// the device returned, so they stand): a close error (on a GPU, a late
 	// fault) fails the run before its report; --resume then finishes it.
