@@ -267,6 +267,29 @@ func TestMPIUsageErrorOnce(t *testing.T) {
 	}
 }
 
+// An error before MPI starts that only a rank other than 0 meets (here its
+// CPU profile file cannot be created: PREFIX.rank1 is a folder) is said
+// once, by that rank, with its rank; the job exits 2 and does not hang.
+// Before, every rank > 0 kept such errors to itself, so the job ended
+// with exit 2 and no word. The shared-error case above still prints once:
+// rank 0's exit ends the job within rank 1's grace.
+func TestMPIPreMPIErrorOfOneRankSaid(t *testing.T) {
+	prefix := filepath.Join(t.TempDir(), "prof")
+	if err := os.Mkdir(prefix+".rank1", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := mpirun(t, 2, []string{jobs.ProfileEnv + "=" + prefix}, "eval", "--csv", set("three", "truth.csv"), "--predictions", set("three", "predictions.csv"), "--out", t.TempDir())
+	if r.code != jobs.ExitUsage {
+		t.Fatalf("exit %d, want %d\n%s", r.code, jobs.ExitUsage, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "prof.rank1"); n != 1 {
+		t.Errorf("rank 1's error said %d times, want once:\n%s", n, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "canopy: rank 1/2 (") {
+		t.Errorf("the line does not name rank 1 of 2:\n%s", r.stderr)
+	}
+}
+
 func run1(t *testing.T, args ...string) result {
 	t.Helper()
 	var so, se bytes.Buffer

@@ -47,7 +47,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 		stop, err := startProfile(path)
 		if err != nil {
 			collective.SayLine(errw, "canopy: ", err)
-			return holdBack(ExitUsage)
+			return holdBack(ctx, ExitUsage, stderr, func(w io.Writer) { collective.SayLine(w, rankPrefix(), err) })
 		}
 		// the profile is this rank's own file: a write or close error is
 		// said by this rank, and a run that ended well exits 1
@@ -102,11 +102,14 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 		if c == ExitInternal && isUsage(err) {
 			c = ExitUsage
 		}
-		collective.SayLine(errw, "canopy: ", err)
-		if c == ExitUsage {
-			fmt.Fprintln(errw, "run 'canopy --help' for usage")
+		say := func(w io.Writer, prefix string) {
+			collective.SayLine(w, prefix, err)
+			if c == ExitUsage {
+				fmt.Fprintln(w, "run 'canopy --help' for usage")
+			}
 		}
-		return holdBack(c)
+		say(errw, "canopy: ")
+		return holdBack(ctx, c, stderr, func(w io.Writer) { say(w, rankPrefix()) })
 	}
 	return code
 }
@@ -114,21 +117,49 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 // preMPIGrace is how long a rank other than 0 holds back its exit after
 // an error found before MPI starts (a usage error, a bad setting), or
 // after a launcher mismatch, where MPI started each process alone. Every
-// rank finds the same error, but only rank 0 prints it; a launcher that
-// sees a rank exit non-zero stops the others, so a rank that exited at
-// once could have rank 0 stopped before it printed (seen under load:
-// exit 2 with no message). Rank 0's exit ends the job first; were rank 0
-// not to fail, this rank still exits after the grace and the launcher
-// ends the job, so nothing hangs.
+// rank usually finds the same error, and only rank 0 prints it; a
+// launcher that sees a rank exit non-zero stops the others, so a rank
+// that exited at once could have rank 0 stopped before it printed (seen
+// under load: exit 2 with no message). Rank 0's exit ends the job first.
+// Were rank 0 not to fail (the error is this rank's alone: a file only
+// its node lacks, a profile it cannot write), this rank is still running
+// when the grace ends: it says the error with its rank and exits, and the
+// launcher ends the job, so nothing hangs and nothing goes unsaid.
 var preMPIGrace = 3 * time.Second
 
 // holdBack returns code, first waiting preMPIGrace on a rank other than 0
-// when code is an error.
-func holdBack(code int) int {
-	if code != ExitOK && launcherRank() > 0 {
-		time.Sleep(preMPIGrace)
+// when code is an error. A rank the launcher signals during the wait (ctx
+// ends: Open MPI answers rank 0's exit with SIGTERM, which canopy catches)
+// returns at once and says nothing; one still running after the wait calls
+// say with stderr (nil says nothing: a launcher mismatch, which every
+// process meets alike and launcher rank 0 says).
+func holdBack(ctx context.Context, code int, stderr io.Writer, say func(io.Writer)) int {
+	if code == ExitOK || launcherRank() <= 0 {
+		return code
+	}
+	t := time.NewTimer(preMPIGrace)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return code
+	case <-t.C:
+	}
+	if say != nil && ctx.Err() == nil {
+		say(stderr)
 	}
 	return code
+}
+
+// rankPrefix starts the line of a rank that says a pre-MPI error of its
+// own: its launcher rank and host, as collective.LogPrefix does once MPI
+// has started.
+func rankPrefix() string {
+	host, _ := os.Hostname()
+	n := "?"
+	if size, _, ok := collective.LauncherSize(); ok {
+		n = strconv.Itoa(size)
+	}
+	return fmt.Sprintf("canopy: rank %d/%s (%s): ", launcherRank(), n, host)
 }
 
 // isUsage recognises urfave/cli's own parse errors.
@@ -295,7 +326,7 @@ func runJob(ctx context.Context, newComm CommFactory, stderr io.Writer, opt jobO
 			// a mismatch: this process's world is itself, so its
 			// finalize waits for nobody, least of all the launcher's
 			// rank 0 that says why; hold back as before MPI starts
-			return holdBack(code)
+			return holdBack(ctx, code, stderr, nil)
 		}
 		return code
 	}
