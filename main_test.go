@@ -406,11 +406,21 @@ func TestMPIWatchdogFrozenAtStart(t *testing.T) {
 	frozenRank(t, "2:start", "rank 0/3", "broadcast inputs", "Bcast (collective #1)", "waiting for rank 2 (", "; hosts: ")
 }
 
+// A rank frozen inside a collective, after its arrival round (so the
+// watchdog's round passed on every rank): the stall guard ends the job.
+// Rank 0 waits max(floor, 3 × the 2 s timeout) = 6 s with the floor at 3 s,
+// then says the collective did not complete and aborts with exit 5; before
+// the guard the job waited for mpirun's own limit (60 s here: exit 124).
+func TestMPIWatchdogFrozenInsideGather(t *testing.T) {
+	frozenRank(t, "1:in-Allgather", "rank 0/3", "Allgather (collective #", "did not complete 6s after every rank entered it")
+}
+
 // frozenRank runs eval on 3 ranks with testhook.StopEnv=stop and a 2 s collective
-// timeout: exit 5 within 30 s, and stderr holds every one of want.
+// timeout (the stall guard's floor at 3 s): exit 5 within 30 s, and stderr
+// holds every one of want.
 func frozenRank(t *testing.T, stop string, want ...string) {
 	t.Helper()
-	r := mpirun(t, 3, []string{testhook.StopEnv + "=" + stop}, "eval", "--csv", set("multi", "truth.csv"),
+	r := mpirun(t, 3, []string{testhook.StopEnv + "=" + stop, testhook.StallFloorEnv + "=3s"}, "eval", "--csv", set("multi", "truth.csv"),
 		"--predictions", set("multi", "predictions.csv"), "--out", t.TempDir(), "--collective-timeout", "2s")
 	if r.code != jobs.ExitMPI {
 		t.Fatalf("exit %d, want %d\n%s", r.code, jobs.ExitMPI, r.stderr)

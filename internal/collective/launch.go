@@ -9,6 +9,7 @@ import (
 
 	"github.com/canopy-hpc/canopy/box"
 	"github.com/canopy-hpc/canopy/internal/errkind"
+	"github.com/canopy-hpc/canopy/internal/testhook"
 	"github.com/canopy-hpc/canopy/mpi"
 )
 
@@ -65,14 +66,32 @@ func CheckLauncher(c mpi.Comm) error {
 }
 
 // SetTimeout turns on the collective watchdog when the communicator has
-// one (the cgo binding does; the in-process one needs none).
+// one (the cgo binding does; the in-process one needs none), and its stall
+// guard: a collective that every rank entered but that has not completed
+// max(60 s, 3d) later (twice that on ranks other than 0) is said by the
+// rank that sees it, and the job is aborted with exit 5.
 func SetTimeout(c mpi.Comm, d time.Duration) error {
 	if w, ok := c.(interface{ SetCollectiveTimeout(time.Duration) error }); ok {
 		if err := w.SetCollectiveTimeout(d); err != nil {
 			return &errkind.Error{Code: errkind.ExitMPI, Err: err}
 		}
 	}
+	if w, ok := c.(stallGuarded); ok {
+		rank := c.Rank()
+		w.SetStallHandler(testhook.StallFloor(), func(err error) {
+			PrintErr(os.Stderr, c, err)
+			c.Abort(errkind.ExitMPI)
+		}, func(name string) { testhook.Stop(rank, "in-"+name) })
+	}
 	return nil
+}
+
+// stallGuarded is a communicator with the stall guard (cmpi's): a
+// collective every rank entered that does not complete in time is said by
+// the rank that sees it, and the job is aborted with exit 5, where it
+// would otherwise wait for the launcher's or the batch system's limit.
+type stallGuarded interface {
+	SetStallHandler(floor time.Duration, onStall func(error), afterArrive func(name string))
 }
 
 // PrintErr writes err once per line with the rank prefix.

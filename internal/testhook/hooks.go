@@ -28,7 +28,9 @@ const PerturbEnv = "CANOPY_TEST_PERTURB_RANK"
 // StopEnv is a test hook: the rank it names freezes itself with SIGSTOP
 // before the gather ("R"), or before the job's first collective, the
 // broadcast of the inputs ("R:start"), so the collective watchdog must fire
-// on the others; "0:html" freezes rank 0 while it writes report.html (a
+// on the others; "R:in-NAME" freezes it inside the collective NAME of the
+// MPI binding (Allgatherv, Bcast, ...), after its arrival round, so the
+// stall guard must; "0:html" freezes rank 0 while it writes report.html (a
 // kill there must leave no report.json).
 const StopEnv = "CANOPY_TEST_STOP_RANK"
 
@@ -45,8 +47,15 @@ func Stop(rank int, at string) {
 }
 
 // stopSelf is Stop's SIGSTOP; this package's test replaces it, so that a
-// wrong match fails at once rather than freezing the test binary.
-var stopSelf = func() { syscall.Kill(os.Getpid(), syscall.SIGSTOP) }
+// wrong match fails at once rather than freezing the test binary. The
+// signal may reach another of the process's threads and stop the process
+// a moment after kill returns; the wait keeps this thread from running on
+// meanwhile (it once finished a small Allgatherv it was meant to freeze
+// before).
+var stopSelf = func() {
+	syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	time.Sleep(200 * time.Millisecond)
+}
 
 // InterruptEnv is a test hook "RANK:N": that rank signals itself (SIGTERM)
 // after N batches, as scancel or a preemption would.
@@ -121,4 +130,18 @@ func rankDelay(env string, rank int) time.Duration {
 		return 0
 	}
 	return time.Duration(n) * time.Millisecond
+}
+
+// StallFloorEnv is a test hook: a duration (Go syntax, "5s") that replaces
+// StallFloor's 60 s, so a test of the stall guard need not wait a minute.
+const StallFloorEnv = "CANOPY_TEST_STALL_FLOOR"
+
+// StallFloor is the least time a collective may take, once every rank has
+// entered it, before the stall guard ends the job: 60 s, or StallFloorEnv's
+// value when that is a positive duration.
+func StallFloor() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(StallFloorEnv)); err == nil && d > 0 {
+		return d
+	}
+	return 60 * time.Second
 }

@@ -9,7 +9,7 @@ import (
 // Each hook is inert when its variable is unset, and acts only for the
 // rank (and the point) it names.
 func TestHooksInertWhenUnset(t *testing.T) {
-	for _, v := range []string{PerturbEnv, StopEnv, InterruptEnv, "CANOPY_TILE_DEAL", "CANOPY_TEST_SLOW_MS", StartDelayEnv, ReportDelayEnv} {
+	for _, v := range []string{PerturbEnv, StopEnv, InterruptEnv, "CANOPY_TILE_DEAL", "CANOPY_TEST_SLOW_MS", StartDelayEnv, ReportDelayEnv, StallFloorEnv} {
 		t.Setenv(v, "") // restored after the test
 		os.Unsetenv(v)
 	}
@@ -28,7 +28,20 @@ func TestHooksInertWhenUnset(t *testing.T) {
 	if d := ReportDelay(0); d != 0 {
 		t.Errorf("ReportDelay(0) = %v with %s empty", d, ReportDelayEnv)
 	}
+	if d := StallFloor(); d != time.Minute {
+		t.Errorf("StallFloor() = %v with %s empty, want 1m", d, StallFloorEnv)
+	}
 	Stop(0, "gather") // an empty StopEnv names no rank: must return at once
+}
+
+// StallFloorEnv replaces the floor only with a positive duration.
+func TestStallFloor(t *testing.T) {
+	for env, want := range map[string]time.Duration{"5s": 5 * time.Second, "250ms": 250 * time.Millisecond, "0s": time.Minute, "-3s": time.Minute, "5": time.Minute, "x": time.Minute} {
+		t.Setenv(StallFloorEnv, env)
+		if d := StallFloor(); d != want {
+			t.Errorf("%s=%q: StallFloor() = %v, want %v", StallFloorEnv, env, d, want)
+		}
+	}
 }
 
 // "RANK:MS": only that rank waits; a malformed or negative wait is none.

@@ -189,6 +189,11 @@ type Comm struct {
 	seq     int64
 	wd      C.MPI_Comm // duplicate of world for the arrival rounds
 	hosts   []string
+	// the stall guard of the collective in progress (watchdog.go)
+	stall       *time.Timer
+	stallFloor  time.Duration
+	onStall     func(error)
+	afterArrive func(name string)
 }
 
 var (
@@ -413,7 +418,8 @@ func (c *Comm) Abort(code int) {
 }
 
 // lock takes the mutex for the named collective and, with the watchdog on,
-// runs its arrival round; on error the mutex is released.
+// runs its arrival round and starts its stall guard; on error the mutex is
+// released. A collective lock began ends with unlock.
 func (c *Comm) lock(name string) error {
 	c.mu.Lock()
 	if c.done {
@@ -424,7 +430,18 @@ func (c *Comm) lock(name string) error {
 		c.mu.Unlock()
 		return err
 	}
+	c.guard(name)
 	return nil
+}
+
+// unlock ends the collective that lock began: it stops its stall guard
+// and releases the mutex.
+func (c *Comm) unlock() {
+	if c.stall != nil {
+		c.stall.Stop()
+		c.stall = nil
+	}
+	c.mu.Unlock()
 }
 
 // Barrier implements mpi.Comm.
@@ -432,7 +449,7 @@ func (c *Comm) Barrier() error {
 	if err := c.lock("Barrier"); err != nil {
 		return fmt.Errorf("cmpi: barrier: %w", err)
 	}
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if err := check("MPI_Barrier", C.MPI_Barrier(c.world)); err != nil {
 		return fmt.Errorf("cmpi: barrier: %w", err)
 	}
@@ -450,7 +467,7 @@ func (c *Comm) Bcast(buf []byte, root int) ([]byte, error) {
 	if err := c.lock("Bcast"); err != nil {
 		return nil, fmt.Errorf("cmpi: bcast: %w", err)
 	}
-	defer c.mu.Unlock()
+	defer c.unlock()
 	n := C.int64_t(len(buf))
 	if err := check("MPI_Bcast", C.MPI_Bcast(unsafe.Pointer(&n), 1, C.cmpi_int64(), C.int(root), c.world)); err != nil {
 		return nil, fmt.Errorf("cmpi: bcast length: %w", err)
@@ -475,7 +492,7 @@ func (c *Comm) AllgatherInt64(v int64) ([]int64, error) {
 	if err := c.lock("Allgather"); err != nil {
 		return nil, fmt.Errorf("cmpi: allgather: %w", err)
 	}
-	defer c.mu.Unlock()
+	defer c.unlock()
 	out := make([]int64, c.size)
 	in := C.int64_t(v)
 	if err := check("MPI_Allgather", C.MPI_Allgather(unsafe.Pointer(&in), 1, C.cmpi_int64(),
@@ -505,7 +522,7 @@ func allreduce[T int64 | uint64 | float64](c *Comm, v []T, op mpi.Op, dt C.MPI_D
 	if err := c.lock("Allreduce"); err != nil {
 		return nil, fmt.Errorf("cmpi: allreduce: %w", err)
 	}
-	defer c.mu.Unlock()
+	defer c.unlock()
 	out := make([]T, len(v))
 	copy(out, v)
 	for off := 0; off < len(out); off += reduceChunk {
@@ -567,7 +584,7 @@ func (c *Comm) Allgatherv(send []byte, counts []int64, recv []byte) error {
 	if err := c.lock("Allgatherv"); err != nil {
 		return fmt.Errorf("cmpi: allgatherv: %w", err)
 	}
-	defer c.mu.Unlock()
+	defer c.unlock()
 	var total int64
 	small := true
 	for _, n := range counts {
@@ -682,7 +699,7 @@ func (c *Comm) NewCounter() (mpi.Counter, error) {
 	if err := c.lock("NewCounter"); err != nil {
 		return nil, fmt.Errorf("cmpi: counter: %w", err)
 	}
-	defer c.mu.Unlock()
+	defer c.unlock()
 	k := &counter{c: c}
 	if err := check("MPI_Win_allocate", C.cmpi_counter_new(c.world, C.int(c.rank), &k.win)); err != nil {
 		return nil, fmt.Errorf("cmpi: counter: %w", err)
@@ -710,7 +727,7 @@ func (k *counter) Free() error {
 	if err := k.c.lock("CounterFree"); err != nil {
 		return fmt.Errorf("cmpi: counter: %w", err)
 	}
-	defer k.c.mu.Unlock()
+	defer k.c.unlock()
 	if err := check("MPI_Win_free", C.cmpi_counter_free(&k.win)); err != nil {
 		return fmt.Errorf("cmpi: counter: %w", err)
 	}

@@ -184,3 +184,53 @@ func (c *Comm) arrive(name string) error {
 	}
 	return e
 }
+
+// StallError reports a collective that every rank entered (its arrival
+// round passed) but that did not complete within the stall limit: a rank
+// stopped inside it (frozen, stuck on a filesystem, its node cut off
+// mid-transfer), which the arrival round cannot see.
+type StallError struct {
+	Collective string
+	Seq        int64
+	After      time.Duration
+}
+
+func (e *StallError) Error() string {
+	return fmt.Sprintf("cmpi: %s (collective #%d) did not complete %v after every rank entered it: a rank stopped inside it (frozen, or its node cut off)",
+		e.Collective, e.Seq, e.After)
+}
+
+// SetStallHandler arms the stall guard: with the watchdog on (a collective
+// timeout d > 0, more than one rank), a collective that has not completed
+// max(floor, 3d) after its arrival round passed calls onStall with a
+// *StallError from another goroutine; onStall is expected to say it and
+// abort the job, since the collective itself stays blocked. Ranks other
+// than 0 wait twice as long, so that rank 0 says it. Within the limit a
+// collective is data transfer alone, every rank having arrived, so the
+// floor only keeps a slow network's large gather from being taken for a
+// stall. afterArrive, when not nil, is called after each arrival round
+// passes, before the collective (a test seam: a rank that freezes there).
+// Every rank must set the same values.
+func (c *Comm) SetStallHandler(floor time.Duration, onStall func(error), afterArrive func(name string)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stallFloor, c.onStall, c.afterArrive = floor, onStall, afterArrive
+}
+
+// guard starts the stall guard of the collective whose arrival round has
+// just passed. Called with c.mu held.
+func (c *Comm) guard(name string) {
+	if c.timeout <= 0 || c.size == 1 || c.onStall == nil {
+		return
+	}
+	limit := max(c.stallFloor, 3*c.timeout)
+	if c.rank != 0 {
+		limit *= 2
+	}
+	err := &StallError{Collective: name, Seq: c.seq, After: limit}
+	onStall := c.onStall
+	c.stall = time.AfterFunc(limit, func() { onStall(err) })
+	if c.afterArrive != nil {
+		c.afterArrive(name)
+	}
+}
