@@ -53,7 +53,7 @@ func evalCropsCommand(code *int, stdout, stderr io.Writer, newComm CommFactory) 
 			&cli.Int64Flag{Name: "max-image-pixels", Value: 178956970, Usage: "refuse an image of more pixels (PIL's decompression-bomb limit; 0: no limit)"},
 			&cli.BoolFlag{Name: "allow-outside-root", Usage: "follow symlinks that lead out of FOLDER (default: such a link is an input error)"},
 			&cli.BoolFlag{Name: "html", Value: true, Usage: "rank 0 writes OUT/report.html: the table, the confusion matrix, the misclassified crops; --html=false turns it off"},
-		}, shardJobFlags("longest wait for every rank to reach a collective, then exit 5 (0 disables)")...),
+		}, shardJobFlags("longest wait for every rank to reach a collective, then exit 5; a collective every rank reached that has not completed max(1m, 3 × this) later ends the job with exit 5 too (0 disables both)")...),
 		Action: func(c *cli.Context) error {
 			if (c.NArg() == 1) == (c.String("csv") != "") || c.NArg() > 1 {
 				return usageError(errors.New("eval-crops: give one FOLDER of class sub-folders, or --csv"))
