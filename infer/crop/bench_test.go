@@ -23,8 +23,8 @@ import (
 // classifies every crop. It reports crops/s and the process's CPU
 // seconds (user+sys) per crop, which other load on the machine disturbs
 // far less than wall time, over all iterations and for the fastest and
-// the cheapest one (best-crops/s, best-cpu-s/crop). tools/cropmodel/bench.sh alternates it with
-// DeepForest's.
+// the cheapest one (best-crops/s, best-cpu-s/crop).
+// tools/cropmodel/bench.sh alternates it with DeepForest's.
 func BenchmarkCropsR50(b *testing.B) {
 	benchCrops(b, func(pf torchckpt.CropFiles) (string, Options) { return pf.Ckpt, Options{} })
 }

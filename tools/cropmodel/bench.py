@@ -8,7 +8,8 @@ in a CropModel as parity.py does for the ResNet-50), the same boxes (the
 parity fixture's predict_tile rows, repeated to --crops), the same threads.
 Prints one JSON line: seconds per repeat, crops/s of the fastest repeat and
 over all repeats, the process's CPU seconds (user+sys, every thread) of
-each repeat and per crop in the cheapest (the first repeat warms up), the load average before the first, torch's CPU
+each repeat and per crop in the cheapest and over all repeats (the first
+repeat warms up), the load average before the first, torch's CPU
 capability (the ISA of its kernels).
 
 Usage (the peers' venv, from the repository root):
@@ -71,7 +72,7 @@ def main():
     sys.stdout = stdout
     print(json.dumps(dict({"peer": "deepforest _predict_crop_model_", "arch": arch, "crops": a.crops, "seconds": secs,
                            "crops_per_s": a.crops / min(secs), "crops_per_s_all": a.crops * a.repeat / sum(secs),
-                           "cpu_s_per_crop": min(cpus) / a.crops, "cpu_seconds": cpus, "load_before": load, "load": os.getloadavg()},
+                           "cpu_s_per_crop": min(cpus) / a.crops, "cpu_s_per_crop_all": sum(cpus) / (a.repeat * a.crops), "cpu_seconds": cpus, "load_before": load, "load": os.getloadavg()},
                           **torch_meta())))
 
 

@@ -80,11 +80,11 @@ for model in $models; do
 				/usr/bin/time -f "deepforest wall %e user %U sys %S maxrss_kb %M" \
 					"$py" tools/cropmodel/bench.py --ckpt "$work/files/crop.ckpt" --raster "$work/files/img_0000.png" \
 					--threads "$threads" --crops "$crops" --repeat 3 $extra 2>&1 | grep -v -i warn | tee "$work/df.out"
-				field() { "$py" -c 'import json,sys; [print(eval(sys.argv[2], {}, json.loads(l))) for l in open(sys.argv[1]) if l.startswith("{")]' "$work/df.out" "$1"; }
+				field() { "$py" -c 'import json,sys; [print(json.loads(l)[sys.argv[2]]) for l in open(sys.argv[1]) if l.startswith("{")]' "$work/df.out" "$1"; }
 				d_rate=$(field crops_per_s)
 				d_cpu=$(field cpu_s_per_crop)
 				d_mrate=$(field crops_per_s_all)
-				d_mcpu=$(field 'sum(cpu_seconds) / len(cpu_seconds) / crops')
+				d_mcpu=$(field cpu_s_per_crop_all)
 			fi
 		done
 		mark=$([ $quiet = yes ] && echo quiet || echo LOADED)
