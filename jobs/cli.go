@@ -46,8 +46,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 	if path := os.Getenv(ProfileEnv); path != "" {
 		stop, err := startProfile(path)
 		if err != nil {
-			collective.SayLine(errw, "canopy: ", err)
-			return holdBack(ctx, ExitUsage, stderr, func(w io.Writer) { collective.SayLine(w, rankPrefix(), err) })
+			return failPreMPI(ctx, ExitUsage, false, errw, stderr, err)
 		}
 		// the profile is this rank's own file: a write or close error is
 		// said by this rank, and a run that ended well exits 1
@@ -102,14 +101,7 @@ func MainWith(ctx context.Context, args []string, stdout, stderr io.Writer, newC
 		if c == ExitInternal && isUsage(err) {
 			c = ExitUsage
 		}
-		say := func(w io.Writer, prefix string) {
-			collective.SayLine(w, prefix, err)
-			if c == ExitUsage {
-				fmt.Fprintln(w, "run 'canopy --help' for usage")
-			}
-		}
-		say(errw, "canopy: ")
-		return holdBack(ctx, c, stderr, func(w io.Writer) { say(w, rankPrefix()) })
+		return failPreMPI(ctx, c, c == ExitUsage, errw, stderr, err)
 	}
 	return code
 }
@@ -150,6 +142,22 @@ func holdBack(ctx context.Context, code int, stderr io.Writer, say func(io.Write
 	return code
 }
 
+// failPreMPI says err, an error found before MPI starts, and returns
+// code: rank 0 says it at once on errw (the other ranks' errw discards
+// it), a rank other than 0 after holdBack's wait, on stderr with its rank,
+// if the launcher has not ended it by then. hint adds the pointer to
+// --help.
+func failPreMPI(ctx context.Context, code int, hint bool, errw, stderr io.Writer, err error) int {
+	say := func(w io.Writer, prefix string) {
+		collective.SayLine(w, prefix, err)
+		if hint {
+			fmt.Fprintln(w, "run 'canopy --help' for usage")
+		}
+	}
+	say(errw, "canopy: ")
+	return holdBack(ctx, code, stderr, func(w io.Writer) { say(w, rankPrefix()) })
+}
+
 // rankPrefix starts the line of a rank that says a pre-MPI error of its
 // own: its launcher rank and host, as collective.LogPrefix does once MPI
 // has started.
@@ -159,7 +167,7 @@ func rankPrefix() string {
 	if size, _, ok := collective.LauncherSize(); ok {
 		n = strconv.Itoa(size)
 	}
-	return fmt.Sprintf("canopy: rank %d/%s (%s): ", launcherRank(), n, host)
+	return collective.RankPrefix(launcherRank(), n, host)
 }
 
 // isUsage recognises urfave/cli's own parse errors.

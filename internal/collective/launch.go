@@ -17,7 +17,13 @@ import (
 // runs: rank, size and host, so interleaved logs of many ranks stay
 // readable.
 func LogPrefix(c mpi.Comm) string {
-	return fmt.Sprintf("canopy: rank %d/%d (%s): ", c.Rank(), c.Size(), c.Host())
+	return RankPrefix(c.Rank(), strconv.Itoa(c.Size()), c.Host())
+}
+
+// RankPrefix is LogPrefix from its parts, for a rank that speaks before
+// MPI starts (its rank and size read from the launcher's environment).
+func RankPrefix(rank int, size, host string) string {
+	return fmt.Sprintf("canopy: rank %d/%s (%s): ", rank, size, host)
 }
 
 // LauncherSize reads the job size the launcher announced, if any:
